@@ -1,0 +1,77 @@
+"""Lower a fused primitive function to a packed loop-IR kernel (TVM's TECompiler / CompileEngine).
+
+Steps, in the fixed order DESIGN.md names (``KILN_DUMP_IR=dir`` writes each stage):
+compute (topi) → tensor-level schedule → lower → Simplify → loop schedule → MakePackedAPI.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kiln.errors import CompileError
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
+from kiln.ir.lower import Schedule, lower
+from kiln.passes.loop.make_packed_api import make_packed_api
+from kiln.passes.loop.simplify import simplify
+from kiln.schedules import schedule_loops, schedule_te
+
+
+def to_te(body: Function) -> tuple[list[te.Tensor], te.Tensor]:
+    """Apply each op's compute to placeholders of ``body``'s params; returns (inputs, output)."""
+    tensors: dict[int, te.Tensor] = {}
+    inputs = []
+    for p in body.params:
+        t = te.placeholder(p.checked_type.shape, p.checked_type.dtype, p.name)
+        tensors[p.uid] = t
+        inputs.append(t)
+    for node in post_order(body.outputs):
+        if isinstance(node, Var):
+            continue
+        if isinstance(node, Constant):
+            value = node.data.reshape(-1)[0].item()
+            tensors[node.uid] = te.compute(node.checked_type.shape,
+                                           lambda *i, v=value, d=node.checked_type.dtype:
+                                           L.const(v, d), name="const", tag="elemwise")
+            continue
+        assert isinstance(node, Call), f"unexpected node {node!r} in a primitive function"
+        compute = node.op.compute
+        if compute is None:
+            where = f" (node {node.span})" if node.span else ""
+            raise CompileError(f"no compute definition for op {node.op.name}{where}")
+        tensors[node.uid] = compute([tensors[a.uid] for a in node.args], node.attrs,
+                                    node.checked_type)
+    return inputs, tensors[body.outputs[0].uid]
+
+
+def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.PrimFunc:
+    """The packed kernel ``name`` computing ``call.body``.
+
+    Raises
+    ------
+    CompileError
+        If an op has no compute definition or the kernel cannot be lowered.
+    """
+    inputs, output = to_te(call.body)
+    sch = schedule_te(Schedule(output), target)
+    func = lower(sch, inputs, name)
+    _dump(func, "0_lower")
+    func = simplify(func)
+    _dump(func, "1_simplify")
+    func = schedule_loops(func)
+    _dump(func, "2_schedule")
+    arg_names = [p.name for p in call.body.params] + ["out"]
+    return make_packed_api(func, arg_names)
+
+
+def _dump(func: L.PrimFunc, stage: str) -> None:
+    folder = os.environ.get("KILN_DUMP_IR")
+    if not folder:
+        return
+    from kiln.ir.loop_text import astext
+
+    path = Path(folder) / f"{func.name}.{stage}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(astext(func))

@@ -1,0 +1,120 @@
+"""``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
+
+The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FuseOps → per fused
+function: compute → schedule → lower → loop passes → MakePackedAPI → C codegen; then the graph
+JSON with its memory plan. Identical fused functions compile to one kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from kiln import progress
+from kiln.backend.graph_codegen import graph_json
+from kiln.backend.te_compiler import lower_primitive
+from kiln.codegen.c import build_c_source
+from kiln.errors import CompileError
+from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
+from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
+from kiln.target import Target
+
+log = logging.getLogger("kiln")
+
+# Kernels per generated C file: several files let the C compiler run in parallel.
+KERNELS_PER_FILE = 24
+
+
+def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
+    """The graph-level pass pipeline up to (and including) FuseOps."""
+    if params:
+        func = bind_params(func, params)
+    func = simplify_inference(func)
+    func = fold_constant(func)
+    return fuse_ops(func)
+
+
+def build(mod: IRModule | Function, target: str | Target = "c",
+          params: dict[str, np.ndarray] | None = None,
+          mod_name: str = "default") -> GraphExecutorFactoryModule:
+    """Compile ``mod["main"]`` for ``target``.
+
+    Parameters
+    ----------
+    mod : the model (``kiln.frontend.from_onnx``'s first result) or a graph Function.
+    target : ``"c"`` (C source, compiled by the system C compiler at export time).
+    params : weights by name (``from_onnx``'s second result); bound as constants.
+    mod_name : name of the factory function that creates executors (TVM: "default").
+
+    Returns
+    -------
+    GraphExecutorFactoryModule
+        The root module: ``export_library(path)``, ``lib[mod_name](kiln.cpu())``.
+
+    Raises
+    ------
+    CompileError
+        If an op cannot be lowered or the target is not supported.
+    """
+    tgt = Target(target)
+    if tgt.kind != "c":
+        raise CompileError(f"target '{tgt}' is not supported yet: use target='c'")
+    func = mod["main"] if isinstance(mod, IRModule) else mod
+    with progress.stage("Optimizing graph"):
+        fused = optimize(func, params)
+    calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+    kernels, kernel_names = _lower_kernels(calls)
+    with progress.stage("Generating C"):
+        lib = _c_modules(kernels)
+    with progress.stage("Planning memory"):
+        graph, consts, plan = graph_json(fused, kernel_names)
+    log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",
+              len(kernels), len(calls), plan.total_bytes)
+    return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
+
+
+def _lower_kernels(calls: list[PrimitiveCall]):
+    names: dict[int, str] = {}
+    by_key: dict[str, str] = {}
+    kernels = []
+    used: set[str] = set()
+    with progress.task("Lowering kernels", total=len(calls)) as advance:
+        for call in calls:
+            key = structural_key(call.body)
+            if key not in by_key:
+                name = _unique(call.name, used)
+                try:
+                    kernels.append(lower_primitive(call, name))
+                except CompileError:
+                    raise
+                except Exception as err:  # a bug, but name the kernel the user can report
+                    raise CompileError(f"lowering {name} failed: {err}") from err
+                by_key[key] = name
+            names[call.uid] = by_key[key]
+            advance()
+    return kernels, names
+
+
+def _unique(name: str, used: set[str]) -> str:
+    cand, k = name, 0
+    while cand in used:
+        k += 1
+        cand = f"{name}_{k}"
+    used.add(cand)
+    return cand
+
+
+def _c_modules(kernels) -> CSourceModule:
+    """One C source module per group of kernels; the first imports the rest."""
+    nfiles = max(1, min(os.cpu_count() or 1, -(-len(kernels) // KERNELS_PER_FILE)))
+    chunks = [kernels[i::nfiles] for i in range(nfiles)]
+    mods = [CSourceModule(build_c_source(c), [k.name for k in c]) for c in chunks if c]
+    if not mods:
+        mods = [CSourceModule(build_c_source([]), [])]
+    for m in mods[1:]:
+        mods[0].import_module(m)
+    return mods[0]

@@ -1,0 +1,259 @@
+"""The graph IR: a typed dataflow graph of operator calls (Relay's role in TVM).
+
+Nodes are immutable and typed at construction: building a :class:`Call` runs its op's type
+relation, so every node carries a concrete :class:`TensorType` (Kiln compiles static shapes;
+symbolic input dimensions are fixed before import). A :class:`Function` lists its parameters and
+its outputs; an :class:`IRModule` maps names to functions, with ``"main"`` the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from kiln.errors import ShapeError
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Static tensor type: ``shape`` (tuple of ints) and ``dtype`` (numpy name, e.g. "float32")."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"Tensor[({', '.join(map(str, self.shape))}), {self.dtype}]"
+
+
+class Expr:
+    """Base of graph IR nodes. ``checked_type`` is the node's inferred :class:`TensorType`."""
+
+    checked_type: TensorType
+    uid: int
+
+    def __hash__(self) -> int:
+        return self.uid
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class Var(Expr):
+    """A graph input: a named placeholder of a fixed type."""
+
+    def __init__(self, name: str, type_: TensorType):
+        self.name = name
+        self.checked_type = type_
+        self.uid = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.checked_type}"
+
+
+class Constant(Expr):
+    """A constant tensor (weights, folded values). ``data`` is a numpy array."""
+
+    def __init__(self, data: np.ndarray, name: str | None = None):
+        self.data = np.ascontiguousarray(data)
+        self.name = name
+        self.checked_type = TensorType(tuple(int(d) for d in self.data.shape), str(self.data.dtype))
+        self.uid = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"const({self.name or ''}{self.checked_type})"
+
+
+class Call(Expr):
+    """A call of a registered graph op on ``args`` with static ``attrs``.
+
+    Raises
+    ------
+    ShapeError
+        If the op's type relation rejects the argument types; the message names the op.
+    """
+
+    def __init__(self, op: str, args: list[Expr], attrs: dict[str, Any] | None = None,
+                 span: str | None = None):
+        from kiln.ir.op_registry import get_op
+
+        self.op = get_op(op)
+        self.args = list(args)
+        self.attrs = dict(attrs or {})
+        self.span = span  # where it came from (e.g. the ONNX node name), for error messages
+        self.uid = next(_ids)
+        try:
+            self.checked_type = self.op.infer([a.checked_type for a in self.args], self.attrs)
+        except ShapeError as err:
+            where = f" (node {span})" if span else ""
+            raise ShapeError(f"{op}{where}: {err}") from None
+
+    def __repr__(self) -> str:
+        return f"{self.op.name}({', '.join(f'#{a.uid}' for a in self.args)}) : {self.checked_type}"
+
+
+class PrimitiveCall(Expr):
+    """A call of a fused primitive function (TVM: a Call of a Function with Primitive=1).
+
+    ``body`` is a :class:`Function` over one Var per argument with a single output; FuseOps makes
+    these, and each becomes one kernel and one ``tvm_op`` node of the graph JSON.
+    """
+
+    def __init__(self, body: "Function", args: list[Expr], name: str):
+        assert len(body.params) == len(args), "primitive call arity"
+        self.body = body
+        self.args = list(args)
+        self.name = name
+        self.checked_type = body.outputs[0].checked_type
+        self.uid = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'#{a.uid}' for a in self.args)}) : {self.checked_type}"
+
+
+@dataclass
+class Function:
+    """A graph function: ``params`` (inputs) and ``outputs`` (one or more result expressions)."""
+
+    params: list[Var]
+    outputs: list[Expr]
+    output_names: list[str] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.output_names:
+            self.output_names = [f"output{i}" for i in range(len(self.outputs))]
+
+
+@dataclass
+class IRModule:
+    """Named graph functions; ``mod["main"]`` is the model."""
+
+    functions: dict[str, Function]
+
+    def __getitem__(self, name: str) -> Function:
+        return self.functions[name]
+
+    @staticmethod
+    def from_function(func: Function) -> "IRModule":
+        return IRModule({"main": func})
+
+
+def post_order(outputs: list[Expr]) -> Iterator[Expr]:
+    """Yield every node reachable from ``outputs`` once, producers before consumers.
+
+    Iterative (models have thousands of nodes; recursion would hit Python's limit).
+    """
+    seen: set[int] = set()
+    for root in outputs:
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node.uid in seen:
+                continue
+            if expanded or not isinstance(node, (Call, PrimitiveCall)):
+                seen.add(node.uid)
+                yield node
+                continue
+            stack.append((node, True))
+            for arg in reversed(node.args):
+                if arg.uid not in seen:
+                    stack.append((arg, False))
+
+
+def consumers(outputs: list[Expr]) -> dict[int, list[Call]]:
+    """Map each node's uid to the calls that use it (a node used twice by one call counts twice)."""
+    users: dict[int, list[Call]] = {}
+    for node in post_order(outputs):
+        if isinstance(node, (Call, PrimitiveCall)):
+            for arg in node.args:
+                users.setdefault(arg.uid, []).append(node)
+    return users
+
+
+def rewrite(func: Function, visit) -> Function:
+    """Rebuild ``func`` bottom-up: ``visit(call, new_args)`` returns the replacement of each call.
+
+    ``visit`` receives the original call and its already-rewritten arguments and returns an Expr.
+    Vars and Constants are kept as they are.
+    """
+    memo: dict[int, Expr] = {}
+    for node in post_order(func.outputs):
+        if isinstance(node, Call):
+            new_args = [memo[a.uid] for a in node.args]
+            memo[node.uid] = visit(node, new_args)
+        else:
+            memo[node.uid] = node
+    return Function(func.params, [memo[o.uid] for o in func.outputs], func.output_names,
+                    dict(func.attrs))
+
+
+def same_call(call: Call, new_args: list[Expr]) -> Expr:
+    """Return ``call`` itself if its args did not change, else a copy over ``new_args``."""
+    if all(a is b for a, b in zip(call.args, new_args)):
+        return call
+    return Call(call.op.name, new_args, call.attrs, call.span)
+
+
+def astext(func: Function) -> str:
+    """A readable listing of ``func`` (one line a node), for dumps and error messages."""
+    lines = []
+    names: dict[int, str] = {}
+    for p in func.params:
+        names[p.uid] = f"%{p.name}"
+    for node in post_order(func.outputs):
+        if isinstance(node, Var):
+            continue
+        if isinstance(node, Constant):
+            names[node.uid] = f"meta[{node.name or node.uid}]"
+            continue
+        name = f"%{len(lines)}"
+        names[node.uid] = name
+        args = ", ".join(names[a.uid] for a in node.args)
+        if isinstance(node, PrimitiveCall):
+            lines.append(f"  {name} = {node.name}({args}) /* {node.checked_type} */")
+            continue
+        attrs = "".join(f", {k}={v}" for k, v in sorted(node.attrs.items()))
+        lines.append(f"  {name} = {node.op.name}({args}{attrs}) /* {node.checked_type} */")
+    outs = ", ".join(names[o.uid] for o in func.outputs)
+    params = ", ".join(f"%{p.name}: {p.checked_type}" for p in func.params)
+    return "fn (" + params + ") {\n" + "\n".join(lines) + f"\n  ({outs})\n}}"
+
+
+def structural_key(func: Function) -> str:
+    """A string equal for structurally equal functions (same ops, attrs, types, wiring and
+    scalar constant values); used to compile identical fused kernels once."""
+    index: dict[int, int] = {}
+    parts = []
+    for p in func.params:
+        index[p.uid] = len(index)
+        parts.append(f"param {p.checked_type}")
+    for node in post_order(func.outputs):
+        if node.uid in index:
+            continue
+        if isinstance(node, Constant):
+            parts.append(f"const {node.checked_type} {node.data.tobytes().hex()[:4096]}")
+        elif isinstance(node, Call):
+            args = ",".join(str(index[a.uid]) for a in node.args)
+            parts.append(f"{node.op.name}({args}) {sorted(node.attrs.items())!r}")
+        else:
+            raise AssertionError(f"structural_key: unexpected {node!r}")
+        index[node.uid] = len(index)
+    parts.append("out " + ",".join(str(index[o.uid]) for o in func.outputs))
+    return "\n".join(parts)

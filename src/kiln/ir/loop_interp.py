@@ -1,0 +1,131 @@
+"""A pure-Python interpreter of the loop IR: the executable definition of its semantics.
+
+Slow by design (one Python call per scalar operation); the oracle that codegen tests compare
+compiled kernels against. Floats compute in their own width (numpy scalars), integers as Python
+ints with floor division and floor modulo, as the loop IR defines.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from kiln.ir import loop as L
+
+_ARITH = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne,
+    "min": min, "max": max,
+}
+
+_INTRINSICS = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "pow": np.power,
+    "erf": np.vectorize(math.erf, otypes=[np.float64]),
+}
+
+
+def run(func: L.PrimFunc, *arrays: np.ndarray) -> None:
+    """Execute ``func`` on numpy ``arrays`` (one per param, written in place for outputs).
+
+    Raises
+    ------
+    ValueError
+        If an array's shape or dtype does not match its parameter buffer.
+    """
+    if func.attrs.get("packed"):
+        raise ValueError(f"{func.name}: the interpreter runs functions before MakePackedAPI")
+    if len(arrays) != len(func.params):
+        raise ValueError(f"{func.name}: expected {len(func.params)} arrays, got {len(arrays)}")
+    mem: dict[int, np.ndarray] = {}
+    for buf, arr in zip(func.params, arrays):
+        if tuple(arr.shape) != buf.shape or str(arr.dtype) != buf.dtype:
+            raise ValueError(f"{func.name}: {buf.name} expects {buf.shape} {buf.dtype}, "
+                             f"got {arr.shape} {arr.dtype}")
+        mem[id(buf)] = arr
+    _Interp(mem).stmt(func.body, {})
+
+
+class _Interp:
+    def __init__(self, mem: dict[int, np.ndarray]):
+        self.mem = mem
+
+    def expr(self, e: L.PrimExpr, env: dict):
+        if isinstance(e, L.Var):
+            return env[e]
+        if isinstance(e, (L.IntImm, L.FloatImm)):
+            return np.dtype(e.dtype).type(e.value) if e.dtype != L.INT else e.value
+        if isinstance(e, L.Binary):
+            return self.binary(e, env)
+        if isinstance(e, L.Select):
+            c = self.expr(e.cond, env)
+            return self.expr(e.true_value if c else e.false_value, env)
+        if isinstance(e, L.Cast):
+            v = self.expr(e.value, env)
+            return int(v) if e.dtype == L.INT else np.dtype(e.dtype).type(v)
+        if isinstance(e, L.BufferLoad):
+            idx = tuple(self.expr(i, env) for i in e.indices)
+            v = self.mem[id(e.buffer)][idx]
+            return int(v) if e.dtype == L.INT else v
+        if isinstance(e, L.Call):
+            args = [self.expr(a, env) for a in e.args]
+            return np.dtype(e.dtype).type(_INTRINSICS[e.name](*args))
+        raise AssertionError(f"interpreter: unknown expression {type(e).__name__}")
+
+    def binary(self, e: L.Binary, env: dict):
+        if e.op == "and":
+            return bool(self.expr(e.a, env)) and bool(self.expr(e.b, env))
+        if e.op == "or":
+            return bool(self.expr(e.a, env)) or bool(self.expr(e.b, env))
+        a, b = self.expr(e.a, env), self.expr(e.b, env)
+        if e.op in _ARITH:
+            r = _ARITH[e.op](a, b)
+        elif e.op == "/":
+            r = a / b if L.is_float(e.dtype) else _trunc_div(a, b)
+        elif e.op == "//":
+            r = a // b if not L.is_float(e.dtype) else np.floor(a / b)
+        elif e.op == "%":
+            r = a % b if not L.is_float(e.dtype) else a - np.floor(a / b) * b
+        else:
+            raise AssertionError(f"interpreter: unknown operator {e.op}")
+        if e.dtype == "bool":
+            return bool(r)
+        return r if e.dtype == L.INT else np.dtype(e.dtype).type(r)
+
+    def stmt(self, s: L.Stmt, env: dict) -> None:
+        if isinstance(s, L.For):
+            lo, n = self.expr(s.min, env), self.expr(s.extent, env)
+            for i in range(lo, lo + n):
+                env[s.var] = i
+                self.stmt(s.body, env)
+        elif isinstance(s, L.BufferStore):
+            idx = tuple(self.expr(i, env) for i in s.indices)
+            self.mem[id(s.buffer)][idx] = self.expr(s.value, env)
+        elif isinstance(s, L.Allocate):
+            self.mem[id(s.buffer)] = np.zeros(s.buffer.shape, s.buffer.dtype)
+            self.stmt(s.body, env)
+            del self.mem[id(s.buffer)]
+        elif isinstance(s, L.SeqStmt):
+            for x in s.stmts:
+                self.stmt(x, env)
+        elif isinstance(s, L.IfThenElse):
+            if self.expr(s.cond, env):
+                self.stmt(s.then_case, env)
+            elif s.else_case is not None:
+                self.stmt(s.else_case, env)
+        elif isinstance(s, L.AssertStmt):
+            if not self.expr(s.cond, env):
+                raise RuntimeError(s.message)
+            self.stmt(s.body, env)
+        elif isinstance(s, L.Evaluate):
+            self.expr(s.value, env)
+        else:
+            raise AssertionError(f"interpreter: unknown statement {type(s).__name__}")
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q

@@ -1,0 +1,250 @@
+"""Tensor-expression schedules and their lowering to a loop-IR PrimFunc (TVM's ``te.lower``).
+
+A :class:`Schedule` holds one :class:`Stage` per computed tensor. Stage primitives:
+
+- ``compute_inline()``: substitute the stage's body into its consumers (injective stages only).
+- ``reorder(*axes)``: the loop order of a stage, spatial and reduce axes mixed. When every reduce
+  axis comes after every spatial axis the reduction accumulates in a local scalar; otherwise it is
+  *decomposed* (TVM's ``decompose_reduction``): the output is initialized under the leading spatial
+  loops, then updated in place in the requested order.
+
+Loop-level primitives (parallel, fuse, unroll, ...) act on the lowered PrimFunc (kiln.schedules).
+"""
+
+from __future__ import annotations
+
+from kiln.errors import ScheduleError
+from kiln.ir import loop as L
+from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad
+
+
+class Stage:
+    def __init__(self, tensor: Tensor):
+        self.tensor = tensor
+        self.inline = False
+        self.order: list[IterVar] | None = None
+
+    def compute_inline(self) -> None:
+        if self.tensor.is_reduction:
+            raise ScheduleError(f"compute_inline: {self.tensor.name} is a reduction")
+        self.inline = True
+
+    def compute_root(self) -> None:
+        """Materialize the stage in its own buffer (undo compute_inline)."""
+        self.inline = False
+
+    def reorder(self, *axes: IterVar) -> None:
+        own = self.all_axes()
+        if sorted(map(id, axes)) != sorted(map(id, own)):
+            raise ScheduleError(f"reorder: {self.tensor.name} needs a permutation of its axes "
+                                f"{[a.name for a in own]}")
+        self.order = list(axes)
+
+    def all_axes(self) -> list[IterVar]:
+        body = self.tensor.body
+        return self.tensor.axes + (body.axes if isinstance(body, Reduce) else [])
+
+
+class Schedule:
+    """Stages of every computed tensor reachable from ``output``, producers first."""
+
+    def __init__(self, output: Tensor):
+        self.output = output
+        self.stages: dict[int, Stage] = {}
+        order: list[Tensor] = []
+        seen: set[int] = set()
+        stack: list[tuple[Tensor, bool]] = [(output, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if id(t) in seen or t.is_placeholder:
+                continue
+            if expanded:
+                seen.add(id(t))
+                order.append(t)
+                continue
+            stack.append((t, True))
+            stack.extend((i, False) for i in t.inputs())
+        self.order = order
+        for t in order:
+            self.stages[id(t)] = Stage(t)
+
+    def __getitem__(self, t: Tensor) -> Stage:
+        return self.stages[id(t)]
+
+    def inline_injective(self) -> "Schedule":
+        """The default: inline every non-reduction stage but the output."""
+        for t in self.order:
+            if t is not self.output and not t.is_reduction:
+                self[t].compute_inline()
+        return self
+
+
+def lower(sch: Schedule, inputs: list[Tensor], name: str) -> L.PrimFunc:
+    """Lower ``sch`` to a PrimFunc whose params are ``inputs`` then the output.
+
+    Epilogue fusion: when the output stage is elementwise over a materialized reduction of the
+    same shape (conv2d → bias_add → relu), the reduction writes the output buffer and the
+    epilogue is applied where each result is final: on the accumulator before its store, or in
+    place under the reduction's outer loops (TVM's compute_at at the last spatial prefix axis).
+
+    Raises
+    ------
+    ScheduleError
+        If the output is inlined or an input placeholder is missing from ``inputs``.
+    """
+    out = sch.output
+    if sch[out].inline:
+        raise ScheduleError(f"{name}: the output stage cannot be inlined")
+    buffers: dict[int, L.Buffer] = {}
+    params = []
+    for i, t in enumerate(inputs):
+        buffers[id(t)] = L.Buffer(f"p{i}", t.shape, t.dtype)
+        params.append(buffers[id(t)])
+    buffers[id(out)] = L.Buffer("out", out.shape, out.dtype)
+    params.append(buffers[id(out)])
+    for t in sch.order:
+        if id(t) not in buffers and not sch[t].inline:
+            buffers[id(t)] = L.Buffer(t.name, t.shape, t.dtype)
+
+    def expand(e: L.PrimExpr) -> L.PrimExpr:
+        def visit(x: L.PrimExpr) -> L.PrimExpr:
+            if not isinstance(x, TensorLoad):
+                return x
+            t = x.tensor
+            if t.is_placeholder and id(t) not in buffers:
+                raise ScheduleError(f"{name}: placeholder {t.name} is not a parameter")
+            if id(t) in buffers:
+                return L.BufferLoad(buffers[id(t)], x.indices)
+            vmap = {ax.var: idx for ax, idx in zip(t.axes, x.indices)}
+            return expand(L.substitute(t.body, vmap))
+
+        return L.map_expr(e, visit)
+
+    materialized = [t for t in sch.order if not sch[t].inline]
+    producer, epilogue = _find_epilogue(sch, materialized, buffers, expand)
+    nests = []
+    for t in materialized:
+        if t is out and epilogue is not None:
+            continue  # applied inside the producer's nest
+        if t is producer:
+            # The producer's results live in the output buffer (in place), or only in its
+            # accumulator: either way it needs no buffer of its own.
+            buffers[id(t)] = buffers[id(out)]
+            nests.append(_stage_nest(sch[t], buffers[id(t)], expand, epilogue))
+        else:
+            nests.append(_stage_nest(sch[t], buffers[id(t)], expand))
+    body: L.Stmt = L.seq(*nests)
+    for t in reversed(materialized):
+        buf = buffers[id(t)]
+        if buf not in params:
+            body = L.Allocate(buf, body)
+    return L.PrimFunc(name, params, body)
+
+
+class _Epilogue:
+    """The output stage as a function of the producer's value at the output index."""
+
+    def __init__(self, out: Tensor, out_buf: L.Buffer, body: L.PrimExpr, producer_buf: L.Buffer,
+                 in_place: bool):
+        self.out, self.out_buf, self.body = out, out_buf, body
+        self.producer_buf = producer_buf
+        self.in_place = in_place
+
+    def apply(self, value: L.PrimExpr, index: list[L.PrimExpr]) -> L.PrimExpr:
+        vmap = {ax.var: i for ax, i in zip(self.out.axes, index)}
+
+        def visit(x: L.PrimExpr) -> L.PrimExpr:
+            if isinstance(x, L.BufferLoad) and x.buffer is self.producer_buf:
+                return value
+            return x
+
+        return L.map_expr(L.substitute(self.body, vmap), visit)
+
+
+def _find_epilogue(sch: Schedule, materialized: list[Tensor], buffers, expand):
+    out = sch.output
+    if len(materialized) < 2 or out.is_reduction:
+        return None, None
+    producer = materialized[-2]
+    if not producer.is_reduction or producer.shape != out.shape:
+        return None, None
+    pbuf = buffers[id(producer)]
+    body = expand(out.body)
+    loads: list[L.BufferLoad] = []
+    readers = [t for t in materialized if t is not out and t is not producer]
+
+    def visit(x: L.PrimExpr) -> L.PrimExpr:
+        if isinstance(x, L.BufferLoad) and x.buffer is pbuf:
+            loads.append(x)
+        return x
+
+    L.map_expr(body, visit)
+    axes = [ax.var for ax in out.axes]
+    if not loads or any(list(ld.indices) != axes for ld in loads):
+        return None, None
+    for t in readers:  # nobody else may read the producer
+        if producer in t.inputs():
+            return None, None
+    in_place = producer.dtype == out.dtype
+    order = sch[producer].order or sch[producer].all_axes()
+    first_reduce = next(i for i, ax in enumerate(order) if ax.kind == "reduce")
+    decomposed = any(ax.kind == "spatial" for ax in order[first_reduce:])
+    if decomposed and not in_place:
+        return None, None
+    return producer, _Epilogue(out, buffers[id(out)], body, pbuf, in_place)
+
+
+def _loops(axes: list[IterVar], vmap: dict[L.Var, L.Var], body: L.Stmt) -> L.Stmt:
+    for ax in reversed(axes):
+        body = L.For(vmap[ax.var], L.IntImm(0), L.IntImm(ax.extent), "serial", body)
+    return body
+
+
+def _combine(combiner: str, acc: L.PrimExpr, value: L.PrimExpr) -> L.PrimExpr:
+    if combiner == "sum":
+        return acc + value
+    return L.Binary(combiner, acc, value)
+
+
+def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None = None) -> L.Stmt:
+    t = stage.tensor
+    order = stage.order or stage.all_axes()
+    vmap = {ax.var: L.Var(f"{t.name}_{ax.name}") for ax in order}
+    out_idx = [vmap[ax.var] for ax in t.axes]
+    if not isinstance(t.body, Reduce):
+        value = L.substitute(expand(t.body), vmap)
+        return _loops(order, vmap, L.BufferStore(buf, value, out_idx))
+    red = t.body
+    source = L.substitute(expand(red.source), vmap)
+    init = expand(red.init)
+    first_reduce = next(i for i, ax in enumerate(order) if ax.kind == "reduce")
+    if all(ax.kind == "reduce" for ax in order[first_reduce:]):
+        # Accumulate in a register-like local scalar; store once.
+        acc = L.Buffer(f"{t.name}_acc", (1,), t.dtype, scope="local")
+        update = L.BufferStore(acc, _combine(red.combiner, acc[0], source), [L.IntImm(0)])
+        if epilogue is not None:
+            store = L.BufferStore(epilogue.out_buf, epilogue.apply(acc[0], out_idx), out_idx)
+        else:
+            store = L.BufferStore(buf, acc[0], out_idx)
+        inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]),
+                      _loops(order[first_reduce:], vmap, update), store)
+        return _loops(order[:first_reduce], vmap, L.Allocate(acc, inner))
+    # decompose_reduction: init under the leading spatial loops, then update in place.
+    prefix = order[:first_reduce]
+    rest_spatial = [ax for ax in t.axes if ax not in prefix]
+
+    def rest_nest(suffix: str, make_store) -> L.Stmt:
+        rmap = dict(vmap)
+        rmap.update({ax.var: L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in rest_spatial})
+        return _loops(rest_spatial, rmap, make_store([rmap[ax.var] for ax in t.axes]))
+
+    init_nest = rest_nest("init", lambda idx: L.BufferStore(buf, init, idx))
+    update = L.BufferStore(buf, _combine(red.combiner, L.BufferLoad(buf, out_idx), source),
+                           out_idx)
+    post = None
+    if epilogue is not None:
+        assert epilogue.in_place, "a non-in-place epilogue needs the accumulator form"
+        post = rest_nest("epi", lambda idx: L.BufferStore(
+            epilogue.out_buf, epilogue.apply(L.BufferLoad(buf, idx), idx), idx))
+    return _loops(prefix, vmap,
+                  L.seq(init_nest, _loops(order[first_reduce:], vmap, update), post))

@@ -1,0 +1,155 @@
+"""Tensor expressions: the compute-definition language of ``kiln.ops`` (TVM's ``te``).
+
+A :class:`Tensor` is produced by a placeholder or by :func:`compute`, whose body is a scalar loop-IR
+expression over the tensor's axis variables; ``T[i, j]`` inside a body reads another tensor.
+Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`max_reduce` /
+:func:`min_reduce` at the top of a body. ``kiln.ir.lower`` turns a schedule over these stages into
+a :class:`~kiln.ir.loop.PrimFunc`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kiln.ir import loop as L
+
+_names = itertools.count()
+
+
+@dataclass(eq=False)
+class IterVar:
+    """An axis of a compute: a loop variable with an extent; ``kind`` is "spatial" or "reduce"."""
+
+    var: L.Var
+    extent: int
+    kind: str = "spatial"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+
+def reduce_axis(extent: int, name: str = "r") -> IterVar:
+    return IterVar(L.Var(name), int(extent), "reduce")
+
+
+class TensorLoad(L.PrimExpr):
+    """``tensor[indices]`` inside a compute body (before lowering maps it to a buffer)."""
+
+    __slots__ = ("tensor", "indices")
+
+    def __init__(self, tensor: "Tensor", indices: list[L.PrimExpr]):
+        assert len(indices) == len(tensor.shape), f"{tensor.name}: {len(indices)} indices"
+        self.tensor = tensor
+        self.indices = indices
+        self.dtype = tensor.dtype
+
+    def with_indices(self, indices: list[L.PrimExpr]) -> "TensorLoad":
+        return TensorLoad(self.tensor, indices)
+
+    def __repr__(self) -> str:
+        return f"{self.tensor.name}[{', '.join(map(repr, self.indices))}]"
+
+
+@dataclass(eq=False)
+class Reduce:
+    """A reduction at the top of a compute body: ``combiner`` in {"sum", "max", "min"}."""
+
+    combiner: str
+    source: L.PrimExpr
+    axes: list[IterVar]
+    init: L.PrimExpr
+
+    @property
+    def dtype(self) -> str:
+        return self.source.dtype
+
+
+class Tensor:
+    """A tensor of a static ``shape`` and ``dtype``; ``op`` is None for placeholders."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str, name: str,
+                 axes: list[IterVar] | None = None, body: Any = None, tag: str = ""):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.name = name
+        self.axes = axes or []
+        self.body = body  # PrimExpr or Reduce; None for a placeholder
+        self.tag = tag
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.body is None
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.body, Reduce)
+
+    def __getitem__(self, indices: Any) -> TensorLoad:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        return TensorLoad(self, [L.as_index(i) for i in indices])
+
+    def inputs(self) -> list["Tensor"]:
+        """Tensors this compute reads, in first-use order."""
+        found: dict[int, Tensor] = {}
+
+        def visit(e: L.PrimExpr) -> L.PrimExpr:
+            if isinstance(e, TensorLoad):
+                found.setdefault(id(e.tensor), e.tensor)
+            return e
+
+        if isinstance(self.body, Reduce):
+            L.map_expr(self.body.source, visit)
+            L.map_expr(self.body.init, visit)
+        elif self.body is not None:
+            L.map_expr(self.body, visit)
+        return list(found.values())
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, {self.shape}, {self.dtype})"
+
+
+def placeholder(shape: tuple[int, ...], dtype: str, name: str) -> Tensor:
+    return Tensor(shape, dtype, name)
+
+
+def compute(shape: tuple[int, ...], fcompute: Callable[..., Any], name: str = "T",
+            tag: str = "") -> Tensor:
+    """Define a tensor elementwise: ``fcompute(*axis_vars)`` returns a PrimExpr or a Reduce."""
+    axes = [IterVar(L.Var(f"ax{i}"), int(n)) for i, n in enumerate(shape)]
+    body = fcompute(*[a.var for a in axes])
+    if not isinstance(body, (L.PrimExpr, Reduce)):
+        raise TypeError(f"compute {name}: body must be an expression, got {type(body).__name__}")
+    return Tensor(shape, body.dtype, f"{name}_{next(_names)}", axes, body, tag)
+
+
+def _reduce(combiner: str, source: L.PrimExpr, axis, init: float) -> Reduce:
+    axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
+    return Reduce(combiner, source, axes, L.const(init, source.dtype))
+
+
+def sum(source: L.PrimExpr, axis) -> Reduce:  # noqa: A001 - te's name
+    return _reduce("sum", source, axis, 0)
+
+
+def max_reduce(source: L.PrimExpr, axis) -> Reduce:
+    return _reduce("max", source, axis, lowest(source.dtype))
+
+
+def min_reduce(source: L.PrimExpr, axis) -> Reduce:
+    return _reduce("min", source, axis, highest(source.dtype))
+
+
+def lowest(dtype: str) -> float:
+    import numpy as np
+
+    return -float("inf") if L.is_float(dtype) else int(np.iinfo(dtype).min)
+
+
+def highest(dtype: str) -> float:
+    import numpy as np
+
+    return float("inf") if L.is_float(dtype) else int(np.iinfo(dtype).max)

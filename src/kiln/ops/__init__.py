@@ -1,0 +1,9 @@
+"""Per-op compute definitions (TVM's topi): graph op → tensor expressions.
+
+Each module registers computes with ``kiln.ir.op_registry.register_compute`` for ops defined in
+``kiln.ir.ops``; a compute is ``fn(inputs: list[te.Tensor], attrs: dict, out_type) -> te.Tensor``
+and describes *what* to compute, never how (that is ``kiln.schedules``). Stages carry tags
+("conv2d", "pad", ...) by which schedules find them. May import kiln.ir and kiln.errors.
+"""
+
+from kiln.ops import elemwise, nn, reduce, transform  # noqa: F401

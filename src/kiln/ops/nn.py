@@ -1,0 +1,218 @@
+"""Neural-network computes: conv2d, dense, matmul, pooling, softmax, LRN (NCHW / OIHW layouts).
+
+Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
+and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materialize it.
+"""
+
+from __future__ import annotations
+
+from kiln.errors import CompileError
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+
+
+def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], value: float,
+             tag: str = "pad") -> te.Tensor:
+    """Pad H and W of an NCHW tensor by (top, left, bottom, right) with ``value``."""
+    pt, pl, pb, pr = padding
+    if not any(padding):
+        return data
+    n, c, h, w = data.shape
+
+    def body(i, j, y, x):
+        inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return L.Select(inside, data[i, j, y - pt, x - pl], L.const(value, data.dtype))
+
+    return te.compute((n, c, h + pt + pb, w + pl + pr), body, name="pad", tag=tag)
+
+
+@register_compute("nn.conv2d")
+def conv2d(inputs, attrs, out_type):
+    data, weight = inputs
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilation"]
+    groups = attrs["groups"]
+    out_c, in_per_group, kh, kw = weight.shape
+    out_per_group = out_c // groups
+    padded = pad_nchw(data, attrs["padding"], 0.0)
+    rc, ry, rx = te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"), \
+        te.reduce_axis(kw, "rx")
+
+    def body(n, o, y, x):
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        return te.sum(padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw]
+                      * weight[o, rc.var, ry.var, rx.var], [rc, ry, rx])
+
+    return te.compute(out_type.shape, body, name="conv2d", tag="conv2d")
+
+
+@register_compute("nn.dense")
+def dense(inputs, attrs, out_type):
+    data, weight = inputs
+    k = te.reduce_axis(data.shape[1], "k")
+    return te.compute(out_type.shape,
+                      lambda i, j: te.sum(data[i, k.var] * weight[j, k.var], [k]),
+                      name="dense", tag="dense")
+
+
+@register_compute("nn.matmul")
+def matmul(inputs, attrs, out_type):
+    a, b = inputs
+    k = te.reduce_axis(a.shape[-1], "k")
+    nbatch = len(out_type.shape) - 2
+
+    def operand_index(t: te.Tensor, batch: tuple, last2: tuple) -> tuple:
+        offset = nbatch - (len(t.shape) - 2)
+        lead = tuple(L.IntImm(0) if t.shape[d] == 1 else batch[offset + d]
+                     for d in range(len(t.shape) - 2))
+        return lead + last2
+
+    def body(*idx):
+        batch, i, j = idx[:-2], idx[-2], idx[-1]
+        return te.sum(a[operand_index(a, batch, (i, k.var))]
+                      * b[operand_index(b, batch, (k.var, j))], [k])
+
+    return te.compute(out_type.shape, body, name="matmul", tag="matmul")
+
+
+def _pool_window(attrs):
+    kh, kw = attrs["pool_size"]
+    sh, sw = attrs["strides"]
+    dh, dw = attrs.get("dilation", (1, 1))
+    return kh, kw, sh, sw, dh, dw
+
+
+@register_compute("nn.max_pool2d")
+def max_pool2d(inputs, attrs, out_type):
+    (data,) = inputs
+    kh, kw, sh, sw, dh, dw = _pool_window(attrs)
+    pt, pl, _, _ = attrs["padding"]
+    _, _, h, w = data.shape
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    lowest = te.lowest(data.dtype)
+
+    def body(n, c, y, x):
+        iy = y * sh + ry.var * dh - pt
+        ix = x * sw + rx.var * dw - pl
+        inside = L.logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
+        value = L.Select(inside, data[n, c, iy, ix], L.const(lowest, data.dtype))
+        return te.max_reduce(value, [ry, rx])
+
+    return te.compute(out_type.shape, body, name="max_pool2d", tag="pool")
+
+
+@register_compute("nn.avg_pool2d")
+def avg_pool2d(inputs, attrs, out_type):
+    (data,) = inputs
+    kh, kw, sh, sw, dh, dw = _pool_window(attrs)
+    if (dh, dw) != (1, 1):
+        raise CompileError("nn.avg_pool2d: dilation is not supported")
+    pt, pl, pb, pr = attrs["padding"]
+    _, _, h, w = data.shape
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+
+    def body(n, c, y, x):
+        iy, ix = y * sh + ry.var - pt, x * sw + rx.var - pl
+        inside = L.logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
+        return te.sum(L.Select(inside, data[n, c, iy, ix], L.const(0, data.dtype)), [ry, rx])
+
+    total = te.compute(out_type.shape, body, name="pool_sum", tag="pool")
+    include_pad = attrs["count_include_pad"]
+
+    def window(start: L.PrimExpr, k: int, size: int, pad_end: int) -> L.PrimExpr:
+        # ONNX / onnxruntime: the window is clipped to the padded input when padding counts,
+        # to the real input otherwise.
+        if include_pad:
+            return L.minimum(start + k, L.IntImm(size + pad_end)) - start
+        return L.minimum(start + k, L.IntImm(size)) - L.maximum(start, L.IntImm(0))
+
+    def avg(n, c, y, x):
+        count = window(y * sh - pt, kh, h, pb) * window(x * sw - pl, kw, w, pr)
+        return total[n, c, y, x] / L.Cast(data.dtype, count)
+
+    return te.compute(out_type.shape, avg, name="avg_pool2d", tag="elemwise")
+
+
+def _global_pool(inputs, combiner: str):
+    (data,) = inputs
+    n, c, h, w = data.shape
+    ry, rx = te.reduce_axis(h, "ry"), te.reduce_axis(w, "rx")
+    reducer = te.sum if combiner == "sum" else te.max_reduce
+
+    def body(i, j, y, x):
+        return reducer(data[i, j, ry.var, rx.var], [ry, rx])
+
+    return te.compute((n, c, 1, 1), body, name=f"global_{combiner}", tag="pool"), h * w
+
+
+@register_compute("nn.global_avg_pool2d")
+def global_avg_pool2d(inputs, attrs, out_type):
+    total, count = _global_pool(inputs, "sum")
+    return te.compute(out_type.shape, lambda *i: total[i] / float(count),
+                      name="global_avg_pool2d", tag="elemwise")
+
+
+@register_compute("nn.global_max_pool2d")
+def global_max_pool2d(inputs, attrs, out_type):
+    return _global_pool(inputs, "max")[0]
+
+
+def _axis_reduce(x: te.Tensor, axis: int, combiner: str, fn=None) -> te.Tensor:
+    """Reduce ``fn(x)`` along ``axis`` keeping it as size 1."""
+    r = te.reduce_axis(x.shape[axis], "r")
+    shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    reducer = te.sum if combiner == "sum" else te.max_reduce
+
+    def body(*i):
+        src = x[i[:axis] + (r.var,) + i[axis + 1:]]
+        return reducer(fn(src) if fn else src, [r])
+
+    return te.compute(shape, body, name=f"{combiner}_axis", tag="reduce")
+
+
+def _at_axis0(i: tuple, axis: int) -> tuple:
+    return i[:axis] + (L.IntImm(0),) + i[axis + 1:]
+
+
+@register_compute("nn.softmax")
+def softmax(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = attrs["axis"] % len(x.shape)
+    m = _axis_reduce(x, axis, "max")
+    e = te.compute(x.shape, lambda *i: L.call("exp", x[i] - m[_at_axis0(i, axis)]),
+                   name="softmax_exp", tag="softmax_exp")
+    s = _axis_reduce(e, axis, "sum")
+    return te.compute(x.shape, lambda *i: e[i] / s[_at_axis0(i, axis)], name="softmax",
+                      tag="elemwise")
+
+
+@register_compute("nn.log_softmax")
+def log_softmax(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = attrs["axis"] % len(x.shape)
+    m = _axis_reduce(x, axis, "max")
+    shifted = te.compute(x.shape, lambda *i: x[i] - m[_at_axis0(i, axis)],
+                         name="log_softmax_shift", tag="softmax_exp")
+    s = _axis_reduce(shifted, axis, "sum", lambda v: L.call("exp", v))
+    return te.compute(x.shape, lambda *i: shifted[i] - L.call("log", s[_at_axis0(i, axis)]),
+                      name="log_softmax", tag="elemwise")
+
+
+@register_compute("nn.lrn")
+def lrn(inputs, attrs, out_type):
+    (x,) = inputs
+    size, axis = attrs["size"], attrs["axis"] % len(x.shape)
+    alpha, beta, bias = attrs["alpha"], attrs["beta"], attrs["bias"]
+    r = te.reduce_axis(size, "r")
+    extent = x.shape[axis]
+
+    def square_sum(*i):
+        c = i[axis] - (size - 1) // 2 + r.var
+        v = x[i[:axis] + (c,) + i[axis + 1:]]
+        return te.sum(L.Select(L.logical_and(c >= 0, c < extent), v * v,
+                               L.const(0, x.dtype)), [r])
+
+    sq = te.compute(x.shape, square_sum, name="lrn_sqsum", tag="reduce")
+    return te.compute(x.shape, lambda *i: x[i] / L.call(
+        "pow", sq[i] * (alpha / size) + bias, L.const(beta, x.dtype)), name="lrn", tag="elemwise")

@@ -1,0 +1,42 @@
+"""Reduction computes: sum, mean, max, min over a tuple of axes, with or without keepdims."""
+
+from __future__ import annotations
+
+import math
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+
+_REDUCERS = {"sum": te.sum, "mean": te.sum, "max": te.max_reduce, "min": te.min_reduce}
+
+
+def _reduce(op: str) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes = sorted(a % len(x.shape) for a in attrs["axis"])
+        keep = attrs["keepdims"]
+        raxes = {a: te.reduce_axis(x.shape[a], f"r{a}") for a in axes}
+
+        def body(*o):
+            src, k = [], 0
+            for d in range(len(x.shape)):
+                if d in raxes:
+                    src.append(raxes[d].var)
+                    k += 1 if keep else 0
+                else:
+                    src.append(o[k])
+                    k += 1
+            return _REDUCERS[op](x[tuple(src)], list(raxes.values()))
+
+        red = te.compute(out_type.shape, body, name=op, tag="reduce")
+        if op != "mean":
+            return red
+        count = math.prod(x.shape[a] for a in axes)
+        return te.compute(out_type.shape, lambda *i: red[i] / L.const(count, x.dtype),
+                          name="mean", tag="elemwise")
+
+
+for _op in _REDUCERS:
+    _reduce(_op)

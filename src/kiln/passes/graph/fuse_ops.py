@@ -1,0 +1,109 @@
+"""FuseOps: group operator calls into primitive functions, each compiled as one kernel.
+
+A simplified form of TVM's src/relay/transforms/fuse_ops.cc, on its pattern kinds:
+- an elementwise/broadcast consumer joins the group of its producer when that producer is an
+  out-elementwise-fusable op (conv2d, dense, pooling) or a reduction, and has the same shape
+  (conv + bias_add + relu, conv + residual add);
+- injective ops chain with elementwise/broadcast/injective producers (reshape → transpose ...);
+- a producer joins only if the consumer is its single user and it is not a function output
+  (its value never needs to be materialized outside the group).
+Scalar constants are kept inside the primitive functions (they become immediates in the kernel).
+"""
+
+from __future__ import annotations
+
+from kiln.ir.graph import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    PrimitiveCall,
+    Var,
+    consumers,
+    post_order,
+)
+from kiln.ir.op_registry import OpPattern
+
+name = "FuseOps"
+
+
+class _Group:
+    def __init__(self, node: Call):
+        self.members = [node]
+        self.kind = node.op.pattern
+
+    @property
+    def output(self) -> Call:
+        return self.members[-1]
+
+
+def _can_join(group: _Group, producer: Call, consumer: Call) -> bool:
+    pattern = consumer.op.pattern
+    if group.kind in (OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.COMM_REDUCE):
+        return (pattern <= OpPattern.BROADCAST
+                and consumer.checked_type.shape == producer.checked_type.shape)
+    if group.kind <= OpPattern.INJECTIVE:
+        return pattern <= OpPattern.INJECTIVE
+    return False
+
+
+def fuse_ops(func: Function) -> Function:
+    """Return ``func`` with every Call moved into a :class:`PrimitiveCall` of a fused group."""
+    users = consumers(func.outputs)
+    pinned = {o.uid for o in func.outputs}
+    group_of: dict[int, _Group] = {}
+    groups: list[_Group] = []
+    position: dict[int, int] = {}
+    for node in post_order(func.outputs):
+        position[node.uid] = len(position)
+        if not isinstance(node, Call):
+            continue
+        target = None
+        if node.op.pattern <= OpPattern.INJECTIVE:
+            for arg in node.args:
+                g = group_of.get(arg.uid)
+                if (g is not None and arg is g.output and len(users[arg.uid]) == 1
+                        and arg.uid not in pinned and _can_join(g, arg, node)):
+                    target = g
+                    break
+        if target is None:
+            target = _Group(node)
+            groups.append(target)
+        else:
+            target.members.append(node)
+            target.kind = max(target.kind, node.op.pattern) \
+                if target.kind <= OpPattern.INJECTIVE else target.kind
+        group_of[node.uid] = target
+    # Build groups in the order of their outputs: every external input of a group is then ready.
+    groups.sort(key=lambda g: position[g.output.uid])
+    return _materialize(func, groups)
+
+
+def _materialize(func: Function, groups: list[_Group]) -> Function:
+    new: dict[int, Expr] = {}
+
+    def outer(e: Expr) -> Expr:
+        return new.get(e.uid, e)
+
+    for g in groups:
+        member_ids = {m.uid for m in g.members}
+        params: list[Var] = []
+        args: list[Expr] = []
+        inner: dict[int, Expr] = {}
+        for m in g.members:
+            for a in m.args:
+                if a.uid in member_ids or a.uid in inner:
+                    continue
+                if isinstance(a, Constant) and a.checked_type.size == 1:
+                    inner[a.uid] = a  # scalar immediates stay in the kernel
+                    continue
+                v = Var(f"p{len(params)}", a.checked_type)
+                params.append(v)
+                args.append(outer(a))
+                inner[a.uid] = v
+            inner[m.uid] = Call(m.op.name, [inner[a.uid] for a in m.args], m.attrs, m.span)
+        body = Function(params, [inner[g.output.uid]])
+        kernel = "fused_" + "_".join(m.op.name.replace(".", "_") for m in g.members)
+        new[g.output.uid] = PrimitiveCall(body, args, kernel[:96])
+    return Function(func.params, [outer(o) for o in func.outputs], func.output_names,
+                    dict(func.attrs))

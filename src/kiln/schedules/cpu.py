@@ -1,0 +1,71 @@
+"""Default CPU schedules.
+
+Tensor-level (per fused function, chosen by its master op's tag, registered with
+:func:`register_schedule`): which stages are inlined, the loop order of reductions. Loop-level
+(every function): each top-level loop nest gets its outer loops fused until there is enough
+parallel work, and that loop runs in parallel (OpenMP on the C target).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from kiln.ir import loop as L
+from kiln.ir.lower import Schedule
+from kiln.ir.te import Tensor
+from kiln.schedules import primitives as P
+
+_TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
+
+# Fuse outer loops until a parallel loop has at least this many iterations (so both cores, and
+# more, get balanced work), but stop before fusing into tiny inner loops.
+MIN_PARALLEL_EXTENT = 16
+# Nests with fewer scalar iterations than this run serially (OpenMP fork/join costs ~1 us).
+MIN_PARALLEL_WORK = 4096
+
+
+def register_schedule(tag: str, target: str = "cpu"):
+    """Decorator: ``fn(schedule, stage_tensor)`` adjusts the schedule of stages tagged ``tag``."""
+
+    def wrap(fn: Callable[[Schedule, Tensor], None]):
+        _TE_SCHEDULES[(tag, target)] = fn
+        return fn
+
+    return wrap
+
+
+def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
+    """The default tensor-level schedule: inline injective stages, then per-tag overrides."""
+    sch.inline_injective()
+    for t in sch.order:
+        fn = _TE_SCHEDULES.get((t.tag, target))
+        if fn is not None:
+            fn(sch, t)
+    return sch
+
+
+def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
+    """Parallelize every top-level loop nest of ``func`` over its (fused) outer loops."""
+    for nest in P.top_level_nests(func):
+        if _work(nest) < MIN_PARALLEL_WORK:
+            continue
+        loop = nest
+        while (isinstance(loop.extent, L.IntImm) and loop.extent.value < MIN_PARALLEL_EXTENT
+               and isinstance(loop.body, L.For) and isinstance(loop.body.extent, L.IntImm)):
+            func, loop = P.fuse(func, loop)
+        func = P.parallel(func, loop)
+    return func
+
+
+def _work(s: L.Stmt) -> int:
+    """Scalar iterations of the innermost statements (constant extents; unknown counts as 1)."""
+    if isinstance(s, L.For):
+        n = s.extent.value if isinstance(s.extent, L.IntImm) else 1
+        return n * _work(s.body)
+    if isinstance(s, L.SeqStmt):
+        return sum(_work(x) for x in s.stmts)
+    if isinstance(s, (L.Allocate, L.AssertStmt)):
+        return _work(s.body)
+    if isinstance(s, L.IfThenElse):
+        return _work(s.then_case)
+    return 1

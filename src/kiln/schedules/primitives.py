@@ -1,0 +1,122 @@
+"""Loop-level schedule primitives over a lowered PrimFunc.
+
+Each primitive is a pure function ``(func, loop, ...) -> func`` that checks its preconditions and
+raises :class:`~kiln.errors.ScheduleError` when they do not hold. Loops are found by their loop
+variable's name (:func:`get_loop`) or by walking (:func:`top_level_nests`).
+"""
+
+from __future__ import annotations
+
+from kiln.errors import ScheduleError
+from kiln.ir import loop as L
+
+
+def get_loop(func: L.PrimFunc, var_name: str) -> L.For:
+    for s in L.walk_stmts(func.body):
+        if isinstance(s, L.For) and s.var.name == var_name:
+            return s
+    raise ScheduleError(f"{func.name}: no loop over '{var_name}'")
+
+
+def top_level_nests(func: L.PrimFunc) -> list[L.For]:
+    """The outermost loops of each statement nest (looking through Allocate and SeqStmt)."""
+    found: list[L.For] = []
+    stack: list[L.Stmt] = [func.body]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, L.For):
+            found.append(s)
+        elif isinstance(s, L.SeqStmt):
+            stack.extend(reversed(s.stmts))
+        elif isinstance(s, (L.Allocate, L.AssertStmt)):
+            stack.append(s.body)
+    return found
+
+
+def _replace(func: L.PrimFunc, target: L.For, new: L.Stmt) -> L.PrimFunc:
+    replaced = {id(target): new}
+
+    def rec(s: L.Stmt) -> L.Stmt:
+        if id(s) in replaced:
+            return replaced[id(s)]
+        if isinstance(s, L.For):
+            body = rec(s.body)
+            return s if body is s.body else L.For(s.var, s.min, s.extent, s.kind, body)
+        if isinstance(s, L.Allocate):
+            body = rec(s.body)
+            return s if body is s.body else L.Allocate(s.buffer, body)
+        if isinstance(s, L.AssertStmt):
+            body = rec(s.body)
+            return s if body is s.body else L.AssertStmt(s.cond, s.message, s.args, body)
+        if isinstance(s, L.SeqStmt):
+            stmts = [rec(x) for x in s.stmts]
+            return s if all(a is b for a, b in zip(stmts, s.stmts)) else L.SeqStmt(stmts)
+        if isinstance(s, L.IfThenElse):
+            t = rec(s.then_case)
+            e = rec(s.else_case) if s.else_case else None
+            return L.IfThenElse(s.cond, t, e)
+        return s
+
+    return L.PrimFunc(func.name, func.params, rec(func.body), dict(func.attrs))
+
+
+def _const_extent(loop: L.For, what: str) -> int:
+    if not isinstance(loop.extent, L.IntImm) or not _is_zero(loop.min):
+        raise ScheduleError(f"{what}: loop {loop.var.name} must start at 0 with a constant extent")
+    return loop.extent.value
+
+
+def _is_zero(e: L.PrimExpr) -> bool:
+    return isinstance(e, L.IntImm) and e.value == 0
+
+
+def annotate(func: L.PrimFunc, loop: L.For, kind: str) -> L.PrimFunc:
+    """Set the loop's kind: "parallel", "vectorized", "unrolled" or "serial"."""
+    if kind == "parallel":
+        for s in L.walk_stmts(loop.body):
+            if isinstance(s, L.For) and s.kind == "parallel":
+                raise ScheduleError(f"parallel: {loop.var.name} encloses parallel loop "
+                                    f"{s.var.name}")
+    return _replace(func, loop, L.For(loop.var, loop.min, loop.extent, kind, loop.body))
+
+
+def parallel(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    return annotate(func, loop, "parallel")
+
+
+def unroll(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    _const_extent(loop, "unroll")
+    return annotate(func, loop, "unrolled")
+
+
+def vectorize(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    if any(isinstance(s, L.For) for s in L.walk_stmts(loop.body)):
+        raise ScheduleError(f"vectorize: {loop.var.name} is not an innermost loop")
+    return annotate(func, loop, "vectorized")
+
+
+def fuse(func: L.PrimFunc, outer: L.For) -> tuple[L.PrimFunc, L.For]:
+    """Fuse ``outer`` with the loop directly nested in it into one loop; returns (func, loop)."""
+    inner = outer.body
+    if not isinstance(inner, L.For):
+        raise ScheduleError(f"fuse: {outer.var.name} is not perfectly nested over a loop")
+    n1, n2 = _const_extent(outer, "fuse"), _const_extent(inner, "fuse")
+    fused = L.Var(f"{outer.var.name}_{inner.var.name}_f")
+    body = L.substitute_stmt(inner.body, {outer.var: fused // n2, inner.var: fused % n2})
+    new = L.For(fused, L.IntImm(0), L.IntImm(n1 * n2), outer.kind, body)
+    return _replace(func, outer, new), new
+
+
+def split(func: L.PrimFunc, loop: L.For, factor: int) -> tuple[L.PrimFunc, L.For, L.For]:
+    """Split ``loop`` into (outer, inner) with inner extent ``factor`` (guarded if ragged)."""
+    n = _const_extent(loop, "split")
+    if factor <= 0:
+        raise ScheduleError(f"split: factor must be positive, got {factor}")
+    vo, vi = L.Var(f"{loop.var.name}_o"), L.Var(f"{loop.var.name}_i")
+    index = vo * factor + vi
+    body = L.substitute_stmt(loop.body, {loop.var: index})
+    if n % factor:
+        body = L.IfThenElse(index < n, body)
+    inner = L.For(vi, L.IntImm(0), L.IntImm(factor), "serial", body)
+    outer = L.For(vo, L.IntImm(0), L.IntImm(-(-n // factor)), loop.kind, inner)
+    return _replace(func, loop, outer), outer, inner
