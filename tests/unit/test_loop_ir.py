@@ -139,3 +139,24 @@ def test_schedule_loops_parallelizes_large_nests_only():
     out = te.compute(small.shape, lambda i, j: small[i, j] + 1.0, name="y")
     func = schedule_loops(simplify(lower(Schedule(out), [small], "f")))
     assert all(s.kind == "serial" for s in L.walk_stmts(func.body) if isinstance(s, L.For))
+
+
+def test_verifier_rejects_broken_ir():
+    from kiln.errors import CompileError
+    from kiln.ir.loop_verify import verify
+
+    out = L.Buffer("out", (4,), "float32")
+    stray, i = L.Var("stray"), L.Var("i")
+    unbound = L.PrimFunc("f", [out], L.BufferStore(out, L.FloatImm(0.0), [stray]))
+    with pytest.raises(CompileError, match="stray"):
+        verify(unbound)
+    other = L.Buffer("tmp", (4,), "float32")
+    unallocated = L.PrimFunc("f", [out], L.For(i, L.IntImm(0), L.IntImm(4), "serial",
+                                               L.BufferStore(other, L.FloatImm(0.0), [i])))
+    with pytest.raises(CompileError, match="tmp"):
+        verify(unallocated)
+    wrong_dtype = L.PrimFunc("f", [out], L.For(i, L.IntImm(0), L.IntImm(4), "serial",
+                                               L.BufferStore(out, i, [i])))
+    with pytest.raises(CompileError, match="int64"):
+        verify(wrong_dtype)
+    verify(_matmul((lambda i, j, k: (i, k, j))))

@@ -13,6 +13,7 @@ from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
+from kiln.ir.loop_verify import verify
 from kiln.ir.lower import Schedule, lower
 from kiln.passes.loop.make_packed_api import make_packed_api
 from kiln.passes.loop.simplify import simplify
@@ -56,14 +57,19 @@ def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.Pr
     """
     inputs, output = to_te(call.body)
     sch = schedule_te(Schedule(output), target)
-    func = lower(sch, inputs, name)
-    _dump(func, "0_lower")
-    func = simplify(func)
-    _dump(func, "1_simplify")
-    func = schedule_loops(func)
-    _dump(func, "2_schedule")
+    func = _checked(lower(sch, inputs, name), "0_lower")
+    func = _checked(simplify(func), "1_simplify")
+    func = _checked(schedule_loops(func), "2_schedule")
     arg_names = [p.name for p in call.body.params] + ["out"]
     return make_packed_api(func, arg_names)
+
+
+def _checked(func: L.PrimFunc, stage: str) -> L.PrimFunc:
+    """Dump ``func`` after ``stage`` (KILN_DUMP_IR) and verify it (KILN_DEBUG)."""
+    _dump(func, stage)
+    if os.environ.get("KILN_DEBUG"):
+        verify(func)
+    return func
 
 
 def _dump(func: L.PrimFunc, stage: str) -> None:

@@ -179,8 +179,7 @@ def _find_epilogue(sch: Schedule, materialized: list[Tensor], buffers, expand):
         return x
 
     L.map_expr(body, visit)
-    axes = [ax.var for ax in out.axes]
-    if not loads or any(list(ld.indices) != axes for ld in loads):
+    if not loads or not all(_is_identity(ld.indices, out) for ld in loads):
         return None, None
     for t in readers:  # nobody else may read the producer
         if producer in t.inputs():
@@ -192,6 +191,12 @@ def _find_epilogue(sch: Schedule, materialized: list[Tensor], buffers, expand):
     if decomposed and not in_place:
         return None, None
     return producer, _Epilogue(out, buffers[id(out)], body, pbuf, in_place)
+
+
+def _is_identity(indices: list[L.PrimExpr], out: Tensor) -> bool:
+    """Indices equal the output's axes (a constant 0 stands for an axis of extent 1)."""
+    return all(i is ax.var or (ax.extent == 1 and isinstance(i, L.IntImm) and i.value == 0)
+               for i, ax in zip(indices, out.axes))
 
 
 def _loops(axes: list[IterVar], vmap: dict[L.Var, L.Var], body: L.Stmt) -> L.Stmt:

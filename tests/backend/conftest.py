@@ -1,0 +1,62 @@
+"""Backend test helpers: compile an ONNX model with Kiln, run it, and run onnxruntime beside it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import kiln
+from kiln.frontend import from_onnx
+
+
+def run_onnxruntime(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, inputs)
+
+
+def compile_and_run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tmp_path,
+                    target: str = "c") -> list[np.ndarray]:
+    """from_onnx → build → export_library → load_module → GraphModule.run; returns outputs."""
+    shapes = {k: v.shape for k, v in inputs.items()}
+    mod, params = from_onnx(model, shape=shapes)
+    lib = kiln.build(mod, target=target, params=params)
+    path = tmp_path / "model.so"
+    lib.export_library(str(path))
+    loaded = kiln.runtime.load_module(str(path))
+    gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+    for name, value in inputs.items():
+        gmod.set_input(name, value)
+    gmod.run()
+    return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+
+
+def assert_close_to_reference(got: list[np.ndarray], want: list[np.ndarray],
+                              rtol: float = 1e-4) -> None:
+    """The project's model tolerance: max abs error ≤ rtol × max|reference| + 1e-5."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape, (g.shape, w.shape)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        if w.dtype == np.bool_ or np.issubdtype(w.dtype, np.integer):
+            np.testing.assert_array_equal(g, w)
+            continue
+        err = float(np.max(np.abs(g.astype(np.float64) - w))) if w.size else 0.0
+        bound = rtol * float(np.max(np.abs(w))) + 1e-5 if w.size else 0.0
+        assert err <= bound, f"max abs error {err:.3g} > {bound:.3g}"
+
+
+@pytest.fixture
+def check_model(tmp_path):
+    """``check_model(model, inputs)``: Kiln's outputs match onnxruntime's."""
+
+    def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-4):
+        got = compile_and_run(model, inputs, tmp_path)
+        assert_close_to_reference(got, run_onnxruntime(model, inputs), rtol)
+        return got
+
+    return check

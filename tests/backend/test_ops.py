@@ -1,0 +1,126 @@
+"""Every op the models need, compiled for the C target, against onnxruntime (single-op models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = TensorProto.FLOAT
+
+
+def single_op(op: str, inputs: dict[str, np.ndarray], out_shape=None, opset: int = 17,
+              consts: dict[str, np.ndarray] | None = None, n_out: int = 1, **attrs):
+    """A one-node model: ``inputs`` are graph inputs, ``consts`` initializers (in that order)."""
+    consts = consts or {}
+    names = list(inputs) + list(consts)
+    outs = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op, names, outs, name=f"{op.lower()}_node", **attrs)
+    graph = helper.make_graph(
+        [node], f"single_{op}",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, F32 if out_shape is None else out_shape[1], None)
+         for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def rand(*shape, seed=0, dtype="float32"):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+X4 = {"x": rand(1, 3, 10, 10)}
+X2 = {"x": rand(4, 6)}
+
+CASES = [
+    # elementwise
+    ("Relu", X4, {}, {}),
+    ("Sigmoid", X4, {}, {}),
+    ("HardSigmoid", X4, {}, {"alpha": 0.3, "beta": 0.4}),
+    ("HardSwish", {"x": rand(2, 8) * 4}, {}, {}),
+    ("LeakyRelu", X2, {}, {"alpha": 0.2}),
+    ("Exp", X2, {}, {}),
+    ("Tanh", X2, {}, {}),
+    ("Erf", X2, {}, {}),
+    ("Neg", X2, {}, {}),
+    ("Abs", X2, {}, {}),
+    ("Sqrt", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
+    ("Log", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
+    ("Clip", X2, {"min": np.array(-0.5, "float32"), "max": np.array(0.7, "float32")}, {}),
+    # broadcast
+    ("Add", {"a": rand(2, 3, 4), "b": rand(3, 1, seed=1)}, {}, {}),
+    ("Sub", {"a": rand(2, 3, 4), "b": rand(4, seed=1)}, {}, {}),
+    ("Mul", {"a": rand(1, 3, 1, 1), "b": rand(2, 3, 4, 5, seed=1)}, {}, {}),
+    ("Div", {"a": rand(2, 3), "b": np.abs(rand(2, 3, seed=1)) + 0.5}, {}, {}),
+    ("Max", {"a": rand(2, 3), "b": rand(2, 3, seed=1)}, {}, {}),
+    ("Sum", {"a": rand(2, 3), "b": rand(2, 3, seed=1), "c": rand(2, 3, seed=2)}, {}, {}),
+    # nn
+    ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1), "b": rand(4, seed=2)},
+     {"pads": [1, 1, 1, 1]}),
+    ("Conv", X4, {"w": rand(6, 1, 3, 3, seed=1)}, {"group": 3, "strides": [2, 2]}),
+    ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"dilations": [2, 2], "pads": [2, 1, 0, 1]}),
+    ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("Gemm", {"a": rand(3, 5)}, {"b": rand(4, 5, seed=1), "c": rand(4, seed=2)},
+     {"transB": 1, "alpha": 0.5, "beta": 2.0}),
+    ("MatMul", {"a": rand(2, 3, 5)}, {"b": rand(5, 4, seed=1)}, {}),
+    ("MaxPool", X4, {}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", X4, {}, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", X4, {}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", X4, {}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                             "count_include_pad": 1}),
+    ("GlobalAveragePool", X4, {}, {}),
+    ("GlobalMaxPool", X4, {}, {}),
+    ("LRN", {"x": rand(1, 7, 5, 5)}, {}, {"size": 3, "alpha": 1e-2, "beta": 0.75, "bias": 1.0}),
+    ("Softmax", {"x": rand(2, 3, 7)}, {}, {"axis": -1}),
+    ("LogSoftmax", {"x": rand(3, 7)}, {}, {"axis": 1}),
+    ("BatchNormalization", X4, {"s": rand(3, seed=1), "b": rand(3, seed=2),
+                                "m": rand(3, seed=3), "v": np.abs(rand(3, seed=4)) + 0.5}, {}),
+    # transforms
+    ("Reshape", X4, {"shape": np.array([1, -1, 20], "int64")}, {}),
+    ("Flatten", X4, {}, {"axis": 1}),
+    ("Transpose", X4, {}, {"perm": [0, 2, 3, 1]}),
+    ("Concat", {"a": rand(1, 2, 3), "b": rand(1, 4, 3, seed=1)}, {}, {"axis": 1}),
+    ("Slice", X4, {"starts": np.array([1, 8], "int64"), "ends": np.array([3, 1], "int64"),
+                   "axes": np.array([1, 3], "int64"), "steps": np.array([1, -2], "int64")}, {}),
+    ("Gather", {"x": rand(5, 4)}, {"i": np.array([[0, -1], [3, 2]], "int64")}, {"axis": 0}),
+    ("Squeeze", {"x": rand(1, 3, 1, 4)}, {"axes": np.array([0, 2], "int64")}, {}),
+    ("Unsqueeze", {"x": rand(3, 4)}, {"axes": np.array([0, 3], "int64")}, {}),
+    ("ReduceMean", {"x": rand(2, 3, 4)}, {"axes": np.array([1], "int64")}, {"keepdims": 1}),
+    ("ReduceSum", {"x": rand(2, 3, 4)}, {"axes": np.array([0, 2], "int64")}, {"keepdims": 0}),
+]
+
+
+@pytest.mark.parametrize("op,inputs,consts,attrs", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_single_op_matches_onnxruntime(check_model, op, inputs, consts, attrs):
+    check_model(single_op(op, inputs, consts=consts, **attrs), inputs)
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_softmax_opset_semantics(check_model, opset):
+    """Before opset 13 Softmax flattens to 2-D at ``axis``; from 13 it works along ``axis``."""
+    x = {"x": rand(2, 3, 4)}
+    check_model(single_op("Softmax", x, opset=opset, axis=1), x)
+
+
+def test_fused_chain(check_model):
+    """conv → bias → relu → add residual → relu: one fused kernel, in place."""
+    x = rand(1, 4, 8, 8)
+    w = rand(4, 4, 3, 3, seed=1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y0"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", F32, x.shape)],
+        [helper.make_tensor_value_info("y0", F32, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(rand(4, seed=2), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    check_model(model, {"x": x})
