@@ -1,6 +1,6 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
-The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FuseOps → per fused
+The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis → FuseOps → per fused
 function: compute → schedule → lower → loop passes → MakePackedAPI → C codegen; then the graph
 JSON with its memory plan. Identical fused functions compile to one kernel.
 """
@@ -19,6 +19,7 @@ from kiln.codegen.c import build_c_source
 from kiln.errors import CompileError
 from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.target import Target
@@ -35,6 +36,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
         func = bind_params(func, params)
     func = simplify_inference(func)
     func = fold_constant(func)
+    func = fold_scale_axis(func)
     return fuse_ops(func)
 
 

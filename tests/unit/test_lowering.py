@@ -131,3 +131,24 @@ def test_conv_epilogue_is_fused_in_place():
 
     allocs = [s.buffer.name for s in L.walk_stmts(kernel.body) if isinstance(s, L.Allocate)]
     assert not any(name.startswith("conv2d") for name in allocs), allocs
+
+
+def test_fold_scale_axis_moves_channel_scale_into_weights():
+    from kiln.passes.graph.fold_scale_axis import fold_scale_axis
+
+    x, w = var("x", X), Constant(rand(3, 2, 3, 3, seed=1))
+    scale = Constant(np.abs(rand(3, 1, 1, seed=2)))
+    out = Call("add", [Call("multiply", [Call("nn.conv2d", [x, w], CONV), scale]),
+                       Constant(rand(3, 1, 1, seed=3))])
+    func = Function([x], [out])
+    folded = fold_scale_axis(func)
+    ops = [n.op.name for n in post_order(folded.outputs) if isinstance(n, Call)]
+    assert ops == ["nn.conv2d", "add"]
+    np.testing.assert_allclose(evaluate(folded, {"x": X})[0], evaluate(func, {"x": X})[0],
+                               rtol=1e-5, atol=1e-5)
+    # a scale along a spatial axis must not fold
+    spatial = Constant(rand(1, 5, 1, seed=4))
+    kept = fold_scale_axis(Function([x], [Call("multiply", [Call("nn.conv2d", [x, w], CONV),
+                                                           spatial])]))
+    assert [n.op.name for n in post_order(kept.outputs) if isinstance(n, Call)] == [
+        "nn.conv2d", "multiply"]
