@@ -71,7 +71,7 @@ class Constant(Expr):
     """A constant tensor (weights, folded values). ``data`` is a numpy array."""
 
     def __init__(self, data: np.ndarray, name: str | None = None):
-        self.data = np.ascontiguousarray(data)
+        self.data = np.asarray(data, order="C")  # keeps rank 0 (ascontiguousarray would not)
         self.name = name
         self.checked_type = TensorType(tuple(int(d) for d in self.data.shape), str(self.data.dtype))
         self.uid = next(_ids)

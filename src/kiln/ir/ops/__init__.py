@@ -1,0 +1,10 @@
+"""Graph-op definitions: each op's type relation, fusion pattern and numpy reference.
+
+Importing this package registers every op with :func:`kiln.ir.op_registry.register_op`; the
+loop-level computes for the same names live in ``kiln.ops``. The vocabulary (names and attrs) is
+fixed and shared with ``kiln.ops``: attrs are plain, fully normalized Python values (ints, floats,
+bools, strs, tuples of ints), so neither side needs defaults. May import numpy, kiln.errors and
+kiln.ir only.
+"""
+
+from kiln.ir.ops import elemwise, nn, reduce, transform  # noqa: F401

@@ -6,7 +6,7 @@ right, and each pair of dimensions must be equal or one of them 1.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -1,0 +1,11 @@
+"""Model importers (TVM: ``relay.frontend``): a trained model in, graph IR plus parameters out.
+
+Only ONNX for now (``kiln.frontend.onnx``). A frontend emits ops of the fixed graph-op
+vocabulary (``kiln.ir.ops``) with static shapes and normalized attributes; everything the
+frontend cannot express raises :class:`kiln.errors.UnsupportedOpError` naming op, node and
+opset. May import onnx, numpy, kiln.ir and kiln.errors — never kiln.runtime.
+"""
+
+from kiln.frontend.onnx import from_onnx, list_converters, load_onnx, onnx_op
+
+__all__ = ["from_onnx", "list_converters", "load_onnx", "onnx_op"]

@@ -1,0 +1,164 @@
+"""What a converter sees of one ONNX node: its inputs as graph-IR Exprs, its attributes, the
+opset, and helpers to emit calls, read compile-time-constant inputs and report errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from kiln.errors import UnsupportedOpError
+from kiln.ir.graph import Call, Constant, Expr, Function, Var, post_order
+from kiln.ir.graph_eval import evaluate
+
+_REQUIRED = object()
+
+
+def onnx_dtype(elem_type: int, where: str) -> str:
+    """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``."""
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or dtype.name == "float128":
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise UnsupportedOpError(f"{where}: element type {name} is not supported")
+    return dtype.name
+
+
+class ConvertContext:
+    """One node being converted.
+
+    Attributes
+    ----------
+    node : onnx.NodeProto
+    opset : int
+        The model's default-domain opset.
+    name : str
+        The node's name (or a stand-in built from its first output when it has none).
+    inputs : list[Expr | None]
+        One entry per ONNX input; None for an omitted optional input ("").
+    """
+
+    def __init__(self, node: onnx.NodeProto, name: str, opset: int, inputs: list[Expr | None],
+                 param_values: dict[str, np.ndarray]):
+        self.node = node
+        self.name = name
+        self.opset = opset
+        self.inputs = inputs
+        self._params = param_values
+        self._attrs = {a.name: a for a in node.attribute}
+
+    # -- errors -----------------------------------------------------------------------------
+
+    def unsupported(self, reason: str) -> UnsupportedOpError:
+        """An UnsupportedOpError naming this node's op type, name and opset, with ``reason``."""
+        return UnsupportedOpError(
+            f"ONNX {self.node.op_type} (node '{self.name}', opset {self.opset}): {reason}")
+
+    # -- attributes -------------------------------------------------------------------------
+
+    def has_attr(self, name: str) -> bool:
+        return name in self._attrs
+
+    def attr(self, name: str, default: Any = _REQUIRED) -> Any:
+        """Attribute ``name`` as a Python value (str, int, float, list, or np.ndarray).
+
+        A missing attribute returns ``default``; without a default it raises
+        UnsupportedOpError.
+        """
+        proto = self._attrs.get(name)
+        if proto is None:
+            if default is _REQUIRED:
+                raise self.unsupported(f"missing required attribute '{name}'")
+            return default
+        if proto.type == onnx.AttributeProto.TENSOR:
+            return numpy_helper.to_array(proto.t)
+        if proto.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                          onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS):
+            raise self.unsupported(f"attribute '{name}' of kind "
+                                   f"{onnx.AttributeProto.AttributeType.Name(proto.type)}")
+        value = helper.get_attribute_value(proto)
+        if isinstance(value, bytes):
+            return value.decode("utf-8")
+        if isinstance(value, list):
+            return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+        return value
+
+    def ints(self, name: str, default: Sequence[int] | None = None) -> tuple[int, ...] | None:
+        """An ints attribute as a tuple (``default`` if absent)."""
+        value = self.attr(name, None)
+        if value is None:
+            return None if default is None else tuple(default)
+        return tuple(int(v) for v in value)
+
+    # -- inputs -----------------------------------------------------------------------------
+
+    def input(self, index: int) -> Expr:
+        """Required input ``index``; a missing one raises UnsupportedOpError."""
+        expr = self.optional_input(index)
+        if expr is None:
+            raise self.unsupported(f"input {index} is required")
+        return expr
+
+    def optional_input(self, index: int) -> Expr | None:
+        """Input ``index``, or None when it is omitted."""
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def const_value(self, index_or_expr: int | Expr, what: str) -> np.ndarray:
+        """The value of an input that must be a compile-time constant (a shape, axes, bounds).
+
+        The input's subexpression is evaluated with the graph interpreter when all its leaves
+        are constants or initializers; otherwise UnsupportedOpError names ``what``.
+        """
+        expr = (self.input(index_or_expr) if isinstance(index_or_expr, int) else index_or_expr)
+        if isinstance(expr, Constant):
+            return expr.data
+        if isinstance(expr, Var) and expr.name in self._params:
+            return self._params[expr.name]
+        leaves = [n for n in post_order([expr]) if isinstance(n, Var)]
+        for leaf in leaves:
+            if leaf.name not in self._params:
+                raise self.unsupported(f"{what} must be a compile-time constant, but it depends on "
+                                       f"graph input '{leaf.name}'")
+        values = {leaf.name: self._params[leaf.name] for leaf in leaves}
+        return evaluate(Function(leaves, [expr]), values)[0]
+
+    def const_ints(self, index: int, what: str) -> tuple[int, ...]:
+        """A constant integer input as a tuple of Python ints (a scalar gives one entry)."""
+        value = self.const_value(index, what)
+        if value.dtype.kind not in "iu":
+            raise self.unsupported(f"{what} must be integers, got {value.dtype}")
+        return tuple(int(v) for v in value.reshape(-1))
+
+    def is_constant(self, expr: Expr) -> bool:
+        """Whether ``expr`` is a Constant or an initializer (a weight the frontend knows)."""
+        return isinstance(expr, Constant) or (isinstance(expr, Var) and expr.name in self._params)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def call(self, op: str, args: list[Expr], **attrs: Any) -> Call:
+        """Emit graph op ``op`` on ``args`` (the node name is kept as the call's span)."""
+        return Call(op, args, attrs, span=self.name)
+
+    def scalar(self, value: float, dtype: str) -> Constant:
+        """A rank-0 constant of ``dtype``."""
+        return Constant(np.array(value, dtype=dtype))
+
+    def reshape(self, x: Expr, newshape: Sequence[int]) -> Expr:
+        """``reshape`` to a concrete shape, or ``x`` itself when the shape does not change."""
+        newshape = tuple(int(d) for d in newshape)
+        if newshape == x.checked_type.shape:
+            return x
+        return self.call("reshape", [x], newshape=newshape)
+
+    def fold(self, fn: Callable[[Expr, Expr], Expr], exprs: list[Expr]) -> Expr:
+        """Left fold of a binary builder over ``exprs`` (variadic Sum, Max, Concat chains)."""
+        acc = exprs[0]
+        for e in exprs[1:]:
+            acc = fn(acc, e)
+        return acc

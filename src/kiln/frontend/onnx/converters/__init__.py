@@ -1,0 +1,8 @@
+"""ONNX op converters, one module per category; importing this package registers them all.
+
+A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
+``@onnx_op(op_type, since=opset)``. It emits only ops of the graph-op vocabulary
+(:mod:`kiln.ir.ops`), with fully normalized attributes.
+"""
+
+from kiln.frontend.onnx.converters import elementwise, nn, reduce, tensor  # noqa: F401

@@ -1,0 +1,155 @@
+"""Converters of elementwise ONNX ops: activations, unary math, binary and variadic arithmetic,
+Clip, Cast, Where."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.errors import UnsupportedOpError
+from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.registry import onnx_op
+from kiln.ir.graph import Expr
+
+_UNARY = {
+    "Relu": "nn.relu",
+    "Sigmoid": "sigmoid",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Neg": "negative",
+    "Abs": "abs",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "HardSwish": "hardswish",
+}
+
+
+def _unary(op: str):
+    def convert(ctx: ConvertContext) -> Expr:
+        return ctx.call(op, [ctx.input(0)])
+
+    return convert
+
+
+for _onnx, _op in _UNARY.items():
+    onnx_op(_onnx, since=14 if _onnx == "HardSwish" else 1)(_unary(_op))
+
+
+@onnx_op("LeakyRelu", since=1)
+def leaky_relu(ctx: ConvertContext) -> Expr:
+    return ctx.call("leaky_relu", [ctx.input(0)], alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@onnx_op("HardSigmoid", since=1)
+def hard_sigmoid(ctx: ConvertContext) -> Expr:
+    return ctx.call("hardsigmoid", [ctx.input(0)], alpha=float(ctx.attr("alpha", 0.2)),
+                    beta=float(ctx.attr("beta", 0.5)))
+
+
+def _dtype_bounds(dtype: str) -> tuple[float, float]:
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return -np.inf, np.inf
+    info = np.iinfo(dt)
+    return float(info.min), float(info.max)
+
+
+@onnx_op("Clip", since=1)
+def clip_v1(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    lo, hi = _dtype_bounds(x.checked_type.dtype)
+    return ctx.call("clip", [x], a_min=float(ctx.attr("min", lo)), a_max=float(ctx.attr("max", hi)))
+
+
+@onnx_op("Clip", since=11)
+def clip_v11(ctx: ConvertContext) -> Expr:
+    """Clip-11+: min and max are optional inputs; non-constant bounds become maximum/minimum."""
+    x = ctx.input(0)
+    lo, hi = _dtype_bounds(x.checked_type.dtype)
+    bounds: list[float] = [lo, hi]
+    tensor_bounds: list[tuple[str, Expr]] = []
+    for k, op in ((1, "maximum"), (2, "minimum")):
+        b = ctx.optional_input(k)
+        if b is None:
+            continue
+        if ctx.is_constant(b) and b.checked_type.size == 1:
+            bounds[k - 1] = float(ctx.const_value(b, "Clip bound").reshape(()))
+        else:
+            tensor_bounds.append((op, b))
+    out = ctx.call("clip", [x], a_min=bounds[0], a_max=bounds[1])
+    for op, b in tensor_bounds:
+        out = ctx.call(op, [out, b])
+    return out
+
+
+_BINARY = {
+    "Add": "add",
+    "Sub": "subtract",
+    "Mul": "multiply",
+    "Div": "divide",
+}
+
+
+def _binary(op: str):
+    def convert(ctx: ConvertContext) -> Expr:
+        if ctx.has_attr("broadcast") or ctx.has_attr("axis"):
+            raise ctx.unsupported("legacy 'broadcast'/'axis' attributes")
+        return ctx.call(op, [ctx.input(0), ctx.input(1)])
+
+    return convert
+
+
+for _onnx, _op in _BINARY.items():
+    onnx_op(_onnx, since=7)(_binary(_op))
+
+
+@onnx_op("Pow", since=7)
+def power(ctx: ConvertContext) -> Expr:
+    base, exponent = ctx.input(0), ctx.input(1)
+    dtype = base.checked_type.dtype
+    if exponent.checked_type.dtype != dtype:  # Pow-12+: the exponent may have another type
+        exponent = ctx.call("cast", [exponent], dtype=dtype)
+    return ctx.call("power", [base, exponent])
+
+
+def _variadic(op: str):
+    def convert(ctx: ConvertContext) -> Expr:
+        args = [ctx.input(k) for k in range(len(ctx.inputs))]
+        if not args:
+            raise ctx.unsupported("needs at least one input")
+        return ctx.fold(lambda a, b: ctx.call(op, [a, b]), args)
+
+    return convert
+
+
+onnx_op("Sum", since=6)(_variadic("add"))
+onnx_op("Max", since=6)(_variadic("maximum"))
+onnx_op("Min", since=6)(_variadic("minimum"))
+
+
+@onnx_op("Mean", since=6)
+def mean(ctx: ConvertContext) -> Expr:
+    total = _variadic("add")(ctx)
+    count = len(ctx.inputs)
+    if count == 1:
+        return total
+    return ctx.call("divide", [total, ctx.scalar(count, total.checked_type.dtype)])
+
+
+@onnx_op("Cast", since=6)
+def cast(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    try:
+        dtype = onnx_dtype(int(ctx.attr("to")), "target")
+    except UnsupportedOpError as err:
+        raise ctx.unsupported(str(err)) from None
+    if dtype == x.checked_type.dtype:
+        return x
+    return ctx.call("cast", [x], dtype=dtype)
+
+
+@onnx_op("Where", since=9)
+def where(ctx: ConvertContext) -> Expr:
+    return ctx.call("where", [ctx.input(0), ctx.input(1), ctx.input(2)])

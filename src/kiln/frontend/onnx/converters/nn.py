@@ -1,0 +1,225 @@
+"""Converters of neural-network ONNX ops: Conv, Gemm, MatMul, pooling, BatchNormalization, LRN,
+Softmax/LogSoftmax and Dropout.
+
+Padding follows the ONNX spec: explicit ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]``
+become ``(top, left, bottom, right)``; ``auto_pad`` SAME_UPPER/SAME_LOWER pad so that the output
+is ``ceil(in / stride)`` (the odd pixel at the end / beginning), VALID pads nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.registry import onnx_op
+from kiln.ir.graph import Expr
+
+
+def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:
+    if x.checked_type.ndim != 4:
+        raise ctx.unsupported(f"only 2-D spatial inputs (NCHW) are supported, got shape "
+                              f"{x.checked_type.shape}")
+
+
+def _padding(ctx: ConvertContext, in_hw: tuple[int, ...], kernel: tuple[int, ...],
+             strides: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, int, int, int]:
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad == "NOTSET":
+        pads = ctx.ints("pads", (0, 0, 0, 0))
+        if len(pads) != 4:
+            raise ctx.unsupported(f"pads {pads} do not have 4 entries")
+        return pads[0], pads[1], pads[2], pads[3]
+    if auto_pad == "VALID":
+        return 0, 0, 0, 0
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto_pad}")
+    head, tail = [], []
+    for size, k, s, d in zip(in_hw, kernel, strides, dilation):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        head.append(small if auto_pad == "SAME_UPPER" else big)
+        tail.append(big if auto_pad == "SAME_UPPER" else small)
+    return head[0], head[1], tail[0], tail[1]
+
+
+def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int, ...]) -> dict:
+    strides = ctx.ints("strides", (1, 1))
+    dilation = ctx.ints("dilations", (1, 1))
+    if len(kernel) != 2 or len(strides) != 2 or len(dilation) != 2:
+        raise ctx.unsupported("only 2-D kernels are supported")
+    padding = _padding(ctx, in_hw, kernel, strides, dilation)
+    return {"strides": strides, "padding": padding, "dilation": dilation}
+
+
+@onnx_op("Conv", since=1)
+def conv(ctx: ConvertContext) -> Expr:
+    x, w = ctx.input(0), ctx.input(1)
+    _spatial_2d(ctx, x)
+    kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
+    if kernel != w.checked_type.shape[2:]:
+        raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
+    out = ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+    bias = ctx.optional_input(2)
+    if bias is not None:
+        out = ctx.call("nn.bias_add", [out, bias], axis=1)
+    return out
+
+
+def _pool_attrs(ctx: ConvertContext, x: Expr) -> dict:
+    _spatial_2d(ctx, x)
+    kernel = ctx.ints("kernel_shape")
+    if kernel is None:
+        raise ctx.unsupported("missing required attribute 'kernel_shape'")
+    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
+    attrs["pool_size"] = kernel
+    attrs["ceil_mode"] = bool(ctx.attr("ceil_mode", 0))
+    return attrs
+
+
+@onnx_op("MaxPool", since=1)
+def max_pool(ctx: ConvertContext) -> list[Expr]:
+    x = ctx.input(0)
+    if ctx.attr("storage_order", 0) != 0:
+        raise ctx.unsupported("storage_order=1")
+    # The second output (Indices) is not produced: using it raises in the importer.
+    return [ctx.call("nn.max_pool2d", [x], **_pool_attrs(ctx, x))]
+
+
+@onnx_op("AveragePool", since=1)
+def avg_pool(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    attrs = _pool_attrs(ctx, x)
+    if attrs["dilation"] != (1, 1):
+        raise ctx.unsupported(f"dilations {attrs['dilation']}")
+    attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+    return ctx.call("nn.avg_pool2d", [x], **attrs)
+
+
+@onnx_op("GlobalAveragePool", since=1)
+def global_avg_pool(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    _spatial_2d(ctx, x)
+    return ctx.call("nn.global_avg_pool2d", [x])
+
+
+@onnx_op("GlobalMaxPool", since=1)
+def global_max_pool(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    _spatial_2d(ctx, x)
+    return ctx.call("nn.global_max_pool2d", [x])
+
+
+@onnx_op("LRN", since=1)
+def lrn(ctx: ConvertContext) -> Expr:
+    return ctx.call("nn.lrn", [ctx.input(0)], size=int(ctx.attr("size")), axis=1,
+                    alpha=float(ctx.attr("alpha", 1e-4)), beta=float(ctx.attr("beta", 0.75)),
+                    bias=float(ctx.attr("bias", 1.0)))
+
+
+@onnx_op("BatchNormalization", since=1)
+def batch_norm(ctx: ConvertContext) -> list[Expr]:
+    if not ctx.attr("spatial", 1):
+        raise ctx.unsupported("spatial=0")
+    if ctx.attr("training_mode", 0):
+        raise ctx.unsupported("training_mode=1")
+    args = [ctx.input(k) for k in range(5)]
+    # Only the inference output Y; running mean/var outputs raise if used.
+    return [ctx.call("nn.batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1)]
+
+
+@onnx_op("Gemm", since=7)
+def gemm(ctx: ConvertContext) -> Expr:
+    """Y = alpha * A' @ B' + beta * C, with B' as a dense weight [N, K]."""
+    a, b = ctx.input(0), ctx.input(1)
+    if a.checked_type.ndim != 2 or b.checked_type.ndim != 2:
+        raise ctx.unsupported("A and B must be 2-D")
+    if ctx.attr("transA", 0):
+        a = ctx.call("transpose", [a], axes=(1, 0))
+    if not ctx.attr("transB", 0):
+        b = ctx.call("transpose", [b], axes=(1, 0))
+    out = ctx.call("nn.dense", [a, b])
+    dtype = out.checked_type.dtype
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        out = ctx.call("multiply", [out, ctx.scalar(alpha, dtype)])
+    c = ctx.optional_input(2)
+    if c is None or beta == 0.0:
+        return out
+    if beta != 1.0:
+        c = ctx.call("multiply", [c, ctx.scalar(beta, dtype)])
+    n = out.checked_type.shape[1]
+    if c.checked_type.shape == (n,):
+        return ctx.call("nn.bias_add", [out, c], axis=1)
+    return ctx.call("add", [out, c])
+
+
+@onnx_op("MatMul", since=1)
+def matmul(ctx: ConvertContext) -> Expr:
+    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""
+    a, b = ctx.input(0), ctx.input(1)
+    a_shape, b_shape = a.checked_type.shape, b.checked_type.shape
+    if not a_shape or not b_shape:
+        raise ctx.unsupported("scalar operands")
+    if len(a_shape) == 1:
+        a = ctx.reshape(a, (1,) + a_shape)
+    if len(b_shape) == 1:
+        b = ctx.reshape(b, b_shape + (1,))
+    if a.checked_type.ndim == 2 and b.checked_type.ndim == 2 and ctx.is_constant(b):
+        # A weight operand: dense over the transposed weight, which FoldConstant precomputes.
+        out = ctx.call("nn.dense", [a, ctx.call("transpose", [b], axes=(1, 0))])
+    else:
+        out = ctx.call("nn.matmul", [a, b])
+    shape = out.checked_type.shape
+    if len(a_shape) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b_shape) == 1:
+        shape = shape[:-1]
+    return ctx.reshape(out, shape)
+
+
+def _softmax_v1(op: str, ctx: ConvertContext) -> Expr:
+    """Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    ndim = len(shape)
+    axis = int(ctx.attr("axis", 1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis %= ndim
+    if ndim == 2 and axis == 1:
+        return ctx.call(op, [x], axis=1)
+    flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return ctx.reshape(ctx.call(op, [flat], axis=1), shape)
+
+
+def _softmax_v13(op: str, ctx: ConvertContext) -> Expr:
+    """From opset 13 the op normalizes along ``axis`` alone (default -1)."""
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    return ctx.call(op, [x], axis=axis % ndim)
+
+
+for _onnx_name, _op in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softmax")):
+    onnx_op(_onnx_name, since=1)(lambda ctx, op=_op: _softmax_v1(op, ctx))
+    onnx_op(_onnx_name, since=13)(lambda ctx, op=_op: _softmax_v13(op, ctx))
+
+
+@onnx_op("Dropout", since=1)
+def dropout(ctx: ConvertContext) -> list[Expr]:
+    """Dropout at inference is the identity; the mask output is not supported (raises if used)."""
+    if ctx.attr("is_test", 1) == 0 and ctx.opset < 7:
+        raise ctx.unsupported("is_test=0")
+    rate = float(ctx.attr("ratio", 0.5))
+    if ctx.opset >= 12:
+        ratio = ctx.optional_input(1)
+        if ratio is not None:
+            rate = float(ctx.const_value(ratio, "Dropout ratio").reshape(()))
+        training = ctx.optional_input(2)
+        if training is not None and bool(ctx.const_value(training, "training_mode").reshape(())):
+            raise ctx.unsupported("training_mode=true")
+    return [ctx.call("nn.dropout", [ctx.input(0)], rate=rate)]

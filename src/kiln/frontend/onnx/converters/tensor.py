@@ -1,0 +1,259 @@
+"""Converters of ONNX tensor-manipulation ops: Reshape, Flatten, Transpose, Concat, Squeeze,
+Unsqueeze, Slice, Gather, Expand, Identity, and the constant producers Shape, Constant and
+ConstantOfShape (shapes are static, so these yield Constants)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.registry import onnx_op
+from kiln.ir.graph import Constant, Expr
+from kiln.ir.ops.common import broadcast_shapes
+
+
+def _axes(ctx: ConvertContext, axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """ONNX axes (negative count from the end) as sorted non-negative ints; checks the range."""
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ctx.unsupported(f"axis {a} out of range for rank {ndim}")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ctx.unsupported(f"repeated axes {axes}")
+    return tuple(sorted(out))
+
+
+@onnx_op("Identity", since=1)
+def identity(ctx: ConvertContext) -> Expr:
+    return ctx.input(0)
+
+
+@onnx_op("Reshape", since=5)
+def reshape(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    target = ctx.const_ints(1, "Reshape shape")
+    allowzero = bool(ctx.attr("allowzero", 0))
+    in_shape = x.checked_type.shape
+    out: list[int] = []
+    infer = None
+    for k, d in enumerate(target):
+        if d == 0 and not allowzero:
+            if k >= len(in_shape):
+                raise ctx.unsupported(f"shape {target}: 0 at {k} has no input dimension to copy")
+            out.append(in_shape[k])
+        elif d == -1:
+            if infer is not None:
+                raise ctx.unsupported(f"shape {target} has more than one -1")
+            infer = k
+            out.append(1)
+        elif d < 0:
+            raise ctx.unsupported(f"shape {target} has a negative dimension")
+        else:
+            out.append(d)
+    size = x.checked_type.size
+    if infer is not None:
+        known = math.prod(out)
+        if known == 0 or size % known:
+            raise ctx.unsupported(f"cannot infer -1 in {target} for input shape {in_shape}")
+        out[infer] = size // known
+    if math.prod(out) != size:
+        raise ctx.unsupported(f"cannot reshape {in_shape} to {target}")
+    return ctx.reshape(x, out)
+
+
+@onnx_op("Flatten", since=1)
+def flatten(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    axis = int(ctx.attr("axis", 1))
+    if not -len(shape) <= axis <= len(shape):
+        raise ctx.unsupported(f"axis {axis} out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
+    return ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+
+
+@onnx_op("Transpose", since=1)
+def transpose(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    perm = ctx.ints("perm", tuple(reversed(range(ndim))))
+    if sorted(perm) != list(range(ndim)):
+        raise ctx.unsupported(f"perm {perm} is not a permutation of rank {ndim}")
+    if perm == tuple(range(ndim)):
+        return x
+    return ctx.call("transpose", [x], axes=perm)
+
+
+@onnx_op("Concat", since=4)
+def concat(ctx: ConvertContext) -> Expr:
+    args = [ctx.input(k) for k in range(len(ctx.inputs))]
+    ndim = args[0].checked_type.ndim
+    (axis,) = _axes(ctx, (int(ctx.attr("axis")),), ndim)
+    if len(args) == 1:
+        return args[0]
+    return ctx.call("concatenate", args, axis=axis)
+
+
+def _squeeze(ctx: ConvertContext, axes: tuple[int, ...] | None) -> Expr:
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    if axes is None:
+        drop = tuple(k for k, d in enumerate(shape) if d == 1)
+    else:
+        drop = _axes(ctx, axes, len(shape))
+        if any(shape[a] != 1 for a in drop):
+            raise ctx.unsupported(f"cannot squeeze axes {axes} of shape {shape}")
+    return ctx.reshape(x, [d for k, d in enumerate(shape) if k not in drop])
+
+
+@onnx_op("Squeeze", since=1)
+def squeeze_v1(ctx: ConvertContext) -> Expr:
+    return _squeeze(ctx, ctx.ints("axes"))
+
+
+@onnx_op("Squeeze", since=13)
+def squeeze_v13(ctx: ConvertContext) -> Expr:
+    if ctx.optional_input(1) is None:
+        return _squeeze(ctx, None)
+    return _squeeze(ctx, ctx.const_ints(1, "Squeeze axes"))
+
+
+def _unsqueeze(ctx: ConvertContext, axes: tuple[int, ...]) -> Expr:
+    x = ctx.input(0)
+    shape = list(x.checked_type.shape)
+    out_ndim = len(shape) + len(axes)
+    inserted = set(_axes(ctx, axes, out_ndim))
+    it = iter(shape)
+    return ctx.reshape(x, [1 if k in inserted else next(it) for k in range(out_ndim)])
+
+
+@onnx_op("Unsqueeze", since=1)
+def unsqueeze_v1(ctx: ConvertContext) -> Expr:
+    return _unsqueeze(ctx, ctx.ints("axes", ()))
+
+
+@onnx_op("Unsqueeze", since=13)
+def unsqueeze_v13(ctx: ConvertContext) -> Expr:
+    return _unsqueeze(ctx, ctx.const_ints(1, "Unsqueeze axes"))
+
+
+@onnx_op("Shape", since=1)
+def shape(ctx: ConvertContext) -> Expr:
+    dims = ctx.input(0).checked_type.shape
+    ndim = len(dims)
+    start = int(ctx.attr("start", 0))
+    end = ctx.attr("end", None)
+    end = ndim if end is None else int(end)
+    start = min(max(start + ndim if start < 0 else start, 0), ndim)
+    end = min(max(end + ndim if end < 0 else end, 0), ndim)
+    return Constant(np.array(dims[start:end], dtype=np.int64))
+
+
+@onnx_op("Constant", since=1)
+def constant(ctx: ConvertContext) -> Expr:
+    for name in ("sparse_value", "value_string", "value_strings"):
+        if ctx.has_attr(name):
+            raise ctx.unsupported(f"attribute '{name}'")
+    if ctx.has_attr("value"):
+        value = np.asarray(ctx.attr("value"))
+        if value.dtype.kind not in "biuf":
+            raise ctx.unsupported(f"constant of dtype {value.dtype}")
+    elif ctx.has_attr("value_float"):
+        value = np.array(ctx.attr("value_float"), dtype=np.float32)
+    elif ctx.has_attr("value_floats"):
+        value = np.array(ctx.attr("value_floats"), dtype=np.float32)
+    elif ctx.has_attr("value_int"):
+        value = np.array(ctx.attr("value_int"), dtype=np.int64)
+    elif ctx.has_attr("value_ints"):
+        value = np.array(ctx.attr("value_ints"), dtype=np.int64)
+    else:
+        raise ctx.unsupported("no value attribute")
+    return Constant(value, name=ctx.node.output[0])
+
+
+@onnx_op("ConstantOfShape", since=9)
+def constant_of_shape(ctx: ConvertContext) -> Expr:
+    dims = ctx.const_ints(0, "ConstantOfShape shape")
+    if any(d < 0 for d in dims):
+        raise ctx.unsupported(f"negative dimension in {dims}")
+    fill = ctx.attr("value", None)
+    fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
+    if fill.size != 1 or fill.dtype.kind not in "biuf":
+        raise ctx.unsupported("value must be a one-element numeric tensor")
+    if not fill[0]:
+        return Constant(np.zeros(dims, dtype=fill.dtype), name=ctx.node.output[0])
+    return Constant(np.full(dims, fill[0], dtype=fill.dtype), name=ctx.node.output[0])
+
+
+def _slice(ctx: ConvertContext, starts: tuple[int, ...], ends: tuple[int, ...],
+           axes: tuple[int, ...] | None, steps: tuple[int, ...] | None) -> Expr:
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    ndim = len(shape)
+    axes = tuple(range(len(starts))) if axes is None else axes
+    steps = (1,) * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.unsupported("starts, ends, axes and steps differ in length")
+    norm_axes = [a % ndim if -ndim <= a < ndim else None for a in axes]
+    if None in norm_axes or len(set(norm_axes)) != len(norm_axes):
+        raise ctx.unsupported(f"bad axes {axes} for rank {ndim}")
+    begin, end, strides = [0] * ndim, list(shape), [1] * ndim
+    for a, s, e, st in zip(norm_axes, starts, ends, steps):
+        assert a is not None
+        begin[a], end[a], strides[a] = _normalize_slice(ctx, shape[a], s, e, st)
+    if begin == [0] * ndim and end == list(shape) and strides == [1] * ndim:
+        return x
+    return ctx.call("strided_slice", [x], begin=tuple(begin), end=tuple(end),
+                    strides=tuple(strides))
+
+
+def _normalize_slice(ctx: ConvertContext, n: int, start: int, end: int,
+                     step: int) -> tuple[int, int, int]:
+    """ONNX Slice clamping (onnx/defs/tensor/defs.cc) into strided_slice's convention."""
+    if step == 0:
+        raise ctx.unsupported("step 0")
+    start = start + n if start < 0 else start
+    end = end + n if end < 0 else end
+    if step > 0:
+        start = min(max(start, 0), n)
+        end = min(max(end, start), n)
+    else:
+        start = min(max(start, 0), n - 1)
+        end = min(max(end, -1), start)
+    return start, end, step
+
+
+@onnx_op("Slice", since=1)
+def slice_v1(ctx: ConvertContext) -> Expr:
+    return _slice(ctx, ctx.ints("starts"), ctx.ints("ends"), ctx.ints("axes"), None)
+
+
+@onnx_op("Slice", since=10)
+def slice_v10(ctx: ConvertContext) -> Expr:
+    def optional(k: int, what: str) -> tuple[int, ...] | None:
+        if ctx.optional_input(k) is None:
+            return None
+        return ctx.const_ints(k, what)
+
+    return _slice(ctx, ctx.const_ints(1, "Slice starts"), ctx.const_ints(2, "Slice ends"),
+                  optional(3, "Slice axes"), optional(4, "Slice steps"))
+
+
+@onnx_op("Gather", since=1)
+def gather(ctx: ConvertContext) -> Expr:
+    data, indices = ctx.input(0), ctx.input(1)
+    (axis,) = _axes(ctx, (int(ctx.attr("axis", 0)),), data.checked_type.ndim)
+    return ctx.call("take", [data, indices], axis=axis)
+
+
+@onnx_op("Expand", since=8)
+def expand(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    target = ctx.const_ints(1, "Expand shape")
+    newshape = broadcast_shapes(x.checked_type.shape, target)
+    if newshape == x.checked_type.shape:
+        return x
+    return ctx.call("expand", [x], newshape=newshape)

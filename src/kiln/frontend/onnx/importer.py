@@ -1,0 +1,221 @@
+"""ONNX ModelProto → graph IR (TVM: ``relay.frontend.from_onnx``).
+
+The importer walks the (topologically sorted) ONNX graph once. Initializers become parameter
+Vars named like the initializer, with their values returned in ``params``; the other graph
+inputs become input Vars with static shapes. Each node is converted by the converter registered
+for its op type and the model's opset (:mod:`kiln.frontend.onnx.registry`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from kiln.errors import KilnError, ShapeError, UnsupportedOpError
+from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
+from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.registry import find_converter
+from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
+
+logger = logging.getLogger("kiln")
+
+MIN_OPSET, MAX_OPSET = 7, 21
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load_onnx(path: str | Path) -> onnx.ModelProto:
+    """Read and check an ONNX model file.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.onnx`` file (external tensor data next to it is loaded too).
+
+    Returns
+    -------
+    onnx.ModelProto
+
+    Raises
+    ------
+    KilnError
+        If the file is missing or unreadable, is not a valid (or is a truncated) ONNX protobuf,
+        or fails ``onnx.checker``; the message names the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise KilnError(f"cannot read ONNX model '{path}': no such file")
+    try:
+        model = onnx.load(str(path))
+    except (DecodeError, OSError, ValueError, RuntimeError) as err:
+        raise KilnError(f"'{path}' is not a valid ONNX model: {err}") from None
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise KilnError(f"'{path}' is not a valid ONNX model (truncated or corrupt?): "
+                        f"{first}") from None
+    return model
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset; outside 7..21 raises UnsupportedOpError."""
+    versions = [imp.version for imp in model.opset_import if imp.domain in _DEFAULT_DOMAINS]
+    if not versions:
+        raise UnsupportedOpError("ONNX model imports no default-domain opset")
+    opset = int(versions[-1])
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UnsupportedOpError(f"ONNX opset {opset} is not supported (supported: "
+                                 f"{MIN_OPSET}..{MAX_OPSET})")
+    return opset
+
+
+def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | None = None,
+              dtype: str | Mapping[str, str] = "float32") -> tuple[IRModule, dict[str, np.ndarray]]:
+    """Convert an ONNX model to a graph-IR module and its parameters.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model (opset 7 to 21 of the default domain).
+    shape : dict[str, tuple[int, ...]], optional
+        Static shapes of graph inputs by name. Needed for symbolic or unknown dimensions, which
+        otherwise default to 1 (with a warning on the "kiln" logger); a shape given for an input
+        with fixed dimensions must agree with them.
+    dtype : str or dict[str, str]
+        Dtype of inputs whose ONNX type leaves it undefined (default "float32").
+
+    Returns
+    -------
+    mod : IRModule
+        ``mod["main"]``: params are the graph inputs, then the initializers the graph uses;
+        ``output_names`` are the ONNX graph output names.
+    params : dict[str, np.ndarray]
+        The initializer values by name (bind them with
+        :func:`kiln.passes.graph.bind_params`).
+
+    Raises
+    ------
+    UnsupportedOpError
+        For an op, attribute, mode, domain or opset without a converter (names op, node, opset).
+    ShapeError
+        For a given shape that contradicts the model, or shapes an op rejects.
+    KilnError
+        For a malformed graph (e.g. a node using an undefined value).
+    """
+    opset = model_opset(model)
+    graph = model.graph
+    shape = dict(shape or {})
+    values: dict[str, Expr] = {}
+    param_values: dict[str, np.ndarray] = {}
+    param_vars: list[Var] = []
+    for init in graph.initializer:
+        value = numpy_helper.to_array(init)
+        onnx_dtype(init.data_type, f"initializer '{init.name}'")
+        param_values[init.name] = value
+        var = Var(init.name, TensorType(tuple(int(d) for d in value.shape), str(value.dtype)))
+        param_vars.append(var)
+        values[init.name] = var
+    if graph.sparse_initializer:
+        raise UnsupportedOpError("ONNX sparse initializers are not supported")
+
+    input_vars: list[Var] = []
+    for value_info in graph.input:
+        if value_info.name in param_values:
+            continue  # an initializer listed as input is a weight, not a model input
+        var = Var(value_info.name, _input_type(value_info, shape.pop(value_info.name, None), dtype))
+        input_vars.append(var)
+        values[value_info.name] = var
+    if shape:
+        raise ShapeError(f"shape given for unknown input(s) {sorted(shape)}; the model's inputs "
+                         f"are {[v.name for v in input_vars]}")
+
+    unavailable: dict[str, str] = {}
+    for index, node in enumerate(graph.node):
+        _convert_node(node, index, opset, values, unavailable, param_values)
+
+    outputs = []
+    for out in graph.output:
+        if out.name in unavailable:
+            raise UnsupportedOpError(unavailable[out.name])
+        if out.name not in values:
+            raise KilnError(f"ONNX graph output '{out.name}' is not produced by any node")
+        outputs.append(values[out.name])
+    used = {n.uid for n in post_order(outputs)}
+    kept = [v for v in param_vars if v.uid in used]
+    func = Function(input_vars + kept, outputs, [o.name for o in graph.output])
+    return IRModule.from_function(func), {v.name: param_values[v.name] for v in kept}
+
+
+def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int, ...] | None,
+                dtype: str | Mapping[str, str]) -> TensorType:
+    name = value_info.name
+    tensor_type = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type"):
+        raise UnsupportedOpError(f"ONNX graph input '{name}' is not a tensor")
+    if tensor_type.elem_type:
+        elem = onnx_dtype(tensor_type.elem_type, f"graph input '{name}'")
+    else:
+        elem = dtype if isinstance(dtype, str) else dtype.get(name, "float32")
+    if not tensor_type.HasField("shape"):
+        if given is None:
+            raise ShapeError(f"graph input '{name}' has unknown rank; pass its shape")
+        return TensorType(tuple(int(d) for d in given), elem)
+    dims = list(tensor_type.shape.dim)
+    if given is not None and len(given) != len(dims):
+        raise ShapeError(f"graph input '{name}': given shape {tuple(given)} has rank {len(given)}, "
+                         f"the model says rank {len(dims)}")
+    out = []
+    for k, dim in enumerate(dims):
+        fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+        if given is not None:
+            if fixed is not None and int(given[k]) != fixed:
+                raise ShapeError(f"graph input '{name}': given shape {tuple(given)} contradicts "
+                                 f"dimension {k} = {fixed} of the model")
+            out.append(int(given[k]))
+        elif fixed is not None:
+            out.append(fixed)
+        else:
+            logger.warning("graph input '%s': dimension %d (%s) is symbolic; using 1 (pass "
+                           "shape= to choose)", name, k, dim.dim_param or "?")
+            out.append(1)
+    return TensorType(tuple(out), elem)
+
+
+def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str, Expr],
+                  unavailable: dict[str, str], param_values: dict[str, np.ndarray]) -> None:
+    name = node.name or f"{node.op_type}_{index}"
+    where = f"ONNX {node.op_type} (node '{name}', opset {opset})"
+    if node.domain not in _DEFAULT_DOMAINS:
+        raise UnsupportedOpError(f"{where}: domain '{node.domain}' is not supported")
+    inputs: list[Expr | None] = []
+    for inp in node.input:
+        if not inp:
+            inputs.append(None)
+        elif inp in unavailable:
+            raise UnsupportedOpError(unavailable[inp])
+        elif inp in values:
+            inputs.append(values[inp])
+        else:
+            raise KilnError(f"{where}: input '{inp}' is not defined before this node")
+    converter = find_converter(node.op_type, opset)
+    if converter is None:
+        raise UnsupportedOpError(f"{where}: no converter for this op")
+    ctx = ConvertContext(node, name, opset, inputs, param_values)
+    try:
+        result = converter(ctx)
+    except ShapeError as err:
+        raise ShapeError(f"{where}: {err}") from None
+    results = result if isinstance(result, list) else [result]
+    for k, out in enumerate(node.output):
+        if not out:
+            continue
+        if k < len(results) and results[k] is not None:
+            values[out] = results[k]
+        else:
+            unavailable[out] = f"{where}: output {k} ('{out}') is not supported"

@@ -1,0 +1,54 @@
+"""Reduction graph ops: sum, mean, max, min over ``axis`` (a tuple of ints), with ``keepdims``.
+
+``axis`` lists the reduced axes (negative values count from the end; an empty tuple reduces
+nothing). The result keeps the input dtype; ``mean`` of integers truncates like a cast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.errors import ShapeError
+from kiln.ir.graph import TensorType
+from kiln.ir.op_registry import OpPattern, register_op
+from kiln.ir.ops.common import expect_arity, normalize_axis
+
+
+def reduce_axes(shape: tuple[int, ...], axis: tuple[int, ...]) -> tuple[int, ...]:
+    """``axis`` normalized to sorted non-negative axes of ``shape``; duplicates raise."""
+    axes = sorted(normalize_axis(a, len(shape)) for a in axis)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"repeated reduction axes {axis}")
+    return tuple(axes)
+
+
+def _reduce_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    axes = reduce_axes(x.shape, attrs["axis"])
+    if attrs["keepdims"]:
+        shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    else:
+        shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
+    return TensorType(shape, x.dtype)
+
+
+def _reducer(fn):
+    def ref(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+        axes = reduce_axes(x.shape, axis)
+        if not axes:
+            return x.copy()
+        return np.asarray(fn(x, axes, keepdims)).astype(x.dtype, copy=False)
+
+    return ref
+
+
+register_op("sum", _reduce_infer, OpPattern.COMM_REDUCE,
+            _reducer(lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=x.dtype)))
+register_op("mean", _reduce_infer, OpPattern.COMM_REDUCE,
+            _reducer(lambda x, a, k: np.mean(x, axis=a, keepdims=k,
+                                             dtype=x.dtype if x.dtype.kind == "f" else None)))
+register_op("max", _reduce_infer, OpPattern.COMM_REDUCE,
+            _reducer(lambda x, a, k: np.max(x, axis=a, keepdims=k)))
+register_op("min", _reduce_infer, OpPattern.COMM_REDUCE,
+            _reducer(lambda x, a, k: np.min(x, axis=a, keepdims=k)))

@@ -1,0 +1,132 @@
+"""Injective graph ops: reshape, transpose, concatenate, strided_slice, take, expand.
+
+Every attribute is fully static and normalized by the frontend, so a compute needs no defaults:
+``reshape.newshape`` and ``expand.newshape`` are the concrete output shapes, ``transpose.axes``
+is a full permutation, and ``strided_slice`` uses the convention documented on
+:func:`slice_length`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln.errors import ShapeError
+from kiln.ir.graph import TensorType
+from kiln.ir.op_registry import OpPattern, register_op
+from kiln.ir.ops.common import broadcast_shapes, expect_arity, normalize_axis, same_dtype
+
+
+def _reshape_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    newshape = tuple(attrs["newshape"])
+    if any(d < 0 for d in newshape) or math.prod(newshape) != x.size:
+        raise ShapeError(f"cannot reshape {x.shape} to {newshape}")
+    return TensorType(newshape, x.dtype)
+
+
+register_op("reshape", _reshape_infer, OpPattern.INJECTIVE,
+            lambda x, newshape: x.reshape(newshape).copy())
+
+
+def _transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    axes = tuple(attrs["axes"])
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} are not a permutation of rank {x.ndim}")
+    return TensorType(tuple(x.shape[a] for a in axes), x.dtype)
+
+
+register_op("transpose", _transpose_infer, OpPattern.INJECTIVE,
+            lambda x, axes: np.ascontiguousarray(np.transpose(x, axes)))
+
+
+def _concatenate_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    if not arg_types:
+        raise ShapeError("needs at least one argument")
+    dtype = same_dtype(arg_types)
+    first = arg_types[0]
+    axis = normalize_axis(attrs["axis"], first.ndim)
+    for t in arg_types[1:]:
+        if t.ndim != first.ndim or any(a != b for d, (a, b) in enumerate(zip(t.shape, first.shape))
+                                       if d != axis):
+            raise ShapeError(f"shapes {[t.shape for t in arg_types]} differ off axis {axis}")
+    total = sum(t.shape[axis] for t in arg_types)
+    return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
+
+
+register_op("concatenate", _concatenate_infer, OpPattern.INJECTIVE,
+            lambda *xs, axis: np.concatenate(xs, axis=axis))
+
+
+def slice_length(extent: int, begin: int, end: int, stride: int) -> int:
+    """Length of one axis of ``strided_slice``; raises ShapeError for a non-normalized triple.
+
+    The normalized convention (what the frontend produces and computes rely on): element ``i`` of
+    the output axis reads input index ``begin + stride * i``. With ``stride > 0``:
+    ``0 <= begin <= end <= extent`` and the length is ``ceil((end - begin) / stride)``. With
+    ``stride < 0``: ``-1 <= end <= begin <= extent - 1`` (``end == -1`` means "stop before index 0",
+    not "the last element") and the length is ``ceil((begin - end) / -stride)``. An empty axis has
+    ``begin == end``.
+    """
+    if stride > 0 and 0 <= begin <= end <= extent:
+        return -(-(end - begin) // stride)
+    if stride < 0 and -1 <= end <= begin <= extent - 1:
+        return -(-(begin - end) // -stride)
+    if stride < 0 and begin == end and extent == 0:
+        return 0
+    raise ShapeError(f"slice (begin={begin}, end={end}, stride={stride}) is not normalized for "
+                     f"extent {extent}")
+
+
+def _strided_slice_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    begin, end, strides = attrs["begin"], attrs["end"], attrs["strides"]
+    if not len(begin) == len(end) == len(strides) == x.ndim:
+        raise ShapeError(f"begin/end/strides need one entry per axis of {x.shape}")
+    shape = tuple(slice_length(n, b, e, s) for n, b, e, s in zip(x.shape, begin, end, strides))
+    return TensorType(shape, x.dtype)
+
+
+def _strided_slice_ref(x: np.ndarray, begin, end, strides) -> np.ndarray:
+    index = tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))
+    return np.ascontiguousarray(x[index])
+
+
+register_op("strided_slice", _strided_slice_infer, OpPattern.INJECTIVE, _strided_slice_ref)
+
+
+def _take_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    data, indices = arg_types
+    if np.dtype(indices.dtype).kind not in "iu":
+        raise ShapeError(f"indices must be integers, got {indices.dtype}")
+    axis = normalize_axis(attrs["axis"], data.ndim)
+    return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
+
+
+def _take_ref(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    extent = data.shape[axis]
+    if np.any((indices < -extent) | (indices >= extent)):
+        raise ShapeError(f"take: index out of range [-{extent}, {extent})")
+    return np.take(data, np.where(indices < 0, indices + extent, indices), axis=axis)
+
+
+register_op("take", _take_infer, OpPattern.INJECTIVE, _take_ref)
+
+
+def _expand_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    newshape = tuple(attrs["newshape"])
+    if len(newshape) < x.ndim or broadcast_shapes(x.shape, newshape) != newshape:
+        raise ShapeError(f"cannot broadcast {x.shape} to {newshape}")
+    return TensorType(newshape, x.dtype)
+
+
+register_op("expand", _expand_infer, OpPattern.BROADCAST,
+            lambda x, newshape: np.broadcast_to(x, newshape).copy())

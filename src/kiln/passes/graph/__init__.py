@@ -1,0 +1,17 @@
+"""Graph-level passes (TVM's relay.transform): each is a function ``Function -> Function`` with a
+``name`` attribute, pure (its input is not modified), iterative over
+:func:`kiln.ir.graph.post_order` so deep models do not hit Python's recursion limit.
+
+- :func:`bind_params` turns named parameter Vars into Constants (the weights).
+- :func:`simplify_inference` rewrites inference-only ops (batch_norm → scale/shift, dropout → id).
+- :func:`fold_constant` evaluates every call whose arguments are all constants.
+
+The usual order after import is bind_params → simplify_inference → fold_constant. May import
+kiln.ir and kiln.errors.
+"""
+
+from kiln.passes.graph.bind_params import bind_params
+from kiln.passes.graph.fold_constant import fold_constant
+from kiln.passes.graph.simplify_inference import simplify_inference
+
+__all__ = ["bind_params", "fold_constant", "simplify_inference"]

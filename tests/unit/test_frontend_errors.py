@@ -1,0 +1,165 @@
+"""ONNX frontend: what it rejects, and how it names the culprit; graph inputs and params."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from test_frontend_ops import make_model, rand
+
+from kiln.errors import KilnError, ShapeError, UnsupportedOpError
+from kiln.frontend import from_onnx, list_converters, load_onnx
+
+
+def _named(op: str, inputs: list[str], outputs: list[str], name: str, **attrs):
+    return helper.make_node(op, inputs, outputs, name=name, **attrs)
+
+
+def test_unsupported_op_names_op_node_and_opset():
+    model = make_model([_named("Hardmax", ["x"], ["y"], "my_hardmax")], {"x": rand(2, 3)}, ["y"],
+                       13)
+    with pytest.raises(UnsupportedOpError, match=r"Hardmax.*my_hardmax.*opset 13"):
+        from_onnx(model)
+
+
+def test_op_newer_than_model_opset():
+    # HardSwish exists from opset 14; an opset-13 model has no converter for it.
+    model = make_model([_named("HardSwish", ["x"], ["y"], "hs")], {"x": rand(2)}, ["y"], 13)
+    with pytest.raises(UnsupportedOpError, match=r"HardSwish.*hs.*opset 13"):
+        from_onnx(model)
+
+
+def test_unsupported_attribute():
+    node = _named("MaxPool", ["x"], ["y"], "mp", kernel_shape=[2, 2], storage_order=1)
+    model = make_model([node], {"x": rand(1, 1, 4, 4)}, ["y"], 12)
+    with pytest.raises(UnsupportedOpError, match=r"MaxPool.*mp.*opset 12.*storage_order"):
+        from_onnx(model)
+
+
+def test_unsupported_second_output_when_used():
+    nodes = [_named("Dropout", ["x"], ["y", "mask"], "drop"),
+             helper.make_node("Cast", ["mask"], ["z"], to=TensorProto.FLOAT)]
+    model = make_model(nodes, {"x": rand(2, 3)}, ["z"], 13)
+    with pytest.raises(UnsupportedOpError, match=r"Dropout.*drop.*output 1"):
+        from_onnx(model)
+
+
+def test_non_default_domain():
+    node = helper.make_node("FusedConv", ["x"], ["y"], name="fc", domain="com.microsoft")
+    model = make_model([node], {"x": rand(1, 1, 2, 2)}, ["y"], 13)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(UnsupportedOpError, match=r"FusedConv.*fc.*com.microsoft"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("opset", [6, 22])
+def test_unsupported_opset(opset):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(2)}, ["y"], opset)
+    with pytest.raises(UnsupportedOpError, match=f"opset {opset}"):
+        from_onnx(model)
+
+
+def test_non_constant_shape_input():
+    node = _named("Reshape", ["x", "s"], ["y"], "rs")
+    model = make_model([node], {"x": rand(2, 3), "s": np.array([3, 2], np.int64)}, ["y"], 13)
+    with pytest.raises(UnsupportedOpError, match=r"Reshape.*rs.*compile-time constant.*'s'"):
+        from_onnx(model)
+
+
+def test_shape_error_names_node():
+    node = _named("Add", ["a", "b"], ["y"], "bad_add")
+    model = make_model([node], {"a": rand(2, 3), "b": rand(4)}, ["y"], 13)
+    with pytest.raises(ShapeError, match=r"Add.*bad_add.*broadcast"):
+        from_onnx(model)
+
+
+def _symbolic_model(dims) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    opsets = [helper.make_opsetid("", 13)]
+    return helper.make_model(graph, opset_imports=opsets,
+                             ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def test_wrong_fixed_dim_shape():
+    with pytest.raises(ShapeError, match=r"'x'.*\(1, 4\)"):
+        from_onnx(_symbolic_model([1, 3]), shape={"x": (1, 4)})
+    with pytest.raises(ShapeError, match="rank"):
+        from_onnx(_symbolic_model([1, 3]), shape={"x": (1, 3, 1)})
+
+
+def test_shape_for_unknown_input():
+    with pytest.raises(ShapeError, match="unknown input"):
+        from_onnx(_symbolic_model([1, 3]), shape={"nope": (1,)})
+
+
+def test_symbolic_dims_from_shape():
+    mod, _ = from_onnx(_symbolic_model(["batch", 3]), shape={"x": (5, 3)})
+    assert mod["main"].params[0].checked_type.shape == (5, 3)
+
+
+def test_symbolic_dims_default_to_one(caplog):
+    with caplog.at_level(logging.WARNING, logger="kiln"):
+        mod, _ = from_onnx(_symbolic_model(["batch", 3]))
+    assert mod["main"].params[0].checked_type.shape == (1, 3)
+    assert "batch" in caplog.text
+
+
+def test_params_order_and_output_names():
+    nodes = [helper.make_node("Add", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "v"], ["y"]),
+             helper.make_node("Relu", ["y"], ["z"])]
+    inits = {"w": rand(3, seed=1), "v": rand(3, seed=2), "unused": rand(2)}
+    model = make_model(nodes, {"x": rand(2, 3)}, ["z", "y"], 13, inits)
+    # An initializer that is also listed as a graph input is a weight, not a model input.
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [3]))
+    mod, params = from_onnx(model)
+    func = mod["main"]
+    assert [p.name for p in func.params] == ["x", "w", "v"]
+    assert func.output_names == ["z", "y"]
+    assert sorted(params) == ["v", "w"]
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "absent.onnx"
+    with pytest.raises(KilnError, match="absent.onnx"):
+        load_onnx(path)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe this is not a protobuf \x00\x01" * 10, b""])
+def test_garbage_file(tmp_path, content):
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(content)
+    with pytest.raises(KilnError, match="garbage.onnx"):
+        load_onnx(path)
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5, 0.9])
+def test_truncated_file(tmp_path, fraction):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
+    model = make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], 13,
+                       {"w": rand(4, 3, 3, 3), "b": rand(4)})
+    data = model.SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(KilnError, match="cut.onnx"):
+        load_onnx(path)
+
+
+def test_load_valid_file(tmp_path):
+    model = _symbolic_model([2, 3])
+    path = tmp_path / "ok.onnx"
+    onnx.save(model, path)
+    mod, params = from_onnx(load_onnx(path))
+    assert mod["main"].output_names == ["y"] and params == {}
+
+
+def test_converter_registry_lists_versions():
+    table = list_converters()
+    assert table["Clip"] == [1, 11]
+    assert table["Softmax"] == [1, 13]
+    assert table["Unsqueeze"] == [1, 13]
+    assert table["ReduceMean"] == [1, 18]
