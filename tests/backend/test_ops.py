@@ -97,7 +97,8 @@ CASES = [
 @pytest.mark.parametrize("op,inputs,consts,attrs", CASES,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_single_op_matches_onnxruntime(check_model, op, inputs, consts, attrs):
-    check_model(single_op(op, inputs, consts=consts, **attrs), inputs)
+    opset = 18 if op.startswith("Reduce") else 17  # reduce axes became an input at 18
+    check_model(single_op(op, inputs, consts=consts, opset=opset, **attrs), inputs)
 
 
 @pytest.mark.parametrize("opset", [9, 11, 13])

@@ -1,0 +1,139 @@
+"""Just enough ELF parsing to refuse bad libraries before ``dlopen`` sees them.
+
+``dlopen`` of a file for another architecture gives an opaque message, and a truncated file can
+map pages past its end (a SIGBUS on first touch, not an exception). Reading the header and the
+program headers first turns both into a :class:`ModuleLoadError` naming what was found.
+Layout: the System V ABI (``elf.h``).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from dataclasses import dataclass
+
+from kiln.errors import ModuleLoadError
+
+ELF_MAGIC = b"\x7fELF"
+PT_LOAD = 1
+
+#: e_machine → name (elf.h); only for messages
+MACHINE_NAMES = {
+    3: "x86", 8: "mips", 20: "powerpc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86-64",
+    183: "aarch64", 243: "riscv", 258: "loongarch",
+}
+
+
+def machine_name(e_machine: int) -> str:
+    return f"{MACHINE_NAMES.get(e_machine, 'unknown')} (EM {e_machine})"
+
+
+@dataclass
+class Segment:
+    vaddr: int
+    offset: int
+    filesz: int
+    memsz: int
+
+
+@dataclass
+class ElfInfo:
+    elf_class: int  # 1: 32-bit, 2: 64-bit
+    little_endian: bool
+    machine: int
+    loads: list[Segment]
+
+
+def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
+    """Parse ``path``'s ELF header and PT_LOAD program headers.
+
+    Raises
+    ------
+    ModuleLoadError
+        Not an ELF file, or (``check_bounds``) a header or loadable segment that lies past the
+        end of the file (a truncated or corrupt file).
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 20 or head[:4] != ELF_MAGIC:
+            raise ModuleLoadError(f"{path} is not a shared library: no ELF header "
+                                  f"(starts with {head[:4]!r})")
+        elf_class, data = head[4], head[5]
+        if elf_class not in (1, 2) or data not in (1, 2):
+            raise ModuleLoadError(f"{path}: corrupt ELF header (class {elf_class}, "
+                                  f"data {data})")
+        end = "<" if data == 1 else ">"
+        machine = struct.unpack_from(end + "H", head, 18)[0]
+        info = ElfInfo(elf_class, data == 1, machine, [])
+        if not check_bounds:
+            return info
+        if elf_class == 2:
+            if len(head) < 64:
+                raise ModuleLoadError(f"{path}: truncated ELF header ({size} bytes)")
+            phoff, shoff = struct.unpack_from(end + "QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(end + "HHHH", head, 54)
+        else:
+            if len(head) < 52:
+                raise ModuleLoadError(f"{path}: truncated ELF header ({size} bytes)")
+            phoff, shoff = struct.unpack_from(end + "II", head, 28)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(end + "HHHH", head, 42)
+        if phoff + phentsize * phnum > size or (shnum and shoff + shentsize * shnum > size):
+            raise ModuleLoadError(f"{path} is truncated or corrupt: its ELF headers point past "
+                                  f"the end of the file ({size} bytes)")
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    for i in range(phnum):
+        ph = table[i * phentsize:(i + 1) * phentsize]
+        if elf_class == 2:
+            p_type, _flags, off, vaddr, _paddr, filesz, memsz = struct.unpack_from(
+                end + "IIQQQQQ", ph)
+        else:
+            p_type, off, vaddr, _paddr, filesz, memsz = struct.unpack_from(end + "IIIIII", ph)
+        if p_type != PT_LOAD:
+            continue
+        if off + filesz > size:
+            raise ModuleLoadError(f"{path} is truncated or corrupt: a loadable segment ends at "
+                                  f"byte {off + filesz} but the file has {size} bytes")
+        info.loads.append(Segment(vaddr, off, filesz, memsz))
+    return info
+
+
+_HOST: ElfInfo | None = None
+
+
+def host_elf() -> ElfInfo | None:
+    """ELF class/machine of the running Python (read from ``sys.executable``), or None."""
+    global _HOST
+    if _HOST is None:
+        try:
+            _HOST = read_elf_header(os.path.realpath(sys.executable), check_bounds=False)
+        except (OSError, ModuleLoadError):
+            return None
+    return _HOST
+
+
+def check_loadable(path: str) -> ElfInfo:
+    """Header checks before ``dlopen``: ELF, same machine and class as this process, intact.
+
+    Raises
+    ------
+    ModuleLoadError
+        Naming the library's machine and the host's, e.g.
+        "built for aarch64 (EM 183) but this host is x86-64 (EM 62)".
+    """
+    info = read_elf_header(path)
+    host = host_elf()
+    if host is not None:
+        if info.machine != host.machine:
+            raise ModuleLoadError(
+                f"{path} was built for {machine_name(info.machine)} but this host is "
+                f"{machine_name(host.machine)}; cross-compiled libraries must be loaded on "
+                "their target (or under qemu-user)")
+        if (info.elf_class, info.little_endian) != (host.elf_class, host.little_endian):
+            raise ModuleLoadError(
+                f"{path} is a {32 * info.elf_class}-bit "
+                f"{'little' if info.little_endian else 'big'}-endian ELF but this host is "
+                f"{32 * host.elf_class}-bit {'little' if host.little_endian else 'big'}-endian")
+    return info

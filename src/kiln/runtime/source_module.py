@@ -1,0 +1,110 @@
+"""``CSourceModule``: generated C source, DSO-exportable (TVM's ``CSourceModuleNode``,
+src/target/source/source_module.cc, type_key ``c``).
+
+The code is one complete C translation unit that includes ``<kiln/c_runtime_api.h>`` and may use
+``#pragma omp parallel for``. ``export_library`` compiles it into the shared object. Before export
+``get_function`` still works: the source (plus the backend support file) is compiled into a
+private shared library cached by content hash, so a freshly built module runs immediately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kiln.runtime import toolchain
+from kiln.runtime.library_module import LibraryModule
+from kiln.runtime.module import Module
+from kiln.runtime.packed_func import PackedFunc
+
+
+def cache_dir() -> Path:
+    """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    path = Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class CSourceModule(Module):
+    """C source of packed functions.
+
+    Parameters
+    ----------
+    code : str
+        A complete C translation unit defining each function in ``func_names`` with the packed
+        ABI (``TVMBackendPackedCFunc``), exported with default visibility.
+    func_names : list of str
+        The packed functions the code defines.
+    type_key : str
+        ``"c"``.
+    """
+
+    is_dso_exportable = True
+    export_suffix = "c"
+
+    def __init__(self, code: str, func_names: Sequence[str], type_key: str = "c"):
+        super().__init__()
+        self.code = code
+        self.func_names = list(func_names)
+        self.type_key = type_key
+        self._jit: LibraryModule | None = None
+
+    def get_source(self, fmt: str = "") -> str:
+        return self.code
+
+    def list_function_names(self) -> list[str]:
+        return list(self.func_names)
+
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        if name not in self.func_names:
+            return None
+        if self._jit is None:
+            self._jit = LibraryModule(self._compile(), self.func_names)
+        return self._jit._get_own_function(name)
+
+    def _compile(self) -> str:
+        """Compile to a cached shared library; returns its path.
+
+        Raises
+        ------
+        ToolchainError
+            If the compiler is missing or rejects the code.
+        """
+        cc = toolchain.find_cc()
+        key = hashlib.sha256()
+        for part in (self.code, toolchain.BACKEND_C.read_text(), " ".join(cc),
+                     " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS)):
+            key.update(part.encode())
+            key.update(b"\0")
+        out_dir = cache_dir()
+        target = out_dir / f"csource-{key.hexdigest()[:32]}.so"
+        if target.exists():
+            return str(target)
+        work = tempfile.mkdtemp(prefix="kiln-jit-")
+        try:
+            src = Path(work) / "lib0.c"
+            src.write_text(self.code)
+            backend = Path(work) / "backend.c"
+            shutil.copyfile(toolchain.BACKEND_C, backend)
+            objs = toolchain.compile_objects([src, backend], cc)
+            # Link to a private name, then rename: concurrent processes never see a partial file.
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".csource-", suffix=".so.tmp")
+            os.close(fd)
+            try:
+                toolchain.link_shared(objs, tmp, cc)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return str(target)
+
+    def __repr__(self) -> str:
+        return (f"<kiln.runtime.CSourceModule type_key={self.type_key!r} "
+                f"functions={len(self.func_names)} imports={len(self._imports)}>")
