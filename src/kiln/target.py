@@ -23,7 +23,7 @@ class Target:
     options: dict = field(default_factory=dict)
     keys: tuple[str, ...] = ("cpu",)
 
-    def __init__(self, spec: "str | Target"):
+    def __init__(self, spec: str | Target):
         if isinstance(spec, Target):
             object.__setattr__(self, "kind", spec.kind)
             object.__setattr__(self, "options", dict(spec.options))

@@ -21,7 +21,7 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
-CONV = dict(strides=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2), groups=1)
+CONV = {"strides": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 1}
 KERNELS = {
     "conv_bias_relu": (
         lambda x, w, b: Call("nn.relu", [Call("nn.bias_add", [Call("nn.conv2d", [x, w], CONV), b],

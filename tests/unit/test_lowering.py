@@ -48,9 +48,9 @@ def var(name, arr):
 
 
 X = rand(1, 2, 5, 5)
-CONV = dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
-POOL = dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1),
-            ceil_mode=True)
+CONV = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+POOL = {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), "dilation": (1, 1),
+        "ceil_mode": True}
 
 CASES = [
     ("nn.relu", [X], {}),
@@ -124,8 +124,8 @@ def test_conv_epilogue_is_fused_in_place():
     x, w, b = var("x", X), Constant(rand(3, 2, 3, 3, seed=1)), Constant(rand(3, seed=2))
     out = Call("nn.relu", [Call("nn.bias_add", [Call("nn.conv2d", [x, w], CONV), b],
                                 {"axis": 1})])
-    call = [n for n in post_order(fuse_ops(Function([x], [out])).outputs)
-            if isinstance(n, PrimitiveCall)][0]
+    call = next(n for n in post_order(fuse_ops(Function([x], [out])).outputs)
+                if isinstance(n, PrimitiveCall))
     kernel = lower_primitive(call, "k")
     from kiln.ir import loop as L
 

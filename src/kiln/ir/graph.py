@@ -9,8 +9,9 @@ its outputs; an :class:`IRModule` maps names to functions, with ``"main"`` the m
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +116,7 @@ class PrimitiveCall(Expr):
     these, and each becomes one kernel and one ``tvm_op`` node of the graph JSON.
     """
 
-    def __init__(self, body: "Function", args: list[Expr], name: str):
+    def __init__(self, body: Function, args: list[Expr], name: str):
         assert len(body.params) == len(args), "primitive call arity"
         self.body = body
         self.args = list(args)
@@ -151,7 +152,7 @@ class IRModule:
         return self.functions[name]
 
     @staticmethod
-    def from_function(func: Function) -> "IRModule":
+    def from_function(func: Function) -> IRModule:
         return IRModule({"main": func})
 
 
@@ -253,7 +254,7 @@ def structural_key(func: Function) -> str:
             args = ",".join(str(index[a.uid]) for a in node.args)
             parts.append(f"{node.op.name}({args}) {sorted(node.attrs.items())!r}")
         else:
-            raise AssertionError(f"structural_key: unexpected {node!r}")
+            raise TypeError(f"structural_key: unexpected node {node!r}")
         index[node.uid] = len(index)
     parts.append("out " + ",".join(str(index[o.uid]) for o in func.outputs))
     return "\n".join(parts)

@@ -16,8 +16,9 @@ pow, and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -37,7 +38,7 @@ class PrimExpr:
     __slots__ = ("dtype",)
     dtype: str
 
-    def _bin(self, op: str, other: Any, reverse: bool = False) -> "PrimExpr":
+    def _bin(self, op: str, other: Any, reverse: bool = False) -> PrimExpr:
         other = const(other, self.dtype) if not isinstance(other, PrimExpr) else other
         return Binary(op, other, self) if reverse else Binary(op, self, other)
 
@@ -137,7 +138,7 @@ def const(value: Any, dtype: str) -> PrimExpr:
 class Binary(PrimExpr):
     """``a op b``: arithmetic (+ - * / // % min max), comparison (bool) or logic (and, or)."""
 
-    __slots__ = ("op", "a", "b")
+    __slots__ = ("a", "b", "op")
 
     def __init__(self, op: str, a: PrimExpr, b: PrimExpr):
         if isinstance(a, (int, float)):
@@ -180,7 +181,7 @@ def logical_and(*conds: PrimExpr) -> PrimExpr:
 class Select(PrimExpr):
     """``cond ? true_value : false_value`` (both sides may be evaluated)."""
 
-    __slots__ = ("cond", "true_value", "false_value")
+    __slots__ = ("cond", "false_value", "true_value")
 
     def __init__(self, cond: PrimExpr, true_value: Any, false_value: Any):
         if not isinstance(true_value, PrimExpr):
@@ -209,7 +210,7 @@ class Cast(PrimExpr):
 class Call(PrimExpr):
     """An intrinsic call by name (see ``INTRINSICS`` and the ``kiln.*`` packed-API accessors)."""
 
-    __slots__ = ("name", "args")
+    __slots__ = ("args", "name")
 
     def __init__(self, name: str, args: list[Any], dtype: str):
         self.name = name
@@ -239,7 +240,7 @@ class Buffer:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def __getitem__(self, indices: Any) -> "BufferLoad":
+    def __getitem__(self, indices: Any) -> BufferLoad:
         if not isinstance(indices, tuple):
             indices = (indices,)
         return BufferLoad(self, [as_index(i) for i in indices])
@@ -261,7 +262,7 @@ class BufferLoad(PrimExpr):
         self.indices = indices
         self.dtype = buffer.dtype
 
-    def with_indices(self, indices: list[PrimExpr]) -> "BufferLoad":
+    def with_indices(self, indices: list[PrimExpr]) -> BufferLoad:
         return BufferLoad(self.buffer, indices)
 
     def __repr__(self) -> str:
@@ -425,7 +426,7 @@ def map_stmt(s: Stmt, fexpr, fstmt=None) -> Stmt:
         elif isinstance(s, Evaluate):
             out = Evaluate(fexpr(s.value))
         else:
-            raise AssertionError(f"unknown statement {type(s).__name__}")
+            raise TypeError(f"unknown statement {type(s).__name__}")
         return fstmt(out) if fstmt else out
 
     return rec(s)

@@ -123,7 +123,7 @@ class _Interp:
         elif isinstance(s, L.Evaluate):
             self.expr(s.value, env)
         else:
-            raise AssertionError(f"interpreter: unknown statement {type(s).__name__}")
+            raise TypeError(f"interpreter: unknown statement {type(s).__name__}")
 
 
 def _trunc_div(a: int, b: int) -> int:

@@ -71,7 +71,7 @@ class Schedule:
     def __getitem__(self, t: Tensor) -> Stage:
         return self.stages[id(t)]
 
-    def inline_injective(self) -> "Schedule":
+    def inline_injective(self) -> Schedule:
         """The default: inline every non-reduction stage but the output."""
         for t in self.order:
             if t is not self.output and not t.is_reduction:

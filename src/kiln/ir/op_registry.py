@@ -9,9 +9,10 @@ Pattern kinds follow TVM's ``relay.op.OpPattern`` (include/tvm/relay/op_attr_typ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable
+from typing import Any
 
 from kiln.errors import CompileError
 
@@ -100,5 +101,5 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    import kiln.ir.ops  # noqa: F401
+    import kiln.ir.ops
     import kiln.ops  # noqa: F401

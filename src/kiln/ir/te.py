@@ -10,8 +10,9 @@ a :class:`~kiln.ir.loop.PrimFunc`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kiln.ir import loop as L
 
@@ -38,15 +39,15 @@ def reduce_axis(extent: int, name: str = "r") -> IterVar:
 class TensorLoad(L.PrimExpr):
     """``tensor[indices]`` inside a compute body (before lowering maps it to a buffer)."""
 
-    __slots__ = ("tensor", "indices")
+    __slots__ = ("indices", "tensor")
 
-    def __init__(self, tensor: "Tensor", indices: list[L.PrimExpr]):
+    def __init__(self, tensor: Tensor, indices: list[L.PrimExpr]):
         assert len(indices) == len(tensor.shape), f"{tensor.name}: {len(indices)} indices"
         self.tensor = tensor
         self.indices = indices
         self.dtype = tensor.dtype
 
-    def with_indices(self, indices: list[L.PrimExpr]) -> "TensorLoad":
+    def with_indices(self, indices: list[L.PrimExpr]) -> TensorLoad:
         return TensorLoad(self.tensor, indices)
 
     def __repr__(self) -> str:
@@ -92,7 +93,7 @@ class Tensor:
             indices = (indices,)
         return TensorLoad(self, [L.as_index(i) for i in indices])
 
-    def inputs(self) -> list["Tensor"]:
+    def inputs(self) -> list[Tensor]:
         """Tensors this compute reads, in first-use order."""
         found: dict[int, Tensor] = {}
 
@@ -131,7 +132,7 @@ def _reduce(combiner: str, source: L.PrimExpr, axis, init: float) -> Reduce:
     return Reduce(combiner, source, axes, L.const(init, source.dtype))
 
 
-def sum(source: L.PrimExpr, axis) -> Reduce:  # noqa: A001 - te's name
+def sum(source: L.PrimExpr, axis) -> Reduce:
     return _reduce("sum", source, axis, 0)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kiln.errors import CompileError
 from kiln.ir import loop as L

@@ -8,7 +8,7 @@ parallel work, and that loop runs in parallel (OpenMP on the C target).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kiln.ir import loop as L
 from kiln.ir.lower import Schedule

@@ -54,8 +54,8 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
         dcode, dbits = dl_dtype(buf.dtype)
         got = [_acc("arg_dtype_code", i), _acc("arg_dtype_bits", i), _acc("arg_dtype_lanes", i)]
         checks.append((L.logical_and(L.eq(got[0], dcode), L.eq(got[1], dbits), L.eq(got[2], 1)),
-                       f"{arg}: expected dtype {buf.dtype}, got DLDataType(code=%lld, "
-                       "bits=%lld, lanes=%lld)", got))
+                       (f"{arg}: expected dtype {buf.dtype}, got DLDataType(code=%lld, "
+                        "bits=%lld, lanes=%lld)"), got))
         for j, extent in enumerate(buf.shape):
             dim = _acc("arg_shape", i, j)
             checks.append((L.eq(dim, extent),
