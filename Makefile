@@ -1,0 +1,69 @@
+# Kiln developer entry points. Works from a fresh clone on Debian as root (python3 >= 3.10, network
+# to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras once (stamp
+# file), installs a C compiler with apt-get when `cc` is missing, then runs.
+#
+#   make demo       compile the text-orientation model and check it against onnxruntime
+#   make test       the whole test suite (pytest -n 2)
+#   make test-fast  tests/unit only
+#   make lint       ruff over src/ and tests/
+#   make clean      remove the virtual environment and caches
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kiln-installed
+PYTEST_ARGS ?=
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: all demo test test-fast lint toolchain venv clean
+
+all: test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@set -e; \
+	if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    ver=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      python3-venv "python$$ver-venv" || \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
+	  else \
+	    echo "make: $(PYTHON) lacks venv/ensurepip; install python3-venv" >&2; exit 1; \
+	  fi; \
+	fi; \
+	if [ ! -x $(PY) ] || ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  rm -rf $(VENV); $(PYTHON) -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,demo]'
+	@touch $(STAMP)
+
+toolchain:
+	@if ! command -v "$${CC:-cc}" >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: no C compiler; installing gcc with apt-get" >&2; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      gcc libc6-dev libgomp1; \
+	  else \
+	    echo "make: no C compiler (cc); install gcc (Debian: apt-get install gcc)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+demo: $(STAMP) toolchain
+	$(VENV)/bin/kiln demo
+
+test: $(STAMP) toolchain
+	$(PY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest tests/unit -n 2 -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m ruff check src tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info
