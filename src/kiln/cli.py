@@ -1,0 +1,224 @@
+"""The ``kiln`` command line: compile, run, inspect, demo.
+
+::
+
+    kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...] [--quiet]
+    kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
+    kiln inspect model.so
+    kiln demo [--runs N] [-o demo.so]
+
+Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
+``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
+logging on the ``kiln`` logger (every external command is logged) and shows tracebacks.
+Argument errors are argparse's (usage and message, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+
+from kiln.errors import KilnError
+
+EXIT_ERROR = 2
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME:D0xD1x...`` into ``(NAME, (D0, D1, ...))``.
+
+    The split is at the last colon, so names holding a colon (``input:0``) work. A scalar
+    input is written with an empty shape (``NAME:``).
+
+    Parameters
+    ----------
+    text : str
+        The ``--input-shape`` argument.
+
+    Returns
+    -------
+    tuple
+        ``(name, shape)`` with a non-empty name and positive integer dimensions.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If there is no colon, the name is empty or a dimension is not a positive integer.
+    """
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME:SHAPE such as data:1x3x224x224, got {text!r}")
+    if not dims:
+        return name, ()
+    shape = []
+    for d in dims.lower().split("x"):
+        if not d.isdigit() or int(d) <= 0:
+            raise argparse.ArgumentTypeError(
+                f"bad dimension {d!r} in {text!r}: dimensions are positive integers joined by 'x'")
+        shape.append(int(d))
+    return name, tuple(shape)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kiln`` argument parser (one subparser per command, ``func`` set on each).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    from kiln import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kiln",
+        description="Kiln: compile ONNX models into one self-contained shared library.",
+    )
+    parser.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("compile", help="compile an ONNX model into a shared library",
+                       description="Compile an ONNX model into one shared library (.so).")
+    p.add_argument("model", help="the ONNX model file")
+    p.add_argument("-o", "--output", required=True, help="the library to write (.so or .tar)")
+    p.add_argument("--target", default="c", help="compilation target (default: c)")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
+                        "(repeatable; required for inputs with symbolic dimensions)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("run", help="run a compiled library on inputs from .npz or random",
+                       description="Run a compiled library once (or --repeat times).")
+    p.add_argument("library", help="the compiled library (.so)")
+    p.add_argument("--inputs", help=".npz with one array per graph input (keys: input names); "
+                                    "random inputs when absent")
+    p.add_argument("--outputs", help="write the outputs to this .npz (keys: output names)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default: 0)")
+    p.add_argument("--repeat", type=_positive_int, default=1,
+                   help="timed runs; prints min/median/max (default: 1)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("inspect", help="show a compiled library's modules, graph and params",
+                       description="Show the module tree, graph inputs/outputs and params.")
+    p.add_argument("library", help="the compiled library (.so)")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("demo", help="compile a text-orientation model and check it",
+                       description="Compile PP-LCNet (text orientation) with Kiln and compare "
+                                   "it with onnxruntime on a rendered page turned 0/90/180/270°.")
+    p.add_argument("--runs", type=_positive_int, default=5,
+                   help="timed runs per image (median shown; default: 5)")
+    p.add_argument("-o", "--output", help="keep the compiled library at this path")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from kiln.cli_compile import compile_model
+
+    compile_model(args.model, args.output, target=args.target,
+                  input_shapes=args.input_shapes)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from kiln.cli_run import run_library
+
+    run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
+                repeat=args.repeat)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from kiln.cli_inspect import inspect_library
+
+    inspect_library(args.library)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from kiln.demo.orientation import run_demo
+    except ImportError as err:  # Pillow or onnxruntime missing
+        raise KilnError(f"kiln demo needs the demo extra (pip install 'kiln[demo]'): {err}") \
+            from err
+    return run_demo(runs=args.runs, output=args.output)
+
+
+def setup_logging() -> bool:
+    """Configure the ``kiln`` logger from ``KILN_LOG``; return whether debug mode is on."""
+    level = os.environ.get("KILN_LOG", "").strip().lower()
+    logger = logging.getLogger("kiln")
+    if level in ("debug", "info", "warning", "error"):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kiln %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(getattr(logging, level.upper()))
+    return level == "debug"
+
+
+def _one_line(message: str) -> str:
+    lines = [ln.strip() for ln in str(message).strip().splitlines() if ln.strip()]
+    if not lines:
+        return "(no message)"
+    if len(lines) == 1:
+        return lines[0]
+    return f"{lines[0]} (+{len(lines) - 1} more lines; KILN_LOG=debug shows them)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kiln`` command.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 1 when ``kiln demo`` found a wrong prediction, 2 on any
+        error (usage, :class:`KilnError`, or an unexpected exception).
+    """
+    debug = setup_logging()
+    args = build_parser().parse_args(argv)
+    from kiln import progress
+
+    if getattr(args, "quiet", False):
+        progress.set_quiet(True)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("kiln: interrupted", file=sys.stderr)
+        return 130
+    except KilnError as err:
+        if debug:
+            traceback.print_exc()
+            print(f"kiln: error: {err}", file=sys.stderr)
+        else:
+            print(f"kiln: error: {_one_line(str(err))}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as err:  # noqa: BLE001 - a bug: one line unless debugging
+        if debug:
+            traceback.print_exc()
+        name = type(err).__name__
+        print(f"kiln: error: internal error ({name}): {_one_line(str(err))}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""``kiln compile``: ONNX file → one shared library, with progress and a one-line summary."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kiln.errors import KilnError
+
+
+def compile_model(model: str, output: str, target: str = "c",
+                  input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
+                  echo=print) -> Path:
+    """Compile ``model`` for ``target`` and export it to ``output``.
+
+    Parameters
+    ----------
+    model : str
+        Path of the ONNX model.
+    output : str
+        Library to write: ``.so`` (linked shared object) or ``.tar`` (objects); written
+        atomically by ``export_library``.
+    target : str
+        Kiln target string, e.g. ``"c"``.
+    input_shapes : list of (name, shape), optional
+        Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
+        a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
+    echo : callable
+        Receives the summary line.
+
+    Returns
+    -------
+    Path
+        The written library.
+
+    Raises
+    ------
+    KilnError
+        Bad model file, unsupported op, shape errors, compile or toolchain failures.
+    """
+    import kiln
+    from kiln import progress
+    from kiln.frontend import from_onnx, load_onnx
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in input_shapes or []:
+        if name in shapes and shapes[name] != shape:
+            raise KilnError(f"--input-shape given twice for {name!r}: {shapes[name]} and {shape}")
+        shapes[name] = shape
+    out = Path(output)
+    if out.parent and not out.parent.exists():
+        raise KilnError(f"cannot write {output}: directory {out.parent} does not exist")
+    start = time.perf_counter()
+    with progress.stage(f"Importing {Path(model).name}"):
+        proto = load_onnx(model)
+        mod, params = from_onnx(proto, shape=shapes)
+    lib = kiln.build(mod, target=target, params=params)
+    with progress.stage(f"Exporting {out.name}"):
+        lib.export_library(str(out))
+    size = out.stat().st_size
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}) "
+         f"in {time.perf_counter() - start:.1f} s")
+    return out

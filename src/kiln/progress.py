@@ -1,0 +1,179 @@
+"""Progress display for long compiler stages: a thin wrapper over :mod:`rich.progress`.
+
+The compiler reports what it is doing; this module decides whether anyone sees it. Output goes
+to stderr, and only when stderr is a TTY and quiet mode is off (``kiln compile --quiet`` or
+:func:`set_quiet`). Otherwise every call is a cheap no-op, so library code may call it freely.
+
+API
+---
+``stage(name)``
+    Context manager around one named step (e.g. ``"Optimizing graph"``). Shows a spinner while
+    the step runs and a ``✓ name (1.2 s)`` line when it ends. Steps are also logged at DEBUG
+    level on the ``kiln`` logger with their duration.
+
+``task(description, total)``
+    Context manager around a counted loop; yields ``advance(n=1)``. Shows a bar with
+    ``done/total`` (e.g. kernels lowered or compiled)::
+
+        with progress.task("Compiling kernels", total=len(kernels)) as advance:
+            for k in kernels:
+                compile_one(k)
+                advance()
+
+``set_quiet(flag)`` / ``quiet()``
+    Silence (or re-enable) every display in this process; ``quiet()`` is also a context manager
+    form for a block. The environment variable ``KILN_QUIET=1`` sets the default.
+
+Nesting is allowed: a ``task`` inside a ``stage`` shares one live display. The display is not
+thread-safe; call it from the thread that drives compilation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+log = logging.getLogger("kiln")
+
+_state = {"quiet": os.environ.get("KILN_QUIET", "") not in ("", "0")}
+_live: dict[str, object] = {"progress": None, "depth": 0}
+
+
+def set_quiet(flag: bool) -> None:
+    """Turn every progress display of this process off (``True``) or back on (``False``)."""
+    _state["quiet"] = bool(flag)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence progress displays inside a ``with`` block (restores the previous setting)."""
+    old = _state["quiet"]
+    _state["quiet"] = True
+    try:
+        yield
+    finally:
+        _state["quiet"] = old
+
+
+def enabled() -> bool:
+    """Whether progress is shown: not quiet and stderr is a terminal."""
+    if _state["quiet"]:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
+@contextlib.contextmanager
+def _display() -> Iterator[object | None]:
+    """The shared rich Progress for the outermost stage/task, or None when disabled."""
+    if not enabled():
+        yield None
+        return
+    if _live["progress"] is not None:
+        _live["depth"] = int(_live["depth"]) + 1
+        try:
+            yield _live["progress"]
+        finally:
+            _live["depth"] = int(_live["depth"]) - 1
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    prog = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=30),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    _live["progress"] = prog
+    prog.start()
+    try:
+        yield prog
+    finally:
+        prog.stop()
+        _live["progress"] = None
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Show ``name`` while the block runs and a done line with its duration afterwards.
+
+    Parameters
+    ----------
+    name : str
+        Short description of the step, e.g. ``"Linking model.so"``.
+    """
+    start = time.perf_counter()
+    with _display() as prog:
+        tid = None
+        if prog is not None:
+            tid = prog.add_task(name, total=None)  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            log.debug("stage %s: %.3f s", name, elapsed)
+            if prog is not None:
+                prog.remove_task(tid)  # type: ignore[attr-defined]
+                prog.console.print(  # type: ignore[attr-defined]
+                    f"[green]✓[/green] {name} [dim]({elapsed:.1f} s)[/dim]"
+                )
+
+
+@contextlib.contextmanager
+def task(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """Show a ``done/total`` bar for a counted loop; yields ``advance(n=1)``.
+
+    Parameters
+    ----------
+    description : str
+        What is counted, e.g. ``"Compiling kernels"``.
+    total : int
+        Number of units the loop will report.
+
+    Yields
+    ------
+    advance : callable
+        ``advance(n=1)`` marks ``n`` more units done. Safe to call when the display is off.
+    """
+    start = time.perf_counter()
+    with _display() as prog:
+        if prog is None:
+            yield _noop
+            log.debug("task %s: %d in %.3f s", description, total,
+                      time.perf_counter() - start)
+            return
+        tid = prog.add_task(description, total=total)  # type: ignore[attr-defined]
+
+        def advance(n: int = 1) -> None:
+            prog.advance(tid, n)  # type: ignore[attr-defined]
+
+        try:
+            yield advance
+        finally:
+            elapsed = time.perf_counter() - start
+            log.debug("task %s: %d in %.3f s", description, total, elapsed)
+            prog.remove_task(tid)  # type: ignore[attr-defined]
+            prog.console.print(  # type: ignore[attr-defined]
+                f"[green]✓[/green] {description} {total}/{total} [dim]({elapsed:.1f} s)[/dim]"
+            )
+
+
+def _noop(n: int = 1) -> None:
+    """Advance callback used when the display is off."""

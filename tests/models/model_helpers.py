@@ -1,0 +1,83 @@
+"""Whole-model test helpers: compile with Kiln through the public API, compare with onnxruntime.
+
+Imported by the tests of this folder (pytest puts the folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Compiled:
+    """A model compiled, exported and loaded back: the loaded root and an executor over it."""
+
+    path: Path
+    loaded: object
+    gmod: object
+
+
+def compile_to_library(model, shapes: dict[str, tuple[int, ...]], path: Path) -> Compiled:
+    """from_onnx → kiln.build(target c) → export_library(path) → load_module → GraphModule."""
+    import kiln
+    from kiln.frontend import from_onnx
+
+    mod, params = from_onnx(model, shape=shapes)
+    lib = kiln.build(mod, target="c", params=params)
+    lib.export_library(str(path))
+    loaded = kiln.runtime.load_module(str(path))
+    gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+    return Compiled(path, loaded, gmod)
+
+
+def run_compiled(compiled: Compiled, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Set inputs, run once, return every output as numpy."""
+    gmod = compiled.gmod
+    for name, value in inputs.items():
+        gmod.set_input(name, value)
+    gmod.run()
+    return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+
+
+def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The model's real inputs (graph inputs that are not initializers): name → (shape, dtype)."""
+    from onnx import helper
+
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+        out[vi.name] = (shape, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+    return out
+
+
+def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Kiln vs onnxruntime: max abs error ≤ 1e-4·max|ref| + 1e-5, and the same top-1 class.
+
+    The top-1 check is skipped where the reference's best two scores are closer than the error
+    bound (e.g. the uniform softmax of the light models' constant weights): there the argmax is
+    decided by rounding, not by the model.
+    """
+    assert len(got) == len(want), f"{len(got)} outputs, reference has {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, f"output {k}: shape {g.shape} != reference {w.shape}"
+        assert g.dtype == w.dtype, f"output {k}: dtype {g.dtype} != reference {w.dtype}"
+        assert np.all(np.isfinite(w)), f"output {k}: reference has non-finite values"
+        err = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
+        bound = 1e-4 * float(np.max(np.abs(w))) + 1e-5
+        assert err <= bound, f"output {k}: max abs error {err:.3g} > {bound:.3g}"
+        flat_g = g.reshape(g.shape[0], -1)
+        flat_w = w.reshape(w.shape[0], -1)
+        for row_g, row_w in zip(flat_g, flat_w):
+            if row_w.size < 2:
+                continue
+            top2 = np.sort(row_w)[-2:]
+            if top2[1] - top2[0] > 2 * bound:
+                assert int(np.argmax(row_g)) == int(np.argmax(row_w)), f"output {k}: argmax"
+

