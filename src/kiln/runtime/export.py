@@ -121,10 +121,12 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
     os.makedirs(workdir, exist_ok=True)
     try:
         files = []
+        own_options: dict[str, list[str]] = {}  # flags a module's target asks for
         for i, m in enumerate(index.dso_modules):
             f = os.path.join(workdir, f"lib{i}.{m.export_suffix or 'c'}")
             m.save(f)
             files.append(f)
+            own_options[f] = list(getattr(m, "compile_options", ()))
         files += write_devc(workdir, blob, func_names)
         del blob  # large params: do not hold a second copy while the compiler runs
         backend = os.path.join(workdir, "kiln_backend.c")
@@ -139,7 +141,7 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
             else:
                 cc = toolchain.find_cc()
                 srcs = [f for f in files if f.endswith((".c", ".S"))]
-                objs = toolchain.compile_objects(srcs, cc, options)
+                objs = toolchain.compile_objects(srcs, cc, options, per_source=own_options)
                 objs += [f for f in files if f.endswith(".o")]
                 toolchain.link_shared(objs, tmp, cc, options)
             os.chmod(tmp, 0o755)  # mkstemp made it 0600; a library is normally world-readable

@@ -12,7 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -86,8 +86,12 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
 
 
 def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str] | None = None,
-                    options: Sequence[str] = (), jobs: int | None = None) -> list[str]:
+                    options: Sequence[str] = (), jobs: int | None = None,
+                    per_source: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Compile each source (``.c`` or ``.S``) to an object next to it, in parallel.
+
+    ``options`` apply to every source; ``per_source`` adds flags for some (by path), such as
+    the ``-march`` a C module's target asks for.
 
     Returns
     -------
@@ -102,8 +106,9 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     cc = list(cc or find_cc())
     # "<name>.<ext>.o": devc.c and devc.S must not both become devc.o
     objs = [f"{s}.o" for s in sources]
-    cmds = [[*cc, *COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options, "-c", str(s), "-o", o]
-            for s, o in zip(sources, objs, strict=True)]
+    extra = per_source or {}
+    cmds = [[*cc, *COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options, *extra.get(str(s), ()), "-c",
+             str(s), "-o", o] for s, o in zip(sources, objs, strict=True)]
     workers = max(1, min(len(cmds), jobs or os.cpu_count() or 1))
     if workers == 1:
         for c in cmds:
