@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_lowering import run_lowered
 
 from kiln.errors import CompileError
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
@@ -12,8 +13,6 @@ from kiln.ir.graph_eval import evaluate
 from kiln.ir.layout import Layout, transform_array
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fuse_ops import fuse_ops
-
-from test_lowering import run_lowered
 
 RNG = np.random.default_rng(7)
 

@@ -29,7 +29,7 @@ def conv2d_nchwc(inputs, attrs, out_type):
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilation"]
     padded = pad_hw(data, attrs["padding"])
-    occ, icc, kh, kw, ib, ob = weight.shape
+    _, icc, kh, kw, ib, _ = weight.shape
     rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
 
