@@ -3,8 +3,8 @@
 Design note. This package mirrors Apache TVM's classic runtime: a tree of :class:`Module`
 objects (C source or a loaded library holding kernels; a binary-serializable
 ``GraphExecutorFactory`` holding graph JSON and params) that ``export_library`` turns into one
-shared object with the imports blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the
-tree. Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
+shared object (or a relocatable object, or a tar to relink: ``cc``, ``tar``) with the imports
+blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
 DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
 ``blob``, ``params``, ``graph_executor``...).
@@ -14,8 +14,9 @@ the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.o
 ``kiln.codegen``) nor onnx — so a deployment needs only this package.
 """
 
+from kiln.runtime.cc import create_object, create_shared, cross_compiler
 from kiln.runtime.dlpack import from_dlpack
-from kiln.runtime.export import cross_compiler, export_library
+from kiln.runtime.export import export_library
 from kiln.runtime.graph_executor import GraphExecutor
 from kiln.runtime.graph_executor_factory import GraphExecutorFactoryModule
 from kiln.runtime.library_module import LibraryModule
@@ -29,7 +30,8 @@ from kiln.runtime.source_module import CSourceModule
 
 __all__ = [
     "CSourceModule", "Device", "GraphExecutor", "GraphExecutorFactoryModule", "LibraryModule",
-    "Module", "NDArray", "PackedFunc", "PyFunctionModule", "array", "cpu", "cross_compiler",
-    "empty", "export_library", "from_dlpack", "get_global_func", "list_global_func_names",
-    "load_module", "load_param_dict", "register_func", "save_param_dict",
+    "Module", "NDArray", "PackedFunc", "PyFunctionModule", "array", "cpu", "create_object",
+    "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
+    "get_global_func", "list_global_func_names", "load_module", "load_param_dict",
+    "register_func", "save_param_dict",
 ]
