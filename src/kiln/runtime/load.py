@@ -25,6 +25,7 @@ import tempfile
 
 from kiln.errors import ModuleLoadError
 from kiln.runtime import (
+    const_loader_module,  # noqa: F401  (registers its blob loader)
     graph_executor_factory,  # noqa: F401  (registers its blob loader)
     toolchain,
 )
