@@ -284,6 +284,11 @@ def test_untar_and_load_corrupt_archives(tmp_path):
     make_tar(empty, [(info("README"), b"nothing to link")])
     with pytest.raises(ModuleLoadError, match=r"holds no .c, .S, .o file to link"):
         rt.load_module(empty)
+    plain = tmp_path / "plain"  # an uncompressed tar (TVM's), no suffix: known by its bytes
+    with tarfile.open(plain, "w") as t:
+        t.addfile(info("README", tarfile.REGTYPE), io.BytesIO(b""))
+    with pytest.raises(ModuleLoadError, match=r"plain: the tar holds no"):
+        rt.load_module(plain)
 
 
 # ------------------------------------------------------------- triple → machine, pre-link check

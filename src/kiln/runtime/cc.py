@@ -33,10 +33,11 @@ def _cc_words(cc: str | Sequence[str] | None) -> list[str]:
     return shlex.split(cc) if isinstance(cc, str) else [str(w) for w in cc]
 
 
-def _compile_and_check(files: Sequence[str], cc: list[str], options: Sequence[str]) -> list[str]:
+def _compile_and_check(files: str | Sequence[str], cc: list[str], options: Sequence[str]) -> list[str]:
     """Compile the sources among ``files`` and check every object's machine; returns the link
     inputs in the order of ``files`` (each source replaced by its object)."""
-    files = [os.fspath(f) for f in files]
+    files = [os.fspath(files)] if isinstance(files, (str, os.PathLike)) else [
+        os.fspath(f) for f in files]
     srcs = [f for f in files if f.endswith(toolchain.SOURCE_SUFFIXES)]
     objs = dict(zip(srcs, toolchain.compile_objects(srcs, cc, options), strict=True))
     inputs = [objs.get(f, f) for f in files]
@@ -46,7 +47,7 @@ def _compile_and_check(files: Sequence[str], cc: list[str], options: Sequence[st
     return inputs
 
 
-def create_shared(output: str, objects: Sequence[str], options: Sequence[str] | None = None,
+def create_shared(output: str, objects: str | Sequence[str], options: Sequence[str] | None = None,
                   cc: str | Sequence[str] | None = None) -> None:
     """Build the shared library ``output`` from sources and objects (``output_format`` "so").
 
@@ -54,7 +55,7 @@ def create_shared(output: str, objects: Sequence[str], options: Sequence[str] | 
     ----------
     output : str
         The library to write.
-    objects : list of str
+    objects : str or list of str
         ``.c``/``.S`` sources (compiled with ``toolchain.COMPILE_FLAGS`` and the Kiln include
         path) and ``.o`` objects or other linker inputs.
     options : list of str, optional
@@ -73,7 +74,7 @@ def create_shared(output: str, objects: Sequence[str], options: Sequence[str] | 
     toolchain.link_shared(inputs, output, words, list(options or []))
 
 
-def create_object(output: str, objects: Sequence[str], options: Sequence[str] | None = None,
+def create_object(output: str, objects: str | Sequence[str], options: Sequence[str] | None = None,
                   cc: str | Sequence[str] | None = None) -> None:
     """Merge sources and objects into one relocatable object ``output`` (``output_format``
     "o"; ``cc -r``). ``load_module`` links such an object into a library when loading it.
