@@ -95,11 +95,16 @@ def pack_imports(root: Module, index: ModuleIndex | None = None) -> bytes:
     return w.getvalue(length_prefix=True)
 
 
+def list_module_loaders() -> list[str]:
+    """The module type keys (aliases included) with a registered loader, sorted."""
+    return [n[len(LOADER_PREFIX):] for n in list_global_func_names()
+            if n.startswith(LOADER_PREFIX)]
+
+
 def _load_binary(type_key: str, data: memoryview, r: StreamReader) -> Module:
     loader = get_global_func(LOADER_PREFIX + type_key, allow_missing=True)
     if loader is None:
-        known = sorted(n[len(LOADER_PREFIX):] for n in list_global_func_names()
-                       if n.startswith(LOADER_PREFIX))
+        known = list_module_loaders()
         raise r.error(f"no loader for module type_key {type_key!r} (registered loaders: "
                       f"{', '.join(known) or 'none'}; a loader is the global function "
                       f"'{LOADER_PREFIX}{type_key}')")
