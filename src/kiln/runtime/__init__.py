@@ -7,13 +7,14 @@ shared object with the imports blob ``__tvm_dev_mblob``, and ``load_module`` tur
 tree. Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
 DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
-``blob``, ``params``, ``graph_executor``...).
+``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
 
 Layering: ``kiln.runtime`` imports only the standard library, numpy and ``kiln.errors`` — never
 the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.ops``,
 ``kiln.codegen``) nor onnx — so a deployment needs only this package.
 """
 
+from kiln.runtime.debug_executor import GraphExecutorDebug
 from kiln.runtime.dlpack import from_dlpack
 from kiln.runtime.export import cross_compiler, export_library
 from kiln.runtime.graph_executor import GraphExecutor
@@ -28,7 +29,8 @@ from kiln.runtime.registry import get_global_func, list_global_func_names, regis
 from kiln.runtime.source_module import CSourceModule
 
 __all__ = [
-    "CSourceModule", "Device", "GraphExecutor", "GraphExecutorFactoryModule", "LibraryModule",
+    "CSourceModule", "Device", "GraphExecutor", "GraphExecutorDebug",
+    "GraphExecutorFactoryModule", "LibraryModule",
     "Module", "NDArray", "PackedFunc", "PyFunctionModule", "array", "cpu", "cross_compiler",
     "empty", "export_library", "from_dlpack", "get_global_func", "list_global_func_names",
     "load_module", "load_param_dict", "register_func", "save_param_dict",
