@@ -112,8 +112,8 @@ def save_param_dict(params: Mapping[str, np.ndarray | NDArray]) -> bytes:
     return w.getvalue()
 
 
-def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
-    """Read a params blob from ``r`` (see :func:`load_param_dict`)."""
+def _read_names(r: StreamReader) -> list[str]:
+    """The params blob header: magic, reserved, names and the array count (checked)."""
     magic = r.u64("params magic")
     if magic != PARAMS_MAGIC:
         raise r.error(f"not a params blob: magic 0x{magic:016X} (expected 0x{PARAMS_MAGIC:016X})")
@@ -122,7 +122,12 @@ def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
     count = r.u64("param count")
     if count != len(names):
         raise r.error(f"corrupt: {len(names)} param names but {count} arrays")
-    return {name: read_ndarray(r, f"param {name!r}") for name in names}
+    return names
+
+
+def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
+    """Read a params blob from ``r`` (see :func:`load_param_dict`)."""
+    return {name: read_ndarray(r, f"param {name!r}") for name in _read_names(r)}
 
 
 def load_param_dict(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
@@ -150,3 +155,13 @@ def to_ndarray_dict(params: Mapping[str, np.ndarray | NDArray] | None) -> dict[s
     return {k: v if isinstance(v, NDArray) else array(np.asarray(v))
             for k, v in (params or {}).items()}
 
+
+def param_dict_names(data: bytes | bytearray | memoryview) -> list[str]:
+    """The names in a params blob, without reading its arrays (all TVM's ``ShareParams`` reads).
+
+    Raises
+    ------
+    ModuleLoadError
+        Bad magic number, truncated header, or an array count that differs from the names.
+    """
+    return _read_names(StreamReader(data, "params blob"))
