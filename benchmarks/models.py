@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
+    p.add_argument("--target", default="c -mcpu=native",
+                   help="Kiln target (default: 'c -mcpu=native')")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--workdir", type=Path, help="keep the exported .so files here")
     args = p.parse_args(argv)
@@ -95,7 +97,7 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     so_path = workdir / f"{name}.so"
     t0 = time.perf_counter()
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target="c", params=params)
+    lib = kiln.build(mod, target=args.target, params=params)
     lib.export_library(str(so_path))
     compile_s = time.perf_counter() - t0
     del mod, params, lib

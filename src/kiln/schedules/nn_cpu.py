@@ -32,7 +32,7 @@ def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
 #: Output pixels of one register block: with a 16-float channel block this keeps 14 vector
 #: accumulators + one weight vector in AVX-512's 32 registers (AVX2: 16 registers, 8-float
 #: blocks spill a little, still far ahead of the unblocked loop). Measured on the Xeon of
-#: docs/decisions/002: 14 and 7 give ~120 GFLOP/s on one core, 28 spills (83 GFLOP/s).
+#: docs/decisions/003: 14 and 7 give ~120 GFLOP/s on one core, 28 spills (83 GFLOP/s).
 REG_BLOCK = 14
 
 
