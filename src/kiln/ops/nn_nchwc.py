@@ -23,18 +23,27 @@ def layout_transform(inputs, attrs, out_type):
                       name="layout_transform", tag="injective")
 
 
+def _padded_window(data: te.Tensor, attrs):
+    """The padded input and ``at(y, x, ry, rx) -> (row, col)`` of a kernel tap in it."""
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilation"]
+
+    def at(y, x, ry, rx):
+        return y * sh + ry * dh, x * sw + rx * dw
+
+    return pad_hw(data, attrs["padding"]), at
+
+
 @register_compute("nn.conv2d_NCHWc")
 def conv2d_nchwc(inputs, attrs, out_type):
     data, weight = inputs
-    sh, sw = attrs["strides"]
-    dh, dw = attrs["dilation"]
-    padded = pad_hw(data, attrs["padding"])
+    padded, at = _padded_window(data, attrs)
     _, icc, kh, kw, ib, _ = weight.shape
     rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
 
     def body(n, o, y, x, b):
-        return te.sum(padded[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, ri.var]
+        return te.sum(padded[(n, rc.var, *at(y, x, ry.var, rx.var), ri.var)]
                       * weight[o, rc.var, ry.var, rx.var, ri.var, b], [rc, ry, rx, ri])
 
     return te.compute(out_type.shape, body, name="conv2d_NCHWc", tag="conv2d_NCHWc")
@@ -43,15 +52,13 @@ def conv2d_nchwc(inputs, attrs, out_type):
 @register_compute("nn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
     data, weight = inputs
-    sh, sw = attrs["strides"]
-    dh, dw = attrs["dilation"]
-    padded = pad_hw(data, attrs["padding"])
+    padded, at = _padded_window(data, attrs)
     kh, kw = weight.shape[2], weight.shape[3]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     zero = L.IntImm(0)
 
     def body(n, c, y, x, b):
-        return te.sum(padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw, b]
+        return te.sum(padded[(n, c, *at(y, x, ry.var, rx.var), b)]
                       * weight[c, zero, ry.var, rx.var, zero, b], [ry, rx])
 
     return te.compute(out_type.shape, body, name="depthwise_conv2d_NCHWc",
