@@ -17,7 +17,7 @@ import numpy as np
 
 from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
-from kiln.runtime.graph_json import Graph, entry_nbytes, parse_graph
+from kiln.runtime.graph_json import Graph, entry_nbytes, parse_graph, storage_pool_bytes
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray, array, cpu, empty, wrap_aligned
 from kiln.runtime.packed_func import PackedFunc
@@ -54,9 +54,11 @@ class GraphExecutor(Module):
     Raises
     ------
     ModuleLoadError
-        Malformed graph JSON.
+        Malformed graph JSON, or storage larger than this machine's memory (checked before
+        allocating; ``graph_json.storage_pool_bytes``).
     KilnError
-        A kernel missing from ``lib``, a non-CPU device, or a param name not in the graph.
+        A kernel missing from ``lib``, a non-CPU device, a param name not in the graph, or
+        storage that cannot be allocated.
     """
 
     type_key = "GraphExecutor"
@@ -106,11 +108,12 @@ class GraphExecutor(Module):
     # -- setup
     def _setup_storage(self) -> list[NDArray]:
         g = self.graph
-        pool_bytes: dict[int, int] = {}
-        for eid in range(g.num_entries):
-            sid = g.storage_id[eid]
-            pool_bytes[sid] = max(pool_bytes.get(sid, 0), entry_nbytes(g, eid))
-        pools = {sid: empty((n,), "uint8", self.device) for sid, n in pool_bytes.items()}
+        pool_bytes = storage_pool_bytes(g)  # checked against memory before allocating
+        try:
+            pools = {sid: empty((n,), "uint8", self.device) for sid, n in pool_bytes.items()}
+        except MemoryError:
+            raise KilnError(f"graph executor: cannot allocate {sum(pool_bytes.values())} bytes "
+                            "of storage") from None
         entries = []
         for eid in range(g.num_entries):
             raw = pools[g.storage_id[eid]]._arr[:entry_nbytes(g, eid)]
