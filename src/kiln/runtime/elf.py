@@ -55,8 +55,9 @@ def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
     Raises
     ------
     ModuleLoadError
-        Not an ELF file, or (``check_bounds``) a header or loadable segment that lies past the
-        end of the file (a truncated or corrupt file).
+        Not an ELF file, or (``check_bounds``) program header entries too small to hold a
+        program header, or a header or loadable segment that lies past the end of the file (a
+        truncated or corrupt file).
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -83,6 +84,10 @@ def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
                 raise ModuleLoadError(f"{path}: truncated ELF header ({size} bytes)")
             phoff, shoff = struct.unpack_from(end + "II", head, 28)
             phentsize, phnum, shentsize, shnum = struct.unpack_from(end + "HHHH", head, 42)
+        need = 56 if elf_class == 2 else 32  # sizeof(Elf64_Phdr) / sizeof(Elf32_Phdr)
+        if phnum and phentsize < need:
+            raise ModuleLoadError(f"{path}: corrupt ELF header: program header entries of "
+                                  f"{phentsize} bytes (an Elf{32 * elf_class}_Phdr has {need})")
         if phoff + phentsize * phnum > size or (shnum and shoff + shentsize * shnum > size):
             raise ModuleLoadError(f"{path} is truncated or corrupt: its ELF headers point past "
                                   f"the end of the file ({size} bytes)")

@@ -108,9 +108,11 @@ class GraphExecutor(Module):
     Raises
     ------
     ModuleLoadError
-        Malformed graph JSON.
+        Malformed graph JSON, or storage larger than this machine's memory (checked before
+        allocating; ``graph_json.storage_pool_bytes``).
     KilnError
-        A kernel missing from ``lib``, a non-CPU device, or a param name not in the graph.
+        A kernel missing from ``lib``, a non-CPU device, a param name not in the graph, or
+        storage that cannot be allocated.
     ShapeError
         A param whose shape or dtype differs from the graph's.
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import ctypes
 import math
 
+from kiln.errors import KilnError
 from kiln.runtime import c_types as C
-from kiln.runtime.graph_json import Graph, entry_nbytes
+from kiln.runtime.graph_json import Graph, entry_nbytes, storage_pool_bytes
 from kiln.runtime.ndarray import Device, NDArray, empty, wrap_aligned
 
 _FOREVER = math.inf
@@ -107,13 +108,14 @@ class GraphStorage:
 
     def __init__(self, graph: Graph, device: Device):
         self.graph = graph
-        pool_bytes: dict[int, int] = {}
-        for eid in range(graph.num_entries):
-            sid = graph.storage_id[eid]
-            pool_bytes[sid] = max(pool_bytes.get(sid, 0), entry_nbytes(graph, eid))
+        pool_bytes = storage_pool_bytes(graph)  # checked against memory before allocating
         # np.empty memory is not touched here, so pools cost address space, not resident
         # memory, until a kernel or a copy writes them.
-        pools = {sid: empty((n,), "uint8", device) for sid, n in pool_bytes.items()}
+        try:
+            pools = {sid: empty((n,), "uint8", device) for sid, n in pool_bytes.items()}
+        except MemoryError:
+            raise KilnError(f"graph executor: cannot allocate {sum(pool_bytes.values())} bytes "
+                            "of storage") from None
         self.pool_bytes = sum(pool_bytes.values())
         self.pool_view: list[NDArray] = []
         for eid in range(graph.num_entries):

@@ -93,6 +93,16 @@ def file_kind(path: str) -> str:
 def load_module(path: str | os.PathLike[str], fmt: str = "") -> Module:
     """Load an exported library and rebuild its module tree.
 
+    .. warning::
+       A ``.so`` is code: only load libraries you trust, as with TVM's ``load_module``,
+       ``ctypes.CDLL`` or any native plugin. ``dlopen`` runs the library's constructors, and
+       its kernels run with your process's rights when the graph runs. Loading itself runs no
+       other code from the file: the ELF headers, the blob, the graph JSON and the params are
+       only read, and every corruption of them raises :class:`ModuleLoadError` (fuzzed:
+       ``tests/fuzz_runtime.py``). What is checked is integrity, not trust: the checks catch
+       truncated or corrupted files, not a malicious one
+       (docs/decisions/004-loading-untrusted-artifacts.md).
+
     Parameters
     ----------
     path : path

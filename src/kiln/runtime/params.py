@@ -15,14 +15,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
-from kiln.runtime.ndarray import NDArray, array, empty
+from kiln.runtime.ndarray import MAX_NDIM, NDArray, array, checked_nbytes, empty
 from kiln.runtime.stream import StreamReader, StreamWriter
 
 PARAMS_MAGIC = 0xF7E58D4F05049CB7  # kTVMNDArrayListMagic
 NDARRAY_MAGIC = 0xDD5E40F096B4A13F  # kTVMNDArrayMagic
-MAX_NDIM = 64  # sanity bound when reading; no real tensor comes close
 
 
 def write_ndarray(w: StreamWriter, value: np.ndarray | NDArray) -> None:
@@ -66,14 +65,12 @@ def read_ndarray(r: StreamReader, field: str = "NDArray") -> NDArray:
         dtype = C.dtype_from_dl(code, bits, lanes)
     except KilnError as err:
         raise r.error(f"corrupt {field}: {err}") from None
-    shape = tuple(int(s) for s in np.frombuffer(r.raw(8 * ndim, f"{field} shape"), dtype="<i8"))
-    if any(s < 0 for s in shape):
-        raise r.error(f"corrupt {field}: negative shape {shape}")
+    shape = tuple(np.frombuffer(r.raw(8 * ndim, f"{field} shape"), dtype="<i8").tolist())
+    try:  # Python ints: no overflow; nothing is allocated before the data check
+        expect = checked_nbytes(shape, np.dtype(dtype).itemsize)
+    except ShapeError as err:
+        raise r.error(f"corrupt {field}: {err}") from None
     nbytes = r.i64(f"{field} nbytes")
-    itemsize = np.dtype(dtype).itemsize
-    expect = itemsize
-    for s in shape:  # Python ints: no overflow; nothing is allocated before the data check
-        expect *= s
     if nbytes != expect:
         raise r.error(f"corrupt {field}: nbytes {nbytes} but shape {shape} of {dtype} "
                       f"needs {expect}")

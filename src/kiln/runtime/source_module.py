@@ -20,14 +20,17 @@ from kiln.runtime import toolchain
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
 from kiln.runtime.packed_func import PackedFunc
+from kiln.runtime.private_dir import private_dir
 
 
 def cache_dir() -> Path:
-    """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder."""
+    """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder
+    (``<tmp>/kiln-cache-<uid>``), created ``0700``. The libraries there are loaded as code, so
+    a folder that is not private (a symlink, another owner, writable by others) is not used:
+    see :func:`kiln.runtime.private_dir.private_dir`."""
     env = os.environ.get("KILN_CACHE_DIR")
     path = Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(path, "cache")
 
 
 class CSourceModule(Module):
