@@ -38,6 +38,7 @@ from kiln.runtime.tar import untar
 
 BLOB_SYMBOL = "__tvm_dev_mblob"
 ET_REL = 1  # ELF e_type of a relocatable object
+MADV_DONTNEED = 4  # Linux <sys/mman.h>
 #: files of an unpacked tar that are linked (sources are compiled first); others are data
 LINK_SUFFIXES = (*toolchain.SOURCE_SUFFIXES, ".o")
 
@@ -169,4 +170,30 @@ def _load_shared(path: str) -> Module:
         raise ModuleLoadError(f"{path}: corrupt {BLOB_SYMBOL}: it claims {nbytes} bytes but at "
                               f"most {max(avail, 0)} follow it in the file")
     payload = memoryview((ctypes.c_char * nbytes).from_address(addr + 8)).cast("B")
-    return unpack_imports(payload, lib, what=f"{path}: {BLOB_SYMBOL}")
+    root = unpack_imports(payload, lib, what=f"{path}: {BLOB_SYMBOL}")
+    del payload
+    _release_pages(addr, nbytes + 8)
+    return root
+
+
+def _release_pages(addr: int, nbytes: int) -> None:
+    """Drop the blob's pages from this process's resident memory once it is unpacked.
+
+    The modules hold their own copies (params as aligned NDArrays), so without this the params
+    would be resident twice: once in the mapped library, once in the factory. The blob lies in
+    a read-only, file-backed mapping that is never written, so ``MADV_DONTNEED`` only forgets
+    the pages; a later read would fetch the same bytes from the file again. Only pages wholly
+    inside the blob are released, never a neighbour's (possibly relocated) data. Best effort:
+    where ``madvise`` is missing nothing changes but the memory use.
+    """
+    page = mmap.PAGESIZE
+    start = -(-addr // page) * page
+    end = (addr + nbytes) // page * page
+    if end - start < page:
+        return
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise(start, end - start, MADV_DONTNEED)
