@@ -4,7 +4,8 @@ Design note. This package mirrors Apache TVM's classic runtime: a tree of :class
 objects (C source or a loaded library holding kernels; a binary-serializable
 ``GraphExecutorFactory`` holding graph JSON and params) that ``export_library`` turns into one
 shared object with the imports blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the
-tree. Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
+tree. Compiled kernels arrive as C source (``CSourceModule``) or as
+LLVM objects (``ObjectModule``, type_key ``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
 DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
 ``blob``, ``params``, ``graph_executor``...).
@@ -22,6 +23,7 @@ from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.load import load_module
 from kiln.runtime.module import Module, PyFunctionModule
 from kiln.runtime.ndarray import Device, NDArray, array, cpu, empty
+from kiln.runtime.object_module import ObjectModule
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, save_param_dict
 from kiln.runtime.registry import get_global_func, list_global_func_names, register_func
@@ -29,7 +31,7 @@ from kiln.runtime.source_module import CSourceModule
 
 __all__ = [
     "CSourceModule", "Device", "GraphExecutor", "GraphExecutorFactoryModule", "LibraryModule",
-    "Module", "NDArray", "PackedFunc", "PyFunctionModule", "array", "cpu", "cross_compiler",
+    "Module", "NDArray", "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "cross_compiler",
     "empty", "export_library", "from_dlpack", "get_global_func", "list_global_func_names",
     "load_module", "load_param_dict", "register_func", "save_param_dict",
 ]

@@ -3,11 +3,14 @@
 src/target/codegen.cc).
 
 Steps: index the tree (``blob.index_modules``); save each DSO-exportable module as
-``lib<i>.c``; write the imports blob (always, even when it only says ``_lib``) and the
-``__kiln_func_names`` list into ``devc.c`` — or, for blobs of 1 MiB and more, into an assembler
-file ``devc.S`` that ``.incbin``s ``devc.bin`` (a giant hex array compiles slowly: a known TVM
-complaint; the assembler copies hundreds of MB in seconds); add ``support/backend.c``; compile
-in parallel and link with the system C compiler. The library is linked to a temporary file in
+``lib<i>.<export_suffix>`` (``.c`` source, ``.o`` object for ``llvm`` modules); write the imports
+blob (always, even when it only says ``_lib``) and the ``__kiln_func_names`` list into
+``devc.c`` — or, for blobs of 1 MiB and more, into an assembler file ``devc.S`` that
+``.incbin``s ``devc.bin`` (a giant hex array compiles slowly: a known TVM complaint; the
+assembler copies hundreds of MB in seconds); when the tree holds an ``llvm`` module and the
+compiler registered ``runtime.ModulePackImportsToLLVM``, that function writes them instead
+(an LLVM ``devc.o`` for the module's target, TVM's ``PackImportsToLLVM``); add
+``support/backend.c``; compile in parallel and link with the system C compiler. The library is linked to a temporary file in
 the destination folder and renamed into place, so a failure never leaves a partial file and
 never touches an existing one.
 """
@@ -20,10 +23,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, ToolchainError
 from kiln.runtime import toolchain
 from kiln.runtime.blob import index_modules, pack_imports
 from kiln.runtime.module import Module
+from kiln.runtime.registry import get_global_func
 
 #: blobs at least this large go through ``.incbin`` instead of a C array
 INCBIN_THRESHOLD = 1 << 20
@@ -114,6 +118,15 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
         raise KilnError(f"export_library: output folder {out_dir} does not exist")
     options = list(options or [])
     index = index_modules(module)
+    if fcompile is None:
+        # An object for another machine would fail in the linker as "Relocations in generic
+        # ELF" or "file in wrong format": say what to do instead.
+        for m in index.dso_modules:
+            if getattr(m, "is_host_object", True) is False:
+                raise ToolchainError(
+                    f"export_library({file_name}): the {m.type_key} module was compiled for "
+                    f"{getattr(m, 'triple', '') or 'another machine'}, not this host; pass "
+                    "fcompile=cross_compiler('<triple>-gcc') to link it")
     blob = pack_imports(module, index)
     func_names = list(dict.fromkeys(n for m in index.dso_modules
                                     for n in m.list_function_names()))
@@ -125,7 +138,14 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
             f = os.path.join(workdir, f"lib{i}.{m.export_suffix or 'c'}")
             m.save(f)
             files.append(f)
-        files += write_devc(workdir, blob, func_names)
+        llvm_mods = [m for m in index.dso_modules
+                     if m.type_key == "llvm" and getattr(m, "target", "")]
+        pack_llvm = (get_global_func("runtime.ModulePackImportsToLLVM", allow_missing=True)
+                     if llvm_mods else None)
+        if pack_llvm is not None:
+            files += pack_llvm(blob, func_names, llvm_mods[0].target, workdir)
+        else:
+            files += write_devc(workdir, blob, func_names)
         del blob  # large params: do not hold a second copy while the compiler runs
         backend = os.path.join(workdir, "kiln_backend.c")
         shutil.copyfile(toolchain.BACKEND_C, backend)
@@ -180,7 +200,7 @@ def cross_compiler(compile_func: str | Sequence[str], options: Sequence[str] | N
                  ) -> None:
         toolchain.run([*cc, *toolchain.COMPILE_FLAGS, *toolchain.LINK_FLAGS,
                        f"-I{toolchain.INCLUDE_DIR}", *base, *(options or []), "-o", output,
-                       *objects])
+                       *objects, *toolchain.LINK_LIBS])
 
     fcompile.output_format = output_format  # type: ignore[attr-defined]
     return fcompile
