@@ -1,8 +1,8 @@
 """Kiln vs onnxruntime on whole models, side by side in one process.
 
-For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it for the C target,
-``export_library`` a ``.so``, load it back and time it next to an onnxruntime CPU session with the
-same number of threads and the same input. Prints a markdown table (and writes JSON with
+For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it (``--target``: C by
+default, or e.g. ``"llvm -mcpu=native"``), ``export_library`` a ``.so``, load it back and time it
+next to an onnxruntime CPU session with the same number of threads and the same input. Prints a markdown table (and writes JSON with
 ``--json``). Run ``python benchmarks/models.py --help`` for the options; see
 ``benchmarks/README.md`` for what is measured.
 """
@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", default=",".join(ALL_MODELS),
                    help=f"comma-separated subset of: {', '.join(ALL_MODELS)} (default: all)")
     p.add_argument("--threads", type=int, default=1, help="threads for Kiln and ORT (default 1)")
+    p.add_argument("--target", default="c",
+                   help='Kiln target, e.g. "c" (default) or "llvm -mcpu=native"')
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
@@ -95,7 +97,7 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     so_path = workdir / f"{name}.so"
     t0 = time.perf_counter()
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target="c", params=params)
+    lib = kiln.build(mod, target=args.target, params=params)
     lib.export_library(str(so_path))
     compile_s = time.perf_counter() - t0
     del mod, params, lib
@@ -159,7 +161,7 @@ def environment(args: argparse.Namespace) -> dict:
             cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads,
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
             "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
             "kiln": kiln.__version__, "onnxruntime": ort.__version__,
             "python": platform.python_version()}
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 msg = f"{type(err).__name__}: {err}".splitlines()[0][:300]
                 rows.append({"model": name, "error": msg})
     env = environment(args)
-    print(f"\n{env['cpu']}, {args.threads} thread(s), median of {args.repeat} runs "
+    print(f"\n{env['cpu']}, target {args.target}, {args.threads} thread(s), median of "
+          f"{args.repeat} runs "
           f"after {args.warmup} warm-up; kiln {env['kiln']}, onnxruntime {env['onnxruntime']}\n")
     print(markdown(rows))
     if args.json:

@@ -116,3 +116,27 @@ def test_cross_compiled_kernels_run_under_qemu(isa, tmp_path):
             got = np.frombuffer(p.read_bytes(), want.dtype).reshape(want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{func.name} on {isa}")
+
+
+def test_cross_export_of_a_large_blob_uses_the_assembler(tmp_path):
+    """Blobs of 1 MiB and more for a foreign triple go through devc.S (llvmlite has no
+    assembler for foreign targets), assembled by the cross compiler."""
+    if _missing("riscv64"):
+        pytest.skip(f"needs {_missing('riscv64')}")
+    from test_runtime_roundtrip import make_graph
+
+    n = 2**19  # 2 MiB of float32
+    lib = build_llvm([binary_kernel("fused_add", [n], lambda x, y: x + y),
+                      binary_kernel("fused_mul", [n], lambda x, y: x * y)],
+                     CROSS["riscv64"]["target"])
+    fac = rt.GraphExecutorFactoryModule(make_graph(shape=[n]), lib,
+                                        {"p0": np.ones(n, "float32")})
+    work = tmp_path / "work"
+    so = tmp_path / "big.so"
+    fac.export_library(str(so), fcompile=rt.cross_compiler(CROSS["riscv64"]["cc"]),
+                       workspace_dir=str(work))
+    assert (work / "devc.S").exists() and not (work / "devc.o").exists()
+    syms = toolchain.run(["riscv64-linux-gnu-nm", "-S", "--defined-only", str(so)])
+    size = next(int(line.split()[1], 16) for line in syms.splitlines()
+                if line.endswith(" __tvm_dev_mblob"))
+    assert size > 4 * n
