@@ -7,6 +7,8 @@
 #                   toolchains and qemu-user for tests/backend/test_cross.py (root + apt-get;
 #                   otherwise those tests skip)
 #   make test-fast  tests/unit only
+#   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
+#                   KILN_FUZZ_SEED picks another sequence); not part of make test
 #   make lint       ruff over src/ and tests/
 #   make clean      remove the virtual environment and caches
 
@@ -17,7 +19,7 @@ STAMP := $(VENV)/.kiln-installed
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast lint toolchain cross-toolchain venv clean
+.PHONY: all demo test test-fast fuzz lint toolchain cross-toolchain venv clean
 
 all: test
 
@@ -82,6 +84,10 @@ test: $(STAMP) toolchain cross-toolchain
 
 test-fast: $(STAMP)
 	$(PY) -m pytest tests/unit -n 2 -q $(PYTEST_ARGS)
+
+fuzz: $(STAMP) toolchain
+	$(PY) -m pytest tests/unit/test_runtime_fuzz.py tests/backend/test_runtime_fuzz_so.py \
+	  -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'

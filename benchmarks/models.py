@@ -1,7 +1,7 @@
 """Kiln vs onnxruntime on whole models, side by side in one process.
 
-For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it (``--target``: C by
-default, or e.g. ``"llvm -mcpu=native"``), ``export_library`` a ``.so``, load it back and time it
+For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it (``--target``:
+``"c -mcpu=native"`` by default, or e.g. ``"llvm -mcpu=native"``), ``export_library`` a ``.so``, load it back and time it
 next to an onnxruntime CPU session with the same number of threads and the same input. Prints a markdown table (and writes JSON with
 ``--json``). Run ``python benchmarks/models.py --help`` for the options; see
 ``benchmarks/README.md`` for what is measured.
@@ -32,11 +32,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", default=",".join(ALL_MODELS),
                    help=f"comma-separated subset of: {', '.join(ALL_MODELS)} (default: all)")
     p.add_argument("--threads", type=int, default=1, help="threads for Kiln and ORT (default 1)")
-    p.add_argument("--target", default="c",
-                   help='Kiln target, e.g. "c" (default) or "llvm -mcpu=native"')
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
+    p.add_argument("--target", default="c -mcpu=native",
+                   help="Kiln target (default: 'c -mcpu=native')")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--workdir", type=Path, help="keep the exported .so files here")
     args = p.parse_args(argv)

@@ -27,8 +27,8 @@ def __getattr__(name):
     # Lazy submodules keep `import kiln` cheap and keep kiln.runtime free of compiler imports.
     import importlib
 
-    if name in ("frontend", "runtime", "graph_executor", "ir", "passes", "ops", "codegen",
-                "target", "schedules"):
+    if name in ("frontend", "runtime", "graph_executor", "debug_executor", "ir", "passes",
+                "ops", "codegen", "target", "schedules"):
         return importlib.import_module(f"kiln.{name}")
     if name == "build":
         from kiln.build_module import build

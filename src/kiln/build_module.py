@@ -1,9 +1,11 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
-The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis → FuseOps → per fused
-function: compute → schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; then the
-graph JSON with its memory plan. Identical fused functions compile to one kernel. The target is
-the current one (``with target:``) while kernels are lowered, so schedules can read it.
+The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis →
+FoldConstant → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
+schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; then the graph JSON
+with its memory plan. Identical fused functions compile to one kernel. The target is the
+current one (``with target:``) while the graph is optimized and kernels are lowered, so
+passes and schedules can read it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kiln.codegen.c import build_c_source
 from kiln.errors import CompileError
 from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
@@ -38,6 +41,8 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
     func = simplify_inference(func)
     func = fold_constant(func)
     func = fold_scale_axis(func)
+    func = fold_constant(func)
+    func = alter_op_layout(func)
     return fuse_ops(func)
 
 
@@ -49,7 +54,8 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     Parameters
     ----------
     mod : the model (``kiln.frontend.from_onnx``'s first result) or a graph Function.
-    target : ``"c"`` (C source, compiled by the system C compiler at export time) or
+    target : ``"c"`` (C source, compiled by the system C compiler at export time;
+        ``"c -mcpu=native"`` compiles it with ``-march=native``) or
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
         LLVM, see :class:`kiln.target.Target`); default: ``Target.current()``, else ``"c"``.
     params : weights by name (``from_onnx``'s second result); bound as constants.
@@ -81,7 +87,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
             lib = build_llvm(kernels, tgt)
     else:
         with progress.stage("Generating C"):
-            lib = _c_modules(kernels)
+            lib = _c_modules(kernels, c_compile_options(tgt))
     with progress.stage("Planning memory"):
         graph, consts, plan = graph_json(fused, kernel_names)
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",
@@ -120,13 +126,20 @@ def _unique(name: str, used: set[str]) -> str:
     return cand
 
 
-def _c_modules(kernels) -> CSourceModule:
+def c_compile_options(target: Target) -> list[str]:
+    """C compiler flags for ``target``: ``-mcpu=X`` → ``-march=X`` (``native``: this CPU)."""
+    cpu = target.options.get("mcpu")
+    return [f"-march={cpu}"] if isinstance(cpu, str) else []
+
+
+def _c_modules(kernels, options: list[str]) -> CSourceModule:
     """One C source module per group of kernels; the first imports the rest."""
     nfiles = max(1, min(os.cpu_count() or 1, -(-len(kernels) // KERNELS_PER_FILE)))
     chunks = [kernels[i::nfiles] for i in range(nfiles)]
-    mods = [CSourceModule(build_c_source(c), [k.name for k in c]) for c in chunks if c]
+    mods = [CSourceModule(build_c_source(c), [k.name for k in c], compile_options=options)
+            for c in chunks if c]
     if not mods:
-        mods = [CSourceModule(build_c_source([]), [])]
+        mods = [CSourceModule(build_c_source([]), [], compile_options=options)]
     for m in mods[1:]:
         mods[0].import_module(m)
     return mods[0]

@@ -4,7 +4,8 @@
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...] [--quiet]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
-    kiln inspect model.so
+                      [--profile] [--dump-outputs DIR]
+    kiln inspect model.so [--graph graph.json] [--params model.params]
     kiln demo [--runs N] [-o demo.so]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
@@ -110,12 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", help="write the outputs to this .npz (keys: output names)")
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default: 0)")
     p.add_argument("--repeat", type=_positive_int, default=1,
-                   help="timed runs; prints min/median/max (default: 1)")
+                   help="timed runs; prints min/median/max (default: 1); with --profile: "
+                        "measurements per node")
+    p.add_argument("--profile", action="store_true",
+                   help="run with the debug executor; print per-node times, slowest first")
+    p.add_argument("--dump-outputs", metavar="DIR",
+                   help="write every node's output to DIR (.npy per output, nodes.json); "
+                        "implies --profile")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("inspect", help="show a compiled library's modules, graph and params",
                        description="Show the module tree, graph inputs/outputs and params.")
     p.add_argument("library", help="the compiled library (.so)")
+    p.add_argument("--graph", metavar="FILE", help="write the graph JSON to FILE")
+    p.add_argument("--params", metavar="FILE",
+                   help="write the params to FILE (TVM param-dict format)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("demo", help="compile a text-orientation model and check it",
@@ -141,14 +151,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kiln.cli_run import run_library
 
     run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
-                repeat=args.repeat)
+                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs)
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from kiln.cli_inspect import inspect_library
 
-    inspect_library(args.library)
+    inspect_library(args.library, graph_out=args.graph, params_out=args.params)
     return 0
 
 

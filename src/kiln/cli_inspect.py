@@ -1,10 +1,9 @@
-"""``kiln inspect``: a compiled library's module tree, graph inputs/outputs and params."""
+"""``kiln inspect``: a compiled library's module tree, graph inputs/outputs and params; extracts
+the graph JSON and the params (TVM param-dict format)."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from kiln.cli_run import open_library
+from kiln.cli_run import open_library, write_atomic
 
 
 def _functions(module) -> list[str]:
@@ -43,8 +42,10 @@ def module_tree_lines(root) -> list[str]:
     return lines
 
 
-def inspect_library(library: str, echo=print) -> None:
-    """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size.
+def inspect_library(library: str, echo=print, graph_out: str | None = None,
+                    params_out: str | None = None) -> None:
+    """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size;
+    optionally extract the graph JSON and the params.
 
     Parameters
     ----------
@@ -52,12 +53,20 @@ def inspect_library(library: str, echo=print) -> None:
         Path of a compiled ``.so``.
     echo : callable
         Receives each printed line.
+    graph_out : str, optional
+        Write the graph JSON (exactly the library's ``get_graph_json()`` text) here.
+    params_out : str, optional
+        Write the params here in TVM's param-dict format (``kiln.runtime.save_param_dict``;
+        ``load_param_dict`` / ``GraphModule.load_params`` read it back).
 
     Raises
     ------
     KilnError
-        If the library cannot be loaded or is not a graph-executor factory.
+        If the library cannot be loaded or is not a graph-executor factory, or an output file
+        cannot be written (files are written atomically: never left half-written).
     """
+    from kiln.runtime import save_param_dict
+
     root, info, params = open_library(library)
     echo(f"{library}")
     echo("modules:")
@@ -68,5 +77,13 @@ def inspect_library(library: str, echo=print) -> None:
         echo(f"{kind}:")
         for t in items:
             echo(f"  {t.name}: {'x'.join(map(str, t.shape)) or 'scalar'} {t.dtype}")
-    nbytes = sum(int(np.asarray(v.numpy()).nbytes) for v in params.values())
+    nbytes = sum(int(v.nbytes) for v in params.values())
     echo(f"params: {len(params)} tensors, {nbytes} bytes ({nbytes / 1e6:.2f} MB)")
+    if graph_out:
+        text = root["get_graph_json"]().encode()
+        write_atomic(graph_out, lambda f: f.write(text))
+        echo(f"wrote graph JSON to {graph_out}")
+    if params_out:
+        blob = save_param_dict(params)
+        write_atomic(params_out, lambda f: f.write(blob))
+        echo(f"wrote {len(params)} params to {params_out}")

@@ -8,7 +8,9 @@ import statistics
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -104,8 +106,9 @@ def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
     return out
 
 
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` atomically (temporary file in the same directory + rename).
+def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Create or replace ``path`` atomically: ``write(f)`` fills a temporary file in the same
+    directory, which is renamed over ``path`` only when it succeeds.
 
     Raises
     ------
@@ -114,13 +117,12 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """
     target = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                   suffix=".tmp.npz")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as err:
         raise KilnError(f"cannot write {path}: {err.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -128,8 +130,20 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
         raise
 
 
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` atomically (:func:`write_atomic`).
+
+    Raises
+    ------
+    KilnError
+        If the directory does not exist or is not writable.
+    """
+    write_atomic(path, lambda f: np.savez(f, **arrays))
+
+
 def run_library(library: str, inputs: str | None = None, outputs: str | None = None,
-                seed: int = 0, repeat: int = 1, echo=print) -> dict[str, np.ndarray]:
+                seed: int = 0, repeat: int = 1, echo=print, profile: bool = False,
+                dump_outputs: str | None = None) -> dict[str, np.ndarray]:
     """Run a compiled library once per ``repeat``; print output shapes and timing.
 
     Parameters
@@ -143,9 +157,16 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     seed : int
         Seed for random inputs.
     repeat : int
-        Timed runs; min/median/max are printed (ms, wall clock).
+        Timed runs; min/median/max are printed (ms, wall clock). With ``profile``: measurements
+        per node.
     echo : callable
         Receives each printed line.
+    profile : bool
+        Run with the debug executor (the factory's ``debug_create``) and print the per-node
+        table (``kiln.debug_executor.DebugReport.table``: slowest node first).
+    dump_outputs : str, optional
+        Folder for every node's output (``.npy`` per output, ``nodes.json``); implies
+        ``profile``.
 
     Returns
     -------
@@ -155,29 +176,43 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     Raises
     ------
     KilnError
-        Unloadable library, bad input file, shape mismatch.
+        Unloadable library, bad input file, shape mismatch, unwritable dump folder.
     """
     import kiln
 
     root, info, _ = open_library(library)
     feed = load_inputs(inputs, info.inputs) if inputs else random_inputs(info.inputs, seed)
-    factory = root.get_function(FACTORY_NAME)
-    if factory is None:
-        raise KilnError(f"{library}: no {FACTORY_NAME!r} executor factory function")
-    gmod = kiln.graph_executor.GraphModule(factory(kiln.cpu()))
-    for name, value in feed.items():
-        gmod.set_input(name, value)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        gmod.run()
-        times.append((time.perf_counter() - start) * 1e3)
+    profile = profile or dump_outputs is not None
+    create = root.get_function("debug_create" if profile else FACTORY_NAME)
+    if create is None:
+        raise KilnError(f"{library}: no {'debug_create' if profile else FACTORY_NAME!r} "
+                        "executor factory function")
+    if profile:
+        from kiln.debug_executor import GraphModuleDebug
+
+        gmod = GraphModuleDebug(create(FACTORY_NAME, kiln.cpu()), dump_root=dump_outputs)
+        for name, value in feed.items():
+            gmod.set_input(name, value)
+        report_lines = gmod.run(repeat=repeat).table().splitlines()
+    else:
+        gmod = kiln.graph_executor.GraphModule(create(kiln.cpu()))
+        for name, value in feed.items():
+            gmod.set_input(name, value)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            gmod.run()
+            times.append((time.perf_counter() - start) * 1e3)
+        report_lines = [_timing(times)]
     result = {t.name: gmod.get_output(k).numpy() for k, t in enumerate(info.outputs)}
     source = inputs if inputs else f"random (seed {seed})"
     echo(f"inputs: {source}")
     for name, arr in result.items():
         echo(f"output {name}: shape {tuple(arr.shape)} {arr.dtype}")
-    echo(_timing(times))
+    for line in report_lines:
+        echo(line)
+    if dump_outputs:
+        echo(f"wrote node outputs to {dump_outputs}")
     if outputs:
         save_npz(outputs, result)
         echo(f"wrote {outputs}")

@@ -9,6 +9,10 @@ Usage::
     gmod.run()
     y = gmod.get_output(0).numpy()
 
+    # per-node time and outputs, also on an exported library:
+    dbg = kiln.debug_executor.GraphModuleDebug(lib["debug_create"]("default", kiln.cpu()))
+    print(dbg.run(x=x, repeat=5).table())
+
 :class:`GraphModule` wraps an executor *module* and calls it through its packed functions, as
 TVM's wrapper does, so it works the same on any executor module. Lives outside
 ``kiln.runtime``'s internals but imports only ``kiln.runtime``.
@@ -16,6 +20,7 @@ TVM's wrapper does, so it works the same on any executor module. Lives outside
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kiln.errors import KilnError
@@ -35,6 +40,12 @@ class GraphModule:
     ------
     KilnError
         If ``module`` lacks the executor functions.
+
+    Notes
+    -----
+    Use one GraphModule (one executor) from one thread at a time; different executors, from
+    one factory or from several loaded libraries, may run concurrently in different threads
+    (see ``kiln.runtime.GraphExecutor``).
     """
 
     def __init__(self, module: Module):
@@ -50,6 +61,11 @@ class GraphModule:
         self._get_num_inputs = module["get_num_inputs"]
         self._get_input_index = module["get_input_index"]
         self._load_params = module["load_params"]
+
+    def _optional(self, name: str) -> Any:
+        # Functions added after TVM's first executor API: looked up on use, so a module
+        # without them still works for the rest.
+        return self.module[name]
 
     def set_input(self, key: int | str | None = None, value: Any = None, **params: Any) -> None:
         """Copy inputs into the executor: ``set_input("x", arr)``, ``set_input(0, arr)`` or
@@ -80,15 +96,96 @@ class GraphModule:
             self.set_input(**inputs)
         self._run()
 
-    def get_output(self, index: int | str) -> NDArray:
-        """A fresh copy of output ``index`` (valid after later runs too).
+    def get_output(self, index: int | str, out: NDArray | None = None) -> NDArray:
+        """A fresh copy of output ``index`` (valid after later runs too), or the output copied
+        into ``out`` (returned) when given.
 
         Returns
         -------
         NDArray
             Shape and dtype of the graph's output ``index``.
+
+        Raises
+        ------
+        KilnError
+            Unknown output index or name.
+        ShapeError
+            ``out`` has another shape or dtype.
         """
-        return self._get_output(index)
+        return self._get_output(index) if out is None else self._get_output(index, out)
+
+    def run_from_inputs(self, inputs: Mapping[str, Any] | None = None,
+                        **kwargs: Any) -> list[NDArray]:
+        """Set ``inputs`` (a mapping and/or keywords, by name), run once, return copies of all
+        outputs in order (TVM's ``run_from_inputs``).
+
+        Raises
+        ------
+        KilnError, ShapeError
+            As :meth:`set_input` and :meth:`run`.
+        """
+        args: list[Any] = [cpu()]
+        for name, value in {**(inputs or {}), **kwargs}.items():
+            args += [name, value]
+        return list(self._optional("run_from_inputs")(*args))
+
+    def set_input_zero_copy(self, key: int | str, value: Any) -> None:
+        """Let the kernels read input ``key`` from ``value``'s memory, without copying
+        (TVM's ``set_input_zero_copy``); ``value`` must be an NDArray, numpy array or DLPack
+        tensor with exactly the input's shape and dtype, C-contiguous and 64-byte aligned
+        (``kiln.runtime.empty`` / ``array`` give such memory).
+
+        Raises
+        ------
+        KilnError
+            Unknown input; unaligned, non-contiguous memory; memory overlapping a zero-copy
+            output.
+        ShapeError
+            Shape or dtype differs.
+        """
+        self._optional("set_input_zero_copy")(key, value)
+
+    def set_output_zero_copy(self, index: int | str, value: Any) -> None:
+        """Let the kernel producing output ``index`` write into ``value``'s memory (TVM's
+        ``set_output_zero_copy``); ``None`` ends the binding. Same requirements as
+        :meth:`set_input_zero_copy`, and writable. See
+        ``kiln.runtime.GraphExecutor.set_output_zero_copy`` for when a copy is made instead.
+
+        Raises
+        ------
+        KilnError
+            Unknown output; unaligned, non-contiguous or read-only memory; memory overlapping a
+            zero-copy input, a shared param or another zero-copy output.
+        ShapeError
+            Shape or dtype differs.
+        """
+        self._optional("set_output_zero_copy")(index, value)
+
+    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the graph inputs, params excluded (TVM's
+        ``get_input_info``)."""
+        info = self._optional("get_input_info")()
+        return dict(info["shape"]), dict(info["dtype"])
+
+    def get_output_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the graph outputs, by output name (``output_<i>``
+        when the graph has no names)."""
+        info = self._optional("get_output_info")()
+        return dict(info["shape"]), dict(info["dtype"])
+
+    def share_params(self, other: GraphModule | Module, params_bytes: bytes) -> None:
+        """Make this executor read the params named in ``params_bytes`` from ``other``'s
+        memory, without copies (TVM's ``share_params``).
+
+        Raises
+        ------
+        KilnError
+            ``other`` is not a graph executor.
+        ShapeError
+            A param's shape or dtype differs between the two.
+        """
+        module = other.module if isinstance(other, GraphModule) else other
+        self._optional("share_params")(module, params_bytes)
 
     def get_input(self, key: int | str) -> NDArray:
         """A copy of the current value of input ``key``."""
@@ -113,9 +210,24 @@ class GraphModule:
         return self.module[name]
 
 
-def create(graph_json: str, lib: Module, device: Device | None = None) -> GraphModule:
+def create(graph_json: str, lib: Module, device: Device | None = None, debug: bool = False,
+           dump_root: str | None = None) -> GraphModule:
     """A GraphModule for ``graph_json`` over the kernels of ``lib`` (TVM's
-    ``graph_executor.create``); every null node is an input (no params bound).
+    ``graph_executor.create``, and ``debugger.debug_executor.create`` with ``debug=True``);
+    every null node is an input (no params bound).
+
+    Parameters
+    ----------
+    graph_json : str
+        TVM graph JSON.
+    lib : Module
+        Holds the kernels (a loaded library, a factory, a C source module tree).
+    device : Device, optional
+        The CPU (default).
+    debug : bool
+        Return a :class:`kiln.debug_executor.GraphModuleDebug` (per-node time and outputs).
+    dump_root : str, optional
+        With ``debug``: folder the per-node outputs are written to by ``run``.
 
     Raises
     ------
@@ -124,6 +236,11 @@ def create(graph_json: str, lib: Module, device: Device | None = None) -> GraphM
     KilnError
         A kernel named by the graph is missing from ``lib``.
     """
+    if debug:
+        from kiln.debug_executor import GraphModuleDebug
+        from kiln.runtime.debug_executor import GraphExecutorDebug
+
+        return GraphModuleDebug(GraphExecutorDebug(graph_json, lib, device or cpu()), dump_root)
     return GraphModule(GraphExecutor(graph_json, lib, device or cpu()))
 
 

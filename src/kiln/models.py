@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.runtime.private_dir import private_dir
 
 log = logging.getLogger("kiln")
 
@@ -62,12 +63,13 @@ def cache_dir() -> Path:
     Returns
     -------
     Path
-        ``$KILN_CACHE_DIR`` if set, else ``~/.cache/kiln``.
+        ``$KILN_CACHE_DIR`` if set, else ``~/.cache/kiln``; a private temp folder for this
+        process (with a warning) when that folder is not private
+        (:func:`kiln.runtime.private_dir.private_dir`).
     """
     env = os.environ.get("KILN_CACHE_DIR")
     path = Path(env) if env else Path.home() / ".cache" / "kiln"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    return private_dir(path, "cache")
 
 
 @contextlib.contextmanager

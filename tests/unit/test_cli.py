@@ -205,3 +205,15 @@ def test_npz_inputs_round_trip(tmp_path):
         load_inputs(str(tmp_path / "other.npz"), info.inputs)
     with pytest.raises(KilnError):
         save_npz(str(tmp_path / "no" / "out.npz"), {"y": x})
+
+
+def test_profile_and_extract_arguments():
+    args = cli.build_parser().parse_args(["run", "m.so"])
+    assert (args.profile, args.dump_outputs) == (False, None)
+    args = cli.build_parser().parse_args(["run", "m.so", "--profile", "--repeat", "5",
+                                          "--dump-outputs", "dump"])
+    assert (args.profile, args.repeat, args.dump_outputs) == (True, 5, "dump")
+    args = cli.build_parser().parse_args(["inspect", "m.so", "--graph", "g.json",
+                                          "--params", "m.params"])
+    assert (args.graph, args.params) == ("g.json", "m.params")
+    assert cli.build_parser().parse_args(["inspect", "m.so"]).graph is None

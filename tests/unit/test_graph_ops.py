@@ -21,10 +21,12 @@ VOCABULARY = {
                           "nn.bias_add", "where", "expand"],
     OpPattern.OUT_ELEMWISE_FUSABLE: ["nn.conv2d", "nn.dense", "nn.matmul", "nn.max_pool2d",
                                      "nn.avg_pool2d", "nn.global_avg_pool2d",
-                                     "nn.global_max_pool2d"],
+                                     "nn.global_max_pool2d", "nn.conv2d_NCHWc",
+                                     "nn.depthwise_conv2d_NCHWc"],
     OpPattern.COMM_REDUCE: ["sum", "mean", "max", "min"],
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout"],
-    OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take"],
+    OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
+                          "layout_transform"],
 }
 
 

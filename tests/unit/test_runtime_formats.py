@@ -275,7 +275,7 @@ def test_graph_executor_python_kernels_and_storage_reuse():
     ex = fac["default"](rt.cpu())
     assert isinstance(ex, GraphExecutor)
     # storage 3 is shared by add1 and add3: one pool, two views
-    assert ex._entries[3].data_ptr == ex._entries[5].data_ptr
+    assert ex._storage.pool_view[3].data_ptr == ex._storage.pool_view[5].data_ptr
     gm = GraphModule(ex)
     assert gm.get_num_inputs() == 2 and gm.get_num_outputs() == 1
     assert gm.get_input_index("y") == 1 and gm.get_input_index("nope") == -1

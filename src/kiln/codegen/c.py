@@ -182,9 +182,10 @@ class _FuncWriter:
         if s.kind == "parallel":
             self.line("#pragma omp parallel for schedule(static)")
         elif s.kind == "unrolled":
-            self.line("#pragma GCC unroll 16")
+            unroll = s.extent.value if isinstance(s.extent, L.IntImm) else 16
+            self.line(f"#pragma GCC unroll {min(unroll, 64)}")
         elif s.kind == "vectorized":
-            self.line("#pragma GCC ivdep")
+            self.line("#pragma omp simd")
         lo, ext = self.expr(s.min), self.expr(s.extent)
         end = ext if _is_zero(s.min) else f"{lo} + {ext}"
         self.line(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v}) {{")

@@ -23,6 +23,9 @@ class Stage:
         self.tensor = tensor
         self.inline = False
         self.order: list[IterVar] | None = None
+        self.splits: dict[int, tuple[IterVar, IterVar]] = {}
+        self.kinds: dict[int, str] = {}
+        self.local_accumulator = False
 
     def compute_inline(self) -> None:
         if self.tensor.is_reduction:
@@ -33,6 +36,26 @@ class Stage:
         """Materialize the stage in its own buffer (undo compute_inline)."""
         self.inline = False
 
+    def split(self, axis: IterVar, factor: int) -> tuple[IterVar, IterVar]:
+        """Split ``axis`` into (outer, inner) with ``inner.extent == factor``.
+
+        The factor must divide the extent (Kiln's schedules pick divisors, so no guard is
+        needed). The new axes replace ``axis`` in place in the loop order.
+        """
+        leaves = self.all_axes()
+        if not any(a is axis for a in leaves):
+            raise ScheduleError(f"split: {axis.name} is not a loop axis of {self.tensor.name}")
+        if factor <= 0 or axis.extent % factor:
+            raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
+                                f"(extent {axis.extent}) of {self.tensor.name}")
+        outer = IterVar(L.Var(f"{axis.name}_o"), axis.extent // factor, axis.kind)
+        inner = IterVar(L.Var(f"{axis.name}_i"), factor, axis.kind)
+        self.splits[id(axis)] = (outer, inner)
+        if self.order is not None:
+            i = next(k for k, a in enumerate(self.order) if a is axis)
+            self.order[i:i + 1] = [outer, inner]
+        return outer, inner
+
     def reorder(self, *axes: IterVar) -> None:
         own = self.all_axes()
         if sorted(map(id, axes)) != sorted(map(id, own)):
@@ -40,9 +63,51 @@ class Stage:
                                 f"{[a.name for a in own]}")
         self.order = list(axes)
 
-    def all_axes(self) -> list[IterVar]:
+    def unroll(self, axis: IterVar) -> None:
+        self.kinds[id(axis)] = "unrolled"
+
+    def vectorize(self, axis: IterVar) -> None:
+        self.kinds[id(axis)] = "vectorized"
+
+    def cache_write_local(self) -> None:
+        """Accumulate a reduction in a local block (TVM's ``cache_write`` + ``compute_at``).
+
+        The spatial axes placed after the first reduce axis form a block of accumulators kept
+        in a local buffer (registers, once unrolled and vectorized) while the reduction runs;
+        the block is then written out once, through the epilogue if there is one.
+        """
+        if not self.tensor.is_reduction:
+            raise ScheduleError(f"cache_write_local: {self.tensor.name} is not a reduction")
+        self.local_accumulator = True
+
+    def root_axes(self) -> list[IterVar]:
         body = self.tensor.body
         return self.tensor.axes + (body.axes if isinstance(body, Reduce) else [])
+
+    def all_axes(self) -> list[IterVar]:
+        """The leaf axes (after splits), in the stage's loop order."""
+        if self.order is not None:
+            return list(self.order)
+        out: list[IterVar] = []
+
+        def leaves(ax: IterVar) -> None:
+            if id(ax) in self.splits:
+                for sub in self.splits[id(ax)]:
+                    leaves(sub)
+            else:
+                out.append(ax)
+
+        for ax in self.root_axes():
+            leaves(ax)
+        return out
+
+    def index_of(self, ax: IterVar, leaf_vars: dict[int, L.Var]) -> L.PrimExpr:
+        """``ax``'s value in terms of the leaf loop variables."""
+        if id(ax) in self.splits:
+            outer, inner = self.splits[id(ax)]
+            return self.index_of(outer, leaf_vars) * inner.extent + \
+                self.index_of(inner, leaf_vars)
+        return leaf_vars[id(ax)]
 
 
 class Schedule:
@@ -185,10 +250,10 @@ def _find_epilogue(sch: Schedule, materialized: list[Tensor], buffers, expand):
         if producer in t.inputs():
             return None, None
     in_place = producer.dtype == out.dtype
-    order = sch[producer].order or sch[producer].all_axes()
+    order = sch[producer].all_axes()
     first_reduce = next(i for i, ax in enumerate(order) if ax.kind == "reduce")
     decomposed = any(ax.kind == "spatial" for ax in order[first_reduce:])
-    if decomposed and not in_place:
+    if decomposed and not in_place and not sch[producer].local_accumulator:
         return None, None
     return producer, _Epilogue(out, buffers[id(out)], body, pbuf, in_place)
 
@@ -199,9 +264,11 @@ def _is_identity(indices: list[L.PrimExpr], out: Tensor) -> bool:
                for i, ax in zip(indices, out.axes))
 
 
-def _loops(axes: list[IterVar], vmap: dict[L.Var, L.Var], body: L.Stmt) -> L.Stmt:
+def _loops(axes: list[IterVar], lv: dict[int, L.Var], body: L.Stmt,
+           kinds: dict[int, str] | None = None) -> L.Stmt:
     for ax in reversed(axes):
-        body = L.For(vmap[ax.var], L.IntImm(0), L.IntImm(ax.extent), "serial", body)
+        kind = (kinds or {}).get(id(ax), "serial")
+        body = L.For(lv[id(ax)], L.IntImm(0), L.IntImm(ax.extent), kind, body)
     return body
 
 
@@ -213,17 +280,24 @@ def _combine(combiner: str, acc: L.PrimExpr, value: L.PrimExpr) -> L.PrimExpr:
 
 def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None = None) -> L.Stmt:
     t = stage.tensor
-    order = stage.order or stage.all_axes()
-    vmap = {ax.var: L.Var(f"{t.name}_{ax.name}") for ax in order}
+    order = stage.all_axes()
+    lv = {id(ax): L.Var(f"{t.name}_{ax.name}") for ax in order}
+
+    def vmap_for(leaf_vars: dict[int, L.Var]) -> dict[L.Var, L.PrimExpr]:
+        return {ax.var: stage.index_of(ax, leaf_vars) for ax in stage.root_axes()}
+
+    vmap = vmap_for(lv)
     out_idx = [vmap[ax.var] for ax in t.axes]
+    kinds = stage.kinds
     if not isinstance(t.body, Reduce):
         value = L.substitute(expand(t.body), vmap)
-        return _loops(order, vmap, L.BufferStore(buf, value, out_idx))
+        return _loops(order, lv, L.BufferStore(buf, value, out_idx), kinds)
     red = t.body
     source = L.substitute(expand(red.source), vmap)
     init = expand(red.init)
     first_reduce = next(i for i, ax in enumerate(order) if ax.kind == "reduce")
-    if all(ax.kind == "reduce" for ax in order[first_reduce:]):
+    prefix, rest = order[:first_reduce], order[first_reduce:]
+    if all(ax.kind == "reduce" for ax in rest):
         # Accumulate in a register-like local scalar; store once.
         acc = L.Buffer(f"{t.name}_acc", (1,), t.dtype, scope="local")
         update = L.BufferStore(acc, _combine(red.combiner, acc[0], source), [L.IntImm(0)])
@@ -231,17 +305,22 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
             store = L.BufferStore(epilogue.out_buf, epilogue.apply(acc[0], out_idx), out_idx)
         else:
             store = L.BufferStore(buf, acc[0], out_idx)
-        inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]),
-                      _loops(order[first_reduce:], vmap, update), store)
-        return _loops(order[:first_reduce], vmap, L.Allocate(acc, inner))
+        inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]), _loops(rest, lv, update, kinds),
+                      store)
+        return _loops(prefix, lv, L.Allocate(acc, inner), kinds)
+    block = [ax for ax in rest if ax.kind == "spatial"]
+    if stage.local_accumulator:
+        return _loops(prefix, lv, _local_block(stage, buf, block, lv, vmap_for, source, init,
+                                               epilogue), kinds)
     # decompose_reduction: init under the leading spatial loops, then update in place.
-    prefix = order[:first_reduce]
-    rest_spatial = [ax for ax in t.axes if ax not in prefix]
+    spatial_leaves = [ax for ax in order if ax.kind == "spatial"]
+    rest_spatial = [ax for ax in spatial_leaves if ax not in prefix]
 
     def rest_nest(suffix: str, make_store) -> L.Stmt:
-        rmap = dict(vmap)
-        rmap.update({ax.var: L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in rest_spatial})
-        return _loops(rest_spatial, rmap, make_store([rmap[ax.var] for ax in t.axes]))
+        rv = dict(lv)
+        rv.update({id(ax): L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in rest_spatial})
+        rmap = vmap_for(rv)
+        return _loops(rest_spatial, rv, make_store([rmap[ax.var] for ax in t.axes]))
 
     init_nest = rest_nest("init", lambda idx: L.BufferStore(buf, init, idx))
     update = L.BufferStore(buf, _combine(red.combiner, L.BufferLoad(buf, out_idx), source),
@@ -251,5 +330,32 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
         assert epilogue.in_place, "a non-in-place epilogue needs the accumulator form"
         post = rest_nest("epi", lambda idx: L.BufferStore(
             epilogue.out_buf, epilogue.apply(L.BufferLoad(buf, idx), idx), idx))
-    return _loops(prefix, vmap,
-                  L.seq(init_nest, _loops(order[first_reduce:], vmap, update), post))
+    return _loops(prefix, lv, L.seq(init_nest, _loops(rest, lv, update, kinds), post), kinds)
+
+
+def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for, source,
+                 init, epilogue: _Epilogue | None) -> L.Stmt:
+    """Init a local accumulator block, reduce into it, write it out (through the epilogue)."""
+    t = stage.tensor
+    red = t.body
+    acc = L.Buffer(f"{t.name}_acc", tuple(ax.extent for ax in block), t.dtype, scope="local")
+    order = stage.all_axes()
+    rest = order[next(i for i, ax in enumerate(order) if ax.kind == "reduce"):]
+    acc_idx = [lv[id(ax)] for ax in block]
+    update = L.BufferStore(acc, _combine(red.combiner, L.BufferLoad(acc, acc_idx), source),
+                           acc_idx)
+
+    def block_nest(suffix: str, make_store) -> L.Stmt:
+        bv = dict(lv)
+        bv.update({id(ax): L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in block})
+        bmap = vmap_for(bv)
+        return _loops(block, bv, make_store([bmap[ax.var] for ax in t.axes],
+                                            [bv[id(ax)] for ax in block]), stage.kinds)
+
+    init_nest = block_nest("init", lambda _, a: L.BufferStore(acc, init, a))
+    if epilogue is not None:
+        store = block_nest("store", lambda o, a: L.BufferStore(
+            epilogue.out_buf, epilogue.apply(L.BufferLoad(acc, a), o), o))
+    else:
+        store = block_nest("store", lambda o, a: L.BufferStore(buf, L.BufferLoad(acc, a), o))
+    return L.Allocate(acc, L.seq(init_nest, _loops(rest, lv, update, stage.kinds), store))

@@ -12,19 +12,20 @@ from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 
 
-def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], value: float,
-             tag: str = "pad") -> te.Tensor:
-    """Pad H and W of an NCHW tensor by (top, left, bottom, right) with ``value``."""
+def pad_hw(data: te.Tensor, padding: tuple[int, int, int, int], value: float = 0.0,
+           tag: str = "pad") -> te.Tensor:
+    """Pad axes 2 and 3 (H, W) of an NCHW or NCHWc tensor by (top, left, bottom, right)."""
     pt, pl, pb, pr = padding
     if not any(padding):
         return data
-    n, c, h, w = data.shape
+    h, w = data.shape[2], data.shape[3]
+    shape = data.shape[:2] + (h + pt + pb, w + pl + pr) + data.shape[4:]
 
-    def body(i, j, y, x):
+    def body(n, c, y, x, *rest):
         inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
-        return L.Select(inside, data[i, j, y - pt, x - pl], L.const(value, data.dtype))
+        return L.Select(inside, data[(n, c, y - pt, x - pl, *rest)], L.const(value, data.dtype))
 
-    return te.compute((n, c, h + pt + pb, w + pl + pr), body, name="pad", tag=tag)
+    return te.compute(shape, body, name="pad", tag=tag)
 
 
 @register_compute("nn.conv2d")
@@ -35,7 +36,7 @@ def conv2d(inputs, attrs, out_type):
     groups = attrs["groups"]
     out_c, in_per_group, kh, kw = weight.shape
     out_per_group = out_c // groups
-    padded = pad_nchw(data, attrs["padding"], 0.0)
+    padded = pad_hw(data, attrs["padding"])
     rc, ry, rx = te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"), \
         te.reduce_axis(kw, "rx")
 

@@ -3,20 +3,27 @@
 Design note. This package mirrors Apache TVM's classic runtime: a tree of :class:`Module`
 objects (C source or a loaded library holding kernels; a binary-serializable
 ``GraphExecutorFactory`` holding graph JSON and params) that ``export_library`` turns into one
-shared object with the imports blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the
-tree. Compiled kernels arrive as C source (``CSourceModule``) or as
-LLVM objects (``ObjectModule``, type_key ``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
-DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
+shared object (or a relocatable object, or a tar to relink: ``cc``, ``tar``) with the imports
+blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. User module types
+subclass :class:`BinaryModule` and ``register_module_loader``; external modules that need
+constants get them through a ``ConstLoaderModule`` (``create_metadata_module``). Compiled
+kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
+``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
+as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
-``blob``, ``params``, ``graph_executor``...).
+``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
 
 Layering: ``kiln.runtime`` imports only the standard library, numpy and ``kiln.errors`` — never
 the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.ops``,
 ``kiln.codegen``) nor onnx — so a deployment needs only this package.
 """
 
+from kiln.runtime.binary_module import BinaryModule, list_module_loaders, register_module_loader
+from kiln.runtime.cc import create_object, create_shared, cross_compiler
+from kiln.runtime.const_loader_module import ConstLoaderModule, create_metadata_module
+from kiln.runtime.debug_executor import GraphExecutorDebug
 from kiln.runtime.dlpack import from_dlpack
-from kiln.runtime.export import cross_compiler, export_library
+from kiln.runtime.export import export_library
 from kiln.runtime.graph_executor import GraphExecutor
 from kiln.runtime.graph_executor_factory import GraphExecutorFactoryModule
 from kiln.runtime.library_module import LibraryModule
@@ -30,8 +37,10 @@ from kiln.runtime.registry import get_global_func, list_global_func_names, regis
 from kiln.runtime.source_module import CSourceModule
 
 __all__ = [
-    "CSourceModule", "Device", "GraphExecutor", "GraphExecutorFactoryModule", "LibraryModule",
-    "Module", "NDArray", "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "cross_compiler",
-    "empty", "export_library", "from_dlpack", "get_global_func", "list_global_func_names",
-    "load_module", "load_param_dict", "register_func", "save_param_dict",
+    "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
+    "GraphExecutorDebug", "GraphExecutorFactoryModule", "LibraryModule", "Module", "NDArray",
+    "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "create_metadata_module",
+    "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
+    "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
+    "load_param_dict", "register_func", "register_module_loader", "save_param_dict",
 ]

@@ -95,11 +95,16 @@ def pack_imports(root: Module, index: ModuleIndex | None = None) -> bytes:
     return w.getvalue(length_prefix=True)
 
 
+def list_module_loaders() -> list[str]:
+    """The module type keys (aliases included) with a registered loader, sorted."""
+    return [n[len(LOADER_PREFIX):] for n in list_global_func_names()
+            if n.startswith(LOADER_PREFIX)]
+
+
 def _load_binary(type_key: str, data: memoryview, r: StreamReader) -> Module:
     loader = get_global_func(LOADER_PREFIX + type_key, allow_missing=True)
     if loader is None:
-        known = sorted(n[len(LOADER_PREFIX):] for n in list_global_func_names()
-                       if n.startswith(LOADER_PREFIX))
+        known = list_module_loaders()
         raise r.error(f"no loader for module type_key {type_key!r} (registered loaders: "
                       f"{', '.join(known) or 'none'}; a loader is the global function "
                       f"'{LOADER_PREFIX}{type_key}')")
@@ -180,9 +185,40 @@ def _link_imports(modules: list[Module], row_ptr: list[int], children: list[int]
         raise r.error("corrupt import tree: row_ptr is not monotone")
     if any(c >= n for c in children):
         raise r.error(f"corrupt import tree: child index out of range (have {n} modules)")
+    # One cycle check over the whole tree, O(modules + edges). Module.import_module checks
+    # each edge by walking the child's subtree: quadratic on a long chain (a crafted 12 MB
+    # blob took minutes). Modules are compared by identity (a loader may return one object
+    # for two entries).
+    first: dict[int, int] = {}
+    node = [first.setdefault(id(m), i) for i, m in enumerate(modules)]
+    edges: dict[int, list[int]] = {}
     for i in range(n):
         for c in children[row_ptr[i]:row_ptr[i + 1]]:
-            try:
-                modules[i].import_module(modules[c])
-            except KilnError as err:
-                raise r.error(f"corrupt import tree: {err}") from None
+            edges.setdefault(node[i], []).append(node[c])
+    _check_acyclic(edges, modules, r)
+    for i in range(n):
+        for c in children[row_ptr[i]:row_ptr[i + 1]]:
+            modules[i]._imports.append(modules[c])  # acyclic: import_module's walk not needed
+
+
+def _check_acyclic(edges: dict[int, list[int]], modules: list[Module], r: StreamReader
+                   ) -> None:
+    """Iterative depth-first search; raises on the first cycle (self-imports included)."""
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    for root, succ in edges.items():
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, iter(succ))]
+        while stack:
+            cur, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[cur] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                raise r.error(f"corrupt import tree: a cycle through modules {cur} and {nxt} "
+                              f"('{modules[nxt].type_key}')")
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(edges.get(nxt, ()))))

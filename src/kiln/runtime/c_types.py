@@ -143,7 +143,7 @@ def dtype_name(dtype: object) -> str:
     """
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: e.g. a str numpy cannot encode
         name = str(dtype)
     if name not in _DTYPE_TO_DL:
         raise KilnError(

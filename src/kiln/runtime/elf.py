@@ -1,9 +1,13 @@
-"""Just enough ELF parsing to refuse bad libraries before ``dlopen`` sees them.
+"""Just enough ELF parsing to refuse bad libraries before ``dlopen`` sees them, and foreign
+objects before the linker sees them.
 
 ``dlopen`` of a file for another architecture gives an opaque message, and a truncated file can
 map pages past its end (a SIGBUS on first touch, not an exception). Reading the header and the
 program headers first turns both into a :class:`ModuleLoadError` naming what was found.
-Layout: the System V ABI (``elf.h``).
+Likewise a linker handed an object for another machine says only "Relocations in generic ELF
+(EM: 183)" (a frequent TVM cross-compilation complaint); :func:`check_objects_machine` compares
+each object's ``e_machine`` with the linker's target triple first and raises a
+:class:`ToolchainError` naming both. Layout: the System V ABI (``elf.h``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from kiln.errors import ModuleLoadError
+from kiln.errors import ModuleLoadError, ToolchainError
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD = 1
@@ -51,8 +55,9 @@ def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
     Raises
     ------
     ModuleLoadError
-        Not an ELF file, or (``check_bounds``) a header or loadable segment that lies past the
-        end of the file (a truncated or corrupt file).
+        Not an ELF file, or (``check_bounds``) program header entries too small to hold a
+        program header, or a header or loadable segment that lies past the end of the file (a
+        truncated or corrupt file).
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -79,6 +84,10 @@ def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
                 raise ModuleLoadError(f"{path}: truncated ELF header ({size} bytes)")
             phoff, shoff = struct.unpack_from(end + "II", head, 28)
             phentsize, phnum, shentsize, shnum = struct.unpack_from(end + "HHHH", head, 42)
+        need = 56 if elf_class == 2 else 32  # sizeof(Elf64_Phdr) / sizeof(Elf32_Phdr)
+        if phnum and phentsize < need:
+            raise ModuleLoadError(f"{path}: corrupt ELF header: program header entries of "
+                                  f"{phentsize} bytes (an Elf{32 * elf_class}_Phdr has {need})")
         if phoff + phentsize * phnum > size or (shnum and shoff + shentsize * shnum > size):
             raise ModuleLoadError(f"{path} is truncated or corrupt: its ELF headers point past "
                                   f"the end of the file ({size} bytes)")
@@ -137,3 +146,62 @@ def check_loadable(path: str) -> ElfInfo:
                 f"{'little' if info.little_endian else 'big'}-endian ELF but this host is "
                 f"{32 * host.elf_class}-bit {'little' if host.little_endian else 'big'}-endian")
     return info
+
+
+#: first word of a target triple (``cc -dumpmachine``) → (e_machine, little-endian); the
+#: longest matching prefix wins ("aarch64_be" before "aarch64", "mipsel" before "mips")
+TRIPLE_ARCHES: dict[str, tuple[int, bool]] = {
+    "x86_64": (62, True), "amd64": (62, True), "i386": (3, True), "i486": (3, True),
+    "i586": (3, True), "i686": (3, True), "aarch64": (183, True), "arm64": (183, True),
+    "aarch64_be": (183, False), "arm": (40, True), "armeb": (40, False), "thumb": (40, True),
+    "riscv64": (243, True), "riscv32": (243, True), "powerpc64le": (21, True),
+    "ppc64le": (21, True), "powerpc64": (21, False), "ppc64": (21, False),
+    "powerpc": (20, False), "s390x": (22, False), "mips": (8, False), "mipsel": (8, True),
+    "mips64": (8, False), "mips64el": (8, True), "loongarch64": (258, True),
+}
+
+
+def triple_machine(triple: str) -> tuple[int, bool] | None:
+    """``(e_machine, little_endian)`` of a target triple such as ``aarch64-linux-gnu``; None for
+    an architecture this table does not know (then no check is made)."""
+    arch = triple.strip().split("-", 1)[0].lower()
+    best = max((k for k in TRIPLE_ARCHES if arch.startswith(k)), key=len, default=None)
+    return TRIPLE_ARCHES[best] if best is not None else None
+
+
+def check_objects_machine(objects: list[str], triple: str, linker: str) -> None:
+    """Refuse to link ELF objects built for another machine than ``triple``.
+
+    Parameters
+    ----------
+    objects : list of str
+        Files about to be linked; files that are not ELF (archives, linker scripts) and
+        architectures :data:`TRIPLE_ARCHES` does not know are not checked.
+    triple : str
+        The linker's target (``<linker> -dumpmachine``).
+    linker : str
+        Names the linker in the message.
+
+    Raises
+    ------
+    ToolchainError
+        Naming the object, its machine and the linker's target, e.g. "lib0.o is built for
+        aarch64 (EM 183) but the linker gcc targets x86_64-linux-gnu (x86-64 (EM 62))".
+    """
+    want = triple_machine(triple)
+    if want is None:
+        return
+    machine, little = want
+    for path in objects:
+        try:
+            info = read_elf_header(path, check_bounds=False)
+        except (OSError, ModuleLoadError):
+            continue  # not an ELF object: the linker judges it
+        if info.machine != machine or info.little_endian != little:
+            endian = "" if info.little_endian == little else (
+                f", {'little' if info.little_endian else 'big'}-endian")
+            raise ToolchainError(
+                f"{path} is built for {machine_name(info.machine)}{endian} but the linker "
+                f"{linker} targets {triple.strip()} ({machine_name(machine)}); compile it for "
+                "that target, or link with a matching cross compiler "
+                "(fcompile=cross_compiler(...))")

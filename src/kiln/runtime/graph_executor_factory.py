@@ -38,14 +38,16 @@ class GraphExecutorFactoryModule(Module):
     lib : Module
         The module holding the kernels (a ``CSourceModule`` tree, or a loaded library).
     params : mapping of str to numpy array or NDArray
-        Constant inputs by name, copied into every executor created.
+        Constant inputs by name (numpy arrays are copied into aligned NDArrays once); every
+        executor created reads them in place.
     module_name : str
         Name of the creation function (TVM: ``"default"``).
 
     Notes
     -----
-    Functions: ``<module_name>(device) → executor module``, ``get_graph_json()``,
-    ``get_graph_params() → {name: NDArray}``, ``get_lib()``, ``remove_params()``.
+    Functions: ``<module_name>(device) → executor module``, ``debug_create(module_name,
+    device)``, ``get_graph_json()``, ``get_graph_params() → {name: NDArray}`` (the factory's own
+    arrays, shared read-only by its executors), ``get_lib()``, ``remove_params()``.
 
     Raises
     ------
@@ -95,26 +97,63 @@ class GraphExecutorFactoryModule(Module):
     get_graph_params = get_params
 
     def create(self, device: Device | None = None) -> GraphExecutor:
-        """A new executor on ``device`` (default cpu(0)) with the params copied in."""
-        return GraphExecutor(self.graph_json, self.lib, device or cpu(), self.params)
+        """A new executor on ``device`` (default cpu(0)), TVM's ``<module_name>(device)``.
 
-    def _remove_params(self) -> GraphExecutorFactoryModule:
+        Each executor has its own storage for inputs, intermediates and outputs; the params
+        are **not** copied: every executor's kernels read this factory's param arrays in place
+        (read-only), so creating executors does not grow memory by the params' size. (TVM copies
+        them into each executor; its ``remove_params`` workaround is kept below.) A ``set_input``
+        or ``load_params`` of a param on one executor gives that executor its own copy.
+
+        Raises
+        ------
+        KilnError
+            A kernel missing from the library, a non-CPU device.
+        """
+        return GraphExecutor(self.graph_json, self.lib, device or cpu(), self.params,
+                             copy_params=False)
+
+    def debug_create(self, module_name: str | None = None,
+                     device: Device | None = None) -> GraphExecutor:
+        """A debug executor (per-node timing and outputs) with the params, as :meth:`create`
+        (TVM's factory ``debug_create(module_name, device)``).
+
+        Raises
+        ------
+        KilnError
+            ``module_name`` is not this factory's name.
+        """
+        from kiln.runtime.debug_executor import GraphExecutorDebug
+
+        if isinstance(module_name, Device):  # debug_create(device)
+            module_name, device = None, module_name
+        if module_name is not None and module_name != self.module_name:
+            raise KilnError(f"debug_create: this factory is {self.module_name!r}, not "
+                            f"{module_name!r}")
+        return GraphExecutorDebug(self.graph_json, self.lib, device or cpu(), self.params,
+                                  copy_params=False)
+
+    def remove_params(self) -> GraphExecutorFactoryModule:
+        """A factory over the same graph and library without params (TVM's ``remove_params``):
+        export it and ship the params separately (``save_param_dict`` / ``load_params``)."""
         return GraphExecutorFactoryModule(self.graph_json, self.lib, {}, self.module_name)
 
-    def _get_own_function(self, name: str) -> PackedFunc | None:
-        table: dict[str, Callable[..., Any]] = {
+    def _functions(self) -> dict[str, Callable[..., Any]]:
+        return {
             self.module_name: self.create,
+            "debug_create": self.debug_create,
             "get_graph_json": self.get_graph_json,
             "get_graph_params": self.get_params,
             "get_lib": self.get_lib,
-            "remove_params": self._remove_params,
+            "remove_params": self.remove_params,
         }
-        fn = table.get(name)
+
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        fn = self._functions().get(name)
         return PackedFunc(fn, name) if fn is not None else None
 
     def list_function_names(self) -> list[str]:
-        return [self.module_name, "get_graph_json", "get_graph_params", "get_lib",
-                "remove_params"]
+        return list(self._functions())
 
     def save_to_binary(self) -> bytes:
         w = StreamWriter()

@@ -8,13 +8,16 @@ Everything the executor later indexes is checked here, so a malformed graph fail
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kiln.errors import KilnError, ModuleLoadError
+from kiln.errors import ModuleLoadError, ShapeError
 from kiln.runtime import c_types as C
+from kiln.runtime.ndarray import checked_nbytes
 
 _DTYPE_ALIASES = {"uint1": "bool"}  # classic TVM's name for bool
 
@@ -106,14 +109,25 @@ def parse_graph(text: str | bytes) -> Graph:
     Raises
     ------
     ModuleLoadError
-        For invalid JSON, missing keys, wrong types, references to unknown nodes or entries
-        (inputs must refer to earlier nodes), attribute lists of the wrong length, unknown
-        dtypes or negative shapes / storage ids.
+        For invalid JSON (also: nested deeper than Python's recursion limit, integers of more
+        than 4300 digits), missing keys, wrong types, references to unknown nodes or entries
+        (inputs must refer to earlier nodes), attribute lists of the wrong length, dltypes
+        other than the runtime's dtype names (and TVM's ``uint1`` for bool), negative storage
+        ids, and shapes that are negative, have more than 64 dimensions or more bytes than
+        any array can have (:func:`kiln.runtime.ndarray.checked_nbytes`). Whether the
+        storage fits in memory is checked by :func:`storage_pool_bytes`.
     """
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise _fail(f"not valid JSON: {err}") from None
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError: ValueError
+        raise _fail(f"not valid JSON: {str(err)[:200]}") from None
+    try:
+        return _validate(doc)
+    except RecursionError:  # repr() of a value nested almost as deep as json allows
+        raise _fail("a value is nested too deeply") from None
+
+
+def _validate(doc: Any) -> Graph:
     if not isinstance(doc, dict):
         raise _fail(f"top level must be an object, got {type(doc).__name__}")
     for key in ("nodes", "arg_nodes", "heads", "attrs"):
@@ -174,11 +188,12 @@ def parse_graph(text: str | bytes) -> Graph:
         raise _fail("attrs must be an object")
     dltype = []
     for eid, d in enumerate(_typed_attr(attrs, "dltype", "list_str", n_entries, True)):
-        name = _DTYPE_ALIASES.get(str(d), str(d))
-        try:
-            dltype.append(C.dtype_name(name))
-        except KilnError:
-            raise _fail(f"entry {eid}: unsupported dltype {d!r}") from None
+        # TVM's dtype strings exactly (no numpy spellings such as "f4" or ">f4")
+        name = _DTYPE_ALIASES.get(d, d) if isinstance(d, str) else None
+        if name not in C.SUPPORTED_DTYPES:
+            raise _fail(f"entry {eid}: unsupported dltype {str(d)[:40]!r} (supported: "
+                        f"{', '.join(C.SUPPORTED_DTYPES)}, uint1)")
+        dltype.append(name)
     storage = [_int(s, f"storage_id[{eid}]")
                for eid, s in enumerate(_typed_attr(attrs, "storage_id", "list_int", n_entries,
                                                     True))]
@@ -189,6 +204,10 @@ def parse_graph(text: str | bytes) -> Graph:
         shp = tuple(_int(d, f"shape[{eid}]") for d in _list(s, f"shape[{eid}]"))
         if any(d < 0 for d in shp):
             raise _fail(f"entry {eid}: negative shape {shp}")
+        try:
+            checked_nbytes(shp, np.dtype(dltype[eid]).itemsize)
+        except ShapeError as err:
+            raise _fail(f"entry {eid}: {err}") from None
         shapes.append(shp)
     devices = [_int(d, f"device_index[{eid}]") for eid, d in
                enumerate(_typed_attr(attrs, "device_index", "list_int", n_entries, False))]
@@ -197,5 +216,43 @@ def parse_graph(text: str | bytes) -> Graph:
 
 
 def entry_nbytes(graph: Graph, eid: int) -> int:
-    """Bytes of entry ``eid`` (shape × dtype size)."""
-    return int(np.prod(graph.shape[eid], dtype=np.int64)) * np.dtype(graph.dltype[eid]).itemsize
+    """Bytes of entry ``eid`` (shape × dtype size; Python ints, no overflow)."""
+    return math.prod(graph.shape[eid]) * np.dtype(graph.dltype[eid]).itemsize
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def storage_pool_bytes(graph: Graph, limit: int | None = None) -> dict[int, int]:
+    """The executor's storage plan: bytes of each pool (``storage_id`` → the largest entry
+    sharing it; TVM's SetupStorage), checked *before* anything is allocated.
+
+    Parameters
+    ----------
+    graph : Graph
+    limit : int, optional
+        Most bytes the pools may take together; default: :func:`memory_bytes`.
+
+    Raises
+    ------
+    ModuleLoadError
+        If the pools together need more than ``limit`` bytes (naming the largest entry), so a
+        corrupt or foreign graph asking for terabytes fails before any allocation.
+    """
+    pools: dict[int, int] = {}
+    for eid in range(graph.num_entries):
+        sid = graph.storage_id[eid]
+        pools[sid] = max(pools.get(sid, 0), entry_nbytes(graph, eid))
+    limit = memory_bytes() if limit is None else limit
+    total = sum(pools.values())
+    if limit is not None and total > limit:
+        big = max(range(graph.num_entries), key=lambda e: entry_nbytes(graph, e))
+        raise _fail(f"its storage needs {total} bytes but this machine has {limit} bytes of "
+                    f"memory (largest: entry {big}, shape {graph.shape[big]} of "
+                    f"{graph.dltype[big]})")
+    return pools

@@ -1,7 +1,13 @@
-"""``load_module``: a shared library exported by Kiln (or TVM) → its module tree
+"""``load_module``: a library exported by Kiln (or TVM) → its module tree
 (TVM's ``tvm.runtime.load_module`` and ``ProcessModuleBlob`` in src/runtime/library_module.cc).
 
-Order of checks, each failing with a :class:`ModuleLoadError` that names the file: it exists;
+What the file is, is read from its first bytes, not its suffix: a tar (plain or gzip) is
+extracted into a private temporary folder (``tar.untar``: no absolute names, ``..``, links or
+devices) and its sources and objects relinked with the system compiler; a relocatable ELF
+object (``export_library("m.o")``) is linked alone; the shared library made so is loaded like
+any other and the folder removed (the mapping outlives the file).
+
+Order of checks for a shared library, each failing with a :class:`ModuleLoadError` that names the file: it exists;
 it is an ELF file for this host's machine whose segments lie inside the file (``elf.py``);
 ``dlopen`` accepts it; it defines ``__tvm_dev_mblob``; the blob's ``u64 nbytes`` fits inside the
 file-backed segment that holds it (so a corrupt length never reads unmapped memory); the blob
@@ -13,15 +19,27 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import shutil
+import struct
+import tempfile
 
 from kiln.errors import ModuleLoadError
-from kiln.runtime import graph_executor_factory  # noqa: F401  (registers its blob loader)
+from kiln.runtime import (
+    const_loader_module,  # noqa: F401  (registers its blob loader)
+    graph_executor_factory,  # noqa: F401  (registers its blob loader)
+    toolchain,
+)
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.elf import ElfInfo, check_loadable
+from kiln.runtime.cc import create_shared
+from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
+from kiln.runtime.tar import untar
 
 BLOB_SYMBOL = "__tvm_dev_mblob"
+ET_REL = 1  # ELF e_type of a relocatable object
+#: files of an unpacked tar that are linked (sources are compiled first); others are data
+LINK_SUFFIXES = (*toolchain.SOURCE_SUFFIXES, ".o")
 
 
 class _DlInfo(ctypes.Structure):
@@ -58,15 +76,40 @@ def _readable_after(addr: int, elf: ElfInfo, file_size: int) -> int:
     return 0
 
 
+def file_kind(path: str) -> str:
+    """``"tar"``, ``"object"`` (relocatable ELF) or ``"shared"`` (anything else: checked as a
+    shared library), from the file's first bytes."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar":
+        return "tar"
+    if head[:4] == ELF_MAGIC and len(head) >= 18:
+        e_type = struct.unpack_from("<H" if head[5] == 1 else ">H", head, 16)[0]
+        if e_type == ET_REL:
+            return "object"
+    return "shared"
+
+
 def load_module(path: str | os.PathLike[str], fmt: str = "") -> Module:
     """Load an exported library and rebuild its module tree.
+
+    .. warning::
+       A ``.so`` is code: only load libraries you trust, as with TVM's ``load_module``,
+       ``ctypes.CDLL`` or any native plugin. ``dlopen`` runs the library's constructors, and
+       its kernels run with your process's rights when the graph runs. Loading itself runs no
+       other code from the file: the ELF headers, the blob, the graph JSON and the params are
+       only read, and every corruption of them raises :class:`ModuleLoadError` (fuzzed:
+       ``tests/fuzz_runtime.py``). What is checked is integrity, not trust: the checks catch
+       truncated or corrupted files, not a malicious one
+       (docs/decisions/004-loading-untrusted-artifacts.md).
 
     Parameters
     ----------
     path : path
-        A ``.so`` written by ``export_library``.
+        What ``export_library`` wrote: a shared library, a relocatable object (relinked here),
+        or a tar (extracted into a temporary folder and relinked here; needs a C compiler).
     fmt : str
-        Ignored (TVM compatibility).
+        Ignored (TVM compatibility): the kind of file is read from its content.
 
     Returns
     -------
@@ -78,12 +121,41 @@ def load_module(path: str | os.PathLike[str], fmt: str = "") -> Module:
     ------
     ModuleLoadError
         Missing file, not ELF, another machine (naming both), truncated file, ``dlopen``
-        failure, no ``__tvm_dev_mblob`` ("not a Kiln/TVM library"), corrupt blob, or a module
-        type without a registered loader.
+        failure, no ``__tvm_dev_mblob`` ("not a Kiln/TVM library"), corrupt blob, a module
+        type without a registered loader, or an unreadable or unsafe tar.
+    ToolchainError
+        (tar and object only) The compiler is missing or fails, or an object in the tar is
+        built for another machine than the compiler's.
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.isfile(path):
         raise ModuleLoadError(f"cannot load module: {path} does not exist or is not a file")
+    kind = file_kind(path)
+    if kind == "shared":
+        return _load_shared(path)
+    workdir = tempfile.mkdtemp(prefix="kiln-load-")
+    try:
+        if kind == "tar":
+            src = os.path.join(workdir, "src")
+            os.mkdir(src)
+            names = [n for n in untar(path, src) if "/" not in n and n.endswith(LINK_SUFFIXES)]
+            if not names:
+                raise ModuleLoadError(f"{path}: the tar holds no {', '.join(LINK_SUFFIXES)} "
+                                      "file to link")
+            inputs = [os.path.join(src, n) for n in names]
+        else:
+            inputs = [path]
+        so = os.path.join(workdir, os.path.basename(path) + ".so")
+        create_shared(so, inputs)
+        try:
+            return _load_shared(so)
+        except ModuleLoadError as err:
+            raise ModuleLoadError(f"{path} (relinked into a library): {err}") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _load_shared(path: str) -> Module:
     elf = check_loadable(path)
     lib = LibraryModule(path)
     try:

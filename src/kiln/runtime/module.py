@@ -3,9 +3,11 @@
 
 A module owns functions (``get_function``) and imports other modules; lookups fall back to the
 imports depth-first. Two export properties decide how ``export_library`` ships a module:
-*DSO-exportable* modules (``c``) are compiled and linked into the shared object;
-*binary-serializable* ones write ``save_to_binary()`` bytes that go into ``__tvm_dev_mblob`` and
-are rebuilt at load time by the global function ``runtime.module.loadbinary_<type_key>``.
+*DSO-exportable* modules (``c``, ``llvm``) are saved as ``lib<i>.<export_suffix>`` — C source
+(``"c"``) that the exporter compiles, or a ready relocatable object (``"o"``) that it hands to
+the linker as is — and linked into the shared object; *binary-serializable* ones write
+``save_to_binary()`` bytes that go into ``__tvm_dev_mblob`` and are rebuilt at load time by the
+global function ``runtime.module.loadbinary_<type_key>`` (user types: ``binary_module.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ class Module:
     is_dso_exportable = False
     #: ``save_to_binary`` works; the module goes into the blob
     is_binary_serializable = False
-    #: file suffix a DSO-exportable module is saved under by ``export_library`` ("c" or "o")
+    #: what ``export_library`` saves a DSO-exportable module as, and how it is built: "c" (the
+    #: default; :meth:`save` writes :meth:`get_source`, the exporter compiles it with the Kiln
+    #: include path) or "o" (the subclass overrides :meth:`save` to write a relocatable ELF
+    #: object, passed straight to the linker after a machine check)
     export_suffix = ""
 
     def __init__(self) -> None:
@@ -78,6 +83,10 @@ class Module:
         func = self._get_own_function(name)
         if func is not None or not query_imports:
             return func
+        return self._find_in_imports(name)
+
+    def _find_in_imports(self, name: str) -> PackedFunc | None:
+        """The own function ``name`` of the first module below this one, depth-first."""
         for m in self._walk():
             if m is not self:
                 func = m._get_own_function(name)
@@ -129,8 +138,12 @@ class Module:
         Raises
         ------
         KilnError
-            If the module has neither.
+            If the module has neither, or declares ``export_suffix`` "o" without overriding
+            this method to write its object.
         """
+        if self.is_dso_exportable and self.export_suffix == "o":
+            raise KilnError(f"module '{self.type_key}' declares export_suffix 'o' but does not "
+                            "override save() to write its object file")
         if self.is_dso_exportable:
             with open(path, "w") as f:
                 f.write(self.get_source(fmt))
@@ -142,14 +155,18 @@ class Module:
 
     def export_library(self, file_name: str, fcompile: Any = None,
                        options: Sequence[str] | None = None, **kwargs: Any) -> None:
-        """Export this module tree as one shared library (see ``kiln.runtime.export``).
+        """Export this module tree as one shared library, relocatable object or tar (by
+        ``fcompile.output_format``, else the suffix ``.so``/``.o``/``.tar``; see
+        ``kiln.runtime.export.export_library``).
 
         Raises
         ------
         ToolchainError
-            If the C compiler is missing or fails (no file is left at ``file_name``).
+            If the C compiler is missing or fails, or an object is built for another machine
+            (no file is left at ``file_name``).
         KilnError
-            If a module in the tree can be neither linked nor serialized.
+            If a module in the tree can be neither linked nor serialized, or the output format
+            cannot be told.
         """
         from kiln.runtime.export import export_library
 

@@ -18,6 +18,10 @@ from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
 
 ALIGNMENT = 64  # bytes; TVM's kAllocAlignment
+#: limits on an array: numpy's dimensions (NPY_MAXDIMS) and bytes (the largest npy_intp, less
+#: the alignment slack that ``empty`` over-allocates)
+MAX_NDIM = 64
+MAX_NBYTES = 2**63 - 1 - ALIGNMENT
 
 
 class Device:
@@ -57,8 +61,37 @@ def cpu(dev_id: int = 0) -> Device:
     return Device(C.kDLCPU, dev_id)
 
 
+def checked_nbytes(shape: Sequence[int], itemsize: int) -> int:
+    """Bytes of a compact array of ``shape``, checked against numpy's limits *before* anything
+    is allocated (Python ints: no overflow).
+
+    Raises
+    ------
+    ShapeError
+        More than :data:`MAX_NDIM` dimensions, a negative dimension, or a size numpy cannot
+        address: ``itemsize`` times the product of the nonzero dimensions above
+        :data:`MAX_NBYTES` (numpy checks this even when another dimension is 0).
+
+    Returns
+    -------
+    int
+        ``itemsize`` times the product of all dimensions.
+    """
+    if len(shape) > MAX_NDIM:
+        raise ShapeError(f"shape has {len(shape)} dimensions; at most {MAX_NDIM} are supported")
+    nonzero = itemsize
+    for s in shape:
+        if s < 0:
+            raise ShapeError(f"negative dimension in shape {tuple(shape)}")
+        nonzero *= s or 1
+        if nonzero > MAX_NBYTES:
+            raise ShapeError(f"shape {tuple(shape)} of {itemsize}-byte elements is larger than "
+                             f"any array can be ({MAX_NBYTES} bytes)")
+    return 0 if 0 in shape else nonzero
+
+
 def _aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    nbytes = checked_nbytes(shape, np.dtype(dtype).itemsize)
     buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     off = (-buf.ctypes.data) % ALIGNMENT
     return buf[off:off + nbytes].view(dtype).reshape(shape)
@@ -198,6 +231,9 @@ def empty(shape: Sequence[int] | int, dtype: object = "float32",
     ------
     KilnError
         For an unsupported dtype or a non-CPU device.
+    ShapeError
+        For a negative dimension or a shape too large for any array (see
+        :func:`checked_nbytes`).
     """
     shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     if any(s < 0 for s in shp):

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
-from kiln.runtime.ndarray import NDArray, array, empty
+from kiln.runtime.ndarray import MAX_NDIM, NDArray, array, checked_nbytes, empty
 from kiln.runtime.stream import StreamReader, StreamWriter
 
 PARAMS_MAGIC = 0xF7E58D4F05049CB7  # kTVMNDArrayListMagic
 NDARRAY_MAGIC = 0xDD5E40F096B4A13F  # kTVMNDArrayMagic
-MAX_NDIM = 64  # sanity bound when reading; no real tensor comes close
 
 
 def write_ndarray(w: StreamWriter, value: np.ndarray | NDArray) -> None:
@@ -66,14 +65,12 @@ def read_ndarray(r: StreamReader, field: str = "NDArray") -> NDArray:
         dtype = C.dtype_from_dl(code, bits, lanes)
     except KilnError as err:
         raise r.error(f"corrupt {field}: {err}") from None
-    shape = tuple(int(s) for s in np.frombuffer(r.raw(8 * ndim, f"{field} shape"), dtype="<i8"))
-    if any(s < 0 for s in shape):
-        raise r.error(f"corrupt {field}: negative shape {shape}")
+    shape = tuple(np.frombuffer(r.raw(8 * ndim, f"{field} shape"), dtype="<i8").tolist())
+    try:  # Python ints: no overflow; nothing is allocated before the data check
+        expect = checked_nbytes(shape, np.dtype(dtype).itemsize)
+    except ShapeError as err:
+        raise r.error(f"corrupt {field}: {err}") from None
     nbytes = r.i64(f"{field} nbytes")
-    itemsize = np.dtype(dtype).itemsize
-    expect = itemsize
-    for s in shape:  # Python ints: no overflow; nothing is allocated before the data check
-        expect *= s
     if nbytes != expect:
         raise r.error(f"corrupt {field}: nbytes {nbytes} but shape {shape} of {dtype} "
                       f"needs {expect}")
@@ -112,8 +109,8 @@ def save_param_dict(params: Mapping[str, np.ndarray | NDArray]) -> bytes:
     return w.getvalue()
 
 
-def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
-    """Read a params blob from ``r`` (see :func:`load_param_dict`)."""
+def _read_names(r: StreamReader) -> list[str]:
+    """The params blob header: magic, reserved, names and the array count (checked)."""
     magic = r.u64("params magic")
     if magic != PARAMS_MAGIC:
         raise r.error(f"not a params blob: magic 0x{magic:016X} (expected 0x{PARAMS_MAGIC:016X})")
@@ -122,7 +119,12 @@ def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
     count = r.u64("param count")
     if count != len(names):
         raise r.error(f"corrupt: {len(names)} param names but {count} arrays")
-    return {name: read_ndarray(r, f"param {name!r}") for name in names}
+    return names
+
+
+def read_param_dict(r: StreamReader) -> dict[str, NDArray]:
+    """Read a params blob from ``r`` (see :func:`load_param_dict`)."""
+    return {name: read_ndarray(r, f"param {name!r}") for name in _read_names(r)}
 
 
 def load_param_dict(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
@@ -150,3 +152,13 @@ def to_ndarray_dict(params: Mapping[str, np.ndarray | NDArray] | None) -> dict[s
     return {k: v if isinstance(v, NDArray) else array(np.asarray(v))
             for k, v in (params or {}).items()}
 
+
+def param_dict_names(data: bytes | bytearray | memoryview) -> list[str]:
+    """The names in a params blob, without reading its arrays (all TVM's ``ShareParams`` reads).
+
+    Raises
+    ------
+    ModuleLoadError
+        Bad magic number, truncated header, or an array count that differs from the names.
+    """
+    return _read_names(StreamReader(data, "params blob"))

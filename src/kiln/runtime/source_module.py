@@ -20,14 +20,17 @@ from kiln.runtime import toolchain
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
 from kiln.runtime.packed_func import PackedFunc
+from kiln.runtime.private_dir import private_dir
 
 
 def cache_dir() -> Path:
-    """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder."""
+    """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder
+    (``<tmp>/kiln-cache-<uid>``), created ``0700``. The libraries there are loaded as code, so
+    a folder that is not private (a symlink, another owner, writable by others) is not used:
+    see :func:`kiln.runtime.private_dir.private_dir`."""
     env = os.environ.get("KILN_CACHE_DIR")
     path = Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(path, "cache")
 
 
 class CSourceModule(Module):
@@ -42,14 +45,19 @@ class CSourceModule(Module):
         The packed functions the code defines.
     type_key : str
         ``"c"``.
+    compile_options : list of str, optional
+        Flags for compiling this source, from the target (e.g. ``-march=native`` for
+        ``Target("c -mcpu=native")``); ``export_library`` and the JIT both use them.
     """
 
     is_dso_exportable = True
     export_suffix = "c"
 
-    def __init__(self, code: str, func_names: Sequence[str], type_key: str = "c"):
+    def __init__(self, code: str, func_names: Sequence[str], type_key: str = "c",
+                 compile_options: Sequence[str] = ()):
         super().__init__()
         self.code = code
+        self.compile_options = list(compile_options)
         self.func_names = list(func_names)
         self.type_key = type_key
         self._jit: LibraryModule | None = None
@@ -78,7 +86,8 @@ class CSourceModule(Module):
         cc = toolchain.find_cc()
         key = hashlib.sha256()
         for part in (self.code, toolchain.BACKEND_C.read_text(), " ".join(cc),
-                     " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS)):
+                     " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS),
+                     " ".join(self.compile_options)):
             key.update(part.encode())
             key.update(b"\0")
         out_dir = cache_dir()
@@ -91,7 +100,8 @@ class CSourceModule(Module):
             src.write_text(self.code)
             backend = Path(work) / "backend.c"
             shutil.copyfile(toolchain.BACKEND_C, backend)
-            objs = toolchain.compile_objects([src, backend], cc)
+            objs = toolchain.compile_objects([src], cc, self.compile_options)
+            objs += toolchain.compile_objects([backend], cc)
             # Link to a private name, then rename: concurrent processes never see a partial file.
             fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".csource-", suffix=".so.tmp")
             os.close(fd)

@@ -144,7 +144,8 @@ class StreamReader:
 
     def vec_u64(self, field: str = "vector<u64>") -> list[int]:
         n = self.count(8, field)
-        return np.frombuffer(self._take(8 * n, field), dtype="<u8").astype(int).tolist()
+        # tolist() of the u64 array gives Python ints: no wrap to negative above 2**63
+        return np.frombuffer(self._take(8 * n, field), dtype="<u8").tolist()
 
     def vec_str(self, field: str = "vector<string>") -> list[str]:
         n = self.count(8, field)  # each string has at least its 8-byte length

@@ -7,6 +7,7 @@ Commands are argument lists (never a shell string) and every one is logged at DE
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
@@ -32,6 +33,9 @@ LINK_FLAGS = ("-shared", "-fopenmp", "-Wl,-Bsymbolic")
 #: libraries every kernel library needs, after the objects (kernels call libm: expf, erff...;
 #: without it a library loads into Python, which has libm, but not into a plain C program)
 LINK_LIBS = ("-lm",)
+
+#: sources the compiler builds (everything else handed to it goes to the linker as is)
+SOURCE_SUFFIXES = (".c", ".S")
 
 _INSTALL_HINT = ("install a C compiler (Debian/Ubuntu: `apt-get install gcc`; Fedora: "
                  "`dnf install gcc`) or point $CC at one")
@@ -88,9 +92,34 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
     return proc.stdout
 
 
+@functools.lru_cache(maxsize=16)
+def _dump_machine(cc: tuple[str, ...]) -> str | None:
+    try:
+        return run([*cc, "-dumpmachine"]).strip() or None
+    except ToolchainError as err:
+        log.debug("%s", err)
+        return None
+
+
+def dump_machine(cc: Sequence[str] | None = None) -> str | None:
+    """The target triple of compiler ``cc`` (``cc -dumpmachine``, e.g. ``x86_64-linux-gnu``),
+    cached per command; None when the compiler cannot tell (the machine check is then skipped).
+
+    Raises
+    ------
+    ToolchainError
+        If ``cc`` is None and no C compiler is found.
+    """
+    return _dump_machine(tuple(cc or find_cc()))
+
+
 def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str] | None = None,
                     options: Sequence[str] = (), jobs: int | None = None) -> list[str]:
     """Compile each source (``.c`` or ``.S``) to an object next to it, in parallel.
+
+    An assembler source (``.S``) is assembled in
+    its own folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was
+    unpacked (a ``.tar`` export).
 
     Returns
     -------
@@ -104,16 +133,18 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     """
     cc = list(cc or find_cc())
     # "<name>.<ext>.o": devc.c and devc.S must not both become devc.o
-    objs = [f"{s}.o" for s in sources]
-    cmds = [[*cc, *COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options, "-c", str(s), "-o", o]
-            for s, o in zip(sources, objs, strict=True)]
+    srcs = [os.path.abspath(s) for s in sources]
+    objs = [f"{s}.o" for s in srcs]
+    cmds = [[*cc, *COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options, "-c", s, "-o", o]
+            for s, o in zip(srcs, objs, strict=True)]
+    dirs = [os.path.dirname(s) if s.endswith(".S") else None for s in srcs]
     workers = max(1, min(len(cmds), jobs or os.cpu_count() or 1))
     if workers == 1:
-        for c in cmds:
-            run(c)
+        for c, d in zip(cmds, dirs, strict=True):
+            run(c, cwd=d)
     else:
         with ThreadPoolExecutor(workers) as pool:
-            for fut in [pool.submit(run, c) for c in cmds]:
+            for fut in [pool.submit(run, c, d) for c, d in zip(cmds, dirs, strict=True)]:
                 fut.result()
     return objs
 
@@ -129,3 +160,17 @@ def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = 
     """
     cc = list(cc or find_cc())
     run([*cc, *LINK_FLAGS, "-o", output, *objects, *options, *LINK_LIBS])
+
+
+def link_relocatable(objects: Sequence[str], output: str, cc: Sequence[str] | None = None
+                     ) -> None:
+    """Merge ``objects`` into one relocatable object ``output`` (``cc -r``: an ``.o`` that a
+    later link turns into a library).
+
+    Raises
+    ------
+    ToolchainError
+        If the linker fails.
+    """
+    cc = list(cc or find_cc())
+    run([*cc, "-r", "-nostdlib", "-o", output, *objects])

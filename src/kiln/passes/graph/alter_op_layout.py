@@ -1,0 +1,146 @@
+"""AlterOpLayout: run convolutions in the blocked-channel layout NCHW[x]c (TVM:
+src/relay/transforms/alter_op_layout.cc with topi/x86's ``_alter_conv2d_layout``).
+
+Each ``nn.conv2d`` with constant weights becomes ``nn.conv2d_NCHWc`` (or
+``nn.depthwise_conv2d_NCHWc``) on data in ``NCHW{ib}c`` and weights pre-transformed at compile
+time to ``OIHW{ib}i{ob}o``. The result is converted back to NCHW by a ``layout_transform`` —
+but consumers that work as well in the blocked layout use the blocked value directly, so the
+layout flows through the network and transforms remain only at its edges:
+
+- elementwise ops (relu, clip, cast, ...);
+- broadcast arithmetic whose operands are blocked values of the same block, scalars, or
+  constants (bias and scale constants are transformed here, once), and ``nn.bias_add`` on the
+  channel axis;
+- ``concatenate`` on the channel axis of blocked values of the same block;
+- the next convolution, which takes its input block from its producer.
+
+NCHW versions that no consumer needs disappear with the dead nodes. Run after FoldScaleAxis and
+FoldConstant (weights must be constants), before FuseOps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
+from kiln.ir.layout import transform_array
+from kiln.ir.op_registry import OpPattern
+
+name = "AlterOpLayout"
+
+#: channel block of outputs: 16 float32 lanes fill an AVX-512 register (two AVX2 registers)
+OUT_BLOCKS = (16, 8, 4, 2, 1)
+_ARITH = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+
+
+def _out_block(channels: int) -> int:
+    return next(b for b in OUT_BLOCKS if channels % b == 0)
+
+
+def _in_block(channels: int) -> int:
+    # A first layer with 3 channels reads them as one block of 3.
+    return channels if channels <= OUT_BLOCKS[0] else _out_block(channels)
+
+
+def alter_op_layout(func: Function) -> Function:
+    """Rewrite ``func``'s convolutions to NCHWc and propagate the layout (see the module doc)."""
+    blocked: dict[int, tuple[Expr, int]] = {}  # NCHW node uid → (its NCHWc value, block)
+
+    def to_nchw(value: Expr, block: int) -> Expr:
+        out = Call("layout_transform", [value],
+                   {"src_layout": f"NCHW{block}c", "dst_layout": "NCHW"})
+        blocked[out.uid] = (value, block)
+        return out
+
+    def as_blocked(x: Expr, block: int) -> Expr:
+        form = blocked.get(x.uid)
+        if form is not None and form[1] == block:
+            return form[0]
+        src, layout = (form[0], f"NCHW{form[1]}c") if form else (x, "NCHW")
+        return Call("layout_transform", [src], {"src_layout": layout,
+                                                "dst_layout": f"NCHW{block}c"})
+
+    def visit(call: Call, args: list[Expr]) -> Expr:
+        op = call.op.name
+        if op == "nn.conv2d":
+            return _conv(call, args, blocked, as_blocked, to_nchw)
+        if call.checked_type.ndim != 4:
+            return same_call(call, args)
+        forms = [blocked.get(a.uid) for a in args]
+        blocks = {f[1] for f in forms if f is not None}
+        if len(blocks) != 1:
+            return same_call(call, args)
+        (block,) = blocks
+        if call.op.pattern == OpPattern.ELEMWISE and len(args) == 1:
+            return to_nchw(Call(op, [forms[0][0]], call.attrs, call.span), block)
+        if op in _ARITH or (op == "nn.bias_add" and call.attrs["axis"] == 1):
+            new = _blocked_operands(call, args, forms, block)
+            if new is not None:
+                return to_nchw(Call("add" if op == "nn.bias_add" else op, new, {}, call.span),
+                               block)
+        if op == "concatenate" and call.attrs["axis"] == 1 and all(forms):
+            return to_nchw(Call(op, [f[0] for f in forms], call.attrs, call.span), block)
+        return same_call(call, args)
+
+    return rewrite(func, visit)
+
+
+def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
+    data, weight = args
+    if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
+            data.checked_type.dtype != "float32":
+        return Call("nn.conv2d", args, call.attrs, call.span)
+    channels = data.checked_type.shape[1]
+    out_channels = weight.checked_type.shape[0]
+    groups = call.attrs["groups"]
+    attrs = {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
+    form = blocked.get(data.uid)
+    if groups == 1:
+        ib = form[1] if form else _in_block(channels)
+        ob = _out_block(out_channels)
+        w = transform_array(weight.data, "OIHW", f"OIHW{ib}i{ob}o")
+        op = "nn.conv2d_NCHWc"
+    elif groups == channels == out_channels:
+        ib = ob = form[1] if form else _out_block(channels)
+        w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
+        op = "nn.depthwise_conv2d_NCHWc"
+    else:
+        return Call("nn.conv2d", args, call.attrs, call.span)
+    out = Call(op, [as_blocked(data, ib), Constant(w, weight.name)], attrs, call.span)
+    return to_nchw(out, ob)
+
+
+def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[Expr] | None:
+    """Operands of a broadcast op on blocked values, or None if one cannot be blocked."""
+    out_shape = call.checked_type.shape
+    new: list[Expr] = []
+    for arg, form in zip(args, forms):
+        if form is not None:
+            if arg.checked_type.shape != out_shape:
+                return None
+            new.append(form[0])
+        elif isinstance(arg, Constant):
+            value = _blocked_constant(arg.data, call, block)
+            if value is None:
+                return None
+            new.append(Constant(value, arg.name))
+        else:
+            return None
+    return new
+
+
+def _blocked_constant(data: np.ndarray, call: Call, block: int) -> np.ndarray | None:
+    """``data`` (broadcast against an NCHW value) as a constant broadcast against NCHW{b}c."""
+    if data.ndim == 0:
+        return data
+    if call.op.name == "nn.bias_add":
+        data = data.reshape(-1, 1, 1)
+    if data.ndim > 4:
+        return None
+    full = data.reshape((1,) * (4 - data.ndim) + data.shape)
+    if full.shape[1] == 1:
+        return full.reshape(full.shape + (1,))
+    channels = call.checked_type.shape[1]
+    if full.shape[1] != channels:
+        return None
+    return transform_array(np.ascontiguousarray(full), "NCHW", f"NCHW{block}c")

@@ -1,0 +1,102 @@
+"""Blocked layouts: Layout parsing and numpy transforms, the NCHWc convolutions lowered with their
+register-blocked schedules on the loop-IR interpreter, and AlterOpLayout on small graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_lowering import run_lowered
+
+from kiln.errors import CompileError
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.ir.graph_eval import evaluate
+from kiln.ir.layout import Layout, transform_array
+from kiln.passes.graph.alter_op_layout import alter_op_layout
+from kiln.passes.graph.fuse_ops import fuse_ops
+
+RNG = np.random.default_rng(7)
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def test_layout_parse_and_index():
+    lay = Layout.parse("NCHW16c")
+    assert lay.primal == "NCHW" and lay.factor("C") == 16 and lay.factor("H") == 0
+    assert lay.shape({"N": 1, "C": 32, "H": 3, "W": 5}) == (1, 2, 3, 5, 16)
+    assert lay.index(lay.primal_index((0, 1, 2, 3, 4))) == (0, 1, 2, 3, 4)
+    assert lay.primal_index((0, 1, 2, 3, 4))["C"] == 20
+
+
+@pytest.mark.parametrize("bad", ["", "NCHW16", "NCHW16C", "NCHWc", "NCHW16h16h", "NCCW",
+                                 "NCHW4x"])
+def test_layout_rejects_malformed(bad):
+    with pytest.raises(CompileError):
+        Layout.parse(bad)
+
+
+def test_transform_array_round_trip():
+    x = _rand(2, 32, 3, 5)
+    y = transform_array(x, "NCHW", "NCHW16c")
+    assert y.shape == (2, 2, 3, 5, 16) and y[1, 1, 2, 3, 4] == x[1, 20, 2, 3]
+    z = transform_array(y, "NCHW16c", "NCHW8c")
+    np.testing.assert_array_equal(transform_array(z, "NCHW8c", "NCHW"), x)
+    w = _rand(32, 16, 3, 3)
+    wb = transform_array(w, "OIHW", "OIHW8i16o")
+    assert wb.shape == (2, 2, 3, 3, 8, 16) and wb[1, 0, 2, 1, 3, 5] == w[21, 3, 2, 1]
+
+
+def _conv_graph(shape, oc, k, stride, pad, groups=1, relu=True):
+    x = Var("x", TensorType(shape, "float32"))
+    w = Constant(_rand(oc, shape[1] // groups, k, k))
+    b = Constant(_rand(oc))
+    y = Call("nn.conv2d", [x, w], {"strides": (stride, stride), "padding": (pad,) * 4,
+                                   "dilation": (1, 1), "groups": groups})
+    y = Call("nn.bias_add", [y, b], {"axis": 1})
+    return x, (Call("nn.relu", [y]) if relu else y)
+
+
+def _ops(func: Function) -> list[str]:
+    return [n.op.name for n in post_order(func.outputs) if isinstance(n, Call)]
+
+
+@pytest.mark.parametrize("shape,oc,k,stride,pad,groups", [
+    ((1, 3, 9, 9), 16, 3, 2, 1, 1),     # first layer: input block 3
+    ((1, 32, 7, 7), 24, 1, 1, 0, 1),    # 1x1, output block 8
+    ((1, 16, 6, 10), 16, 3, 1, 1, 16),  # depthwise
+])
+def test_blocked_conv_matches_reference(shape, oc, k, stride, pad, groups):
+    x, y = _conv_graph(shape, oc, k, stride, pad, groups)
+    func = Function([x], [y])
+    altered = alter_op_layout(func)
+    kind = "nn.depthwise_conv2d_NCHWc" if groups > 1 else "nn.conv2d_NCHWc"
+    assert kind in _ops(altered) and "nn.conv2d" not in _ops(altered)
+    data = _rand(*shape)
+    expect = evaluate(func, {"x": data})[0]
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4, atol=1e-4)
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_layout_flows_between_convs_and_through_residual_add():
+    x, y = _conv_graph((1, 16, 6, 6), 16, 3, 1, 1)
+    w2 = Constant(_rand(16, 16, 1, 1))
+    z = Call("nn.conv2d", [y, w2], {"strides": (1, 1), "padding": (0, 0, 0, 0),
+                                    "dilation": (1, 1), "groups": 1})
+    out = Call("nn.relu", [Call("add", [z, y])])
+    func = Function([x], [out])
+    altered = alter_op_layout(func)
+    transforms = [n for n in post_order(altered.outputs)
+                  if isinstance(n, Call) and n.op.name == "layout_transform"]
+    # one into the blocked layout at the input, one back at the output: none in between
+    assert [(t.attrs["src_layout"], t.attrs["dst_layout"]) for t in transforms] == \
+        [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    data = _rand(1, 16, 6, 6)
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0],
+                               evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_conv_stays_nchw():
+    x, y = _conv_graph((1, 8, 5, 5), 8, 3, 1, 1, groups=2)
+    assert "nn.conv2d" in _ops(alter_op_layout(Function([x], [y])))
