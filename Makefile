@@ -3,7 +3,9 @@
 # file), installs a C compiler with apt-get when `cc` is missing, then runs.
 #
 #   make demo       compile the text-orientation model and check it against onnxruntime
-#   make test       the whole test suite (pytest -n 2)
+#   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
+#                   toolchains and qemu-user for tests/backend/test_cross.py (root + apt-get;
+#                   otherwise those tests skip)
 #   make test-fast  tests/unit only
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
@@ -17,7 +19,7 @@ STAMP := $(VENV)/.kiln-installed
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast fuzz lint toolchain venv clean
+.PHONY: all demo test test-fast fuzz lint toolchain cross-toolchain venv clean
 
 all: test
 
@@ -54,10 +56,30 @@ toolchain:
 	  fi; \
 	fi
 
+# Cross compilers, sysroots and qemu-user for the llvm target's cross tests. Best effort: without
+# root/apt-get (or offline) it only warns, and the cross tests skip naming the missing tool.
+CROSS_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user \
+	libc6-dev-arm64-cross libc6-dev-riscv64-cross
+cross-toolchain:
+	@missing=; for t in aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64; do \
+	  command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing cross toolchains for the cross tests (missing:$$missing)" >&2; \
+	    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      $(CROSS_PACKAGES); } || \
+	    echo "make: warning: could not install$$missing; cross tests will skip" >&2; \
+	  else \
+	    echo "make: warning: missing$$missing (apt-get install $(CROSS_PACKAGES));" \
+	      "cross tests will skip" >&2; \
+	  fi; \
+	fi
+
 demo: $(STAMP) toolchain
 	$(VENV)/bin/kiln demo
 
-test: $(STAMP) toolchain
+test: $(STAMP) toolchain cross-toolchain
 	$(PY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

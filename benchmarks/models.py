@@ -1,8 +1,8 @@
 """Kiln vs onnxruntime on whole models, side by side in one process.
 
-For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it for the C target,
-``export_library`` a ``.so``, load it back and time it next to an onnxruntime CPU session with the
-same number of threads and the same input. Prints a markdown table (and writes JSON with
+For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it (``--target``:
+``"c -mcpu=native"`` by default, or e.g. ``"llvm -mcpu=native"``), ``export_library`` a ``.so``, load it back and time it
+next to an onnxruntime CPU session with the same number of threads and the same input. Prints a markdown table (and writes JSON with
 ``--json``). Run ``python benchmarks/models.py --help`` for the options; see
 ``benchmarks/README.md`` for what is measured.
 """
@@ -161,7 +161,7 @@ def environment(args: argparse.Namespace) -> dict:
             cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads,
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
             "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
             "kiln": kiln.__version__, "onnxruntime": ort.__version__,
             "python": platform.python_version()}
@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 msg = f"{type(err).__name__}: {err}".splitlines()[0][:300]
                 rows.append({"model": name, "error": msg})
     env = environment(args)
-    print(f"\n{env['cpu']}, {args.threads} thread(s), median of {args.repeat} runs "
+    print(f"\n{env['cpu']}, target {args.target}, {args.threads} thread(s), median of "
+          f"{args.repeat} runs "
           f"after {args.warmup} warm-up; kiln {env['kiln']}, onnxruntime {env['onnxruntime']}\n")
     print(markdown(rows))
     if args.json:

@@ -1,9 +1,11 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
 The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis →
-FoldConstant → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused
-function: compute → schedule → lower → loop passes → MakePackedAPI → C codegen; then the graph
-JSON with its memory plan. Identical fused functions compile to one kernel.
+FoldConstant → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
+schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; then the graph JSON
+with its memory plan. Identical fused functions compile to one kernel. The target is the
+current one (``with target:``) while the graph is optimized and kernels are lowered, so
+passes and schedules can read it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
     return fuse_ops(func)
 
 
-def build(mod: IRModule | Function, target: str | Target = "c",
+def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
           mod_name: str = "default") -> GraphExecutorFactoryModule:
     """Compile ``mod["main"]`` for ``target``.
@@ -52,8 +54,10 @@ def build(mod: IRModule | Function, target: str | Target = "c",
     Parameters
     ----------
     mod : the model (``kiln.frontend.from_onnx``'s first result) or a graph Function.
-    target : ``"c"`` (C source, compiled by the system C compiler at export time);
-        ``"c -mcpu=native"`` compiles it for this machine's CPU (``-march=native``).
+    target : ``"c"`` (C source, compiled by the system C compiler at export time;
+        ``"c -mcpu=native"`` compiles it with ``-march=native``) or
+        ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
+        LLVM, see :class:`kiln.target.Target`); default: ``Target.current()``, else ``"c"``.
     params : weights by name (``from_onnx``'s second result); bound as constants.
     mod_name : name of the factory function that creates executors (TVM: "default").
 
@@ -67,16 +71,23 @@ def build(mod: IRModule | Function, target: str | Target = "c",
     CompileError
         If an op cannot be lowered or the target is not supported.
     """
+    if target is None:
+        target = Target.current() or "c"
     tgt = Target(target)
-    if tgt.kind != "c":
-        raise CompileError(f"target '{tgt}' is not supported yet: use target='c'")
     func = mod["main"] if isinstance(mod, IRModule) else mod
-    with progress.stage("Optimizing graph"):
-        fused = optimize(func, params)
-    calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
-    kernels, kernel_names = _lower_kernels(calls)
-    with progress.stage("Generating C"):
-        lib = _c_modules(kernels, c_compile_options(tgt))
+    with tgt:
+        with progress.stage("Optimizing graph"):
+            fused = optimize(func, params)
+        calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+        kernels, kernel_names = _lower_kernels(calls)
+    if tgt.kind == "llvm":
+        from kiln.codegen.llvm import build_llvm
+
+        with progress.stage("Generating code with LLVM"):
+            lib = build_llvm(kernels, tgt)
+    else:
+        with progress.stage("Generating C"):
+            lib = _c_modules(kernels, c_compile_options(tgt))
     with progress.stage("Planning memory"):
         graph, consts, plan = graph_json(fused, kernel_names)
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",

@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compile an ONNX model into one shared library (.so).")
     p.add_argument("model", help="the ONNX model file")
     p.add_argument("-o", "--output", required=True, help="the library to write (.so or .tar)")
-    p.add_argument("--target", default="c", help="compilation target (default: c)")
+    p.add_argument("--target", default="c",
+                   help='compilation target: "c" (default) or "llvm [-mcpu=native] '
+                        '[-mtriple=...] [-mattr=...]"')
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "

@@ -21,7 +21,7 @@ def compile_model(model: str, output: str, target: str = "c",
         Library to write: ``.so`` (linked shared object) or ``.tar`` (objects); written
         atomically by ``export_library``.
     target : str
-        Kiln target string, e.g. ``"c"``.
+        Kiln target string, e.g. ``"c"`` or ``"llvm -mcpu=native"``.
     input_shapes : list of (name, shape), optional
         Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.

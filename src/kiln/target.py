@@ -1,49 +1,312 @@
-"""Targets: a description of the hardware code is generated for (TVM's ``tvm.target.Target``).
+"""Targets: a description of the hardware code is generated for (TVM's ``tvm.target.Target``,
+python/tvm/target/target.py and src/target/llvm/llvm_instance.cc).
 
 A target string is a kind followed by ``-key=value`` options: ``"c"``,
-``"llvm -mtriple=riscv64-unknown-linux-gnu -mattr=+v"``. The target only describes; codegens and
-schedules dispatch on it.
+``"llvm -mtriple=riscv64-unknown-linux-gnu -mcpu=generic-rv64 -mattr=+v"``. The target only
+describes; codegens and schedules dispatch on it. Options of the ``llvm`` kind (LLVM's names):
+
+- ``-mtriple``: the target triple (default: the host's, from LLVM);
+- ``-mcpu``: the CPU name; ``native`` is the host CPU, and also enables the host's features;
+- ``-mattr``: comma-separated features, ``+avx2,-avx512f`` (applied after the CPU's own);
+- ``-mabi``: the ABI name (RISC-V: default ``lp64d`` when the D extension is on);
+- ``-opt-level``: 0-3 (default 3).
+
+Schedules read the SIMD width from :meth:`Target.vector_bits` / :meth:`Target.vector_lanes`:
+512 bits with AVX-512, 256 with AVX/AVX2, 128 for SSE, NEON and RVV with VLEN=128 (``zvl<N>b``
+raises it). The LLVM host queries (``-mcpu=native``, the default triple) import llvmlite lazily;
+nothing else here depends on a code generator.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import platform
+import threading
+from functools import lru_cache
+from typing import Any
 
 from kiln.errors import KilnError
 
 KINDS = ("c", "llvm")
+LLVM_OPTIONS = ("mtriple", "mcpu", "mattr", "mabi", "opt-level")
+
+# x86 CPU names (LLVM's) by widest float vector: the rest are SSE-only (128 bits). Sources: LLVM
+# llvm/lib/Target/X86/X86.td (ProcessorFeatures) and llvm/lib/TargetParser/X86TargetParser.cpp.
+_X86_AVX512 = frozenset((
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+    "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+    "graniterapids", "graniterapids-d", "diamondrapids", "znver4", "znver5", "knl", "knm",
+    "x86-64-v4",
+))
+_X86_AVX = frozenset((
+    "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "haswell", "core-avx2", "broadwell",
+    "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake",
+    "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest", "znver1",
+    "znver2", "znver3", "bdver1", "bdver2", "bdver3", "bdver4", "btver2", "x86-64-v3",
+))
+# Features Debian/Ubuntu's riscv64 port (the psABI's RV64GC) assumes; clang enables them by
+# default for riscv64 Linux triples (clang/lib/Driver/ToolChains/Arch/RISCV.cpp).
+_RISCV_LINUX_BASE = ("+m", "+a", "+f", "+d", "+c")
+
+_ARCH_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 
-@dataclass(frozen=True)
+@lru_cache(maxsize=1)
+def host_triple() -> str:
+    """The host's target triple (LLVM's process triple; ``<machine>-unknown-linux-gnu`` when
+    llvmlite is not installed)."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:  # the C target works without llvmlite
+        machine = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
+        return f"{machine}-unknown-linux-gnu"
+    return llvm.get_process_triple()
+
+
+@lru_cache(maxsize=1)
+def host_cpu() -> tuple[str, tuple[str, ...]]:
+    """The host CPU's LLVM name and its feature list (``("+avx2", "-avx512f", ...)``).
+
+    Raises
+    ------
+    KilnError
+        If llvmlite is not installed.
+    """
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        raise KilnError("-mcpu=native needs llvmlite to detect the host CPU "
+                        "(pip install llvmlite)") from None
+    try:
+        features = llvm.get_host_cpu_features()
+    except RuntimeError:  # LLVM cannot read this host's features: the CPU name implies them
+        features = {}
+    flat = tuple(("+" if on else "-") + name for name, on in sorted(features.items()))
+    return llvm.get_host_cpu_name(), flat
+
+
+def triple_arch(triple: str) -> str:
+    """The architecture part of a triple, normalized (``x86_64``, ``aarch64``, ``riscv64``)."""
+    arch = triple.split("-", 1)[0].lower()
+    return _ARCH_ALIASES.get(arch, arch)
+
+
 class Target:
-    """A parsed target: ``kind`` ("c" or "llvm"), ``options`` (e.g. {"mcpu": "native"}),
-    ``keys`` (schedule keys, "cpu" for both kinds here)."""
+    """A parsed target.
 
-    kind: str
-    options: dict = field(default_factory=dict)
-    keys: tuple[str, ...] = ("cpu",)
+    Parameters
+    ----------
+    spec : str or Target
+        ``"c"`` or ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...] [-mabi=...]"``.
+    host : str or Target, optional
+        The target of host-side code (TVM's ``target.host``); CPU targets are their own host.
 
-    def __init__(self, spec: str | Target):
+    Attributes
+    ----------
+    kind : str
+        ``"c"`` or ``"llvm"``.
+    options : dict
+        The ``-key=value`` options as written (``{"mcpu": "native"}``).
+    keys : tuple of str
+        Schedule keys (``("cpu",)`` for both kinds).
+
+    Raises
+    ------
+    KilnError
+        Unknown kind, malformed option, an unknown ``llvm`` option or a bad ``-opt-level``.
+    """
+
+    __slots__ = ("host", "keys", "kind", "options")
+    _local = threading.local()
+
+    def __init__(self, spec: str | Target, host: str | Target | None = None):
         if isinstance(spec, Target):
-            object.__setattr__(self, "kind", spec.kind)
-            object.__setattr__(self, "options", dict(spec.options))
-            object.__setattr__(self, "keys", spec.keys)
-            return
-        words = spec.split()
-        if not words or words[0] not in KINDS:
-            raise KilnError(f"unknown target '{spec}': expected one of {', '.join(KINDS)}")
-        options = {}
-        for w in words[1:]:
-            if not w.startswith("-"):
-                raise KilnError(f"target '{spec}': option '{w}' must look like -key=value")
-            key, _, value = w.lstrip("-").partition("=")
-            options[key] = value or True
-        object.__setattr__(self, "kind", words[0])
+            kind, options, keys = spec.kind, dict(spec.options), spec.keys
+            host = host if host is not None else spec.host
+        else:
+            kind, options = _parse(spec)
+            keys = ("cpu",)
+        object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "options", options)
-        object.__setattr__(self, "keys", ("cpu",))
+        object.__setattr__(self, "keys", keys)
+        object.__setattr__(self, "host", Target(host) if host is not None else None)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Target is immutable")
+
+    # -- identity
     def __str__(self) -> str:
         return " ".join([self.kind] + [f"-{k}={v}" for k, v in self.options.items()])
 
+    def __repr__(self) -> str:
+        host = f", host={str(self.host)!r}" if self.host is not None else ""
+        return f"Target({str(self)!r}{host})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Target) and str(self) == str(other)
+                and str(self.host) == str(other.host))
+
     def __hash__(self) -> int:
-        return hash(str(self))
+        return hash((str(self), str(self.host)))
+
+    # -- the current target (``with target:``)
+    def __enter__(self) -> Target:  # noqa: PYI034 (Target is not meant to be subclassed)
+        _stack(self._local).append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack(self._local).pop()
+
+    @classmethod
+    def current(cls, allow_none: bool = True) -> Target | None:
+        """The innermost target entered with ``with target:`` (TVM's ``Target.current``).
+
+        Raises
+        ------
+        KilnError
+            If there is none and ``allow_none`` is False.
+        """
+        stack = _stack(cls._local)
+        if stack:
+            return stack[-1]
+        if not allow_none:
+            raise KilnError("no current target: use `with kiln.target.Target(...):`")
+        return None
+
+    # -- LLVM description
+    @property
+    def triple(self) -> str:
+        """``-mtriple``, else the host triple."""
+        return str(self.options.get("mtriple") or host_triple())
+
+    @property
+    def arch(self) -> str:
+        """The triple's architecture: ``x86_64``, ``aarch64``, ``riscv64``..."""
+        return triple_arch(self.triple)
+
+    @property
+    def is_native(self) -> bool:
+        """True when code for this target runs on this host (same architecture)."""
+        return self.arch == triple_arch(host_triple())
+
+    @property
+    def mcpu(self) -> str:
+        """The CPU name for LLVM: ``-mcpu`` with ``native`` resolved; else the triple's generic
+        CPU (``generic-rv64`` on riscv64, "" = LLVM's default elsewhere)."""
+        cpu = str(self.options.get("mcpu") or "")
+        if cpu == "native":
+            return host_cpu()[0]
+        if not cpu and self.arch == "riscv64":
+            return "generic-rv64"
+        return cpu
+
+    @property
+    def mattr(self) -> tuple[str, ...]:
+        """Features for LLVM, in order (later wins): the host's with ``-mcpu=native``, the
+        RV64GC base on riscv64 Linux triples, then ``-mattr``."""
+        feats: list[str] = []
+        if self.options.get("mcpu") == "native":
+            feats += host_cpu()[1]
+        if self.arch == "riscv64" and "linux" in self.triple:
+            feats += _RISCV_LINUX_BASE
+        raw = self.options.get("mattr")
+        if raw and raw is not True:
+            for f in str(raw).split(","):
+                f = f.strip()
+                if f:
+                    feats.append(f if f[0] in "+-" else "+" + f)
+        return tuple(feats)
+
+    @property
+    def mabi(self) -> str:
+        """``-mabi``, else ``lp64d`` on riscv64 with the D extension, else ""."""
+        abi = str(self.options.get("mabi") or "")
+        if not abi and self.arch == "riscv64" and self.has_feature("d"):
+            return "lp64d"
+        return abi
+
+    @property
+    def opt_level(self) -> int:
+        return int(self.options.get("opt-level", 3))
+
+    def has_feature(self, name: str) -> bool:
+        """Whether the last ``+name``/``-name`` in :attr:`mattr` enables ``name`` (features the
+        CPU name implies are not listed there; see :meth:`vector_bits`)."""
+        on = None
+        for f in self.mattr:
+            if f[1:] == name:
+                on = f[0] == "+"
+        return bool(on)
+
+    # -- what schedules need
+    def vector_bits(self) -> int:
+        """Width in bits of the widest SIMD register for floats (0: no SIMD unit).
+
+        x86: 512 with AVX-512F, 256 with AVX, else 128 (SSE2 is in the x86-64 baseline);
+        aarch64: 128 (NEON); riscv64: the ``zvl<N>b`` minimum VLEN with V (128 for plain
+        ``+v``), 0 without; the ``c`` kind: 128 on x86_64 and aarch64 (the system compiler's
+        default baseline).
+        """
+        arch = self.arch
+        if self.kind == "c":
+            return 128 if arch in ("x86_64", "aarch64") else 0
+        if arch in ("x86_64", "i686", "i386"):
+            cpu = self.mcpu
+            level = 512 if cpu in _X86_AVX512 else 256 if cpu in _X86_AVX else 128
+            for f in self.mattr:
+                on, name = f[0] == "+", f[1:]
+                if name == "avx512f":
+                    level = 512 if on else min(level, 256)
+                elif name == "avx":
+                    level = max(level, 256) if on else 128
+                elif name == "avx2" and on:
+                    level = max(level, 256)
+            return level
+        if arch in ("aarch64", "arm"):
+            return 128
+        if arch in ("riscv64", "riscv32"):
+            if not (self.has_feature("v") or any(self.has_feature(f"zve{w}{t}")
+                                                 for w in (32, 64) for t in "xfd")):
+                return 0
+            vlen = 128 if self.has_feature("v") else 32
+            for f in self.mattr:
+                name = f[1:]
+                if f[0] == "+" and name.startswith("zvl") and name.endswith("b"):
+                    vlen = max(vlen, int(name[3:-1]))
+            return vlen
+        return 0
+
+    def vector_lanes(self, dtype: str = "float32") -> int:
+        """Elements of ``dtype`` per SIMD register (at least 1)."""
+        bits = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 32,
+                "uint32": 32, "float16": 16, "int16": 16, "uint16": 16, "int8": 8,
+                "uint8": 8, "bool": 8}.get(dtype)
+        if bits is None:
+            raise KilnError(f"vector_lanes: unknown dtype {dtype!r}")
+        return max(1, self.vector_bits() // bits)
+
+
+def _stack(local: threading.local) -> list[Target]:
+    if not hasattr(local, "stack"):
+        local.stack = []
+    return local.stack
+
+
+def _parse(spec: str) -> tuple[str, dict[str, Any]]:
+    words = str(spec).split()
+    if not words or words[0] not in KINDS:
+        raise KilnError(f"unknown target '{spec}': expected one of {', '.join(KINDS)}")
+    options: dict[str, Any] = {}
+    for w in words[1:]:
+        if not w.startswith("-"):
+            raise KilnError(f"target '{spec}': option '{w}' must look like -key=value")
+        key, _, value = w.lstrip("-").partition("=")
+        options[key] = value or True
+    if words[0] == "llvm":
+        unknown = [k for k in options if k not in LLVM_OPTIONS]
+        if unknown:
+            raise KilnError(f"target '{spec}': unknown option -{unknown[0]} (llvm options: "
+                            f"{', '.join('-' + o for o in LLVM_OPTIONS)})")
+        level = options.get("opt-level", "3")
+        if str(level) not in ("0", "1", "2", "3"):
+            raise KilnError(f"target '{spec}': -opt-level must be 0, 1, 2 or 3, got {level}")
+    return words[0], options

@@ -1,4 +1,8 @@
-"""Backend test helpers: compile an ONNX model with Kiln, run it, and run onnxruntime beside it."""
+"""Backend test helpers: compile an ONNX model with Kiln, run it, and run onnxruntime beside it.
+
+Every test that takes the ``target`` fixture (directly or through ``check_model``) runs once per
+code generator: ``c`` and ``llvm``.
+"""
 
 from __future__ import annotations
 
@@ -50,13 +54,34 @@ def assert_close_to_reference(got: list[np.ndarray], want: list[np.ndarray],
         assert err <= bound, f"max abs error {err:.3g} > {bound:.3g}"
 
 
+TARGETS = ["c", "llvm"]
+
+
+@pytest.fixture(params=TARGETS)
+def target(request) -> str:
+    """The target string of each backend under test."""
+    return request.param
+
+
 @pytest.fixture
-def check_model(tmp_path):
-    """``check_model(model, inputs)``: Kiln's outputs match onnxruntime's."""
+def check_model(tmp_path, target):
+    """``check_model(model, inputs)``: Kiln's outputs, for ``target``, match onnxruntime's."""
 
     def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-4):
-        got = compile_and_run(model, inputs, tmp_path)
+        got = compile_and_run(model, inputs, tmp_path, target)
         assert_close_to_reference(got, run_onnxruntime(model, inputs), rtol)
         return got
 
     return check
+
+
+def build_kernels(funcs, target: str):
+    """A runtime module holding the packed PrimFuncs ``funcs``, for ``target``."""
+    if target == "c":
+        from kiln.codegen.c import build_c_source
+        from kiln.runtime import CSourceModule
+
+        return CSourceModule(build_c_source(funcs), [f.name for f in funcs])
+    from kiln.codegen.llvm import build_llvm
+
+    return build_llvm(funcs, target)

@@ -1,4 +1,4 @@
-"""Every op the models need, compiled for the C target, against onnxruntime (single-op models)."""
+"""Every op the models need, compiled for each target (c, llvm), against onnxruntime."""
 
 from __future__ import annotations
 

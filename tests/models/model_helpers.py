@@ -20,13 +20,14 @@ class Compiled:
     gmod: object
 
 
-def compile_to_library(model, shapes: dict[str, tuple[int, ...]], path: Path) -> Compiled:
-    """from_onnx → kiln.build(target c) → export_library(path) → load_module → GraphModule."""
+def compile_to_library(model, shapes: dict[str, tuple[int, ...]], path: Path,
+                       target: str = "c") -> Compiled:
+    """from_onnx → kiln.build(target) → export_library(path) → load_module → GraphModule."""
     import kiln
     from kiln.frontend import from_onnx
 
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target="c", params=params)
+    lib = kiln.build(mod, target=target, params=params)
     lib.export_library(str(path))
     loaded = kiln.runtime.load_module(str(path))
     gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))

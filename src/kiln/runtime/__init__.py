@@ -6,9 +6,10 @@ objects (C source or a loaded library holding kernels; a binary-serializable
 shared object (or a relocatable object, or a tar to relink: ``cc``, ``tar``) with the imports
 blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. User module types
 subclass :class:`BinaryModule` and ``register_module_loader``; external modules that need
-constants get them through a ``ConstLoaderModule`` (``create_metadata_module``). Kernels use
-the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it as
-DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
+constants get them through a ``ConstLoaderModule`` (``create_metadata_module``). Compiled
+kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
+``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
+as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
 ``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
 
@@ -29,6 +30,7 @@ from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.load import load_module
 from kiln.runtime.module import Module, PyFunctionModule
 from kiln.runtime.ndarray import Device, NDArray, array, cpu, empty
+from kiln.runtime.object_module import ObjectModule
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, save_param_dict
 from kiln.runtime.registry import get_global_func, list_global_func_names, register_func
@@ -37,8 +39,8 @@ from kiln.runtime.source_module import CSourceModule
 __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
     "GraphExecutorDebug", "GraphExecutorFactoryModule", "LibraryModule", "Module", "NDArray",
-    "PackedFunc", "PyFunctionModule", "array", "cpu", "create_metadata_module", "create_object",
-    "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
+    "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "create_metadata_module",
+    "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
     "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
     "load_param_dict", "register_func", "register_module_loader", "save_param_dict",
 ]

@@ -7,7 +7,10 @@ Steps: index the tree (``blob.index_modules``); save each DSO-exportable module 
 straight to the linker); write the imports blob (always, even when it only says ``_lib``) and
 the ``__kiln_func_names`` list into ``devc.c`` — or, for blobs of 1 MiB and more, into an
 assembler file ``devc.S`` that ``.incbin``s ``devc.bin`` (a giant hex array compiles slowly: a
-known TVM complaint; the assembler copies hundreds of MB in seconds); add ``support/backend.c``;
+known TVM complaint; the assembler copies hundreds of MB in seconds); when the tree holds an
+``llvm`` module and the compiler registered ``runtime.ModulePackImportsToLLVM``, that function
+writes them instead, as an LLVM ``devc.o`` for the module's target (TVM's
+``PackImportsToLLVM``); add ``support/backend.c``;
 hand all to the fcompile. What is written — ``"so"``, ``"o"`` or ``"tar"`` — is the fcompile's
 ``output_format`` (``cc.py``), or, with no fcompile, follows the suffix (``.so``, ``.o``,
 ``.tar``). The output is written to a temporary file in the destination folder and renamed into
@@ -21,11 +24,12 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, ToolchainError
 from kiln.runtime import toolchain
 from kiln.runtime.blob import index_modules, pack_imports
 from kiln.runtime.cc import FCompile, create_object, create_shared, cross_compiler
 from kiln.runtime.module import Module
+from kiln.runtime.registry import get_global_func
 from kiln.runtime.tar import tar
 
 #: blobs at least this large go through ``.incbin`` instead of a C array
@@ -128,6 +132,19 @@ def _save_dso_module(m: Module, index: int, workdir: str) -> str:
     return path
 
 
+def _write_blob(index, workdir: str, blob: bytes, func_names: Sequence[str],
+                relocatable: bool) -> list[str]:
+    """The blob and function list: an LLVM ``devc.o`` when the tree has an ``llvm`` module and
+    the LLVM codegen is loaded (fast for any size, the module's own target), else ``devc.c``
+    (``devc.S`` + ``devc.bin`` for large blobs)."""
+    llvm_mods = [m for m in index.dso_modules if m.type_key == "llvm" and getattr(m, "target", "")]
+    pack_llvm = (get_global_func("runtime.ModulePackImportsToLLVM", allow_missing=True)
+                 if llvm_mods else None)
+    if pack_llvm is not None:
+        return list(pack_llvm(blob, func_names, llvm_mods[0].target, workdir))
+    return write_devc(workdir, blob, func_names, relocatable=relocatable)
+
+
 def export_library(module: Module, file_name: str | os.PathLike[str],
                    fcompile: FCompile | None = None, options: Sequence[str] | None = None,
                    workspace_dir: str | None = None) -> None:
@@ -163,11 +180,20 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
     """
     path = os.path.abspath(os.fspath(file_name))
     fmt = output_format_of(path, fcompile)
-    fcompile = fcompile or DEFAULT_FCOMPILE[fmt]
     out_dir = os.path.dirname(path)
     if not os.path.isdir(out_dir):
         raise KilnError(f"export_library: output folder {out_dir} does not exist")
     index = index_modules(module)
+    if fcompile is None:
+        # An object for another machine would fail in the linker as "Relocations in generic
+        # ELF" or "file in wrong format": say what to do instead.
+        for m in index.dso_modules:
+            if getattr(m, "is_host_object", True) is False:
+                raise ToolchainError(
+                    f"export_library({file_name}): the {m.type_key} module was compiled for "
+                    f"{getattr(m, 'triple', '') or 'another machine'}, not this host; pass "
+                    "fcompile=cross_compiler('<triple>-gcc') to link it")
+    fcompile = fcompile or DEFAULT_FCOMPILE[fmt]
     # Flags the modules' targets ask for (``-march`` of "c -mcpu=..."), applied to the link
     # as a whole: harmless on the blob and support sources.
     options = list(dict.fromkeys([*(options or []), *(o for m in index.dso_modules
@@ -180,7 +206,7 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
     os.makedirs(workdir, exist_ok=True)
     try:
         files = [_save_dso_module(m, i, workdir) for i, m in enumerate(index.dso_modules)]
-        files += write_devc(workdir, blob, func_names, relocatable=fmt == "tar")
+        files += _write_blob(index, workdir, blob, func_names, relocatable=fmt == "tar")
         del blob  # large params: do not hold a second copy while the compiler runs
         backend = os.path.join(workdir, "kiln_backend.c")
         shutil.copyfile(toolchain.BACKEND_C, backend)

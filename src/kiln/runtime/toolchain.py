@@ -30,6 +30,9 @@ COMPILE_FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu99")
 #: -Bsymbolic binds the kernels' TVMAPISetLastError to *this* library's error buffer even if
 #: another loaded library exports the same name
 LINK_FLAGS = ("-shared", "-fopenmp", "-Wl,-Bsymbolic")
+#: libraries every kernel library needs, after the objects (kernels call libm: expf, erff...;
+#: without it a library loads into Python, which has libm, but not into a plain C program)
+LINK_LIBS = ("-lm",)
 
 #: sources the compiler builds (everything else handed to it goes to the linker as is)
 SOURCE_SUFFIXES = (".c", ".S")
@@ -156,7 +159,7 @@ def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = 
         If the linker fails.
     """
     cc = list(cc or find_cc())
-    run([*cc, *LINK_FLAGS, "-o", output, *objects, *options])
+    run([*cc, *LINK_FLAGS, "-o", output, *objects, *options, *LINK_LIBS])
 
 
 def link_relocatable(objects: Sequence[str], output: str, cc: Sequence[str] | None = None

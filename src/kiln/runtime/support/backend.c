@@ -1,9 +1,10 @@
 /*
  * Kiln backend support, compiled into every exported library so an artifact needs no runtime
- * library: the packed-function error buffer, the workspace allocator and thread setup.
- * Follows TVM's src/runtime/c_runtime_api.cc (TVMAPISetLastError) and
- * include/tvm/runtime/c_backend_api.h (TVMBackendAllocWorkspace); see the shared reference,
- * runtime-formats.md, section 3.
+ * library: the packed-function error buffer, the workspace allocator, the parallel launch
+ * used by LLVM-generated kernels and thread setup.
+ * Follows TVM's src/runtime/c_runtime_api.cc (TVMAPISetLastError),
+ * include/tvm/runtime/c_backend_api.h (TVMBackendAllocWorkspace, TVMBackendParallelLaunch) and
+ * src/runtime/thread_pool.cc; see the shared reference, runtime-formats.md, section 3.
  */
 #include <kiln/c_runtime_api.h>
 #include <stdlib.h>
@@ -54,14 +55,70 @@ KILN_EXPORT int TVMBackendFreeWorkspace(int device_type, int device_id, void* pt
   return 0;
 }
 
-/* KILN_NUM_THREADS caps the OpenMP team of this library's kernels (like TVM_NUM_THREADS). */
-__attribute__((constructor)) static void kiln_init_threads(void) {
+/* KILN_NUM_THREADS (0: unset), read once at load time. */
+static int kiln_num_threads = 0;
+
+/*
+ * Run flambda(task_id, penv, cdata) for task_id in [0, num_task) on the persistent OpenMP
+ * (libgomp) team; num_task <= 0 means one task per thread. The team is capped by
+ * KILN_NUM_THREADS. Called from inside a parallel region it runs one task serially. If a task
+ * fails, the first failing task's message becomes the caller's error and -1 is returned.
+ */
+KILN_EXPORT int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
 #ifdef _OPENMP
+  int max_task = kiln_num_threads > 0 ? kiln_num_threads : omp_get_max_threads();
+  if (num_task <= 0 || num_task > max_task) num_task = max_task;
+  if (num_task > 1 && !omp_in_parallel()) {
+    int failed = 0;
+    char message[KILN_ERROR_SIZE];
+#pragma omp parallel num_threads(num_task)
+    {
+      /* The runtime may give fewer threads than asked: tasks are numbered by the real team. */
+      TVMParallelGroupEnv env = {NULL, omp_get_num_threads()};
+      if (flambda(omp_get_thread_num(), &env, cdata) != 0) {
+#pragma omp critical(kiln_parallel_error)
+        {
+          if (!failed) {
+            failed = 1;
+            memcpy(message, kiln_last_error, KILN_ERROR_SIZE);
+          }
+        }
+      }
+    }
+    if (failed) {
+      TVMAPISetLastError(message); /* the error buffer is per thread: copy it to the caller's */
+      return -1;
+    }
+    return 0;
+  }
+#endif
+  TVMParallelGroupEnv env = {NULL, 1};
+  return flambda(0, &env, cdata);
+}
+
+/* Synchronize the tasks of one launch (an orphaned OpenMP barrier binds to the launch's team). */
+KILN_EXPORT int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
+  (void)task_id;
+  (void)penv;
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+  return 0;
+}
+
+/* KILN_NUM_THREADS caps the OpenMP team of this library's kernels (like TVM_NUM_THREADS): the
+ * `omp parallel for` of C kernels through the loading thread's ICV, parallel launches of LLVM
+ * kernels on any thread through kiln_num_threads. */
+__attribute__((constructor)) static void kiln_init_threads(void) {
   const char* env = getenv("KILN_NUM_THREADS");
   if (env != NULL && *env != '\0') {
     char* end = NULL;
     long n = strtol(env, &end, 10);
-    if (end != env && *end == '\0' && n > 0 && n < 65536) omp_set_num_threads((int)n);
-  }
+    if (end != env && *end == '\0' && n > 0 && n < 65536) {
+      kiln_num_threads = (int)n;
+#ifdef _OPENMP
+      omp_set_num_threads((int)n);
 #endif
+    }
+  }
 }

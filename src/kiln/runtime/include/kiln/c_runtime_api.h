@@ -49,11 +49,21 @@ typedef int (*TVMBackendPackedCFunc)(TVMValue* args, int* type_codes, int num_ar
                                      TVMValue* out_ret_value, int* out_ret_tcode,
                                      void* resource_handle);
 
+/* Parallel launch (TVM's c_backend_api.h): the lambda runs once per task with task_id in
+   [0, penv->num_task); it returns 0, or -1 after TVMAPISetLastError. */
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} TVMParallelGroupEnv;
+typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
+
 /* Backend callbacks (implemented by the library's own support code). */
 void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes,
                                int dtype_code_hint, int dtype_bits_hint);
 int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr);
 void TVMAPISetLastError(const char* msg);
+int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task);
+int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv);
 const char* TVMGetLastError(void);
 
 #ifdef __cplusplus

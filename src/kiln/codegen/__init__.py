@@ -1,0 +1,9 @@
+"""Code generators: packed-API loop-IR PrimFuncs → runtime modules.
+
+``c``: one C translation unit per group of kernels (a ``CSourceModule``, compiled by the system
+C compiler at export time). ``llvm`` (+ ``llvm_func``, ``llvm_module``): LLVM IR built with
+llvmlite, optimized and emitted in-process as an ELF object per group (an ``LLVMModule``, linked
+as ``.o``), for any triple LLVM knows. Both map the same loop-IR vocabulary and the same packed
+ABI (``kiln.passes.loop.make_packed_api``). May import kiln.ir, kiln.passes, kiln.target,
+kiln.runtime and kiln.errors; llvmlite is imported only by the llvm files.
+"""

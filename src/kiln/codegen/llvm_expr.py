@@ -1,0 +1,338 @@
+"""Loop-IR expressions → LLVM IR: the LLVM code generator's table of the loop-IR vocabulary
+(TVM's ``CodeGenLLVM::VisitExpr_``, src/target/llvm/codegen_llvm.cc), and the ``kiln.*``
+packed-argument reads of MakePackedAPI (``CodeGenCPU``'s ``tvm_struct_get``).
+
+Semantics follow ``kiln.ir.loop_interp``: ``//`` and ``%`` on integers are floor division and
+modulo, ``/`` truncates; ``Select`` and ``and``/``or`` whose lazy side may trap (a load or an
+integer division) become branches, as C's ``?:``, ``&&`` and ``||``; bool is ``i1`` in registers
+and a byte in memory; casts to bool test ``!= 0``. Float ``+ - *`` carry the ``contract`` flag
+(FMA allowed, as GCC's default ``-ffp-contract=fast``); nothing is reassociated. Intrinsics are
+LLVM's (``llvm.exp``...; lowered to libm calls or instructions) except ``erf`` (libm).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from kiln.codegen.llvm_ir import (
+    DLTENSOR,
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    PTR,
+    T_DEVICE,
+    T_DTYPE,
+    T_NDIM,
+    T_SHAPE,
+    Frame,
+    ModuleCodegen,
+    dtype_bits,
+    int_const,
+    is_unsigned,
+    memory_type,
+    value_type,
+)
+from kiln.errors import CompileError
+from kiln.ir import loop as L
+
+_LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
+                    "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
+                    "ceil": "llvm.ceil", "pow": "llvm.pow"}
+_LIBM = {("erf", "float32"): "erff", ("erf", "float64"): "erf"}
+_ICMP = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def may_trap(e: L.PrimExpr) -> bool:
+    """True when evaluating ``e`` speculatively could fault: a load, an integer division, or a
+    packed-argument read."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, L.BufferLoad):
+            return True
+        if isinstance(x, L.Call) and x.name.startswith("kiln."):
+            return True
+        if isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype):
+            return True
+        stack.extend(L.expr_children(x))
+    return False
+
+
+class ExprCodegen:
+    """Expressions of one PrimFunc into the current :class:`Frame` (``FuncCodegen`` adds the
+    statements)."""
+
+    mc: ModuleCodegen
+    func: L.PrimFunc
+
+    def expr(self, fr: Frame, e: L.PrimExpr) -> ir.Value:
+        if isinstance(e, L.Var):
+            try:
+                return fr.vars[e]
+            except KeyError:
+                raise CompileError(f"LLVM codegen: variable {e.name} is used outside its "
+                                   "loop") from None
+        if isinstance(e, L.IntImm):
+            ty = value_type(e.dtype)
+            return ir.Constant(ty, int_const(e.value, ty.width))
+        if isinstance(e, L.FloatImm):
+            return ir.Constant(value_type(e.dtype), e.value)
+        if isinstance(e, L.Binary):
+            return self.binary(fr, e)
+        if isinstance(e, L.Select):
+            return self.select(fr, e)
+        if isinstance(e, L.Cast):
+            return self.cast(fr, self.expr(fr, e.value), e.value.dtype, e.dtype)
+        if isinstance(e, L.BufferLoad):
+            value = fr.builder.load(self.address(fr, e.buffer, e.indices),
+                                    typ=memory_type(e.dtype))
+            if e.dtype == "bool":
+                value = fr.builder.icmp_unsigned("!=", value, I8(0))
+            return value
+        if isinstance(e, L.Call):
+            return self.call(fr, e)
+        raise CompileError(f"LLVM codegen: unknown expression {type(e).__name__}")
+
+    def address(self, fr: Frame, buf: L.Buffer, indices: list[L.PrimExpr]) -> ir.Value:
+        """Row-major element address (C codegen's ``access``)."""
+        base = fr.bufs.get(buf)
+        if base is None:
+            raise CompileError(f"LLVM codegen: buffer {buf.name} is used outside its "
+                               "allocation")
+        b = fr.builder
+        offset = None
+        stride = 1
+        for extent, idx in zip(reversed(buf.shape), reversed(indices)):
+            if not (isinstance(idx, L.IntImm) and idx.value == 0):
+                term = self._to_i64(fr, self.expr(fr, idx), idx.dtype)
+                if stride != 1:
+                    term = b.mul(term, I64(stride), flags=("nsw",))
+                offset = term if offset is None else b.add(offset, term, flags=("nsw",))
+            stride *= extent
+        if offset is None:
+            return base
+        return b.gep(base, [offset], inbounds=True, source_etype=memory_type(buf.dtype))
+
+    def binary(self, fr: Frame, e: L.Binary) -> ir.Value:
+        if e.op in ("and", "or"):
+            return self.logical(fr, e)
+        b, op, dt = fr.builder, e.op, e.a.dtype
+        x, y = self.expr(fr, e.a), self.expr(fr, e.b)
+        if L.is_float(dt):
+            fl = ("contract",)
+            if op == "+":
+                return b.fadd(x, y, flags=fl)
+            if op == "-":
+                return b.fsub(x, y, flags=fl)
+            if op == "*":
+                return b.fmul(x, y, flags=fl)
+            if op == "/":
+                return b.fdiv(x, y)
+            if op in ("//", "%"):
+                q = b.call(self.mc.intrinsic("llvm.floor", x.type), [b.fdiv(x, y)])
+                return q if op == "//" else b.fsub(x, b.fmul(q, y))
+            if op == "min":
+                return b.select(b.fcmp_ordered("<", x, y), x, y)
+            if op == "max":
+                return b.select(b.fcmp_ordered(">", x, y), x, y)
+            if op == "!=":
+                return b.fcmp_unordered("!=", x, y)
+            if op in _ICMP:
+                return b.fcmp_ordered(op, x, y)
+        else:
+            unsigned = is_unsigned(dt)
+            cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+            if op in _ICMP:
+                return cmp(op, x, y)
+            if op == "min":
+                return b.select(cmp("<", x, y), x, y)
+            if op == "max":
+                return b.select(cmp(">", x, y), x, y)
+            if dt == "bool":
+                raise CompileError(f"LLVM codegen: operator {op} on bool")
+            nsw = self._nsw(dt)
+            if op == "+":
+                return b.add(x, y, flags=nsw)
+            if op == "-":
+                return b.sub(x, y, flags=nsw)
+            if op == "*":
+                return b.mul(x, y, flags=nsw)
+            if op == "/":
+                return b.udiv(x, y) if unsigned else b.sdiv(x, y)
+            if op in ("//", "%"):
+                if unsigned:
+                    return b.udiv(x, y) if op == "//" else b.urem(x, y)
+                return self.floor_divmod(b, x, y, op)
+        raise CompileError(f"LLVM codegen: unknown operator {op} on {dt}")
+
+    @staticmethod
+    def floor_divmod(b: ir.IRBuilder, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
+        """Floor division / modulo from truncating ``sdiv``/``srem`` (the C codegen's
+        ``kiln_floordiv``): adjust when the remainder is nonzero and its sign differs from
+        the divisor's."""
+        zero = ir.Constant(x.type, 0)
+        q, r = b.sdiv(x, y), b.srem(x, y)
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+        if op == "//":
+            return b.sub(q, b.zext(adjust, x.type))
+        return b.add(r, b.select(adjust, y, zero))
+
+    def logical(self, fr: Frame, e: L.Binary) -> ir.Value:
+        b = fr.builder
+        x = self.to_bool(fr, self.expr(fr, e.a), e.a.dtype)
+        if not may_trap(e.b):
+            y = self.to_bool(fr, self.expr(fr, e.b), e.b.dtype)
+            return b.and_(x, y) if e.op == "and" else b.or_(x, y)
+        # Short-circuit, as C's && and ||.
+        start, rhs, done = b.block, fr.block(f"{e.op}.rhs"), fr.block(f"{e.op}.done")
+        if e.op == "and":
+            b.cbranch(x, rhs, done)
+        else:
+            b.cbranch(x, done, rhs)
+        b.position_at_end(rhs)
+        y = self.to_bool(fr, self.expr(fr, e.b), e.b.dtype)
+        rhs_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(I1)
+        phi.add_incoming(I1(0 if e.op == "and" else 1), start)
+        phi.add_incoming(y, rhs_end)
+        return phi
+
+    def select(self, fr: Frame, e: L.Select) -> ir.Value:
+        b = fr.builder
+        cond = self.to_bool(fr, self.expr(fr, e.cond), e.cond.dtype)
+        if not (may_trap(e.true_value) or may_trap(e.false_value)):
+            return b.select(cond, self.expr(fr, e.true_value), self.expr(fr, e.false_value))
+        # Only the chosen side is evaluated (C's ?:): a guarded load must not run out of bounds.
+        # SimplifyCFG turns this back into a select where speculation is safe.
+        then, other, done = fr.block("sel.true"), fr.block("sel.false"), fr.block("sel.done")
+        b.cbranch(cond, then, other)
+        b.position_at_end(then)
+        tv = self.expr(fr, e.true_value)
+        then_end = b.block
+        b.branch(done)
+        b.position_at_end(other)
+        fv = self.expr(fr, e.false_value)
+        other_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, then_end)
+        phi.add_incoming(fv, other_end)
+        return phi
+
+    def cast(self, fr: Frame, v: ir.Value, src: str, dst: str) -> ir.Value:
+        b = fr.builder
+        if src == dst:
+            return v
+        if dst == "bool":
+            return self.to_bool(fr, v, src)
+        to = value_type(dst)
+        if L.is_float(src):
+            if L.is_float(dst):
+                return b.fpext(v, to) if dtype_bits(dst) > dtype_bits(src) else b.fptrunc(v, to)
+            return b.fptoui(v, to) if is_unsigned(dst) else b.fptosi(v, to)
+        if L.is_float(dst):
+            return b.uitofp(v, to) if is_unsigned(src) else b.sitofp(v, to)
+        width = 1 if src == "bool" else v.type.width
+        if to.width == width:
+            return v
+        if to.width < width:
+            return b.trunc(v, to)
+        return b.zext(v, to) if is_unsigned(src) else b.sext(v, to)
+
+    def to_bool(self, fr: Frame, v: ir.Value, dtype: str) -> ir.Value:
+        if dtype == "bool":
+            return v
+        if L.is_float(dtype):
+            return fr.builder.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+        return fr.builder.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+
+    def call(self, fr: Frame, e: L.Call) -> ir.Value:
+        if e.name.startswith("kiln."):
+            return self.accessor(fr, e)
+        if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
+            raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
+                               "supported")
+        args = [self.expr(fr, a) for a in e.args]
+        ty = value_type(e.dtype)
+        libm = _LIBM.get((e.name, e.dtype))
+        if libm is not None:
+            fn = self.mc.declare(libm, ty, [ty] * len(args),
+                                 attrs=("nounwind", "willreturn", "memory(none)"))
+        else:
+            fn = self.mc.intrinsic(_LLVM_INTRINSICS[e.name], ty)
+        return fr.builder.call(fn, args)
+
+    # -------------------------------------------------------------------------- packed API
+    def arg_tensor(self, fr: Frame, i: int) -> ir.Value:
+        """``(DLTensor*)args[i].v_handle``."""
+        b = fr.builder
+        args = self._packed(fr)[0]
+        return b.load(b.gep(args, [I64(i)], source_etype=I64), typ=PTR)
+
+    def accessor(self, fr: Frame, e: L.Call) -> ir.Value:
+        """The ``kiln.*`` packed-argument reads of MakePackedAPI (C codegen's ``_ACCESSORS``),
+        each an int64."""
+        b = fr.builder
+        args, codes, num_args = self._packed(fr)
+        field = e.name[len("kiln."):]
+        idx = [a.value for a in e.args]
+
+        def tensor_field(*path: int, ty: ir.Type) -> ir.Value:
+            ptr = b.gep(self.arg_tensor(fr, idx[0]), [I32(0), *(I32(p) for p in path)],
+                        source_etype=DLTENSOR)
+            return b.load(ptr, typ=ty)
+
+        if field == "num_args":
+            return b.sext(num_args, I64)
+        if field == "type_code":
+            return b.sext(b.load(b.gep(codes, [I64(idx[0])], source_etype=I32), typ=I32), I64)
+        if field == "handle_is_null":
+            handle = b.load(b.gep(args, [I64(idx[0])], source_etype=I64), typ=PTR)
+            return b.zext(b.icmp_unsigned("==", handle, ir.Constant(PTR, None)), I64)
+        if field == "arg_ndim":
+            return b.sext(tensor_field(T_NDIM, ty=I32), I64)
+        if field == "arg_dtype_code":
+            return b.zext(tensor_field(T_DTYPE, 0, ty=I8), I64)
+        if field == "arg_dtype_bits":
+            return b.zext(tensor_field(T_DTYPE, 1, ty=I8), I64)
+        if field == "arg_dtype_lanes":
+            return b.zext(tensor_field(T_DTYPE, 2, ty=I16), I64)
+        if field == "arg_device_type":
+            return b.sext(tensor_field(T_DEVICE, 0, ty=I32), I64)
+        if field == "arg_shape":
+            shape = tensor_field(T_SHAPE, ty=PTR)
+            return b.load(b.gep(shape, [I64(idx[1])], source_etype=I64), typ=I64)
+        if field == "arg_compact":
+            return b.sext(b.call(self.mc.is_compact(), [self.arg_tensor(fr, idx[0])]), I64)
+        raise CompileError(f"LLVM codegen: unknown packed accessor {e.name}")
+
+    def _packed(self, fr: Frame) -> tuple:
+        if fr.packed is None:
+            raise CompileError("LLVM codegen: packed-argument accessors outside the leading "
+                               "argument checks")
+        return fr.packed
+
+    # -------------------------------------------------------------------------- helpers
+    @staticmethod
+    def _nsw(dtype: str) -> tuple[str, ...]:
+        # int64 index arithmetic never wraps (C: signed overflow is undefined); narrower
+        # integers wrap like numpy's.
+        return ("nsw",) if dtype == "int64" else ()
+
+    def _to_i64(self, fr: Frame, v: ir.Value, dtype: str) -> ir.Value:
+        """``v`` (of ``dtype``) as an i64."""
+        if v.type == I64:
+            return v
+        if L.is_float(dtype):
+            return fr.builder.fptosi(v, I64)
+        return self.cast(fr, v, dtype, "int64")
+
+    @staticmethod
+    def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.select(b.icmp_signed("<", x, y), x, y)

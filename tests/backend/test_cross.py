@@ -1,0 +1,142 @@
+"""Cross compilation with the llvm target: one kernel library per foreign ISA (aarch64 NEON,
+riscv64 with the V extension), linked by the cross GCC through
+``export_library(fcompile=cross_compiler(...))``, driven by a small C harness
+(``cross_harness.c``) under qemu-user, outputs checked against the loop-IR interpreter.
+
+Needs the Debian cross toolchains and qemu-user (``make toolchain`` installs them as root);
+each ISA skips with the missing tool named when they are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_codegen import _kernel, k_parallel_alloc
+from test_llvm import binary_kernel
+
+import kiln.runtime as rt
+from kiln.backend.te_compiler import lower_primitive, to_te
+from kiln.codegen.llvm import build_llvm
+from kiln.ir import loop_interp
+from kiln.ir.lower import Schedule, lower
+from kiln.passes.loop.make_packed_api import dl_dtype, make_packed_api
+from kiln.passes.loop.simplify import simplify
+from kiln.runtime import toolchain
+from kiln.schedules import schedule_loops, schedule_te
+from kiln.target import Target
+
+HARNESS = Path(__file__).with_name("cross_harness.c")
+CROSS = {
+    "aarch64": {"target": "llvm -mtriple=aarch64-linux-gnu", "cc": "aarch64-linux-gnu-gcc",
+                "qemu": ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]},
+    "riscv64": {"target": "llvm -mtriple=riscv64-linux-gnu -mattr=+v",
+                "cc": "riscv64-linux-gnu-gcc",
+                "qemu": ["qemu-riscv64", "-L", "/usr/riscv64-linux-gnu", "-cpu",
+                         "rv64,v=true,vlen=128"]},
+}
+
+
+def _missing(isa: str) -> str | None:
+    cfg = CROSS[isa]
+    for tool in (cfg["cc"], cfg["qemu"][0]):
+        if shutil.which(tool) is None:
+            return tool
+    return None if os.path.isdir(cfg["qemu"][2]) else cfg["qemu"][2]
+
+
+def _cases():
+    """(packed func, inputs, oracle outputs) for a few kernels: conv with workspace, parallel
+    dense + sigmoid (exp), a vectorized add and a parallel kernel with scratch buffers."""
+    cases = []
+    for name in ("conv_bias_relu", "dense_sigmoid"):
+        call, arrays = _kernel(name)
+        ins, out = to_te(call.body)
+        oracle = schedule_loops(simplify(lower(schedule_te(Schedule(out)), ins, name)))
+        want = np.zeros(call.checked_type.shape, call.checked_type.dtype)
+        loop_interp.run(oracle, *arrays, want)
+        cases.append((lower_primitive(call, name), arrays, [want]))
+    rng = np.random.default_rng(11)
+    vadd = binary_kernel("vadd", [1000], lambda x, y: x * 2.0 + y)
+    a, b = (rng.standard_normal(1000).astype("float32") for _ in range(2))
+    cases.append((vadd, [a, b], [a * 2 + b]))
+    func, inputs, out, _ = k_parallel_alloc()
+    want = out.copy()
+    loop_interp.run(func, *inputs, want)
+    cases.append((make_packed_api(func), inputs, [want]))
+    return cases
+
+
+def _spec_line(kind: str, path: Path, arr: np.ndarray) -> str:
+    code, bits = dl_dtype(str(arr.dtype))
+    return " ".join([kind, str(path), str(code), str(bits), str(arr.ndim),
+                     *map(str, arr.shape)])
+
+
+@pytest.mark.parametrize("isa", list(CROSS))
+def test_cross_compiled_kernels_run_under_qemu(isa, tmp_path):
+    missing = _missing(isa)
+    if missing:
+        pytest.skip(f"{isa} cross test needs {missing} (make toolchain installs it)")
+    cfg = CROSS[isa]
+    cases = _cases()
+    lib = build_llvm([c[0] for c in cases], cfg["target"])
+    assert not lib.is_host_object and Target(cfg["target"]).arch == isa
+    asm = lib.get_source("asm")
+    if isa == "riscv64":
+        assert "vsetvli" in asm and re.search(r"\bvle32\.v\b", asm), "no RVV code"
+    else:
+        assert re.search(r"\bv\d+\.4s\b", asm), "no NEON code"
+    so = tmp_path / f"kernels_{isa}.so"
+    lib.export_library(str(so), fcompile=rt.cross_compiler(cfg["cc"]))
+    harness = tmp_path / "harness"
+    toolchain.run([cfg["cc"], "-O2", f"-I{toolchain.INCLUDE_DIR}", "-o", str(harness),
+                   str(HARNESS), "-ldl"])
+    env = dict(os.environ, KILN_NUM_THREADS="2")
+    for func, inputs, wants in cases:
+        spec = []
+        for k, arr in enumerate(inputs):
+            path = tmp_path / f"{func.name}_in{k}.bin"
+            path.write_bytes(np.ascontiguousarray(arr).tobytes())
+            spec.append(_spec_line("in", path, arr))
+        outs = [tmp_path / f"{func.name}_out{k}.bin" for k in range(len(wants))]
+        spec += [_spec_line("out", p, w) for p, w in zip(outs, wants)]
+        spec_path = tmp_path / f"{func.name}.spec"
+        spec_path.write_text("\n".join(spec) + "\n")
+        proc = subprocess.run([*cfg["qemu"], str(harness), str(so), func.name, str(spec_path)],
+                              capture_output=True, text=True, env=env, timeout=300,
+                              check=False)
+        assert proc.returncode == 0, f"{func.name} on {isa}: {proc.stderr or proc.stdout}"
+        for p, want in zip(outs, wants):
+            got = np.frombuffer(p.read_bytes(), want.dtype).reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{func.name} on {isa}")
+
+
+def test_cross_export_of_a_large_blob_uses_the_assembler(tmp_path):
+    """Blobs of 1 MiB and more for a foreign triple go through devc.S (llvmlite has no
+    assembler for foreign targets), assembled by the cross compiler."""
+    if _missing("riscv64"):
+        pytest.skip(f"needs {_missing('riscv64')}")
+    from test_runtime_roundtrip import make_graph
+
+    n = 2**19  # 2 MiB of float32
+    lib = build_llvm([binary_kernel("fused_add", [n], lambda x, y: x + y),
+                      binary_kernel("fused_mul", [n], lambda x, y: x * y)],
+                     CROSS["riscv64"]["target"])
+    fac = rt.GraphExecutorFactoryModule(make_graph(shape=[n]), lib,
+                                        {"p0": np.ones(n, "float32")})
+    work = tmp_path / "work"
+    so = tmp_path / "big.so"
+    fac.export_library(str(so), fcompile=rt.cross_compiler(CROSS["riscv64"]["cc"]),
+                       workspace_dir=str(work))
+    assert (work / "devc.S").exists() and not (work / "devc.o").exists()
+    syms = toolchain.run(["riscv64-linux-gnu-nm", "-S", "--defined-only", str(so)])
+    size = next(int(line.split()[1], 16) for line in syms.splitlines()
+                if line.endswith(" __tvm_dev_mblob"))
+    assert size > 4 * n

@@ -1,0 +1,98 @@
+"""Target parsing and description: LLVM options, -mcpu=native, SIMD widths, the current target."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import pytest
+
+from kiln.errors import KilnError
+from kiln.target import Target, host_triple
+
+
+def test_parse_and_round_trip():
+    t = Target("llvm -mtriple=riscv64-unknown-linux-gnu -mcpu=generic-rv64 -mattr=+v,+zvl256b")
+    assert t.kind == "llvm" and t.keys == ("cpu",)
+    assert t.options == {"mtriple": "riscv64-unknown-linux-gnu", "mcpu": "generic-rv64",
+                         "mattr": "+v,+zvl256b"}
+    assert Target(str(t)) == t and hash(Target(str(t))) == hash(t)
+    assert t.arch == "riscv64" and not t.is_native
+    # the Linux RV64GC base comes first, the user's features after (later ones win)
+    assert t.mattr == ("+m", "+a", "+f", "+d", "+c", "+v", "+zvl256b")
+    assert t.mabi == "lp64d"
+    assert Target("c").kind == "c" and Target(Target("c")) == Target("c")
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("cuda", "unknown target 'cuda'"),
+    ("llvm mcpu=x", "must look like -key=value"),
+    ("llvm -mcpus=native", "unknown option -mcpus"),
+    ("llvm -opt-level=5", "-opt-level must be 0, 1, 2 or 3"),
+])
+def test_bad_targets(spec, match):
+    with pytest.raises(KilnError, match=match):
+        Target(spec)
+
+
+def test_default_triple_is_the_host():
+    t = Target("llvm")
+    assert t.triple == host_triple() == llvm.get_process_triple()
+    assert t.is_native and t.mcpu == "" and t.mattr == ()
+
+
+def test_native_cpu_resolves_name_and_features():
+    t = Target("llvm -mcpu=native")
+    assert t.mcpu == llvm.get_host_cpu_name()
+    features = llvm.get_host_cpu_features()
+    for name, on in features.items():
+        assert t.has_feature(name) == on
+    if t.arch == "x86_64":
+        want = 512 if features.get("avx512f") else 256 if features.get("avx") else 128
+        assert t.vector_bits() == want
+    # -mattr applies after the host's features
+    no512 = Target("llvm -mcpu=native -mattr=-avx512f")
+    assert not no512.has_feature("avx512f")
+    if t.arch == "x86_64":
+        assert no512.vector_bits() <= 256
+    assert str(t) == "llvm -mcpu=native"  # the description keeps what was written
+
+
+@pytest.mark.parametrize("spec, bits", [
+    ("llvm -mtriple=x86_64-linux-gnu", 128),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", 256),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 512),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -mattr=-avx512f", 256),
+    ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2", 256),
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4", 512),
+    ("llvm -mtriple=aarch64-linux-gnu", 128),
+    ("llvm -mtriple=riscv64-linux-gnu", 0),
+    ("llvm -mtriple=riscv64-linux-gnu -mattr=+v", 128),
+    ("llvm -mtriple=riscv64-linux-gnu -mattr=+v,+zvl512b", 512),
+])
+def test_vector_width(spec, bits):
+    t = Target(spec)
+    assert t.vector_bits() == bits
+    assert t.vector_lanes("float32") == max(1, bits // 32)
+    assert t.vector_lanes("float64") == max(1, bits // 64)
+    assert t.vector_lanes("int8") == max(1, bits // 8)
+
+
+def test_c_target_width_and_riscv_cpu_default():
+    assert Target("c").vector_lanes("float32") in (1, 4)
+    assert Target("llvm -mtriple=riscv64-linux-gnu").mcpu == "generic-rv64"
+    assert Target("llvm -mtriple=aarch64-linux-gnu").mabi == ""
+
+
+def test_current_target_context_and_host():
+    assert Target.current() is None
+    with pytest.raises(KilnError, match="no current target"):
+        Target.current(allow_none=False)
+    outer = Target("llvm -mcpu=haswell", host="llvm")
+    assert outer.host == Target("llvm")
+    with outer:
+        assert Target.current() is outer
+        with Target("c") as inner:
+            assert Target.current() is inner
+        assert Target.current() is outer
+    assert Target.current() is None
+    with pytest.raises(AttributeError):
+        outer.kind = "c"
