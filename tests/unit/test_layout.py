@@ -100,3 +100,49 @@ def test_layout_flows_between_convs_and_through_residual_add():
 def test_grouped_conv_stays_nchw():
     x, y = _conv_graph((1, 8, 5, 5), 8, 3, 1, 1, groups=2)
     assert "nn.conv2d" in _ops(alter_op_layout(Function([x], [y])))
+
+
+def _pool(kind: str, x):
+    if kind.startswith("global"):
+        return Call(f"nn.{kind}", [x])
+    attrs = {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1),
+             "dilation": (1, 1), "ceil_mode": True}
+    if kind == "avg_pool2d":
+        attrs["count_include_pad"] = False
+    return Call(f"nn.{kind}", [x], attrs)
+
+
+@pytest.mark.parametrize("kind", ["max_pool2d", "avg_pool2d", "global_avg_pool2d",
+                                  "global_max_pool2d"])
+def test_pool_runs_in_blocked_layout(kind):
+    # conv → pool → conv: the pool takes the blocked value, no transform in between
+    x, y = _conv_graph((1, 4, 5, 5), 16, 1, 1, 0)
+    w2 = Constant(_rand(8, 16, 1, 1))
+    z = Call("nn.conv2d", [_pool(kind, y), w2], {"strides": (1, 1), "padding": (0, 0, 0, 0),
+                                                 "dilation": (1, 1), "groups": 1})
+    func = Function([x], [z])
+    altered = alter_op_layout(func)
+    pools = [n for n in post_order(altered.outputs)
+             if isinstance(n, Call) and n.op.name == f"nn.{kind}"]
+    assert [p.attrs["layout"] for p in pools] == ["NCHW16c"]
+    assert _ops(altered).count("layout_transform") == 2
+    data = _rand(1, 4, 5, 5)
+    expect = evaluate(func, {"x": data})[0]
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4, atol=1e-4)
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_squeeze_excite_scale_stays_blocked():
+    # y * sigmoid(conv(global_avg_pool(y))): the [1, C, 1, 1] scale broadcasts over H, W
+    x, y = _conv_graph((1, 16, 6, 6), 32, 3, 1, 1)
+    w = Constant(_rand(32, 32, 1, 1))
+    s = Call("nn.conv2d", [Call("nn.global_avg_pool2d", [y]), w],
+             {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1})
+    out = Call("multiply", [y, Call("sigmoid", [s])])
+    func = Function([x], [out])
+    altered = alter_op_layout(func)
+    assert _ops(altered).count("layout_transform") == 2
+    data = _rand(1, 16, 6, 6)
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0],
+                               evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)

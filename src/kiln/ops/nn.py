@@ -89,15 +89,15 @@ def max_pool2d(inputs, attrs, out_type):
     (data,) = inputs
     kh, kw, sh, sw, dh, dw = _pool_window(attrs)
     pt, pl, _, _ = attrs["padding"]
-    _, _, h, w = data.shape
+    h, w = data.shape[2:4]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     lowest = te.lowest(data.dtype)
 
-    def body(n, c, y, x):
+    def body(n, c, y, x, *block):  # block: the channel-in-block axis of NCHW{b}c
         iy = y * sh + ry.var * dh - pt
         ix = x * sw + rx.var * dw - pl
         inside = L.logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
-        value = L.Select(inside, data[n, c, iy, ix], L.const(lowest, data.dtype))
+        value = L.Select(inside, data[(n, c, iy, ix, *block)], L.const(lowest, data.dtype))
         return te.max_reduce(value, [ry, rx])
 
     return te.compute(out_type.shape, body, name="max_pool2d", tag="pool")
@@ -110,13 +110,14 @@ def avg_pool2d(inputs, attrs, out_type):
     if (dh, dw) != (1, 1):
         raise CompileError("nn.avg_pool2d: dilation is not supported")
     pt, pl, pb, pr = attrs["padding"]
-    _, _, h, w = data.shape
+    h, w = data.shape[2:4]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
 
-    def body(n, c, y, x):
+    def body(n, c, y, x, *block):
         iy, ix = y * sh + ry.var - pt, x * sw + rx.var - pl
         inside = L.logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
-        return te.sum(L.Select(inside, data[n, c, iy, ix], L.const(0, data.dtype)), [ry, rx])
+        return te.sum(L.Select(inside, data[(n, c, iy, ix, *block)], L.const(0, data.dtype)),
+                      [ry, rx])
 
     total = te.compute(out_type.shape, body, name="pool_sum", tag="pool")
     include_pad = attrs["count_include_pad"]
@@ -128,23 +129,24 @@ def avg_pool2d(inputs, attrs, out_type):
             return L.minimum(start + k, L.IntImm(size + pad_end)) - start
         return L.minimum(start + k, L.IntImm(size)) - L.maximum(start, L.IntImm(0))
 
-    def avg(n, c, y, x):
+    def avg(n, c, y, x, *block):
         count = window(y * sh - pt, kh, h, pb) * window(x * sw - pl, kw, w, pr)
-        return total[n, c, y, x] / L.Cast(data.dtype, count)
+        return total[(n, c, y, x, *block)] / L.Cast(data.dtype, count)
 
     return te.compute(out_type.shape, avg, name="avg_pool2d", tag="elemwise")
 
 
 def _global_pool(inputs, combiner: str):
     (data,) = inputs
-    n, c, h, w = data.shape
+    n, c, h, w = data.shape[:4]
     ry, rx = te.reduce_axis(h, "ry"), te.reduce_axis(w, "rx")
     reducer = te.sum if combiner == "sum" else te.max_reduce
 
-    def body(i, j, y, x):
-        return reducer(data[i, j, ry.var, rx.var], [ry, rx])
+    def body(i, j, y, x, *block):
+        return reducer(data[(i, j, ry.var, rx.var, *block)], [ry, rx])
 
-    return te.compute((n, c, 1, 1), body, name=f"global_{combiner}", tag="pool"), h * w
+    shape = (n, c, 1, 1, *data.shape[4:])
+    return te.compute(shape, body, name=f"global_{combiner}", tag="pool"), h * w
 
 
 @register_compute("nn.global_avg_pool2d")

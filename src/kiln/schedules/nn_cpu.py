@@ -64,3 +64,16 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
 @register_schedule("depthwise_conv2d_NCHWc")
 def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     _register_blocked(sch, conv, conv.body.axes)  # ry, rx
+
+
+@register_schedule("pool")
+def schedule_pool(sch: Schedule, pool: Tensor) -> None:
+    """Pools in NCHW{b}c: the window loops outside the channel block, whose ``b`` lanes are one
+    vector of accumulators (NCHW pools keep the default order)."""
+    if len(pool.axes) != 5:
+        return
+    n, c, y, x, b = pool.axes
+    stage = sch[pool]
+    stage.reorder(n, c, y, x, *pool.body.axes, b)
+    stage.vectorize(b)
+    stage.cache_write_local()

@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from kiln.errors import ShapeError
 from kiln.ir.graph import TensorType
+from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern, register_op
 from kiln.ir.ops.common import (
     broadcast_shapes,
@@ -141,16 +142,45 @@ def pool_output_size(size: int, kernel: int, stride: int, pad_head: int, pad_tai
     return out
 
 
+def pool_layout_check(data: TensorType, attrs: dict) -> None:
+    """Check a pool's data against its ``layout`` attr: ``"NCHW"`` (default, 4-D data) or the
+    blocked ``"NCHW{b}c"`` AlterOpLayout gives it (5-D data ``[N, C/b, H, W, b]``; TVM's pool
+    ``layout`` attr). Pooling is per channel, so only the axes of H and W matter.
+
+    Raises
+    ------
+    ShapeError
+        Rank or block that differ from the layout.
+    """
+    layout = attrs.get("layout", "NCHW")
+    if layout == "NCHW":
+        expect_rank(data, 4, "data")
+        return
+    expect_rank(data, 5, "data")
+    if layout != f"NCHW{data.shape[4]}c":
+        raise ShapeError(f"pool layout {layout} does not match data shape {data.shape}")
+
+
+def in_nchw(ref):
+    """A numpy reference over NCHW data, run on data in the op's ``layout`` attr."""
+    def run(data: np.ndarray, layout: str = "NCHW", **attrs) -> np.ndarray:
+        if layout == "NCHW":
+            return ref(data, **attrs)
+        return transform_array(ref(transform_array(data, layout, "NCHW"), **attrs), "NCHW",
+                               layout)
+    return run
+
+
 def _pool_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 1)
     (data,) = arg_types
-    expect_rank(data, 4, "data")
-    n, c, h, w = data.shape
+    pool_layout_check(data, attrs)
+    n, c, h, w = data.shape[:4]
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
     oh = pool_output_size(h, kh, sh, pt, pb, dh, attrs["ceil_mode"])
     ow = pool_output_size(w, kw, sw, pl, pr, dw, attrs["ceil_mode"])
-    return TensorType((n, c, oh, ow), data.dtype)
+    return TensorType((n, c, oh, ow, *data.shape[4:]), data.dtype)
 
 
 def _pool_setup(data: np.ndarray, attrs: dict, value):
@@ -188,21 +218,21 @@ def _avg_pool_ref(data: np.ndarray, **attrs) -> np.ndarray:
     return (total / count).astype(data.dtype, copy=False)
 
 
-register_op("nn.max_pool2d", _pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _max_pool_ref)
-register_op("nn.avg_pool2d", _pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _avg_pool_ref)
+register_op("nn.max_pool2d", _pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE, in_nchw(_max_pool_ref))
+register_op("nn.avg_pool2d", _pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE, in_nchw(_avg_pool_ref))
 
 
 def _global_pool_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 1)
     (data,) = arg_types
-    expect_rank(data, 4, "data")
-    return TensorType(data.shape[:2] + (1, 1), data.dtype)
+    pool_layout_check(data, attrs)
+    return TensorType(data.shape[:2] + (1, 1) + data.shape[4:], data.dtype)
 
 
 register_op("nn.global_avg_pool2d", _global_pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
-            lambda x: x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype))
+            in_nchw(lambda x: x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype)))
 register_op("nn.global_max_pool2d", _global_pool_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
-            lambda x: x.max(axis=(2, 3), keepdims=True))
+            in_nchw(lambda x: x.max(axis=(2, 3), keepdims=True)))
 
 # ---------------------------------------------------------------------------------------------
 # softmax, log_softmax, lrn

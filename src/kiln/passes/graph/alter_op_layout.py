@@ -8,10 +8,11 @@ but consumers that work as well in the blocked layout use the blocked value dire
 layout flows through the network and transforms remain only at its edges:
 
 - elementwise ops (relu, clip, cast, ...);
-- broadcast arithmetic whose operands are blocked values of the same block, scalars, or
-  constants (bias and scale constants are transformed here, once), and ``nn.bias_add`` on the
+- broadcast arithmetic whose operands are blocked values of the same block (equal, or
+  broadcast over H and W as a squeeze-excite scale), scalars, or constants (bias and scale constants are transformed here, once), and ``nn.bias_add`` on the
   channel axis;
 - ``concatenate`` on the channel axis of blocked values of the same block;
+- pooling (max, average, global), given ``layout="NCHW{b}c"``;
 - the next convolution, which takes its input block from its producer.
 
 NCHW versions that no consumer needs disappear with the dead nodes. Run after FoldScaleAxis and
@@ -31,6 +32,8 @@ name = "AlterOpLayout"
 #: channel block of outputs: 16 float32 lanes fill an AVX-512 register (two AVX2 registers)
 OUT_BLOCKS = (16, 8, 4, 2, 1)
 _ARITH = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+#: pools run per channel: the same op with attr ``layout="NCHW{b}c"``
+POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 
 
 def _out_block(channels: int) -> int:
@@ -80,6 +83,9 @@ def alter_op_layout(func: Function) -> Function:
                                block)
         if op == "concatenate" and call.attrs["axis"] == 1 and all(forms):
             return to_nchw(Call(op, [f[0] for f in forms], call.attrs, call.span), block)
+        if op in POOLS and call.attrs.get("layout", "NCHW") == "NCHW":
+            attrs = dict(call.attrs, layout=f"NCHW{block}c")
+            return to_nchw(Call(op, [forms[0][0]], attrs, call.span), block)
         return same_call(call, args)
 
     return rewrite(func, visit)
@@ -116,7 +122,10 @@ def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[E
     new: list[Expr] = []
     for arg, form in zip(args, forms):
         if form is not None:
-            if arg.checked_type.shape != out_shape:
+            n, c, h, w = arg.checked_type.shape
+            # same channels; H and W equal or broadcast (1), as in a squeeze-excite scale
+            if (n, c) != out_shape[:2] or h not in (1, out_shape[2]) or \
+                    w not in (1, out_shape[3]):
                 return None
             new.append(form[0])
         elif isinstance(arg, Constant):
