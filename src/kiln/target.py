@@ -243,11 +243,11 @@ class Target:
 
         x86: 512 with AVX-512F, 256 with AVX, else 128 (SSE2 is in the x86-64 baseline);
         aarch64: 128 (NEON); riscv64: the ``zvl<N>b`` minimum VLEN with V (128 for plain
-        ``+v``), 0 without; the ``c`` kind: 128 on x86_64 and aarch64 (the system compiler's
-        default baseline).
+        ``+v``), 0 without; the ``c`` kind without ``-mcpu``: 128 on x86_64 and aarch64 (the
+        system compiler's default baseline), with ``-mcpu`` (``-march``) as for ``llvm``.
         """
         arch = self.arch
-        if self.kind == "c":
+        if self.kind == "c" and not self.options.get("mcpu"):
             return 128 if arch in ("x86_64", "aarch64") else 0
         if arch in ("x86_64", "i686", "i386"):
             cpu = self.mcpu

@@ -21,7 +21,7 @@ VOCABULARY = {
                           "nn.bias_add", "where", "expand"],
     OpPattern.OUT_ELEMWISE_FUSABLE: ["nn.conv2d", "nn.dense", "nn.matmul", "nn.max_pool2d",
                                      "nn.avg_pool2d", "nn.global_avg_pool2d",
-                                     "nn.global_max_pool2d", "nn.conv2d_NCHWc",
+                                     "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
                                      "nn.depthwise_conv2d_NCHWc"],
     OpPattern.COMM_REDUCE: ["sum", "mean", "max", "min"],
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout"],

@@ -13,6 +13,7 @@ from kiln.ir.graph_eval import evaluate
 from kiln.ir.layout import Layout, transform_array
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.target import Target
 
 RNG = np.random.default_rng(7)
 
@@ -146,3 +147,22 @@ def test_squeeze_excite_scale_stays_blocked():
     data = _rand(1, 16, 6, 6)
     np.testing.assert_allclose(evaluate(altered, {"x": data})[0],
                                evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 64, 24), (6, 40, 7), (3, 10, 5)])
+def test_dense_with_packed_weights(m, n, k):
+    x = Var("x", TensorType((m, k), "float32"))
+    w, b = Constant(_rand(n, k)), Constant(_rand(n))
+    func = Function([x], [Call("nn.relu", [Call("nn.bias_add", [Call("nn.dense", [x, w]), b],
+                                                {"axis": 1})])])
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):  # 16 float lanes
+        altered = alter_op_layout(func)
+    (dense,) = [c for c in post_order(altered.outputs)
+                if isinstance(c, Call) and c.op.name == "nn.dense_pack"]
+    block = {64: 32, 40: 8, 10: 2}[n]  # two vectors, or the largest power of two dividing n
+    assert dense.args[1].data.shape == (n // block, k, block)
+    data = _rand(m, k)
+    expect = evaluate(func, {"x": data})[0]
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-5, atol=1e-5)
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Neural-network computes: conv2d, dense, matmul, pooling, softmax, LRN (NCHW / OIHW layouts).
+"""Neural-network computes: conv2d, dense (plain and packed), matmul, pooling, softmax, LRN (NCHW / OIHW layouts).
 
 Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
 and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materialize it.
@@ -55,6 +55,17 @@ def dense(inputs, attrs, out_type):
     return te.compute(out_type.shape,
                       lambda i, j: te.sum(data[i, k.var] * weight[j, k.var], [k]),
                       name="dense", tag="dense")
+
+
+@register_compute("nn.dense_pack")
+def dense_pack(inputs, attrs, out_type):
+    """``out[i, j] = sum_k data[i, k] * weight[j // b, k, j % b]`` (weight ``[N/b, K, b]``)."""
+    data, weight = inputs
+    k = te.reduce_axis(data.shape[1], "k")
+    b = weight.shape[2]
+    return te.compute(out_type.shape,
+                      lambda i, j: te.sum(data[i, k.var] * weight[j // b, k.var, j % b], [k]),
+                      name="dense_pack", tag="dense_pack")
 
 
 @register_compute("nn.matmul")

@@ -77,3 +77,25 @@ def schedule_pool(sch: Schedule, pool: Tensor) -> None:
     stage.reorder(n, c, y, x, *pool.body.axes, b)
     stage.vectorize(b)
     stage.cache_write_local()
+
+
+#: rows of a dense register block: 8 rows × 2 vectors = 16 accumulator registers (AVX-512 has
+#: 32; AVX2's 16 also fit, its vectors being 8 floats and the weight block 16). Measured on a
+#: 128×384 · 384×1536 GEMM, one core: 4 rows 82 GFLOP/s, 8 rows 131 (onnxruntime ~165).
+DENSE_ROWS = 8
+
+
+@register_schedule("dense_pack")
+def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
+    """``i_o, j_o, k, i_i (unrolled), j_i (vectorized)``: each ``k`` streams one contiguous row
+    of the packed weight into ``i_i × b`` accumulators held in registers."""
+    i, j = dense.axes
+    (k,) = dense.body.axes
+    block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    stage = sch[dense]
+    io, ii = stage.split(i, max(d for d in range(1, DENSE_ROWS + 1) if i.extent % d == 0))
+    jo, ji = stage.split(j, block)
+    stage.reorder(io, jo, k, ii, ji)
+    stage.unroll(ii)
+    stage.vectorize(ji)
+    stage.cache_write_local()

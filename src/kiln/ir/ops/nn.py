@@ -109,6 +109,36 @@ register_op("nn.dense", _dense_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
             lambda data, weight: np.matmul(data, weight.T).astype(data.dtype, copy=False))
 
 
+def _dense_pack_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    data, weight = arg_types
+    dtype = same_dtype(arg_types)
+    expect_rank(data, 2, "data")
+    expect_rank(weight, 3, "weight")
+    if data.shape[1] != weight.shape[1]:
+        raise ShapeError(f"data {data.shape} and packed weight {weight.shape}: K differs")
+    return TensorType((data.shape[0], weight.shape[0] * weight.shape[2]), dtype)
+
+
+def unpack_dense_weight(weight: np.ndarray) -> np.ndarray:
+    """``[N/b, K, b]`` → ``[N, K]`` (the inverse of :func:`pack_dense_weight`)."""
+    nb, k, b = weight.shape
+    return np.ascontiguousarray(weight.transpose(0, 2, 1).reshape(nb * b, k))
+
+
+def pack_dense_weight(weight: np.ndarray, block: int) -> np.ndarray:
+    """``[N, K]`` → ``[N/b, K, b]``: ``b`` consecutive outputs' weights side by side for each
+    ``k``, so a vector of ``b`` accumulators reads one contiguous row per ``k`` (TVM's
+    ``dense_pack`` weight layout ``NK{b}n``)."""
+    n, k = weight.shape
+    return np.ascontiguousarray(weight.reshape(n // block, block, k).transpose(0, 2, 1))
+
+
+register_op("nn.dense_pack", _dense_pack_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
+            lambda data, weight: np.matmul(data, unpack_dense_weight(weight).T)
+            .astype(data.dtype, copy=False))
+
+
 def _matmul_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 2)
     a, b = arg_types

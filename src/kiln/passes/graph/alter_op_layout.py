@@ -9,11 +9,14 @@ layout flows through the network and transforms remain only at its edges:
 
 - elementwise ops (relu, clip, cast, ...);
 - broadcast arithmetic whose operands are blocked values of the same block (equal, or
-  broadcast over H and W as a squeeze-excite scale), scalars, or constants (bias and scale constants are transformed here, once), and ``nn.bias_add`` on the
-  channel axis;
+  broadcast over H and W as a squeeze-excite scale), scalars, or constants (bias and scale
+  constants are transformed here, once), and ``nn.bias_add`` on the channel axis;
 - ``concatenate`` on the channel axis of blocked values of the same block;
 - pooling (max, average, global), given ``layout="NCHW{b}c"``;
 - the next convolution, which takes its input block from its producer.
+
+``nn.dense`` with constant weights becomes ``nn.dense_pack`` with weights packed at compile time
+to ``[N/b, K, b]`` (TVM's x86 ``dense_pack``).
 
 NCHW versions that no consumer needs disappear with the dead nodes. Run after FoldScaleAxis and
 FoldConstant (weights must be constants), before FuseOps.
@@ -26,12 +29,16 @@ import numpy as np
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern
+from kiln.ir.ops.nn import pack_dense_weight
+from kiln.target import Target
 
 name = "AlterOpLayout"
 
 #: channel block of outputs: 16 float32 lanes fill an AVX-512 register (two AVX2 registers)
 OUT_BLOCKS = (16, 8, 4, 2, 1)
 _ARITH = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+#: outputs of one packed dense weight block, in SIMD vectors of the target (AVX-512: 32 floats)
+DENSE_VECTORS = 2
 #: pools run per channel: the same op with attr ``layout="NCHW{b}c"``
 POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 
@@ -67,6 +74,8 @@ def alter_op_layout(func: Function) -> Function:
         op = call.op.name
         if op == "nn.conv2d":
             return _conv(call, args, blocked, as_blocked, to_nchw)
+        if op == "nn.dense":
+            return _dense(call, args)
         if call.checked_type.ndim != 4:
             return same_call(call, args)
         forms = [blocked.get(a.uid) for a in args]
@@ -114,6 +123,28 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         return Call("nn.conv2d", args, call.attrs, call.span)
     out = Call(op, [as_blocked(data, ib), Constant(w, weight.name)], attrs, call.span)
     return to_nchw(out, ob)
+
+
+def _dense(call: Call, args: list[Expr]) -> Expr:
+    """``nn.dense`` with constant float32 weights → ``nn.dense_pack`` (weights packed here)."""
+    data, weight = args
+    if not isinstance(weight, Constant) or weight.checked_type.dtype != "float32":
+        return Call("nn.dense", args, call.attrs, call.span)
+    n = weight.checked_type.shape[0]
+    block = _dense_block(n)
+    packed = Constant(pack_dense_weight(weight.data, block), weight.name)
+    return Call("nn.dense_pack", [data, packed], {}, call.span)
+
+
+def _dense_block(n: int) -> int:
+    """The largest power of two dividing ``n``, at most DENSE_VECTORS float32 vectors of the
+    current target (4 lanes when there is none: SSE/NEON width)."""
+    target = Target.current()
+    lanes = target.vector_lanes("float32") if target is not None else 4
+    block = DENSE_VECTORS * lanes
+    while n % block:
+        block //= 2
+    return block
 
 
 def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[Expr] | None:
