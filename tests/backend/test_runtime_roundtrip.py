@@ -163,6 +163,24 @@ def test_round_trip_matches_numpy(exported):
     assert json.loads(loaded["get_graph_json"]()) == json.loads(make_graph())
 
 
+def test_reexport_to_a_loaded_path_loads_the_new_library(tmp_path):
+    # glibc's dlopen returns the object already loaded under a name even after the file was
+    # replaced; the second load must still see the new library (here: another params blob).
+    path = str(tmp_path / "model.so")
+    make_factory().export_library(path)
+    first = rt.load_module(path)
+    other = rt.GraphExecutorFactoryModule(make_graph(), rt.CSourceModule(KERNELS, FUNCS),
+                                          {"p0": P0 * 2})
+    other.export_library(path)
+    second = rt.load_module(path)
+    np.testing.assert_array_equal(second["get_graph_params"]()["p0"].numpy(), P0 * 2)
+    np.testing.assert_array_equal(first["get_graph_params"]()["p0"].numpy(), P0)
+    x, y = inputs()
+    gm = GraphModule(second["default"](rt.cpu()))
+    gm.run(x=x, y=y)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), (x + y) * P0 * 2 + x, rtol=1e-6)
+
+
 def test_fresh_module_runs_before_export():
     gm = GraphModule(make_factory()["default"](rt.cpu()))
     x, y = inputs()

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +24,54 @@ from kiln.runtime.packed_func import PackedFunc
 
 FUNC_NAMES_SYMBOL = "__kiln_func_names"
 _MAX_NAMES = 1 << 20  # bound on the names scan of a corrupt list
+
+
+#: realpath → identity (device, inode, mtime) of the file dlopen'ed under that name
+_OPENED: dict[str, tuple[int, int, int]] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def dlopen_current(path: str) -> ctypes.CDLL:
+    """``dlopen`` the file at ``path`` as it is *now* (``RTLD_LOCAL``).
+
+    glibc returns the object it already loaded under a name even when the file was replaced
+    since (a model re-exported to the same path in one process would run the old code and read
+    the old blob). When this process loaded another file under ``path`` before, the current one
+    is opened through a link (or copy) under a fresh private name, then the name is removed (the
+    mapping outlives it).
+
+    Raises
+    ------
+    ModuleLoadError
+        If ``dlopen`` fails (its message included).
+    """
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    except OSError as err:
+        raise ModuleLoadError(f"cannot dlopen {path}: {err.strerror}") from None
+    with _OPENED_LOCK:
+        seen = _OPENED.setdefault(real, ident)
+        if seen == ident:
+            return _dlopen(real, path)
+        folder = tempfile.mkdtemp(prefix="kiln-dlopen-")
+        try:
+            alias = os.path.join(folder, os.path.basename(real))
+            try:
+                os.link(real, alias)
+            except OSError:
+                shutil.copyfile(real, alias)
+            return _dlopen(alias, path)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _dlopen(file: str, shown: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(file, mode=os.RTLD_LOCAL)
+    except OSError as err:
+        raise ModuleLoadError(f"cannot dlopen {shown}: {err}") from None
 
 
 def read_func_names(lib: ctypes.CDLL) -> list[str] | None:
@@ -45,7 +96,8 @@ class LibraryModule(Module):
     Parameters
     ----------
     path : str
-        The shared library; opened with ``RTLD_LOCAL`` so two models' symbols never mix.
+        The shared library; opened with ``RTLD_LOCAL`` so two models' symbols never mix, as
+        the file is now (:func:`dlopen_current`).
     func_names : sequence of str, optional
         The functions to serve; default: the library's ``__kiln_func_names``.
     lib : ctypes.CDLL, optional
@@ -63,11 +115,7 @@ class LibraryModule(Module):
                  lib: ctypes.CDLL | None = None):
         super().__init__()
         self.path = str(path)
-        if lib is None:
-            try:
-                lib = ctypes.CDLL(self.path, mode=os.RTLD_LOCAL)
-            except OSError as err:
-                raise ModuleLoadError(f"cannot dlopen {self.path}: {err}") from None
+        lib = lib if lib is not None else dlopen_current(self.path)
         self._lib = lib
         names = list(func_names) if func_names is not None else read_func_names(lib)
         self._names: set[str] | None = set(names) if names is not None else None
