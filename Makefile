@@ -7,19 +7,24 @@
 #                   toolchains and qemu-user for tests/backend/test_cross.py (root + apt-get;
 #                   otherwise those tests skip)
 #   make test-fast  tests/unit only
+#   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
+#                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
+#                   bench extra (matplotlib); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
-#   make lint       ruff over src/ and tests/
+#   make lint       ruff over src/, tests/ and benchmarks/
 #   make clean      remove the virtual environment and caches
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
+BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast fuzz lint toolchain cross-toolchain venv clean
+.PHONY: all demo test test-fast bench fuzz lint toolchain cross-toolchain venv clean
 
 all: test
 
@@ -43,6 +48,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,demo]'
 	@touch $(STAMP)
+
+# The bench extra on top of the default install, once (its own stamp: make test/demo skip it).
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,demo,bench]'
+	@touch $(BENCH_STAMP)
 
 toolchain:
 	@if ! command -v "$${CC:-cc}" >/dev/null 2>&1; then \
@@ -85,13 +95,16 @@ test: $(STAMP) toolchain cross-toolchain
 test-fast: $(STAMP)
 	$(PY) -m pytest tests/unit -n 2 -q $(PYTEST_ARGS)
 
+bench: $(BENCH_STAMP) toolchain
+	$(PY) benchmarks/models.py $(BENCH_ARGS)
+
 fuzz: $(STAMP) toolchain
 	$(PY) -m pytest tests/unit/test_runtime_fuzz.py tests/backend/test_runtime_fuzz_so.py \
 	  -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

