@@ -213,7 +213,11 @@ def test_kernel_error_surfaces_c_message(tmp_path):
     make_factory(last_func="fused_fail").export_library(path)
     gm = GraphModule(rt.load_module(path)["default"](rt.cpu()))
     x, y = inputs()
-    with pytest.raises(KilnError, match=r"fused_fail: the kernel refused \(test\)"):
+    # the three kernels run as one batch (one C call); the failure names the third
+    (batch,) = gm.module._batched_ops
+    assert [c.func.name for c in batch.calls] == ["fused_add", "fused_mul", "fused_fail"]
+    with pytest.raises(KilnError, match=r"fused_fail failed \(status -1\): fused_fail: the "
+                                        r"kernel refused \(test\)"):
         gm.run(x=x, y=y)
     lib = rt.load_module(path).imported_modules[0]
     with pytest.raises(KilnError, match="fused_add: expected 3 arguments, got 1"):

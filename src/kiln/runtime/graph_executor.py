@@ -24,6 +24,7 @@ import numpy as np
 
 from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
+from kiln.runtime.call_batch import batch_calls
 from kiln.runtime.graph_json import Graph, parse_graph
 from kiln.runtime.graph_storage import GraphStorage, overlaps
 from kiln.runtime.module import Module
@@ -145,6 +146,7 @@ class GraphExecutor(Module):
         self._op_nids: list[int] = []
         self._op_written: set[int] = set()
         self._setup_op_execs()
+        self._batched_ops = batch_calls(self._op_execs)  # same calls, fewer trips through ctypes
         # bindings: entry → caller's array (zero-copy inputs, shared params); output index →
         # (caller's array, written in place?); copies done around run() where not in place.
         self._in_bind: dict[int, NDArray] = {}
@@ -529,7 +531,7 @@ class GraphExecutor(Module):
             If a kernel fails (message from the library's error buffer).
         """
         self._run_prologue()
-        for op in self._op_execs:
+        for op in self._batched_ops:
             op()
         self._run_epilogue()
 

@@ -1,7 +1,7 @@
 /*
  * Kiln backend support, compiled into every exported library so an artifact needs no runtime
- * library: the packed-function error buffer, the workspace allocator, the parallel launch
- * used by LLVM-generated kernels and thread setup.
+ * library: the packed-function error buffer, the workspace allocator, the graph executor's
+ * batched call loop, the parallel launch used by LLVM-generated kernels and thread setup.
  * Follows TVM's src/runtime/c_runtime_api.cc (TVMAPISetLastError),
  * include/tvm/runtime/c_backend_api.h (TVMBackendAllocWorkspace, TVMBackendParallelLaunch) and
  * src/runtime/thread_pool.cc; see the shared reference, runtime-formats.md, section 3.
@@ -52,6 +52,31 @@ KILN_EXPORT int TVMBackendFreeWorkspace(int device_type, int device_id, void* pt
   (void)device_type;
   (void)device_id;
   free(ptr);
+  return 0;
+}
+
+/* One prepared packed call of the graph executor (kiln/runtime/call_batch.py mirrors it). */
+typedef struct {
+  TVMBackendPackedCFunc func;
+  TVMValue* args;
+  int* type_codes;
+  int64_t num_args;
+} KilnPackedCall;
+
+/* Run calls[0..count) in order, stopping at the first failure: returns 0, or the failing
+ * call's status with *failed set to its index (its message is in its own library's buffer).
+ * One call from Python per run instead of one per kernel (~1 us each through ctypes). */
+KILN_EXPORT int KilnRunPackedCalls(const KilnPackedCall* calls, int64_t count, int64_t* failed) {
+  TVMValue ret;
+  int ret_code;
+  for (int64_t i = 0; i < count; ++i) {
+    int rc = calls[i].func(calls[i].args, calls[i].type_codes, (int)calls[i].num_args, &ret,
+                           &ret_code, NULL);
+    if (rc != 0) {
+      *failed = i;
+      return rc;
+    }
+  }
   return 0;
 }
 
