@@ -217,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`kiln inspect m.so | head`): stop quietly, like other CLIs;
+        # stdout is pointed at /dev/null so the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by SIGPIPE
     except KilnError as err:
         if debug:
             traceback.print_exc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 
@@ -217,3 +218,17 @@ def test_profile_and_extract_arguments():
                                           "--params", "m.params"])
     assert (args.graph, args.params) == ("g.json", "m.params")
     assert cli.build_parser().parse_args(["inspect", "m.so"]).graph is None
+
+
+def test_closed_pipe_ends_quietly(monkeypatch, capsys):
+    # `kiln inspect m.so | head -1`: the reader is gone; no traceback, shell-style status 141
+    def write_to_closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(os, "dup2", lambda fd, fd2: None)  # keep pytest's stdout
+    for action in parser._subparsers._group_actions[0].choices.values():
+        action.set_defaults(func=write_to_closed_pipe)
+    assert cli.main(["inspect", "m.so"]) == 141
+    assert capsys.readouterr().err == ""
