@@ -192,6 +192,14 @@ def _one_line(message: str) -> str:
     return f"{lines[0]} (+{len(lines) - 1} more lines; KILN_LOG=debug shows them)"
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (an embedding, a test's capture)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kiln`` command.
 
@@ -218,9 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         print("kiln: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # the reader went away (`kiln inspect m.so | head`): stop quietly, like other CLIs;
-        # stdout is pointed at /dev/null so the interpreter's final flush does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # the reader went away (`kiln inspect m.so | head`): stop quietly, like other CLIs
+        _silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by SIGPIPE
     except KilnError as err:
         if debug:
