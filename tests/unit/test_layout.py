@@ -149,7 +149,7 @@ def test_squeeze_excite_scale_stays_blocked():
                                evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 64, 24), (6, 40, 7), (3, 10, 5)])
+@pytest.mark.parametrize("m,n,k", [(1, 64, 24), (6, 40, 7), (3, 10, 5), (1, 4, 4096)])
 def test_dense_with_packed_weights(m, n, k):
     x = Var("x", TensorType((m, k), "float32"))
     w, b = Constant(_rand(n, k)), Constant(_rand(n))
@@ -159,7 +159,7 @@ def test_dense_with_packed_weights(m, n, k):
         altered = alter_op_layout(func)
     (dense,) = [c for c in post_order(altered.outputs)
                 if isinstance(c, Call) and c.op.name == "nn.dense_pack"]
-    block = {64: 32, 40: 8, 10: 2}[n]  # two vectors, or the largest power of two dividing n
+    block = {64: 32, 40: 8, 10: 2, 4: 4}[n]  # two vectors, or the largest power of two dividing n
     assert dense.args[1].data.shape == (n // block, k, block)
     data = _rand(m, k)
     expect = evaluate(func, {"x": data})[0]

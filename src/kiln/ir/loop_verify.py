@@ -3,7 +3,8 @@
 Checked: every variable is bound by an enclosing loop; every buffer accessed is a parameter or
 allocated by an enclosing ``Allocate``; loads and stores have one index per dimension and int64
 indices; a store's value has its buffer's dtype; a loop variable is bound once; no parallel loop
-encloses another. Run between passes when ``KILN_DEBUG`` is set, and always in tests.
+encloses another, nor stores into a local buffer allocated outside it (its iterations would
+share the buffer: a race). Run between passes when ``KILN_DEBUG`` is set, and always in tests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class _Verifier:
     def __init__(self, func: L.PrimFunc):
         self.func = func
         self.bound: set[int] = set()
+        self.local: set[int] = set()  # ids of "local" buffers allocated so far
+        self.shared_local: set[int] = set()  # local buffers visible from the parallel loop
 
     def fail(self, msg: str) -> None:
         raise CompileError(f"loop IR of {self.func.name} is invalid: {msg}")
@@ -34,13 +37,22 @@ class _Verifier:
             self.expr(s.extent, scope, buffers)
             if s.kind == "parallel" and in_parallel:
                 self.fail(f"parallel loop {s.var.name} inside another parallel loop")
+            if s.kind == "parallel":
+                self.shared_local = buffers & self.local
             self.stmt(s.body, scope | {id(s.var)}, buffers, in_parallel or s.kind == "parallel")
+            if s.kind == "parallel":
+                self.shared_local = set()
         elif isinstance(s, L.BufferStore):
+            if in_parallel and id(s.buffer) in self.shared_local:
+                self.fail(f"parallel loop stores into local buffer {s.buffer.name} allocated "
+                          "outside it (a race between its iterations)")
             self.access(s.buffer, s.indices, scope, buffers)
             self.expr(s.value, scope, buffers)
             if s.value.dtype != s.buffer.dtype:
                 self.fail(f"store of {s.value.dtype} into {s.buffer.name}:{s.buffer.dtype}")
         elif isinstance(s, L.Allocate):
+            if s.buffer.scope == "local":
+                self.local.add(id(s.buffer))
             self.stmt(s.body, scope, buffers | {id(s.buffer)}, in_parallel)
         elif isinstance(s, L.SeqStmt):
             for x in s.stmts:

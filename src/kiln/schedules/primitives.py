@@ -19,7 +19,10 @@ def get_loop(func: L.PrimFunc, var_name: str) -> L.For:
 
 
 def top_level_nests(func: L.PrimFunc) -> list[L.For]:
-    """The outermost loops of each statement nest (looking through Allocate and SeqStmt)."""
+    """The outermost loops of each statement nest (looking through SeqStmt, AssertStmt and
+    global Allocate). Not through a ``local`` Allocate: the loops under it share the local
+    buffer (an accumulator block whose spatial loops all had extent 1), so they are not nests
+    of independent iterations."""
     found: list[L.For] = []
     stack: list[L.Stmt] = [func.body]
     while stack:
@@ -28,7 +31,8 @@ def top_level_nests(func: L.PrimFunc) -> list[L.For]:
             found.append(s)
         elif isinstance(s, L.SeqStmt):
             stack.extend(reversed(s.stmts))
-        elif isinstance(s, (L.Allocate, L.AssertStmt)):
+        elif isinstance(s, L.AssertStmt) or (isinstance(s, L.Allocate)
+                                              and s.buffer.scope != "local"):
             stack.append(s.body)
     return found
 
