@@ -128,16 +128,20 @@ def compile_in_workers(jobs: Sequence[tuple[str, str]], target: str, workers: in
     for i in sorted(range(len(jobs)), key=lambda k: (-len(jobs[k][0]), k)):
         todo.put(i)
     results: list[tuple[bytes, str] | None] = [None] * len(jobs)
-    errors: list[CompileError] = []
+    errors: list[BaseException] = []
     started: list[int] = []
+    live: list[_Worker] = []
 
     def drive(index: int) -> None:
+        if errors:
+            return
         try:
             worker = _Worker(index)
         except _StartError as err:
             log.debug("LLVM worker %d did not start: %s", index, err)
             return
         started.append(index)
+        live.append(worker)
         try:
             while not errors:
                 try:
@@ -151,12 +155,19 @@ def compile_in_workers(jobs: Sequence[tuple[str, str]], target: str, workers: in
         finally:
             worker.close()
 
-    threads = [threading.Thread(target=drive, args=(k,), name=f"kiln-llvm-worker-{k}")
+    threads = [threading.Thread(target=drive, args=(k,), name=f"kiln-llvm-worker-{k}",
+                                daemon=True)
                for k in range(max(1, min(workers, len(jobs))))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException as err:  # Ctrl-C: stop the workers now, not after their queue
+        errors.append(err)
+        for w in live:
+            w.proc.kill()
+        raise
     if errors:
         raise errors[0]
     if not started:
