@@ -33,7 +33,7 @@ log = logging.getLogger("kiln")
 # Kernels per generated C file (on average; files are balanced by estimated compile cost, see
 # kiln.codegen.partition): several files let the C compiler run in parallel and keep the
 # compile cache's unit small.
-KERNELS_PER_FILE = 8
+KERNELS_PER_FILE = 4
 
 
 def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:

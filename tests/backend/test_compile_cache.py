@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,7 +108,7 @@ def test_corrupt_object_entry_is_rebuilt(tmp_path, cache, compiles):
     src = tmp_path / "k.c"
     src.write_text(KERNELS)
     (obj,) = toolchain.compile_objects([src])
-    good = open(obj, "rb").read()
+    good = Path(obj).read_bytes()
     assert compiles == ["k.c"]
     (entry,) = _entries(cache)
     data = (cache / entry).read_bytes()
@@ -115,7 +116,7 @@ def test_corrupt_object_entry_is_rebuilt(tmp_path, cache, compiles):
     os.unlink(obj)
     toolchain.compile_objects([src])
     assert compiles == ["k.c", "k.c"]  # ignored and rebuilt
-    assert open(obj, "rb").read() == good
+    assert Path(obj).read_bytes() == good
     assert (cache / entry).read_bytes() == data  # and stored whole again
     toolchain.compile_objects([src])
     assert compiles == ["k.c", "k.c"]
@@ -160,7 +161,7 @@ def test_two_processes_compiling_one_kernel_at_once(tmp_path, cache):
     objs = [o[0].strip() for o in outs]
     assert filecmp.cmp(objs[0], objs[1], shallow=False)
     (entry,) = _entries(cache)
-    assert compile_cache.load(entry[:-2], "o") == [open(objs[0], "rb").read()]
+    assert compile_cache.load(entry[:-2], "o") == [Path(objs[0]).read_bytes()]
     assert [p for p in os.listdir(cache) if p.endswith(".tmp")] == []
 
 

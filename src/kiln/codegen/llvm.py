@@ -27,7 +27,7 @@ from kiln.target import Target
 
 #: kernels per LLVM module (on average; modules are balanced by estimated compile cost); several
 #: modules compile in parallel, and each is one compile-cache entry
-KERNELS_PER_MODULE = 8
+KERNELS_PER_MODULE = 4
 #: the optimization pipeline of :func:`compile_ir`, part of the compile-cache key (change it
 #: with the pipeline)
 PIPELINE = "kiln-llvm-v1: new pass manager, speed_level=opt_level, loop+slp vectorize, unroll"
@@ -218,8 +218,8 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
     if compile_cache.enabled():
         identity = machine_identity(tgt)
         for i, text in enumerate(texts):
-            keys[i] = compile_cache.make_key("kiln-llvm-object-v1", identity, text)
-            hit = compile_cache.load(keys[i], "llvm", what=whats[i])
+            key = keys[i] = compile_cache.make_key("kiln-llvm-object-v1", identity, text)
+            hit = compile_cache.load(key, "llvm", what=whats[i])
             if hit is not None and len(hit) == 2:
                 results[i] = (hit[0], hit[1].decode())
     misses = [i for i, r in enumerate(results) if r is None]
@@ -231,9 +231,8 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
         done = [compile_ir(texts[i], tgt, what=whats[i]) for i in misses]
     for i, (obj, ir) in zip(misses, done, strict=True):
         results[i] = (obj, ir)
-        key = keys[i]
-        if key is not None:
-            compile_cache.store(key, "llvm", [obj, ir.encode()], what=whats[i])
+        if keys[i] is not None:
+            compile_cache.store(str(keys[i]), "llvm", [obj, ir.encode()], what=whats[i])
     mods = [LLVMModule(r[0], [f.name for f in g], tgt, r[1])
             for r, g in zip(results, groups, strict=True) if r is not None]
     for m in mods[1:]:
