@@ -11,7 +11,6 @@ passes and schedules can read it.
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from kiln import progress
 from kiln.backend.graph_codegen import graph_json
 from kiln.backend.te_compiler import lower_primitive
 from kiln.codegen.c import build_c_source
+from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
@@ -30,8 +30,10 @@ from kiln.target import Target
 
 log = logging.getLogger("kiln")
 
-# Kernels per generated C file: several files let the C compiler run in parallel.
-KERNELS_PER_FILE = 24
+# Kernels per generated C file (on average; files are balanced by estimated compile cost, see
+# kiln.codegen.partition): several files let the C compiler run in parallel and keep the
+# compile cache's unit small.
+KERNELS_PER_FILE = 4
 
 
 def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
@@ -133,13 +135,10 @@ def c_compile_options(target: Target) -> list[str]:
 
 
 def _c_modules(kernels, options: list[str]) -> CSourceModule:
-    """One C source module per group of kernels; the first imports the rest."""
-    nfiles = max(1, min(os.cpu_count() or 1, -(-len(kernels) // KERNELS_PER_FILE)))
-    chunks = [kernels[i::nfiles] for i in range(nfiles)]
+    """One C source module per group of kernels (groups of similar compile cost, independent
+    of the machine); the first imports the rest."""
     mods = [CSourceModule(build_c_source(c), [k.name for k in c], compile_options=options)
-            for c in chunks if c]
-    if not mods:
-        mods = [CSourceModule(build_c_source([]), [], compile_options=options)]
+            for c in partition(kernels, KERNELS_PER_FILE)]
     for m in mods[1:]:
         mods[0].import_module(m)
     return mods[0]

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.runtime.private_dir import private_dir
+from kiln.runtime.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
 
@@ -67,9 +67,7 @@ def cache_dir() -> Path:
         process (with a warning) when that folder is not private
         (:func:`kiln.runtime.private_dir.private_dir`).
     """
-    env = os.environ.get("KILN_CACHE_DIR")
-    path = Path(env) if env else Path.home() / ".cache" / "kiln"
-    return private_dir(path, "cache")
+    return private_dir(user_cache_dir(), "cache")
 
 
 @contextlib.contextmanager

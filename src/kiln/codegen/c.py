@@ -4,6 +4,13 @@ Each expression node maps to a C expression through one table per concern (opera
 intrinsics, types), so a new intrinsic is one table entry. Buffers are flattened row-major with
 constant strides. Parallel loops become ``#pragma omp parallel for``; intermediate buffers above
 1 KiB come from ``TVMBackendAllocWorkspace``, smaller ones live on the stack.
+
+A failure (a workspace allocation, an assertion) returns -1 with ``TVMAPISetLastError``. Inside
+a parallel loop a ``return`` would leave the OpenMP structured block (ill-formed), and the error
+buffer is per thread, so there the first failure copies its message into the function's
+``kiln_err`` under ``#pragma omp critical``, sets ``kiln_failed`` and skips the rest of its
+iteration; after the outermost parallel loop the calling thread sets the message and returns -1
+(as the support code's ``TVMBackendParallelLaunch`` does for the LLVM target).
 """
 
 from __future__ import annotations
@@ -97,8 +104,10 @@ class _FuncWriter:
         self.func = func
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
-        self.used: set[str] = set()
+        self.used: set[str] = {"kiln_err", "kiln_failed"}
         self.indent = 1
+        self.parallel_depth = 0  # > 0 inside an OpenMP parallel loop
+        self.uses_failed_flag = False
 
     # -- names
     def name(self, obj: object, hint: str) -> str:
@@ -136,15 +145,51 @@ class _FuncWriter:
                       f"->data + KILN_ARG({i})->byte_offset);")
         self.stmt(body)
         self.line("return 0;")
+        if self.uses_failed_flag:
+            self.lines.insert(2, "  int kiln_failed = 0;")
         return header + "\n" + "\n".join(self.lines) + "\n}\n"
 
-    def assert_stmt(self, s: L.AssertStmt) -> None:
-        args = "".join(f", (long long)({self.expr(a)})" for a in s.args)
-        msg = s.message.replace("\\", "\\\\").replace('"', '\\"')
+    def fail(self, message: str, args: list[str] | tuple[str, ...] = ()) -> None:
+        """Lines reporting a failure: set the error ``message`` (a ``printf`` format for the C
+        expressions ``args``, printed as ``long long``; as the LLVM target, a message without
+        args or ``%`` is taken verbatim) and return -1; inside a parallel loop, record the
+        first failure for the caller's thread instead (see the module docstring)."""
+        lit = '"' + message.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        formatted = bool(args) or "%" in message
+        fmt = lit + "".join(f", (long long)({a})" for a in args) if formatted else f'"%s", {lit}'
+        if self.parallel_depth == 0:
+            if formatted:
+                self.line(f"  snprintf(kiln_err, sizeof(kiln_err), {fmt});")
+                self.line("  TVMAPISetLastError(kiln_err);")
+            else:
+                self.line(f"  TVMAPISetLastError({lit});")
+            self.line("  return -1;")
+            return
+        self.uses_failed_flag = True
+        self.line("#pragma omp critical(kiln_parallel_error)")
+        self.line("  {")
+        self.line("    if (!kiln_failed) {")
+        self.line("      kiln_failed = 1;")
+        self.line(f"      snprintf(kiln_err, sizeof(kiln_err), {fmt});")
+        self.line("    }")
+        self.line("  }")
+
+    def assert_stmt(self, s: L.AssertStmt, body: L.Stmt | None = None) -> None:
+        """``if (!cond) fail;`` then ``body``; in a parallel loop ``body`` goes in the
+        ``else`` branch (the failing iteration stops there)."""
         self.line(f"if (!({self.expr(s.cond)})) {{")
-        self.line(f'  snprintf(kiln_err, sizeof(kiln_err), "{msg}"{args});')
-        self.line("  TVMAPISetLastError(kiln_err);")
-        self.line("  return -1;")
+        self.fail(s.message, [self.expr(a) for a in s.args])
+        if body is None:
+            self.line("}")
+            return
+        if self.parallel_depth == 0:
+            self.line("}")
+            self.stmt(body)
+            return
+        self.line("} else {")
+        self.indent += 1
+        self.stmt(body)
+        self.indent -= 1
         self.line("}")
 
     # -- statements
@@ -170,8 +215,7 @@ class _FuncWriter:
                 self.indent -= 1
             self.line("}")
         elif isinstance(s, L.AssertStmt):
-            self.assert_stmt(s)
-            self.stmt(s.body)
+            self.assert_stmt(s, s.body)
         elif isinstance(s, L.Evaluate):
             self.line(f"(void)({self.expr(s.value)});")
         else:
@@ -190,9 +234,18 @@ class _FuncWriter:
         end = ext if _is_zero(s.min) else f"{lo} + {ext}"
         self.line(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v}) {{")
         self.indent += 1
+        parallel = s.kind == "parallel"
+        self.parallel_depth += parallel
         self.stmt(s.body)
+        self.parallel_depth -= parallel
         self.indent -= 1
         self.line("}")
+        if parallel and self.parallel_depth == 0 and self.uses_failed_flag:
+            # The region's implicit barrier has flushed kiln_failed and kiln_err.
+            self.line("if (kiln_failed) {")
+            self.line("  TVMAPISetLastError(kiln_err);")
+            self.line("  return -1;")
+            self.line("}")
 
     def allocate(self, s: L.Allocate) -> None:
         buf = s.buffer
@@ -212,12 +265,14 @@ class _FuncWriter:
         self.line(f"{ty}* restrict {name} = ({ty}*)TVMBackendAllocWorkspace(1, 0, "
                   f"(uint64_t){nbytes}, 2, 32);")
         self.line(f"if ({name} == NULL) {{")
-        self.line(f'  TVMAPISetLastError("{self.func.name}: cannot allocate {nbytes} bytes '
-                  f'of workspace for {buf.name}");')
-        self.line("  return -1;")
-        self.line("}")
+        self.fail(f"{self.func.name}: cannot allocate {nbytes} bytes of workspace for "
+                  f"{buf.name}")
+        self.line("} else {")
+        self.indent += 1
         self.stmt(s.body)
         self.line(f"TVMBackendFreeWorkspace(1, 0, {name});")
+        self.indent -= 1
+        self.line("}")
         self.indent -= 1
         self.line("}")
 
@@ -252,6 +307,8 @@ class _FuncWriter:
             return (f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : "
                     f"{self.expr(e.false_value)})")
         if isinstance(e, L.Cast):
+            if e.dtype == "bool":  # numpy's astype(bool): nonzero, not the low byte
+                return f"((uint8_t)(({self.expr(e.value)}) != 0))"
             return f"(({c_type(e.dtype)})({self.expr(e.value)}))"
         if isinstance(e, L.BufferLoad):
             return self.access(e.buffer, e.indices)

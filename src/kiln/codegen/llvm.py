@@ -1,29 +1,36 @@
 """The LLVM target: packed-API PrimFuncs → LLVM IR → LLVM's O3 pipeline for the target machine
 → an ELF object (TVM's ``codegen.build_llvm``, src/target/llvm/llvm_module.cc).
 
-``build_llvm(funcs, target)`` is the entry point: the kernels are split into groups (one LLVM
-module each, like the C target's files), each group's IR is built by :mod:`kiln.codegen.llvm_func`
-and compiled in its own LLVM context on a thread pool (llvmlite releases the GIL inside LLVM), and
-the result is a :class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the
-rest. The target machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
+``build_llvm(funcs, target)`` is the entry point: the kernels are split into groups of similar
+compile cost (one LLVM module each, like the C target's files: :mod:`kiln.codegen.partition`),
+each group's IR is built by :mod:`kiln.codegen.llvm_func`, taken from the compile cache
+(:mod:`kiln.runtime.compile_cache`, keyed by the IR text and the target machine) or optimized and
+emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llvm_worker`:
+llvmlite runs one LLVM call at a time per process), else here — and the result is a
+:class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
 resolved), features, ABI, ``-opt-level``; relocations are PIC (the objects go into a shared
 library) with the small code model.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.runtime import compile_cache
+from kiln.runtime.toolchain import cpu_count
 from kiln.target import Target
 
-#: kernels per LLVM module; several modules compile in parallel
-KERNELS_PER_MODULE = 24
+#: kernels per LLVM module (on average; modules are balanced by estimated compile cost); several
+#: modules compile in parallel, and each is one compile-cache entry
+KERNELS_PER_MODULE = 4
+#: the optimization pipeline of :func:`compile_ir`, part of the compile-cache key (change it
+#: with the pipeline)
+PIPELINE = "kiln-llvm-v1: new pass manager, speed_level=opt_level, loop+slp vectorize, unroll"
 
 #: x86 tuning on by default (a later ``-mattr=-prefer-no-gather`` turns it off): LLVM's cost model
 #: prices AVX2/AVX-512 gathers and scatters as cheap and vectorizes reduction loops across rows
@@ -74,11 +81,8 @@ def target_machine(target: Target) -> Any:
     except RuntimeError as err:
         raise CompileError(f"target '{target}': LLVM does not support triple {triple!r}: "
                            f"{str(err).strip()}") from None
-    features = (X86_TUNING if target.arch == "x86_64" else ()) + target.mattr
     try:
-        tm = tgt.create_target_machine(cpu=target.mcpu, features=",".join(features),
-                                       opt=target.opt_level, reloc="pic", codemodel="default",
-                                       abiname=target.mabi)
+        tm = tgt.create_target_machine(**_machine_args(target))
     except RuntimeError as err:
         raise CompileError(f"target '{target}': LLVM cannot create a target machine "
                            f"(cpu {target.mcpu!r}): {err}") from None
@@ -87,6 +91,25 @@ def target_machine(target: Target) -> Any:
         raise CompileError(f"target '{target}': 32-bit targets are not supported (Kiln's "
                            "packed ABI is LP64)")
     return tm
+
+
+def _machine_args(target: Target) -> dict[str, Any]:
+    """``create_target_machine`` arguments for ``target`` (``native`` CPU and features
+    resolved)."""
+    features = (X86_TUNING if target.arch == "x86_64" else ()) + target.mattr
+    return {"cpu": target.mcpu, "features": ",".join(features), "opt": target.opt_level,
+            "reloc": "pic", "codemodel": "default", "abiname": target.mabi}
+
+
+def machine_identity(target: Target) -> str:
+    """Everything besides the IR text that decides :func:`compile_ir`'s output: the triple,
+    the target machine's arguments, the pass pipeline and the llvmlite and LLVM versions."""
+    import llvmlite
+
+    llvm = llvm_binding()
+    args = sorted(_machine_args(target).items())
+    return (f"triple={target.triple} {args!r} {PIPELINE} llvmlite={llvmlite.__version__} "
+            f"llvm={'.'.join(map(str, llvm.llvm_version_info))}")
 
 
 def function_attributes(target: Target) -> tuple[str, ...]:
@@ -166,7 +189,8 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
     target : str or Target
         An ``llvm`` target.
     jobs : int, optional
-        Parallel LLVM compilations (default: the CPU count).
+        Parallel LLVM compilations (worker processes; default: the CPUs this process may
+        use, ``kiln.runtime.toolchain.cpu_count``).
 
     Returns
     -------
@@ -179,28 +203,38 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
         Not an llvm target, an unknown triple, or a kernel the codegen cannot handle.
     """
     from kiln.codegen.llvm_module import LLVMModule
+    from kiln.codegen.llvm_worker import compile_in_workers
 
     tgt = Target(target)
     if tgt.kind != "llvm":
         raise CompileError(f"build_llvm: target '{tgt}' is not an llvm target")
-    funcs = list(funcs)
-    cpus = os.cpu_count() or 1
-    ngroups = max(1, min(cpus, -(-len(funcs) // KERNELS_PER_MODULE)))
-    groups = [funcs[i::ngroups] for i in range(ngroups)]
+    groups = partition(funcs, KERNELS_PER_MODULE)
     layout = str(target_machine(tgt).target_data)
     texts = [codegen_ir(g, tgt, f"kiln_lib{i}", layout) for i, g in enumerate(groups)]
-    workers = max(1, min(len(texts), jobs or cpus))
-
-    def compile_group(i: int) -> tuple[bytes, str]:
-        return compile_ir(texts[i], tgt, what=f"kernels {[f.name for f in groups[i]][:4]}")
-
-    if workers == 1:
-        results = [compile_group(i) for i in range(len(texts))]
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(compile_group, range(len(texts))))
-    mods = [LLVMModule(obj, [f.name for f in g], tgt, ir)
-            for (obj, ir), g in zip(results, groups)]
+    whats = [f"kernels {[f.name for f in g][:4]}{' ...' if len(g) > 4 else ''}"
+             for g in groups]
+    results: list[tuple[bytes, str] | None] = [None] * len(texts)
+    keys: list[str | None] = [None] * len(texts)
+    if compile_cache.enabled():
+        identity = machine_identity(tgt)
+        for i, text in enumerate(texts):
+            key = keys[i] = compile_cache.make_key("kiln-llvm-object-v1", identity, text)
+            hit = compile_cache.load(key, "llvm", what=whats[i])
+            if hit is not None and len(hit) == 2:
+                results[i] = (hit[0], hit[1].decode())
+    misses = [i for i, r in enumerate(results) if r is None]
+    workers = min(len(misses), jobs or cpu_count())
+    done = None
+    if workers > 1:
+        done = compile_in_workers([(texts[i], whats[i]) for i in misses], str(tgt), workers)
+    if done is None:
+        done = [compile_ir(texts[i], tgt, what=whats[i]) for i in misses]
+    for i, (obj, ir) in zip(misses, done, strict=True):
+        results[i] = (obj, ir)
+        if keys[i] is not None:
+            compile_cache.store(str(keys[i]), "llvm", [obj, ir.encode()], what=whats[i])
+    mods = [LLVMModule(r[0], [f.name for f in g], tgt, r[1])
+            for r, g in zip(results, groups, strict=True) if r is not None]
     for m in mods[1:]:
         mods[0].import_module(m)
     return mods[0]

@@ -22,6 +22,14 @@ from pathlib import Path
 log = logging.getLogger("kiln")
 
 
+def user_cache_dir() -> Path:
+    """Kiln's per-user cache folder (not created): ``$KILN_CACHE_DIR`` when set and not empty,
+    else ``~/.cache/kiln``. The model cache (:mod:`kiln.models`) and the compile cache
+    (:mod:`kiln.runtime.compile_cache`, in ``objects/``) live there."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "kiln"
+
+
 def is_private_dir(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a directory (not a symlink) owned by this user and not writable
     by group or others."""

@@ -3,6 +3,9 @@
 Commands are argument lists (never a shell string) and every one is logged at DEBUG level on the
 ``kiln`` logger (``KILN_LOG=debug`` shows them). A failing command raises
 :class:`ToolchainError` holding the command line and the tool's stderr.
+
+:func:`compile_objects` compiles in parallel (one job per CPU, largest source first) and reuses
+objects from the compile cache (:mod:`kiln.runtime.compile_cache`) for C sources.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.errors import ToolchainError
+from kiln.runtime import compile_cache
 
 log = logging.getLogger("kiln")
 
@@ -62,6 +67,15 @@ def find_cc() -> list[str]:
             return [name]
     raise ToolchainError(f"no C compiler found (looked for $CC, cc, gcc, clang on PATH): "
                          f"{_INSTALL_HINT}")
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask: ``taskset``, a container's
+    cpuset), at least 1; the default number of parallel compiles."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
@@ -113,11 +127,72 @@ def dump_machine(cc: Sequence[str] | None = None) -> str | None:
     return _dump_machine(tuple(cc or find_cc()))
 
 
+#: temporary file names in a compiler's ``-###`` report (gcc: /tmp/ccAbC123.s)
+_TEMP_NAME = re.compile(r"\S*/cc[0-9A-Za-z]{6}\.\w+")
+
+
+@functools.lru_cache(maxsize=32)
+def compiler_identity(cc: tuple[str, ...], flags: tuple[str, ...]) -> str | None:
+    """What ``cc`` with ``flags`` is: its ``-###`` report for a C compile (version, target,
+    configuration, the tools it runs and their expanded options — ``-march=native`` becomes
+    this machine's CPU and features), temporary file names blanked; cached per process. None
+    when the compiler cannot tell (no such option): its objects are then not cached."""
+    cmd = [*cc, *flags, "-###", "-c", "-x", "c", os.devnull, "-o", os.devnull]
+    log.debug("run: %s", shlex.join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                              check=False)
+    except OSError as err:
+        log.debug("compile cache off for %s: %s", shlex.join(cc), err)
+        return None
+    report = (proc.stderr or "") + (proc.stdout or "")
+    if proc.returncode != 0 or not report.strip():
+        log.debug("compile cache off for %s: -### failed (exit %d)", shlex.join(cc),
+                  proc.returncode)
+        return None
+    return _TEMP_NAME.sub("<tmp>", report)
+
+
+def object_cache_key(cc: Sequence[str], flags: Sequence[str], source: str) -> str | None:
+    """The compile-cache key of compiling C ``source`` with ``cc flags -c``: the compiler's
+    identity, the command line without file names and the preprocessed source (``-E -P``:
+    every header included, no file names); None when the compiler's identity is unknown or
+    the source does not preprocess (the compile then reports the error)."""
+    ident = compiler_identity(tuple(cc), tuple(flags))
+    if ident is None:
+        return None
+    try:
+        text = run([*cc, *flags, "-E", "-P", source])
+    except ToolchainError:
+        return None
+    return compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join([*cc, *flags]), text)
+
+
+def _compile_one(cc: list[str], flags: list[str], src: str, obj: str, cwd: str | None) -> None:
+    """Compile ``src`` to ``obj``, or copy the object from the compile cache."""
+    key = None
+    if src.endswith(".c") and compile_cache.enabled():
+        key = object_cache_key(cc, flags, src)
+        hit = compile_cache.load(key, "o", what=src) if key else None
+        if hit is not None:
+            with open(obj, "wb") as f:
+                f.write(hit[0])
+            return
+    run([*cc, *flags, "-c", src, "-o", obj], cwd=cwd)
+    if key:
+        with open(obj, "rb") as f:
+            compile_cache.store(key, "o", [f.read()], what=src)
+
+
 def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str] | None = None,
                     options: Sequence[str] = (), jobs: int | None = None) -> list[str]:
     """Compile each source (``.c`` or ``.S``) to an object next to it, in parallel.
 
-    An assembler source (``.S``) is assembled in
+    ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
+    object of a C source is taken from the compile cache when the compiler, the flags and the
+    preprocessed source are the same as a previous compile's
+    (:mod:`kiln.runtime.compile_cache`; hits are logged). An assembler source (``.S``) is
+    never cached (``.incbin`` data is not in its text) and is assembled in
     its own folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was
     unpacked (a ``.tar`` export).
 
@@ -132,21 +207,30 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
         The first failure (with its command and stderr).
     """
     cc = list(cc or find_cc())
+    flags = [*COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options]
     # "<name>.<ext>.o": devc.c and devc.S must not both become devc.o
     srcs = [os.path.abspath(s) for s in sources]
     objs = [f"{s}.o" for s in srcs]
-    cmds = [[*cc, *COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options, "-c", s, "-o", o]
-            for s, o in zip(srcs, objs, strict=True)]
     dirs = [os.path.dirname(s) if s.endswith(".S") else None for s in srcs]
-    workers = max(1, min(len(cmds), jobs or os.cpu_count() or 1))
+    jobs_args = [(cc, flags, s, o, d) for s, o, d in zip(srcs, objs, dirs, strict=True)]
+    workers = max(1, min(len(jobs_args), jobs or cpu_count()))
     if workers == 1:
-        for c, d in zip(cmds, dirs, strict=True):
-            run(c, cwd=d)
+        for a in jobs_args:
+            _compile_one(*a)
     else:
+        # Largest first, so a big file does not start last and leave the other workers idle.
+        order = sorted(jobs_args, key=lambda a: -_size(a[2]))
         with ThreadPoolExecutor(workers) as pool:
-            for fut in [pool.submit(run, c, d) for c, d in zip(cmds, dirs, strict=True)]:
+            for fut in [pool.submit(_compile_one, *a) for a in order]:
                 fut.result()
     return objs
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = None,

@@ -7,6 +7,7 @@
  * src/runtime/thread_pool.cc; see the shared reference, runtime-formats.md, section 3.
  */
 #include <kiln/c_runtime_api.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -40,10 +41,16 @@ KILN_EXPORT void* TVMBackendAllocWorkspace(int device_type, int device_id, uint6
     TVMAPISetLastError("TVMBackendAllocWorkspace: only CPU workspaces are supported");
     return NULL;
   }
-  /* aligned_alloc needs a size that is a multiple of the alignment (C11 7.22.3.1). */
-  uint64_t size = (nbytes + KILN_WORKSPACE_ALIGN - 1) & ~(uint64_t)(KILN_WORKSPACE_ALIGN - 1);
-  if (size == 0) size = KILN_WORKSPACE_ALIGN;
-  void* ptr = aligned_alloc(KILN_WORKSPACE_ALIGN, (size_t)size);
+  /* posix_memalign (POSIX.1-2001), not C11's aligned_alloc: the support code is compiled as
+   * gnu99, where <stdlib.h> does not declare aligned_alloc (an implicit declaration is an error
+   * in GCC 14 and Clang 16). Sizes are rounded up to whole alignment units. */
+  void* ptr = NULL;
+  if (nbytes <= (uint64_t)SIZE_MAX - KILN_WORKSPACE_ALIGN) {
+    size_t size = ((size_t)nbytes + KILN_WORKSPACE_ALIGN - 1) &
+                  ~(size_t)(KILN_WORKSPACE_ALIGN - 1);
+    if (size == 0) size = KILN_WORKSPACE_ALIGN;
+    if (posix_memalign(&ptr, KILN_WORKSPACE_ALIGN, size) != 0) ptr = NULL;
+  }
   if (ptr == NULL) TVMAPISetLastError("TVMBackendAllocWorkspace: out of memory");
   return ptr;
 }

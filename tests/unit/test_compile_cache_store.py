@@ -1,0 +1,142 @@
+"""The compile cache's storage (no compiler needed): keys, entry format, corrupt entries, the
+opt-out, the private folder, concurrent writers; and how kernels are split into compilation
+units (``kiln.codegen.partition``)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+
+from kiln.codegen.partition import partition, stmt_cost
+from kiln.ir import loop as L
+from kiln.runtime import compile_cache
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_NO_CACHE", raising=False)
+    return tmp_path / "cache" / "objects"
+
+
+def test_store_then_load_round_trips_parts(cache):
+    key = compile_cache.make_key("a", b"b")
+    assert compile_cache.load(key, "o") is None
+    compile_cache.store(key, "o", [b"\x7fELF object", b"", b"ir text"])
+    assert compile_cache.load(key, "o") == [b"\x7fELF object", b"", b"ir text"]
+    assert compile_cache.load(key, "llvm") is None  # the kind is part of the name
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    assert os.listdir(cache) == [f"{key}.o"]  # no temporary file left behind
+
+
+def test_key_separates_parts():
+    assert compile_cache.make_key("ab", "c") != compile_cache.make_key("a", "bc")
+    assert compile_cache.make_key("x") == compile_cache.make_key(b"x")
+    assert len(compile_cache.make_key("x")) == 64
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "magic", "extra"])
+def test_corrupt_entry_is_a_miss_and_is_replaced(cache, damage, caplog):
+    key = compile_cache.make_key("corrupt", damage)
+    compile_cache.store(key, "o", [b"object bytes" * 100])
+    path = cache / f"{key}.o"
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[:-7]
+    elif damage == "flip":
+        data[-3] ^= 0x40
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "magic":
+        data[0:4] = b"JUNK"
+    else:
+        data += b"trailing"
+    path.write_bytes(bytes(data))
+    with caplog.at_level("DEBUG", logger="kiln"):
+        assert compile_cache.load(key, "o") is None
+    assert damage == "empty" or any("corrupt" in r.getMessage() for r in caplog.records)
+    compile_cache.store(key, "o", [b"rebuilt"])
+    assert compile_cache.load(key, "o") == [b"rebuilt"]
+
+
+def test_no_cache_env_turns_it_off(cache, monkeypatch):
+    key = compile_cache.make_key("off")
+    compile_cache.store(key, "o", [b"x"])
+    monkeypatch.setenv("KILN_NO_CACHE", "1")
+    assert not compile_cache.enabled()
+    assert compile_cache.load(key, "o") is None
+    compile_cache.store(compile_cache.make_key("other"), "o", [b"y"])
+    assert os.listdir(cache) == [f"{key}.o"]
+    monkeypatch.setenv("KILN_NO_CACHE", "0")
+    assert compile_cache.load(key, "o") == [b"x"]
+
+
+def test_default_folder_is_under_the_user_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert compile_cache.objects_dir() == tmp_path / ".cache" / "kiln" / "objects"
+    monkeypatch.setenv("KILN_CACHE_DIR", "")  # empty: the default too
+    assert compile_cache.objects_dir() == tmp_path / ".cache" / "kiln" / "objects"
+
+
+def test_a_shared_cache_folder_is_not_used(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    (shared / "objects").mkdir(parents=True)
+    os.chmod(shared / "objects", 0o777)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(shared))
+    assert compile_cache.objects_dir() != shared / "objects"
+
+
+def test_concurrent_stores_of_one_key_leave_one_whole_entry(cache):
+    key = compile_cache.make_key("race")
+    payload = [os.urandom(1 << 20)]
+    errors = []
+
+    def writer():
+        try:
+            for _ in range(10):
+                compile_cache.store(key, "o", payload)
+                got = compile_cache.load(key, "o")
+                assert got is None or got == payload  # never a partial entry
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert compile_cache.load(key, "o") == payload
+    assert os.listdir(cache) == [f"{key}.o"]
+
+
+# ------------------------------------------------------------------------------ partition
+def _kernel(name: str, unroll: int) -> L.PrimFunc:
+    x = L.Buffer("x", (unroll,), "float32")
+    i = L.Var("i")
+    body = L.For(i, L.IntImm(0), L.IntImm(unroll), "unrolled", L.BufferStore(x, x[i] + 1.0, [i]))
+    return L.PrimFunc(name, [x], body)
+
+
+def test_partition_balances_cost_and_keeps_order():
+    funcs = [_kernel(f"k{i}", u) for i, u in enumerate([64, 1, 1, 1, 64, 1, 1, 32, 32, 1])]
+    units = partition(funcs, 4)
+    assert len(units) == 3
+    assert sorted(f.name for u in units for f in u) == sorted(f.name for f in funcs)
+    for u in units:  # original order inside each unit
+        assert [f.name for f in u] == sorted((f.name for f in u), key=lambda n: int(n[1:]))
+    costs = [sum(stmt_cost(f.body) for f in u) for u in units]
+    assert max(costs) <= 70  # the two 64s apart, the 32s together: 65, 65+few, 66
+    assert [[f.name for f in u] for u in partition(funcs, 4)] == [[f.name for f in u]
+                                                                 for u in units]
+
+
+def test_partition_small_and_empty():
+    assert partition([], 8) == [[]]
+    one = [_kernel("a", 2)]
+    assert partition(one, 8) == [one]
+    assert stmt_cost(_kernel("b", 8).body) == 1 + 8
