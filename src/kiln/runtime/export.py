@@ -195,10 +195,15 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
                     "fcompile=cross_compiler('<triple>-gcc') to link it")
     fcompile = fcompile or DEFAULT_FCOMPILE[fmt]
     # Flags the modules' targets ask for (``-march`` of "c -mcpu=..."), applied to the link
-    # as a whole: harmless on the blob and support sources.
+    # as a whole: harmless on the blob and support sources; then the libraries modules link
+    # with (``link_options``, e.g. an external codegen's ``-lopenblas``), which the compiler
+    # ignores when it only compiles and the linker reads after the objects.
     options = list(dict.fromkeys([*(options or []), *(o for m in index.dso_modules
                                                       for o in getattr(m, "compile_options",
                                                                        ()))]))
+    options += [o for o in dict.fromkeys(o for m in index.dso_modules
+                                         for o in getattr(m, "link_options", ()))
+                if o not in options]
     blob = pack_imports(module, index)
     func_names = list(dict.fromkeys(n for m in index.dso_modules
                                     for n in m.list_function_names()))
