@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
     p.add_argument("--target", default="c -mcpu=native",
                    help="Kiln target (default: 'c -mcpu=native')")
+    p.add_argument("--byoc", default="",
+                   help="comma-separated BYOC compilers for Kiln, e.g. cblas (default: none)")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--workdir", type=Path, help="keep the exported .so files here")
     args = p.parse_args(argv)
@@ -97,7 +99,8 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     so_path = workdir / f"{name}.so"
     t0 = time.perf_counter()
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target=args.target, params=params)
+    lib = kiln.build(mod, target=args.target, params=params,
+                     byoc=[c for c in args.byoc.split(",") if c])
     lib.export_library(str(so_path))
     compile_s = time.perf_counter() - t0
     del mod, params, lib
@@ -162,6 +165,7 @@ def environment(args: argparse.Namespace) -> dict:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
+            "byoc": args.byoc,
             "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
             "kiln": kiln.__version__, "onnxruntime": ort.__version__,
             "python": platform.python_version()}
