@@ -110,29 +110,38 @@ def _leads_to_anchor(e: Expr) -> bool:
 
 def gemm_patterns(compiler: str, anchors: Iterable[str], activations: Iterable[str],
                   residual: bool, check: Callable[[GemmComposite], bool]) -> list[tuple]:
-    """Pattern-table entries ``(f"{compiler}.{anchor}[_bias][_add][_act]", pattern, check)``,
-    largest first, for every combination of the optional steps.
+    """Pattern-table entries ``(f"{compiler}.{kind}[_bias][_add][_act]", pattern, check)``,
+    largest first, for every combination of the optional steps (``kind``: ``conv2d``,
+    ``dense``, ``matmul`` or ``batch_matmul``; ``_add`` is the residual, conv2d only).
 
     ``check(composite)`` decides what the backend takes (dtype, groups, ...); entries also
     require that :func:`parse` reads the match back (a bias of the right shape, a residual of
     the output's type).
     """
-    def accept(root: Expr) -> bool:
-        comp = parse(root)
-        return comp is not None and check(comp)
+    def accepts(kind: str) -> Callable[[Expr], bool]:
+        def accept(root: Expr) -> bool:
+            comp = parse(root)
+            return comp is not None and comp.kind == kind and check(comp)
+        return accept
 
     entries = []
-    acts = [a for a in activations]
+    acts = list(activations)
     for anchor in anchors:
         short = anchor.split(".", 1)[1]
-        for with_bias in (True, False):
-            for with_res in ((True, False) if residual and anchor == "nn.conv2d" else (False,)):
-                for act in [*acts, None]:
-                    name = (short + ("_bias" if with_bias else "") + ("_add" if with_res else "")
-                            + (f"_{ACTIVATIONS[act]}" if act else ""))
-                    entries.append((f"{compiler}.{name}",
-                                    _pattern(anchor, with_bias, with_res, act), accept))
-    entries.sort(key=lambda e: -e[0].count("_"))  # larger composites first (stable)
+        # nn.matmul gives two composites: 2-D "matmul" and batched "batch_matmul"
+        for kind in (("batch_matmul", "matmul") if short == "matmul" else (short,)):
+            for with_bias in (True, False):
+                for with_res in ((True, False) if residual and anchor == "nn.conv2d"
+                                 else (False,)):
+                    for act in [*acts, None]:
+                        name = (kind + ("_bias" if with_bias else "")
+                                + ("_add" if with_res else "")
+                                + (f"_{ACTIVATIONS[act]}" if act else ""))
+                        entries.append((f"{compiler}.{name}",
+                                        _pattern(anchor, with_bias, with_res, act),
+                                        accepts(kind)))
+    # larger composites first (stable): the table is applied in order
+    entries.sort(key=lambda e: -e[0].split(".", 1)[1].replace("batch_", "").count("_"))
     return entries
 
 
