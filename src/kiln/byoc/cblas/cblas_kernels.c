@@ -54,7 +54,11 @@ static void* kiln_cblas_arg(TVMValue* args, int32_t* type_codes, int i, int ndim
   return (char*)t->data + t->byte_offset;
 }
 
-/* col[(c*kh_n + kh)*kw_n + kw][oh*ow_n + ow] = x[c][oh*sh - pt + kh*dh][ow*sw - pl + kw*dw] */
+static int kiln_cblas_ceil_div(int a, int b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+/* col[(c*kh_n + kh)*kw_n + kw][oh*ow_n + ow] = x[c][oh*sh - pt + kh*dh][ow*sw - pl + kw*dw],
+ * 0 outside x. The valid output columns of each kernel column are computed once, so the copy
+ * has no per-element test (a memcpy at stride 1). */
 static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w, int kh_n,
                               int kw_n, int sh, int sw, int pt, int pl, int dh, int dw, int oh_n,
                               int ow_n) {
@@ -64,6 +68,10 @@ static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w,
     int kw = r % kw_n, kh = (r / kw_n) % kh_n, c = r / (kw_n * kh_n);
     const float* xc = x + (int64_t)c * h * w;
     float* out = col + (int64_t)r * oh_n * ow_n;
+    int off = kw * dw - pl; /* iw = ow * sw + off */
+    int lo = kiln_cblas_ceil_div(-off, sw), hi = kiln_cblas_ceil_div(w - off, sw);
+    lo = lo < 0 ? 0 : (lo > ow_n ? ow_n : lo);
+    hi = hi < lo ? lo : (hi > ow_n ? ow_n : hi);
     for (int oh = 0; oh < oh_n; ++oh) {
       int ih = oh * sh - pt + kh * dh;
       float* o = out + (int64_t)oh * ow_n;
@@ -71,11 +79,14 @@ static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w,
         memset(o, 0, sizeof(float) * (size_t)ow_n);
         continue;
       }
-      const float* xr = xc + (int64_t)ih * w;
-      for (int ow = 0; ow < ow_n; ++ow) {
-        int iw = ow * sw - pl + kw * dw;
-        o[ow] = (iw >= 0 && iw < w) ? xr[iw] : 0.0f;
+      const float* xr = xc + (int64_t)ih * w + off;
+      if (lo > 0) memset(o, 0, sizeof(float) * (size_t)lo);
+      if (sw == 1) {
+        memcpy(o + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+      } else {
+        for (int ow = lo; ow < hi; ++ow) o[ow] = xr[ow * sw];
       }
+      if (hi < ow_n) memset(o + hi, 0, sizeof(float) * (size_t)(ow_n - hi));
     }
   }
 }
@@ -127,31 +138,52 @@ static void kiln_cblas_matmul(const float* a, const float* b, float* out, int ba
 
 enum { KILN_ACT_NONE = 0, KILN_ACT_RELU = 1, KILN_ACT_CLIP = 2, KILN_ACT_HARDSWISH = 3 };
 
-/* out viewed as [outer, channels, inner]: out = act(out + bias[c] + residual) in place. */
+/* o[0:n] = act((o + bias) + res): ``bv`` a scalar bias, or ``bvec`` a bias per element. Each
+ * step is its own simple loop (vectorized by the compiler), the activation's switch outside. */
+static void kiln_cblas_span(float* restrict o, int64_t n, const float* bv,
+                            const float* restrict bvec, const float* restrict res, int act,
+                            float lo, float hi) {
+  if (bv != NULL) {
+    float b = *bv;
+    for (int64_t i = 0; i < n; ++i) o[i] = o[i] + b;
+  }
+  if (bvec != NULL)
+    for (int64_t i = 0; i < n; ++i) o[i] = o[i] + bvec[i];
+  if (res != NULL)
+    for (int64_t i = 0; i < n; ++i) o[i] = o[i] + res[i];
+  switch (act) {
+    case KILN_ACT_RELU:
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
+      break;
+    case KILN_ACT_CLIP:
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] < lo ? lo : (o[i] > hi ? hi : o[i]);
+      break;
+    case KILN_ACT_HARDSWISH:
+      for (int64_t i = 0; i < n; ++i) {
+        float t = o[i] * (1.0f / 6.0f) + 0.5f;
+        t = t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+        o[i] = o[i] * t;
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+/* out viewed as [outer, channels, inner]: out = act((out + bias[c]) + residual) in place. */
 static void kiln_cblas_epilogue(float* out, int64_t outer, int64_t channels, int64_t inner,
                                 const float* bias, const float* residual, int act, float lo,
                                 float hi) {
+  if (inner == 1) { /* dense / matmul: rows of ``channels`` with a bias vector */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < outer; ++r)
+      kiln_cblas_span(out + r * channels, channels, NULL, bias,
+                      residual != NULL ? residual + r * channels : NULL, act, lo, hi);
+    return;
+  }
   int64_t rows = outer * channels;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float bv = bias != NULL ? bias[r % channels] : 0.0f;
-    float* o = out + r * inner;
-    const float* res = residual != NULL ? residual + r * inner : NULL;
-    for (int64_t i = 0; i < inner; ++i) {
-      float v = o[i] + bv;
-      if (res != NULL) v += res[i];
-      switch (act) {
-        case KILN_ACT_RELU: v = v > 0.0f ? v : 0.0f; break;
-        case KILN_ACT_CLIP: v = v < lo ? lo : (v > hi ? hi : v); break;
-        case KILN_ACT_HARDSWISH: {
-          float t = v * (1.0f / 6.0f) + 0.5f;
-          t = t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
-          v = v * t;
-          break;
-        }
-        default: break;
-      }
-      o[i] = v;
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    kiln_cblas_span(out + r * inner, inner, bias != NULL ? bias + r % channels : NULL, NULL,
+                    residual != NULL ? residual + r * inner : NULL, act, lo, hi);
 }
