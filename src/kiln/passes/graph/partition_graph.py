@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.errors import CompileError
 from kiln.ir.graph import (
     CALL_NODES,
     Call,
@@ -155,6 +156,10 @@ def _outline(region: Region, rs: RegionSet, value, mod_name: str, index: int,
             inner[b.uid] = v
         by_source[src.uid] = inner[b.uid]
     for n in region.nodes:
+        missing = [a for a in n.args if a.uid not in inner]
+        if missing:
+            raise CompileError(f"PartitionGraph: {n!r} in a {region.compiler} region reads "
+                               f"{missing[0]!r} without a compiler_begin annotation")
         inner[n.uid] = with_args(n, [inner[a.uid] for a in n.args])
     outs: list[Expr] = []
     for e in sorted(region.outs, key=lambda e: rs.position[e.args[0].uid]):
