@@ -83,7 +83,7 @@ def _parse(symbol: str, graph_json: str) -> tuple[list[_Node], list[int], list[t
                 or len(shapes) != len(dtypes)
                 or not all(isinstance(s, list) and all(isinstance(d, int) and 0 <= d < 2**40
                                                        for d in s) for s in shapes)
-                or not all(d in _DTYPES for d in dtypes)):
+                or not all(isinstance(d, str) and d in _DTYPES for d in dtypes)):
             raise _fail(symbol, f"{where} ({name}): 'shape' and 'dtype' must list each "
                                 "output's shape and a supported dtype")
         inputs: list[tuple[int, int]] = []
