@@ -4,8 +4,9 @@
 #
 #   make demo       compile the text-orientation model and check it against onnxruntime
 #   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
-#                   toolchains and qemu-user for tests/backend/test_cross.py (root + apt-get;
-#                   otherwise those tests skip)
+#                   toolchains and qemu-user for tests/backend/test_cross.py, and OpenBLAS with
+#                   pkg-config for the BYOC cblas backend (root + apt-get; otherwise those tests
+#                   skip)
 #   make test-fast  tests/unit only
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
@@ -24,7 +25,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench fuzz lint toolchain cross-toolchain venv clean
+.PHONY: all demo test test-fast bench fuzz lint toolchain cross-toolchain blas-toolchain venv clean
 
 all: test
 
@@ -86,10 +87,26 @@ cross-toolchain:
 	  fi; \
 	fi
 
+# OpenBLAS and pkg-config for the BYOC cblas backend (kiln.byoc.cblas). Best effort, like the
+# cross toolchains: without them the cblas tests skip naming what is missing.
+BLAS_PACKAGES := libopenblas-dev pkg-config
+blas-toolchain:
+	@if ! pkg-config --exists openblas >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing OpenBLAS for the BYOC cblas tests" >&2; \
+	    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      $(BLAS_PACKAGES); } || \
+	    echo "make: warning: could not install $(BLAS_PACKAGES); cblas tests will skip" >&2; \
+	  else \
+	    echo "make: warning: OpenBLAS not found by pkg-config (apt-get install" \
+	      "$(BLAS_PACKAGES)); cblas tests will skip" >&2; \
+	  fi; \
+	fi
+
 demo: $(STAMP) toolchain
 	$(VENV)/bin/kiln demo
 
-test: $(STAMP) toolchain cross-toolchain
+test: $(STAMP) toolchain cross-toolchain blas-toolchain
 	$(PY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

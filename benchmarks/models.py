@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default 0)")
     p.add_argument("--target", default="llvm -mcpu=native",
                    help="Kiln target (default: 'llvm -mcpu=native')")
+    p.add_argument("--byoc", default="",
+                   help="comma-separated BYOC compilers for Kiln, e.g. cblas (default: none)")
     p.add_argument("--out", type=Path, default=HERE / "results",
                    help="folder for results.md, results.json, chart.png "
                         "(default: benchmarks/results)")
@@ -106,7 +108,8 @@ def compile_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     n_flops = flops.count_flops(model, shapes)
     t0 = time.perf_counter()
     mod, params = from_onnx(model, shape=shapes)
-    kiln.build(mod, target=args.target, params=params).export_library(str(so_path))
+    byoc = [c for c in args.byoc.split(",") if c]
+    kiln.build(mod, target=args.target, params=params, byoc=byoc).export_library(str(so_path))
     compile_s = time.perf_counter() - t0
     return {"onnx": str(onnx_path), "so": str(so_path), "inputs": shapes, "flops": n_flops,
             "compile_s": compile_s, "so_mb": so_path.stat().st_size / 1e6}
@@ -188,7 +191,7 @@ def environment(args: argparse.Namespace) -> dict:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
-            "batch": 1, "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
+            "batch": 1, "byoc": args.byoc, "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
             "kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
             "numpy": numpy.__version__, "llvmlite": llvmlite.__version__,
             "python": platform.python_version(), "platform": platform.platform(),

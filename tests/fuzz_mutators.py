@@ -107,6 +107,38 @@ def blob_corpus() -> list[bytes]:
     return out
 
 
+def json_runtime_corpus() -> list[bytes]:
+    """``kiln_json`` (BYOC) module bytes: symbol | graph JSON | constant names."""
+    def t(*shape):
+        return {"shape": [list(shape)], "dtype": ["float32"]}
+
+    conv = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1,
+            "bias": 1, "activation": "relu"}
+    graphs = [
+        ("f0", {"nodes": [{"op": "input", "name": "x", "attrs": t(1, 2, 4, 4)},
+                          {"op": "const", "name": "f0_const_0", "attrs": t(3, 2, 3, 3)},
+                          {"op": "const", "name": "f0_const_1", "attrs": t(3)},
+                          {"op": "kernel", "name": "kiln_json.conv2d_bias_relu",
+                           "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]],
+                           "attrs": dict(conv, **t(1, 3, 4, 4))},
+                          {"op": "kernel", "name": "nn.max_pool2d", "inputs": [[3, 0, 0]],
+                           "attrs": dict(t(1, 3, 2, 2), pool_size=[2, 2], strides=[2, 2],
+                                         padding=[0, 0, 0, 0], dilation=[1, 1],
+                                         ceil_mode=False)}],
+                "arg_nodes": [0], "heads": [[4, 0, 0], [3, 0, 0]],
+                "node_row_ptr": [0, 1, 2, 3, 4, 5]}, ["f0_const_0", "f0_const_1"]),
+        ("f1", {"nodes": [{"op": "input", "name": "a", "attrs": t(2, 3)},
+                          {"op": "input", "name": "b", "attrs": t(2, 3)},
+                          {"op": "kernel", "name": "add", "inputs": [[0, 0, 0], [1, 0, 0]],
+                           "attrs": t(2, 3)},
+                          {"op": "kernel", "name": "nn.relu", "inputs": [[2, 0, 0]],
+                           "attrs": t(2, 3)}],
+                "arg_nodes": [0, 1], "heads": [[3, 0, 0]]}, []),
+    ]
+    return [rt.JSONRuntimeModule(sym, json.dumps(g), consts).save_to_binary()
+            for sym, g, consts in graphs]
+
+
 # --------------------------------------------------------------------------- byte mutations
 _HUGE = (2**64 - 1, 2**63 - 1, 2**63, 2**62, 2**40, 2**32 - 1, 2**32, 2**31, 2**31 - 1)
 _I32 = (-1, -2**31, 2**31 - 1, 64, 65, 4096, 0)

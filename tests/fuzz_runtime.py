@@ -20,6 +20,8 @@ Targets (what is mutated → what loads it):
 ``graph_text``    graph JSON bytes → ``parse_graph`` + ``GraphExecutor`` creation
 ``graph_struct``  parsed graph JSON (wrong types, missing keys, bad ids, shapes, dltypes,
                   ``node_row_ptr``) → the same
+``kiln_json``     BYOC ``kiln_json`` module bytes (bytes, or tokens of its graph JSON) →
+                  ``JSONRuntimeModule.load_from_binary``
 ``so_blob``       the payload of a real exported ``.so`` (needs a C compiler) → as ``blob``,
                   over the library's real kernels
 ``so_file``       whole ``.so`` files → ``load_module`` + executor creation, in worker
@@ -62,6 +64,7 @@ from fuzz_mutators import (
     factory_corpus,
     graph_docs,
     graph_params,
+    json_runtime_corpus,
     mutate_bytes,
     mutate_doc,
     mutate_text,
@@ -96,6 +99,7 @@ def make_targets(so_path: str | None = None) -> dict[str, Target]:
     """The fuzz targets; :data:`SO_TARGETS` only with ``so_path`` (a good exported .so)."""
     params, facs, blobs, docs = params_corpus(), factory_corpus(), blob_corpus(), graph_docs()
     texts = [json.dumps(d).encode() for d in docs]
+    json_mods = json_runtime_corpus()
 
     def t_params(rng):
         data, desc = mutate_bytes(rng, rng.choice(params))
@@ -120,6 +124,21 @@ def make_targets(so_path: str | None = None) -> dict[str, Target]:
         data, desc = mutate_doc(rng, docs[i])
         return _graph_loader(data, i), f"graph{i} {desc}"
 
+    def t_kiln_json(rng):
+        data = rng.choice(json_mods)
+        if rng.random() < 0.5:
+            data, desc = mutate_bytes(rng, data)
+        else:  # mutate the graph JSON's tokens, keep the framing valid
+            r = rt.stream.StreamReader(data, "corpus")
+            symbol, graph, consts = r.string("s"), r.string("g").encode(), r.vec_str("c")
+            graph, desc = mutate_text(rng, graph)
+            w = rt.stream.StreamWriter()
+            w.string(symbol)
+            w.string(graph.decode("utf-8", "replace"))
+            w.vec_str(consts)
+            data = w.getvalue()
+        return (lambda: rt.JSONRuntimeModule.load_from_binary(data)), desc
+
     def t_selftest(rng):  # checks the harness: case 5k+3 crashes, 5k+4 raises IndexError
         index = rng.index  # type: ignore[attr-defined]
         if index % 5 == 3:
@@ -130,7 +149,8 @@ def make_targets(so_path: str | None = None) -> dict[str, Target]:
 
     targets = [Target("params", t_params), Target("factory", t_factory),
                Target("blob", t_blob), Target("graph_text", t_graph_text),
-               Target("graph_struct", t_graph_struct), Target("selftest", t_selftest)]
+               Target("graph_struct", t_graph_struct), Target("kiln_json", t_kiln_json),
+               Target("selftest", t_selftest)]
     if so_path:
         so = SoCorpus(so_path)
 

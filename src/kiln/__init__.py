@@ -28,7 +28,7 @@ def __getattr__(name):
     import importlib
 
     if name in ("frontend", "runtime", "graph_executor", "debug_executor", "ir", "passes",
-                "ops", "codegen", "target", "schedules"):
+                "ops", "codegen", "target", "schedules", "byoc"):
         return importlib.import_module(f"kiln.{name}")
     if name == "build":
         from kiln.build_module import build

@@ -1,16 +1,22 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
 The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis →
-FoldConstant → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
-schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; then the graph JSON
-with its memory plan. Identical fused functions compile to one kernel. The target is the
-current one (``with target:``) while the graph is optimized and kernels are lowered, so
-passes and schedules can read it.
+FoldConstant → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
+PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
+schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
+their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
+one kernel. The target is the current one (``with target:``) while the graph is optimized and
+kernels are lowered, so passes and schedules can read it.
+
+BYOC partitions after the folding passes (an external backend sees convolutions with batch norm
+already folded in) and before AlterOpLayout (offloaded convolutions keep the NCHW/OIHW layout
+every library takes); docs/decisions/006-byoc.md.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -36,21 +42,27 @@ log = logging.getLogger("kiln")
 KERNELS_PER_FILE = 4
 
 
-def optimize(func: Function, params: dict[str, np.ndarray] | None) -> Function:
-    """The graph-level pass pipeline up to (and including) FuseOps."""
+def optimize(func: Function, params: dict[str, np.ndarray] | None,
+             byoc: Sequence[str] = (), mod_name: str = "default") -> Function:
+    """The graph-level pass pipeline up to (and including) FuseOps; with ``byoc``, the
+    partitioning for those external compilers after the folding passes."""
     if params:
         func = bind_params(func, params)
     func = simplify_inference(func)
     func = fold_constant(func)
     func = fold_scale_axis(func)
     func = fold_constant(func)
+    if byoc:
+        from kiln.byoc import partition_for
+
+        func = partition_for(func, byoc, mod_name)
     func = alter_op_layout(func)
     return fuse_ops(func)
 
 
 def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
-          mod_name: str = "default") -> GraphExecutorFactoryModule:
+          mod_name: str = "default", byoc: Sequence[str] = ()) -> GraphExecutorFactoryModule:
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -61,7 +73,13 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
         LLVM, see :class:`kiln.target.Target`); default: ``Target.current()``, else ``"c"``.
     params : weights by name (``from_onnx``'s second result); bound as constants.
-    mod_name : name of the factory function that creates executors (TVM: "default").
+    mod_name : name of the factory function that creates executors (TVM: "default"); also
+        the model name in external symbols (``kiln_<mod_name>_<compiler>_main_<i>``).
+    byoc : list of str, optional
+        External compilers to offload to, in priority order (``kiln.byoc``; built in:
+        ``"cblas"``, ``"kiln_json"``). What they do not take stays on Kiln's codegen. Their
+        modules are imported by the kernel library, behind a const loader
+        (``kiln.runtime.ConstLoaderModule``) only when one of them declares constants.
 
     Returns
     -------
@@ -71,15 +89,20 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     Raises
     ------
     CompileError
-        If an op cannot be lowered or the target is not supported.
+        If an op cannot be lowered, the target is not supported, a BYOC compiler is not
+        registered or its codegen fails.
+    ToolchainError
+        A BYOC codegen's library is missing (cblas: OpenBLAS).
     """
     if target is None:
         target = Target.current() or "c"
     tgt = Target(target)
     func = mod["main"] if isinstance(mod, IRModule) else mod
+    if isinstance(byoc, str):
+        byoc = [byoc]
     with tgt:
         with progress.stage("Optimizing graph"):
-            fused = optimize(func, params)
+            fused = optimize(func, params, byoc, mod_name)
         calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
         kernels, kernel_names = _lower_kernels(calls)
     if tgt.kind == "llvm":
@@ -90,6 +113,13 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     else:
         with progress.stage("Generating C"):
             lib = _c_modules(kernels, c_compile_options(tgt))
+    if byoc:
+        from kiln.byoc import build_external
+        from kiln.runtime import create_metadata_module
+
+        with progress.stage("Running external codegens"):
+            ext_modules, ext_consts = build_external(fused)
+            lib = create_metadata_module(ext_consts, lib, ext_modules)
     with progress.stage("Planning memory"):
         graph, consts, plan = graph_json(fused, kernel_names)
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",

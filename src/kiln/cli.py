@@ -2,7 +2,8 @@
 
 ::
 
-    kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...] [--quiet]
+    kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
+                 [--byoc cblas ...] [--quiet]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
                       [--profile] [--dump-outputs DIR]
     kiln inspect model.so [--graph graph.json] [--params model.params]
@@ -63,6 +64,14 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(shape)
 
 
+def _byoc_names(text: str) -> list[str]:
+    """``--byoc``: one or more comma-separated compiler names (checked by the build)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a compiler name, e.g. cblas")
+    return names
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -100,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
                         "(repeatable; required for inputs with symbolic dimensions)")
+    p.add_argument("--byoc", action="append", default=[], metavar="COMPILER",
+                   type=_byoc_names,
+                   help="offload what an external compiler supports to it: cblas (OpenBLAS) "
+                        "or kiln_json (JSON graph runtime); repeatable or comma-separated, "
+                        "first listed wins")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_compile)
 
@@ -143,7 +157,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from kiln.cli_compile import compile_model
 
     compile_model(args.model, args.output, target=args.target,
-                  input_shapes=args.input_shapes)
+                  input_shapes=args.input_shapes,
+                  byoc=[name for names in args.byoc for name in names])
     return 0
 
 

@@ -10,7 +10,7 @@ from kiln.errors import KilnError
 
 def compile_model(model: str, output: str, target: str = "c",
                   input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
-                  echo=print) -> Path:
+                  echo=print, byoc: list[str] | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output``.
 
     Parameters
@@ -27,6 +27,8 @@ def compile_model(model: str, output: str, target: str = "c",
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
     echo : callable
         Receives the summary line.
+    byoc : list of str, optional
+        External compilers to offload to (``kiln.build``'s ``byoc``), e.g. ``["cblas"]``.
 
     Returns
     -------
@@ -36,7 +38,8 @@ def compile_model(model: str, output: str, target: str = "c",
     Raises
     ------
     KilnError
-        Bad model file, unsupported op, shape errors, compile or toolchain failures.
+        Bad model file, unsupported op, shape errors, compile or toolchain failures, an
+        unknown BYOC compiler.
     """
     import kiln
     from kiln import progress
@@ -54,10 +57,11 @@ def compile_model(model: str, output: str, target: str = "c",
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
         mod, params = from_onnx(proto, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params)
+    lib = kiln.build(mod, target=target, params=params, byoc=list(byoc or []))
     with progress.stage(f"Exporting {out.name}"):
         lib.export_library(str(out))
     size = out.stat().st_size
-    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}) "
+    offload = f", byoc {','.join(byoc)}" if byoc else ""
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{offload}) "
          f"in {time.perf_counter() - start:.1f} s")
     return out

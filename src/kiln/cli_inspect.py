@@ -44,8 +44,9 @@ def module_tree_lines(root) -> list[str]:
 
 def inspect_library(library: str, echo=print, graph_out: str | None = None,
                     params_out: str | None = None) -> None:
-    """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size;
-    optionally extract the graph JSON and the params.
+    """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size (and
+    the const loader's constants of BYOC modules); optionally extract the graph JSON and the
+    params.
 
     Parameters
     ----------
@@ -65,7 +66,8 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
         If the library cannot be loaded or is not a graph-executor factory, or an output file
         cannot be written (files are written atomically: never left half-written).
     """
-    from kiln.runtime import save_param_dict
+    from kiln.runtime import ConstLoaderModule, save_param_dict
+    from kiln.runtime.module import modules_dfs
 
     root, info, params = open_library(library)
     echo(f"{library}")
@@ -79,6 +81,13 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
             echo(f"  {t.name}: {'x'.join(map(str, t.shape)) or 'scalar'} {t.dtype}")
     nbytes = sum(int(v.nbytes) for v in params.values())
     echo(f"params: {len(params)} tensors, {nbytes} bytes ({nbytes / 1e6:.2f} MB)")
+    for mod in modules_dfs(root):
+        if isinstance(mod, ConstLoaderModule):  # BYOC modules' weights, outside the params
+            consts = mod.const_var_ndarray
+            cbytes = sum(int(v.nbytes) for v in consts.values())
+            echo(f"constants ({mod.type_key}): {len(consts)} tensors for "
+                 f"{len(mod.const_vars_by_symbol)} external functions, {cbytes} bytes "
+                 f"({cbytes / 1e6:.2f} MB)")
     if graph_out:
         text = root["get_graph_json"]().encode()
         write_atomic(graph_out, lambda f: f.write(text))

@@ -21,13 +21,14 @@ class Compiled:
 
 
 def compile_to_library(model, shapes: dict[str, tuple[int, ...]], path: Path,
-                       target: str = "c") -> Compiled:
-    """from_onnx → kiln.build(target) → export_library(path) → load_module → GraphModule."""
+                       target: str = "c", byoc: tuple[str, ...] = ()) -> Compiled:
+    """from_onnx → kiln.build(target, byoc) → export_library(path) → load_module →
+    GraphModule."""
     import kiln
     from kiln.frontend import from_onnx
 
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params)
+    lib = kiln.build(mod, target=target, params=params, byoc=list(byoc))
     lib.export_library(str(path))
     loaded = kiln.runtime.load_module(str(path))
     gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))

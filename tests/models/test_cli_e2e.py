@@ -88,3 +88,18 @@ def test_compile_rejects_contradicting_shape(squeezenet, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("kiln: error:") and proc.stderr.count("\n") == 1
     assert not (tmp_path / "x.so").exists()
+
+
+def test_compile_with_byoc_and_inspect_modules(squeezenet, tmp_path):
+    _, onnx_path, _ = squeezenet
+    so_path = tmp_path / "byoc.so"
+    proc = kiln_cli("compile", str(onnx_path), "-o", str(so_path), "--byoc", "kiln_json",
+                    "--input-shape", "data_0:1x3x224x224", "--quiet")
+    assert "byoc kiln_json" in proc.stdout
+    out = kiln_cli("inspect", str(so_path)).stdout
+    assert "const_loader" in out and "kiln_json: __init_kiln_default_kiln_json_main_0" in out
+    assert "constants (const_loader): 52 tensors" in out
+    bad = kiln_cli("compile", str(onnx_path), "-o", str(tmp_path / "x.so"), "--byoc", "nope",
+                   "--quiet", check=False)
+    assert bad.returncode == 2 and "no external codegen registered for BYOC compiler 'nope'" \
+        in bad.stderr

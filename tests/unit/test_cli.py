@@ -42,6 +42,16 @@ def test_compile_arguments():
     assert args.quiet and args.target == "c"
 
 
+def test_byoc_arguments():
+    parse = cli.build_parser().parse_args
+    assert parse(["compile", "m.onnx", "-o", "m.so"]).byoc == []
+    args = parse(["compile", "m.onnx", "-o", "m.so", "--byoc", "cblas,kiln_json", "--byoc",
+                  "toy"])
+    assert [n for names in args.byoc for n in names] == ["cblas", "kiln_json", "toy"]
+    with pytest.raises(SystemExit):
+        parse(["compile", "m.onnx", "-o", "m.so", "--byoc", ","])
+
+
 def test_run_arguments_and_defaults():
     args = cli.build_parser().parse_args(["run", "m.so"])
     assert (args.inputs, args.outputs, args.seed, args.repeat) == (None, None, 0, 1)

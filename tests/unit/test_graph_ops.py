@@ -24,7 +24,8 @@ VOCABULARY = {
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
                                      "nn.depthwise_conv2d_NCHWc"],
     OpPattern.COMM_REDUCE: ["sum", "mean", "max", "min"],
-    OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout"],
+    OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
+                       "annotation.compiler_begin", "annotation.compiler_end"],
     OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
                           "layout_transform"],
 }

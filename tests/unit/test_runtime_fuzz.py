@@ -15,14 +15,21 @@ import os
 import signal
 
 import pytest
-from fuzz_mutators import blob_corpus, factory_corpus, graph_docs, graph_params, numpy_kernels
+from fuzz_mutators import (
+    blob_corpus,
+    factory_corpus,
+    graph_docs,
+    graph_params,
+    json_runtime_corpus,
+    numpy_kernels,
+)
 from fuzz_runtime import make_targets, run, run_in_workers
 
 import kiln.runtime as rt
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.graph_executor import GraphExecutor
 
-TARGETS = ("params", "factory", "blob", "graph_text", "graph_struct")
+TARGETS = ("params", "factory", "blob", "graph_text", "graph_struct", "kiln_json")
 QUICK = 100
 LARGE = 5000
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "0"))
@@ -43,6 +50,8 @@ def test_corpus_loads():
         fac["default"](rt.cpu())
     for data in blob_corpus():
         unpack_imports(data, numpy_kernels())["default"](rt.cpu())
+    for data in json_runtime_corpus():
+        rt.JSONRuntimeModule.load_from_binary(data)
 
 
 @pytest.mark.parametrize("name", TARGETS)

@@ -3,7 +3,11 @@
 Format: shared reference, section 4 (src/relay/backend/graph_executor_codegen.cc). Graph inputs
 become ``null`` nodes named after the model's inputs; constants feeding kernels become ``null``
 nodes named ``p0, p1, ...`` whose values go to the params dict; each primitive call becomes a
-``tvm_op`` node. **Kiln:** ``attrs.output_names`` (list_str) keeps the model's output names.
+``tvm_op`` node. An external (BYOC) function call becomes a ``tvm_op`` node too, named and
+called by its ``global_symbol``, with the extra attrs ``Compiler`` and ``global_symbol`` (as
+TVM's graph executor codegen writes them) and one entry per output (``num_outputs``; its
+``TupleGetItem`` readers use entry ``[node, k, 0]``); its dtypes may differ per entry.
+**Kiln:** ``attrs.output_names`` (list_str) keeps the model's output names.
 """
 
 from __future__ import annotations
@@ -14,7 +18,16 @@ import numpy as np
 
 from kiln.backend.memory_plan import StoragePlan, plan_memory
 from kiln.errors import CompileError
-from kiln.ir.graph import Constant, Expr, Function, PrimitiveCall, Var, post_order
+from kiln.ir.graph import (
+    Constant,
+    Expr,
+    Function,
+    FunctionCall,
+    PrimitiveCall,
+    TupleGetItem,
+    Var,
+    post_order,
+)
 
 
 def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict, StoragePlan]:
@@ -23,17 +36,25 @@ def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict,
     ``kernel_names`` maps each PrimitiveCall's uid to the kernel (function) name it calls.
     """
     nodes: list[dict] = []
-    entry_of: dict[int, int] = {}
-    types: list = []
+    entry_of: dict[int, tuple[int, int]] = {}  # uid → (node id, output index)
+    row_ptr = [0]
+    types: list = []  # per entry
     params: dict[str, np.ndarray] = {}
-    ops: list[tuple[list[int], int]] = []
+    ops: list[tuple[list[int], list[int]]] = []
     external: set[int] = set()
 
+    def eid(entry: tuple[int, int]) -> int:
+        return row_ptr[entry[0]] + entry[1]
+
+    def add_node(node: dict, expr: Expr, out_types: list) -> None:
+        entry_of[expr.uid] = (len(nodes), 0)
+        nodes.append(node)
+        types.extend(out_types)
+        row_ptr.append(row_ptr[-1] + len(out_types))
+
     def add_null(name: str, expr: Expr) -> None:
-        entry_of[expr.uid] = len(nodes)
-        external.add(len(nodes))
-        nodes.append({"op": "null", "name": name, "inputs": []})
-        types.append(expr.checked_type)
+        external.add(row_ptr[-1])
+        add_node({"op": "null", "name": name, "inputs": []}, expr, [expr.checked_type])
 
     for v in func.params:
         add_null(v.name, v)
@@ -47,29 +68,41 @@ def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict,
             params[pname] = node.data
             add_null(pname, node)
             continue
-        assert isinstance(node, PrimitiveCall), f"unfused node {node!r} reached graph codegen"
+        if isinstance(node, TupleGetItem):
+            nid, _ = entry_of[node.value.uid]
+            entry_of[node.uid] = (nid, node.index)
+            continue
         inputs = [entry_of[a.uid] for a in node.args]
-        entry_of[node.uid] = len(nodes)
-        ops.append((inputs, len(nodes)))
-        nodes.append({
-            "op": "tvm_op", "name": node.name,
-            "inputs": [[e, 0, 0] for e in inputs],
-            "attrs": {"func_name": kernel_names[node.uid], "num_inputs": str(len(inputs)),
-                      "num_outputs": "1", "flatten_data": "0"},
-        })
-        types.append(node.checked_type)
+        attrs: dict[str, str]
+        if isinstance(node, FunctionCall) and "Compiler" in node.body.attrs:
+            symbol = str(node.body.attrs["global_symbol"])
+            out_types = list(node.output_types)
+            attrs = {"func_name": symbol, "num_inputs": str(len(inputs)),
+                     "num_outputs": str(len(out_types)), "flatten_data": "0",
+                     "Compiler": str(node.body.attrs["Compiler"]), "global_symbol": symbol}
+            name = symbol
+        else:
+            assert isinstance(node, PrimitiveCall), f"unfused node {node!r} reached graph codegen"
+            out_types = [node.checked_type]
+            attrs = {"func_name": kernel_names[node.uid], "num_inputs": str(len(inputs)),
+                     "num_outputs": "1", "flatten_data": "0"}
+            name = node.name
+        first = row_ptr[-1]
+        ops.append(([eid(e) for e in inputs], list(range(first, first + len(out_types)))))
+        add_node({"op": "tvm_op", "name": name, "inputs": [[n, k, 0] for n, k in inputs],
+                  "attrs": attrs}, node, out_types)
     heads = [entry_of[o.uid] for o in func.outputs]
-    plan = plan_memory([t.nbytes for t in types], external, ops, set(heads))
+    plan = plan_memory([t.nbytes for t in types], external, ops, {eid(h) for h in heads})
     graph = {
         "nodes": nodes,
         "arg_nodes": [i for i, n in enumerate(nodes) if n["op"] == "null"],
-        "heads": [[h, 0, 0] for h in heads],
-        "node_row_ptr": list(range(len(nodes) + 1)),
+        "heads": [[n, k, 0] for n, k in heads],
+        "node_row_ptr": row_ptr,
         "attrs": {
             "dltype": ["list_str", [t.dtype for t in types]],
             "storage_id": ["list_int", plan.storage_id],
             "shape": ["list_shape", [list(t.shape) for t in types]],
-            "device_index": ["list_int", [1] * len(nodes)],
+            "device_index": ["list_int", [1] * len(types)],
             "output_names": ["list_str", list(func.output_names)],
         },
     }

@@ -22,14 +22,15 @@ class StoragePlan:
 
 
 def plan_memory(entry_bytes: list[int], external: set[int],
-                ops: list[tuple[list[int], int]], pinned: set[int]) -> StoragePlan:
+                ops: list[tuple[list[int], int | list[int]]], pinned: set[int]) -> StoragePlan:
     """Assign a storage id to every entry.
 
     Parameters
     ----------
     entry_bytes : bytes of each entry (entry id = index).
     external : entries of graph inputs and params (own storage, never reused).
-    ops : per op in execution order, (input entry ids, output entry id).
+    ops : per op in execution order, (input entry ids, output entry id or ids: an external
+        function may have several outputs, each placed in its own storage).
     pinned : entries that must stay alive to the end (graph outputs).
     """
     storage_id = [-1] * len(entry_bytes)
@@ -43,19 +44,22 @@ def plan_memory(entry_bytes: list[int], external: set[int],
             uses[e] += 1
     free: list[int] = []
     for inputs, out in ops:
-        need = entry_bytes[out]
-        fits = [s for s in free if sizes[s] >= need]
-        if fits:
-            sid = min(fits, key=lambda s: sizes[s])
-            free.remove(sid)
-        else:
-            sid = len(sizes)
-            sizes.append(need)
-        storage_id[out] = sid
+        outs = [out] if isinstance(out, int) else list(out)
+        for o in outs:
+            need = entry_bytes[o]
+            fits = [s for s in free if sizes[s] >= need]
+            if fits:
+                sid = min(fits, key=lambda s: sizes[s])
+                free.remove(sid)
+            else:
+                sid = len(sizes)
+                sizes.append(need)
+            storage_id[o] = sid
         for e in inputs:
             uses[e] -= 1
             if uses[e] == 0 and e not in external and e not in pinned and storage_id[e] >= 0:
                 free.append(storage_id[e])
-        if uses[out] == 0 and out not in pinned:
-            free.append(sid)  # dead value: its storage is free right away
+        for o in outs:
+            if uses[o] == 0 and o not in pinned:
+                free.append(storage_id[o])  # dead value: its storage is free right away
     return StoragePlan(storage_id, sizes)

@@ -4,6 +4,10 @@ Nodes are immutable and typed at construction: building a :class:`Call` runs its
 relation, so every node carries a concrete :class:`TensorType` (Kiln compiles static shapes;
 symbolic input dimensions are fixed before import). A :class:`Function` lists its parameters and
 its outputs; an :class:`IRModule` maps names to functions, with ``"main"`` the model.
+
+Call-like nodes (they have ``args``): :class:`Call` (an operator), :class:`PrimitiveCall` (a
+fused kernel, after FuseOps), :class:`FunctionCall` (a composite or an external function, from
+the BYOC passes) and :class:`TupleGetItem` (output ``k`` of a multi-output FunctionCall).
 """
 
 from __future__ import annotations
@@ -128,6 +132,86 @@ class PrimitiveCall(Expr):
         return f"{self.name}({', '.join(f'#{a.uid}' for a in self.args)}) : {self.checked_type}"
 
 
+class FunctionCall(Expr):
+    """A call of an inline graph :class:`Function` (TVM: a Call whose op is a Function).
+
+    Made by the BYOC passes: ``body.attrs["Composite"]`` names a composite (MergeComposite:
+    a matched pattern kept together, e.g. ``"cblas.conv2d_bias_relu"``), and
+    ``body.attrs["Compiler"]`` / ``["global_symbol"]`` mark a function offloaded to an external
+    codegen (PartitionGraph). ``body`` may have several outputs; consumers then read output
+    ``k`` through :class:`TupleGetItem` and ``checked_type`` is the first output's type.
+    """
+
+    def __init__(self, body: Function, args: list[Expr]):
+        assert len(body.params) == len(args), "function call arity"
+        for p, a in zip(body.params, args):
+            if p.checked_type != a.checked_type:
+                raise ShapeError(f"function call: argument {a.checked_type} does not match "
+                                 f"parameter {p!r}")
+        self.body = body
+        self.args = list(args)
+        self.output_types = [o.checked_type for o in body.outputs]
+        self.checked_type = self.output_types[0]
+        self.uid = next(_ids)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+    @property
+    def name(self) -> str:
+        """The composite's or the external function's name (for listings and errors)."""
+        a = self.body.attrs
+        return str(a.get("global_symbol") or a.get("Composite") or "fn")
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'#{a.uid}' for a in self.args)}) : {self.checked_type}"
+
+
+class TupleGetItem(Expr):
+    """Output ``index`` of a multi-output :class:`FunctionCall` (TVM: TupleGetItem).
+
+    ``args`` is ``[value]`` so that traversals treat it like any call-like node.
+    """
+
+    def __init__(self, value: Expr, index: int):
+        assert isinstance(value, FunctionCall), "TupleGetItem of a non-function value"
+        if not 0 <= index < value.num_outputs:
+            raise ShapeError(f"TupleGetItem: index {index} out of range for {value.num_outputs} "
+                             "outputs")
+        self.args = [value]
+        self.index = index
+        self.checked_type = value.output_types[index]
+        self.uid = next(_ids)
+
+    @property
+    def value(self) -> FunctionCall:
+        return self.args[0]
+
+    def __repr__(self) -> str:
+        return f"#{self.value.uid}.{self.index} : {self.checked_type}"
+
+
+#: node types with ``args`` (traversals expand them)
+CALL_NODES = (Call, PrimitiveCall, FunctionCall, TupleGetItem)
+
+
+def with_args(node: Expr, new_args: list[Expr]) -> Expr:
+    """``node`` itself if ``new_args`` are its args, else a copy of the call-like ``node`` over
+    ``new_args`` (types are inferred again)."""
+    if all(a is b for a, b in zip(node.args, new_args)):
+        return node
+    if isinstance(node, Call):
+        return Call(node.op.name, new_args, node.attrs, node.span)
+    if isinstance(node, PrimitiveCall):
+        return PrimitiveCall(node.body, new_args, node.name)
+    if isinstance(node, FunctionCall):
+        return FunctionCall(node.body, new_args)
+    if isinstance(node, TupleGetItem):
+        return TupleGetItem(new_args[0], node.index)
+    raise TypeError(f"with_args: {node!r} has no arguments")
+
+
 @dataclass
 class Function:
     """A graph function: ``params`` (inputs) and ``outputs`` (one or more result expressions)."""
@@ -168,7 +252,7 @@ def post_order(outputs: list[Expr]) -> Iterator[Expr]:
             node, expanded = stack.pop()
             if node.uid in seen:
                 continue
-            if expanded or not isinstance(node, (Call, PrimitiveCall)):
+            if expanded or not isinstance(node, CALL_NODES):
                 seen.add(node.uid)
                 yield node
                 continue
@@ -178,11 +262,12 @@ def post_order(outputs: list[Expr]) -> Iterator[Expr]:
                     stack.append((arg, False))
 
 
-def consumers(outputs: list[Expr]) -> dict[int, list[Call]]:
-    """Map each node's uid to the calls that use it (a node used twice by one call counts twice)."""
-    users: dict[int, list[Call]] = {}
+def consumers(outputs: list[Expr]) -> dict[int, list[Expr]]:
+    """Map each node's uid to the call-like nodes that use it (a node used twice by one call
+    counts twice)."""
+    users: dict[int, list[Expr]] = {}
     for node in post_order(outputs):
-        if isinstance(node, (Call, PrimitiveCall)):
+        if isinstance(node, CALL_NODES):
             for arg in node.args:
                 users.setdefault(arg.uid, []).append(node)
     return users
@@ -192,13 +277,16 @@ def rewrite(func: Function, visit) -> Function:
     """Rebuild ``func`` bottom-up: ``visit(call, new_args)`` returns the replacement of each call.
 
     ``visit`` receives the original call and its already-rewritten arguments and returns an Expr.
-    Vars and Constants are kept as they are.
+    Vars and Constants are kept as they are; other call-like nodes (PrimitiveCall, FunctionCall,
+    TupleGetItem) are rebuilt over their rewritten arguments (:func:`with_args`).
     """
     memo: dict[int, Expr] = {}
     for node in post_order(func.outputs):
         if isinstance(node, Call):
             new_args = [memo[a.uid] for a in node.args]
             memo[node.uid] = visit(node, new_args)
+        elif isinstance(node, CALL_NODES):
+            memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
         else:
             memo[node.uid] = node
     return Function(func.params, [memo[o.uid] for o in func.outputs], func.output_names,
@@ -230,6 +318,15 @@ def astext(func: Function) -> str:
         if isinstance(node, PrimitiveCall):
             lines.append(f"  {name} = {node.name}({args}) /* {node.checked_type} */")
             continue
+        if isinstance(node, TupleGetItem):
+            names[node.uid] = f"{names[node.value.uid]}.{node.index}"
+            continue
+        if isinstance(node, FunctionCall):
+            attrs = "".join(f", {k}={v}" for k, v in sorted(node.body.attrs.items()))
+            types = ", ".join(str(t) for t in node.output_types)
+            inner = "\n".join("  " + ln for ln in astext(node.body).splitlines())
+            lines.append(f"  {name} = fn[{node.name}]({args}{attrs}) /* {types} */\n{inner}")
+            continue
         attrs = "".join(f", {k}={v}" for k, v in sorted(node.attrs.items()))
         lines.append(f"  {name} = {node.op.name}({args}{attrs}) /* {node.checked_type} */")
     outs = ", ".join(names[o.uid] for o in func.outputs)
@@ -253,6 +350,12 @@ def structural_key(func: Function) -> str:
         elif isinstance(node, Call):
             args = ",".join(str(index[a.uid]) for a in node.args)
             parts.append(f"{node.op.name}({args}) {sorted(node.attrs.items())!r}")
+        elif isinstance(node, FunctionCall):
+            args = ",".join(str(index[a.uid]) for a in node.args)
+            inner = structural_key(node.body).replace("\n", ";")
+            parts.append(f"fn({args}) {sorted(node.body.attrs.items())!r} {{{inner}}}")
+        elif isinstance(node, TupleGetItem):
+            parts.append(f"get({index[node.value.uid]}).{node.index}")
         else:
             raise TypeError(f"structural_key: unexpected node {node!r}")
         index[node.uid] = len(index)

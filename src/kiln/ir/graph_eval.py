@@ -13,7 +13,18 @@ from collections import Counter
 import numpy as np
 
 from kiln.errors import KilnError, ShapeError
-from kiln.ir.graph import Call, Constant, Expr, Function, PrimitiveCall, Var, post_order
+from kiln.ir.graph import (
+    CALL_NODES,
+    Call,
+    Constant,
+    Expr,
+    Function,
+    FunctionCall,
+    PrimitiveCall,
+    TupleGetItem,
+    Var,
+    post_order,
+)
 
 
 def evaluate(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -22,7 +33,8 @@ def evaluate(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     Parameters
     ----------
     func : Function
-        The graph function; may contain ``Call`` and fused ``PrimitiveCall`` nodes.
+        The graph function; may contain ``Call``, fused ``PrimitiveCall`` and BYOC
+        ``FunctionCall`` / ``TupleGetItem`` nodes (a function call runs its body here).
     inputs : dict[str, np.ndarray]
         A value for every parameter of ``func``, by Var name, of exactly the Var's shape (dtype is
         converted to the Var's dtype).
@@ -62,7 +74,7 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray]) -> list[np.ndarray]:
     order = list(post_order(outputs))
     uses: Counter[int] = Counter()
     for node in order:
-        if isinstance(node, (Call, PrimitiveCall)):
+        if isinstance(node, CALL_NODES):
             uses.update(a.uid for a in node.args)
     uses.update(o.uid for o in outputs)
     for node in order:
@@ -74,9 +86,12 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray]) -> list[np.ndarray]:
             env[node.uid] = node.data
             continue
         args = [env[a.uid] for a in node.args]
-        if isinstance(node, PrimitiveCall):
+        if isinstance(node, (PrimitiveCall, FunctionCall)):
             inner = {p.uid: v for p, v in zip(node.body.params, args)}
-            env[node.uid] = _run(node.body.outputs, inner)[0]
+            outs = _run(node.body.outputs, inner)
+            env[node.uid] = outs[0] if len(outs) == 1 else tuple(outs)
+        elif isinstance(node, TupleGetItem):
+            env[node.uid] = args[0][node.index]
         else:
             env[node.uid] = evaluate_call(node, args)
         for a in node.args:

@@ -6,7 +6,9 @@ objects (C source or a loaded library holding kernels; a binary-serializable
 shared object (or a relocatable object, or a tar to relink: ``cc``, ``tar``) with the imports
 blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. User module types
 subclass :class:`BinaryModule` and ``register_module_loader``; external modules that need
-constants get them through a ``ConstLoaderModule`` (``create_metadata_module``). Compiled
+constants get them through a ``ConstLoaderModule`` (``create_metadata_module``); the BYOC
+``kiln_json`` backend's functions load as ``JSONRuntimeModule`` (``json_runtime``, kernels in
+``json_kernels``). Compiled
 kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
 ``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
 as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
@@ -26,6 +28,8 @@ from kiln.runtime.dlpack import from_dlpack
 from kiln.runtime.export import export_library
 from kiln.runtime.graph_executor import GraphExecutor
 from kiln.runtime.graph_executor_factory import GraphExecutorFactoryModule
+from kiln.runtime.json_kernels import register_json_kernel
+from kiln.runtime.json_runtime import JSONRuntimeModule
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.load import load_module
 from kiln.runtime.module import Module, PyFunctionModule
@@ -38,9 +42,11 @@ from kiln.runtime.source_module import CSourceModule
 
 __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
-    "GraphExecutorDebug", "GraphExecutorFactoryModule", "LibraryModule", "Module", "NDArray",
+    "GraphExecutorDebug", "GraphExecutorFactoryModule", "JSONRuntimeModule", "LibraryModule",
+    "Module", "NDArray",
     "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "create_metadata_module",
     "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
     "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
-    "load_param_dict", "register_func", "register_module_loader", "save_param_dict",
+    "load_param_dict", "register_func", "register_json_kernel", "register_module_loader",
+    "save_param_dict",
 ]

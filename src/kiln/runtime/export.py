@@ -91,6 +91,8 @@ def write_devc(workdir: str, blob: bytes, func_names: Sequence[str],
 #: a DSO module saved with this suffix is a ready object, linked as is (sources:
 #: ``toolchain.SOURCE_SUFFIXES``, compiled by the fcompile)
 OBJECT_SUFFIX = ".o"
+#: in a ``.tar`` export: the modules' ``link_options`` (one per line) for the relink at load
+LINK_OPTIONS_FILE = "kiln_link_options.txt"
 #: output suffix → output format, when no fcompile states one
 SUFFIX_FORMATS = {".so": "so", ".o": "o", ".tar": "tar"}
 #: output format → the default fcompile
@@ -195,10 +197,16 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
                     "fcompile=cross_compiler('<triple>-gcc') to link it")
     fcompile = fcompile or DEFAULT_FCOMPILE[fmt]
     # Flags the modules' targets ask for (``-march`` of "c -mcpu=..."), applied to the link
-    # as a whole: harmless on the blob and support sources.
+    # as a whole: harmless on the blob and support sources; then the libraries modules link
+    # with (``link_options``, e.g. an external codegen's ``-lopenblas``), which the compiler
+    # ignores when it only compiles and the linker reads after the objects.
     options = list(dict.fromkeys([*(options or []), *(o for m in index.dso_modules
                                                       for o in getattr(m, "compile_options",
                                                                        ()))]))
+    link_libs = [o for o in dict.fromkeys(o for m in index.dso_modules
+                                          for o in getattr(m, "link_options", ()))
+                 if o not in options]
+    options += link_libs
     blob = pack_imports(module, index)
     func_names = list(dict.fromkeys(n for m in index.dso_modules
                                     for n in m.list_function_names()))
@@ -214,6 +222,11 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
         if fmt == "tar":
             data = os.path.join(workdir, "devc.bin")
             files += [data] if os.path.exists(data) else []
+            if link_libs:  # for the relink in load_module (which reads only -l and -L)
+                libs_file = os.path.join(workdir, LINK_OPTIONS_FILE)
+                with open(libs_file, "w") as f:
+                    f.write("\n".join(link_libs) + "\n")
+                files.append(libs_file)
         else:  # TVM passes the include path only to compilers, never to tar
             options = [f"-I{toolchain.INCLUDE_DIR}", *options]
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{os.path.basename(path)}.",

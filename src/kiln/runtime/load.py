@@ -3,8 +3,10 @@
 
 What the file is, is read from its first bytes, not its suffix: a tar (plain or gzip) is
 extracted into a private temporary folder (``tar.untar``: no absolute names, ``..``, links or
-devices) and its sources and objects relinked with the system compiler; a relocatable ELF
-object (``export_library("m.o")``) is linked alone; the shared library made so is loaded like
+devices) and its sources and objects relinked with the system compiler (plus the ``-l``/``-L``
+options of ``kiln_link_options.txt``, which an export writes for modules with ``link_options``,
+e.g. a BYOC module that calls OpenBLAS); a relocatable ELF object (``export_library("m.o")``)
+is linked alone (such link options are not recorded there); the shared library made so is loaded like
 any other and the folder removed (the mapping outlives the file).
 
 Order of checks for a shared library, each failing with a :class:`ModuleLoadError` that names the file: it exists;
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -27,11 +30,13 @@ from kiln.errors import ModuleLoadError
 from kiln.runtime import (
     const_loader_module,  # noqa: F401  (registers its blob loader)
     graph_executor_factory,  # noqa: F401  (registers its blob loader)
+    json_runtime,  # noqa: F401  (registers its blob loader: BYOC kiln_json)
     toolchain,
 )
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.cc import create_shared
 from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable
+from kiln.runtime.export import LINK_OPTIONS_FILE
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
 from kiln.runtime.tar import untar
@@ -144,16 +149,36 @@ def load_module(path: str | os.PathLike[str], fmt: str = "") -> Module:
                 raise ModuleLoadError(f"{path}: the tar holds no {', '.join(LINK_SUFFIXES)} "
                                       "file to link")
             inputs = [os.path.join(src, n) for n in names]
+            options = _tar_link_options(path, os.path.join(src, LINK_OPTIONS_FILE))
         else:
             inputs = [path]
+            options = []
         so = os.path.join(workdir, os.path.basename(path) + ".so")
-        create_shared(so, inputs)
+        create_shared(so, inputs, options)
         try:
             return _load_shared(so)
         except ModuleLoadError as err:
             raise ModuleLoadError(f"{path} (relinked into a library): {err}") from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+#: what a tar's link options may hold: libraries and library folders, nothing else
+_LINK_OPTION = re.compile(r"-l[A-Za-z0-9_.+-]+|-L/[^\s]+")
+
+
+def _tar_link_options(path: str, options_file: str) -> list[str]:
+    """The ``-l``/``-L`` options a tar export recorded for its modules (external libraries such
+    as OpenBLAS); anything else in the file is refused."""
+    if not os.path.isfile(options_file):
+        return []
+    with open(options_file, encoding="utf-8", errors="replace") as f:
+        options = [ln.strip() for ln in f if ln.strip()]
+    bad = [o for o in options if not _LINK_OPTION.fullmatch(o)]
+    if bad or len(options) > 64:
+        raise ModuleLoadError(f"{path}: {LINK_OPTIONS_FILE} may only list -l<library> and "
+                              f"-L<absolute folder> options (found {bad[:3] or len(options)})")
+    return options
 
 
 def _load_shared(path: str) -> Module:

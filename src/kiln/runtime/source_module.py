@@ -48,16 +48,22 @@ class CSourceModule(Module):
     compile_options : list of str, optional
         Flags for compiling this source, from the target (e.g. ``-march=native`` for
         ``Target("c -mcpu=native")``); ``export_library`` and the JIT both use them.
+    link_options : list of str, optional
+        Libraries the code needs at link time (e.g. ``["-L/usr/lib/...", "-lopenblas"]`` of an
+        external codegen); ``export_library`` links the shared object with them (after the
+        objects) and so does the JIT. A ``.tar`` or ``.o`` export does not record them: the
+        relink in ``load_module`` would miss the library (a load error naming the symbol).
     """
 
     is_dso_exportable = True
     export_suffix = "c"
 
     def __init__(self, code: str, func_names: Sequence[str], type_key: str = "c",
-                 compile_options: Sequence[str] = ()):
+                 compile_options: Sequence[str] = (), link_options: Sequence[str] = ()):
         super().__init__()
         self.code = code
         self.compile_options = list(compile_options)
+        self.link_options = list(link_options)
         self.func_names = list(func_names)
         self.type_key = type_key
         self._jit: LibraryModule | None = None
@@ -87,7 +93,7 @@ class CSourceModule(Module):
         key = hashlib.sha256()
         for part in (self.code, toolchain.BACKEND_C.read_text(), " ".join(cc),
                      " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS),
-                     " ".join(self.compile_options)):
+                     " ".join(self.compile_options), " ".join(self.link_options)):
             key.update(part.encode())
             key.update(b"\0")
         out_dir = cache_dir()
@@ -106,7 +112,7 @@ class CSourceModule(Module):
             fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".csource-", suffix=".so.tmp")
             os.close(fd)
             try:
-                toolchain.link_shared(objs, tmp, cc)
+                toolchain.link_shared(objs, tmp, cc, self.link_options)
                 os.replace(tmp, target)
             finally:
                 if os.path.exists(tmp):

@@ -6,6 +6,12 @@
 - :func:`simplify_inference` rewrites inference-only ops (batch_norm → scale/shift, dropout → id).
 - :func:`fold_constant` evaluates every call whose arguments are all constants.
 
+BYOC (``kiln.byoc.partition_for`` runs them in this order, after FoldConstant and before
+AlterOpLayout): :mod:`merge_composite` (patterns → composite functions), :mod:`annotate_target`
+(compiler_begin/end around what each external compiler takes), :mod:`merge_compiler_regions`
+(grow regions, never into a cycle; regions: :mod:`annotated_regions`), :mod:`partition_graph`
+(regions → external functions with ``Compiler`` and ``global_symbol``).
+
 The usual order after import is bind_params → simplify_inference → fold_constant. May import
 kiln.ir and kiln.errors.
 """

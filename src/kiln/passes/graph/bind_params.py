@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.errors import ShapeError
-from kiln.ir.graph import Call, Constant, Expr, Function, PrimitiveCall, Var, post_order
+from kiln.ir.graph import CALL_NODES, Constant, Expr, Function, Var, post_order, with_args
 
 name = "BindParams"
 
@@ -16,14 +16,8 @@ def substitute(func: Function, mapping: dict[int, Expr], params: list[Var]) -> F
     for node in post_order(func.outputs):
         if node.uid in memo:
             continue
-        if isinstance(node, (Call, PrimitiveCall)):
-            args = [memo[a.uid] for a in node.args]
-            if all(a is b for a, b in zip(args, node.args)):
-                memo[node.uid] = node
-            elif isinstance(node, Call):
-                memo[node.uid] = Call(node.op.name, args, node.attrs, node.span)
-            else:
-                memo[node.uid] = PrimitiveCall(node.body, args, node.name)
+        if isinstance(node, CALL_NODES):
+            memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
         else:
             memo[node.uid] = node
     return Function(params, [memo[o.uid] for o in func.outputs], list(func.output_names),

@@ -8,11 +8,14 @@ A simplified form of TVM's src/relay/transforms/fuse_ops.cc, on its pattern kind
 - a producer joins only if the consumer is its single user and it is not a function output
   (its value never needs to be materialized outside the group).
 Scalar constants are kept inside the primitive functions (they become immediates in the kernel).
+External function calls (BYOC: ``FunctionCall`` with ``Compiler``, and their ``TupleGetItem``
+outputs) are not fused: they stay as they are, over the fused values of their arguments.
 """
 
 from __future__ import annotations
 
 from kiln.ir.graph import (
+    CALL_NODES,
     Call,
     Constant,
     Expr,
@@ -21,6 +24,7 @@ from kiln.ir.graph import (
     Var,
     consumers,
     post_order,
+    with_args,
 )
 from kiln.ir.op_registry import OpPattern
 
@@ -54,9 +58,12 @@ def fuse_ops(func: Function) -> Function:
     group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
     position: dict[int, int] = {}
+    opaque: list[Expr] = []  # external calls and their outputs, kept as they are
     for node in post_order(func.outputs):
         position[node.uid] = len(position)
         if not isinstance(node, Call):
+            if isinstance(node, CALL_NODES):
+                opaque.append(node)
             continue
         target = None
         if node.op.pattern <= OpPattern.INJECTIVE:
@@ -74,18 +81,23 @@ def fuse_ops(func: Function) -> Function:
             target.kind = max(target.kind, node.op.pattern) \
                 if target.kind <= OpPattern.INJECTIVE else target.kind
         group_of[node.uid] = target
-    # Build groups in the order of their outputs: every external input of a group is then ready.
-    groups.sort(key=lambda g: position[g.output.uid])
-    return _materialize(func, groups)
+    # Build groups (and rebuild opaque nodes) in the order of their outputs: every external input
+    # of a group is then ready.
+    units: list[_Group | Expr] = [*groups, *opaque]
+    units.sort(key=lambda u: position[u.output.uid if isinstance(u, _Group) else u.uid])
+    return _materialize(func, units)
 
 
-def _materialize(func: Function, groups: list[_Group]) -> Function:
+def _materialize(func: Function, units: list[_Group | Expr]) -> Function:
     new: dict[int, Expr] = {}
 
     def outer(e: Expr) -> Expr:
         return new.get(e.uid, e)
 
-    for g in groups:
+    for g in units:
+        if not isinstance(g, _Group):
+            new[g.uid] = with_args(g, [outer(a) for a in g.args])
+            continue
         member_ids = {m.uid for m in g.members}
         params: list[Var] = []
         args: list[Expr] = []
