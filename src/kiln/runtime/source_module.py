@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.runtime import toolchain
-from kiln.runtime.library_module import LibraryModule
+from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.private_dir import private_dir
 
 
@@ -33,7 +32,7 @@ def cache_dir() -> Path:
     return private_dir(path, "cache")
 
 
-class CSourceModule(Module):
+class CSourceModule(JitLibraryMixin, Module):
     """C source of packed functions.
 
     Parameters
@@ -74,14 +73,7 @@ class CSourceModule(Module):
     def list_function_names(self) -> list[str]:
         return list(self.func_names)
 
-    def _get_own_function(self, name: str) -> PackedFunc | None:
-        if name not in self.func_names:
-            return None
-        if self._jit is None:
-            self._jit = LibraryModule(self._compile(), self.func_names)
-        return self._jit._get_own_function(name)
-
-    def _compile(self) -> str:
+    def _build_library(self) -> str:
         """Compile to a cached shared library; returns its path.
 
         Raises
