@@ -80,6 +80,23 @@ def test_binary_module_functions_and_imports(loaders):
     assert isinstance(b2, Tagged) and b2.tag == "b" and back["tag_b"]() == "b"
 
 
+def test_zero_copy_loaders_get_a_view_others_bytes(loaders):
+    seen = []
+
+    def load(data):
+        seen.append(type(data))
+        return Tagged(bytes(data).decode())
+
+    blob = pack_imports(Tagged("v"))[8:]
+    loaders(Tagged.type_key, load)
+    assert unpack_imports(memoryview(blob), None).tag == "v"
+    loaders(Tagged.type_key, load, override=True, zero_copy=True)
+    assert unpack_imports(memoryview(blob), None).tag == "v"
+    loaders(Tagged.type_key, load, override=True)  # re-registered without: bytes again
+    unpack_imports(memoryview(blob), None)
+    assert seen == [bytes, memoryview, bytes]
+
+
 def test_binary_module_without_save_to_binary():
     class Half(rt.BinaryModule):
         type_key = "test.half"

@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.runtime.blob import IMPORT_TREE_KEY, LIB_KEY, LOADER_PREFIX, list_module_loaders
+from kiln.runtime.blob import (
+    IMPORT_TREE_KEY,
+    LIB_KEY,
+    LOADER_PREFIX,
+    ZERO_COPY_LOADERS,
+    list_module_loaders,
+)
 from kiln.runtime.module import Module
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.registry import register_func
@@ -108,7 +114,8 @@ class BinaryModule(Module):
 
 
 def register_module_loader(type_key: str, loader: Loader | None = None,
-                           aliases: Sequence[str] = (), override: bool = False) -> Any:
+                           aliases: Sequence[str] = (), override: bool = False,
+                           zero_copy: bool = False) -> Any:
     """Register the loader of module type ``type_key`` (and of its old names ``aliases``) as the
     global function ``runtime.module.loadbinary_<key>``; without ``loader``, a decorator.
 
@@ -123,6 +130,10 @@ def register_module_loader(type_key: str, loader: Loader | None = None,
         Former type keys still found in shipped artifacts; each loads with ``loader``.
     override : bool
         Replace existing registrations instead of raising.
+    zero_copy : bool
+        Hand the loader a read-only ``memoryview`` into the loaded library instead of a
+        ``bytes`` copy; it is valid only during the call, so the loader must copy what it keeps
+        (as Kiln's factory and const loader do). Saves one copy of large modules while loading.
 
     Returns
     -------
@@ -150,6 +161,10 @@ def register_module_loader(type_key: str, loader: Loader | None = None,
                             "already registered (pass override=True to replace it)")
         for key in keys:
             register_func(LOADER_PREFIX + key, fn, override=True)
+            if zero_copy:
+                ZERO_COPY_LOADERS.add(key)
+            else:
+                ZERO_COPY_LOADERS.discard(key)
         return fn
 
     return do_register(loader) if loader is not None else do_register

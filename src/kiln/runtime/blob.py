@@ -28,6 +28,10 @@ from kiln.runtime.stream import StreamReader, StreamWriter
 LIB_KEY = "_lib"
 IMPORT_TREE_KEY = "_import_tree"
 LOADER_PREFIX = "runtime.module.loadbinary_"
+#: type keys whose loaders take a read-only ``memoryview`` of their bytes in the loaded library
+#: (valid only during the call) instead of a ``bytes`` copy: Kiln's own loaders, which copy
+#: what they keep, so a 100 MB params blob is not held a third time while it is parsed
+ZERO_COPY_LOADERS: set[str] = set()
 
 
 @dataclass
@@ -109,7 +113,7 @@ def _load_binary(type_key: str, data: memoryview, r: StreamReader) -> Module:
                       f"{', '.join(known) or 'none'}; a loader is the global function "
                       f"'{LOADER_PREFIX}{type_key}')")
     try:
-        mod = loader(bytes(data))
+        mod = loader(data if type_key in ZERO_COPY_LOADERS else bytes(data))
     except ModuleLoadError:
         raise
     except Exception as err:  # a loader's own failure on corrupt bytes: name the module type

@@ -229,6 +229,6 @@ def create_metadata_module(params: Mapping[str, np.ndarray | NDArray], target_mo
 
 
 register_module_loader(TYPE_KEY, ConstLoaderModule.load_from_binary, aliases=[OLD_TYPE_KEY],
-                       override=True)
+                       override=True, zero_copy=True)
 
 __all__ = ["ConstLoaderModule", "create_metadata_module"]

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.runtime.binary_module import register_module_loader
 from kiln.runtime.graph_executor import GraphExecutor
 from kiln.runtime.graph_json import parse_graph
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import Device, NDArray, cpu
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import read_ndarray, to_ndarray_dict, write_ndarray
-from kiln.runtime.registry import register_func
 from kiln.runtime.stream import StreamReader, StreamWriter
 
 TYPE_KEY = "GraphExecutorFactory"
@@ -192,5 +192,5 @@ class GraphExecutorFactoryModule(Module):
                 f"params={len(self.params)} imports={len(self._imports)}>")
 
 
-register_func("runtime.module.loadbinary_" + TYPE_KEY,
-              GraphExecutorFactoryModule.load_from_binary, override=True)
+register_module_loader(TYPE_KEY, GraphExecutorFactoryModule.load_from_binary, override=True,
+                       zero_copy=True)
