@@ -146,15 +146,7 @@ class ObjectModule(JitLibraryMixin, Module):
             backend = Path(work) / "backend.c"
             shutil.copyfile(toolchain.BACKEND_C, backend)
             objs = toolchain.compile_objects([backend], cc) + [str(obj)]
-            # Link to a private name, then rename: concurrent processes never see a partial file.
-            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".object-", suffix=".so.tmp")
-            os.close(fd)
-            try:
-                toolchain.link_shared(objs, tmp, cc)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            toolchain.link_shared_atomic(objs, target, cc)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return str(target)

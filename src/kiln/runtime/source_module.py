@@ -100,15 +100,7 @@ class CSourceModule(JitLibraryMixin, Module):
             shutil.copyfile(toolchain.BACKEND_C, backend)
             objs = toolchain.compile_objects([src], cc, self.compile_options)
             objs += toolchain.compile_objects([backend], cc)
-            # Link to a private name, then rename: concurrent processes never see a partial file.
-            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".csource-", suffix=".so.tmp")
-            os.close(fd)
-            try:
-                toolchain.link_shared(objs, tmp, cc, self.link_options)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            toolchain.link_shared_atomic(objs, target, cc, self.link_options)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return str(target)

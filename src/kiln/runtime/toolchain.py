@@ -17,6 +17,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -244,6 +245,27 @@ def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = 
     """
     cc = list(cc or find_cc())
     run([*cc, *LINK_FLAGS, "-o", output, *objects, *options, *LINK_LIBS])
+
+
+def link_shared_atomic(objects: Sequence[str], output: str | os.PathLike[str],
+                       cc: Sequence[str] | None = None, options: Sequence[str] = ()) -> None:
+    """:func:`link_shared` to a private name beside ``output``, then rename it into place:
+    processes linking the same cached library at once never see a partial file.
+
+    Raises
+    ------
+    ToolchainError
+        If the linker fails (``output`` is then untouched).
+    """
+    out = Path(output)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        link_shared(objects, tmp, cc, options)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def link_relocatable(objects: Sequence[str], output: str, cc: Sequence[str] | None = None
