@@ -166,3 +166,17 @@ def test_dense_with_packed_weights(m, n, k):
     np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-5, atol=1e-5)
     (got,) = run_lowered(fuse_ops(altered), {"x": data})
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,block", [
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 32),  # two 16-float vectors
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", 16),
+    ("llvm -mtriple=aarch64-linux-gnu", 8),
+])
+def test_conv_block_is_two_target_vectors(target, block):
+    x, y = _conv_graph((1, 64, 4, 4), 64, 1, 1, 0)
+    with Target(target):
+        altered = alter_op_layout(Function([x], [y]))
+    (conv,) = [c for c in post_order(altered.outputs)
+               if isinstance(c, Call) and c.op.name == "nn.conv2d_NCHWc"]
+    assert conv.checked_type.shape[-1] == block

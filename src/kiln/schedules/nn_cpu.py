@@ -29,19 +29,28 @@ def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
     sch[t].compute_root()
 
 
-#: Output pixels of one register block: with a 16-float channel block this keeps 14 vector
-#: accumulators + one weight vector in AVX-512's 32 registers (AVX2: 16 registers, 8-float
-#: blocks spill a little, still far ahead of the unblocked loop). Measured on the Xeon of
-#: docs/decisions/003: 14 and 7 give ~120 GFLOP/s on one core, 28 spills (83 GFLOP/s).
+#: Output pixels of one register block: with a two-vector channel block (AlterOpLayout) this
+#: keeps 28 vector accumulators + two weight vectors in AVX-512's 32 registers (AVX2's 16
+#: spill some, still ahead of smaller blocks: resnet50 with -mcpu=haswell 155 → 136 ms when
+#: the two-vector block came). Measured on the Xeon of docs/decisions/003.
 REG_BLOCK = 14
+#: Output pixels of a 1×1 conv's register block. With 32-channel blocks (two AVX-512 vectors)
+#: a 1×1 with many input channels runs at 64 GFLOP/s with 14 pixels and 147 with 7 (512→1024
+#: at 14×14), while 3×3 layers are fastest with 14 (docs/decisions/003).
+POINTWISE_BLOCK = 8
 
 
-def _row_block(extent: int) -> int:
-    """The largest divisor of ``extent`` that is at most REG_BLOCK."""
+def _row_block(extent: int, taps: int = 9) -> int:
+    """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
+    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK."""
+    if taps == 1:
+        small = [d for d in range(4, POINTWISE_BLOCK + 1) if extent % d == 0]
+        if small:
+            return max(small)
     return max(d for d in range(1, min(extent, REG_BLOCK) + 1) if extent % d == 0)
 
 
-def _register_blocked(sch: Schedule, conv: Tensor, reduce_order) -> None:
+def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int) -> None:
     """Order a blocked conv as n, c, y, x_o, <reduce>, x_i (unrolled), b (vectorized), with
     the x_i × b block of accumulators kept local (registers) and written once."""
     for t in conv.inputs():
@@ -49,7 +58,7 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order) -> None:
             sch[t].compute_root()
     n, c, y, x, b = conv.axes
     stage = sch[conv]
-    xo, xi = stage.split(x, _row_block(x.extent))
+    xo, xi = stage.split(x, _row_block(x.extent, taps))
     stage.reorder(n, c, y, xo, *reduce_order, xi, b)
     stage.unroll(xi)
     stage.vectorize(b)
@@ -58,12 +67,14 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order) -> None:
 
 @register_schedule("conv2d_NCHWc")
 def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
-    _register_blocked(sch, conv, conv.body.axes)  # rc, ry, rx, ri
+    rc, ry, rx, ri = conv.body.axes
+    _register_blocked(sch, conv, (rc, ry, rx, ri), ry.extent * rx.extent)
 
 
 @register_schedule("depthwise_conv2d_NCHWc")
 def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
-    _register_blocked(sch, conv, conv.body.axes)  # ry, rx
+    ry, rx = conv.body.axes
+    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent)
 
 
 @register_schedule("pool")

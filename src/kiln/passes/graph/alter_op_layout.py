@@ -34,8 +34,10 @@ from kiln.target import Target
 
 name = "AlterOpLayout"
 
-#: channel block of outputs: 16 float32 lanes fill an AVX-512 register (two AVX2 registers)
-OUT_BLOCKS = (16, 8, 4, 2, 1)
+#: channel block of conv outputs, in SIMD vectors of the target: two vectors (AVX-512: 32
+#: floats) let one input broadcast feed two FMAs, halving the loads per FMA of a one-vector
+#: block (docs/decisions/003); 16 floats when no target is current
+CONV_VECTORS = 2
 _ARITH = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
 #: outputs of one packed dense weight block, in SIMD vectors of the target (AVX-512: 32 floats)
 DENSE_VECTORS = 2
@@ -43,13 +45,24 @@ DENSE_VECTORS = 2
 POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 
 
+def _block_limit() -> int:
+    """Most channels of a conv block for the current target (8..32)."""
+    target = Target.current()
+    if target is None:
+        return 16
+    return max(8, min(32, CONV_VECTORS * target.vector_lanes("float32")))
+
+
 def _out_block(channels: int) -> int:
-    return next(b for b in OUT_BLOCKS if channels % b == 0)
+    block = _block_limit()
+    while channels % block:
+        block //= 2
+    return block
 
 
 def _in_block(channels: int) -> int:
     # A first layer with 3 channels reads them as one block of 3.
-    return channels if channels <= OUT_BLOCKS[0] else _out_block(channels)
+    return channels if channels <= _block_limit() else _out_block(channels)
 
 
 def alter_op_layout(func: Function) -> Function:
