@@ -12,20 +12,16 @@ the backend support code into a private shared library cached by content hash (l
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import struct
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.errors import KilnError
-from kiln.runtime import toolchain
 from kiln.runtime.elf import ELF_MAGIC, host_elf, machine_name
 from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.source_module import cache_dir
+from kiln.runtime.source_module import build_cached_library
 
 
 def object_machine(obj: bytes) -> int | None:
@@ -128,28 +124,13 @@ class ObjectModule(JitLibraryMixin, Module):
             raise KilnError(f"{self.type_key} module for {self.triple or got} cannot run on this "
                             f"host ({machine_name(host.machine)}): export_library it with "
                             "fcompile=cross_compiler(...) and run it on its target")
-        cc = toolchain.find_cc()
-        key = hashlib.sha256(self.obj)
-        for part in (toolchain.BACKEND_C.read_text(), " ".join(cc),
-                     " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS
-                              + toolchain.LINK_LIBS)):
-            key.update(b"\0")
-            key.update(part.encode())
-        out_dir = cache_dir()
-        target = out_dir / f"object-{key.hexdigest()[:32]}.so"
-        if target.exists():
-            return str(target)
-        work = tempfile.mkdtemp(prefix="kiln-jit-")
-        try:
-            obj = Path(work) / "lib0.o"
+
+        def objects(work: Path) -> list[str]:
+            obj = work / "lib0.o"
             obj.write_bytes(self.obj)
-            backend = Path(work) / "backend.c"
-            shutil.copyfile(toolchain.BACKEND_C, backend)
-            objs = toolchain.compile_objects([backend], cc) + [str(obj)]
-            toolchain.link_shared_atomic(objs, target, cc)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return str(target)
+            return [str(obj)]
+
+        return build_cached_library("object", (self.obj,), objects)
 
     def __repr__(self) -> str:
         return (f"<kiln.runtime.ObjectModule type_key={self.type_key!r} triple={self.triple!r} "

@@ -13,7 +13,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kiln.runtime import toolchain
@@ -30,6 +30,38 @@ def cache_dir() -> Path:
     env = os.environ.get("KILN_CACHE_DIR")
     path = Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
     return private_dir(path, "cache")
+
+
+def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callable[[Path], list[str]],
+                         link_options: Sequence[str] = ()) -> str:
+    """A shared library of ``objects(workdir)`` plus the backend support, cached in
+    :func:`cache_dir` under a hash of ``key_parts``, the backend source, the compiler and the
+    flags; built once (linked to a private name, then renamed) and reused. Returns its path.
+
+    Raises
+    ------
+    ToolchainError
+        If the compiler is missing or fails.
+    """
+    cc = toolchain.find_cc()
+    key = hashlib.sha256()
+    for part in (*key_parts, toolchain.BACKEND_C.read_bytes(), " ".join(cc).encode(),
+                 " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS
+                          + toolchain.LINK_LIBS).encode(), " ".join(link_options).encode()):
+        key.update(part)
+        key.update(b"\0")
+    target = cache_dir() / f"{kind}-{key.hexdigest()[:32]}.so"
+    if target.exists():
+        return str(target)
+    work = Path(tempfile.mkdtemp(prefix="kiln-jit-"))
+    try:
+        backend = work / "backend.c"
+        shutil.copyfile(toolchain.BACKEND_C, backend)
+        objs = objects(work) + toolchain.compile_objects([backend], cc)
+        toolchain.link_shared_atomic(objs, target, cc, link_options)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return str(target)
 
 
 class CSourceModule(JitLibraryMixin, Module):
@@ -81,29 +113,14 @@ class CSourceModule(JitLibraryMixin, Module):
         ToolchainError
             If the compiler is missing or rejects the code.
         """
-        cc = toolchain.find_cc()
-        key = hashlib.sha256()
-        for part in (self.code, toolchain.BACKEND_C.read_text(), " ".join(cc),
-                     " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS),
-                     " ".join(self.compile_options), " ".join(self.link_options)):
-            key.update(part.encode())
-            key.update(b"\0")
-        out_dir = cache_dir()
-        target = out_dir / f"csource-{key.hexdigest()[:32]}.so"
-        if target.exists():
-            return str(target)
-        work = tempfile.mkdtemp(prefix="kiln-jit-")
-        try:
-            src = Path(work) / "lib0.c"
+
+        def objects(work: Path) -> list[str]:
+            src = work / "lib0.c"
             src.write_text(self.code)
-            backend = Path(work) / "backend.c"
-            shutil.copyfile(toolchain.BACKEND_C, backend)
-            objs = toolchain.compile_objects([src], cc, self.compile_options)
-            objs += toolchain.compile_objects([backend], cc)
-            toolchain.link_shared_atomic(objs, target, cc, self.link_options)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return str(target)
+            return toolchain.compile_objects([src], toolchain.find_cc(), self.compile_options)
+
+        parts = (self.code.encode(), " ".join(self.compile_options).encode())
+        return build_cached_library("csource", parts, objects, self.link_options)
 
     def __repr__(self) -> str:
         return (f"<kiln.runtime.CSourceModule type_key={self.type_key!r} "
