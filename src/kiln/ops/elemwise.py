@@ -1,4 +1,5 @@
-"""Elementwise and broadcast computes: unary math, activations, cast, binary arithmetic, where."""
+"""Elementwise and broadcast computes: unary math, activations, cast, binary arithmetic,
+comparison (equal), where."""
 
 from __future__ import annotations
 
@@ -84,6 +85,15 @@ def _binary(op: str, fn: Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]) -> None
 
 for _name, _fn in _BINARY.items():
     _binary(_name, _fn)
+
+
+@register_compute("equal")
+def equal(inputs, attrs, out_type):
+    a, b = inputs
+    return te.compute(out_type.shape,
+                      lambda *i: L.Select(L.eq(broadcast_load(a, i), broadcast_load(b, i)),
+                                          L.IntImm(1, "bool"), L.IntImm(0, "bool")),
+                      name="equal", tag="broadcast")
 
 
 @register_compute("nn.bias_add")

@@ -1,4 +1,5 @@
-"""Elementwise and broadcast graph ops: unary math, activations, cast, binary arithmetic, where.
+"""Elementwise and broadcast graph ops: unary math, activations, cast, binary arithmetic,
+comparison (equal), where.
 
 Unary ops keep their input type (``cast`` changes the dtype). Binary ops broadcast with numpy's
 rule and require both operands to have the same dtype (the frontend inserts casts). Each numpy
@@ -145,6 +146,16 @@ def _binary_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
 
 for _name, _fn in _BINARY.items():
     register_op(_name, _binary_infer, OpPattern.BROADCAST, _binary_ref(_fn))
+
+
+def _compare_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    same_dtype(arg_types)
+    return TensorType(broadcast_shapes(*(t.shape for t in arg_types)), "bool")
+
+
+# Comparisons: operands of one dtype (broadcast), a bool result.
+register_op("equal", _compare_infer, OpPattern.BROADCAST, lambda a, b: np.equal(a, b))
 
 
 def _bias_add_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

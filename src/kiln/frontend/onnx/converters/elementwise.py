@@ -1,5 +1,5 @@
 """Converters of elementwise ONNX ops: activations, unary math, binary and variadic arithmetic,
-Clip, Cast, Where."""
+Clip, Cast, Equal, Where."""
 
 from __future__ import annotations
 
@@ -148,6 +148,11 @@ def cast(ctx: ConvertContext) -> Expr:
     if dtype == x.checked_type.dtype:
         return x
     return ctx.call("cast", [x], dtype=dtype)
+
+
+@onnx_op("Equal", since=7)
+def equal(ctx: ConvertContext) -> Expr:
+    return ctx.call("equal", [ctx.input(0), ctx.input(1)])
 
 
 @onnx_op("Where", since=9)
