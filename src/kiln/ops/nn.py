@@ -1,4 +1,5 @@
-"""Neural-network computes: conv2d, dense (plain and packed), matmul, pooling, softmax, LRN (NCHW / OIHW layouts).
+"""Neural-network computes: conv2d, dense (plain and packed), matmul, pooling, softmax, LRN,
+layer_norm (NCHW / OIHW layouts).
 
 Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
 and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materialize it.
@@ -230,3 +231,31 @@ def lrn(inputs, attrs, out_type):
     sq = te.compute(x.shape, square_sum, name="lrn_sqsum", tag="reduce")
     return te.compute(x.shape, lambda *i: x[i] / L.call(
         "pow", sq[i] * (alpha / size) + bias, L.const(beta, x.dtype)), name="lrn", tag="elemwise")
+
+
+@register_compute("nn.layer_norm")
+def layer_norm(inputs, attrs, out_type):
+    """Two passes over ``axis``: the mean, then the variance of the centered values (more
+    accurate than E[x²] - E[x]² for inputs with a large mean); ``y = (x - mean) /
+    sqrt(var + epsilon) * gamma + beta``."""
+    x, gamma, beta = inputs
+    axis = attrs["axis"] % len(x.shape)
+    count = float(x.shape[axis])
+    total = _axis_reduce(x, axis, "sum")
+    r = te.reduce_axis(x.shape[axis], "r")
+
+    def centered(i: tuple) -> L.PrimExpr:
+        return x[i] - total[_at_axis0(i, axis)] / count
+
+    def square_sum(*i):
+        d = centered(i[:axis] + (r.var,) + i[axis + 1:])
+        return te.sum(d * d, [r])
+
+    sq = te.compute(total.shape, square_sum, name="layer_norm_sqsum", tag="reduce")
+    eps = attrs["epsilon"]
+
+    def body(*i):
+        inv = L.call("sqrt", sq[_at_axis0(i, axis)] / count + eps)
+        return centered(i) / inv * gamma[i[axis]] + beta[i[axis]]
+
+    return te.compute(x.shape, body, name="layer_norm", tag="elemwise")

@@ -1,8 +1,8 @@
 """Neural-network graph ops (NCHW data, OIHW weights): conv2d, dense, matmul, pooling, softmax,
-LRN, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
+LRN, layer_norm, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
 
 Output sizes follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax,
-LRN, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
+LRN, LayerNormalization, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
 that would start in the bottom/right padding (onnxruntime ``PoolAttributes::ComputeOutputSize``).
 """
 
@@ -304,6 +304,36 @@ def _lrn_ref(x: np.ndarray, size: int, axis: int, alpha: float, beta: float,
 
 
 register_op("nn.lrn", _axis_op_infer, OpPattern.OPAQUE, _lrn_ref)
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm
+
+
+def _layer_norm_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    """``nn.layer_norm(data, gamma, beta)``, TVM's op: normalize along the one axis ``axis``,
+    then scale by ``gamma`` and shift by ``beta`` (both 1-D, that axis' length)."""
+    expect_arity(arg_types, 3)
+    x = arg_types[0]
+    same_dtype(arg_types)
+    expect_float(x)
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    for t in arg_types[1:]:
+        if t.shape != (x.shape[axis],):
+            raise ShapeError(f"gamma/beta shape {t.shape} does not match axis {axis} of {x.shape}")
+    return x
+
+
+def _layer_norm_ref(x, gamma, beta, axis: int, epsilon: float) -> np.ndarray:
+    axis %= x.ndim
+    shape = (-1,) + (1,) * (x.ndim - axis - 1)
+    mean = x.mean(axis=axis, keepdims=True, dtype=x.dtype)
+    centered = x - mean
+    var = (centered * centered).mean(axis=axis, keepdims=True, dtype=x.dtype)
+    y = centered / np.sqrt(var + x.dtype.type(epsilon))
+    return (y * gamma.reshape(shape) + beta.reshape(shape)).astype(x.dtype, copy=False)
+
+
+register_op("nn.layer_norm", _layer_norm_infer, OpPattern.OPAQUE, _layer_norm_ref)
 
 # ---------------------------------------------------------------------------------------------
 # inference-only: batch_norm, dropout

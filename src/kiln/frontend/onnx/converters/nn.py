@@ -1,5 +1,5 @@
-"""Converters of neural-network ONNX ops: Conv, Gemm, MatMul, pooling, BatchNormalization, LRN,
-Softmax/LogSoftmax and Dropout.
+"""Converters of neural-network ONNX ops: Conv, Gemm, MatMul, pooling, BatchNormalization,
+LayerNormalization, LRN, Softmax/LogSoftmax and Dropout.
 
 Padding follows the ONNX spec: explicit ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]``
 become ``(top, left, bottom, right)``; ``auto_pad`` SAME_UPPER/SAME_LOWER pad so that the output
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.ir.graph import Constant, Expr
+from kiln.ir.ops.common import broadcast_shapes
 
 
 def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:
@@ -127,6 +131,45 @@ def batch_norm(ctx: ConvertContext) -> list[Expr]:
     args = [ctx.input(k) for k in range(5)]
     # Only the inference output Y; running mean/var outputs raise if used.
     return [ctx.call("nn.batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1)]
+
+
+@onnx_op("LayerNormalization", since=17)
+def layer_norm(ctx: ConvertContext) -> list[Expr]:
+    """Normalize over the trailing axes ``[axis, rank)``: they are flattened into one so that
+    ``nn.layer_norm`` (TVM's op, one axis) applies; Scale and B are broadcast to the normalized
+    shape. Only output Y is produced (Mean and InvStdDev raise if used)."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    ndim = len(shape)
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis %= ndim
+    if int(ctx.attr("stash_type", 1)) != 1:
+        raise ctx.unsupported(f"stash_type {ctx.attr('stash_type')} (only 1, float32 statistics)")
+    norm_shape = shape[axis:]
+    size = math.prod(norm_shape)
+
+    def per_channel(t: Expr) -> Expr:
+        if t.checked_type.shape != norm_shape:
+            try:
+                wide = broadcast_shapes(t.checked_type.shape, norm_shape)
+            except ShapeError:
+                wide = None
+            if wide != norm_shape:
+                raise ctx.unsupported(f"Scale/B shape {t.checked_type.shape} does not broadcast "
+                                      f"to the normalized shape {norm_shape}")
+            t = ctx.call("expand", [t], newshape=norm_shape)
+        return ctx.reshape(t, (size,))
+
+    dtype = x.checked_type.dtype
+    gamma = per_channel(ctx.input(1))
+    bias = ctx.optional_input(2)
+    beta = per_channel(bias) if bias is not None else Constant(np.zeros(size, dtype))
+    flat = ctx.reshape(x, shape[:axis] + (size,))
+    out = ctx.call("nn.layer_norm", [flat, gamma, beta], axis=axis,
+                   epsilon=float(ctx.attr("epsilon", 1e-5)))
+    return [ctx.reshape(out, shape)]
 
 
 @onnx_op("Gemm", since=7)
