@@ -1,4 +1,4 @@
-"""Neural-network computes: conv2d, dense (plain and packed), matmul, pooling, softmax, LRN,
+"""Neural-network computes: conv2d, conv2d_transpose, dense (plain and packed), matmul, pooling, softmax, LRN,
 layer_norm (NCHW / OIHW layouts).
 
 Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
@@ -47,6 +47,38 @@ def conv2d(inputs, attrs, out_type):
                       * weight[o, rc.var, ry.var, rx.var], [rc, ry, rx])
 
     return te.compute(out_type.shape, body, name="conv2d", tag="conv2d")
+
+
+@register_compute("nn.conv2d_transpose")
+def conv2d_transpose(inputs, attrs, out_type):
+    """Gather form: ``out[n, o, y, x] = sum over c, ky, kx of data[n, c, iy, ix] * weight[c,
+    o % O/g, ky, kx]`` for the taps where ``y + pad_top - ky * dh = iy * sh`` lands on an input
+    row (and the same for columns). Indices are clamped so that masked taps load in bounds."""
+    data, weight = inputs
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl = attrs["padding"][:2]
+    groups = attrs["groups"]
+    _, in_c, h, w = data.shape
+    _, out_per_group, kh, kw = weight.shape
+    in_per_group = in_c // groups
+    rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
+                  te.reduce_axis(kw, "rx"))
+
+    def tap(pos: L.PrimExpr, pad: int, k: L.PrimExpr, dil: int, stride: int, extent: int):
+        t = pos + pad - k * dil
+        src = t // stride
+        ok = L.logical_and(t >= 0, L.eq(t % stride, 0), src < extent)
+        return ok, L.minimum(L.maximum(src, 0), extent - 1)
+
+    def body(n, o, y, x):
+        oky, iy = tap(y, pt, ry.var, dh, sh, h)
+        okx, ix = tap(x, pl, rx.var, dw, sw, w)
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        value = data[n, c, iy, ix] * weight[c, o % out_per_group, ry.var, rx.var]
+        return te.sum(L.Select(L.logical_and(oky, okx), value, L.const(0, data.dtype)),
+                      [rc, ry, rx])
+
+    return te.compute(out_type.shape, body, name="conv2d_transpose", tag="conv2d_transpose")
 
 
 @register_compute("nn.dense")

@@ -1,7 +1,8 @@
-"""Neural-network graph ops (NCHW data, OIHW weights): conv2d, dense, matmul, pooling, softmax,
+"""Neural-network graph ops (NCHW data, OIHW weights): conv2d, conv2d_transpose (IOHW weights),
+dense, matmul, pooling, softmax,
 LRN, layer_norm, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
 
-Output sizes follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax,
+Output sizes follow the ONNX operator specs (Conv, ConvTranspose, Gemm, MatMul, MaxPool, AveragePool, Softmax,
 LRN, LayerNormalization, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
 that would start in the bottom/right padding (onnxruntime ``PoolAttributes::ComputeOutputSize``).
 """
@@ -89,6 +90,64 @@ def _conv2d_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation
 
 
 register_op("nn.conv2d", _conv2d_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _conv2d_ref)
+
+# ---------------------------------------------------------------------------------------------
+# conv2d_transpose
+
+
+def _conv2d_transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    """Data ``[N, C, H, W]``, weight ``[C, O/groups, KH, KW]`` (ONNX ConvTranspose's, TVM's
+    ``IOHW``) → ``[N, O, OH, OW]`` with ``OH = (H - 1) * sh + (KH - 1) * dh + 1 +
+    output_padding_h - pad_top - pad_bottom``."""
+    expect_arity(arg_types, 2)
+    data, weight = arg_types
+    dtype = same_dtype(arg_types)
+    expect_rank(data, 4, "data")
+    expect_rank(weight, 4, "weight")
+    n, c, h, w = data.shape
+    i, o_per_group, kh, kw = weight.shape
+    groups = attrs["groups"]
+    if groups < 1 or c != i or c % groups:
+        raise ShapeError(f"data {data.shape} and weight {weight.shape} do not fit groups={groups}")
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl, pb, pr = attrs["padding"]
+    oph, opw = attrs["output_padding"]
+    oh = (h - 1) * sh + (kh - 1) * dh + 1 + oph - pt - pb
+    ow = (w - 1) * sw + (kw - 1) * dw + 1 + opw - pl - pr
+    if oh < 1 or ow < 1 or min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr, oph, opw) < 0:
+        raise ShapeError(f"conv2d_transpose of {data.shape} by {weight.shape} with {attrs} has "
+                         f"no output")
+    return TensorType((n, o_per_group * groups, oh, ow), dtype)
+
+
+def _conv2d_transpose_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation,
+                          groups: int, output_padding) -> np.ndarray:
+    """Scatter form: every input pixel adds its weighted kernel into the (padded) output."""
+    out_shape = _conv2d_transpose_infer(
+        [TensorType(data.shape, str(data.dtype)), TensorType(weight.shape, str(weight.dtype))],
+        {"strides": strides, "padding": padding, "dilation": dilation, "groups": groups,
+         "output_padding": output_padding}).shape
+    n, c, h, w = data.shape
+    _, opg, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl = padding[0], padding[1]
+    full = np.zeros((n, out_shape[1], out_shape[2] + pt + padding[2],
+                     out_shape[3] + pl + padding[3]), dtype=np.float64)
+    cpg = c // groups
+    for g in range(groups):
+        x = data[:, g * cpg:(g + 1) * cpg].astype(np.float64)
+        wg = weight[g * cpg:(g + 1) * cpg].astype(np.float64)
+        for ky in range(kh):
+            for kx in range(kw):
+                contrib = np.einsum("nchw,co->nohw", x, wg[:, :, ky, kx])
+                full[:, g * opg:(g + 1) * opg, ky * dh: ky * dh + (h - 1) * sh + 1: sh,
+                     kx * dw: kx * dw + (w - 1) * sw + 1: sw] += contrib
+    out = full[:, :, pt: pt + out_shape[2], pl: pl + out_shape[3]]
+    return np.ascontiguousarray(out).astype(data.dtype)
+
+
+register_op("nn.conv2d_transpose", _conv2d_transpose_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
+            _conv2d_transpose_ref)
 
 # ---------------------------------------------------------------------------------------------
 # dense / matmul

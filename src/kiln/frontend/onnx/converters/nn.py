@@ -1,4 +1,4 @@
-"""Converters of neural-network ONNX ops: Conv, Gemm, MatMul, pooling, BatchNormalization,
+"""Converters of neural-network ONNX ops: Conv, ConvTranspose, Gemm, MatMul, pooling, BatchNormalization,
 LayerNormalization, LRN, Softmax/LogSoftmax and Dropout.
 
 Padding follows the ONNX spec: explicit ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]``
@@ -65,6 +65,58 @@ def conv(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
     attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
     out = ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+    bias = ctx.optional_input(2)
+    if bias is not None:
+        out = ctx.call("nn.bias_add", [out, bias], axis=1)
+    return out
+
+
+def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int, dilation: int,
+                       adj: int, out_size: int | None) -> tuple[int, int, int]:
+    """(pad_head, pad_tail, extra output rows) of one ConvTranspose axis given ``output_shape``
+    or ``auto_pad`` SAME_*, as the ONNX spec and onnxruntime do: the odd pad goes to the tail
+    for SAME_UPPER, to the head otherwise; an ``output_shape`` larger than the natural size
+    adds rows at the end."""
+    natural = (size - 1) * stride + adj + (kernel - 1) * dilation + 1
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    target = out_size if out_size is not None else size * stride
+    total = max(0, natural - target)
+    small, big = total // 2, total - total // 2
+    head, tail = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    return head, tail, max(0, target - natural)
+
+
+@onnx_op("ConvTranspose", since=1)
+def conv_transpose(ctx: ConvertContext) -> Expr:
+    x, w = ctx.input(0), ctx.input(1)
+    _spatial_2d(ctx, x)
+    kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
+    if kernel != w.checked_type.shape[2:]:
+        raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    strides = ctx.ints("strides", (1, 1))
+    dilation = ctx.ints("dilations", (1, 1))
+    adj = ctx.ints("output_padding", (0, 0))
+    if not len(strides) == len(dilation) == len(adj) == 2:
+        raise ctx.unsupported("only 2-D kernels are supported")
+    in_hw = x.checked_type.shape[2:]
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    out_shape = ctx.ints("output_shape")
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto_pad}")
+    if out_shape is None and auto_pad in ("NOTSET", "VALID"):
+        pads = (0, 0, 0, 0) if auto_pad == "VALID" else ctx.ints("pads", (0, 0, 0, 0))
+        if len(pads) != 4:
+            raise ctx.unsupported(f"pads {pads} do not have 4 entries")
+        padding, extra = pads, adj
+    else:
+        wanted = (None, None) if out_shape is None else out_shape[-2:]
+        per_axis = [_transpose_padding(ctx, *args) for args in
+                    zip(in_hw, kernel, strides, dilation, adj, wanted)]
+        padding = (per_axis[0][0], per_axis[1][0], per_axis[0][1], per_axis[1][1])
+        extra = (adj[0] + per_axis[0][2], adj[1] + per_axis[1][2])
+    out = ctx.call("nn.conv2d_transpose", [x, w], strides=strides, padding=tuple(padding),
+                   dilation=dilation, groups=int(ctx.attr("group", 1)),
+                   output_padding=tuple(extra))
     bias = ctx.optional_input(2)
     if bias is not None:
         out = ctx.call("nn.bias_add", [out, bias], axis=1)
