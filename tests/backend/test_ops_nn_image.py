@@ -1,0 +1,51 @@
+"""The ops the transformer and OCR models brought (LayerNormalization, ConvTranspose, Resize,
+Equal), compiled for each target (c, llvm), against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+from test_ops import rand, single_op
+
+X4 = {"x": rand(1, 4, 5, 7)}
+ROI = np.zeros(0, np.float32)
+
+CASES = [
+    ("LayerNormalization", {"x": rand(2, 5, 24) * 3 + 1},
+     {"s": rand(24, seed=1), "b": rand(24, seed=2)}, {"epsilon": 1e-5}),
+    ("LayerNormalization", {"x": rand(2, 3, 4, 5)}, {"s": rand(4, 5, seed=1)}, {"axis": 2}),
+    ("ConvTranspose", X4, {"w": rand(4, 3, 2, 2, seed=1), "b": rand(3, seed=2)},
+     {"strides": [2, 2]}),
+    ("ConvTranspose", X4, {"w": rand(4, 2, 3, 3, seed=1)},
+     {"strides": [2, 2], "pads": [1, 0, 1, 2], "group": 2, "dilations": [1, 2]}),
+    ("ConvTranspose", X4, {"w": rand(4, 3, 3, 3, seed=1)},
+     {"strides": [3, 2], "auto_pad": "SAME_UPPER", "output_padding": [1, 0]}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 2, 2], np.float32)},
+     {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 0.6, 1.7], np.float32)},
+     {"mode": "nearest"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 1.5, 0.7], np.float32)},
+     {"mode": "nearest", "coordinate_transformation_mode": "half_pixel_symmetric",
+      "nearest_mode": "ceil"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 2.5, 1.3], np.float32)},
+     {"mode": "linear"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 2, 0.5], np.float32)},
+     {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 1.7, 2.2], np.float32)},
+     {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}),
+]
+
+
+@pytest.mark.parametrize("op,inputs,consts,attrs", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_single_op_matches_onnxruntime(check_model, op, inputs, consts, attrs):
+    opset = 19 if op == "Resize" else 17
+    check_model(single_op(op, inputs, consts=consts, opset=opset, **attrs), inputs)
+
+
+def test_equal_bool_output(check_model):
+    a = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
+    b = np.array([1, 5, 3], np.int64)
+    inputs = {"a": a, "b": b}
+    check_model(single_op("Equal", inputs, out_shape=(None, TensorProto.BOOL)), inputs)
