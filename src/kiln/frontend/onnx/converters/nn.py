@@ -261,9 +261,13 @@ def matmul(ctx: ConvertContext) -> Expr:
         a = ctx.reshape(a, (1,) + a_shape)
     if len(b_shape) == 1:
         b = ctx.reshape(b, b_shape + (1,))
-    if a.checked_type.ndim == 2 and b.checked_type.ndim == 2 and ctx.is_constant(b):
-        # A weight operand: dense over the transposed weight, which FoldConstant precomputes.
-        out = ctx.call("nn.dense", [a, ctx.call("transpose", [b], axes=(1, 0))])
+    if b.checked_type.ndim == 2 and ctx.is_constant(b):
+        # A weight operand: dense over the transposed weight, which FoldConstant precomputes
+        # (and AlterOpLayout packs); the leading axes of A fold into its rows.
+        rows = a.checked_type.shape[:-1]
+        flat = ctx.reshape(a, (math.prod(rows), a.checked_type.shape[-1]))
+        out = ctx.call("nn.dense", [flat, ctx.call("transpose", [b], axes=(1, 0))])
+        out = ctx.reshape(out, rows + (b.checked_type.shape[1],))
     else:
         out = ctx.call("nn.matmul", [a, b])
     shape = out.checked_type.shape
