@@ -7,7 +7,7 @@
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
                       [--profile] [--dump-outputs DIR]
     kiln inspect model.so [--graph graph.json] [--params model.params]
-    kiln demo [--runs N] [-o demo.so]
+    kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
 ``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
@@ -26,6 +26,8 @@ import traceback
 from kiln.errors import KilnError
 
 EXIT_ERROR = 2
+#: ``kiln demo NAME`` → its module in kiln.demo
+DEMOS = {"orientation": "orientation", "embed": "embed", "ocr": "ocr"}
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -142,12 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the params to FILE (TVM param-dict format)")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("demo", help="compile a text-orientation model and check it",
-                       description="Compile PP-LCNet (text orientation) with Kiln and compare "
-                                   "it with onnxruntime on a rendered page turned 0/90/180/270°.")
+    p = sub.add_parser("demo", help="compile a real model and check it against onnxruntime",
+                       description="orientation (default): PP-LCNet text orientation on a "
+                                   "rendered page turned 0/90/180/270°; embed: MiniLM-L3 "
+                                   "sentence embeddings, cosine similarities; ocr: PP-OCRv4 "
+                                   "detection and recognition of a rendered line of text. "
+                                   "Each is compiled with Kiln and compared with onnxruntime.")
+    p.add_argument("name", nargs="?", default="orientation", choices=DEMOS,
+                   help="which demo (default: orientation)")
     p.add_argument("--runs", type=_positive_int, default=5,
                    help="timed runs per image (median shown; default: 5)")
-    p.add_argument("-o", "--output", help="keep the compiled library at this path")
+    p.add_argument("-o", "--output", help="keep the compiled library at this path (ocr: a "
+                                          "folder for its two libraries)")
+    p.add_argument("--text", help="ocr: the line of text to render and read")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_demo)
     return parser
@@ -178,12 +187,17 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import importlib
+
+    if args.text is not None and args.name != "ocr":
+        raise KilnError("--text applies to 'kiln demo ocr' only")
     try:
-        from kiln.demo.orientation import run_demo
+        module = importlib.import_module(f"kiln.demo.{DEMOS[args.name]}")
     except ImportError as err:  # Pillow or onnxruntime missing
         raise KilnError(f"kiln demo needs the demo extra (pip install 'kiln[demo]'): {err}") \
             from err
-    return run_demo(runs=args.runs, output=args.output)
+    extra = {"text": args.text} if args.text is not None else {}
+    return module.run_demo(runs=args.runs, output=args.output, **extra)
 
 
 def setup_logging() -> bool:

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kiln.demo.preprocess import MEAN, STD
 from kiln.errors import KilnError
 
-DET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-DET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 DET_THRESHOLD = 0.3
 UNCLIP_RATIO = 1.6
 REC_HEIGHT = 48
@@ -52,7 +51,7 @@ def render_line(text: str, height: int, width: int, font_size: int = 30) -> np.n
     from PIL import Image, ImageDraw, ImageFont
 
     font = ImageFont.load_default(size=font_size)
-    left, top, right, bottom = font.getbbox(text)
+    _, top, right, bottom = font.getbbox(text)
     if right + 32 > width or bottom - top + 16 > height:
         raise KilnError(f"text {text!r} at {font_size} px does not fit {height}×{width}")
     img = Image.new("RGB", (width, height), "white")
@@ -66,7 +65,7 @@ def det_input(image: np.ndarray) -> np.ndarray:
     h, w = image.shape[:2]
     if h % 32 or w % 32:
         raise KilnError(f"detector input {h}×{w}: height and width must be multiples of 32")
-    x = (image.astype(np.float32) / np.float32(255) - DET_MEAN) / DET_STD
+    x = (image.astype(np.float32) / np.float32(255) - MEAN) / STD
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
