@@ -52,8 +52,13 @@ def conv2d(inputs, attrs, out_type):
 @register_compute("nn.conv2d_transpose")
 def conv2d_transpose(inputs, attrs, out_type):
     """Gather form: ``out[n, o, y, x] = sum over c, ky, kx of data[n, c, iy, ix] * weight[c,
-    o % O/g, ky, kx]`` for the taps where ``y + pad_top - ky * dh = iy * sh`` lands on an input
-    row (and the same for columns). Indices are clamped so that masked taps load in bounds."""
+    o % O/g, ky, kx]`` over the taps where ``y + pad_top - ky * dh = iy * sh`` lands on an
+    input row (and the same for columns).
+
+    Without dilation only the kernel rows ``ky ≡ y + pad_top (mod sh)`` can land, so the
+    reduction runs over ``ceil(KH / sh)`` of them (a stride-2 2×2 kernel: one tap per axis,
+    not four); with dilation every tap is tested. Indices are clamped so that masked taps
+    load in bounds."""
     data, weight = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     pt, pl = attrs["padding"][:2]
@@ -61,20 +66,31 @@ def conv2d_transpose(inputs, attrs, out_type):
     _, in_c, h, w = data.shape
     _, out_per_group, kh, kw = weight.shape
     in_per_group = in_c // groups
-    rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
-                  te.reduce_axis(kw, "rx"))
+    sub_pixel = (dh, dw) == (1, 1)
+    rc = te.reduce_axis(in_per_group, "rc")
+    ry = te.reduce_axis(-(-kh // sh) if sub_pixel else kh, "ry")
+    rx = te.reduce_axis(-(-kw // sw) if sub_pixel else kw, "rx")
 
-    def tap(pos: L.PrimExpr, pad: int, k: L.PrimExpr, dil: int, stride: int, extent: int):
-        t = pos + pad - k * dil
-        src = t // stride
-        ok = L.logical_and(t >= 0, L.eq(t % stride, 0), src < extent)
-        return ok, L.minimum(L.maximum(src, 0), extent - 1)
+    def tap(pos: L.PrimExpr, pad: int, r: L.PrimExpr, k: int, dil: int, stride: int,
+            extent: int) -> tuple[L.PrimExpr | None, L.PrimExpr, L.PrimExpr]:
+        """(condition or None, kernel index, clamped input index) of one axis."""
+        t = pos + pad
+        if sub_pixel:
+            kidx = t % stride + r * stride
+            src = t // stride - r
+            conds = [src >= 0, src < extent] + ([kidx < k] if k % stride else [])
+        else:
+            kidx = r
+            t = t - r * dil
+            src = t // stride
+            conds = [t >= 0, L.eq(t % stride, 0), src < extent]
+        return L.logical_and(*conds), kidx, L.minimum(L.maximum(src, 0), extent - 1)
 
     def body(n, o, y, x):
-        oky, iy = tap(y, pt, ry.var, dh, sh, h)
-        okx, ix = tap(x, pl, rx.var, dw, sw, w)
+        oky, ky, iy = tap(y, pt, ry.var, kh, dh, sh, h)
+        okx, kx, ix = tap(x, pl, rx.var, kw, dw, sw, w)
         c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
-        value = data[n, c, iy, ix] * weight[c, o % out_per_group, ry.var, rx.var]
+        value = data[n, c, iy, ix] * weight[c, o % out_per_group, ky, kx]
         return te.sum(L.Select(L.logical_and(oky, okx), value, L.const(0, data.dtype)),
                       [rc, ry, rx])
 

@@ -23,6 +23,14 @@ def schedule_conv2d(sch: Schedule, conv: Tensor) -> None:
     sch[conv].reorder(n, o, rc, ry, rx, y, x)
 
 
+@register_schedule("conv2d_transpose")
+def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
+    # As conv2d: the taps outside the output rows, so the inner loop walks a row.
+    n, o, y, x = conv.axes
+    rc, ry, rx = conv.body.axes
+    sch[conv].reorder(n, o, rc, ry, rx, y, x)
+
+
 @register_schedule("softmax_exp")
 def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
     # exp(x - max) is read twice (sum and division): compute it once.
