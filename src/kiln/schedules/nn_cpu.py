@@ -25,10 +25,10 @@ def schedule_conv2d(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("conv2d_transpose")
 def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
-    # As conv2d: the taps outside the output rows, so the inner loop walks a row.
-    n, o, y, x = conv.axes
-    rc, ry, rx = conv.body.axes
-    sch[conv].reorder(n, o, rc, ry, rx, y, x)
+    # As conv2d: the taps outside the output rows, so the inner loop walks a row (of one phase,
+    # reading a contiguous input row, when the compute is per phase).
+    *outer, y, x = conv.axes
+    sch[conv].reorder(*outer, *conv.body.axes, y, x)
 
 
 @register_schedule("softmax_exp")
