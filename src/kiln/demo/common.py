@@ -76,3 +76,8 @@ def ort_session(model_path: Path):
     opts.intra_op_num_threads = num_threads()
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+
+def mark(value: str, truth: str) -> str:
+    """``value`` in green when it equals ``truth``, else in red with a cross (rich markup)."""
+    return f"[green]{value}[/green]" if value == truth else f"[red]{value} ✗[/red]"

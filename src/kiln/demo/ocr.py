@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from kiln.demo.common import TARGET, compile_model, median_ms, ort_session, run_graph
+from kiln.demo.common import TARGET, compile_model, mark, median_ms, ort_session, run_graph
 from kiln.demo.ocr_pipeline import (
     REC_HEIGHT,
     REC_WIDTH,
@@ -107,10 +107,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None, text: str =
     for engine, (readings, det_ms, rec_ms) in (("kiln", kiln_read), ("onnxruntime", ort_read)):
         read = " | ".join(t for t, _ in readings)
         conf = min((c for _, c in readings), default=0.0)
-        ok = read == text
-        wrong += not ok
-        shown = f"[green]{read}[/green]" if ok else f"[red]{read} ✗[/red]"
-        table.add_row(engine, shown, f"{conf:.3f}", f"{det_ms:.1f}", f"{rec_ms:.1f}")
+        wrong += read != text
+        table.add_row(engine, mark(read, text), f"{conf:.3f}", f"{det_ms:.1f}", f"{rec_ms:.1f}")
     console.print(table)
     if wrong:
         console.print(f"[red]{wrong} engine(s) misread the line[/red]")

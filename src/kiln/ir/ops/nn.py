@@ -50,12 +50,18 @@ def _pad_hw(x: np.ndarray, padding: tuple[int, int, int, int], value) -> np.ndar
 # conv2d
 
 
-def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+def _conv_types(arg_types: list[TensorType]) -> tuple[TensorType, TensorType, str]:
+    """(data, weight, dtype) of a 2-D convolution: two rank-4 operands of one dtype."""
     expect_arity(arg_types, 2)
     data, weight = arg_types
     dtype = same_dtype(arg_types)
     expect_rank(data, 4, "data")
     expect_rank(weight, 4, "weight")
+    return data, weight, dtype
+
+
+def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    data, weight, dtype = _conv_types(arg_types)
     n, c, h, w = data.shape
     o, i, kh, kw = weight.shape
     groups = attrs["groups"]
@@ -99,11 +105,7 @@ def _conv2d_transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorT
     """Data ``[N, C, H, W]``, weight ``[C, O/groups, KH, KW]`` (ONNX ConvTranspose's, TVM's
     ``IOHW``) → ``[N, O, OH, OW]`` with ``OH = (H - 1) * sh + (KH - 1) * dh + 1 +
     output_padding_h - pad_top - pad_bottom``."""
-    expect_arity(arg_types, 2)
-    data, weight = arg_types
-    dtype = same_dtype(arg_types)
-    expect_rank(data, 4, "data")
-    expect_rank(weight, 4, "weight")
+    data, weight, dtype = _conv_types(arg_types)
     n, c, h, w = data.shape
     i, o_per_group, kh, kw = weight.shape
     groups = attrs["groups"]
@@ -368,18 +370,28 @@ register_op("nn.lrn", _axis_op_infer, OpPattern.OPAQUE, _lrn_ref)
 # layer_norm
 
 
-def _layer_norm_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
-    """``nn.layer_norm(data, gamma, beta)``, TVM's op: normalize along the one axis ``axis``,
-    then scale by ``gamma`` and shift by ``beta`` (both 1-D, that axis' length)."""
-    expect_arity(arg_types, 3)
-    x = arg_types[0]
-    same_dtype(arg_types)
-    expect_float(x)
-    axis = normalize_axis(attrs["axis"], x.ndim)
-    for t in arg_types[1:]:
-        if t.shape != (x.shape[axis],):
-            raise ShapeError(f"gamma/beta shape {t.shape} does not match axis {axis} of {x.shape}")
-    return x
+def _per_channel_infer(count: int, what: str):
+    """The type relation of an op over ``x`` and ``count - 1`` 1-D per-channel operands whose
+    length is that of ``x``'s axis ``attrs["axis"]``: the result has ``x``'s type."""
+
+    def infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+        expect_arity(arg_types, count)
+        x = arg_types[0]
+        same_dtype(arg_types)
+        expect_float(x)
+        axis = normalize_axis(attrs["axis"], x.ndim)
+        for t in arg_types[1:]:
+            if t.shape != (x.shape[axis],):
+                raise ShapeError(f"{what} shape {t.shape} does not match axis {axis} of "
+                                 f"{x.shape}")
+        return x
+
+    return infer
+
+
+#: ``nn.layer_norm(data, gamma, beta)``, TVM's op: normalize along the one axis ``axis``, then
+#: scale by ``gamma`` and shift by ``beta`` (both 1-D, that axis' length).
+_layer_norm_infer = _per_channel_infer(3, "gamma/beta")
 
 
 def _layer_norm_ref(x, gamma, beta, axis: int, epsilon: float) -> np.ndarray:
@@ -398,16 +410,7 @@ register_op("nn.layer_norm", _layer_norm_infer, OpPattern.OPAQUE, _layer_norm_re
 # inference-only: batch_norm, dropout
 
 
-def _batch_norm_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
-    expect_arity(arg_types, 5)
-    x = arg_types[0]
-    same_dtype(arg_types)
-    expect_float(x)
-    axis = normalize_axis(attrs["axis"], x.ndim)
-    for t in arg_types[1:]:
-        if t.shape != (x.shape[axis],):
-            raise ShapeError(f"statistics shape {t.shape} does not match channel dim of {x.shape}")
-    return x
+_batch_norm_infer = _per_channel_infer(5, "statistics")
 
 
 def _batch_norm_ref(x, gamma, beta, mean, var, epsilon: float, axis: int) -> np.ndarray:

@@ -56,19 +56,29 @@ def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int
     return {"strides": strides, "padding": padding, "dilation": dilation}
 
 
-@onnx_op("Conv", since=1)
-def conv(ctx: ConvertContext) -> Expr:
+def _conv_operands(ctx: ConvertContext) -> tuple[Expr, Expr, tuple[int, ...]]:
+    """(X, W, kernel_shape) of a Conv or ConvTranspose, checked: 2-D spatial, and the kernel
+    attribute, if given, equal to the weight's spatial shape."""
     x, w = ctx.input(0), ctx.input(1)
     _spatial_2d(ctx, x)
     kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
     if kernel != w.checked_type.shape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
-    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
-    out = ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+    return x, w, kernel
+
+
+def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
+    """``out`` plus the optional per-channel bias input B (input 2)."""
     bias = ctx.optional_input(2)
-    if bias is not None:
-        out = ctx.call("nn.bias_add", [out, bias], axis=1)
-    return out
+    return out if bias is None else ctx.call("nn.bias_add", [out, bias], axis=1)
+
+
+@onnx_op("Conv", since=1)
+def conv(ctx: ConvertContext) -> Expr:
+    x, w, kernel = _conv_operands(ctx)
+    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
+    return _with_bias(ctx, ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)),
+                                    **attrs))
 
 
 def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int, dilation: int,
@@ -88,11 +98,7 @@ def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int,
 
 @onnx_op("ConvTranspose", since=1)
 def conv_transpose(ctx: ConvertContext) -> Expr:
-    x, w = ctx.input(0), ctx.input(1)
-    _spatial_2d(ctx, x)
-    kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
-    if kernel != w.checked_type.shape[2:]:
-        raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    x, w, kernel = _conv_operands(ctx)
     strides = ctx.ints("strides", (1, 1))
     dilation = ctx.ints("dilations", (1, 1))
     adj = ctx.ints("output_padding", (0, 0))
@@ -117,10 +123,7 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
     out = ctx.call("nn.conv2d_transpose", [x, w], strides=strides, padding=tuple(padding),
                    dilation=dilation, groups=int(ctx.attr("group", 1)),
                    output_padding=tuple(extra))
-    bias = ctx.optional_input(2)
-    if bias is not None:
-        out = ctx.call("nn.bias_add", [out, bias], axis=1)
-    return out
+    return _with_bias(ctx, out)
 
 
 def _pool_attrs(ctx: ConvertContext, x: Expr) -> dict:
