@@ -34,6 +34,11 @@ CASES = [
      {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),
     ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 1.7, 2.2], np.float32)},
      {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 2.5, 0.6], np.float32)},
+     {"mode": "cubic"}),
+    ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 1.5, 1.5], np.float32)},
+     {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1,
+      "coordinate_transformation_mode": "align_corners"}),
 ]
 
 

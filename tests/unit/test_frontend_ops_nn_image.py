@@ -105,6 +105,15 @@ def test_resize_linear(target, mode):
     check(node, {"x": rand(1, 2, 5, 7)}, 19, inits)
 
 
+@pytest.mark.parametrize("target", list(RESIZE_TARGETS))
+@pytest.mark.parametrize("mode", [m for m in COORDINATE_MODES if m != "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("alpha,exclude", [(-0.75, 0), (-0.5, 1)])
+def test_resize_cubic(target, mode, alpha, exclude):
+    node, inits = _resize(target, mode="cubic", coordinate_transformation_mode=mode,
+                          cubic_coeff_a=alpha, exclude_outside=exclude)
+    check(node, {"x": rand(1, 2, 5, 7)}, 19, inits, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize("scales", [[1, 1, 2.0, 3.0], [1, 1, 0.6, 0.45]])
 def test_resize_v10(mode, scales):
@@ -120,7 +129,7 @@ def test_resize_axes_and_aspect_ratio(policy):
 
 
 @pytest.mark.parametrize("attrs,reason", [
-    ({"mode": "cubic"}, "mode=cubic"),
+    ({"mode": "area"}, "mode=area"),
     ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
     ({"antialias": 1}, "antialias"),
 ])

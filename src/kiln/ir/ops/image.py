@@ -5,7 +5,10 @@
 - ``size``: ``(OH, OW)``;
 - ``scale``: ``(sh, sw)``, the float32 scales of the coordinate transform (the ONNX ``scales``
   input, or ``OH / H`` when ``sizes`` was given);
-- ``method``: ``"nearest_neighbor"`` or ``"linear"``;
+- ``method``: ``"nearest_neighbor"``, ``"linear"`` or ``"cubic"``;
+- ``cubic_alpha``, ``cubic_exclude`` (cubic only): the ``A`` of Keys' cubic convolution kernel
+  and whether taps outside the input get weight 0 (the others renormalized) instead of
+  repeating the edge;
 - ``coordinate_transformation_mode``: ONNX Resize's (``half_pixel``, ``half_pixel_symmetric``,
   ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``, ``tf_half_pixel_for_nn``);
 - ``rounding_method`` (nearest only): ``round_prefer_floor``, ``round_prefer_ceil``, ``floor``,
@@ -14,14 +17,18 @@
 Semantics are onnxruntime's (``onnxruntime/core/providers/cpu/tensor/upsamplebase.h``,
 ``upsample.cc``): the source coordinate is computed in float32 from the output index, nearest
 rounds it and clamps to the input; linear clamps it to ``[0, size - 1]`` and interpolates
-between the two neighbouring pixels of each axis. The same formulas (:func:`source_coordinate`,
-:func:`nearest_index`, :func:`linear_taps`) serve the numpy reference and the compute
-(``kiln.ops.image``): they take numpy float32 arrays or loop-IR expressions alike.
+between the two neighbouring pixels of each axis; cubic weighs the four pixels around it with
+Keys' kernel (R. Keys 1981, "Cubic convolution interpolation for digital image processing").
+Every method is separable: an output pixel is ``sum over taps i, j of wy[i] * wx[j] *
+data[iy[i], ix[j]]``. The same formulas (:func:`axis_taps`) serve the numpy reference and the
+compute (``kiln.ops.image``): they take numpy float32 arrays or loop-IR expressions alike,
+through an :class:`Arith` of the few functions they need.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +41,25 @@ from kiln.ir.ops.common import expect_arity, expect_float, expect_rank
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                     "asymmetric", "tf_half_pixel_for_nn")
 ROUNDING_METHODS = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
-METHODS = ("nearest_neighbor", "linear")
+METHODS = ("nearest_neighbor", "linear", "cubic")
+
+
+@dataclass(frozen=True)
+class Arith:
+    """The functions the tap formulas need, over numpy arrays or over loop-IR expressions."""
+
+    floor: Callable[[Any], Any]
+    ceil: Callable[[Any], Any]
+    clamp: Callable[[Any, Any, Any], Any]
+    to_int: Callable[[Any], Any]  # float → int64, truncating
+    cast: Callable[[Any, str], Any]
+    inside: Callable[[Any, int], Any]  # 0 <= index < size, as a condition
+    select: Callable[[Any, Any, Any], Any]
+
+
+NUMPY_ARITH = Arith(np.floor, np.ceil, np.clip, lambda v: v.astype(np.int64),
+                    lambda v, dtype: v.astype(dtype), lambda i, n: (i >= 0) & (i < n),
+                    lambda c, a, b: np.where(c, a, b).astype(np.float32))
 
 
 def source_coordinate(x: Any, mode: str, scale: float, in_size: int, out_size: int,
@@ -83,13 +108,42 @@ def nearest_index(coord: Any, rounding: str, scale: float, floor, ceil) -> Any:
     raise ShapeError(f"unknown rounding_method {rounding!r}")
 
 
-def linear_taps(coord: Any, in_size: int, clamp, to_int, to_float) -> tuple[Any, Any, Any]:
-    """(first index, second index, weight of the second) of linear interpolation at ``coord``
-    (onnxruntime's bilinear: the coordinate is clamped to ``[0, size - 1]`` first)."""
-    c = clamp(coord, 0.0, float(in_size - 1))
-    i0 = to_int(c)
-    i1 = clamp(i0 + 1, 0, in_size - 1)
-    return i0, i1, c - to_float(i0)
+def _cubic_weights(s: Any, a: float) -> list[Any]:
+    """Keys' kernel at distances ``1 + s, s, 1 - s, 2 - s`` (``s`` in [0, 1)), in onnxruntime's
+    operation order (``GetCubicCoeffs``)."""
+    far = [1.0 + s, 2.0 - s]
+    near = [s, 1.0 - s]
+    outer = [((d * a - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a for d in far]
+    inner = [((a + 2.0) * d - (a + 3.0)) * d * d + 1.0 for d in near]
+    return [outer[0], inner[0], inner[1], outer[1]]
+
+
+def axis_taps(x: Any, attrs: dict, axis: int, in_size: int, ar: Arith) -> list[tuple[Any, Any]]:
+    """The taps of output index ``x`` (float32) along one axis: ``[(input index, weight)]``,
+    indices clamped to the input, weight None for nearest (one tap)."""
+    scale = attrs["scale"][axis]
+    coord = source_coordinate(x, attrs["coordinate_transformation_mode"], scale, in_size,
+                              attrs["size"][axis], ar.cast)
+    method = attrs["method"]
+    last = in_size - 1
+    if method == "nearest_neighbor":
+        rounded = nearest_index(coord, attrs["rounding_method"], scale, ar.floor, ar.ceil)
+        return [(ar.clamp(ar.to_int(rounded), 0, last), None)]
+    if method == "linear":
+        # onnxruntime's bilinear: the coordinate is clamped to [0, size - 1] first.
+        c = ar.clamp(coord, 0.0, float(last))
+        i0 = ar.to_int(c)
+        w1 = c - ar.cast(i0, "float32")
+        return [(i0, 1.0 - w1), (ar.clamp(i0 + 1, 0, last), w1)]
+    base = ar.floor(coord)
+    weights = _cubic_weights(coord - base, attrs["cubic_alpha"])
+    first = ar.to_int(base) - 1
+    index = [first + k for k in range(4)]
+    if attrs["cubic_exclude"]:
+        weights = [ar.select(ar.inside(i, in_size), w, 0.0) for i, w in zip(index, weights)]
+        total = weights[0] + weights[1] + weights[2] + weights[3]
+        weights = [w / total for w in weights]
+    return [(ar.clamp(i, 0, last), w) for i, w in zip(index, weights)]
 
 
 def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -110,34 +164,21 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType(data.shape[:2] + (oh, ow), data.dtype)
 
 
-def _axis_table(attrs: dict, axis: int, in_size: int):
-    """Per output index of one axis: (i0, i1, weight) for linear, (i0, i0, 0) for nearest."""
-    out_size = attrs["size"][axis]
-    scale = attrs["scale"][axis]
-    x = np.arange(out_size, dtype=np.float32)
-    coord = source_coordinate(x, attrs["coordinate_transformation_mode"], scale, in_size,
-                              out_size, lambda v, dtype: v.astype(dtype)).astype(np.float32)
-    if attrs["method"] == "nearest_neighbor":
-        rounded = nearest_index(coord, attrs["rounding_method"], scale, np.floor, np.ceil)
-        i0 = np.clip(rounded, 0, in_size - 1).astype(np.int64)
-        return i0, i0, np.zeros(out_size, np.float32)
-    return linear_taps(coord, in_size, np.clip, lambda c: c.astype(np.int64),
-                       lambda i: i.astype(np.float32))
-
-
 def _resize2d_ref(data: np.ndarray, **attrs) -> np.ndarray:
-    y0, y1, wy = _axis_table(attrs, 0, data.shape[2])
-    x0, x1, wx = _axis_table(attrs, 1, data.shape[3])
-    if attrs["method"] == "nearest_neighbor":
-        return np.ascontiguousarray(data[:, :, y0[:, None], x0[None, :]])
+    def taps(axis: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        x = np.arange(attrs["size"][axis], dtype=np.float32)
+        return axis_taps(x, attrs, axis, data.shape[2 + axis], NUMPY_ARITH)
+
     t = data.dtype.type
-    wx = wx.astype(data.dtype)[None, None, None, :]
-    wy = wy.astype(data.dtype)[None, None, :, None]
-    top = data[:, :, y0[:, None], x0[None, :]] * (t(1) - wx) + data[:, :, y0[:, None],
-                                                                     x1[None, :]] * wx
-    bottom = data[:, :, y1[:, None], x0[None, :]] * (t(1) - wx) + data[:, :, y1[:, None],
-                                                                        x1[None, :]] * wx
-    return (top * (t(1) - wy) + bottom * wy).astype(data.dtype, copy=False)
+    out = np.zeros(data.shape[:2] + tuple(attrs["size"]), dtype=data.dtype)
+    for iy, wy in taps(0):
+        for ix, wx in taps(1):
+            term = data[:, :, iy[:, None], ix[None, :]]
+            if wy is not None:
+                weight = wy.astype(t)[:, None] * wx.astype(t)[None, :]
+                term = term * weight
+            out += term
+    return out
 
 
 register_op("image.resize2d", _resize2d_infer, OpPattern.INJECTIVE, _resize2d_ref)

@@ -1,7 +1,7 @@
 """Converters of ONNX image ops: Resize (opsets 10, 11, 13, 18, 19) → ``image.resize2d``.
 
 Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C unscaled) in
-modes ``nearest`` and ``linear``. The output size is static: ``scales``, ``sizes``, ``axes`` and
+modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``, ``axes`` and
 ``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
 transform uses ``scale = float32(out) / float32(in)``.
@@ -15,7 +15,7 @@ from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Expr
 
-_METHODS = {"nearest": "nearest_neighbor", "linear": "linear"}
+_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 
 
 def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | None,
@@ -77,7 +77,7 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
     shape = x.checked_type.shape
     mode = ctx.attr("mode", "nearest")
     if mode not in _METHODS:
-        raise ctx.unsupported(f"mode={mode} (supported: nearest, linear)")
+        raise ctx.unsupported(f"mode={mode} (supported: nearest, linear, cubic)")
     if ctx.attr("antialias", 0):
         raise ctx.unsupported("antialias=1")
     if coordinate_mode == "tf_crop_and_resize":
@@ -91,7 +91,8 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
         return x
     return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
                     method=_METHODS[mode], coordinate_transformation_mode=coordinate_mode,
-                    rounding_method=rounding)
+                    rounding_method=rounding, cubic_alpha=float(ctx.attr("cubic_coeff_a", -0.75)),
+                    cubic_exclude=bool(ctx.attr("exclude_outside", 0)))
 
 
 @onnx_op("Resize", since=10)
