@@ -49,6 +49,13 @@ def test_single_op_matches_onnxruntime(check_model, op, inputs, consts, attrs):
     check_model(single_op(op, inputs, consts=consts, opset=opset, **attrs), inputs)
 
 
+def test_layer_norm_three_outputs(check_model):
+    """Y, Mean and InvStdDev of a LayerNormalization over the last two axes."""
+    x = {"x": rand(2, 3, 4, 5) * 2 + 1}
+    check_model(single_op("LayerNormalization", x, n_out=3,
+                          consts={"s": rand(4, 5, seed=1), "b": rand(4, 5, seed=2)}, axis=-2), x)
+
+
 def test_equal_bool_output(check_model):
     a = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
     b = np.array([1, 5, 3], np.int64)

@@ -30,10 +30,19 @@ def test_layer_norm(axis, scale_shape, bias):
     check(node, {"x": rand(3, 4, 6) * 3 + 1}, 17, inits, rtol=1e-4, atol=1e-4)
 
 
-def test_layer_norm_mean_output_is_refused():
-    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"])
-    model = make_model([node], {"x": rand(2, 4)}, ["y", "mean"], 17, {"s": rand(4)})
-    with pytest.raises(UnsupportedOpError, match="LayerNormalization.*output 1"):
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_layer_norm_statistics_outputs(axis):
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"],
+                            axis=axis)
+    inits = {"s": rand(*(3, 4, 6)[axis:], seed=1), "b": rand(*(3, 4, 6)[axis:], seed=2)}
+    check(node, {"x": rand(3, 4, 6) * 2 + 1}, 17, inits, outputs=("y", "mean", "inv_std"),
+          rtol=1e-4, atol=1e-4)
+
+
+def test_layer_norm_stash_type_is_refused():
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln", stash_type=0)
+    model = make_model([node], {"x": rand(2, 4)}, ["y"], 17, {"s": rand(4)})
+    with pytest.raises(UnsupportedOpError, match="LayerNormalization.*ln.*stash_type"):
         from_onnx(model)
 
 

@@ -192,7 +192,8 @@ def batch_norm(ctx: ConvertContext) -> list[Expr]:
 def layer_norm(ctx: ConvertContext) -> list[Expr]:
     """Normalize over the trailing axes ``[axis, rank)``: they are flattened into one so that
     ``nn.layer_norm`` (TVM's op, one axis) applies; Scale and B are broadcast to the normalized
-    shape. Only output Y is produced (Mean and InvStdDev raise if used)."""
+    shape. The optional outputs Mean and InvStdDev (shape of X with the normalized axes 1) are
+    built from reductions and arithmetic; unused, they are dead code."""
     x = ctx.input(0)
     shape = x.checked_type.shape
     ndim = len(shape)
@@ -218,13 +219,19 @@ def layer_norm(ctx: ConvertContext) -> list[Expr]:
         return ctx.reshape(t, (size,))
 
     dtype = x.checked_type.dtype
+    epsilon = float(ctx.attr("epsilon", 1e-5))
     gamma = per_channel(ctx.input(1))
     bias = ctx.optional_input(2)
     beta = per_channel(bias) if bias is not None else Constant(np.zeros(size, dtype))
     flat = ctx.reshape(x, shape[:axis] + (size,))
-    out = ctx.call("nn.layer_norm", [flat, gamma, beta], axis=axis,
-                   epsilon=float(ctx.attr("epsilon", 1e-5)))
-    return [ctx.reshape(out, shape)]
+    out = ctx.call("nn.layer_norm", [flat, gamma, beta], axis=axis, epsilon=epsilon)
+    axes = tuple(range(axis, ndim))
+    mean = ctx.call("mean", [x], axis=axes, keepdims=True)
+    centered = ctx.call("subtract", [x, mean])
+    var = ctx.call("mean", [ctx.call("multiply", [centered, centered])], axis=axes, keepdims=True)
+    std = ctx.call("sqrt", [ctx.call("add", [var, ctx.scalar(epsilon, dtype)])])
+    inv_std = ctx.call("divide", [ctx.scalar(1.0, dtype), std])
+    return [ctx.reshape(out, shape), mean, inv_std]
 
 
 @onnx_op("Gemm", since=7)
