@@ -39,6 +39,10 @@ CASES = [
     ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 1.5, 1.5], np.float32)},
      {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1,
       "coordinate_transformation_mode": "align_corners"}),
+    ("Resize", X4, {"roi": np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32),
+                    "scales": np.array([1, 1, 1.5, 1.5], np.float32)},
+     {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 2.5}),
 ]
 
 

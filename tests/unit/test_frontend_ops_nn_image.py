@@ -123,6 +123,21 @@ def test_resize_cubic(target, mode, alpha, exclude):
     check(node, {"x": rand(1, 2, 5, 7)}, 19, inits, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("roi,extrapolation", [
+    ([0, 0, 0.2, 0.1, 1, 1, 0.8, 0.7], 0.0), ([0, 0, -0.3, 0.4, 1, 1, 1.2, 0.9], -7.5),
+])
+@pytest.mark.parametrize("target", ["scales_up", "sizes"])
+def test_resize_tf_crop_and_resize(mode, roi, extrapolation, target):
+    kind, values = RESIZE_TARGETS[target]
+    inputs = ["x", "roi", "scales"] if kind == "scales" else ["x", "roi", "", "sizes"]
+    node = helper.make_node("Resize", inputs, ["y"], mode=mode,
+                            coordinate_transformation_mode="tf_crop_and_resize",
+                            extrapolation_value=extrapolation)
+    check(node, {"x": rand(1, 2, 5, 7)}, 19,
+          {"roi": np.array(roi, np.float32), kind: values}, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize("scales", [[1, 1, 2.0, 3.0], [1, 1, 0.6, 0.45]])
 def test_resize_v10(mode, scales):
@@ -139,7 +154,7 @@ def test_resize_axes_and_aspect_ratio(policy):
 
 @pytest.mark.parametrize("attrs,reason", [
     ({"mode": "area"}, "mode=area"),
-    ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
+    ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "needs the roi input"),
     ({"antialias": 1}, "antialias"),
 ])
 def test_resize_refuses(attrs, reason):

@@ -20,7 +20,7 @@ def _select(cond: L.PrimExpr, a, b) -> L.PrimExpr:
 
 LOOP_ARITH = Arith(lambda v: L.call("floor", v), lambda v: L.call("ceil", v), _clamp,
                    lambda v: L.Cast(L.INT, v), lambda v, dtype: L.Cast(dtype, v),
-                   lambda i, n: L.logical_and(i >= 0, i < n), _select)
+                   lambda v, lo, hi: L.logical_and(v >= lo, v <= hi), _select)
 
 
 @register_compute("image.resize2d")
@@ -34,8 +34,8 @@ def resize2d(inputs, attrs, out_type):
         return both if dtype == "float32" else L.Cast(dtype, both)
 
     def body(n, c, y, x):
-        rows = axis_taps(L.Cast("float32", y), attrs, 0, h, LOOP_ARITH)
-        cols = axis_taps(L.Cast("float32", x), attrs, 1, w, LOOP_ARITH)
+        rows, valid_y = axis_taps(L.Cast("float32", y), attrs, 0, h, LOOP_ARITH)
+        cols, valid_x = axis_taps(L.Cast("float32", x), attrs, 1, w, LOOP_ARITH)
         total = None
         for iy, wy in rows:
             for ix, wx in cols:
@@ -43,6 +43,9 @@ def resize2d(inputs, attrs, out_type):
                 if wy is not None:
                     term = term * weight(wy, wx)
                 total = term if total is None else total + term
-        return total
+        if valid_y is None:
+            return total
+        outside = L.const(attrs["extrapolation_value"], dtype)
+        return L.Select(L.logical_and(valid_y, valid_x), total, outside)
 
     return te.compute(out_type.shape, body, name="resize2d", tag="injective")

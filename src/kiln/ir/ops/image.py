@@ -10,7 +10,11 @@
   and whether taps outside the input get weight 0 (the others renormalized) instead of
   repeating the edge;
 - ``coordinate_transformation_mode``: ONNX Resize's (``half_pixel``, ``half_pixel_symmetric``,
-  ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``, ``tf_half_pixel_for_nn``);
+  ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``, ``tf_half_pixel_for_nn``,
+  ``tf_crop_and_resize``);
+- ``roi``: ``(h_start, w_start, h_end, w_end)``, normalized crop bounds (tf_crop_and_resize);
+- ``extrapolation_value``: the output where a tf_crop_and_resize coordinate falls outside the
+  input;
 - ``rounding_method`` (nearest only): ``round_prefer_floor``, ``round_prefer_ceil``, ``floor``,
   ``ceil``, or ``simple`` (Resize-10: truncate when upsampling, ceil when downsampling).
 
@@ -39,7 +43,7 @@ from kiln.ir.op_registry import OpPattern, register_op
 from kiln.ir.ops.common import expect_arity, expect_float, expect_rank
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                    "asymmetric", "tf_half_pixel_for_nn")
+                    "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 ROUNDING_METHODS = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 METHODS = ("nearest_neighbor", "linear", "cubic")
 
@@ -53,17 +57,28 @@ class Arith:
     clamp: Callable[[Any, Any, Any], Any]
     to_int: Callable[[Any], Any]  # float → int64, truncating
     cast: Callable[[Any, str], Any]
-    inside: Callable[[Any, int], Any]  # 0 <= index < size, as a condition
+    within: Callable[[Any, Any, Any], Any]  # lo <= value <= hi, as a condition
     select: Callable[[Any, Any, Any], Any]
 
 
 NUMPY_ARITH = Arith(np.floor, np.ceil, np.clip, lambda v: v.astype(np.int64),
-                    lambda v, dtype: v.astype(dtype), lambda i, n: (i >= 0) & (i < n),
+                    lambda v, dtype: v.astype(dtype), lambda v, lo, hi: (v >= lo) & (v <= hi),
                     lambda c, a, b: np.where(c, a, b).astype(np.float32))
 
 
+def _crop_coordinate(x: Any, start: float, end: float, in_size: int, out_size: int) -> Any:
+    """tf_crop_and_resize: ``start`` and ``end`` are the crop's normalized bounds (float32)."""
+    f32 = np.float32
+    if out_size == 1:
+        return x * 0.0 + float(f32(0.5 * (float(f32(start)) + float(f32(end))) * (in_size - 1)))
+    span = float(f32(end) - f32(start))
+    return float(f32(start) * f32(in_size - 1)) + x * span * float(in_size - 1) / float(
+        out_size - 1)
+
+
 def source_coordinate(x: Any, mode: str, scale: float, in_size: int, out_size: int,
-                      cast: Callable[[Any, str], Any]) -> Any:
+                      cast: Callable[[Any, str], Any],
+                      crop: tuple[float, float] = (0.0, 1.0)) -> Any:
     """The input coordinate (float32) that output index ``x`` (float32) maps to along one axis.
 
     ``x`` is a numpy float32 array or a float32 loop-IR expression and ``cast(value, dtype)``
@@ -90,6 +105,8 @@ def source_coordinate(x: Any, mode: str, scale: float, in_size: int, out_size: i
         return x / float(scale)
     if mode == "tf_half_pixel_for_nn":
         return (x + 0.5) / float(scale)
+    if mode == "tf_crop_and_resize":
+        return _crop_coordinate(x, crop[0], crop[1], in_size, out_size)
     raise ShapeError(f"unknown coordinate_transformation_mode {mode!r}")
 
 
@@ -118,12 +135,23 @@ def _cubic_weights(s: Any, a: float) -> list[Any]:
     return [outer[0], inner[0], inner[1], outer[1]]
 
 
-def axis_taps(x: Any, attrs: dict, axis: int, in_size: int, ar: Arith) -> list[tuple[Any, Any]]:
+def axis_taps(x: Any, attrs: dict, axis: int, in_size: int,
+              ar: Arith) -> tuple[list[tuple[Any, Any]], Any]:
     """The taps of output index ``x`` (float32) along one axis: ``[(input index, weight)]``,
-    indices clamped to the input, weight None for nearest (one tap)."""
+    indices clamped to the input, weight None for nearest (one tap); and the condition under
+    which the coordinate lies in the input (None unless tf_crop_and_resize extrapolates)."""
     scale = attrs["scale"][axis]
-    coord = source_coordinate(x, attrs["coordinate_transformation_mode"], scale, in_size,
-                              attrs["size"][axis], ar.cast)
+    mode = attrs["coordinate_transformation_mode"]
+    roi = attrs["roi"]
+    coord = source_coordinate(x, mode, scale, in_size, attrs["size"][axis], ar.cast,
+                              (roi[axis], roi[2 + axis]))
+    # onnxruntime extrapolates outside [0, size - 1] in crop mode.
+    valid = ar.within(coord, 0.0, float(in_size - 1)) if mode == "tf_crop_and_resize" else None
+    return _method_taps(coord, attrs, in_size, scale, ar), valid
+
+
+def _method_taps(coord: Any, attrs: dict, in_size: int, scale: float,
+                 ar: Arith) -> list[tuple[Any, Any]]:
     method = attrs["method"]
     last = in_size - 1
     if method == "nearest_neighbor":
@@ -140,7 +168,8 @@ def axis_taps(x: Any, attrs: dict, axis: int, in_size: int, ar: Arith) -> list[t
     first = ar.to_int(base) - 1
     index = [first + k for k in range(4)]
     if attrs["cubic_exclude"]:
-        weights = [ar.select(ar.inside(i, in_size), w, 0.0) for i, w in zip(index, weights)]
+        weights = [ar.select(ar.within(i, 0, in_size - 1), w, 0.0)
+                   for i, w in zip(index, weights)]
         total = weights[0] + weights[1] + weights[2] + weights[3]
         weights = [w / total for w in weights]
     return [(ar.clamp(i, 0, last), w) for i, w in zip(index, weights)]
@@ -165,19 +194,23 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _resize2d_ref(data: np.ndarray, **attrs) -> np.ndarray:
-    def taps(axis: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    def taps(axis: int):
         x = np.arange(attrs["size"][axis], dtype=np.float32)
         return axis_taps(x, attrs, axis, data.shape[2 + axis], NUMPY_ARITH)
 
     t = data.dtype.type
+    (rows, valid_y), (cols, valid_x) = taps(0), taps(1)
     out = np.zeros(data.shape[:2] + tuple(attrs["size"]), dtype=data.dtype)
-    for iy, wy in taps(0):
-        for ix, wx in taps(1):
+    for iy, wy in rows:
+        for ix, wx in cols:
             term = data[:, :, iy[:, None], ix[None, :]]
             if wy is not None:
                 weight = wy.astype(t)[:, None] * wx.astype(t)[None, :]
                 term = term * weight
             out += term
+    if valid_y is not None:
+        inside = valid_y[:, None] & valid_x[None, :]
+        out = np.where(inside, out, t(attrs["extrapolation_value"])).astype(data.dtype)
     return out
 
 

@@ -35,6 +35,21 @@ def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | 
     return out
 
 
+def _roi(ctx: ConvertContext, shape: tuple[int, ...]) -> tuple[float, float, float, float]:
+    """The crop of tf_crop_and_resize as ``(h_start, w_start, h_end, w_end)`` (input 1, one
+    start and one end per axis, or per ``axes``); N and C must not be cropped."""
+    ndim = len(shape)
+    if ctx.optional_input(1) is None:
+        raise ctx.unsupported("tf_crop_and_resize needs the roi input")
+    values = ctx.const_value(1, "Resize roi").astype(np.float32).reshape(-1)
+    half = values.size // 2
+    starts = _full_rank(ctx, values[:half], ctx.ints("axes"), ndim, 0.0)
+    ends = _full_rank(ctx, values[half:], ctx.ints("axes"), ndim, 1.0)
+    if starts[:2].tolist() != [0.0, 0.0] or ends[:2].tolist() != [1.0, 1.0]:
+        raise ctx.unsupported(f"roi {values.tolist()} crops the N or C axis")
+    return float(starts[2]), float(starts[3]), float(ends[2]), float(ends[3])
+
+
 def _sizes_and_scales(ctx: ConvertContext, shape: tuple[int, ...], scales_index: int,
                       sizes_index: int | None) -> tuple[list[int], list[float]]:
     ndim = len(shape)
@@ -50,6 +65,8 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[int, ...], scales_index:
         values = _full_rank(ctx, values, axes, ndim, 1.0)
         if np.any(values <= 0):
             raise ctx.unsupported(f"scales {values.tolist()} must be positive")
+        # The crop of tf_crop_and_resize does not change the size (onnxruntime and the ONNX
+        # reference implementation agree, though the spec multiplies by roi_end - roi_start).
         out = [int(np.float32(s) * np.float32(d)) for s, d in zip(values, shape)]
         return out, [float(s) for s in values]
     if sizes is None:
@@ -80,18 +97,19 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
         raise ctx.unsupported(f"mode={mode} (supported: nearest, linear, cubic)")
     if ctx.attr("antialias", 0):
         raise ctx.unsupported("antialias=1")
-    if coordinate_mode == "tf_crop_and_resize":
-        raise ctx.unsupported("coordinate_transformation_mode=tf_crop_and_resize")
     if len(shape) != 4:
         raise ctx.unsupported(f"only rank-4 (NCHW) inputs are supported, got shape {shape}")
+    roi = _roi(ctx, shape) if coordinate_mode == "tf_crop_and_resize" else (0.0, 0.0, 1.0, 1.0)
     out, scales = _sizes_and_scales(ctx, shape, scales_index, sizes_index)
     if tuple(out[:2]) != shape[:2]:
         raise ctx.unsupported(f"resizing the N or C axis ({shape} → {tuple(out)})")
-    if tuple(out) == shape and scales[2:] == [1.0, 1.0]:
+    if tuple(out) == shape and scales[2:] == [1.0, 1.0] and coordinate_mode != "tf_crop_and_resize":
         return x
     return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
                     method=_METHODS[mode], coordinate_transformation_mode=coordinate_mode,
-                    rounding_method=rounding, cubic_alpha=float(ctx.attr("cubic_coeff_a", -0.75)),
+                    rounding_method=rounding, roi=roi,
+                    extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
+                    cubic_alpha=float(ctx.attr("cubic_coeff_a", -0.75)),
                     cubic_exclude=bool(ctx.attr("exclude_outside", 0)))
 
 
