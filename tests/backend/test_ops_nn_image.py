@@ -21,6 +21,8 @@ CASES = [
      {"strides": [2, 2], "pads": [1, 0, 1, 2], "group": 2, "dilations": [1, 2]}),
     ("ConvTranspose", X4, {"w": rand(4, 3, 3, 3, seed=1)},
      {"strides": [3, 2], "auto_pad": "SAME_UPPER", "output_padding": [1, 0]}),
+    ("ConvTranspose", {"x": rand(2, 4, 9)}, {"w": rand(4, 3, 3, seed=1), "b": rand(3, seed=2)},
+     {"strides": [2], "pads": [1, 0]}),
     ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 2, 2], np.float32)},
      {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
     ("Resize", X4, {"roi": ROI, "scales": np.array([1, 1, 0.6, 1.7], np.float32)},

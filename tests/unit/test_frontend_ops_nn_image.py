@@ -63,6 +63,9 @@ CONV_TRANSPOSE_CASES = {  # name: (data shape, weight shape, attributes)
     "same_upper": ((1, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     "same_lower": ((1, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
     "depthwise": ((1, 4, 5, 6), (4, 1, 2, 2), {"strides": [2, 2], "group": 4}),
+    "1d": ((2, 4, 7), (4, 3, 3), {"strides": [2], "pads": [1, 0], "output_padding": [1]}),
+    "1d_output_shape": ((1, 4, 7), (4, 3, 3), {"strides": [3], "output_shape": [20],
+                                               "dilations": [2]}),
 }
 
 

@@ -98,22 +98,45 @@ def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int,
 
 @onnx_op("ConvTranspose", since=1)
 def conv_transpose(ctx: ConvertContext) -> Expr:
-    x, w, kernel = _conv_operands(ctx)
-    strides = ctx.ints("strides", (1, 1))
-    dilation = ctx.ints("dilations", (1, 1))
-    adj = ctx.ints("output_padding", (0, 0))
+    """2-D, or 1-D lifted to 2-D with a height-1 input and kernel (attributes get the
+    identity entry of the added axis)."""
+    x, w = ctx.input(0), ctx.input(1)
+    one_d = x.checked_type.ndim == 3 and w.checked_type.ndim == 3
+
+    def ints(name: str, default: tuple[int, ...], lifted: tuple[int, ...]):
+        value = ctx.ints(name)
+        if value is None:
+            return default
+        if not one_d:
+            return value
+        if name == "pads":  # [begin, end] → (top, left, bottom, right)
+            return (0, value[0], 0, value[1]) if len(value) == 2 else value
+        return lifted + value
+
+    if one_d:
+        n, c, width = x.checked_type.shape
+        x = ctx.reshape(x, (n, c, 1, width))
+        w = ctx.reshape(w, w.checked_type.shape[:2] + (1,) + w.checked_type.shape[2:])
+        kernel = w.checked_type.shape[2:]
+        if ints("kernel_shape", kernel, (1,)) != kernel:
+            raise ctx.unsupported("kernel_shape differs from the weight shape")
+    else:
+        x, w, kernel = _conv_operands(ctx)
+    strides = ints("strides", (1, 1), (1,))
+    dilation = ints("dilations", (1, 1), (1,))
+    adj = ints("output_padding", (0, 0), (0,))
     if not len(strides) == len(dilation) == len(adj) == 2:
-        raise ctx.unsupported("only 2-D kernels are supported")
+        raise ctx.unsupported("only 1-D and 2-D kernels are supported")
     in_hw = x.checked_type.shape[2:]
     auto_pad = ctx.attr("auto_pad", "NOTSET")
-    out_shape = ctx.ints("output_shape")
+    out_shape = ints("output_shape", None, (1,))
     if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         raise ctx.unsupported(f"auto_pad={auto_pad}")
     if out_shape is None and auto_pad in ("NOTSET", "VALID"):
-        pads = (0, 0, 0, 0) if auto_pad == "VALID" else ctx.ints("pads", (0, 0, 0, 0))
-        if len(pads) != 4:
-            raise ctx.unsupported(f"pads {pads} do not have 4 entries")
-        padding, extra = pads, adj
+        padding = (0, 0, 0, 0) if auto_pad == "VALID" else ints("pads", (0, 0, 0, 0), ())
+        if len(padding) != 4:
+            raise ctx.unsupported(f"pads {padding} do not have one begin and end per axis")
+        extra = adj
     else:
         wanted = (None, None) if out_shape is None else out_shape[-2:]
         per_axis = [_transpose_padding(ctx, *args) for args in
@@ -123,7 +146,11 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
     out = ctx.call("nn.conv2d_transpose", [x, w], strides=strides, padding=tuple(padding),
                    dilation=dilation, groups=int(ctx.attr("group", 1)),
                    output_padding=tuple(extra))
-    return _with_bias(ctx, out)
+    out = _with_bias(ctx, out)
+    if one_d:
+        n, o, _, width = out.checked_type.shape
+        out = ctx.reshape(out, (n, o, width))
+    return out
 
 
 def _pool_attrs(ctx: ConvertContext, x: Expr) -> dict:
