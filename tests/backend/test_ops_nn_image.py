@@ -67,3 +67,16 @@ def test_equal_bool_output(check_model):
     b = np.array([1, 5, 3], np.int64)
     inputs = {"a": a, "b": b}
     check_model(single_op("Equal", inputs, out_shape=(None, TensorProto.BOOL)), inputs)
+
+
+def test_gather_out_of_range_ids_are_clamped(target, tmp_path):
+    """Token ids past the embedding table (an error in ONNX) read its first or last row,
+    never memory outside it."""
+    from conftest import compile_and_run
+
+    table = rand(4, 3)
+    model = single_op("Gather", {"i": np.zeros(5, np.int64)}, consts={"t": table}, axis=0)
+    model.graph.node[0].input[:] = ["t", "i"]
+    ids = np.array([0, 3, -1, 10**9, -(10**9)], np.int64)
+    got = compile_and_run(model, {"i": ids}, tmp_path, target)[0]
+    np.testing.assert_array_equal(got, table[[0, 3, 3, 3, 0]])
