@@ -126,6 +126,27 @@ def test_resize_cubic(target, mode, alpha, exclude):
     check(node, {"x": rand(1, 2, 5, 7)}, 19, inits, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["linear", "cubic"])
+@pytest.mark.parametrize("mode", ["half_pixel", "pytorch_half_pixel", "asymmetric",
+                                  "align_corners"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.6, 0.45], [1, 1, 0.3, 1.5], [1, 1, 2.0, 0.8]])
+@pytest.mark.parametrize("exclude", [0, 1])
+def test_resize_antialias(method, mode, scales, exclude):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=method, antialias=1,
+                            coordinate_transformation_mode=mode, exclude_outside=exclude)
+    check(node, {"x": rand(1, 2, 9, 11)}, 19, {"scales": np.array(scales, np.float32)},
+          rtol=1e-4, atol=1e-5)
+
+
+def test_resize_antialias_footprint_is_bounded():
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs", mode="cubic",
+                            antialias=1)
+    model = make_model([node], {"x": rand(1, 1, 40, 40)}, ["y"], 19,
+                       {"scales": np.array([1, 1, 0.1, 1], np.float32)})
+    with pytest.raises(UnsupportedOpError, match="antialias over 40 pixels"):
+        from_onnx(model)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 @pytest.mark.parametrize("roi,extrapolation", [
     ([0, 0, 0.2, 0.1, 1, 1, 0.8, 0.7], 0.0), ([0, 0, -0.3, 0.4, 1, 1, 1.2, 0.9], -7.5),
@@ -158,7 +179,7 @@ def test_resize_axes_and_aspect_ratio(policy):
 @pytest.mark.parametrize("attrs,reason", [
     ({"mode": "area"}, "mode=area"),
     ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "needs the roi input"),
-    ({"antialias": 1}, "antialias"),
+    ({"antialias": 1}, "antialias=1 with mode=nearest"),
 ])
 def test_resize_refuses(attrs, reason):
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs", **attrs)

@@ -31,6 +31,12 @@ def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
     sch[conv].reorder(*outer, *conv.body.axes, y, x)
 
 
+@register_schedule("resize_table")
+def schedule_resize_table(sch: Schedule, t: Tensor) -> None:
+    # Per-row / per-column taps of a resize: computed once, read by every output pixel.
+    sch[t].compute_root()
+
+
 @register_schedule("softmax_exp")
 def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
     # exp(x - max) is read twice (sum and division): compute it once.

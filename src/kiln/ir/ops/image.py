@@ -6,9 +6,12 @@
 - ``scale``: ``(sh, sw)``, the float32 scales of the coordinate transform (the ONNX ``scales``
   input, or ``OH / H`` when ``sizes`` was given);
 - ``method``: ``"nearest_neighbor"``, ``"linear"`` or ``"cubic"``;
-- ``cubic_alpha``, ``cubic_exclude`` (cubic only): the ``A`` of Keys' cubic convolution kernel
-  and whether taps outside the input get weight 0 (the others renormalized) instead of
-  repeating the edge;
+- ``cubic_alpha`` (cubic): the ``A`` of Keys' cubic convolution kernel;
+- ``exclude_outside`` (cubic, antialiased linear): taps outside the input get weight 0 (the
+  others renormalized) instead of repeating the edge;
+- ``antialias`` (linear and cubic): when downsampling by ``scale < 1``, the filter is widened
+  by ``1 / scale`` (its taps cover ``2 / scale`` or ``4 / scale`` input pixels) and its weights
+  normalized to sum 1, as the ONNX reference implementation and onnxruntime do;
 - ``coordinate_transformation_mode``: ONNX Resize's (``half_pixel``, ``half_pixel_symmetric``,
   ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``, ``tf_half_pixel_for_nn``,
   ``tf_crop_and_resize``);
@@ -31,6 +34,7 @@ through an :class:`Arith` of the few functions they need.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +58,7 @@ class Arith:
 
     floor: Callable[[Any], Any]
     ceil: Callable[[Any], Any]
+    abs: Callable[[Any], Any]
     clamp: Callable[[Any, Any, Any], Any]
     to_int: Callable[[Any], Any]  # float → int64, truncating
     cast: Callable[[Any, str], Any]
@@ -61,7 +66,7 @@ class Arith:
     select: Callable[[Any, Any, Any], Any]
 
 
-NUMPY_ARITH = Arith(np.floor, np.ceil, np.clip, lambda v: v.astype(np.int64),
+NUMPY_ARITH = Arith(np.floor, np.ceil, np.abs, np.clip, lambda v: v.astype(np.int64),
                     lambda v, dtype: v.astype(dtype), lambda v, lo, hi: (v >= lo) & (v <= hi),
                     lambda c, a, b: np.where(c, a, b).astype(np.float32))
 
@@ -157,22 +162,64 @@ def _method_taps(coord: Any, attrs: dict, in_size: int, scale: float,
     if method == "nearest_neighbor":
         rounded = nearest_index(coord, attrs["rounding_method"], scale, ar.floor, ar.ceil)
         return [(ar.clamp(ar.to_int(rounded), 0, last), None)]
-    if method == "linear":
+    if method == "linear" and not attrs["antialias"]:
         # onnxruntime's bilinear: the coordinate is clamped to [0, size - 1] first.
         c = ar.clamp(coord, 0.0, float(last))
         i0 = ar.to_int(c)
         w1 = c - ar.cast(i0, "float32")
         return [(i0, 1.0 - w1), (ar.clamp(i0 + 1, 0, last), w1)]
-    base = ar.floor(coord)
-    weights = _cubic_weights(coord - base, attrs["cubic_alpha"])
-    first = ar.to_int(base) - 1
-    index = [first + k for k in range(4)]
-    if attrs["cubic_exclude"]:
+    if attrs["antialias"]:
+        index, weights = _antialias_taps(coord, attrs, scale, ar)
+    else:
+        base = ar.floor(coord)
+        weights = _cubic_weights(coord - base, attrs["cubic_alpha"])
+        first = ar.to_int(base) - 1
+        index = [first + k for k in range(4)]
+    if attrs["exclude_outside"]:  # cubic, or antialiased linear (onnxruntime refuses plain)
         weights = [ar.select(ar.within(i, 0, in_size - 1), w, 0.0)
                    for i, w in zip(index, weights)]
-        total = weights[0] + weights[1] + weights[2] + weights[3]
-        weights = [w / total for w in weights]
+        weights = _normalized(weights)
     return [(ar.clamp(i, 0, last), w) for i, w in zip(index, weights)]
+
+
+def antialias_footprint(method: str, scale: float) -> int:
+    """Taps of an antialiased filter along one axis: the filter's support (1 for linear, 2 for
+    cubic, each side) widened by ``1 / scale`` when downsampling."""
+    support = 1.0 if method == "linear" else 2.0
+    start = math.floor(-support / min(scale, 1.0)) + 1
+    return 2 - 2 * start
+
+
+def _antialias_taps(coord: Any, attrs: dict, scale: float, ar: Arith) -> tuple[list, list]:
+    """Indices (unclamped) and normalized weights of the antialiased linear or cubic filter:
+    tap ``k`` reads pixel ``base + start + k`` with ``base = floor(coord)``, its weight is the
+    filter at ``(start + k - (coord - base)) * min(scale, 1)``."""
+    n = antialias_footprint(attrs["method"], scale)
+    start = 1 - n // 2
+    shrink = min(scale, 1.0)
+    base = ar.floor(coord)
+    ratio = coord - base
+    first = ar.to_int(base) + start
+    a = attrs["cubic_alpha"]
+    weights = []
+    for k in range(n):
+        d = ar.abs((float(start + k) - ratio) * shrink)
+        if attrs["method"] == "linear":
+            weights.append(ar.clamp(1.0 - d, 0.0, 1.0))
+        else:
+            inner = ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+            outer = ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+            weights.append(ar.select(ar.within(d, 0.0, 1.0), inner,
+                                     ar.select(ar.within(d, 0.0, 2.0), outer, 0.0)))
+    return [first + k for k in range(n)], _normalized(weights)
+
+
+def _normalized(weights: list[Any]) -> list[Any]:
+    """``weights`` divided by their sum."""
+    total = weights[0]
+    for w in weights[1:]:
+        total = total + w
+    return [w / total for w in weights]
 
 
 def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

@@ -14,8 +14,12 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Expr
+from kiln.ir.ops.image import antialias_footprint
 
 _METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
+#: an antialiased output pixel reads taps² input pixels (unrolled in the kernel): a bound
+#: on the downsampling factor (linear 1/8, cubic 1/4)
+MAX_ANTIALIAS_TAPS = 16
 
 
 def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | None,
@@ -95,14 +99,19 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
     mode = ctx.attr("mode", "nearest")
     if mode not in _METHODS:
         raise ctx.unsupported(f"mode={mode} (supported: nearest, linear, cubic)")
-    if ctx.attr("antialias", 0):
-        raise ctx.unsupported("antialias=1")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise ctx.unsupported("antialias=1 with mode=nearest")
     if len(shape) != 4:
         raise ctx.unsupported(f"only rank-4 (NCHW) inputs are supported, got shape {shape}")
     roi = _roi(ctx, shape) if coordinate_mode == "tf_crop_and_resize" else (0.0, 0.0, 1.0, 1.0)
     out, scales = _sizes_and_scales(ctx, shape, scales_index, sizes_index)
     if tuple(out[:2]) != shape[:2]:
         raise ctx.unsupported(f"resizing the N or C axis ({shape} → {tuple(out)})")
+    taps = [antialias_footprint(mode, s) for s in scales[2:]] if antialias else [0]
+    if max(taps) > MAX_ANTIALIAS_TAPS:
+        raise ctx.unsupported(f"antialias over {max(taps)} pixels (scales {scales[2:]}; at most "
+                              f"{MAX_ANTIALIAS_TAPS})")
     if tuple(out) == shape and scales[2:] == [1.0, 1.0] and coordinate_mode != "tf_crop_and_resize":
         return x
     return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
@@ -110,7 +119,7 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
                     rounding_method=rounding, roi=roi,
                     extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
                     cubic_alpha=float(ctx.attr("cubic_coeff_a", -0.75)),
-                    cubic_exclude=bool(ctx.attr("exclude_outside", 0)))
+                    exclude_outside=bool(ctx.attr("exclude_outside", 0)), antialias=antialias)
 
 
 @onnx_op("Resize", since=10)
