@@ -169,6 +169,12 @@ def test_resize_v10(mode, scales):
           10, {"scales": np.array(scales, np.float32)})
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample(mode):
+    check(helper.make_node("Upsample", ["x", "scales"], ["y"], mode=mode),
+          {"x": rand(1, 2, 5, 7)}, 9, {"scales": np.array([1, 1, 2.0, 1.5], np.float32)})
+
+
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
 def test_resize_axes_and_aspect_ratio(policy):
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], axes=[2, 3],

@@ -1,4 +1,5 @@
-"""Converters of ONNX image ops: Resize (opsets 10, 11, 13, 18, 19) → ``image.resize2d``.
+"""Converters of ONNX image ops: Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9, its
+deprecated predecessor) → ``image.resize2d``.
 
 Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C unscaled) in
 modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``, ``axes`` and
@@ -123,9 +124,10 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
 
 
 @onnx_op("Resize", since=10)
+@onnx_op("Upsample", since=9)
 def resize_v10(ctx: ConvertContext) -> Expr:
-    """Resize-10: inputs (X, scales); asymmetric coordinates, nearest truncates (upsampling) or
-    takes the ceiling (downsampling), as onnxruntime's Upsample."""
+    """Resize-10 and Upsample-9: inputs (X, scales); asymmetric coordinates, nearest truncates
+    (upsampling) or takes the ceiling (downsampling), as onnxruntime's Upsample."""
     return _resize(ctx, 1, None, "asymmetric", "simple")
 
 
