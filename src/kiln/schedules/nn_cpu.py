@@ -31,6 +31,15 @@ def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
     sch[conv].reorder(*outer, *conv.body.axes, y, x)
 
 
+@register_schedule("matmul")
+def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
+    # Batched products of activations (attention scores, weighted values): k outside j, so the
+    # inner loop runs along a row of B and of the output, contiguous (vectorizable).
+    *outer, j = mm.axes
+    (k,) = mm.body.axes
+    sch[mm].reorder(*outer, k, j)
+
+
 @register_schedule("resize_table")
 def schedule_resize_table(sch: Schedule, t: Tensor) -> None:
     # Per-row / per-column taps of a resize: computed once, read by every output pixel.
