@@ -1,5 +1,5 @@
-"""The ops the transformer and OCR models brought (LayerNormalization, ConvTranspose, Resize,
-Equal), compiled for each target (c, llvm), against onnxruntime."""
+"""The ops the transformer and OCR models brought (LayerNormalization, ConvTranspose, Resize, Erf,
+Gelu, Equal, Gather's index clamp), compiled for each target (c, llvm), against onnxruntime."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ X4 = {"x": rand(1, 4, 5, 7)}
 ROI = np.zeros(0, np.float32)
 
 CASES = [
+    ("Gelu", {"x": rand(4, 9) * 3}, {}, {}),
+    ("Gelu", {"x": rand(4, 9) * 3}, {}, {"approximate": "tanh"}),
     ("LayerNormalization", {"x": rand(2, 5, 24) * 3 + 1},
      {"s": rand(24, seed=1), "b": rand(24, seed=2)}, {"epsilon": 1e-5}),
     ("LayerNormalization", {"x": rand(2, 3, 4, 5)}, {"s": rand(4, 5, seed=1)}, {"axis": 2}),
@@ -57,7 +59,7 @@ CASES = [
 @pytest.mark.parametrize("op,inputs,consts,attrs", CASES,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_single_op_matches_onnxruntime(check_model, op, inputs, consts, attrs):
-    opset = 19 if op == "Resize" else 17
+    opset = {"Resize": 19, "Gelu": 20}.get(op, 17)
     check_model(single_op(op, inputs, consts=consts, opset=opset, **attrs), inputs)
 
 
@@ -86,3 +88,20 @@ def test_gather_out_of_range_ids_are_clamped(target, tmp_path):
     ids = np.array([0, 3, -1, 10**9, -(10**9)], np.int64)
     got = compile_and_run(model, {"i": ids}, tmp_path, target)[0]
     np.testing.assert_array_equal(got, table[[0, 3, 3, 3, 0]])
+
+
+def test_erf_approximation(target, tmp_path):
+    """float32 Erf (GELU's) is a rational approximation: within 5e-7 of erf everywhere, exact
+    at 0, ±1 beyond the clamp, NaN kept."""
+    import math
+
+    from conftest import compile_and_run
+
+    x = np.concatenate([np.linspace(-6, 6, 20001), [0.0, np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float32)
+    model = single_op("Erf", {"x": x})
+    got = compile_and_run(model, {"x": x}, tmp_path, target)[0]
+    want = np.array([math.erf(v) for v in x.astype(np.float64)])
+    finite = np.isfinite(x)
+    assert np.max(np.abs(got[finite] - want[finite])) < 5e-7
+    assert got[-4] == 0.0 and got[-3] == 1.0 and got[-2] == -1.0 and np.isnan(got[-1])

@@ -212,3 +212,9 @@ def test_equal(dtype):
     a = (rand(3, 4) * 2).round().astype(dtype)
     b = (rand(4, seed=1) * 2).round().astype(dtype)
     check(helper.make_node("Equal", ["a", "b"], ["y"]), {"a": a, "b": b}, 13)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    check(helper.make_node("Gelu", ["x"], ["y"], approximate=approximate),
+          {"x": rand(3, 8, low=-5, high=5)}, 20, rtol=1e-5, atol=1e-6)
