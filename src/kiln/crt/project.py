@@ -411,6 +411,7 @@ def write_project(project: CProject, out_dir: str | os.PathLike[str]) -> Path:
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        os.chmod(tmp, 0o755)  # mkdtemp made it 0700
         if out.exists():
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
             os.replace(out, old / "x")
