@@ -47,7 +47,7 @@ def names_blob(names: Sequence[str]) -> bytes:
 
 
 def system_lib_functions(lib: Module) -> list[str]:
-    """The packed functions of every module in ``lib``'s tree, in tree order.
+    """The packed functions (symbols) of every module in ``lib``'s tree, in tree order.
 
     Raises
     ------
@@ -59,12 +59,13 @@ def system_lib_functions(lib: Module) -> list[str]:
 
     bad, names = [], []
     for m in modules_dfs(lib):
+        # (a const loader answers get_symbol for its imports: ask DSO modules only)
         declared = _const_vars_of(m) if m.is_dso_exportable else None
         if not m.is_dso_exportable:
-            bad.append(f"'{m.type_key}' (not DSO-exportable: it would need loading at run time)")
+            bad.append(f"'{m.type_key}' (not DSO-exportable)")
         elif declared is not None and declared[1]:
-            bad.append(f"'{m.type_key}' symbol {declared[0]!r} (needs constants "
-                       f"{list(declared[1])[:4]})")
+            bad.append(f"'{m.type_key}' (symbol {declared[0]!r} needs constants "
+                       f"{list(declared[1])[:3]})")
         else:
             names.extend(m.list_function_names())
     if bad:
@@ -135,8 +136,11 @@ def create_system_lib_module(lib: Module, target, symbols: Mapping[str, str] | N
     """
     from kiln.target import Target
 
-    names = system_lib_functions(lib)
-    symbols = dict(symbols or {})
+    # the modules define symbols; the registry maps the graph's names to them
+    name_of = {sym: name for name, sym in (symbols or {}).items()}
+    defined = system_lib_functions(lib)
+    names = [name_of.get(s, s) for s in defined]
+    symbols = dict(zip(names, defined, strict=True))
     tgt = Target(target)
     if tgt.kind == "llvm":
         from kiln.codegen.llvm import compile_ir, target_machine
