@@ -114,4 +114,4 @@ def _check_rvv(project) -> None:
     assert re.search(r"\bvf(n?m(acc|add|sub)|mul|add)\.v[vf]\b", asm), "no RVV float math"
     defined = toolchain.run(["riscv64-linux-gnu-nm", "--defined-only", str(project / "kiln_m_main")])
     assert all(sym in defined for sym in re.findall(
-        r"^[0-9a-f]+ T (\S+)$", toolchain.run(["riscv64-linux-gnu-nm", str(kernels[0])]), re.M))
+        r"^[0-9a-f]+ T (\S+)$", toolchain.run(["riscv64-linux-gnu-nm", str(kernels[0])]), re.MULTILINE))
