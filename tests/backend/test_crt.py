@@ -8,6 +8,7 @@ test_deploy_c.py.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import numpy as np
@@ -173,6 +174,8 @@ def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
 def test_cli_system_lib_static_library_and_project(tmp_path):
     """kiln compile --system-lib -o m.a writes the library, m.json and m.params; the project's
     Makefile builds a program that runs them."""
+    if shutil.which("make") is None or shutil.which("nm") is None:
+        pytest.skip("needs make and nm (binutils)")
     import onnx
     from onnx import TensorProto, helper
 
