@@ -1,6 +1,6 @@
 """The C runtime and the AOT executor on small graphs, through the real C compiler: the runtime
 sources are strict C99; a system library refuses modules that cannot link statically; two
-graph-executor models (symbol prefixes) and an AOT model live in one C program, each matching
+graph-executor models (symbol prefixes; c and llvm codegen) and an AOT model live in one C program, each matching
 the graph interpreter; the graph executor reports a params blob of another model; and the
 CLI's static library and C project for the graph executor. Whole models: tests/models/
 test_deploy_c.py.
@@ -143,19 +143,19 @@ int main(int argc, char** argv) {
 
 
 def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
-    """Prefixed system libraries (a_, b_) and an AOT model share one program and one CRT;
-    kernels of the same name in the three do not collide."""
+    """Prefixed system libraries (a_ from C, b_ from LLVM objects) and an AOT model share one
+    program and one CRT; kernels of the same name in the three do not collide."""
     fa, fb, fc = _conv_relu(), _dense_sigmoid(), _conv_relu()
     x = RNG.standard_normal((1, 4, 8, 8)).astype("float32")
     a = kiln.build(fa, "c", runtime="crt", system_lib_prefix="a_")
-    b = kiln.build(fb, "c", runtime="crt", system_lib_prefix="b_")
+    b = kiln.build(fb, "llvm", runtime="crt", system_lib_prefix="b_")  # LLVM objects
     c = kiln.build(fc, "c", executor="aot", mod_name="third")
     dirs = [write_project(graph_project(a), tmp_path / "a"),
             write_project(graph_project(b), tmp_path / "b"), c.emit_c_project(tmp_path / "c")]
     (tmp_path / "main.c").write_text(MAIN_C.replace(
         "@OUT@", c.sources.outputs[0].c_name))
     (tmp_path / "x.bin").write_bytes(x.tobytes())
-    sources = [str(p) for d in dirs for p in sorted((d / "model").glob("*.[cS]"))]
+    sources = [str(p) for d in dirs for p in sorted((d / "model").glob("*.[cSo]"))]
     sources += [str(dirs[0] / "crt" / n) for n in GRAPH_SOURCES if n.endswith(".c")]
     toolchain.run([*toolchain.find_cc(), "-O2", "-std=gnu99", f"-I{dirs[0] / 'include'}",
                    f"-I{dirs[0] / 'crt'}", f"-I{dirs[2] / 'model'}", f"-Wa,-I{dirs[2] / 'model'}",
