@@ -126,7 +126,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
         kernels, kernel_names = _lower_kernels(calls)
     symbols = {k.name: prefix + k.name for k in kernels}
-    kernels_by_name = kernels
+    graph_kernels = kernels  # named as the graph calls them
     if prefix:
         kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
     if tgt.kind == "llvm":
@@ -149,7 +149,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",
               len(kernels), len(calls), plan.total_bytes)
     if runtime == "crt" or executor == "aot":
-        return _deployable(graph, lib, consts, mod_name, tgt, kernels_by_name, symbols,
+        return _deployable(graph, lib, consts, mod_name, tgt, graph_kernels, symbols,
                            prefix, executor)
     return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
 
