@@ -248,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         error (usage, :class:`KilnError`, or an unexpected exception).
     """
     debug = setup_logging()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "compile" and args.output is None and args.emit_c_project is None:
+        parser.error("compile needs -o/--output (or --emit-c-project DIR)")
     from kiln import progress
 
     if getattr(args, "quiet", False):
