@@ -9,7 +9,8 @@ is serial). Optionally the cross builds' latency under qemu.
 Prints a markdown table. Sizes: the program's file size and ``size``'s text+data (the part that
 is code and constants; params are linked into (b) and read from files by (a)). Static memory:
 (a) the arena the executor used (tables, storage, params) plus the kernels' workspace peak;
-(b) the static workspace plus the linked params. Latency: mean of ``--repeat`` runs after one.
+(b) the static workspace plus the linked params. Latency: mean of ``--repeat`` runs after one
+(wall clock; in parentheses the process's CPU time per run, steadier on a busy machine).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def sizes(exe: Path, cc_prefix: str = "") -> tuple[int, int]:
     return exe.stat().st_size, int(text[0]) + int(text[1])
 
 
-def python_so_latency(mod, params, name: str, x, work: Path, repeat: int) -> tuple[float, int]:
+def python_so_latency(mod, params, name: str, x, work: Path, repeat: int
+                      ) -> tuple[float, float, int]:
     lib = kiln.build(mod, target="c", params=params)
     so = work / "m.so"
     lib.export_library(str(so))
@@ -83,12 +85,13 @@ def python_so_latency(mod, params, name: str, x, work: Path, repeat: int) -> tup
     g = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
     g.set_input(name, x)
     g.run()
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         g.run()
         times.append((time.perf_counter() - t) * 1e3)
-    return float(np.mean(times)), so.stat().st_size
+        cpu.append((time.process_time() - c) * 1e3)
+    return float(np.mean(times)), float(np.mean(cpu)), so.stat().st_size
 
 
 def main() -> int:
@@ -106,9 +109,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             (work / "in.bin").write_bytes(x.tobytes())
-            ms, so_size = python_so_latency(mod, params, inp, x, work, args.repeat)
+            ms, cpu, so_size = python_so_latency(mod, params, inp, x, work, args.repeat)
             rows.append(f"| {name} | Python + .so (c, 1 thread) | {so_size / 1e6:.2f} MB | | | "
-                        f"{ms:.1f} |")
+                        f"{ms:.1f} (CPU {cpu:.1f}) |")
             for executor in ("graph", "aot"):
                 proj, extra = program(mod, params, executor, "c", work)
                 exe = proj / "kiln_m_main"
@@ -121,7 +124,7 @@ def main() -> int:
                        f"{r['params'] / 1e6:.2f} MB")
                 label = "(a) graph + CRT" if executor == "graph" else "(b) AOT"
                 rows.append(f"| {name} | {label} | {size / 1e6:.2f} MB | {text / 1e6:.2f} MB | "
-                            f"{mem} | {r['mean']:.1f} |")
+                            f"{mem} | {r['mean']:.1f} (CPU {r['cpu_mean']:.1f}) |")
             for isa in filter(None, args.qemu.split(",")):
                 target, cc, qemu = QEMU[isa]
                 for executor in ("graph", "aot"):
@@ -129,7 +132,7 @@ def main() -> int:
                     r = run([*qemu, str(proj / "kiln_m_main"), *extra, str(work / "in.bin"),
                              str(work / "out.bin")])
                     rows.append(f"| {name} | {executor} {isa} under qemu | | | | "
-                                f"{r['first']:.0f} |")
+                                f"{r['first']:.0f} (CPU {r['cpu_mean']:.0f}) |")
     print("\n".join(rows))
     return 0
 
