@@ -55,6 +55,7 @@ def load(name: str):
 
 def program(mod, params, executor, target, work: Path, cc=None):
     """Build the C project; returns (folder, extra args before the I/O files)."""
+    work.mkdir(parents=True, exist_ok=True)
     if executor == "aot":
         f = kiln.build(mod, target=target, params=params, executor="aot", mod_name="m")
         proj, extra = f.emit_c_project(work / "aot"), []
