@@ -114,6 +114,172 @@ def io_macros(prefix: str, inputs: list[TensorSpec], outputs: list[TensorSpec]) 
     return lines
 
 
+def io_specs(graph: dict, param_names) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The model's inputs (``arg_nodes`` that are not params, in order) and outputs (``heads``,
+    named by ``attrs.output_names``) of a parsed graph JSON, with unique C field names."""
+    nodes, row_ptr, attrs = graph["nodes"], graph["node_row_ptr"], graph["attrs"]
+    shapes, dtypes = attrs["shape"][1], attrs["dltype"][1]
+    used: set[str] = set()
+    inputs = []
+    for nid in graph["arg_nodes"]:
+        name, e = nodes[nid]["name"], row_ptr[nid]
+        if name not in param_names:
+            inputs.append(TensorSpec(name, c_identifier(name, used), tuple(shapes[e]), dtypes[e]))
+    out_names = attrs.get("output_names", ["list_str", []])[1]
+    used = set()
+    outputs = []
+    for i, (nid, k, _) in enumerate(graph["heads"]):
+        e = row_ptr[nid] + k
+        name = out_names[i] if i < len(out_names) else f"output{i}"
+        outputs.append(TensorSpec(name, c_identifier(name, used), tuple(shapes[e]), dtypes[e]))
+    return inputs, outputs
+
+
+class _AotWriter:
+    """One model's AOT sources: the static plan first, then each file."""
+
+    def __init__(self, graph_text: str, params: dict[str, np.ndarray],
+                 kernels: list[L.PrimFunc], symbols: dict[str, str], mod_name: str):
+        g = json.loads(graph_text)
+        self.mod_name, self.params = mod_name, params
+        self.m = c_identifier(mod_name)
+        self.p = f"kiln_{self.m}"
+        nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+        self.shapes, self.dtypes = g["attrs"]["shape"][1], g["attrs"]["dltype"][1]
+        self.args = {row_ptr[nid]: nodes[nid]["name"] for nid in g["arg_nodes"]}
+        self.heads = [row_ptr[n] + k for n, k, _ in g["heads"]]
+        if len(set(self.heads)) != len(self.heads) or any(h in self.args for h in self.heads):
+            raise CompileError(f"AOT executor of {mod_name}: an output is listed twice or is a "
+                               "graph input or param; use the graph executor")
+        self.calls: list[tuple[str, list[int]]] = []  # (symbol, argument entry ids)
+        ops = []
+        for nid, node in enumerate(nodes):
+            if node["op"] == "null":
+                continue
+            fname = node["attrs"]["func_name"]
+            if fname in ("__nop", "__copy"):
+                raise CompileError(f"AOT executor of {mod_name}: node {node['name']} is "
+                                   f"{fname}")
+            ins = [row_ptr[n] + k for n, k, _ in node["inputs"]]
+            outs = list(range(row_ptr[nid], row_ptr[nid + 1]))
+            self.calls.append((symbols.get(fname, fname), ins + outs))
+            ops.append((ins, outs))
+        self.inputs, self.outputs = io_specs(g, params)
+        self._plan(ops)
+        self.kernel_ws = max((workspace_bytes(k) for k in kernels), default=0)
+        self._pack_params()
+
+    def _plan(self, ops) -> None:
+        """Storage ids by the graph planner (inputs and params external, outputs pinned);
+        offsets in the workspace for every storage that holds an activation."""
+        nbytes = [_entry_nbytes(s, d) for s, d in zip(self.shapes, self.dtypes, strict=True)]
+        plan = plan_memory(nbytes, set(self.args), ops, set(self.heads))
+        self.storage_id = plan.storage_id
+        self.offsets: dict[int, int] = {}
+        self.activation_bytes = 0
+        for e, sid in enumerate(plan.storage_id):
+            if e in self.args or e in self.heads or sid in self.offsets:
+                continue
+            self.offsets[sid] = self.activation_bytes
+            self.activation_bytes += _round(plan.storage_bytes[sid])
+
+    def _pack_params(self) -> None:
+        """The params blob: each param little-endian at a 64-byte aligned offset."""
+        blob, self.param_offset = bytearray(), {}
+        for name in self.args.values():
+            if name in self.params:
+                self.param_offset[name] = len(blob)
+                arr = np.asarray(self.params[name])
+                blob += np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+                blob += bytes(_round(len(blob)) - len(blob))
+        self.params_bin = bytes(blob)
+
+    def _data(self, e: int) -> str:
+        """The static data pointer of entry ``e`` (0: set by the run function)."""
+        p = self.p
+        if e in self.args:
+            name = self.args[e]
+            return f"(void*)({p}_params + {self.param_offset[name]})" if name in self.params else "0"
+        if e in self.heads:
+            return "0"
+        return f"{p}_workspace + {self.offsets[self.storage_id[e]]}"
+
+    def _tensors(self, entries: list[int]) -> list[str]:
+        """Shape arrays (one per distinct shape) and the static DLTensor table."""
+        p, lines, rows, ids = self.p, [], [], {}
+        for e in entries:
+            key = tuple(self.shapes[e])
+            if key not in ids:
+                ids[key] = len(ids)
+                lines.append(f"static const int64_t {p}_shape{ids[key]}[{max(1, len(key))}] = "
+                             f"{{{', '.join(map(str, key)) or '1'}}};")
+            code, bits = dl_dtype(self.dtypes[e])
+            rows.append(f"  {{{self._data(e)}, {{kDLCPU, 0}}, {len(key)}, {{{code}, {bits}, 1}}, "
+                        f"(int64_t*){p}_shape{ids[key]}, 0, 0}},  /* entry {e} */")
+        return [*lines, f"static DLTensor {p}_tensors[{len(entries)}] = {{", *rows, "};"]
+
+    def run_c(self) -> str:
+        p, calls = self.p, self.calls
+        entries = sorted({e for _, args in calls for e in args} | set(self.heads))
+        index = {e: i for i, e in enumerate(entries)}
+        lines = [f"// Generated by Kiln's AOT executor codegen for model {self.mod_name!r}.",
+                 "#include <kiln/c_runtime_api.h>", f'#include "kiln_{self.m}.h"', "",
+                 "void KilnWorkspace_Init(void* base, size_t size);",
+                 f"extern const uint8_t {p}_params[];"]
+        lines += [f"int32_t {s}(TVMValue*, int32_t*, int32_t, TVMValue*, int32_t*, void*);"
+                  for s in dict.fromkeys(s for s, _ in calls)]
+        total = self.activation_bytes + self.kernel_ws
+        lines.append(f"static uint8_t {p}_workspace[{max(total, 1)}] "
+                     f"__attribute__((aligned({CRT_ALIGN})));")
+        lines += self._tensors(entries)
+        max_args = max((len(a) for _, a in calls), default=1)
+        lines.append(f"static int32_t {p}_type_codes[{max_args}] = "
+                     f"{{{', '.join(['kTVMDLTensorHandle'] * max_args)}}};")
+        for k, (_, args) in enumerate(calls):
+            vals = ", ".join(f"{{.v_handle = &{p}_tensors[{index[e]}]}}" for e in args)
+            lines.append(f"static TVMValue {p}_args{k}[{len(args)}] = {{{vals}}};")
+        lines += ["", (f"int32_t {p}_run(struct {p}_inputs* inputs, struct {p}_outputs* outputs) "
+                  "{"), "  TVMValue ret;", "  int32_t ret_code;"]
+        entry_of = {n: e for e, n in self.args.items()}
+        for s in self.inputs:
+            lines.append(f"  {p}_tensors[{index[entry_of[s.name]]}].data = inputs->{s.c_name};")
+        for s, e in zip(self.outputs, self.heads, strict=True):
+            lines.append(f"  {p}_tensors[{index[e]}].data = outputs->{s.c_name};")
+        lines.append(f"  KilnWorkspace_Init({p}_workspace + {self.activation_bytes}, "
+                     f"{self.kernel_ws});")
+        for k, (sym, args) in enumerate(calls):
+            lines.append(f"  if ({sym}({p}_args{k}, {p}_type_codes, {len(args)}, &ret, "
+                         "&ret_code, 0) != 0) return -1;")
+        return "\n".join([*lines, "  return 0;", "}"]) + "\n"
+
+    def header(self) -> str:
+        p, M = self.p, self.p.upper()
+        fields_in = [f"  void* {s.c_name};" for s in self.inputs] or ["  void* unused;"]
+        return "\n".join([
+            f"/* Generated by Kiln: the AOT executor of model {self.mod_name!r}. */",
+            f"#ifndef {M}_H_", f"#define {M}_H_", "#include <stdint.h>", "",
+            (f"/* static memory: workspace (activations {self.activation_bytes} + kernel "
+            f"workspace {self.kernel_ws}) and linked params */"),
+            f"#define {M}_WORKSPACE_BYTES {self.activation_bytes + self.kernel_ws}",
+            f"#define {M}_PARAMS_BYTES {len(self.params_bin)}",
+            *io_macros(M, self.inputs, self.outputs), "",
+            f"struct {p}_inputs {{", *fields_in, "};",
+            f"struct {p}_outputs {{", *[f"  void* {s.c_name};" for s in self.outputs], "};", "",
+            "/* Run the model once. Every pointer is a 64-byte aligned buffer of the size above.",
+            "   Returns 0, or -1 with the message in TVMGetLastError(). Not reentrant: the",
+            "   workspace is static. */",
+            f"int32_t {p}_run(struct {p}_inputs* inputs, struct {p}_outputs* outputs);",
+            "const char* TVMGetLastError(void);", "", f"#endif /* {M}_H_ */"]) + "\n"
+
+    def params_asm(self) -> str:
+        p = self.p
+        return "\n".join([
+            "/* Generated by Kiln: the AOT executor's linked params, copied by the assembler. */",
+            "\t.section .rodata", f"\t.globl {p}_params", f"\t.type {p}_params, %object",
+            f"\t.balign {CRT_ALIGN}", f"{p}_params:", f'\t.incbin "kiln_{self.m}_params.bin"',
+            f"\t.size {p}_params, .-{p}_params", '\t.section .note.GNU-stack,"",%progbits']) + "\n"
+
+
 def aot_codegen(graph_text: str, params: dict[str, np.ndarray], kernels: list[L.PrimFunc],
                 symbols: dict[str, str], mod_name: str) -> AotSources:
     """Generate the AOT executor of a built graph (see the module docstring).
@@ -132,130 +298,6 @@ def aot_codegen(graph_text: str, params: dict[str, np.ndarray], kernels: list[L.
         A graph output that is a graph input or param, an output listed twice, or an op the
         AOT executor cannot call (``__nop``/``__copy``).
     """
-    g = json.loads(graph_text)
-    m = c_identifier(mod_name)
-    p = f"kiln_{m}"
-    nodes, row_ptr, attrs = g["nodes"], g["node_row_ptr"], g["attrs"]
-    shapes, dtypes = attrs["shape"][1], attrs["dltype"][1]
-    entry_bytes = [_entry_nbytes(s, d) for s, d in zip(shapes, dtypes, strict=True)]
-    arg_entries = {row_ptr[nid]: nodes[nid]["name"] for nid in g["arg_nodes"]}
-    heads = [row_ptr[n] + k for n, k, _ in g["heads"]]
-    if len(set(heads)) != len(heads) or any(h in arg_entries for h in heads):
-        raise CompileError(f"AOT executor of {mod_name}: an output is listed twice or is a "
-                           "graph input or param; use the graph executor")
-    calls = []  # (symbol, arg entry ids)
-    ops = []
-    for nid, node in enumerate(nodes):
-        if node["op"] == "null":
-            continue
-        fname = node["attrs"]["func_name"]
-        if fname in ("__nop", "__copy"):
-            raise CompileError(f"AOT executor of {mod_name}: node {node['name']} is {fname}")
-        ins = [row_ptr[n] + k for n, k, _ in node["inputs"]]
-        outs = list(range(row_ptr[nid], row_ptr[nid + 1]))
-        calls.append((symbols.get(fname, fname), ins + outs))
-        ops.append((ins, outs))
-    plan = plan_memory(entry_bytes, set(arg_entries), ops, set(heads))
-    # Activations: every storage that holds an op output other than a graph output.
-    offsets: dict[int, int] = {}
-    act = 0
-    for e, sid in enumerate(plan.storage_id):
-        if e in arg_entries or e in heads or sid in offsets:
-            continue
-        offsets[sid] = act
-        act += _round(plan.storage_bytes[sid])
-    kernel_ws = max((workspace_bytes(k) for k in kernels), default=0)
-
-    used: set[str] = set()
-    param_names = [n for n in arg_entries.values() if n in params]
-    inputs = [TensorSpec(n, c_identifier(n, used), tuple(shapes[e]), dtypes[e])
-              for e, n in sorted(arg_entries.items()) if n not in params]
-    out_names = attrs.get("output_names", ["list_str", []])[1]
-    used = set()
-    outputs = [TensorSpec(out_names[i] if i < len(out_names) else f"output{i}",
-                          c_identifier(out_names[i] if i < len(out_names) else f"output{i}",
-                                       used), tuple(shapes[e]), dtypes[e])
-               for i, e in enumerate(heads)]
-    blob, param_off = bytearray(), {}
-    for name in param_names:
-        param_off[name] = len(blob)
-        arr = np.asarray(params[name])
-        blob += np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-        blob += bytes(_round(len(blob)) - len(blob))
-
-    def data_expr(e: int) -> str:
-        if e in arg_entries:
-            name = arg_entries[e]
-            return f"(void*)({p}_params + {param_off[name]})" if name in params else "0"
-        if e in heads:
-            return "0"
-        return f"{p}_workspace + {offsets[plan.storage_id[e]]}"
-
-    used_entries = sorted({e for _, args in calls for e in args} | set(heads))
-    index = {e: i for i, e in enumerate(used_entries)}
-    shape_ids: dict[tuple, int] = {}
-    lines = [f"// Generated by Kiln's AOT executor codegen for model {mod_name!r}.",
-             "#include <kiln/c_runtime_api.h>",
-             f'#include "kiln_{m}.h"',
-             "",
-             "void KilnWorkspace_Init(void* base, size_t size);",
-             f"extern const uint8_t {p}_params[];"]
-    lines += [f"int32_t {s}(TVMValue*, int32_t*, int32_t, TVMValue*, int32_t*, void*);"
-              for s in dict.fromkeys(s for s, _ in calls)]
-    total = act + kernel_ws
-    lines.append(f"static uint8_t {p}_workspace[{max(total, 1)}] "
-                 f"__attribute__((aligned({CRT_ALIGN})));")
-    for e in used_entries:
-        key = tuple(shapes[e])
-        if key not in shape_ids:
-            shape_ids[key] = len(shape_ids)
-            lines.append(f"static const int64_t {p}_shape{shape_ids[key]}[{max(1, len(key))}] = "
-                         f"{{{', '.join(map(str, key)) or '1'}}};")
-    rows = []
-    for e in used_entries:
-        code, bits = dl_dtype(dtypes[e])
-        rows.append(f"  {{{data_expr(e)}, {{kDLCPU, 0}}, {len(shapes[e])}, {{{code}, {bits}, 1}}, "
-                    f"(int64_t*){p}_shape{shape_ids[tuple(shapes[e])]}, 0, 0}},  /* entry {e} */")
-    lines += [f"static DLTensor {p}_tensors[{len(used_entries)}] = {{", *rows, "};"]
-    max_args = max((len(a) for _, a in calls), default=1)
-    lines.append(f"static int32_t {p}_type_codes[{max_args}] = "
-                 f"{{{', '.join(['kTVMDLTensorHandle'] * max_args)}}};")
-    for k, (_, args) in enumerate(calls):
-        vals = ", ".join(f"{{.v_handle = &{p}_tensors[{index[e]}]}}" for e in args)
-        lines.append(f"static TVMValue {p}_args{k}[{len(args)}] = {{{vals}}};")
-    lines += ["", f"int32_t {p}_run(struct {p}_inputs* inputs, struct {p}_outputs* outputs) {{",
-              "  TVMValue ret;", "  int32_t ret_code;"]
-    for s in inputs:
-        e = next(e for e, n in arg_entries.items() if n == s.name)
-        lines.append(f"  {p}_tensors[{index[e]}].data = inputs->{s.c_name};")
-    for s, e in zip(outputs, heads, strict=True):
-        lines.append(f"  {p}_tensors[{index[e]}].data = outputs->{s.c_name};")
-    lines.append(f"  KilnWorkspace_Init({p}_workspace + {act}, {kernel_ws});")
-    for k, (sym, args) in enumerate(calls):
-        lines.append(f"  if ({sym}({p}_args{k}, {p}_type_codes, {len(args)}, &ret, &ret_code, "
-                     "0) != 0) return -1;")
-    lines += ["  return 0;", "}"]
-
-    M = p.upper()
-    header = [f"/* Generated by Kiln: the AOT executor of model {mod_name!r}. */",
-              f"#ifndef {M}_H_", f"#define {M}_H_", "#include <stdint.h>", "",
-              (f"/* static memory: workspace (activations {act} + kernel workspace {kernel_ws}) "
-              "and linked params */"),
-              f"#define {M}_WORKSPACE_BYTES {total}",
-              f"#define {M}_PARAMS_BYTES {len(blob)}",
-              *io_macros(M, inputs, outputs), "",
-              f"struct {p}_inputs {{", *([f"  void* {s.c_name};" for s in inputs] or
-                ["  void* unused;"]), "};",
-              f"struct {p}_outputs {{", *[f"  void* {s.c_name};" for s in outputs], "};", "",
-              "/* Run the model once. Every pointer is a 64-byte aligned buffer of the size above.",
-              "   Returns 0, or -1 with the message in TVMGetLastError(). Not reentrant: the",
-              "   workspace is static. */",
-              f"int32_t {p}_run(struct {p}_inputs* inputs, struct {p}_outputs* outputs);",
-              "const char* TVMGetLastError(void);", "", f"#endif /* {M}_H_ */"]
-    asm = [("/* Generated by Kiln: the linked params of the AOT executor, copied by the "
-           "assembler. */"),
-           "\t.section .rodata", f"\t.globl {p}_params", f"\t.type {p}_params, %object",
-           f"\t.balign {CRT_ALIGN}", f"{p}_params:", f'\t.incbin "kiln_{m}_params.bin"',
-           f"\t.size {p}_params, .-{p}_params", '\t.section .note.GNU-stack,"",%progbits']
-    return AotSources(m, "\n".join(lines) + "\n", "\n".join(header) + "\n", bytes(blob),
-                      "\n".join(asm) + "\n", act, kernel_ws, inputs, outputs)
+    w = _AotWriter(graph_text, params, kernels, symbols, mod_name)
+    return AotSources(w.m, w.run_c(), w.header(), w.params_bin, w.params_asm(),
+                      w.activation_bytes, w.kernel_ws, w.inputs, w.outputs)

@@ -354,7 +354,7 @@ def _graph_main(m: str, entry: str, inputs, outputs, arena: int) -> str:
 def graph_project(factory) -> CProject:
     """The C project of a :class:`~kiln.runtime.GraphExecutorFactoryModule` built with
     ``runtime="crt"``: kernels + registry, graph JSON, params blob, the CRT graph executor."""
-    from kiln.backend.aot_codegen import TensorSpec, c_identifier, io_macros
+    from kiln.backend.aot_codegen import c_identifier, io_macros, io_specs
     from kiln.runtime.params import save_param_dict
 
     reg = find_registry(factory.lib)
@@ -363,20 +363,7 @@ def graph_project(factory) -> CProject:
     m = c_identifier(factory.module_name)
     p = CProject(m)
     _kernel_files(factory.lib, p)
-    g = json.loads(graph_text)
-    shapes, dtypes = g["attrs"]["shape"][1], g["attrs"]["dltype"][1]
-    used: set[str] = set()
-    inputs = []
-    for nid in g["arg_nodes"]:
-        name, e = g["nodes"][nid]["name"], g["node_row_ptr"][nid]
-        if name not in params:
-            inputs.append(TensorSpec(name, c_identifier(name, used), tuple(shapes[e]), dtypes[e]))
-    out_names = g["attrs"].get("output_names", ["list_str", []])[1]
-    outputs = []
-    for i, (nid, k, _) in enumerate(g["heads"]):
-        e = g["node_row_ptr"][nid] + k
-        name = out_names[i] if i < len(out_names) else f"output{i}"
-        outputs.append(TensorSpec(name, c_identifier(name, used), tuple(shapes[e]), dtypes[e]))
+    inputs, outputs = io_specs(json.loads(graph_text), params)
     arena = arena_bytes(graph_text, int(getattr(reg, "workspace_bytes", 0)))
     M = f"KILN_{m.upper()}"
     p.files[f"model/kiln_{m}_io.h"] = "\n".join([
