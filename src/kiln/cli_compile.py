@@ -79,7 +79,9 @@ def compile_model(model: str, output: str | None, target: str = "c",
         mod, params = from_onnx(proto, shape=shapes)
     lib = kiln.build(mod, target=target, params=params, byoc=list(byoc or []),
                      runtime="crt" if crt else None, executor=executor,
-                     system_lib_prefix=system_lib_prefix, mod_name=_model_name(model))
+                     system_lib_prefix=system_lib_prefix,
+                     # AOT names its entry kiln_<model>_run; graph builds keep TVM's "default"
+                     mod_name=_model_name(model) if executor == "aot" else "default")
     with progress.stage(f"Exporting {out.name}"):
         if crt:
             _export_for_c(lib, output, c_project)

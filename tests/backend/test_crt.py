@@ -173,7 +173,7 @@ def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
 
 def test_cli_system_lib_static_library_and_project(tmp_path):
     """kiln compile --system-lib -o m.a writes the library, m.json and m.params; the project's
-    Makefile builds a program that runs them."""
+    Makefile builds a program that runs them; --executor aot -o aot.a holds kiln_tiny_run."""
     if shutil.which("make") is None or shutil.which("nm") is None:
         pytest.skip("needs make and nm (binutils)")
     import onnx
@@ -199,7 +199,7 @@ def test_cli_system_lib_static_library_and_project(tmp_path):
     toolchain.run(["make", "-s", "-C", str(tmp_path / "proj")])
     x = RNG.standard_normal((1, 3, 8, 8)).astype("float32")
     (tmp_path / "x.bin").write_bytes(x.tobytes())
-    proc = subprocess.run([str(tmp_path / "proj" / "kiln_tiny_main"), str(tmp_path / "m.json"),
+    proc = subprocess.run([str(tmp_path / "proj" / "kiln_default_main"), str(tmp_path / "m.json"),
                            str(tmp_path / "m.params"), "x.bin", "y.bin"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -210,3 +210,7 @@ def test_cli_system_lib_static_library_and_project(tmp_path):
     got = np.fromfile(tmp_path / "y.bin", "float32").reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert main(["compile", str(model), "--emit-c-project", str(tmp_path / "p2"), "-q"]) == 2
+    assert main(["compile", str(model), "--executor", "aot", "-o", str(tmp_path / "aot.a"),
+                 "-q"]) == 0
+    syms = toolchain.run(["nm", str(tmp_path / "aot.a")])
+    assert " T kiln_tiny_run" in syms and " R kiln_tiny_params" in syms
