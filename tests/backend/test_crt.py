@@ -1,9 +1,10 @@
 """The C runtime and the AOT executor on small graphs, through the real C compiler: the runtime
 sources are strict C99; a system library refuses modules that cannot link statically; two
-graph-executor models (symbol prefixes; c and llvm codegen) and an AOT model live in one C program, each matching
-the graph interpreter; the graph executor reports a params blob of another model; and the
-CLI's static library and C project for the graph executor. Whole models: tests/models/
-test_deploy_c.py.
+graph-executor models (symbol prefixes; c and llvm codegen) and an AOT model live in one C
+program, each matching the graph interpreter; the graph executor reports a params blob of
+another model, and every truncated graph JSON or params blob, as an error (the same program is
+clean under ASan/UBSan); the CLI's static libraries and C project. Whole models:
+tests/models/test_deploy_c.py.
 """
 
 from __future__ import annotations
@@ -124,6 +125,26 @@ int main(int argc, char** argv) {
   }
   if (KilnGraphExecutor_LoadParams(b, params_a, pn) == 0) return 4;
   printf("%s\n", TVMGetLastError());
+  { /* every truncation of the graph JSON and of the params blob is an error, not a crash */
+    static unsigned char scratch_memory[1 << 20];
+    KilnArena scratch;
+    KilnGraphExecutor* ge;
+    char path[512];
+    size_t gn, cut;
+    void* graph;
+    snprintf(path, sizeof(path), "%s/model/graph.json", argv[2]);
+    graph = load(path, &gn);
+    for (cut = 0; cut < gn; cut += 7) {
+      KilnArena_Init(&scratch, scratch_memory, sizeof(scratch_memory));
+      if (KilnGraphExecutor_Create((const char*)graph, cut, a_TVMSystemLibEntryPoint(), &scratch,
+                                   &ge) == 0)
+        return 5;
+    }
+    for (cut = 0; cut < pn; cut += 13) {
+      if (KilnGraphExecutor_LoadParams(a, params_a, cut) == 0) return 6;
+    }
+    if (KilnGraphExecutor_LoadParams(a, params_a, pn) != 0) return 7;
+  }
   if (posix_memalign(&out, 64, KILN_THIRD_OUTPUT_0_NBYTES) != 0) return 3;
   outs.@OUT@ = out;
   if (kiln_third_run(&in, &outs) != 0) {

@@ -4,8 +4,9 @@ What lives here: the runtime's C sources (``kiln_crt*.c``/``.h``, C99, no alloca
 caller's arena: the system-library registry lookup, packed calls, the graph executor with its
 JSON reader, the backend callbacks kernels need), and the Python that writes C projects and
 static libraries from a build (:mod:`kiln.crt.project`), including the AOT executor's factory
-(:class:`kiln.crt.aot_factory.AotExecutorFactory`). It may import ``kiln.runtime``; the code
-generators it relies on have run in ``kiln.build`` already.
+(:class:`kiln.crt.aot_factory.AotExecutorFactory`). It may import ``kiln.runtime`` and the
+AOT codegen's descriptions of a graph (``kiln.backend.aot_codegen``); the code generators
+themselves have run in ``kiln.build`` already.
 """
 
 from __future__ import annotations
