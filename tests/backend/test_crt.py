@@ -2,13 +2,14 @@
 sources are strict C99; a system library refuses modules that cannot link statically; two
 graph-executor models (symbol prefixes; c and llvm codegen) and an AOT model live in one C
 program, each matching the graph interpreter; the graph executor reports a params blob of
-another model, and every truncated graph JSON or params blob, as an error (the same program is
-clean under ASan/UBSan); the CLI's static libraries and C project. Whole models:
+another model, and every truncated graph JSON or params blob, as an error (also built with ASan
+and UBSan); the CLI's static libraries and C project. Whole models:
 tests/models/test_deploy_c.py.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -178,18 +179,23 @@ def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
     (tmp_path / "x.bin").write_bytes(x.tobytes())
     sources = [str(p) for d in dirs for p in sorted((d / "model").glob("*.[cSo]"))]
     sources += [str(dirs[0] / "crt" / n) for n in GRAPH_SOURCES if n.endswith(".c")]
-    toolchain.run([*toolchain.find_cc(), "-O2", "-std=gnu99", f"-I{dirs[0] / 'include'}",
-                   f"-I{dirs[0] / 'crt'}", f"-I{dirs[2] / 'model'}", f"-Wa,-I{dirs[2] / 'model'}",
-                   "-o", str(tmp_path / "prog"), str(tmp_path / "main.c"), *sources, "-lm"])
-    proc = subprocess.run([str(tmp_path / "prog"), "x.bin", str(dirs[0]), str(dirs[1]), "",
-                           str(dirs[0] / "model" / "params.bin")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "params blob: a param's" in proc.stdout  # a's params do not fit b's graph
-    for name, func in (("a", fa), ("b", fb), ("c", fc)):
-        (want,) = evaluate(func, {"x": x})
-        got = np.fromfile(tmp_path / f"{name}.bin", "float32").reshape(want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # once plainly, once with ASan + UBSan (leaks are the test program's own: not checked)
+    for flags in (["-O2"], ["-O1", "-g", "-fsanitize=address,undefined",
+                            "-fno-sanitize-recover=undefined"]):
+        toolchain.run([*toolchain.find_cc(), *flags, "-std=gnu99", f"-I{dirs[0] / 'include'}",
+                       f"-I{dirs[0] / 'crt'}", f"-I{dirs[2] / 'model'}",
+                       f"-Wa,-I{dirs[2] / 'model'}", "-o", str(tmp_path / "prog"),
+                       str(tmp_path / "main.c"), *sources, "-lm"])
+        proc = subprocess.run([str(tmp_path / "prog"), "x.bin", str(dirs[0]), str(dirs[1]), "",
+                               str(dirs[0] / "model" / "params.bin")], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False,
+                              env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+        assert proc.returncode == 0, proc.stderr
+        assert "params blob: a param's" in proc.stdout  # a's params do not fit b's graph
+        for name, func in (("a", fa), ("b", fb), ("c", fc)):
+            (want,) = evaluate(func, {"x": x})
+            got = np.fromfile(tmp_path / f"{name}.bin", "float32").reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_cli_system_lib_static_library_and_project(tmp_path):
