@@ -10,6 +10,7 @@ tests/models/test_deploy_c.py.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 
@@ -198,7 +199,7 @@ def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_cli_system_lib_static_library_and_project(tmp_path):
+def test_cli_system_lib_static_library_and_project(tmp_path, capsys):
     """kiln compile --system-lib -o m.a writes the library, m.json and m.params; the project's
     Makefile builds a program that runs them; --executor aot -o aot.a holds kiln_tiny_run."""
     if shutil.which("make") is None or shutil.which("nm") is None:
@@ -241,3 +242,10 @@ def test_cli_system_lib_static_library_and_project(tmp_path):
                  "-q"]) == 0
     syms = toolchain.run(["nm", str(tmp_path / "aot.a")])
     assert " T kiln_tiny_run" in syms and " R kiln_tiny_params" in syms
+    if platform.machine() == "x86_64":  # foreign kernels with the host's cc: say to set $CC
+        capsys.readouterr()
+        assert main(["compile", str(model), "--executor", "aot", "--target",
+                     "llvm -mtriple=aarch64-linux-gnu", "-o", str(tmp_path / "arm.a"),
+                     "-q"]) == 2
+        assert "set $CC to the target's cross compiler" in capsys.readouterr().err
+        assert not (tmp_path / "arm.a").exists()
