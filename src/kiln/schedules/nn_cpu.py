@@ -56,6 +56,7 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int) -> N
     for t in conv.inputs():
         if t.tag == "pad":
             sch[t].compute_root()
+            sch[t].vectorize(t.axes[-1])  # the channel block: one guarded vector copy a pixel
     n, c, y, x, b = conv.axes
     stage = sch[conv]
     xo, xi = stage.split(x, _row_block(x.extent, taps))
