@@ -202,15 +202,17 @@ def test_conv_outputs_padded_to_full_blocks_when_cheap(oc, padded):
     np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
 
 
-def test_dense_outputs_padded_to_full_blocks_when_cheap():
-    x = Var("x", TensorType((2, 40), "float32"))
+@pytest.mark.parametrize("rows,blocks", [(2, (32, 40, 32)), (1, (125, 40, 8))])
+def test_dense_outputs_padded_to_full_blocks_when_cheap(rows, blocks):
+    """Padded with two rows or more; one row (a matrix-vector product) keeps exact blocks."""
+    x = Var("x", TensorType((rows, 40), "float32"))
     func = Function([x], [Call("nn.dense", [x, Constant(_rand(1000, 40))])])
     with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
         altered = alter_op_layout(func)
     (dense,) = [c for c in post_order(altered.outputs)
                 if isinstance(c, Call) and c.op.name == "nn.dense_pack"]
-    assert dense.args[1].data.shape == (32, 40, 32)
-    data = _rand(2, 40)
+    assert dense.args[1].data.shape == blocks
+    data = _rand(rows, 40)
     expect = evaluate(func, {"x": data})[0]
     (got,) = run_lowered(fuse_ops(altered), {"x": data})
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
