@@ -1,0 +1,410 @@
+"""``SourceDeviceModule`` (type_key ``kiln_jit``): kernels shipped as C source and compiled where
+the model runs — the source-embedded device of the ``jit`` target (the ``my_device`` of TVM's
+custom-device examples; TVM's ``CSourceModule`` kept as source, src/target/source/source_module.cc).
+
+The module is binary-serializable, so ``export_library`` packs it into the blob *as source*
+(whatever the ``fcompile``), and ``load_module`` rebuilds it with
+``runtime.module.loadbinary_kiln_jit``. Serialized form (stream encoding, shared reference
+section 1)::
+
+    u64 version (1) | string source | u64 n | n × (string name | vec<string> arg_dtypes |
+                                                  u64 num_outputs)
+
+``get_function(name)`` returns a packed function; its first call (of any function of the module)
+compiles the source with the device compiler:
+
+- the compiler: ``$KILN_DEVICE_CC`` (words, e.g. ``clang-14 --target=riscv64-linux-gnu``),
+  default the host C compiler (``$CC``, ``cc``);
+- the flags: ``-O3 -fPIC -std=gnu99``; ``-march=rv64gcv -mabi=lp64d`` when the compiler targets
+  riscv64 (its ``-dumpmachine``), and with clang ``-mllvm -riscv-v-vector-bits-min=128`` so
+  loops vectorize for RVV; ``-fopenmp`` when the compiler can build and link OpenMP code (the
+  kernels' ``#pragma omp parallel for``), else ``-fopenmp-simd`` (serial kernels, SIMD pragmas
+  kept); then ``$KILN_DEVICE_CFLAGS``; linked ``-shared`` with the backend support code;
+- cached by a hash of the source, the compiler's identity and the flags in
+  ``$KILN_CACHE_DIR/device`` (default ``~/.cache/kiln/device``, private, ``0700``), written to a
+  temp name and renamed (``source_module.build_cached_library``), so processes share it and two
+  compiling at once are safe.
+
+When the compiler builds for this host's machine the library is ``dlopen``\\ ed and called
+through ctypes. When it builds for another ISA (or ``$KILN_DEVICE_LAUNCHER`` is set) the
+kernels run in the device server (:mod:`kiln.runtime.device_server`) under ``qemu-<arch>`` or
+the launcher; calls cross a pipe, transparently for the graph executor.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shlex
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kiln.errors import KilnError, ModuleLoadError, ToolchainError
+from kiln.runtime import c_types as C
+from kiln.runtime import compile_cache, toolchain
+from kiln.runtime.binary_module import register_module_loader
+from kiln.runtime.elf import host_elf, triple_machine
+from kiln.runtime.library_module import LibraryModule
+from kiln.runtime.module import Module
+from kiln.runtime.ndarray import NDArray
+from kiln.runtime.packed_func import PackedFunc
+from kiln.runtime.private_dir import private_dir, user_cache_dir
+from kiln.runtime.source_module import build_cached_library
+from kiln.runtime.stream import StreamReader, StreamWriter
+
+log = logging.getLogger("kiln")
+
+TYPE_KEY = "kiln_jit"
+FORMAT_VERSION = 1
+SERVER_C = toolchain.RUNTIME_DIR / "support" / "device_server.c"
+#: the device flags every compile gets (the issue's ``-O3 -fPIC``; gnu99 as the host's)
+BASE_FLAGS = ("-O3", "-fPIC", "-std=gnu99")
+#: flags that make a riscv64 compiler emit RVV code (VLEN >= 128, Debian's lp64d ABI)
+RISCV_FLAGS = ("-march=rv64gcv", "-mabi=lp64d")
+RISCV_CLANG_FLAGS = ("-mllvm", "-riscv-v-vector-bits-min=128")
+#: qemu-user CPU options per architecture (RVV on, VLEN 128)
+QEMU_CPU = {"riscv64": ("-cpu", "rv64,v=true,vlen=128")}
+
+
+@dataclass(frozen=True)
+class DeviceFunction:
+    """One kernel of the source: its packed name, its arguments' dtypes (inputs then outputs)
+    and how many of the last arguments are outputs."""
+
+    name: str
+    arg_dtypes: tuple[str, ...]
+    num_outputs: int = 1
+
+
+def device_cache_dir() -> Path:
+    """``$KILN_CACHE_DIR/device`` (default ``~/.cache/kiln/device``), private (``0700``)."""
+    return private_dir(user_cache_dir() / "device", "device cache")
+
+
+def device_compiler() -> list[str]:
+    """The device compiler: ``$KILN_DEVICE_CC`` split into words, else the host C compiler.
+
+    Raises
+    ------
+    ToolchainError
+        If the named program is not found.
+    """
+    env = os.environ.get("KILN_DEVICE_CC", "").strip()
+    if not env:
+        return toolchain.find_cc()
+    words = shlex.split(env)
+    if shutil.which(words[0]) is None:
+        raise ToolchainError(f"device compiler $KILN_DEVICE_CC={env!r} not found: install it "
+                             "(Debian: apt-get install clang-14 or gcc-riscv64-linux-gnu) or "
+                             "unset KILN_DEVICE_CC to use the host C compiler")
+    return words
+
+
+def compiler_arch(cc: Sequence[str]) -> str | None:
+    """The architecture ``cc`` builds for (first word of ``-dumpmachine``: ``x86_64``,
+    ``riscv64``), or None when it cannot tell."""
+    triple = toolchain.dump_machine(cc)
+    return triple.split("-", 1)[0].lower() if triple else None
+
+
+@functools.lru_cache(maxsize=16)
+def _is_clang(cc: tuple[str, ...]) -> bool:
+    try:
+        return "clang" in toolchain.run([*cc, "--version"]).lower()
+    except ToolchainError:
+        return False
+
+
+_OMP_PROBE = ("#include <omp.h>\n"
+              "int kiln_probe(void) { int n = 0;\n#pragma omp parallel reduction(+:n)\n"
+              "n += omp_get_num_threads(); return n; }\n")
+
+
+@functools.lru_cache(maxsize=16)
+def openmp_flags(cc: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``("-fopenmp",)`` when ``cc flags`` compiles and links a shared library using OpenMP
+    (``omp.h`` and the runtime library are there: gcc, or clang with libomp), else
+    ``("-fopenmp-simd",)`` when that flag is accepted (kernels run serially), else ``()``."""
+    work = tempfile.mkdtemp(prefix="kiln-omp-probe-")
+    try:
+        src = os.path.join(work, "probe.c")
+        with open(src, "w") as f:
+            f.write(_OMP_PROBE)
+        for cand in (("-fopenmp",), ("-fopenmp-simd",)):
+            extra = ["-shared"] if cand == ("-fopenmp",) else ["-c"]
+            try:
+                toolchain.run([*cc, *flags, *cand, *extra, src, "-o",
+                               os.path.join(work, "probe.out")])
+                return cand
+            except ToolchainError as err:
+                log.debug("device compiler: %s unusable: %s", cand[0], err)
+        return ()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def device_flags(cc: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) of the device compiler ``cc`` (see the module doc).
+
+    Raises
+    ------
+    KilnError
+        If ``$KILN_DEVICE_CFLAGS`` cannot be split into words.
+    """
+    flags = list(BASE_FLAGS)
+    if compiler_arch(cc) == "riscv64":
+        flags += RISCV_FLAGS
+        if _is_clang(tuple(cc)):
+            flags += RISCV_CLANG_FLAGS
+    try:
+        extra = shlex.split(os.environ.get("KILN_DEVICE_CFLAGS", ""))
+    except ValueError as err:
+        raise KilnError(f"$KILN_DEVICE_CFLAGS: {err}") from None
+    omp = list(openmp_flags(tuple(cc), tuple(flags + extra)))
+    return flags + omp + extra, ["-shared", *omp, "-Wl,-Bsymbolic", *extra]
+
+
+def is_foreign(cc: Sequence[str]) -> bool:
+    """True when ``cc`` builds for another machine than this host's (so its code runs in the
+    device server); False when it builds for this host or cannot tell."""
+    triple = toolchain.dump_machine(cc)
+    machine = triple_machine(triple) if triple else None
+    host = host_elf()
+    return machine is not None and host is not None and machine[0] != host.machine
+
+
+def build_server(cc: Sequence[str], flags: Sequence[str]) -> str:
+    """The device server executable for ``cc`` (``support/device_server.c``), built once and
+    cached in :func:`device_cache_dir` by source, compiler identity and flags.
+
+    Raises
+    ------
+    ToolchainError
+        If the compiler fails.
+    """
+    ident = toolchain.compiler_identity(tuple(cc), tuple(flags)) or ""
+    source = SERVER_C.read_bytes()
+    key = compile_cache.make_key("kiln-device-server-v1", source, shlex.join(cc), ident,
+                                 shlex.join(flags))
+    path = device_cache_dir() / f"server-{key[:32]}"
+    if not path.exists():
+        toolchain.build_atomic(path, lambda tmp: toolchain.run(
+            [*cc, *flags, f"-I{toolchain.INCLUDE_DIR}", str(SERVER_C), "-o", tmp, "-ldl"]))
+        os.chmod(path, 0o700)
+    return str(path)
+
+
+def server_command(server: str, cc: Sequence[str]) -> list[str]:
+    """How to start ``server``: ``$KILN_DEVICE_LAUNCHER``'s words followed by the server's
+    path, else ``qemu-<arch>`` user mode with the Debian cross sysroot
+    (``-L /usr/<arch>-linux-gnu``) and, for riscv64, ``-cpu rv64,v=true,vlen=128``.
+
+    Raises
+    ------
+    ToolchainError
+        If no launcher is set and ``qemu-<arch>`` is not installed.
+    """
+    launcher = os.environ.get("KILN_DEVICE_LAUNCHER", "").strip()
+    if launcher:
+        return [*shlex.split(launcher), server]
+    arch = compiler_arch(cc) or "unknown"
+    qemu = f"qemu-{arch}"
+    if shutil.which(qemu) is None:
+        raise ToolchainError(f"the device compiler {shlex.join(cc)} builds for {arch}, and "
+                             f"{qemu} is not installed to run it (Debian: apt-get install "
+                             "qemu-user) — or set KILN_DEVICE_LAUNCHER to a command that runs "
+                             "the device server on a {arch} machine")
+    cmd = [qemu]
+    sysroot = f"/usr/{arch}-linux-gnu"
+    if os.path.isdir(sysroot):
+        cmd += ["-L", sysroot]
+    return [*cmd, *QEMU_CPU.get(arch, ()), server]
+
+
+class _Local:
+    """Kernels dlopen'ed into this process."""
+
+    def __init__(self, path: str, names: Sequence[str]):
+        self.library = LibraryModule(path, names)
+
+    def __call__(self, func: DeviceFunction, args: tuple[Any, ...]) -> Any:
+        packed = self.library._get_own_function(func.name)
+        if packed is None:
+            raise KilnError(f"{func.name}: not in the compiled device library {self.library.path}")
+        return packed(*args)
+
+
+class _Remote:
+    """Kernels run by a device server."""
+
+    def __init__(self, path: str, cc: Sequence[str], flags: Sequence[str]):
+        from kiln.runtime.device_server import DeviceServer
+
+        command = server_command(build_server(cc, flags), cc)
+        self.server = DeviceServer(command, Path(path).read_bytes(), f"{TYPE_KEY} module")
+        self._finalizer = weakref.finalize(self, self.server.close)
+
+    def __call__(self, func: DeviceFunction, args: tuple[Any, ...]) -> None:
+        if len(args) != len(func.arg_dtypes):
+            raise KilnError(f"{func.name}: expects {len(func.arg_dtypes)} tensors, got "
+                            f"{len(args)}")
+        arrays = [_as_array(a, func, i) for i, a in enumerate(args)]
+        first_out = len(args) - func.num_outputs
+        self.server.call(func.name, arrays, [i >= first_out for i in range(len(args))])
+
+
+def _as_array(value: Any, func: DeviceFunction, i: int) -> np.ndarray:
+    arr = value._arr if isinstance(value, NDArray) else value
+    if not isinstance(arr, np.ndarray):
+        raise KilnError(f"{func.name}: argument {i} is a {type(value).__name__}; the device "
+                        "takes tensors (NDArray or numpy arrays) only")
+    if C.dtype_name(arr.dtype) != func.arg_dtypes[i] or not arr.flags.c_contiguous:
+        raise KilnError(f"{func.name}: argument {i} must be a C-contiguous "
+                        f"{func.arg_dtypes[i]} tensor, got {arr.dtype}"
+                        + ("" if arr.flags.c_contiguous else " (not contiguous)"))
+    return arr
+
+
+class SourceDeviceModule(Module):
+    """C source of packed kernels, compiled on first call where the model runs.
+
+    Parameters
+    ----------
+    code : str
+        One C translation unit (``kiln.codegen.c.build_c_source``) defining every function.
+    functions : sequence of DeviceFunction
+        The packed functions it defines, with their argument dtypes and output count.
+
+    Raises
+    ------
+    KilnError
+        Duplicate function names.
+    """
+
+    type_key = TYPE_KEY
+    is_binary_serializable = True
+
+    def __init__(self, code: str, functions: Sequence[DeviceFunction]):
+        super().__init__()
+        self.code = str(code)
+        self.functions = {f.name: f for f in functions}
+        if len(self.functions) != len(functions):
+            raise KilnError(f"{TYPE_KEY} module: duplicate function names")
+        self._lock = threading.Lock()
+        self._impl: Callable[[DeviceFunction, tuple[Any, ...]], Any] | None = None
+        self._packed: dict[str, PackedFunc] = {}
+        #: the compiled library, once the first call built it
+        self.library_path: str | None = None
+
+    def get_source(self, fmt: str = "") -> str:
+        return self.code
+
+    def list_function_names(self) -> list[str]:
+        return list(self.functions)
+
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        func = self.functions.get(name)
+        if func is None:
+            return None
+        packed = self._packed.get(name)
+        if packed is None:
+            def call(*args: Any) -> Any:
+                impl = self._impl or self._start()
+                return impl(func, args)
+
+            packed = self._packed[name] = PackedFunc(call, name)
+        return packed
+
+    def _start(self) -> Callable[[DeviceFunction, tuple[Any, ...]], Any]:
+        """Compile (or find in the cache) the library and open it here or in a server.
+
+        Raises
+        ------
+        ToolchainError
+            The device compiler is missing or fails, or qemu is missing for a foreign ISA.
+        KilnError
+            The device server cannot be started or cannot load the library.
+        """
+        with self._lock:
+            if self._impl is not None:
+                return self._impl
+            cc = device_compiler()
+            flags, link_flags = device_flags(cc)
+            path = self._compile(cc, flags, link_flags)
+            remote = is_foreign(cc) or bool(os.environ.get("KILN_DEVICE_LAUNCHER", "").strip())
+            self._impl = _Remote(path, cc, flags) if remote else _Local(path, list(self.functions))
+            self.library_path = path
+            return self._impl
+
+    def _compile(self, cc: list[str], flags: list[str], link_flags: list[str]) -> str:
+        def objects(work: Path) -> list[str]:
+            src = work / "device.c"
+            src.write_text(self.code)
+            return toolchain.compile_objects([src], cc, flags=flags)
+
+        return build_cached_library("device", (self.code.encode(),), objects, cc=cc,
+                                    flags=flags, link_flags=link_flags,
+                                    folder=device_cache_dir())
+
+    # -- serialization
+    def save_to_binary(self) -> bytes:
+        w = StreamWriter()
+        w.u64(FORMAT_VERSION)
+        w.string(self.code)
+        w.u64(len(self.functions))
+        for f in self.functions.values():
+            w.string(f.name)
+            w.vec_str(list(f.arg_dtypes))
+            w.u64(f.num_outputs)
+        return w.getvalue()
+
+    @staticmethod
+    def load_from_binary(data: bytes) -> SourceDeviceModule:
+        """Inverse of :meth:`save_to_binary` (``runtime.module.loadbinary_kiln_jit``).
+
+        Raises
+        ------
+        ModuleLoadError
+            Truncated or corrupt bytes, an unknown format version, unknown dtypes.
+        """
+        r = StreamReader(data, f"{TYPE_KEY} module")
+        version = r.u64("version")
+        if version != FORMAT_VERSION:
+            raise r.error(f"format version {version}; this Kiln reads {FORMAT_VERSION}")
+        code = r.string("source")
+        funcs = []
+        for _ in range(r.count(24, "functions")):
+            name = r.string("name")
+            dtypes = tuple(r.vec_str("arg_dtypes"))
+            num_outputs = r.u64("num_outputs")
+            if num_outputs > len(dtypes):
+                raise r.error(f"{name}: {num_outputs} outputs of {len(dtypes)} arguments")
+            try:
+                dtypes = tuple(C.dtype_name(d) for d in dtypes)
+            except KilnError as err:
+                raise r.error(f"{name}: {err}") from None
+            funcs.append(DeviceFunction(name, dtypes, num_outputs))
+        if r.remaining:
+            raise r.error(f"{r.remaining} unexpected trailing bytes")
+        try:
+            return SourceDeviceModule(code, funcs)
+        except KilnError as err:
+            raise ModuleLoadError(str(err)) from None
+
+    def __repr__(self) -> str:
+        return (f"<kiln.runtime.SourceDeviceModule functions={len(self.functions)} "
+                f"imports={len(self._imports)}>")
+
+
+register_module_loader(TYPE_KEY, SourceDeviceModule.load_from_binary, override=True)
+
+__all__ = ["DeviceFunction", "SourceDeviceModule", "device_compiler", "device_flags"]
