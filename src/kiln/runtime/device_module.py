@@ -124,29 +124,33 @@ def _is_clang(cc: tuple[str, ...]) -> bool:
         return False
 
 
-_OMP_PROBE = ("#include <omp.h>\n"
-              "int kiln_probe(void) { int n = 0;\n#pragma omp parallel reduction(+:n)\n"
-              "n += omp_get_num_threads(); return n; }\n")
+#: probes of the OpenMP flags: the runtime (omp.h, a parallel region, linked), SIMD pragmas only
+_OMP_PROBES = (
+    (("-fopenmp", "-shared"), ("#include <omp.h>\nint kiln_probe(void) { int n = 0;\n"
+                             "#pragma omp parallel reduction(+:n)\n"
+                             "n += omp_get_num_threads(); return n; }\n")),
+    (("-fopenmp-simd", "-c"), ("void kiln_probe(float* a) {\n#pragma omp simd\n"
+                              "for (int i = 0; i < 64; ++i) a[i] += 1.0f; }\n")),
+)
 
 
 @functools.lru_cache(maxsize=16)
 def openmp_flags(cc: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, ...]:
     """``("-fopenmp",)`` when ``cc flags`` compiles and links a shared library using OpenMP
     (``omp.h`` and the runtime library are there: gcc, or clang with libomp), else
-    ``("-fopenmp-simd",)`` when that flag is accepted (kernels run serially), else ``()``."""
+    ``("-fopenmp-simd",)`` when that flag is accepted (kernels run serially, their SIMD
+    pragmas still apply), else ``()``."""
     work = tempfile.mkdtemp(prefix="kiln-omp-probe-")
     try:
         src = os.path.join(work, "probe.c")
-        with open(src, "w") as f:
-            f.write(_OMP_PROBE)
-        for cand in (("-fopenmp",), ("-fopenmp-simd",)):
-            extra = ["-shared"] if cand == ("-fopenmp",) else ["-c"]
+        for (flag, mode), code in _OMP_PROBES:
+            with open(src, "w") as f:
+                f.write(code)
             try:
-                toolchain.run([*cc, *flags, *cand, *extra, src, "-o",
-                               os.path.join(work, "probe.out")])
-                return cand
+                toolchain.run([*cc, *flags, flag, mode, src, "-o", os.path.join(work, "probe")])
+                return (flag,)
             except ToolchainError as err:
-                log.debug("device compiler: %s unusable: %s", cand[0], err)
+                log.debug("device compiler: %s unusable: %s", flag, err)
         return ()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,285 @@
+"""The ``jit`` target's source-embedded device with the real compilers: a model's kernels kept as
+C source through export/load and compiled on first call (host compiler, dlopen), the cache
+shared by processes and safe under concurrent compiles, compiler failures, the device server
+(forced onto this host with ``KILN_DEVICE_LAUNCHER``) and what happens when it dies, and the
+riscv64 RVV path under qemu-user with clang.
+
+Every test uses its own cache folder (``KILN_CACHE_DIR`` in ``tmp_path``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+import kiln.runtime as rt
+from kiln.errors import KilnError, ToolchainError
+from kiln.frontend import from_onnx
+from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
+
+RISCV_CC = "clang-14 --target=riscv64-linux-gnu"
+RISCV_TOOLS = ("clang-14", "qemu-riscv64", "riscv64-linux-gnu-gcc")  # gcc: crt files, libc
+SYSROOT = "/usr/riscv64-linux-gnu"
+
+
+@pytest.fixture
+def device_env(tmp_path, monkeypatch):
+    """A fresh cache and the default device (the host compiler, in process)."""
+    for var in ("KILN_DEVICE_CC", "KILN_DEVICE_CFLAGS", "KILN_DEVICE_LAUNCHER", "KILN_NO_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "device"
+
+
+def small_model() -> onnx.ModelProto:
+    """Conv(3→8, 3x3, pad 1) + Relu → GlobalAveragePool → Flatten → Gemm(8→5) → Softmax."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype("float32"), n) for n, s in
+             (("w", (8, 3, 3, 3)), ("b", (8,)), ("fw", (5, 8)), ("fb", (5,)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def export_small(path: Path, fcompile=None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    model = small_model()
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    mod, params = from_onnx(model, shape={"x": x.shape})
+    lib = kiln.build(mod, target="jit", params=params)
+    lib.export_library(str(path), fcompile=fcompile)
+    return model, {"x": x}
+
+
+def run_library(path: Path, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, rt.Module]:
+    loaded = rt.load_module(str(path))
+    gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+    for k, v in inputs.items():
+        gmod.set_input(k, v)
+    gmod.run()
+    return gmod.get_output(0).numpy(), loaded
+
+
+def device_module(loaded: rt.Module) -> SourceDeviceModule:
+    (dev,) = [m for m in loaded.imported_modules if isinstance(m, SourceDeviceModule)]
+    return dev
+
+
+def test_model_kernels_stay_source_through_export_and_run(device_env, tmp_path, reference):
+    """Export with an explicit fcompile (it must not compile the source away), load, run."""
+    so = tmp_path / "small.so"
+    model, inputs = export_small(so, fcompile=rt.create_shared)
+    assert not list(device_env.glob("device-*.so")), "nothing is compiled before the first call"
+    got, loaded = run_library(so, inputs)
+    np.testing.assert_allclose(got, reference(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    dev = device_module(loaded)
+    assert dev.type_key == "kiln_jit" and "#include <kiln/c_runtime_api.h>" in dev.get_source()
+    assert all(f.arg_dtypes[-1] == "float32" for f in dev.functions.values())
+    assert Path(dev.library_path).parent == device_env  # cached under $KILN_CACHE_DIR/device
+    assert [p.name for p in device_env.iterdir() if p.name.endswith(".tmp")] == []
+    # the .so holds the C source as data, not compiled kernels
+    assert set(dev.list_function_names()).isdisjoint(
+        rt.LibraryModule(str(so)).list_function_names())
+
+
+def test_tar_export_keeps_the_source_too(device_env, tmp_path, reference):
+    model, inputs = export_small(tmp_path / "small.tar")
+    got, loaded = run_library(tmp_path / "small.tar", inputs)
+    np.testing.assert_allclose(got, reference(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    assert device_module(loaded).type_key == "kiln_jit"
+
+
+_RUN = textwrap.dedent("""
+    import logging, sys, time
+    import numpy as np
+    import kiln, kiln.runtime as rt
+    logging.basicConfig(level=logging.DEBUG)  # every command the runtime runs, on stderr
+    while time.time() < float(sys.argv[3]):
+        time.sleep(0.001)
+    loaded = rt.load_module(sys.argv[1])
+    g = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+    g.set_input("x", np.load(sys.argv[2]))
+    g.run()
+    np.save(sys.argv[2] + ".out.npy", g.get_output(0).numpy())
+    print(loaded.imported_modules[0].library_path)
+""")
+
+
+def _run_processes(so: Path, x_path: Path, count: int, env: dict[str, str]
+                   ) -> list[tuple[str, str]]:
+    start = str(time.time() + 1.0)  # all begin at the same moment
+    procs = [subprocess.Popen([sys.executable, "-c", _RUN, str(so), str(x_path), start],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(count)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * count, [o[1][-3000:] for o in outs]
+    return outs
+
+
+def test_cache_is_shared_by_processes_and_safe_under_concurrent_compiles(device_env, tmp_path,
+                                                                         reference):
+    so = tmp_path / "small.so"
+    model, inputs = export_small(so)
+    x_path = tmp_path / "x.npy"
+    np.save(x_path, inputs["x"])
+    want = reference(model, inputs)[0]
+    # two processes compile the same kernels at once, into an empty cache (no object cache
+    # either: each really runs the compiler)
+    outs = _run_processes(so, x_path, 2, dict(os.environ, KILN_NO_CACHE="1"))
+    paths = {o[0].strip() for o in outs}
+    assert len(paths) == 1 and sorted(p.name for p in device_env.glob("device-*")) == \
+        [Path(paths.pop()).name]
+    assert [p.name for p in device_env.iterdir() if p.name.endswith(".tmp")] == []
+    assert all("device.c" in o[1] for o in outs), "both compiled (neither found it cached)"
+    np.testing.assert_allclose(np.load(str(x_path) + ".out.npy"), want, rtol=1e-5, atol=1e-6)
+    lib = next(device_env.glob("device-*"))
+    stamp = lib.stat().st_mtime_ns, lib.stat().st_ino
+    # a third process finds the library: no compile, no link
+    (out,) = _run_processes(so, x_path, 1, dict(os.environ))
+    assert "device.c" not in out[1] and "-shared" not in "".join(
+        line for line in out[1].splitlines() if "device-" in line)
+    assert (lib.stat().st_mtime_ns, lib.stat().st_ino) == stamp
+    np.testing.assert_allclose(np.load(str(x_path) + ".out.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_compile_reports_the_compiler_stderr(device_env):
+    mod = SourceDeviceModule("int broken( {\n", [DeviceFunction("broken", ("float32",))])
+    with pytest.raises(ToolchainError, match=r"(?s)command failed.*device\.c.*(error|expected)"):
+        mod["broken"](rt.empty((1,)))
+    assert not list(device_env.glob("device-*.so"))
+
+
+def test_device_cflags_reach_the_compiler(device_env, monkeypatch):
+    monkeypatch.setenv("KILN_DEVICE_CFLAGS", "-DKILN_DEVICE_TEST_FLAG=1 -fno-such-kiln-flag")
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    with pytest.raises(ToolchainError, match="no-such-kiln-flag"):
+        mod["add_one"](rt.empty((4,)), rt.empty((4,)))
+
+
+def test_a_missing_compiler(device_env, monkeypatch):
+    monkeypatch.setenv("KILN_DEVICE_CC", "/nonexistent/kiln-cc --target=x")
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    with pytest.raises(ToolchainError, match=r"KILN_DEVICE_CC='/nonexistent/kiln-cc.*not found"):
+        mod["add_one"](rt.empty((4,)), rt.empty((4,)))
+
+
+# Packed kernels written by hand, for the server tests.
+_KERNELS = r"""
+#include <kiln/c_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define KILN_EXPORT __attribute__((visibility("default")))
+KILN_EXPORT int32_t add_one(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret,
+                            int32_t* ret_code, void* handle) {
+  DLTensor* x = (DLTensor*)args[0].v_handle;
+  DLTensor* y = (DLTensor*)args[1].v_handle;
+  printf("this goes to stderr, not into the protocol\n");
+  fflush(stdout);
+  for (int64_t i = 0; i < x->shape[0]; ++i) ((float*)y->data)[i] = ((float*)x->data)[i] + 1;
+  return 0;
+}
+KILN_EXPORT int32_t refuses(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret,
+                            int32_t* ret_code, void* handle) {
+  TVMAPISetLastError("refuses: this kernel always fails");
+  return -1;
+}
+KILN_EXPORT int32_t crashes(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret,
+                            int32_t* ret_code, void* handle) {
+  fprintf(stderr, "crashes: about to abort\n");
+  abort();
+}
+"""
+_FUNCS = [DeviceFunction("add_one", ("float32", "float32")),
+          DeviceFunction("refuses", ("float32",)), DeviceFunction("crashes", ("float32",))]
+
+
+def test_server_runs_kernels_and_reports_their_errors_and_its_death(device_env, monkeypatch):
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "env")  # the server, on this host
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    x = rt.array(np.arange(6, dtype="float32"))
+    y = rt.empty((6,))
+    mod["add_one"](x, y)
+    np.testing.assert_array_equal(y.numpy(), np.arange(6) + 1)
+    assert list(device_env.glob("server-*")), "the server is built and cached"
+    with pytest.raises(KilnError, match="refuses failed on the device: refuses: this kernel"):
+        mod["refuses"](x)
+    with pytest.raises(KilnError, match="expects 2 tensors, got 1"):
+        mod["add_one"](x)
+    with pytest.raises(KilnError, match="argument 0 must be a C-contiguous float32"):
+        mod["add_one"](rt.array(np.zeros(6, "int32")), y)
+    with pytest.raises(KilnError, match=r"(?s)killed by signal SIGABRT while running crashes.*"
+                                        r"about to abort"):
+        mod["crashes"](x)
+    with pytest.raises(KilnError, match="while running add_one"):  # stays dead, says so
+        mod["add_one"](x, y)
+
+
+def test_a_launcher_that_exits_is_an_error_not_a_hang(device_env, monkeypatch):
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "sh -c 'echo no board here >&2; exit 3'")
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    with pytest.raises(KilnError, match=r"(?s)exited with status 3 while starting.*no board"):
+        mod["add_one"](rt.empty((2,)), rt.empty((2,)))
+
+
+def test_a_launcher_that_drops_the_connection(device_env, monkeypatch, tmp_path):
+    """The launcher passes the server's hello through, then drops the connection while the
+    library is sent (as a failing ssh session would)."""
+    script = tmp_path / "flaky.sh"
+    script.write_text('#!/bin/sh\n"$1" < /dev/null | head -c 16 &\nhead -c 8 > /dev/null\n'
+                      "wait\nexit 255\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", str(script))
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    with pytest.raises(KilnError, match="the device server exited with status 255 while "
+                                        "loading the kernel library"):
+        mod["add_one"](rt.empty((2,)), rt.empty((2,)))
+
+
+def _riscv_missing() -> str | None:
+    for tool in RISCV_TOOLS:
+        if shutil.which(tool) is None:
+            return tool
+    return None if os.path.isdir(SYSROOT) else SYSROOT
+
+
+def objdump_vector_ops(lib: str) -> list[str]:
+    """The RVV instruction mnemonics in ``lib``'s disassembly (llvm-objdump, V enabled)."""
+    tool = shutil.which("llvm-objdump-14") or shutil.which("llvm-objdump")
+    if tool is None:
+        pytest.skip("needs llvm-objdump (apt-get install llvm-14) to disassemble RVV")
+    text = rt.toolchain.run([tool, "-d", "--mattr=+v", lib])
+    return re.findall(r"\t(v[a-z0-9]+(?:\.[a-z]+)*)\t", text)
+
+
+def test_riscv_rvv_kernels_under_qemu(device_env, tmp_path, monkeypatch, reference):
+    missing = _riscv_missing()
+    if missing:
+        pytest.skip(f"riscv64 device test needs {missing} (make toolchain installs it)")
+    monkeypatch.setenv("KILN_DEVICE_CC", RISCV_CC)
+    so = tmp_path / "small.so"
+    model, inputs = export_small(so)
+    got, loaded = run_library(so, inputs)
+    np.testing.assert_allclose(got, reference(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    lib = device_module(loaded).library_path
+    ops = objdump_vector_ops(lib)
+    assert {"vsetvli", "vsetivli"} & set(ops) and any(o.startswith("vf") for o in ops), ops[:20]
