@@ -10,8 +10,6 @@ Every test uses its own cache folder (``KILN_CACHE_DIR`` in ``tmp_path``).
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from device_helpers import RISCV_CC, device_module, riscv_missing, vector_ops
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
@@ -28,10 +27,6 @@ import kiln.runtime as rt
 from kiln.errors import KilnError, ToolchainError
 from kiln.frontend import from_onnx
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
-
-RISCV_CC = "clang-14 --target=riscv64-linux-gnu"
-RISCV_TOOLS = ("clang-14", "qemu-riscv64", "riscv64-linux-gnu-gcc")  # gcc: crt files, libc
-SYSROOT = "/usr/riscv64-linux-gnu"
 
 
 @pytest.fixture
@@ -78,11 +73,6 @@ def run_library(path: Path, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, 
         gmod.set_input(k, v)
     gmod.run()
     return gmod.get_output(0).numpy(), loaded
-
-
-def device_module(loaded: rt.Module) -> SourceDeviceModule:
-    (dev,) = [m for m in loaded.imported_modules if isinstance(m, SourceDeviceModule)]
-    return dev
 
 
 def test_model_kernels_stay_source_through_export_and_run(device_env, tmp_path, reference):
@@ -255,24 +245,8 @@ def test_a_launcher_that_drops_the_connection(device_env, monkeypatch, tmp_path)
         mod["add_one"](rt.empty((2,)), rt.empty((2,)))
 
 
-def _riscv_missing() -> str | None:
-    for tool in RISCV_TOOLS:
-        if shutil.which(tool) is None:
-            return tool
-    return None if os.path.isdir(SYSROOT) else SYSROOT
-
-
-def objdump_vector_ops(lib: str) -> list[str]:
-    """The RVV instruction mnemonics in ``lib``'s disassembly (llvm-objdump, V enabled)."""
-    tool = shutil.which("llvm-objdump-14") or shutil.which("llvm-objdump")
-    if tool is None:
-        pytest.skip("needs llvm-objdump (apt-get install llvm-14) to disassemble RVV")
-    text = rt.toolchain.run([tool, "-d", "--mattr=+v", lib])
-    return re.findall(r"\t(v[a-z0-9]+(?:\.[a-z]+)*)\t", text)
-
-
 def test_riscv_rvv_kernels_under_qemu(device_env, tmp_path, monkeypatch, reference):
-    missing = _riscv_missing()
+    missing = riscv_missing()
     if missing:
         pytest.skip(f"riscv64 device test needs {missing} (make toolchain installs it)")
     monkeypatch.setenv("KILN_DEVICE_CC", RISCV_CC)
@@ -281,5 +255,5 @@ def test_riscv_rvv_kernels_under_qemu(device_env, tmp_path, monkeypatch, referen
     got, loaded = run_library(so, inputs)
     np.testing.assert_allclose(got, reference(model, inputs)[0], rtol=1e-5, atol=1e-6)
     lib = device_module(loaded).library_path
-    ops = objdump_vector_ops(lib)
+    ops = vector_ops(lib)
     assert {"vsetvli", "vsetivli"} & set(ops) and any(o.startswith("vf") for o in ops), ops[:20]
