@@ -172,11 +172,13 @@ def c_compile_options(target: Target) -> list[str]:
 
 
 def _jit_module(kernels) -> SourceDeviceModule:
-    """Every kernel in one C source, kept as source in the artifact and compiled where the
-    model runs (``kiln.runtime.device_module``). Kernels of ``lower_primitive`` write one
-    output, their last argument."""
+    """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
+    parallel at run time), kept as source in the artifact and compiled where the model runs
+    (``kiln.runtime.device_module``). Kernels of ``lower_primitive`` write one output, their
+    last argument."""
     funcs = [DeviceFunction(k.name, tuple(b.dtype for b in k.params), 1) for k in kernels]
-    return SourceDeviceModule(build_c_source(kernels), funcs)
+    units = [build_c_source(u) for u in partition(kernels, KERNELS_PER_FILE)]
+    return SourceDeviceModule(units, funcs)
 
 
 def _c_modules(kernels, options: list[str]) -> CSourceModule:

@@ -20,11 +20,14 @@ FUNCS = [DeviceFunction("fused_add", ("float32", "float32", "float32")),
 def test_round_trip_through_the_registered_loader():
     mod = SourceDeviceModule(CODE, FUNCS)
     data = mod.save_to_binary()
-    # u64 version, then the source as a string: the artifact holds it as text
-    assert struct.unpack_from("<QQ", data) == (1, len(CODE)) and CODE.encode() in data
+    # u64 version, then the sources as strings: the artifact holds them as text
+    assert struct.unpack_from("<QQQ", data) == (1, 1, len(CODE)) and CODE.encode() in data
     back = get_global_func("runtime.module.loadbinary_kiln_jit")(data)
     assert isinstance(back, SourceDeviceModule) and back.type_key == "kiln_jit"
-    assert back.get_source() == CODE
+    assert back.get_source() == CODE and back.sources == [CODE]
+    two = SourceDeviceModule.load_from_binary(SourceDeviceModule([CODE, "int y;\n"],
+                                                                 FUNCS).save_to_binary())
+    assert two.sources == [CODE, "int y;\n"]
     assert back.list_function_names() == ["fused_add", "fused_cast"]
     assert list(back.functions.values()) == FUNCS
     assert back.get_function("fused_add") is not None and back.get_function("nope") is None
@@ -33,7 +36,7 @@ def test_round_trip_through_the_registered_loader():
 def _bytes(version=1, dtypes=("float32",), num_outputs=1, extra=b""):
     w = StreamWriter()
     w.u64(version)
-    w.string(CODE)
+    w.vec_str([CODE, CODE])
     w.u64(1)
     w.string("f")
     w.vec_str(list(dtypes))

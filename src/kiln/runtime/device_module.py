@@ -7,8 +7,11 @@ The module is binary-serializable, so ``export_library`` packs it into the blob 
 ``runtime.module.loadbinary_kiln_jit``. Serialized form (stream encoding, shared reference
 section 1)::
 
-    u64 version (1) | string source | u64 n | n × (string name | vec<string> arg_dtypes |
-                                                  u64 num_outputs)
+    u64 version (1) | vec<string> sources | u64 n | n × (string name | vec<string> arg_dtypes |
+                                                        u64 num_outputs)
+
+The source is a few C translation units (kernels grouped by compile cost, as for the ``c``
+target) so that the first call compiles them in parallel, one per CPU.
 
 ``get_function(name)`` returns a packed function; its first call (of any function of the module)
 compiles the source with the device compiler:
@@ -283,8 +286,9 @@ class SourceDeviceModule(Module):
 
     Parameters
     ----------
-    code : str
-        One C translation unit (``kiln.codegen.c.build_c_source``) defining every function.
+    sources : str or sequence of str
+        C translation units (``kiln.codegen.c.build_c_source``) that together define every
+        function.
     functions : sequence of DeviceFunction
         The packed functions it defines, with their argument dtypes and output count.
 
@@ -297,9 +301,9 @@ class SourceDeviceModule(Module):
     type_key = TYPE_KEY
     is_binary_serializable = True
 
-    def __init__(self, code: str, functions: Sequence[DeviceFunction]):
+    def __init__(self, sources: str | Sequence[str], functions: Sequence[DeviceFunction]):
         super().__init__()
-        self.code = str(code)
+        self.sources = [sources] if isinstance(sources, str) else [str(s) for s in sources]
         self.functions = {f.name: f for f in functions}
         if len(self.functions) != len(functions):
             raise KilnError(f"{TYPE_KEY} module: duplicate function names")
@@ -310,7 +314,8 @@ class SourceDeviceModule(Module):
         self.library_path: str | None = None
 
     def get_source(self, fmt: str = "") -> str:
-        return self.code
+        """The translation units, one after another (each compiles on its own)."""
+        return "\n".join(self.sources)
 
     def list_function_names(self) -> list[str]:
         return list(self.functions)
@@ -351,11 +356,13 @@ class SourceDeviceModule(Module):
 
     def _compile(self, cc: list[str], flags: list[str], link_flags: list[str]) -> str:
         def objects(work: Path) -> list[str]:
-            src = work / "device.c"
-            src.write_text(self.code)
-            return toolchain.compile_objects([src], cc, flags=flags)
+            srcs = [work / f"device{i}.c" for i in range(len(self.sources))]
+            for src, code in zip(srcs, self.sources, strict=True):
+                src.write_text(code)
+            return toolchain.compile_objects(srcs, cc, flags=flags)
 
-        return build_cached_library("device", (self.code.encode(),), objects, cc=cc,
+        parts = [s.encode() for s in self.sources]
+        return build_cached_library("device", parts, objects, cc=cc,
                                     flags=flags, link_flags=link_flags,
                                     folder=device_cache_dir())
 
@@ -363,7 +370,7 @@ class SourceDeviceModule(Module):
     def save_to_binary(self) -> bytes:
         w = StreamWriter()
         w.u64(FORMAT_VERSION)
-        w.string(self.code)
+        w.vec_str(self.sources)
         w.u64(len(self.functions))
         for f in self.functions.values():
             w.string(f.name)
@@ -384,7 +391,7 @@ class SourceDeviceModule(Module):
         version = r.u64("version")
         if version != FORMAT_VERSION:
             raise r.error(f"format version {version}; this Kiln reads {FORMAT_VERSION}")
-        code = r.string("source")
+        sources = r.vec_str("sources")
         funcs = []
         for _ in range(r.count(24, "functions")):
             name = r.string("name")
@@ -400,7 +407,7 @@ class SourceDeviceModule(Module):
         if r.remaining:
             raise r.error(f"{r.remaining} unexpected trailing bytes")
         try:
-            return SourceDeviceModule(code, funcs)
+            return SourceDeviceModule(sources, funcs)
         except KilnError as err:
             raise ModuleLoadError(str(err)) from None
 
