@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from device_helpers import RISCV_CC, device_module, riscv_missing, vector_ops
+from device_helpers import RISCV_CC, SYSROOT, device_module, riscv_missing, vector_ops
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
@@ -262,3 +262,26 @@ def test_riscv64_kernels_under_qemu(cc, device_env, tmp_path, monkeypatch, refer
         ops = vector_ops(device_module(loaded).library_path)
         assert {"vsetvli", "vsetivli"} & set(ops) and any(o.startswith("vf") for o in ops), \
             ops[:20]
+
+
+def test_foreign_compiler_picks_qemu_or_says_what_is_missing(monkeypatch):
+    missing = riscv_missing()
+    if missing:
+        pytest.skip(f"needs {missing}")
+    from kiln.runtime import device_module as dm
+
+    monkeypatch.delenv("KILN_DEVICE_LAUNCHER", raising=False)
+    cc = RISCV_CC.split()
+    assert dm.is_foreign(cc) and not dm.is_foreign(rt.toolchain.find_cc())
+    flags, link_flags = dm.device_flags(cc)
+    assert flags[:5] == ["-O3", "-fPIC", "-std=gnu99", "-march=rv64gcv", "-mabi=lp64d"]
+    assert "-riscv-v-vector-bits-min=128" in flags and "-shared" in link_flags
+    assert dm.server_command("/s", cc) == ["qemu-riscv64", "-L", SYSROOT, "-cpu",
+                                           "rv64,v=true,vlen=128", "/s"]
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "ssh -T board")
+    assert dm.server_command("/s", cc) == ["ssh", "-T", "board", "/s"]
+    monkeypatch.delenv("KILN_DEVICE_LAUNCHER")
+    real = dm.shutil.which
+    monkeypatch.setattr(dm.shutil, "which", lambda n: None if n.startswith("qemu") else real(n))
+    with pytest.raises(ToolchainError, match="qemu-riscv64 is not installed.*riscv64 machine"):
+        dm.server_command("/s", cc)

@@ -203,10 +203,14 @@ def build_server(cc: Sequence[str], flags: Sequence[str]) -> str:
     key = compile_cache.make_key("kiln-device-server-v1", source, shlex.join(cc), ident,
                                  shlex.join(flags))
     path = device_cache_dir() / f"server-{key[:32]}"
+
+    def build(tmp: str) -> None:
+        toolchain.run([*cc, *flags, f"-I{toolchain.INCLUDE_DIR}", str(SERVER_C), "-o", tmp,
+                       "-ldl"])
+        os.chmod(tmp, 0o700)  # executable before it is renamed into place
+
     if not path.exists():
-        toolchain.build_atomic(path, lambda tmp: toolchain.run(
-            [*cc, *flags, f"-I{toolchain.INCLUDE_DIR}", str(SERVER_C), "-o", tmp, "-ldl"]))
-        os.chmod(path, 0o700)
+        toolchain.build_atomic(path, build)
     return str(path)
 
 
@@ -229,7 +233,7 @@ def server_command(server: str, cc: Sequence[str]) -> list[str]:
         raise ToolchainError(f"the device compiler {shlex.join(cc)} builds for {arch}, and "
                              f"{qemu} is not installed to run it (Debian: apt-get install "
                              "qemu-user) — or set KILN_DEVICE_LAUNCHER to a command that runs "
-                             "the device server on a {arch} machine")
+                             f"the device server on a {arch} machine")
     cmd = [qemu]
     sysroot = f"/usr/{arch}-linux-gnu"
     if os.path.isdir(sysroot):
