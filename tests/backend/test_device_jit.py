@@ -198,9 +198,17 @@ KILN_EXPORT int32_t crashes(TVMValue* args, int32_t* codes, int32_t n, TVMValue*
   fprintf(stderr, "crashes: about to abort\n");
   abort();
 }
+KILN_EXPORT int32_t spins(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret,
+                          int32_t* ret_code, void* handle) {
+  volatile int forever = 1;
+  while (forever) {
+  }
+  return 0;
+}
 """
 _FUNCS = [DeviceFunction("add_one", ("float32", "float32")),
-          DeviceFunction("refuses", ("float32",)), DeviceFunction("crashes", ("float32",))]
+          DeviceFunction("refuses", ("float32",)), DeviceFunction("crashes", ("float32",)),
+          DeviceFunction("spins", ("float32",))]
 
 
 def test_server_runs_kernels_and_reports_their_errors_and_its_death(device_env, monkeypatch):
@@ -229,6 +237,26 @@ def test_a_launcher_that_exits_is_an_error_not_a_hang(device_env, monkeypatch):
     mod = SourceDeviceModule(_KERNELS, _FUNCS)
     with pytest.raises(KilnError, match=r"(?s)exited with status 3 while starting.*no board"):
         mod["add_one"](rt.empty((2,)), rt.empty((2,)))
+
+
+def test_a_server_that_stops_answering_is_stopped_after_the_timeout(device_env, monkeypatch):
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "env")
+    monkeypatch.setenv("KILN_DEVICE_TIMEOUT", "1.5")
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    x = rt.empty((2,))
+    mod["add_one"](x, rt.empty((2,)))  # started well within the timeout
+    start = time.monotonic()
+    with pytest.raises(KilnError, match=r"did not answer within 1.5 s \(KILN_DEVICE_TIMEOUT\) "
+                                        r"and was stopped while running spins"):
+        mod["spins"](x)
+    assert time.monotonic() - start < 30
+    # a launcher that never starts the server (waiting for a password, say)
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "sh -c 'sleep 60' sh")
+    with pytest.raises(KilnError, match="did not answer within 1.5 s .* while starting"):
+        SourceDeviceModule(_KERNELS, _FUNCS)["add_one"](x, x)
+    monkeypatch.setenv("KILN_DEVICE_TIMEOUT", "soon")
+    with pytest.raises(KilnError, match="KILN_DEVICE_TIMEOUT='soon': expected a positive"):
+        SourceDeviceModule(_KERNELS, _FUNCS)["add_one"](x, x)
 
 
 def test_a_launcher_that_drops_the_connection(device_env, monkeypatch, tmp_path):

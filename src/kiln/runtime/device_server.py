@@ -16,11 +16,15 @@ message is a frame ``u32 type | u64 length | payload`` (little-endian):
 A server that dies (a crash in a kernel, the launcher exiting, a lost connection) closes the
 pipe: the host sees end-of-file and raises :class:`~kiln.errors.KilnError` naming the function,
 the exit status or signal and the end of the server's stderr; it never waits forever on a dead
-server. A server that stays alive but never answers is not detected (see the decision record).
+server. One that stays alive but does not answer is stopped after ``$KILN_DEVICE_TIMEOUT``
+seconds (default: 60 s to start and load the library — a launcher waiting for a password —
+and no limit for a call, whose legal length under emulation cannot be known; see the decision
+record), with the same kind of error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -29,7 +33,7 @@ import struct
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -43,6 +47,28 @@ MSG_HELLO, MSG_LOAD, MSG_CALL, MSG_OK, MSG_ERROR, MSG_QUIT = 1, 2, 3, 4, 5, 6
 _HEADER = struct.Struct("<IQ")
 _ARG = struct.Struct("<IBBHI")
 _STDERR_TAIL = 4000
+#: seconds the server may take to say hello and load the library, unless $KILN_DEVICE_TIMEOUT
+START_TIMEOUT = 60.0
+
+
+def device_timeout() -> float | None:
+    """``$KILN_DEVICE_TIMEOUT`` in seconds, or None when unset.
+
+    Raises
+    ------
+    KilnError
+        If it is not a positive number.
+    """
+    raw = os.environ.get("KILN_DEVICE_TIMEOUT", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise KilnError(f"$KILN_DEVICE_TIMEOUT={raw!r}: expected a positive number of seconds")
+    return value
 
 
 class DeviceServer:
@@ -60,40 +86,77 @@ class DeviceServer:
     Raises
     ------
     KilnError
-        The server cannot be started, does not say hello, or cannot load the library.
+        The server cannot be started, does not say hello, or cannot load the library (in
+        ``$KILN_DEVICE_TIMEOUT`` seconds, default 60), or the timeout is malformed.
     """
 
     def __init__(self, command: Sequence[str], library: bytes, what: str):
         self.command = [str(c) for c in command]
         self.what = what
         self._lock = threading.Lock()
+        self._timeout = device_timeout()
+        self._timed_out: float | None = None
         # Lives as long as the server (closed in close()): its end explains a crash.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         log.debug("run: %s", shlex.join(self.command))
         try:
+            # Its own process group: a launcher's children (qemu under a shell, sleep...) hold
+            # the pipe too, and are stopped with it.
             self._proc = subprocess.Popen(self.command, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=self._stderr)
+                                          stdout=subprocess.PIPE, stderr=self._stderr,
+                                          start_new_session=True)
         except OSError as err:
             self._stderr.close()
             raise KilnError(f"{what}: cannot start the device server ({shlex.join(self.command)})"
                             f": {err.strerror or err}") from None
         try:
-            kind, payload = self._receive("starting")
-            if kind != MSG_HELLO or len(payload) != 4:
-                raise self._protocol_error("starting", f"expected HELLO, got message {kind}")
-            (version,) = struct.unpack("<I", payload)
-            if version != PROTOCOL_VERSION:
-                raise self._protocol_error("starting", f"protocol version {version}, this host "
-                                                       f"speaks {PROTOCOL_VERSION}")
-            self._send(MSG_LOAD, [library], "loading the kernel library")
-            kind, payload = self._receive("loading the kernel library")
-            if kind == MSG_ERROR:
-                raise KilnError(f"{what}: device server: {payload.decode(errors='replace')}")
-            if kind != MSG_OK:
-                raise self._protocol_error("loading the kernel library", f"message {kind}")
+            with self._watchdog(self._timeout or START_TIMEOUT):
+                self._start(library)
         except BaseException:
             self.close()
             raise
+
+    def _start(self, library: bytes) -> None:
+        """HELLO (checking the protocol version), then LOAD."""
+        kind, payload = self._receive("starting")
+        if kind != MSG_HELLO or len(payload) != 4:
+            raise self._protocol_error("starting", f"expected HELLO, got message {kind}")
+        (version,) = struct.unpack("<I", payload)
+        if version != PROTOCOL_VERSION:
+            raise self._protocol_error("starting", f"protocol version {version}, this host "
+                                                   f"speaks {PROTOCOL_VERSION}")
+        self._send(MSG_LOAD, [library], "loading the kernel library")
+        kind, payload = self._receive("loading the kernel library")
+        if kind == MSG_ERROR:
+            raise KilnError(f"{self.what}: device server: {payload.decode(errors='replace')}")
+        if kind != MSG_OK:
+            raise self._protocol_error("loading the kernel library", f"message {kind}")
+
+    @contextlib.contextmanager
+    def _watchdog(self, timeout: float | None) -> Iterator[None]:
+        """Kill the server if the block takes longer than ``timeout`` seconds: the blocked read
+        or write then fails and :meth:`_died` says it timed out."""
+        if timeout is None:
+            yield
+            return
+        timer = threading.Timer(timeout, self._expire, (timeout,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _expire(self, timeout: float) -> None:
+        self._timed_out = timeout
+        self._kill()
+
+    def _kill(self) -> None:
+        """SIGKILL the server's process group (the launcher and what it started)."""
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
 
     # -- framing
     def _send(self, kind: int, parts: Sequence[bytes | memoryview], doing: str) -> None:
@@ -133,7 +196,7 @@ class DeviceServer:
         try:
             code = self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pipe closed but still running: stop it
-            self._proc.kill()
+            self._kill()
             code = self._proc.wait()
         if code < 0:
             try:
@@ -142,6 +205,9 @@ class DeviceServer:
                 how = f"was killed by signal {-code}"
         else:
             how = f"exited with status {code}"
+        if self._timed_out is not None:
+            how = (f"did not answer within {self._timed_out:g} s (KILN_DEVICE_TIMEOUT) and was "
+                   "stopped")
         tail = self._stderr_tail()
         return KilnError(f"{self.what}: the device server {how} while {doing} "
                          f"({shlex.join(self.command)})" + (f"; its stderr:\n{tail}" if tail
@@ -177,8 +243,9 @@ class DeviceServer:
         with self._lock:
             if self._proc.poll() is not None:
                 raise self._died(doing)
-            self._send(MSG_CALL, parts, doing)
-            kind, payload = self._receive(doing)
+            with self._watchdog(self._timeout):
+                self._send(MSG_CALL, parts, doing)
+                kind, payload = self._receive(doing)
         if kind == MSG_ERROR:
             raise KilnError(f"{name} failed on the device: {payload.decode(errors='replace')}")
         if kind != MSG_OK:
@@ -207,7 +274,7 @@ class DeviceServer:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                self._kill()
                 proc.wait()
         if proc is not None:
             for f in (proc.stdin, proc.stdout):
@@ -219,4 +286,4 @@ class DeviceServer:
         self._stderr.close()
 
 
-__all__ = ["PROTOCOL_VERSION", "DeviceServer"]
+__all__ = ["PROTOCOL_VERSION", "DeviceServer", "device_timeout"]
