@@ -7,10 +7,12 @@ target only describes; codegens and schedules dispatch on it.
 
 The ``jit`` kind is a source-embedded device (the ``my_device`` of TVM's custom-device
 examples): every kernel is generated as C source that the artifact carries and the runtime
-compiles where the model runs (:mod:`kiln.runtime.device_module`). It takes no options; its
-host (``host="c"`` or ``"llvm"``, default ``"c"``) is what builds the library around the kernels
-(blob, support code). Schedules assume 128-bit vectors for it (SSE, NEON, RVV with VLEN=128):
-the device is not known at build time.
+compiles where the model runs (:mod:`kiln.runtime.device_module`). It takes no options. Its
+host (``host="c"`` or ``"llvm"``, default ``"c"``, as TVM's ``Target("my_device",
+host="llvm")``) is checked and recorded; with every kernel on the device, Kiln has no host code
+to generate — the exported library holds only the blob and the support code, which the system C
+compiler builds for either host. Schedules assume 128-bit vectors for it (SSE, NEON, RVV with
+VLEN=128): the device is not known at build time.
 
 Options of the ``llvm`` kind (LLVM's names):
 
