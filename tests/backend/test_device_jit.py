@@ -259,6 +259,15 @@ def test_a_server_that_stops_answering_is_stopped_after_the_timeout(device_env, 
         SourceDeviceModule(_KERNELS, _FUNCS)["add_one"](x, x)
 
 
+def test_a_launcher_that_runs_something_else(device_env, monkeypatch):
+    """Bytes that are not a frame (a login banner) are a protocol error, not a huge read."""
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER",
+                       "sh -c 'echo Welcome to the board, have a nice day; cat > /dev/null' sh")
+    mod = SourceDeviceModule(_KERNELS, _FUNCS)
+    with pytest.raises(KilnError, match="broke the protocol while starting .*Kiln's device"):
+        mod["add_one"](rt.empty((2,)), rt.empty((2,)))
+
+
 def test_a_launcher_that_drops_the_connection(device_env, monkeypatch, tmp_path):
     """The launcher passes the server's hello through, then drops the connection while the
     library is sent (as a failing ssh session would)."""

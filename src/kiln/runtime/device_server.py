@@ -47,6 +47,8 @@ MSG_HELLO, MSG_LOAD, MSG_CALL, MSG_OK, MSG_ERROR, MSG_QUIT = 1, 2, 3, 4, 5, 6
 _HEADER = struct.Struct("<IQ")
 _ARG = struct.Struct("<IBBHI")
 _STDERR_TAIL = 4000
+#: longest HELLO or ERROR payload accepted (a longer one is not from Kiln's server)
+_MAX_TEXT = 1 << 20
 #: seconds the server may take to say hello and load the library, unless $KILN_DEVICE_TIMEOUT
 START_TIMEOUT = 60.0
 
@@ -96,6 +98,7 @@ class DeviceServer:
         self._lock = threading.Lock()
         self._timeout = device_timeout()
         self._timed_out: float | None = None
+        self._broken: KilnError | None = None  # a protocol error: the stream is out of step
         # Lives as long as the server (closed in close()): its end explains a crash.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         log.debug("run: %s", shlex.join(self.command))
@@ -118,19 +121,17 @@ class DeviceServer:
 
     def _start(self, library: bytes) -> None:
         """HELLO (checking the protocol version), then LOAD."""
-        kind, payload = self._receive("starting")
-        if kind != MSG_HELLO or len(payload) != 4:
+        kind, payload = self._receive("starting", (MSG_HELLO,), 4)
+        if len(payload) != 4:
             raise self._protocol_error("starting", f"expected HELLO, got message {kind}")
         (version,) = struct.unpack("<I", payload)
         if version != PROTOCOL_VERSION:
             raise self._protocol_error("starting", f"protocol version {version}, this host "
                                                    f"speaks {PROTOCOL_VERSION}")
         self._send(MSG_LOAD, [library], "loading the kernel library")
-        kind, payload = self._receive("loading the kernel library")
+        kind, payload = self._receive("loading the kernel library", (MSG_OK, MSG_ERROR), 0)
         if kind == MSG_ERROR:
             raise KilnError(f"{self.what}: device server: {payload.decode(errors='replace')}")
-        if kind != MSG_OK:
-            raise self._protocol_error("loading the kernel library", f"message {kind}")
 
     @contextlib.contextmanager
     def _watchdog(self, timeout: float | None) -> Iterator[None]:
@@ -178,8 +179,13 @@ class DeviceServer:
             raise self._died(doing)
         return data
 
-    def _receive(self, doing: str) -> tuple[int, bytes]:
+    def _receive(self, doing: str, kinds: Sequence[int], max_ok: int) -> tuple[int, bytes]:
+        """One frame of a type in ``kinds`` (OK payloads up to ``max_ok`` bytes, others up to
+        1 MiB); anything else is a protocol error, raised before reading a bogus length."""
         kind, length = _HEADER.unpack(self._read(_HEADER.size, doing))
+        limit = max_ok if kind in (MSG_OK, MSG_HELLO) else _MAX_TEXT
+        if kind not in kinds or length > limit:
+            raise self._protocol_error(doing, f"got message type {kind} of {length} bytes")
         return kind, self._read(length, doing) if length else b""
 
     def _stderr_tail(self) -> str:
@@ -214,10 +220,15 @@ class DeviceServer:
                                                             else ""))
 
     def _protocol_error(self, doing: str, detail: str) -> KilnError:
+        """The error for bytes that are not the expected frame; the server is stopped (the
+        stream is out of step) and later calls raise the same error."""
+        self._kill()
         tail = self._stderr_tail()
-        return KilnError(f"{self.what}: the device server broke the protocol while {doing} "
-                         f"({detail}); is {shlex.join(self.command)} Kiln's device server?"
-                         + (f" Its stderr:\n{tail}" if tail else ""))
+        self._broken = KilnError(
+            f"{self.what}: the device server broke the protocol while {doing} ({detail}); is "
+            f"{shlex.join(self.command)} Kiln's device server?"
+            + (f" Its stderr:\n{tail}" if tail else ""))
+        return self._broken
 
     # -- calls
     def call(self, name: str, arrays: Sequence[np.ndarray], outputs: Sequence[bool]) -> None:
@@ -240,16 +251,17 @@ class DeviceServer:
             if not out:
                 parts.append(memoryview(arr).cast("B"))
         doing = f"running {name}"
+        expect = sum(8 + a.nbytes for a, out in zip(arrays, outputs, strict=True) if out)
         with self._lock:
+            if self._broken is not None:
+                raise self._broken
             if self._proc.poll() is not None:
                 raise self._died(doing)
             with self._watchdog(self._timeout):
                 self._send(MSG_CALL, parts, doing)
-                kind, payload = self._receive(doing)
+                kind, payload = self._receive(doing, (MSG_OK, MSG_ERROR), expect)
         if kind == MSG_ERROR:
             raise KilnError(f"{name} failed on the device: {payload.decode(errors='replace')}")
-        if kind != MSG_OK:
-            raise self._protocol_error(doing, f"message {kind}")
         pos = 0
         for arr, out in zip(arrays, outputs, strict=True):
             if not out:
