@@ -10,6 +10,8 @@ Every test uses its own cache folder (``KILN_CACHE_DIR`` in ``tmp_path``).
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -282,23 +284,45 @@ def test_a_launcher_that_drops_the_connection(device_env, monkeypatch, tmp_path)
         mod["add_one"](rt.empty((2,)), rt.empty((2,)))
 
 
-@pytest.mark.parametrize("cc", [RISCV_CC, "riscv64-linux-gnu-gcc"])
-def test_riscv64_kernels_under_qemu(cc, device_env, tmp_path, monkeypatch, reference):
-    """clang: RVV code (checked in the disassembly), serial; the GNU cross compiler (12: no
-    RVV auto-vectorization) with OpenMP threads in the server."""
+@pytest.mark.parametrize("cc", [RISCV_CC, "riscv64-linux-gnu-gcc", "aarch64-linux-gnu-gcc"])
+def test_foreign_isa_kernels_under_qemu(cc, device_env, tmp_path, monkeypatch, reference):
+    """clang riscv64: RVV code (checked in the disassembly), serial; the GNU cross compilers
+    (gcc 12: no RVV auto-vectorization) with OpenMP threads in the server; aarch64 too."""
     missing = riscv_missing()
+    if cc.startswith("aarch64"):
+        missing = next((t for t in (cc, "qemu-aarch64") if shutil.which(t) is None), None)
     if missing:
-        pytest.skip(f"riscv64 device test needs {missing} (make toolchain installs it)")
+        pytest.skip(f"{cc} device test needs {missing} (make toolchain installs it)")
     monkeypatch.setenv("KILN_DEVICE_CC", cc)
     monkeypatch.setenv("KILN_NUM_THREADS", "2")
     so = tmp_path / "small.so"
     model, inputs = export_small(so)
     got, loaded = run_library(so, inputs)
     np.testing.assert_allclose(got, reference(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    server = device_module(loaded)._impl.server
+    assert server.command[0] == ("qemu-aarch64" if cc.startswith("aarch64") else "qemu-riscv64")
     if cc == RISCV_CC:
         ops = vector_ops(device_module(loaded).library_path)
         assert {"vsetvli", "vsetivli"} & set(ops) and any(o.startswith("vf") for o in ops), \
             ops[:20]
+
+
+def test_graph_executor_reports_a_dead_server(device_env, tmp_path, monkeypatch, reference):
+    """The executor runs remote kernels transparently; when the server is killed between runs
+    the next run raises, naming the kernel, instead of hanging."""
+    monkeypatch.setenv("KILN_DEVICE_LAUNCHER", "env")  # the server, on this host
+    so = tmp_path / "small.so"
+    model, inputs = export_small(so)
+    loaded = rt.load_module(str(so))
+    gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+    gmod.set_input("x", inputs["x"])
+    gmod.run()
+    np.testing.assert_allclose(gmod.get_output(0).numpy(), reference(model, inputs)[0],
+                               rtol=1e-5, atol=1e-6)
+    server = device_module(loaded)._impl.server
+    os.kill(server._proc.pid, signal.SIGKILL)
+    with pytest.raises(KilnError, match=r"killed by signal SIGKILL while running fused_"):
+        gmod.run()
 
 
 def test_foreign_compiler_picks_qemu_or_says_what_is_missing(monkeypatch):
