@@ -329,7 +329,7 @@ def test_foreign_compiler_picks_qemu_or_says_what_is_missing(monkeypatch):
     missing = riscv_missing()
     if missing:
         pytest.skip(f"needs {missing}")
-    from kiln.runtime import device_module as dm
+    from kiln.runtime import device_toolchain as dm
 
     monkeypatch.delenv("KILN_DEVICE_LAUNCHER", raising=False)
     cc = RISCV_CC.split()

@@ -11,7 +11,8 @@ constants get them through a ``ConstLoaderModule`` (``create_metadata_module``);
 ``json_kernels``). Compiled
 kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
 ``llvm``), or as C source compiled where the model runs (``SourceDeviceModule``, type_key
-``kiln_jit``, the ``jit`` target; foreign ISAs run in ``device_server``). Kernels use the
+``kiln_jit``, the ``jit`` target: compiler and flags in ``device_toolchain``, foreign ISAs run
+in ``device_server``). Kernels use the
 packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
 as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
