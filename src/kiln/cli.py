@@ -3,7 +3,7 @@
 ::
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
-                 [--byoc cblas ...] [--quiet]
+                 [--byoc cblas ...] [--target-host llvm] [--quiet]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
                       [--profile] [--dump-outputs DIR]
     kiln inspect model.so [--graph graph.json] [--params model.params]
@@ -103,8 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="the ONNX model file")
     p.add_argument("-o", "--output", required=True, help="the library to write (.so or .tar)")
     p.add_argument("--target", default="c",
-                   help='compilation target: "c" (default) or "llvm [-mcpu=native] '
-                        '[-mtriple=...] [-mattr=...]"')
+                   help='compilation target: "c" (default), "llvm [-mcpu=native] '
+                        '[-mtriple=...] [-mattr=...]" or "jit" (kernels kept as C source, '
+                        'compiled where the model runs by $KILN_DEVICE_CC)')
+    p.add_argument("--target-host", default=None, metavar="TARGET",
+                   help='the host target of --target jit: "c" (default) or "llvm"')
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
@@ -156,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from kiln.cli_compile import compile_model
 
-    compile_model(args.model, args.output, target=args.target,
+    compile_model(args.model, args.output, target=args.target, target_host=args.target_host,
                   input_shapes=args.input_shapes,
                   byoc=[name for names in args.byoc for name in names])
     return 0

@@ -10,7 +10,8 @@ from kiln.errors import KilnError
 
 def compile_model(model: str, output: str, target: str = "c",
                   input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
-                  echo=print, byoc: list[str] | None = None) -> Path:
+                  echo=print, byoc: list[str] | None = None,
+                  target_host: str | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output``.
 
     Parameters
@@ -21,7 +22,7 @@ def compile_model(model: str, output: str, target: str = "c",
         Library to write: ``.so`` (linked shared object) or ``.tar`` (objects); written
         atomically by ``export_library``.
     target : str
-        Kiln target string, e.g. ``"c"`` or ``"llvm -mcpu=native"``.
+        Kiln target string, e.g. ``"c"``, ``"llvm -mcpu=native"`` or ``"jit"``.
     input_shapes : list of (name, shape), optional
         Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
@@ -29,6 +30,8 @@ def compile_model(model: str, output: str, target: str = "c",
         Receives the summary line.
     byoc : list of str, optional
         External compilers to offload to (``kiln.build``'s ``byoc``), e.g. ``["cblas"]``.
+    target_host : str, optional
+        The host target (``--target-host``; for ``jit``: ``"c"`` or ``"llvm"``).
 
     Returns
     -------
@@ -44,6 +47,9 @@ def compile_model(model: str, output: str, target: str = "c",
     import kiln
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
+    from kiln.target import Target
+
+    tgt = Target(target, host=target_host)
 
     shapes: dict[str, tuple[int, ...]] = {}
     for name, shape in input_shapes or []:
@@ -57,11 +63,12 @@ def compile_model(model: str, output: str, target: str = "c",
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
         mod, params = from_onnx(proto, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params, byoc=list(byoc or []))
+    lib = kiln.build(mod, target=tgt, params=params, byoc=list(byoc or []))
     with progress.stage(f"Exporting {out.name}"):
         lib.export_library(str(out))
     size = out.stat().st_size
     offload = f", byoc {','.join(byoc)}" if byoc else ""
-    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{offload}) "
+    host = f" (host {tgt.host})" if target_host else ""
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}) "
          f"in {time.perf_counter() - start:.1f} s")
     return out
