@@ -33,6 +33,7 @@ from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
+from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target
 
 log = logging.getLogger("kiln")
@@ -73,7 +74,10 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     target : ``"c"`` (C source, compiled by the system C compiler at export time;
         ``"c -mcpu=native"`` compiles it with ``-march=native``) or
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
-        LLVM, see :class:`kiln.target.Target`); default: ``Target.current()``, else ``"c"``.
+        LLVM, see :class:`kiln.target.Target`) or ``"jit"`` (every kernel as C source kept in
+        the artifact and compiled on first call where the model runs, by
+        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`); default:
+        ``Target.current()``, else ``"c"``.
     params : weights by name (``from_onnx``'s second result); bound as constants.
     mod_name : name of the factory function that creates executors (TVM: "default"); also
         the model name in external symbols (``kiln_<mod_name>_<compiler>_main_<i>``).
@@ -134,6 +138,9 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
 
         with progress.stage("Generating code with LLVM"):
             lib = build_llvm(kernels, tgt)
+    elif tgt.kind == "jit":
+        with progress.stage("Generating C for the jit device"):
+            lib = _jit_module(kernels)
     else:
         with progress.stage("Generating C"):
             lib = _c_modules(kernels, c_compile_options(tgt))
@@ -234,6 +241,16 @@ def c_compile_options(target: Target) -> list[str]:
     """C compiler flags for ``target``: ``-mcpu=X`` → ``-march=X`` (``native``: this CPU)."""
     cpu = target.options.get("mcpu")
     return [f"-march={cpu}"] if isinstance(cpu, str) else []
+
+
+def _jit_module(kernels) -> SourceDeviceModule:
+    """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
+    parallel at run time), kept as source in the artifact and compiled where the model runs
+    (``kiln.runtime.device_module``). Kernels of ``lower_primitive`` write one output, their
+    last argument."""
+    funcs = [DeviceFunction(k.name, tuple(b.dtype for b in k.params), 1) for k in kernels]
+    units = [build_c_source(u) for u in partition(kernels, KERNELS_PER_FILE)]
+    return SourceDeviceModule(units, funcs)
 
 
 def _c_modules(kernels, options: list[str]) -> CSourceModule:

@@ -3,7 +3,7 @@
 ::
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
-                 [--byoc cblas ...] [--quiet]
+                 [--byoc cblas ...] [--target-host llvm] [--quiet]
     kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
                  [-o model.a] [--emit-c-project DIR]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
@@ -107,8 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the library to write: .so or .tar; with --system-lib or --executor "
                         "aot also .a (a static library for the C runtime)")
     p.add_argument("--target", default="c",
-                   help='compilation target: "c" (default) or "llvm [-mcpu=native] '
-                        '[-mtriple=...] [-mattr=...]"')
+                   help='compilation target: "c" (default), "llvm [-mcpu=native] '
+                        '[-mtriple=...] [-mattr=...]" or "jit" (kernels kept as C source, '
+                        'compiled where the model runs by $KILN_DEVICE_CC)')
+    p.add_argument("--target-host", default=None, metavar="TARGET",
+                   help='the host target of --target jit: "c" (default) or "llvm"')
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
@@ -172,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from kiln.cli_compile import compile_model
 
-    compile_model(args.model, args.output, target=args.target,
+    compile_model(args.model, args.output, target=args.target, target_host=args.target_host,
                   input_shapes=args.input_shapes,
                   byoc=[name for names in args.byoc for name in names],
                   executor=args.executor, system_lib=args.system_lib,

@@ -10,7 +10,8 @@ from kiln.errors import KilnError
 
 def compile_model(model: str, output: str | None, target: str = "c",
                   input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
-                  echo=print, byoc: list[str] | None = None, executor: str = "graph",
+                  echo=print, byoc: list[str] | None = None,
+                  target_host: str | None = None, executor: str = "graph",
                   system_lib: bool = False, system_lib_prefix: str = "",
                   c_project: str | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
@@ -25,7 +26,7 @@ def compile_model(model: str, output: str | None, target: str = "c",
         a static library for C programs (with the graph executor, the graph JSON and params
         are written beside it as ``<stem>.json`` and ``<stem>.params``).
     target : str
-        Kiln target string, e.g. ``"c"`` or ``"llvm -mcpu=native"``.
+        Kiln target string, e.g. ``"c"``, ``"llvm -mcpu=native"`` or ``"jit"``.
     input_shapes : list of (name, shape), optional
         Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
@@ -33,6 +34,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
         Receives the summary line.
     byoc : list of str, optional
         External compilers to offload to (``kiln.build``'s ``byoc``), e.g. ``["cblas"]``.
+    target_host : str, optional
+        The host target (``--target-host``; for ``jit``: ``"c"`` or ``"llvm"``).
     executor : str
         ``"graph"`` or ``"aot"`` (``kiln.build``'s ``executor``).
     system_lib, system_lib_prefix :
@@ -54,6 +57,9 @@ def compile_model(model: str, output: str | None, target: str = "c",
     import kiln
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
+    from kiln.target import Target
+
+    tgt = Target(target, host=target_host)
 
     shapes: dict[str, tuple[int, ...]] = {}
     for name, shape in input_shapes or []:
@@ -77,7 +83,7 @@ def compile_model(model: str, output: str | None, target: str = "c",
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
         mod, params = from_onnx(proto, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params, byoc=list(byoc or []),
+    lib = kiln.build(mod, target=tgt, params=params, byoc=list(byoc or []),
                      runtime="crt" if crt else None, executor=executor,
                      system_lib_prefix=system_lib_prefix,
                      # AOT names its entry kiln_<model>_run; graph builds keep TVM's "default"
@@ -90,7 +96,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
     size = out.stat().st_size if out.is_file() else sum(
         f.stat().st_size for f in out.rglob("*") if f.is_file())
     offload = f", byoc {','.join(byoc)}" if byoc else ""
-    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{offload}) "
+    host = f" (host {tgt.host})" if target_host else ""
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}) "
          f"in {time.perf_counter() - start:.1f} s")
     return out
 

@@ -62,6 +62,8 @@ def test_modules_needing_constants_cannot_join(options):
     with pytest.raises(CompileError, match=r"cannot join: 'const_loader' \(not DSO-export"
                                             r"able\); 'kiln_json' \(not DSO-exportable\)"):
         kiln.build(_conv_relu(), "c", byoc=["kiln_json"], **options)
+    with pytest.raises(CompileError, match=r"cannot join: 'kiln_jit' \(not DSO-exportable\)"):
+        kiln.build(_conv_relu(), "jit", **options)  # kernels compiled at run time: no
 
 
 MAIN_C = r"""
