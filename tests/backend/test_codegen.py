@@ -158,7 +158,7 @@ def k_intrinsics(dtype):
         stmts = []
         for k, name in enumerate(names):
             args = (x[i], y[i]) if name == "pow" else (y[i],) if name in (
-                "tanh", "erf", "fabs", "floor", "ceil") else (x[i],)
+                "tanh", "erf", "fabs", "floor", "ceil", "nearbyint") else (x[i],)
             stmts.append(L.BufferStore(out, L.call(name, *args), [L.IntImm(k), i]))
         return L.seq(*stmts)
 

@@ -27,7 +27,8 @@ C_TYPES = {
     "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
 }
 _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
-                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf"}
+                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "nearbyint": "nearbyintf",
+                   "pow": "powf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
         "==": "==", "!=": "!=", "and": "&&", "or": "||"}
