@@ -50,6 +50,8 @@ CASES = [
     ("Abs", X2, {}, {}),
     ("Sqrt", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
     ("Log", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
+    ("Round", {"x": np.array([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [0.49, -0.51, 1e8, 3.7, -3.2,
+                                                                   7.5]], "float32")}, {}, {}),
     ("Clip", X2, {"min": np.array(-0.5, "float32"), "max": np.array(0.7, "float32")}, {}),
     # broadcast
     ("Add", {"a": rand(2, 3, 4), "b": rand(3, 1, seed=1)}, {}, {}),
