@@ -52,15 +52,20 @@ def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int
     return {"strides": strides, "padding": padding, "dilation": dilation}
 
 
-@onnx_op("Conv", since=1)
-def conv(ctx: ConvertContext) -> Expr:
-    x, w = ctx.input(0), ctx.input(1)
+def conv2d_call(ctx: ConvertContext, x: Expr, w: Expr) -> Expr:
+    """``nn.conv2d(x, w)`` with the node's Conv attributes (kernel_shape, strides, pads,
+    auto_pad, dilations, group); shared by Conv and the integer convolutions."""
     _spatial_2d(ctx, x)
     kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
     if kernel != w.checked_type.shape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
     attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
-    out = ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+    return ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+
+
+@onnx_op("Conv", since=1)
+def conv(ctx: ConvertContext) -> Expr:
+    out = conv2d_call(ctx, ctx.input(0), ctx.input(1))
     bias = ctx.optional_input(2)
     if bias is not None:
         out = ctx.call("nn.bias_add", [out, bias], axis=1)
@@ -157,8 +162,12 @@ def gemm(ctx: ConvertContext) -> Expr:
 
 @onnx_op("MatMul", since=1)
 def matmul(ctx: ConvertContext) -> Expr:
-    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""
-    a, b = ctx.input(0), ctx.input(1)
+    return matmul_call(ctx, ctx.input(0), ctx.input(1))
+
+
+def matmul_call(ctx: ConvertContext, a: Expr, b: Expr) -> Expr:
+    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after;
+    shared by MatMul and the integer matrix products."""
     a_shape, b_shape = a.checked_type.shape, b.checked_type.shape
     if not a_shape or not b_shape:
         raise ctx.unsupported("scalar operands")
@@ -166,7 +175,7 @@ def matmul(ctx: ConvertContext) -> Expr:
         a = ctx.reshape(a, (1,) + a_shape)
     if len(b_shape) == 1:
         b = ctx.reshape(b, b_shape + (1,))
-    if a.checked_type.ndim == 2 and b.checked_type.ndim == 2 and ctx.is_constant(b):
+    if a.checked_type.ndim == 2 and b.checked_type.ndim == 2 and ctx.folds_to_constant(b):
         # A weight operand: dense over the transposed weight, which FoldConstant precomputes.
         out = ctx.call("nn.dense", [a, ctx.call("transpose", [b], axes=(1, 0))])
     else:
