@@ -1,0 +1,101 @@
+"""Quantization graph ops (TVM's ``qnn`` dialect, reduced to its two conversions):
+``qnn.quantize`` and ``qnn.dequantize``, with the semantics of ONNX QuantizeLinear and
+DequantizeLinear (linear quantization, round half to even, saturation).
+
+- ``qnn.quantize(x, scale, zero_point; axis, out_dtype)``:
+  ``y = saturate(round_half_even(x / scale) + zero_point)`` of ``out_dtype``. ``x`` and
+  ``scale`` are floats of one dtype; ``zero_point`` has ``out_dtype`` (int8, uint8, int16 or
+  uint16). The division is a true float division (not a multiplication by ``1/scale``), and the
+  sum is formed in the float dtype, as onnxruntime's ``MlasQuantizeLinear`` does.
+- ``qnn.dequantize(x, scale, zero_point; axis)``:
+  ``y = float(int32(x) - int32(zero_point)) * scale``, in ``scale``'s dtype; ``x`` and
+  ``zero_point`` have one integer dtype (int8, uint8, int16, uint16 or int32).
+
+``scale`` and ``zero_point`` have one shape: rank 0 (per tensor) or 1-D with one entry per index
+of ``x``'s axis ``axis`` (per axis; ``axis`` normalized to ``[0, rank)``, ignored per tensor).
+Integer convolutions and matrix products (QLinearConv, ConvInteger, ...) need no op of their
+own: they are ``nn.conv2d`` / ``nn.matmul`` on int32 operands (docs/decisions/011).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.errors import ShapeError
+from kiln.ir.graph import TensorType
+from kiln.ir.op_registry import OpPattern, register_op
+from kiln.ir.ops.common import FLOAT_DTYPES, expect_arity, normalize_axis
+
+#: storage dtypes of quantized values (QuantizeLinear outputs)
+QUANT_DTYPES = ("int8", "uint8", "int16", "uint16")
+#: dtypes DequantizeLinear takes: quantized values and int32 (quantized biases)
+DEQUANT_DTYPES = (*QUANT_DTYPES, "int32")
+
+
+def _check_params(x: TensorType, scale: TensorType, zero_point: TensorType, axis: int) -> None:
+    """Raise ShapeError unless scale/zero point are per tensor or per index of ``axis``."""
+    if scale.shape != zero_point.shape:
+        raise ShapeError(f"scale {scale.shape} and zero point {zero_point.shape} differ in shape")
+    if scale.dtype not in FLOAT_DTYPES:
+        raise ShapeError(f"scale must be a float tensor, got {scale.dtype}")
+    if scale.ndim == 0:
+        return
+    if scale.ndim != 1:
+        raise ShapeError(f"scale must have rank 0 or 1, got shape {scale.shape}")
+    axis = normalize_axis(axis, x.ndim)
+    if scale.shape[0] != x.shape[axis]:
+        raise ShapeError(f"{scale.shape[0]} scales for axis {axis} of {x.shape}")
+
+
+def along(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A rank-0 or per-axis parameter shaped to broadcast against a rank-``ndim`` tensor."""
+    if param.ndim == 0:
+        return param
+    return param.reshape((-1,) + (1,) * (ndim - axis % ndim - 1))
+
+
+def _quantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 3)
+    x, scale, zero_point = arg_types
+    out_dtype = attrs["out_dtype"]
+    if out_dtype not in QUANT_DTYPES:
+        raise ShapeError(f"cannot quantize to {out_dtype} (supported: {', '.join(QUANT_DTYPES)})")
+    if x.dtype != scale.dtype:
+        raise ShapeError(f"input {x.dtype} and scale {scale.dtype} differ in dtype")
+    if zero_point.dtype != out_dtype:
+        raise ShapeError(f"zero point {zero_point.dtype} is not of the output dtype {out_dtype}")
+    _check_params(x, scale, zero_point, attrs["axis"])
+    return TensorType(x.shape, out_dtype)
+
+
+def _quantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int,
+                  out_dtype: str) -> np.ndarray:
+    info = np.iinfo(out_dtype)
+    with np.errstate(all="ignore"):
+        q = np.rint(x / along(scale, x.ndim, axis)) + along(zero_point, x.ndim, axis).astype(
+            x.dtype)
+        return np.clip(q, info.min, info.max).astype(out_dtype)
+
+
+register_op("qnn.quantize", _quantize_infer, OpPattern.BROADCAST, _quantize_ref)
+
+
+def _dequantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 3)
+    x, scale, zero_point = arg_types
+    if x.dtype not in DEQUANT_DTYPES:
+        raise ShapeError(f"cannot dequantize {x.dtype} (supported: {', '.join(DEQUANT_DTYPES)})")
+    if zero_point.dtype != x.dtype:
+        raise ShapeError(f"zero point {zero_point.dtype} is not of the input dtype {x.dtype}")
+    _check_params(x, scale, zero_point, attrs["axis"])
+    return TensorType(x.shape, scale.dtype)
+
+
+def _dequantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray,
+                    axis: int) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        diff = x.astype(np.int32) - along(zero_point, x.ndim, axis).astype(np.int32)
+        return diff.astype(scale.dtype) * along(scale, x.ndim, axis)
+
+
+register_op("qnn.dequantize", _dequantize_infer, OpPattern.BROADCAST, _dequantize_ref)

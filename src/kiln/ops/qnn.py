@@ -1,0 +1,52 @@
+"""Quantization computes: ``qnn.quantize`` and ``qnn.dequantize`` (ONNX QuantizeLinear /
+DequantizeLinear; the formulas are on :mod:`kiln.ir.ops.qnn`).
+
+Quantize saturates in the float domain before the conversion (a float-to-integer conversion of
+an out-of-range value is undefined in C and poison in LLVM), then converts an exact integer
+value. Rounding is the ``nearbyint`` intrinsic: round half to even under the default
+floating-point environment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+
+
+def _param(t: te.Tensor, index: tuple, axis: int) -> L.PrimExpr:
+    """A per-tensor (rank 0) or per-axis (1-D) scale or zero point at output ``index``."""
+    return t[()] if not t.shape else t[index[axis]]
+
+
+def _as(dtype: str, v: L.PrimExpr) -> L.PrimExpr:
+    return v if v.dtype == dtype else L.Cast(dtype, v)
+
+
+@register_compute("qnn.quantize")
+def quantize(inputs, attrs, out_type):
+    x, scale, zero_point = inputs
+    axis, out = attrs["axis"], out_type.dtype
+    info = np.iinfo(out)
+
+    def body(*i):
+        q = L.call("nearbyint", x[i] / _param(scale, i, axis)) \
+            + _as(x.dtype, _param(zero_point, i, axis))
+        q = L.minimum(L.maximum(q, L.const(info.min, x.dtype)), L.const(info.max, x.dtype))
+        return L.Cast(out, q)
+
+    return te.compute(x.shape, body, name="quantize", tag="elemwise")
+
+
+@register_compute("qnn.dequantize")
+def dequantize(inputs, attrs, out_type):
+    x, scale, zero_point = inputs
+    axis = attrs["axis"]
+
+    def body(*i):
+        diff = _as("int32", x[i]) - _as("int32", _param(zero_point, i, axis))
+        return _as(scale.dtype, diff) * _param(scale, i, axis)
+
+    return te.compute(x.shape, body, name="dequantize", tag="elemwise")
