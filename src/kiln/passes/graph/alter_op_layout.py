@@ -7,7 +7,8 @@ time to ``OIHW{ib}i{ob}o``. The result is converted back to NCHW by a ``layout_t
 but consumers that work as well in the blocked layout use the blocked value directly, so the
 layout flows through the network and transforms remain only at its edges:
 
-- elementwise ops (relu, clip, cast, ...);
+- elementwise ops (relu, clip, cast, ...), and per-tensor quantize / dequantize (their scale and
+  zero point are scalars);
 - broadcast arithmetic whose operands are blocked values of the same block (equal, or
   broadcast over H and W as a squeeze-excite scale), scalars, or constants (bias and scale
   constants are transformed here, once), and ``nn.bias_add`` on the channel axis;
@@ -49,6 +50,8 @@ MAX_PAD_FRACTION = 1 / 16
 #: rows of data from which a dense's outputs are padded (below, a padded block was no faster:
 #: 1x1280 · 1280x1000 0.19 ms exact (blocks of 8) vs 0.20 ms padded to 1024)
 DENSE_MIN_PAD_ROWS = 2
+#: elementwise with per-tensor (rank-0) scale and zero point operands
+QNN = ("qnn.quantize", "qnn.dequantize")
 #: pools run per channel: the same op with attr ``layout="NCHW{b}c"``
 POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 
@@ -126,6 +129,8 @@ def alter_op_layout(func: Function) -> Function:
         (block,) = blocks
         if call.op.pattern == OpPattern.ELEMWISE and len(args) == 1:
             return to_nchw(Call(op, [forms[0][0]], call.attrs, call.span), block)
+        if op in QNN and forms[0] and all(a.checked_type.ndim == 0 for a in args[1:]):
+            return to_nchw(Call(op, [forms[0][0], *args[1:]], call.attrs, call.span), block)
         if op in _ARITH or (op == "nn.bias_add" and call.attrs["axis"] == 1):
             new = _blocked_operands(call, args, forms, block)
             if new is not None:
