@@ -133,6 +133,8 @@ def _requantize(ctx: ConvertContext, acc: Expr, in_scale: Expr, w_scale: Expr, y
     ndim = acc.checked_type.ndim
     scales = []
     for s, axis in ((in_scale, None), (w_scale, w_axis), (y_scale, None)):
+        if s.checked_type.dtype != "float32":  # float16 scales (opset 21)
+            s = ctx.call("cast", [s], dtype="float32")
         if s.checked_type.size == 1:
             scales.append(ctx.reshape(s, ()))
         elif axis is not None and s.checked_type.ndim == 1:
