@@ -5,7 +5,8 @@ Two multi-output models keep the compile count low: one of the float ↔ int con
 DynamicQuantizeLinear), one of the integer products (QLinearConv per channel with bias,
 ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear). Shapes have
 odd extents so vectorized loops get remainders. Integer outputs must be bit-exact (see
-tests/unit/test_frontend_quantization.py); float outputs match to float32 rounding.
+tests/unit/test_frontend_quantization.py); float outputs match to float32 rounding. A third
+model is a weight-only int8 graph (Cast → Mul dequantization before Conv and MatMul).
 """
 
 from __future__ import annotations
@@ -90,3 +91,30 @@ def test_integer_products_match_onnxruntime(tmp_path, target):
     inputs = {"x": x, "a": a}
     _check(_model(nodes, inputs, inits, ["y0", "y1", "y2", "y3", "y4"]), inputs, tmp_path,
            target)
+
+
+def test_weight_only_int8_matches_onnxruntime(tmp_path, target):
+    """Weights stored as int8 and dequantized in the graph (Cast → Mul by per-channel scales)
+    before a Conv and a MatMul: they fold to float weights at compile time."""
+    x = RNG.standard_normal((1, 4, 9, 9)).astype("float32")
+    inits = {
+        "w": RNG.integers(-128, 128, (8, 4, 3, 3)).astype("int8"),
+        "ws": np.linspace(0.001, 0.01, 8).astype("float32").reshape(8, 1, 1, 1),
+        "m": RNG.integers(-128, 128, (8 * 7 * 7, 10)).astype("int8"),
+        "ms": np.linspace(0.001, 0.002, 10).astype("float32"),
+        "shape": np.array([1, -1], "int64"),
+    }
+    nodes = [
+        helper.make_node("Cast", ["w"], ["wf"], to=1),
+        helper.make_node("Mul", ["wf", "ws"], ["wd"]),
+        helper.make_node("Conv", ["x", "wd"], ["c"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["r", "shape"], ["flat"]),
+        helper.make_node("Cast", ["m"], ["mf"], to=1),
+        helper.make_node("Mul", ["mf", "ms"], ["md"]),
+        helper.make_node("MatMul", ["flat", "md"], ["y"]),
+    ]
+    model = _model(nodes, {"x": x}, inits, ["y"])
+    got = compile_and_run(model, {"x": x}, tmp_path, target)[0]
+    want = run_onnxruntime(model, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
