@@ -144,44 +144,38 @@ def test_quantize_rounds_half_to_even_and_saturates():
                                   np.array([2, 4, -2, 127, -128, 0], "int8"))
 
 
-def test_weight_only_int8_folds_to_float_weights():
-    """Cast(int8 weight) → Mul(scale) → MatMul: the dequantized weight is a compile-time
-    constant (FoldConstant), so only the float MatMul remains."""
-    from kiln.frontend import from_onnx
-    from kiln.ir.graph import Call, post_order
-    from kiln.passes.graph import bind_params, fold_constant
-
-    x = {"x": f32(2, 8)}
+def _weight_only_matmul():
     inits = {"w": i8(8, 5), "s": np.array([0.01] * 5, "float32")}
     nodes = [helper.make_node("Cast", ["w"], ["wf"], to=1),
              helper.make_node("Mul", ["wf", "s"], ["wd"]),
              helper.make_node("MatMul", ["x", "wd"], ["y"])]
-    model = make_model(nodes, x, ["y"], 17, inits)
-    np.testing.assert_allclose(run_kiln(model, x)[0], run_ort(model, x)[0], rtol=1e-5,
-                               atol=1e-6)
-    mod, params = from_onnx(model)
-    func = fold_constant(bind_params(mod["main"], params))
-    ops = [n.op.name for n in post_order(func.outputs) if isinstance(n, Call)]
-    assert ops == ["nn.dense"], ops
+    return nodes, {"x": f32(2, 8)}, inits, 17, "nn.dense"
 
 
-def test_qdq_weight_dequantize_folds():
-    """DequantizeLinear of a constant int8 weight folds into a float constant."""
-    from kiln.frontend import from_onnx
-    from kiln.ir.graph import Call, post_order
-    from kiln.passes.graph import bind_params, fold_constant
-
-    x = {"x": f32(1, 3, 6, 6)}
+def _qdq_weight_conv():
     inits = {"w": i8(4, 3, 3, 3), "ws": np.array([0.01, 0.02, 0.03, 0.04], "float32"),
              "wz": np.zeros(4, "int8")}
     nodes = [helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
              helper.make_node("Conv", ["x", "wd"], ["y"])]
-    model = make_model(nodes, x, ["y"], 13, inits)
+    return nodes, {"x": f32(1, 3, 6, 6)}, inits, 13, "nn.conv2d"
+
+
+@pytest.mark.parametrize("make", [_weight_only_matmul, _qdq_weight_conv],
+                         ids=["cast_mul_matmul", "dequantize_conv"])
+def test_dequantized_weights_fold_to_float_constants(make):
+    """An int8 weight dequantized in the graph (Cast → Mul, or DequantizeLinear per channel) is
+    a compile-time constant after FoldConstant: only the float op remains (MatMul as dense)."""
+    from kiln.frontend import from_onnx
+    from kiln.ir.graph import Call, post_order
+    from kiln.passes.graph import bind_params, fold_constant
+
+    nodes, x, inits, opset, op = make()
+    model = make_model(nodes, x, ["y"], opset, inits)
     np.testing.assert_allclose(run_kiln(model, x)[0], run_ort(model, x)[0], rtol=1e-5,
                                atol=1e-5)
     mod, params = from_onnx(model)
     func = fold_constant(bind_params(mod["main"], params))
-    assert [n.op.name for n in post_order(func.outputs) if isinstance(n, Call)] == ["nn.conv2d"]
+    assert [n.op.name for n in post_order(func.outputs) if isinstance(n, Call)] == [op]
 
 
 def test_matmulinteger_per_row_zero_point():
