@@ -50,6 +50,10 @@ MAX_PAD_FRACTION = 1 / 16
 #: rows of data from which a dense's outputs are padded (below, a padded block was no faster:
 #: 1x1280 · 1280x1000 0.19 ms exact (blocks of 8) vs 0.20 ms padded to 1024)
 DENSE_MIN_PAD_ROWS = 2
+#: dtypes of the convolutions and dense ops rewritten: float32, and int32 (the exact integer
+#: products of QLinearConv, ConvInteger, MatMulInteger...; 4-byte lanes like float32, so the
+#: same blocks fit the registers)
+BLOCKED_DTYPES = ("float32", "int32")
 #: elementwise with per-tensor (rank-0) scale and zero point operands
 QNN = ("qnn.quantize", "qnn.dequantize")
 #: pools run per channel: the same op with attr ``layout="NCHW{b}c"``
@@ -149,7 +153,7 @@ def alter_op_layout(func: Function) -> Function:
 def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     data, weight = args
     if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
-            data.checked_type.dtype != "float32":
+            data.checked_type.dtype not in BLOCKED_DTYPES:
         return Call("nn.conv2d", args, call.attrs, call.span)
     channels = data.checked_type.shape[1]
     out_channels = weight.checked_type.shape[0]
@@ -180,9 +184,9 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
 
 
 def _dense(call: Call, args: list[Expr]) -> Expr:
-    """``nn.dense`` with constant float32 weights → ``nn.dense_pack`` (weights packed here)."""
+    """``nn.dense`` with constant weights → ``nn.dense_pack`` (weights packed here)."""
     data, weight = args
-    if not isinstance(weight, Constant) or weight.checked_type.dtype != "float32":
+    if not isinstance(weight, Constant) or weight.checked_type.dtype not in BLOCKED_DTYPES:
         return Call("nn.dense", args, call.attrs, call.span)
     n = weight.checked_type.shape[0]
     full = _dense_block_limit()
