@@ -46,7 +46,7 @@ def _params(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
     return scale, zero_point, axis % ndim
 
 
-def quantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
+def _quantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
              out_dtype: str = "uint8") -> Expr:
     """``qnn.quantize`` of float ``x``; without a zero point the output is ``out_dtype``."""
     dtype = zero_point.checked_type.dtype if zero_point is not None else out_dtype
@@ -56,7 +56,7 @@ def quantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
     return ctx.call("qnn.quantize", [x, scale, zero_point], axis=axis, out_dtype=dtype)
 
 
-def dequantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None) -> Expr:
+def _dequantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None) -> Expr:
     """``qnn.dequantize`` of integer ``x`` (float result of ``scale``'s dtype)."""
     if x.checked_type.dtype not in DEQUANT_DTYPES:
         raise ctx.unsupported(f"dequantization of {x.checked_type.dtype}")
@@ -74,12 +74,12 @@ def quantize_linear(ctx: ConvertContext) -> Expr:
             raise ctx.unsupported(str(err)) from None
     if ctx.attr("saturate", 1) != 1:
         raise ctx.unsupported("saturate=0 (float8 outputs)")
-    return quantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2), out_dtype)
+    return _quantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2), out_dtype)
 
 
 @onnx_op("DequantizeLinear", since=10)
 def dequantize_linear(ctx: ConvertContext) -> Expr:
-    return dequantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2))
+    return _dequantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2))
 
 
 @onnx_op("DynamicQuantizeLinear", since=11)
@@ -100,7 +100,7 @@ def dynamic_quantize_linear(ctx: ConvertContext) -> list[Expr]:
     initial = ctx.call("subtract", [zero, ctx.call("divide", [lo, scale])])
     zp = ctx.call("cast", [ctx.call("round", [ctx.call("clip", [initial], a_min=0.0,
                                                          a_max=255.0)])], dtype="uint8")
-    return [quantize(ctx, x, scale, zp), scale, zp]
+    return [_quantize(ctx, x, scale, zp), scale, zp]
 
 
 def _int32(ctx: ConvertContext, x: Expr, zero_point: Expr | None, axis: int | None) -> Expr:
@@ -143,7 +143,7 @@ def _requantize(ctx: ConvertContext, acc: Expr, in_scale: Expr, w_scale: Expr, y
             raise ctx.unsupported(f"scale of shape {s.checked_type.shape}")
     multiplier = ctx.call("divide", [ctx.call("multiply", scales[:2]), scales[2]])
     value = ctx.call("multiply", [ctx.call("cast", [acc], dtype="float32"), multiplier])
-    return quantize(ctx, value, ctx.scalar(1.0, "float32"), y_zero_point)
+    return _quantize(ctx, value, ctx.scalar(1.0, "float32"), y_zero_point)
 
 
 @onnx_op("ConvInteger", since=10)
