@@ -16,9 +16,9 @@ from kiln.ir.ops.transform import slice_length
 VOCABULARY = {
     OpPattern.ELEMWISE: ["nn.relu", "sigmoid", "exp", "log", "sqrt", "tanh", "erf", "negative",
                          "abs", "floor", "ceil", "clip", "hardsigmoid", "hardswish", "leaky_relu",
-                         "cast"],
+                         "cast", "round"],
     OpPattern.BROADCAST: ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                          "nn.bias_add", "where", "expand"],
+                          "nn.bias_add", "where", "expand", "qnn.quantize", "qnn.dequantize"],
     OpPattern.OUT_ELEMWISE_FUSABLE: ["nn.conv2d", "nn.dense", "nn.matmul", "nn.max_pool2d",
                                      "nn.avg_pool2d", "nn.global_avg_pool2d",
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
@@ -72,6 +72,13 @@ POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilati
     ("take", [_t(4), _t(2)], {"axis": 0}, "integers"),
     ("expand", [_t(2, 3)], {"newshape": (3, 3)}, "broadcast"),
     ("cast", [_t(2)], {"dtype": "no-such-type"}, "dtype"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int8")], {"axis": 0, "out_dtype": "uint8"},
+     "zero point"),
+    ("qnn.quantize", [_t(2, 3), _t(4), _t(4, dtype="int8")], {"axis": 1, "out_dtype": "int8"},
+     "scales for axis"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int32")], {"axis": 0, "out_dtype": "int32"},
+     "cannot quantize"),
+    ("qnn.dequantize", [_t(2), _t(), _t()], {"axis": 0}, "cannot dequantize"),
 ])
 def test_type_relation_errors(op, args, attrs, match):
     with pytest.raises(ShapeError, match=match) as info:
