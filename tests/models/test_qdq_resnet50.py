@@ -1,13 +1,9 @@
-"""A QDQ int8 ResNet-50 made by onnxruntime's static quantization tool, compiled by Kiln and
-compared with onnxruntime's int8 execution of the same model.
-
-The model: the light resnet50 with seeded random weights (:func:`kiln.models.randomize_weights`),
-its final Softmax removed, converted to opset 13 (per-axis DequantizeLinear needs it), BatchNorm
-folded by ``quant_pre_process``, then ``quantize_static`` in QDQ format, calibrated on four
-seeded random images: per tensor with uint8 activations, and per channel with int8
-activations. The Softmax goes because the tool quantizes its output to the fixed range [0, 1]
-in steps of 1/255, and the light model's near-uniform 1000-way softmax (values ~0.001) is all
-zeros after that: nothing left to compare. The output is then the dequantized logits.
+"""A QDQ int8 ResNet-50 made by onnxruntime's static quantization tool
+(:func:`kiln.models.qdq_resnet50`: the light resnet50 with seeded random weights, final Softmax
+removed, BatchNorm folded, ``quantize_static`` in QDQ format calibrated on four seeded random
+images; per tensor with uint8 activations, and per channel with int8 activations), compiled by
+Kiln and compared with onnxruntime's int8 execution of the same model. The output is the
+dequantized logits.
 
 Tolerance, and why: Kiln runs the float ops between DequantizeLinear and QuantizeLinear in
 float32 (that is what the QDQ format means numerically; docs/decisions/011), while onnxruntime
@@ -30,61 +26,17 @@ from model_helpers import compile_to_library, run_compiled
 from kiln import models
 
 SEED = 20240601
-CALIBRATION_SAMPLES = 4
 #: most quantization steps (of the output's scale) between Kiln's and onnxruntime's outputs
 MAX_STEPS = 3
-
-
-def _float_model(path) -> str:
-    """The light resnet50, random weights, no final Softmax, opset 13, BatchNorm folded."""
-    from onnx import version_converter
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    model = models.randomize_weights(onnx.load(models.light_model_path("resnet50")), seed=SEED)
-    graph = model.graph
-    (softmax,) = [n for n in graph.node if n.op_type == "Softmax"]
-    assert graph.output[0].name == softmax.output[0], "Softmax is not the last node"
-    graph.node.remove(softmax)
-    graph.output[0].name = softmax.input[0]
-    model = version_converter.convert_version(model, 13)
-    raw, folded = path / "resnet50.onnx", path / "resnet50_pre.onnx"
-    onnx.save(model, raw)
-    quant_pre_process(str(raw), str(folded), skip_symbolic_shape=True)
-    return str(folded)
 
 
 @pytest.fixture(scope="module")
 def qdq_models(tmp_path_factory) -> dict[str, str]:
     """``{"per_tensor": path, "per_channel": path}`` of the two quantized models."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
     folder = tmp_path_factory.mktemp("qdq")
-    source = _float_model(folder)
-    name = onnx.load(source, load_external_data=False).graph.input[0].name
-
-    class Calibration(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(SEED)
-            self.samples = iter([{name: rng.standard_normal((1, 3, 224, 224)).astype("float32")}
-                                 for _ in range(CALIBRATION_SAMPLES)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    out = {}
-    for variant, per_channel, activations in (("per_tensor", False, QuantType.QUInt8),
-                                              ("per_channel", True, QuantType.QInt8)):
-        path = folder / f"resnet50_qdq_{variant}.onnx"
-        quantize_static(source, str(path), Calibration(), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, activation_type=activations,
-                        weight_type=QuantType.QInt8)
-        out[variant] = str(path)
-    return out
+    return {variant: str(models.qdq_resnet50(folder, per_channel=variant == "per_channel",
+                                             seed=SEED))
+            for variant in ("per_tensor", "per_channel")}
 
 
 def _output_step(model: onnx.ModelProto) -> float:
