@@ -1,8 +1,8 @@
 """The quantization ops compiled for each target (c, llvm), against onnxruntime.
 
 Two multi-output models keep the compile count low: one of the float ↔ int conversions
-(QuantizeLinear per tensor with exact ties and saturation, per axis, DequantizeLinear,
-DynamicQuantizeLinear), one of the integer products (QLinearConv per channel with bias,
+(QuantizeLinear per tensor with exact ties and saturation, per axis and per block,
+DequantizeLinear, DynamicQuantizeLinear), one of the integer products (QLinearConv per channel with bias,
 ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear). Shapes have
 odd extents so vectorized loops get remainders. Integer outputs must be bit-exact (see
 tests/unit/test_frontend_quantization.py); float outputs match to float32 rounding. A third
@@ -50,6 +50,8 @@ def test_conversions_match_onnxruntime(tmp_path, target):
         "s": np.array(0.25, "float32"), "z": np.array(3, "uint8"),
         "sc": np.linspace(0.05, 0.3, 6).astype("float32"),
         "zc": np.array([-5, 0, 5, 10, -128, 127], "int8"),
+        "sb": (np.abs(RNG.standard_normal((1, 2, 7, 9))) * 0.2 + 0.05).astype("float32"),
+        "zb": RNG.integers(0, 256, (1, 2, 7, 9)).astype("uint8"),
     }
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y0"]),
@@ -57,9 +59,11 @@ def test_conversions_match_onnxruntime(tmp_path, target):
         helper.make_node("DequantizeLinear", ["y1", "sc", "zc"], ["y2"], axis=1),
         helper.make_node("DequantizeLinear", ["y0", "s", "z"], ["y3"]),
         helper.make_node("DynamicQuantizeLinear", ["x"], ["y4", "y5", "y6"]),
+        helper.make_node("QuantizeLinear", ["x", "sb", "zb"], ["y7"], axis=1, block_size=4),
+        helper.make_node("DequantizeLinear", ["y7", "sb", "zb"], ["y8"], axis=1, block_size=4),
     ]
-    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6"]
-    _check(_model(nodes, {"x": x}, inits, outputs), {"x": x}, tmp_path, target)
+    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8"]
+    _check(_model(nodes, {"x": x}, inits, outputs, opset=21), {"x": x}, tmp_path, target)
 
 
 def test_integer_products_match_onnxruntime(tmp_path, target):

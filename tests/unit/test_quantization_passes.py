@@ -29,8 +29,8 @@ CONV = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups"
 def _qdq(x, scale: float, zero_point: int):
     """quantize → dequantize of ``x`` (uint8, per tensor), as a QDQ model has on activations."""
     s, z = Constant(np.array(scale, "float32")), Constant(np.array(zero_point, "uint8"))
-    q = Call("qnn.quantize", [x, s, z], {"axis": 0, "out_dtype": "uint8"})
-    return Call("qnn.dequantize", [q, s, z], {"axis": 0})
+    q = Call("qnn.quantize", [x, s, z], {"axis": 0, "block_size": 0, "out_dtype": "uint8"})
+    return Call("qnn.dequantize", [q, s, z], {"axis": 0, "block_size": 0})
 
 
 def _qdq_convs(scales: tuple[float, float]) -> Function:

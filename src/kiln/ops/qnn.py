@@ -16,8 +16,12 @@ from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 
 
-def _param(t: te.Tensor, index: tuple, axis: int) -> L.PrimExpr:
-    """A per-tensor (rank 0) or per-axis (1-D) scale or zero point at output ``index``."""
+def _param(t: te.Tensor, index: tuple, attrs: dict) -> L.PrimExpr:
+    """A per-tensor (rank 0), per-axis (1-D) or per-block scale or zero point at output
+    ``index``."""
+    axis, block = attrs["axis"], attrs["block_size"]
+    if block:
+        return t[index[:axis] + (index[axis] // block,) + index[axis + 1:]]
     return t[()] if not t.shape else t[index[axis]]
 
 
@@ -28,12 +32,12 @@ def _as(dtype: str, v: L.PrimExpr) -> L.PrimExpr:
 @register_compute("qnn.quantize")
 def quantize(inputs, attrs, out_type):
     x, scale, zero_point = inputs
-    axis, out = attrs["axis"], out_type.dtype
+    out = out_type.dtype
     info = np.iinfo(out)
 
     def body(*i):
-        q = L.call("nearbyint", x[i] / _param(scale, i, axis)) \
-            + _as(x.dtype, _param(zero_point, i, axis))
+        q = L.call("nearbyint", x[i] / _param(scale, i, attrs)) \
+            + _as(x.dtype, _param(zero_point, i, attrs))
         q = L.minimum(L.maximum(q, L.const(info.min, x.dtype)), L.const(info.max, x.dtype))
         return L.Cast(out, q)
 
@@ -43,10 +47,9 @@ def quantize(inputs, attrs, out_type):
 @register_compute("qnn.dequantize")
 def dequantize(inputs, attrs, out_type):
     x, scale, zero_point = inputs
-    axis = attrs["axis"]
 
     def body(*i):
-        diff = _as("int32", x[i]) - _as("int32", _param(zero_point, i, axis))
-        return _as(scale.dtype, diff) * _param(scale, i, axis)
+        diff = _as("int32", x[i]) - _as("int32", _param(zero_point, i, attrs))
+        return _as(scale.dtype, diff) * _param(scale, i, attrs)
 
     return te.compute(x.shape, body, name="dequantize", tag="elemwise")

@@ -11,8 +11,10 @@ DequantizeLinear (linear quantization, round half to even, saturation).
   ``y = float(int32(x) - int32(zero_point)) * scale``, in ``scale``'s dtype; ``x`` and
   ``zero_point`` have one integer dtype (int8, uint8, int16, uint16 or int32).
 
-``scale`` and ``zero_point`` have one shape: rank 0 (per tensor) or 1-D with one entry per index
-of ``x``'s axis ``axis`` (per axis; ``axis`` normalized to ``[0, rank)``, ignored per tensor).
+``scale`` and ``zero_point`` have one shape: rank 0 (per tensor), 1-D with one entry per index
+of ``x``'s axis ``axis`` (per axis; ``axis`` normalized to ``[0, rank)``, ignored per tensor), or,
+with ``block_size`` B > 0 (ONNX opset 21 blocked quantization), ``x``'s rank and shape except
+``ceil(x.shape[axis] / B)`` along ``axis``: element ``i`` uses parameter ``i[axis] // B``.
 Integer convolutions and matrix products (QLinearConv, ConvInteger, ...) need no op of their
 own: they are ``nn.conv2d`` / ``nn.matmul`` on int32 operands (docs/decisions/011).
 """
@@ -32,12 +34,22 @@ QUANT_DTYPES = ("int8", "uint8", "int16", "uint16")
 DEQUANT_DTYPES = (*QUANT_DTYPES, "int32")
 
 
-def _check_params(x: TensorType, scale: TensorType, zero_point: TensorType, axis: int) -> None:
-    """Raise ShapeError unless scale/zero point are per tensor or per index of ``axis``."""
+def _check_params(x: TensorType, scale: TensorType, zero_point: TensorType, attrs: dict) -> None:
+    """Raise ShapeError unless scale/zero point are per tensor, per index of ``axis`` or per
+    block of ``axis``."""
+    axis, block = attrs["axis"], attrs["block_size"]
     if scale.shape != zero_point.shape:
         raise ShapeError(f"scale {scale.shape} and zero point {zero_point.shape} differ in shape")
     if scale.dtype not in FLOAT_DTYPES:
         raise ShapeError(f"scale must be a float tensor, got {scale.dtype}")
+    if block:
+        axis = normalize_axis(axis, x.ndim)
+        blocks = -(-x.shape[axis] // block)
+        want = x.shape[:axis] + (blocks,) + x.shape[axis + 1:]
+        if block < 0 or scale.shape != want:
+            raise ShapeError(f"scale {scale.shape} does not give blocks of {block} along axis "
+                             f"{axis} of {x.shape} (expected {want})")
+        return
     if scale.ndim == 0:
         return
     if scale.ndim != 1:
@@ -47,11 +59,14 @@ def _check_params(x: TensorType, scale: TensorType, zero_point: TensorType, axis
         raise ShapeError(f"{scale.shape[0]} scales for axis {axis} of {x.shape}")
 
 
-def along(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
-    """A rank-0 or per-axis parameter shaped to broadcast against a rank-``ndim`` tensor."""
+def along(param: np.ndarray, shape: tuple[int, ...], axis: int, block: int) -> np.ndarray:
+    """A per-tensor, per-axis or per-block parameter shaped to broadcast against a tensor of
+    ``shape``."""
+    if block:
+        return np.repeat(param, block, axis=axis).take(range(shape[axis]), axis=axis)
     if param.ndim == 0:
         return param
-    return param.reshape((-1,) + (1,) * (ndim - axis % ndim - 1))
+    return param.reshape((-1,) + (1,) * (len(shape) - axis % len(shape) - 1))
 
 
 def _quantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -64,16 +79,16 @@ def _quantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
         raise ShapeError(f"input {x.dtype} and scale {scale.dtype} differ in dtype")
     if zero_point.dtype != out_dtype:
         raise ShapeError(f"zero point {zero_point.dtype} is not of the output dtype {out_dtype}")
-    _check_params(x, scale, zero_point, attrs["axis"])
+    _check_params(x, scale, zero_point, attrs)
     return TensorType(x.shape, out_dtype)
 
 
 def _quantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int,
-                  out_dtype: str) -> np.ndarray:
+                  block_size: int, out_dtype: str) -> np.ndarray:
     info = np.iinfo(out_dtype)
+    s, z = (along(p, x.shape, axis, block_size) for p in (scale, zero_point))
     with np.errstate(all="ignore"):
-        q = np.rint(x / along(scale, x.ndim, axis)) + along(zero_point, x.ndim, axis).astype(
-            x.dtype)
+        q = np.rint(x / s) + z.astype(x.dtype)
         return np.clip(q, info.min, info.max).astype(out_dtype)
 
 
@@ -87,15 +102,15 @@ def _dequantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
         raise ShapeError(f"cannot dequantize {x.dtype} (supported: {', '.join(DEQUANT_DTYPES)})")
     if zero_point.dtype != x.dtype:
         raise ShapeError(f"zero point {zero_point.dtype} is not of the input dtype {x.dtype}")
-    _check_params(x, scale, zero_point, attrs["axis"])
+    _check_params(x, scale, zero_point, attrs)
     return TensorType(x.shape, scale.dtype)
 
 
-def _dequantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray,
-                    axis: int) -> np.ndarray:
+def _dequantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int,
+                    block_size: int) -> np.ndarray:
+    s, z = (along(p, x.shape, axis, block_size) for p in (scale, zero_point))
     with np.errstate(all="ignore"):
-        diff = x.astype(np.int32) - along(zero_point, x.ndim, axis).astype(np.int32)
-        return diff.astype(scale.dtype) * along(scale, x.ndim, axis)
+        return (x.astype(np.int32) - z.astype(np.int32)).astype(scale.dtype) * s
 
 
 register_op("qnn.dequantize", _dequantize_infer, OpPattern.BROADCAST, _dequantize_ref)

@@ -26,24 +26,24 @@ from kiln.ir.ops.qnn import DEQUANT_DTYPES, QUANT_DTYPES
 
 
 def _params(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
-            zp_dtype: str) -> tuple[Expr, Expr, int]:
-    """(scale, zero point, axis) normalized for ``qnn.*``: rank 0 per tensor (a 1-element
-    vector is a scalar), 1-D per axis; an omitted zero point is 0 of ``zp_dtype``."""
+            zp_dtype: str) -> tuple[Expr, Expr, dict]:
+    """(scale, zero point, attrs ``axis`` and ``block_size``) normalized for ``qnn.*``: rank 0
+    per tensor (a 1-element vector is a scalar), 1-D per axis, ``x``'s rank per block; an
+    omitted zero point is 0 of ``zp_dtype``."""
     if zero_point is None:
         zero_point = Constant(np.zeros(scale.checked_type.shape, zp_dtype))
-    if ctx.attr("block_size", 0):
-        raise ctx.unsupported("blocked quantization (block_size)")
+    block = int(ctx.attr("block_size", 0))
     st, zt = scale.checked_type, zero_point.checked_type
-    if st.size == zt.size == 1 and st.ndim <= 1 and zt.ndim <= 1:
-        return ctx.reshape(scale, ()), ctx.reshape(zero_point, ()), 0
+    if st.size == zt.size == 1 and st.ndim <= 1 and zt.ndim <= 1 and not block:
+        return ctx.reshape(scale, ()), ctx.reshape(zero_point, ()), {"axis": 0, "block_size": 0}
     if zt.shape != st.shape:
         raise ctx.unsupported(f"scale {st.shape} and zero point {zt.shape} differ in shape")
     ndim = x.checked_type.ndim
     axis = int(ctx.attr("axis", 1))
-    if scale.checked_type.ndim != 1 or not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"scale of shape {scale.checked_type.shape} for axis {axis} of "
-                              f"{x.checked_type.shape}")
-    return scale, zero_point, axis % ndim
+    if st.ndim != (ndim if block else 1) or not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"scale of shape {st.shape} for axis {axis} of "
+                              f"{x.checked_type.shape}" + (f", blocks of {block}" if block else ""))
+    return scale, zero_point, {"axis": axis % ndim, "block_size": block}
 
 
 def _quantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,
@@ -52,16 +52,16 @@ def _quantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None
     dtype = zero_point.checked_type.dtype if zero_point is not None else out_dtype
     if dtype not in QUANT_DTYPES:
         raise ctx.unsupported(f"quantization to {dtype}")
-    scale, zero_point, axis = _params(ctx, x, scale, zero_point, dtype)
-    return ctx.call("qnn.quantize", [x, scale, zero_point], axis=axis, out_dtype=dtype)
+    scale, zero_point, attrs = _params(ctx, x, scale, zero_point, dtype)
+    return ctx.call("qnn.quantize", [x, scale, zero_point], out_dtype=dtype, **attrs)
 
 
 def _dequantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None) -> Expr:
     """``qnn.dequantize`` of integer ``x`` (float result of ``scale``'s dtype)."""
     if x.checked_type.dtype not in DEQUANT_DTYPES:
         raise ctx.unsupported(f"dequantization of {x.checked_type.dtype}")
-    scale, zero_point, axis = _params(ctx, x, scale, zero_point, x.checked_type.dtype)
-    return ctx.call("qnn.dequantize", [x, scale, zero_point], axis=axis)
+    scale, zero_point, attrs = _params(ctx, x, scale, zero_point, x.checked_type.dtype)
+    return ctx.call("qnn.dequantize", [x, scale, zero_point], **attrs)
 
 
 @onnx_op("QuantizeLinear", since=10)
