@@ -64,22 +64,39 @@ def _dequantize(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | No
     return ctx.call("qnn.dequantize", [x, scale, zero_point], **attrs)
 
 
+def _dtype_attr(ctx: ConvertContext, name: str) -> str | None:
+    """A TensorProto element-type attribute (``output_dtype``, ``precision``) as a numpy dtype
+    name; None when absent or 0."""
+    if not ctx.attr(name, 0):
+        return None
+    try:
+        return onnx_dtype(int(ctx.attr(name)), name)
+    except UnsupportedOpError as err:
+        raise ctx.unsupported(str(err)) from None
+
+
+def _as(ctx: ConvertContext, x: Expr, dtype: str) -> Expr:
+    return x if x.checked_type.dtype == dtype else ctx.call("cast", [x], dtype=dtype)
+
+
 @onnx_op("QuantizeLinear", since=10)
 def quantize_linear(ctx: ConvertContext) -> Expr:
-    out_dtype = "uint8"
-    if ctx.attr("output_dtype", 0):  # opset 21: the output type without a zero point
-        try:
-            out_dtype = onnx_dtype(int(ctx.attr("output_dtype")), "output_dtype")
-        except UnsupportedOpError as err:
-            raise ctx.unsupported(str(err)) from None
+    """The division runs in ``precision`` (opset 23; default: the scale's type, so an input of
+    another type, e.g. int32 from opset 19, is converted to it)."""
     if ctx.attr("saturate", 1) != 1:
         raise ctx.unsupported("saturate=0 (float8 outputs)")
-    return _quantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2), out_dtype)
+    scale = ctx.input(1)
+    precision = _dtype_attr(ctx, "precision") or scale.checked_type.dtype
+    x, scale = _as(ctx, ctx.input(0), precision), _as(ctx, scale, precision)
+    out_dtype = _dtype_attr(ctx, "output_dtype") or "uint8"  # without a zero point (opset 21)
+    return _quantize(ctx, x, scale, ctx.optional_input(2), out_dtype)
 
 
 @onnx_op("DequantizeLinear", since=10)
 def dequantize_linear(ctx: ConvertContext) -> Expr:
-    return _dequantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2))
+    """The result has the scale's type, or ``output_dtype`` (opset 23)."""
+    y = _dequantize(ctx, ctx.input(0), ctx.input(1), ctx.optional_input(2))
+    return _as(ctx, y, _dtype_attr(ctx, "output_dtype") or y.checked_type.dtype)
 
 
 @onnx_op("DynamicQuantizeLinear", since=11)
