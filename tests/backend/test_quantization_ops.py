@@ -3,7 +3,8 @@
 Two multi-output models keep the compile count low: one of the float ↔ int conversions
 (QuantizeLinear per tensor with exact ties and saturation, per axis and per block,
 DequantizeLinear, DynamicQuantizeLinear), one of the integer products (QLinearConv per channel with bias,
-ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear). Shapes have
+ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear; constant and
+run-time weights). Shapes have
 odd extents so vectorized loops get remainders. Integer outputs must be bit-exact (see
 tests/unit/test_frontend_quantization.py); float outputs match to float32 rounding. A third
 model is a weight-only int8 graph (Cast → Mul dequantization before Conv and MatMul).
@@ -91,9 +92,14 @@ def test_integer_products_match_onnxruntime(tmp_path, target):
                          ["y2"]),
         helper.make_node("MatMulInteger", ["a", "bu", "az", "buz"], ["y3"]),
         helper.make_node("DequantizeLinear", ["qb", "qs"], ["y4"]),
+        # weights given at run time: the plain (not blocked) int32 conv and batched matmul
+        helper.make_node("ConvInteger", ["x", "wr", "xz"], ["y5"], strides=[2, 2]),
+        helper.make_node("MatMulInteger", ["a3", "br", "az"], ["y6"]),
     ]
-    inputs = {"x": x, "a": a}
-    _check(_model(nodes, inputs, inits, ["y0", "y1", "y2", "y3", "y4"]), inputs, tmp_path,
+    inputs = {"x": x, "a": a, "wr": RNG.integers(-128, 128, (3, 5, 2, 2)).astype("int8"),
+              "a3": RNG.integers(0, 256, (2, 3, 37)).astype("uint8"),
+              "br": RNG.integers(-128, 128, (2, 37, 5)).astype("int8")}
+    _check(_model(nodes, inputs, inits, [f"y{k}" for k in range(7)]), inputs, tmp_path,
            target)
 
 
