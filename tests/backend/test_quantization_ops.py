@@ -2,12 +2,12 @@
 
 Two multi-output models keep the compile count low: one of the float ↔ int conversions
 (QuantizeLinear per tensor with exact ties and saturation, per axis and per block,
-DequantizeLinear, DynamicQuantizeLinear), one of the integer products (QLinearConv per channel with bias,
-ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear; constant and
-run-time weights). Shapes have
-odd extents so vectorized loops get remainders. Integer outputs must be bit-exact (see
-tests/unit/test_frontend_quantization.py); float outputs match to float32 rounding. A third
-model is a weight-only int8 graph (Cast → Mul dequantization before Conv and MatMul).
+DequantizeLinear, DynamicQuantizeLinear), one of the integer products (QLinearConv per channel
+with bias, ConvInteger, QLinearMatMul per column, MatMulInteger, int32 DequantizeLinear; with
+constant and with run-time weights). Shapes have odd extents so vectorized loops get remainders.
+Integer outputs must be bit-exact (see tests/unit/test_frontend_quantization.py); float outputs
+match to float32 rounding. A third model is a weight-only int8 graph (Cast → Mul dequantization
+before Conv and MatMul).
 """
 
 from __future__ import annotations
