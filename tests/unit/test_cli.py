@@ -39,7 +39,10 @@ def test_compile_arguments():
         "--input-shape", "y:2", "--quiet"])
     assert args.command == "compile" and args.model == "m.onnx" and args.output == "m.so"
     assert args.input_shapes == [("input:0", (1, 3)), ("y", (2,))]
-    assert args.quiet and args.target == "c"
+    assert args.quiet and args.target == "c" and args.target_host is None
+    args = cli.build_parser().parse_args(["compile", "m.onnx", "--target", "jit",
+                                          "--target-host", "llvm", "-o", "m.so"])
+    assert args.target == "jit" and args.target_host == "llvm"
 
 
 def test_byoc_arguments():

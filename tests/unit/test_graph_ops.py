@@ -16,9 +16,10 @@ from kiln.ir.ops.transform import slice_length
 VOCABULARY = {
     OpPattern.ELEMWISE: ["nn.relu", "sigmoid", "exp", "log", "sqrt", "tanh", "erf", "negative",
                          "abs", "floor", "ceil", "clip", "hardsigmoid", "hardswish", "leaky_relu",
-                         "cast"],
+                         "cast", "round"],
     OpPattern.BROADCAST: ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                          "nn.bias_add", "where", "expand", "equal"],
+                          "nn.bias_add", "where", "expand", "equal", "qnn.quantize",
+                          "qnn.dequantize"],
     OpPattern.OUT_ELEMWISE_FUSABLE: ["nn.conv2d", "nn.dense", "nn.matmul", "nn.max_pool2d",
                                      "nn.avg_pool2d", "nn.global_avg_pool2d",
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
@@ -44,6 +45,7 @@ def _t(*shape, dtype="float32"):
 
 
 CONV = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+QNN = {"axis": 0, "block_size": 0}
 POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilation": (1, 1),
         "ceil_mode": False}
 
@@ -86,6 +88,15 @@ POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilati
     ("take", [_t(4), _t(2)], {"axis": 0}, "integers"),
     ("expand", [_t(2, 3)], {"newshape": (3, 3)}, "broadcast"),
     ("cast", [_t(2)], {"dtype": "no-such-type"}, "dtype"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int8")], dict(QNN, out_dtype="uint8"),
+     "zero point"),
+    ("qnn.quantize", [_t(2, 3), _t(4), _t(4, dtype="int8")], dict(QNN, axis=1, out_dtype="int8"),
+     "scales for axis"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int32")], dict(QNN, out_dtype="int32"),
+     "cannot quantize"),
+    ("qnn.dequantize", [_t(2), _t(), _t()], QNN, "cannot dequantize"),
+    ("qnn.dequantize", [_t(4, 6, dtype="int8"), _t(4, 3), _t(4, 3, dtype="int8")],
+     dict(QNN, axis=1, block_size=4), "blocks of 4"),
 ])
 def test_type_relation_errors(op, args, attrs, match):
     with pytest.raises(ShapeError, match=match) as info:

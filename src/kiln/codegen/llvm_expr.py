@@ -39,7 +39,7 @@ from kiln.ir import loop as L
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "pow": "llvm.pow"}
+                    "ceil": "llvm.ceil", "nearbyint": "llvm.nearbyint", "pow": "llvm.pow"}
 _LIBM = {("erf", "float32"): "erff", ("erf", "float64"): "erf"}
 _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 

@@ -10,7 +10,8 @@ indexed with one index per dimension; ``//`` and ``%`` are floor division and fl
 ``/`` on floats is true division; index arithmetic is int64.
 
 Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, fabs, floor, ceil,
-pow, and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, and the
+packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "pow")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "nearbyint", "pow")
 
 _CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC_OPS = ("and", "or")

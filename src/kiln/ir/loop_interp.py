@@ -23,7 +23,7 @@ _ARITH = {
 
 _INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
-    "floor": np.floor, "ceil": np.ceil, "pow": np.power,
+    "floor": np.floor, "ceil": np.ceil, "nearbyint": np.rint, "pow": np.power,
     "erf": np.vectorize(math.erf, otypes=[np.float64]),
 }
 

@@ -62,6 +62,7 @@ _FLOAT_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "erf": lambda x: _erf(x).astype(x.dtype),
     "floor": np.floor,
     "ceil": np.ceil,
+    "round": np.rint,  # half to even, as ONNX Round
     "hardsigmoid": _hardsigmoid,
     "hardswish": lambda x: (x * _hardsigmoid(x, 1.0 / 6.0, 0.5)).astype(x.dtype),
 }

@@ -22,6 +22,7 @@ _UNARY = {
     "Abs": "abs",
     "Floor": "floor",
     "Ceil": "ceil",
+    "Round": "round",
     "HardSwish": "hardswish",
 }
 
@@ -34,7 +35,7 @@ def _unary(op: str):
 
 
 for _onnx, _op in _UNARY.items():
-    onnx_op(_onnx, since=14 if _onnx == "HardSwish" else 1)(_unary(_op))
+    onnx_op(_onnx, since={"HardSwish": 14, "Round": 11}.get(_onnx, 1))(_unary(_op))
 
 
 @onnx_op("LeakyRelu", since=1)

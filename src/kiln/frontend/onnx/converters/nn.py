@@ -56,15 +56,22 @@ def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int
     return {"strides": strides, "padding": padding, "dilation": dilation}
 
 
-def _conv_operands(ctx: ConvertContext) -> tuple[Expr, Expr, tuple[int, ...]]:
-    """(X, W, kernel_shape) of a Conv or ConvTranspose, checked: 2-D spatial, and the kernel
-    attribute, if given, equal to the weight's spatial shape."""
-    x, w = ctx.input(0), ctx.input(1)
+def _conv_kernel(ctx: ConvertContext, x: Expr, w: Expr) -> tuple[int, ...]:
+    """kernel_shape of a Conv or ConvTranspose, checked: 2-D spatial, and the attribute, if
+    given, equal to the weight's spatial shape."""
     _spatial_2d(ctx, x)
     kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
     if kernel != w.checked_type.shape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
-    return x, w, kernel
+    return kernel
+
+
+def conv2d_call(ctx: ConvertContext, x: Expr, w: Expr) -> Expr:
+    """``nn.conv2d(x, w)`` with the node's Conv attributes (kernel_shape, strides, pads,
+    auto_pad, dilations, group); shared by Conv and the integer convolutions."""
+    kernel = _conv_kernel(ctx, x, w)
+    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
+    return ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
 
 
 def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
@@ -75,10 +82,7 @@ def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
 
 @onnx_op("Conv", since=1)
 def conv(ctx: ConvertContext) -> Expr:
-    x, w, kernel = _conv_operands(ctx)
-    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
-    return _with_bias(ctx, ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)),
-                                    **attrs))
+    return _with_bias(ctx, conv2d_call(ctx, ctx.input(0), ctx.input(1)))
 
 
 def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int, dilation: int,
@@ -121,7 +125,7 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
         if ints("kernel_shape", kernel, (1,)) != kernel:
             raise ctx.unsupported("kernel_shape differs from the weight shape")
     else:
-        x, w, kernel = _conv_operands(ctx)
+        kernel = _conv_kernel(ctx, x, w)
     strides = ints("strides", (1, 1), (1,))
     dilation = ints("dilations", (1, 1), (1,))
     adj = ints("output_padding", (0, 0), (0,))
@@ -289,8 +293,12 @@ def gemm(ctx: ConvertContext) -> Expr:
 
 @onnx_op("MatMul", since=1)
 def matmul(ctx: ConvertContext) -> Expr:
-    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""
-    a, b = ctx.input(0), ctx.input(1)
+    return matmul_call(ctx, ctx.input(0), ctx.input(1))
+
+
+def matmul_call(ctx: ConvertContext, a: Expr, b: Expr) -> Expr:
+    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after;
+    shared by MatMul and the integer matrix products."""
     a_shape, b_shape = a.checked_type.shape, b.checked_type.shape
     if not a_shape or not b_shape:
         raise ctx.unsupported("scalar operands")
@@ -298,7 +306,7 @@ def matmul(ctx: ConvertContext) -> Expr:
         a = ctx.reshape(a, (1,) + a_shape)
     if len(b_shape) == 1:
         b = ctx.reshape(b, b_shape + (1,))
-    if b.checked_type.ndim == 2 and ctx.is_constant(b):
+    if b.checked_type.ndim == 2 and ctx.folds_to_constant(b):
         # A weight operand: dense over the transposed weight, which FoldConstant precomputes
         # (and AlterOpLayout packs); the leading axes of A fold into its rows.
         rows = a.checked_type.shape[:-1]
