@@ -207,16 +207,23 @@ class ExprCodegen:
         cond = self.to_bool(fr, self.expr(fr, e.cond), e.cond.dtype)
         if not (may_trap(e.true_value) or may_trap(e.false_value)):
             return b.select(cond, self.expr(fr, e.true_value), self.expr(fr, e.false_value))
-        # Only the chosen side is evaluated (C's ?:): a guarded load must not run out of bounds.
-        # SimplifyCFG turns this back into a select where speculation is safe.
+        return self.branch_select(fr, cond, lambda: self.expr(fr, e.true_value),
+                                  lambda: self.expr(fr, e.false_value))
+
+    @staticmethod
+    def branch_select(fr: Frame, cond: ir.Value, true_value, false_value) -> ir.Value:
+        """``cond ? true_value() : false_value()`` evaluating only the chosen side (C's ``?:``):
+        a guarded load must not run out of bounds. SimplifyCFG turns this back into a select
+        where speculation is safe."""
+        b = fr.builder
         then, other, done = fr.block("sel.true"), fr.block("sel.false"), fr.block("sel.done")
         b.cbranch(cond, then, other)
         b.position_at_end(then)
-        tv = self.expr(fr, e.true_value)
+        tv = true_value()
         then_end = b.block
         b.branch(done)
         b.position_at_end(other)
-        fv = self.expr(fr, e.false_value)
+        fv = false_value()
         other_end = b.block
         b.branch(done)
         b.position_at_end(done)

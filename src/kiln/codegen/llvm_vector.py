@@ -196,22 +196,9 @@ class VectorLoopCodegen:
             tv = self._splat(fr, self.vexpr(fr, e.true_value, v, width), width)
             fv = self._splat(fr, self.vexpr(fr, e.false_value, v, width), width)
             return b.select(cond, tv, fv)
-        # Only the chosen side runs (a guarded load must not read out of bounds).
-        then, other, done = fr.block("vsel.true"), fr.block("vsel.false"), fr.block("vsel.done")
-        b.cbranch(cond, then, other)
-        b.position_at_end(then)
-        tv = self._splat(fr, self.vexpr(fr, e.true_value, v, width), width)
-        then_end = b.block
-        b.branch(done)
-        b.position_at_end(other)
-        fv = self._splat(fr, self.vexpr(fr, e.false_value, v, width), width)
-        other_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        phi = b.phi(tv.type)
-        phi.add_incoming(tv, then_end)
-        phi.add_incoming(fv, other_end)
-        return phi
+        return self.branch_select(
+            fr, cond, lambda: self._splat(fr, self.vexpr(fr, e.true_value, v, width), width),
+            lambda: self._splat(fr, self.vexpr(fr, e.false_value, v, width), width))
 
     @staticmethod
     def _splat(fr: Frame, x: ir.Value, width: int) -> ir.Value:
