@@ -17,6 +17,22 @@ from kiln.ir.graph_eval import evaluate
 _REQUIRED = object()
 
 
+class NotConstantError(UnsupportedOpError):
+    """A converter needs the value of an input at compile time (a shape, axes, pads, k) but it
+    depends on graph inputs.
+
+    Attributes
+    ----------
+    inputs : tuple[str, ...]
+        The graph inputs the value depends on. A caller that knows their values (the ONNX
+        backend, at run time) may bind them as initializers and import again.
+    """
+
+    def __init__(self, message: str, inputs: tuple[str, ...]):
+        super().__init__(message)
+        self.inputs = inputs
+
+
 def onnx_dtype(elem_type: int, where: str) -> str:
     """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``."""
     try:
@@ -113,7 +129,8 @@ class ConvertContext:
         """The value of an input that must be a compile-time constant (a shape, axes, bounds).
 
         The input's subexpression is evaluated with the graph interpreter when all its leaves
-        are constants or initializers; otherwise UnsupportedOpError names ``what``.
+        are constants or initializers; otherwise :class:`NotConstantError` (an
+        UnsupportedOpError) names ``what`` and the graph inputs it depends on.
         """
         expr = (self.input(index_or_expr) if isinstance(index_or_expr, int) else index_or_expr)
         if isinstance(expr, Constant):
@@ -121,10 +138,11 @@ class ConvertContext:
         if isinstance(expr, Var) and expr.name in self._params:
             return self._params[expr.name]
         leaves = [n for n in post_order([expr]) if isinstance(n, Var)]
-        for leaf in leaves:
-            if leaf.name not in self._params:
-                raise self.unsupported(f"{what} must be a compile-time constant, but it depends on "
-                                       f"graph input '{leaf.name}'")
+        missing = tuple(leaf.name for leaf in leaves if leaf.name not in self._params)
+        if missing:
+            err = self.unsupported(f"{what} must be a compile-time constant, but it depends on "
+                                   f"graph input(s) {', '.join(repr(m) for m in missing)}")
+            raise NotConstantError(str(err), missing)
         values = {leaf.name: self._params[leaf.name] for leaf in leaves}
         return evaluate(Function(leaves, [expr]), values)[0]
 
