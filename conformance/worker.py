@@ -43,15 +43,19 @@ def _status(backend_name: str, err: BaseException) -> str:
 
 def run_case(backend, backend_name: str, case, target: str) -> dict:
     """Run one ONNX node test case; returns ``{"status", "reason", "seconds"}``."""
+    from onnx import TensorProto, numpy_helper
     from onnx.backend.test.runner import Runner
+
+    def arrays(values):  # as ONNX's runner: some cases store TensorProtos (float8, int4...)
+        return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
 
     start = time.perf_counter()
     kwargs = {"target": target} if backend_name == "kiln" else {}
     try:
         rep = backend.prepare(case.model, "CPU", **kwargs)
         for inputs, outputs in case.data_sets:
-            got = rep.run(list(inputs))
-            Runner.assert_similar_outputs(outputs, list(got), rtol=RTOL, atol=ATOL)
+            got = rep.run(arrays(inputs))
+            Runner.assert_similar_outputs(arrays(outputs), list(got), rtol=RTOL, atol=ATOL)
         status, reason = "pass", ""
     except Exception as err:  # every failure is a result to record, not a reason to stop
         status = _status(backend_name, err)

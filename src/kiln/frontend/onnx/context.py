@@ -33,13 +33,22 @@ class NotConstantError(UnsupportedOpError):
         self.inputs = inputs
 
 
+# The element types Kiln compiles (its code generators' scalar types). ONNX's others (float16,
+# bfloat16, float8, int4, strings...) are rejected at import with an UnsupportedOpError.
+SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                    "uint64", "float32", "float64")
+
+
 def onnx_dtype(elem_type: int, where: str) -> str:
-    """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``."""
+    """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``.
+
+    Raises UnsupportedOpError (naming ``where``) for a type outside :data:`SUPPORTED_DTYPES`.
+    """
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         dtype = None
-    if dtype is None or dtype.kind not in "biuf" or dtype.name == "float128":
+    if dtype is None or dtype.name not in SUPPORTED_DTYPES:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
             onnx.TensorProto.DataType.values() else str(elem_type)
         raise UnsupportedOpError(f"{where}: element type {name} is not supported")

@@ -25,7 +25,7 @@ from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
 
 logger = logging.getLogger("kiln")
 
-MIN_OPSET, MAX_OPSET = 7, 28
+MIN_OPSET, MAX_OPSET = 1, 28
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -64,7 +64,7 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
 
 
 def model_opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain opset; outside 7..28 raises UnsupportedOpError."""
+    """The model's default-domain opset; outside 1..28 raises UnsupportedOpError."""
     versions = [imp.version for imp in model.opset_import if imp.domain in _DEFAULT_DOMAINS]
     if not versions:
         raise UnsupportedOpError("ONNX model imports no default-domain opset")
@@ -82,7 +82,7 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
     Parameters
     ----------
     model : onnx.ModelProto
-        The model (opset 7 to 28 of the default domain).
+        The model (opset 1 to 28 of the default domain).
     shape : dict[str, tuple[int, ...]], optional
         Static shapes of graph inputs by name. Needed for symbolic or unknown dimensions, which
         otherwise default to 1 (with a warning on the "kiln" logger); a shape given for an input

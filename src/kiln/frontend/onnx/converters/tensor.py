@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 from kiln.ir.ops.common import broadcast_shapes
@@ -159,7 +159,7 @@ def constant(ctx: ConvertContext) -> Expr:
             raise ctx.unsupported(f"attribute '{name}'")
     if ctx.has_attr("value"):
         value = np.asarray(ctx.attr("value"))
-        if value.dtype.kind not in "biuf":
+        if value.dtype.name not in SUPPORTED_DTYPES:
             raise ctx.unsupported(f"constant of dtype {value.dtype}")
     elif ctx.has_attr("value_float"):
         value = np.array(ctx.attr("value_float"), dtype=np.float32)
@@ -181,7 +181,7 @@ def constant_of_shape(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"negative dimension in {dims}")
     fill = ctx.attr("value", None)
     fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
-    if fill.size != 1 or fill.dtype.kind not in "biuf":
+    if fill.size != 1 or fill.dtype.name not in SUPPORTED_DTYPES:
         raise ctx.unsupported("value must be a one-element numeric tensor")
     if not fill[0]:
         return Constant(np.zeros(dims, dtype=fill.dtype), name=ctx.node.output[0])
