@@ -27,7 +27,10 @@ C_TYPES = {
     "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
 }
 _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
-                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf"}
+                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf",
+                   "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf", "acos": "acosf",
+                   "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf",
+                   "acosh": "acoshf", "atanh": "atanhf", "rint": "rintf", "fmod": "fmodf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
         "==": "==", "!=": "!=", "and": "&&", "or": "||"}

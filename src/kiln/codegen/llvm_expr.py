@@ -39,8 +39,12 @@ from kiln.ir import loop as L
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "pow": "llvm.pow"}
-_LIBM = {("erf", "float32"): "erff", ("erf", "float64"): "erf"}
+                    "ceil": "llvm.ceil", "pow": "llvm.pow", "sin": "llvm.sin",
+                    "cos": "llvm.cos", "rint": "llvm.rint"}
+# The rest come from libm: float32 names end in "f" (C99).
+_LIBM = {(name, dtype): name + ("f" if dtype == "float32" else "")
+         for name in ("erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                      "atanh", "fmod") for dtype in ("float32", "float64")}
 _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 
 

@@ -10,7 +10,8 @@ indexed with one index per dimension; ``//`` and ``%`` are floor division and fl
 ``/`` on floats is true division; index arithmetic is int64.
 
 Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, fabs, floor, ceil,
-pow, and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+pow, the trigonometric and hyperbolic functions and their inverses, rint (round half to even),
+fmod (C's: the remainder with the dividend's sign), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "pow")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "pow", "sin", "cos",
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "rint",
+              "fmod")
 
 _CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC_OPS = ("and", "or")
