@@ -63,6 +63,18 @@ _FLOAT_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "ceil": np.ceil,
     "hardsigmoid": _hardsigmoid,
     "hardswish": lambda x: (x * _hardsigmoid(x, 1.0 / 6.0, 0.5)).astype(x.dtype),
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "round": np.rint,  # ONNX Round: halves to even, as rint in the default rounding mode
 }
 
 _ANY_UNARY: dict[str, Callable[..., np.ndarray]] = {
@@ -71,6 +83,7 @@ _ANY_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "abs": np.abs,
     "clip": _clip,
     "leaky_relu": _leaky_relu,
+    "sign": np.sign,
 }
 
 
@@ -115,6 +128,16 @@ def _binary_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType(broadcast_shapes(*(t.shape for t in arg_types)), dtype)
 
 
+def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        return a - _divide(a, b) * np.where(b == 0, 1, b)
+    return np.fmod(a, b)
+
+
+def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.mod(a, np.where(b == 0, 1, b)) if a.dtype.kind in "iu" else np.mod(a, b)
+
+
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
         # C semantics (as the generated code and ONNX runtimes): truncate toward zero.
@@ -132,6 +155,8 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "maximum": np.maximum,
     "minimum": np.minimum,
     "power": np.power,
+    "mod": _trunc_mod,  # the remainder with the dividend's sign (C's %, fmod)
+    "floor_mod": _floor_mod,  # the remainder with the divisor's sign (Python's %)
 }
 
 

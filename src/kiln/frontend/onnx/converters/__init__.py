@@ -5,4 +5,11 @@ A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
 (:mod:`kiln.ir.ops`), with fully normalized attributes.
 """
 
-from kiln.frontend.onnx.converters import elementwise, logical, nn, reduce, tensor  # noqa: F401
+from kiln.frontend.onnx.converters import (  # noqa: F401
+    activation,
+    elementwise,
+    logical,
+    nn,
+    reduce,
+    tensor,
+)

@@ -153,3 +153,12 @@ def cast(ctx: ConvertContext) -> Expr:
 @onnx_op("Where", since=9)
 def where(ctx: ConvertContext) -> Expr:
     return ctx.call("where", [ctx.input(0), ctx.input(1), ctx.input(2)])
+
+
+@onnx_op("CastLike", since=15)
+def cast_like(ctx: ConvertContext) -> Expr:
+    x, like = ctx.input(0), ctx.input(1)
+    dtype = like.checked_type.dtype
+    if dtype == x.checked_type.dtype:
+        return x
+    return ctx.call("cast", [x], dtype=dtype)
