@@ -1,4 +1,4 @@
-"""Reduction computes: sum, mean, max, min over a tuple of axes, with or without keepdims."""
+"""Reduction computes: sum, prod, mean, max, min over a tuple of axes, with or without keepdims."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 
-_REDUCERS = {"sum": te.sum, "mean": te.sum, "max": te.max_reduce, "min": te.min_reduce}
+_REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,
+             "min": te.min_reduce}
 
 
 def _reduce(op: str) -> None:

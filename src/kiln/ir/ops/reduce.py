@@ -1,4 +1,4 @@
-"""Reduction graph ops: sum, mean, max, min over ``axis`` (a tuple of ints), with ``keepdims``.
+"""Reduction graph ops: sum, prod, mean, max, min over ``axis`` (a tuple of ints), with ``keepdims``.
 
 ``axis`` lists the reduced axes (negative values count from the end; an empty tuple reduces
 nothing). The result keeps the input dtype; ``mean`` of integers truncates like a cast.
@@ -48,6 +48,8 @@ register_op("sum", _reduce_infer, OpPattern.COMM_REDUCE,
 register_op("mean", _reduce_infer, OpPattern.COMM_REDUCE,
             _reducer(lambda x, a, k: np.mean(x, axis=a, keepdims=k,
                                              dtype=x.dtype if x.dtype.kind == "f" else None)))
+register_op("prod", _reduce_infer, OpPattern.COMM_REDUCE,
+            _reducer(lambda x, a, k: np.prod(x, axis=a, keepdims=k, dtype=x.dtype)))
 register_op("max", _reduce_infer, OpPattern.COMM_REDUCE,
             _reducer(lambda x, a, k: np.max(x, axis=a, keepdims=k)))
 register_op("min", _reduce_infer, OpPattern.COMM_REDUCE,
