@@ -41,3 +41,32 @@ def _reduce(op: str) -> None:
 
 for _op in _REDUCERS:
     _reduce(_op)
+
+
+def _arg(op: str) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        """Two reductions: the extremum m along the axis, then the first (last) index where the
+        input equals m."""
+        (x,) = inputs
+        axis = attrs["axis"] % len(x.shape)
+        n = x.shape[axis]
+        reducer = te.max_reduce if op == "argmax" else te.min_reduce
+        r = te.reduce_axis(n, "r")
+        kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+        ext = te.compute(kept, lambda *i: reducer(x[i[:axis] + (r.var,) + i[axis + 1:]], [r]),
+                         name=f"{op}_value", tag="reduce")
+        q = te.reduce_axis(n, "q")
+
+        def index(*o):
+            i = o if attrs["keepdims"] else o[:axis] + (L.IntImm(0),) + o[axis:]
+            hit = L.eq(x[i[:axis] + (q.var,) + i[axis + 1:]], ext[i[:axis] + (0,) + i[axis + 1:]])
+            if attrs["select_last_index"]:
+                return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+            return te.min_reduce(L.Select(hit, q.var, L.IntImm(n)), [q])
+
+        return te.compute(out_type.shape, index, name=op, tag="reduce")
+
+
+_arg("argmax")
+_arg("argmin")

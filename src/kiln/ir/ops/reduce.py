@@ -54,3 +54,36 @@ register_op("max", _reduce_infer, OpPattern.COMM_REDUCE,
             _reducer(lambda x, a, k: np.max(x, axis=a, keepdims=k)))
 register_op("min", _reduce_infer, OpPattern.COMM_REDUCE,
             _reducer(lambda x, a, k: np.min(x, axis=a, keepdims=k)))
+
+
+def _arg_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    if x.shape[axis] == 0:
+        raise ShapeError(f"cannot take the arg-extremum of an empty axis {axis} of {x.shape}")
+    if attrs["keepdims"]:
+        shape = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
+    else:
+        shape = tuple(n for d, n in enumerate(x.shape) if d != axis)
+    return TensorType(shape, "int64")
+
+
+def _arg_ref(fn):
+    def ref(x: np.ndarray, axis: int, keepdims: bool, select_last_index: bool) -> np.ndarray:
+        axis = normalize_axis(axis, x.ndim)
+        if select_last_index:
+            n = x.shape[axis]
+            out = n - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            out = fn(x, axis=axis)
+        out = out.astype(np.int64)
+        return np.expand_dims(out, axis) if keepdims else out
+
+    return ref
+
+
+# argmax / argmin: the index (int64) of the first (or, with select_last_index, the last)
+# extremum along ``axis``, as ONNX ArgMax / ArgMin.
+register_op("argmax", _arg_infer, OpPattern.OPAQUE, _arg_ref(np.argmax))
+register_op("argmin", _arg_infer, OpPattern.OPAQUE, _arg_ref(np.argmin))

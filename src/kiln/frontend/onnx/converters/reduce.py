@@ -1,5 +1,6 @@
 """Converters of ONNX reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, and
-the composites ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp.
+the composites ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp; ArgMax,
+ArgMin, and Hardmax (equal(argmax, arange)).
 
 ``axes`` moved from an attribute to an optional input in opset 13 (ReduceSum) and 18 (the
 others), together with ``noop_with_empty_axes``: no axes reduce over everything unless that flag
@@ -9,11 +10,14 @@ reference does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+
+import numpy as np
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.ir.graph import Constant, Expr
 
 _INPUT_AXES_SINCE = 18  # ReduceSum: 13
 
@@ -91,3 +95,53 @@ def _register(onnx_name: str, build, input_since: int) -> None:
 
 for _name, (_build, _since) in _REDUCE.items():
     _register(_name, _build, _since)
+
+
+def _arg(op: str):
+    def convert(ctx: ConvertContext) -> Expr:
+        x = ctx.input(0)
+        ndim = x.checked_type.ndim
+        axis = int(ctx.attr("axis", 0))
+        if not -ndim <= axis < ndim:
+            raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+        return ctx.call(op, [x], axis=axis % ndim, keepdims=bool(ctx.attr("keepdims", 1)),
+                        select_last_index=bool(ctx.attr("select_last_index", 0)))
+
+    return convert
+
+
+onnx_op("ArgMax", since=1)(_arg("argmax"))
+onnx_op("ArgMin", since=1)(_arg("argmin"))
+
+
+def _hardmax(ctx: ConvertContext, x: Expr, axis: int) -> Expr:
+    """1 at the first maximum along ``axis``, 0 elsewhere: equal(argmax, arange) cast back."""
+    shape = x.checked_type.shape
+    first = ctx.call("argmax", [x], axis=axis, keepdims=True, select_last_index=False)
+    positions = np.arange(shape[axis], dtype=np.int64).reshape(
+        tuple(n if d == axis else 1 for d, n in enumerate(shape)))
+    hit = ctx.call("equal", [first, Constant(positions)])
+    return ctx.call("cast", [hit], dtype=x.checked_type.dtype)
+
+
+@onnx_op("Hardmax", since=1)
+def hardmax_v1(ctx: ConvertContext) -> Expr:
+    """Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    axis = int(ctx.attr("axis", 1))
+    if not -len(shape) <= axis < len(shape):
+        raise ctx.unsupported(f"axis {axis} out of range for rank {len(shape)}")
+    axis %= len(shape)
+    flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return ctx.reshape(_hardmax(ctx, flat, 1), shape)
+
+
+@onnx_op("Hardmax", since=13)
+def hardmax_v13(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    return _hardmax(ctx, x, axis % ndim)
