@@ -8,6 +8,7 @@ A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
 from kiln.frontend.onnx.converters import (  # noqa: F401
     activation,
     elementwise,
+    generate,
     logical,
     nn,
     reduce,
