@@ -3,7 +3,9 @@
 The importer walks the (topologically sorted) ONNX graph once. Initializers become parameter
 Vars named like the initializer, with their values returned in ``params``; the other graph
 inputs become input Vars with static shapes. Each node is converted by the converter registered
-for its op type and the model's opset (:mod:`kiln.frontend.onnx.registry`).
+for its op type and the model's opset (:mod:`kiln.frontend.onnx.registry`); an op without one
+that ONNX defines as a function is converted through its function body
+(:mod:`kiln.frontend.onnx.functions`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from onnx import numpy_helper
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
 from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
 
@@ -205,7 +208,14 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
     converter = find_converter(node.op_type, opset)
     if converter is None:
-        raise UnsupportedOpError(f"{where}: no converter for this op")
+        types = [None if e is None else e.checked_type for e in inputs]
+        expanded = expand_function(node, opset, types, prefix=f"{name}/")
+        if expanded is None:
+            raise UnsupportedOpError(f"{where}: no converter for this op")
+        body, body_opset = expanded  # an op defined by an ONNX function: convert its body
+        for k, inner in enumerate(body):
+            _convert_node(inner, k, body_opset, values, unavailable, param_values)
+        return
     ctx = ConvertContext(node, name, opset, inputs, param_values)
     try:
         result = converter(ctx)
