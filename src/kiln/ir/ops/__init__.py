@@ -7,4 +7,13 @@ bools, strs, tuples of ints), so neither side needs defaults. May import numpy, 
 kiln.ir only.
 """
 
-from kiln.ir.ops import annotation, elemwise, layout, logical, nn, reduce, transform  # noqa: F401
+from kiln.ir.ops import (  # noqa: F401
+    annotation,
+    elemwise,
+    indexing,
+    layout,
+    logical,
+    nn,
+    reduce,
+    transform,
+)

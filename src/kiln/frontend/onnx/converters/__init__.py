@@ -9,6 +9,7 @@ from kiln.frontend.onnx.converters import (  # noqa: F401
     activation,
     elementwise,
     generate,
+    indexing,
     logical,
     nn,
     reduce,
