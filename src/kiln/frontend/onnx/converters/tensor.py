@@ -369,3 +369,47 @@ def space_to_depth(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"mode={mode!r}")
     tmp = ctx.call("transpose", [tmp], axes=perm)
     return ctx.reshape(tmp, (n, c * b * b, h // b, w // b))
+
+
+def _pad_widths(ctx: ConvertContext, pads: tuple[int, ...], ndim: int,
+                axes: tuple[int, ...] | None) -> tuple[tuple[int, int], ...]:
+    """ONNX ``pads`` [x1_begin, x2_begin, ..., x1_end, x2_end, ...] over ``axes`` (default
+    all) as (before, after) per axis."""
+    axes = tuple(range(ndim)) if axes is None else tuple(
+        a % ndim if -ndim <= a < ndim else None for a in axes)
+    if None in axes or len(pads) != 2 * len(axes):
+        raise ctx.unsupported(f"pads {pads} do not fit axes {axes} of rank {ndim}")
+    width = [(0, 0)] * ndim
+    for k, a in enumerate(axes):
+        width[a] = (pads[k], pads[k + len(axes)])
+    return tuple(width)
+
+
+def _pad(ctx: ConvertContext, pads: tuple[int, ...], value: float,
+         axes: tuple[int, ...] | None) -> Expr:
+    x = ctx.input(0)
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise ctx.unsupported(f"mode={mode!r}")
+    width = _pad_widths(ctx, pads, x.checked_type.ndim, axes)
+    if all(w == (0, 0) for w in width):
+        return x
+    return ctx.call("nn.pad", [x], pad_width=width, pad_value=value, pad_mode=mode)
+
+
+@onnx_op("Pad", since=2)
+def pad_v2(ctx: ConvertContext) -> Expr:
+    return _pad(ctx, ctx.ints("pads"), float(ctx.attr("value", 0.0)), None)
+
+
+@onnx_op("Pad", since=11)
+def pad_v11(ctx: ConvertContext) -> Expr:
+    pads = ctx.const_ints(1, "Pad pads")
+    value = 0.0
+    if ctx.optional_input(2) is not None:
+        fill = ctx.const_value(2, "Pad constant_value").reshape(-1)
+        value = fill[0].item() if fill.size else 0.0
+    axes = None
+    if ctx.opset >= 18 and ctx.optional_input(3) is not None:
+        axes = ctx.const_ints(3, "Pad axes")
+    return _pad(ctx, pads, value, axes)
