@@ -70,3 +70,30 @@ def _arg(op: str) -> None:
 
 _arg("argmax")
 _arg("argmin")
+
+
+@register_compute("topk_indices")
+def topk_indices(inputs, attrs, out_type):
+    """By rank: rank[p] counts the elements that sort before p (larger, or equal with a smaller
+    index); output j along the axis is the index whose rank is j. O(n²) along the axis."""
+    (x,) = inputs
+    axis = attrs["axis"] % len(x.shape)
+    n = x.shape[axis]
+    before = (lambda a, b: a > b) if attrs["largest"] else (lambda a, b: a < b)
+    r = te.reduce_axis(n, "r")
+
+    def rank(*p):
+        other = x[p[:axis] + (r.var,) + p[axis + 1:]]
+        mine = x[p]
+        first = L.Binary("or", before(other, mine),
+                         L.logical_and(L.eq(other, mine), r.var < p[axis]))
+        return te.sum(L.Select(first, L.IntImm(1), L.IntImm(0)), [r])
+
+    ranks = te.compute(x.shape, rank, name="topk_rank", tag="reduce")
+    q = te.reduce_axis(n, "q")
+
+    def pick(*o):
+        hit = L.eq(ranks[o[:axis] + (q.var,) + o[axis + 1:]], o[axis])
+        return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+
+    return te.compute(out_type.shape, pick, name="topk_indices", tag="reduce")

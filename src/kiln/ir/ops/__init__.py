@@ -9,6 +9,7 @@ kiln.ir only.
 
 from kiln.ir.ops import (  # noqa: F401
     annotation,
+    einsum,
     elemwise,
     indexing,
     layout,

@@ -87,3 +87,25 @@ def _arg_ref(fn):
 # extremum along ``axis``, as ONNX ArgMax / ArgMin.
 register_op("argmax", _arg_infer, OpPattern.OPAQUE, _arg_ref(np.argmax))
 register_op("argmin", _arg_infer, OpPattern.OPAQUE, _arg_ref(np.argmin))
+
+
+def _topk_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    k = attrs["k"]
+    if not 0 <= k <= x.shape[axis]:
+        raise ShapeError(f"k={k} out of range for axis {axis} of {x.shape}")
+    return TensorType(x.shape[:axis] + (k,) + x.shape[axis + 1:], "int64")
+
+
+def _topk_ref(x: np.ndarray, k: int, axis: int, largest: bool) -> np.ndarray:
+    axis = normalize_axis(axis, x.ndim)
+    # A stable sort keeps equal values in index order, as ONNX TopK requires.
+    order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+    return np.take(order, np.arange(k), axis=axis).astype(np.int64)
+
+
+# topk_indices: the indices (int64) of the k largest (smallest) elements along ``axis``,
+# sorted, equal values in index order (ONNX TopK's Indices; its Values gather with them).
+register_op("topk_indices", _topk_infer, OpPattern.OPAQUE, _topk_ref)

@@ -145,3 +145,33 @@ def hardmax_v13(ctx: ConvertContext) -> Expr:
     if not -ndim <= axis < ndim:
         raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
     return _hardmax(ctx, x, axis % ndim)
+
+
+def _topk(ctx: ConvertContext, k: int) -> list[Expr]:
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis %= ndim
+    if not 0 <= k <= x.checked_type.shape[axis]:
+        raise ctx.unsupported(f"k={k} out of range for axis {axis} of {x.checked_type.shape}")
+    indices = ctx.call("topk_indices", [x], k=k, axis=axis,
+                       largest=bool(ctx.attr("largest", 1)))
+    values = ctx.call("gather_elements", [x, indices], axis=axis)
+    return [values, indices]
+
+
+@onnx_op("TopK", since=1)
+def topk_v1(ctx: ConvertContext) -> list[Expr]:
+    return _topk(ctx, int(ctx.attr("k")))
+
+
+@onnx_op("TopK", since=10)
+def topk_v10(ctx: ConvertContext) -> list[Expr]:
+    """k became an input (opset 10); largest and sorted attributes (11). Outputs are always
+    sorted (what sorted=1 asks; sorted=0 leaves the order unspecified)."""
+    k = ctx.const_ints(1, "TopK k")
+    if len(k) != 1:
+        raise ctx.unsupported(f"k must have one element, got {k}")
+    return _topk(ctx, k[0])
