@@ -12,10 +12,12 @@ LLVM's (``llvm.exp``...; lowered to libm calls or instructions) except ``erf`` (
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from kiln.codegen.llvm_ir import (
     DLTENSOR,
+    F32,
     I1,
     I8,
     I16,
@@ -82,7 +84,9 @@ class ExprCodegen:
             ty = value_type(e.dtype)
             return ir.Constant(ty, int_const(e.value, ty.width))
         if isinstance(e, L.FloatImm):
-            return ir.Constant(value_type(e.dtype), e.value)
+            # LLVM takes a half constant only when it is exact: round it to half first.
+            value = float(np.float16(e.value)) if e.dtype == "float16" else e.value
+            return ir.Constant(value_type(e.dtype), value)
         if isinstance(e, L.Binary):
             return self.binary(fr, e)
         if isinstance(e, L.Select):
@@ -264,6 +268,12 @@ class ExprCodegen:
                                "supported")
         args = [self.expr(fr, a) for a in e.args]
         ty = value_type(e.dtype)
+        if e.dtype == "float16" and (e.name, "float32") in _LIBM:
+            # libm has no half functions: call the float one and round back.
+            b = fr.builder
+            fn = self.mc.declare(_LIBM[(e.name, "float32")], F32, [F32] * len(args),
+                                 attrs=("nounwind", "willreturn", "memory(none)"))
+            return b.fptrunc(b.call(fn, [b.fpext(a, F32) for a in args]), ty)
         libm = _LIBM.get((e.name, e.dtype))
         if libm is not None:
             fn = self.mc.declare(libm, ty, [ty] * len(args),
