@@ -33,10 +33,10 @@ class NotConstantError(UnsupportedOpError):
         self.inputs = inputs
 
 
-# The element types Kiln compiles (its code generators' scalar types). ONNX's others (float16,
-# bfloat16, float8, int4, strings...) are rejected at import with an UnsupportedOpError.
+# The element types Kiln compiles (its code generators' scalar types). ONNX's others (bfloat16,
+# float8, int4, strings...) are rejected at import with an UnsupportedOpError.
 SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                    "uint64", "float32", "float64")
+                    "uint64", "float16", "float32", "float64")
 
 
 def onnx_dtype(elem_type: int, where: str) -> str:

@@ -13,6 +13,7 @@ import math
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Expr
+from kiln.ir.ops.common import FLOAT_DTYPES
 
 _UNARY = {
     "Sin": ("sin", 7), "Cos": ("cos", 7), "Tan": ("tan", 7), "Asin": ("asin", 7),
@@ -49,7 +50,7 @@ class _Builder:
 
 def _float_input(ctx: ConvertContext) -> tuple[Expr, _Builder]:
     x = ctx.input(0)
-    if x.checked_type.dtype not in ("float32", "float64"):
+    if x.checked_type.dtype not in FLOAT_DTYPES:
         raise ctx.unsupported(f"element type {x.checked_type.dtype}")
     return x, _Builder(ctx, x.checked_type.dtype)
 
@@ -96,11 +97,11 @@ def shrink(ctx: ConvertContext) -> Expr:
     dtype = x.checked_type.dtype
     b = _Builder(ctx, dtype)
     lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
-    if dtype not in ("float32", "float64"):
+    if dtype not in FLOAT_DTYPES:
         lambd_c, bias_c = b.c(int(lambd)), b.c(int(bias))
     else:
         lambd_c, bias_c = b.c(lambd), b.c(bias)
-    neg_lambd = b.c(-lambd) if dtype in ("float32", "float64") else b.c(-int(lambd))
+    neg_lambd = b.c(-lambd) if dtype in FLOAT_DTYPES else b.c(-int(lambd))
     upper = b.op("where", b.op("greater", x, lambd_c), b.op("subtract", x, bias_c), 0.0)
     return b.op("where", b.op("less", x, neg_lambd), b.op("add", x, bias_c), upper)
 

@@ -22,7 +22,7 @@ def range_(ctx: ConvertContext) -> Expr:
     start, limit, delta = (ctx.const_value(k, f"Range {what}")
                            for k, what in enumerate(("start", "limit", "delta")))
     dtype = start.dtype
-    if dtype.name not in ("float32", "float64", "int16", "int32", "int64"):
+    if dtype.name not in ("float16", "float32", "float64", "int16", "int32", "int64"):
         raise ctx.unsupported(f"element type {dtype}")
     s, lim, d = (v.reshape(()).item() for v in (start, limit, delta))
     if d == 0:

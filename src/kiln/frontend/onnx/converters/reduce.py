@@ -18,6 +18,7 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
+from kiln.ir.ops.common import FLOAT_DTYPES
 
 _INPUT_AXES_SINCE = 18  # ReduceSum: 13
 
@@ -44,7 +45,7 @@ def _square(ctx: ConvertContext, x: Expr) -> Expr:
 
 def _log_sum_exp(ctx: ConvertContext, x: Expr, axes: tuple[int, ...] | None) -> Expr:
     """log(sum(exp(x - m))) + m with m the max over the axes (no overflow for large x)."""
-    if x.checked_type.dtype not in ("float32", "float64") or x.checked_type.size == 0:
+    if x.checked_type.dtype not in FLOAT_DTYPES or x.checked_type.size == 0:
         return ctx.call("log", [_reduce(ctx, "sum", ctx.call("exp", [x]), axes)])
     keep = _reduce_keepdims(ctx, "max", x, axes)
     total = _reduce(ctx, "sum", ctx.call("exp", [ctx.call("subtract", [x, keep])]), axes)
@@ -75,7 +76,7 @@ _REDUCE: dict[str, tuple[Callable[[ConvertContext, Expr, tuple[int, ...] | None]
 
 def _sqrt(ctx: ConvertContext, x: Expr) -> Expr:
     dtype = x.checked_type.dtype
-    if dtype in ("float32", "float64"):
+    if dtype in FLOAT_DTYPES:
         return ctx.call("sqrt", [x])
     # Integer L2 norms: sqrt in double, truncated back (ONNX's reference casts the same way).
     root = ctx.call("sqrt", [ctx.call("cast", [x], dtype="float64")])
