@@ -33,7 +33,8 @@ _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf
                    "acosh": "acoshf", "atanh": "atanhf", "rint": "rintf", "fmod": "fmodf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
-        "==": "==", "!=": "!=", "and": "&&", "or": "||"}
+        "==": "==", "!=": "!=", "and": "&&", "or": "||", "&": "&", "|": "|", "^": "^",
+        "<<": "<<", ">>": ">>"}
 _ACCESSORS = {
     "num_args": "(int64_t)num_args",
     "type_code": "(int64_t)type_codes[{0}]",

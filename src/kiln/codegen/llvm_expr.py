@@ -169,6 +169,16 @@ class ExprCodegen:
                 return b.mul(x, y, flags=nsw)
             if op == "/":
                 return b.udiv(x, y) if unsigned else b.sdiv(x, y)
+            if op == "&":
+                return b.and_(x, y)
+            if op == "|":
+                return b.or_(x, y)
+            if op == "^":
+                return b.xor(x, y)
+            if op == "<<":
+                return b.shl(x, y)
+            if op == ">>":
+                return b.lshr(x, y) if unsigned else b.ashr(x, y)
             if op in ("//", "%"):
                 if unsigned:
                     return b.udiv(x, y) if op == "//" else b.urem(x, y)

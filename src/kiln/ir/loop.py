@@ -139,7 +139,9 @@ def const(value: Any, dtype: str) -> PrimExpr:
 
 
 class Binary(PrimExpr):
-    """``a op b``: arithmetic (+ - * / // % min max), comparison (bool) or logic (and, or)."""
+    """``a op b``: arithmetic (+ - * / // % min max), bitwise on integers (& | ^ << >>;
+    ``>>`` is arithmetic on signed, logical on unsigned types), comparison (bool) or logic
+    (and, or)."""
 
     __slots__ = ("a", "b", "op")
 

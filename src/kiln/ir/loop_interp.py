@@ -19,6 +19,8 @@ _ARITH = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "==": operator.eq, "!=": operator.ne,
     "min": min, "max": max,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
 }
 
 _INTRINSICS = {
@@ -101,6 +103,11 @@ class _Interp:
             raise AssertionError(f"interpreter: unknown operator {e.op}")
         if e.dtype == "bool":
             return bool(r)
+        if e.op == "<<" and not L.is_float(e.dtype):  # wrap to the width, as C does
+            bits = np.dtype(e.dtype).itemsize * 8
+            r = int(r) & ((1 << bits) - 1)
+            if np.dtype(e.dtype).kind == "i" and r >= 1 << (bits - 1):
+                r -= 1 << bits
         return r if e.dtype == L.INT else np.dtype(e.dtype).type(r)
 
     def stmt(self, s: L.Stmt, env: dict) -> None:
