@@ -1,5 +1,6 @@
 """Converters of ONNX comparison and logical ops: Equal, Less, LessOrEqual, Greater,
-GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf (all produce bool tensors)."""
+GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf (all produce bool tensors); and the bitwise
+ones: BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitShift."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def isinf(ctx: ConvertContext) -> Expr:
     return ctx.call("isinf", [ctx.input(0)],
                     detect_positive=bool(ctx.attr("detect_positive", 1)),
                     detect_negative=bool(ctx.attr("detect_negative", 1)))
+
+
+for _onnx, _op in (("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
+                   ("BitwiseXor", "bitwise_xor")):
+    onnx_op(_onnx, since=18)(_binary(_op))
+
+
+@onnx_op("BitwiseNot", since=18)
+def bitwise_not(ctx: ConvertContext) -> Expr:
+    return ctx.call("bitwise_not", [ctx.input(0)])
+
+
+@onnx_op("BitShift", since=11)
+def bit_shift(ctx: ConvertContext) -> Expr:
+    direction = ctx.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.unsupported(f"direction={direction!r}")
+    op = "left_shift" if direction == "LEFT" else "right_shift"
+    return ctx.call(op, [ctx.input(0), ctx.input(1)])
