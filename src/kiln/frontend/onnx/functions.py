@@ -11,7 +11,7 @@ attribute references (``ref_attr_name``) take the node's attribute, else the sch
 from __future__ import annotations
 
 import numpy as np
-from onnx import AttributeProto, FunctionProto, NodeProto, TypeProto, defs, helper
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto, defs, helper
 
 from kiln.ir.graph import TensorType
 
@@ -108,6 +108,21 @@ def _instantiate(inner: NodeProto, rename, attrs: dict[str, AttributeProto]) -> 
             bound.CopyFrom(attrs[a.ref_attr_name])
             bound.name = a.name
             out.attribute.append(bound)
+        elif a.type == AttributeProto.GRAPH:
+            copy = AttributeProto()
+            copy.CopyFrom(a)
+            _rename_subgraph(copy.g, rename, attrs)
+            out.attribute.append(copy)
         else:
             out.attribute.append(a)
     return out
+
+
+def _rename_subgraph(graph: GraphProto, rename, attrs: dict[str, AttributeProto]) -> None:
+    """Rename a body's subgraph in place: its own inputs, outputs and initializers and every
+    name it uses go through ``rename`` (outer references reach the renamed body values)."""
+    for v in [*graph.input, *graph.output, *graph.initializer]:
+        v.name = rename(v.name)
+    nodes = [_instantiate(n, rename, attrs) for n in graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)

@@ -22,6 +22,7 @@ from onnx import numpy_helper
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
 from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
@@ -206,6 +207,14 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             inputs.append(values[inp])
         else:
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
+    if node.op_type in CONTROL_FLOW_OPS:
+        try:
+            results: list = convert_control_flow(node, name, opset, inputs, values, unavailable,
+                                                 param_values, _convert_node)
+        except ShapeError as err:
+            raise ShapeError(f"{where}: {err}") from None
+        _bind_outputs(node, where, results, values, unavailable)
+        return
     converter = find_converter(node.op_type, opset)
     if converter is None:
         types = [None if e is None else e.checked_type for e in inputs]
@@ -221,7 +230,12 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
         result = converter(ctx)
     except ShapeError as err:
         raise ShapeError(f"{where}: {err}") from None
-    results = result if isinstance(result, list) else [result]
+    _bind_outputs(node, where, result if isinstance(result, list) else [result], values,
+                  unavailable)
+
+
+def _bind_outputs(node: onnx.NodeProto, where: str, results: list, values: dict[str, Expr],
+                  unavailable: dict[str, str]) -> None:
     for k, out in enumerate(node.output):
         if not out:
             continue
