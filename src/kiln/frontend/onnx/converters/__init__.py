@@ -13,6 +13,7 @@ from kiln.frontend.onnx.converters import (  # noqa: F401
     indexing,
     logical,
     nn,
+    normalization,
     reduce,
     tensor,
 )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.ir.graph import Constant, Expr
 
 
 def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:
@@ -186,7 +188,9 @@ def batch_norm(ctx: ConvertContext) -> list[Expr]:
     if not ctx.attr("spatial", 1):
         raise ctx.unsupported("spatial=0")
     if ctx.attr("training_mode", 0):
-        raise ctx.unsupported("training_mode=1")
+        from kiln.frontend.onnx.converters.normalization import batch_norm_training
+
+        return batch_norm_training(ctx)
     args = [ctx.input(k) for k in range(5)]
     # Only the inference output Y; running mean/var outputs raise if used.
     return [ctx.call("nn.batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1)]
@@ -274,7 +278,8 @@ for _onnx_name, _op in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softma
 
 @onnx_op("Dropout", since=1)
 def dropout(ctx: ConvertContext) -> list[Expr]:
-    """Dropout at inference is the identity; the mask output is not supported (raises if used)."""
+    """Dropout at inference (or training with ratio 0) is the identity and its mask all true;
+    training with a positive ratio is random and not supported."""
     if ctx.attr("is_test", 1) == 0 and ctx.opset < 7:
         raise ctx.unsupported("is_test=0")
     rate = float(ctx.attr("ratio", 0.5))
@@ -283,6 +288,9 @@ def dropout(ctx: ConvertContext) -> list[Expr]:
         if ratio is not None:
             rate = float(ctx.const_value(ratio, "Dropout ratio").reshape(()))
         training = ctx.optional_input(2)
-        if training is not None and bool(ctx.const_value(training, "training_mode").reshape(())):
-            raise ctx.unsupported("training_mode=true")
-    return [ctx.call("nn.dropout", [ctx.input(0)], rate=rate)]
+        if training is not None and rate != 0.0 and \
+                bool(ctx.const_value(training, "training_mode").reshape(())):
+            raise ctx.unsupported("training_mode=true with a nonzero ratio (random)")
+    x = ctx.input(0)
+    mask = Constant(np.ones(x.checked_type.shape, dtype=bool))
+    return [ctx.call("nn.dropout", [x], rate=rate), mask]
