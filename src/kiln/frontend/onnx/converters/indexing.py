@@ -1,11 +1,13 @@
 """Converters of ONNX index-driven ops: GatherElements, ScatterElements (and the deprecated
-Scatter), GatherND, ScatterND, CumSum, CumProd."""
+Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.ir.graph import Constant, Expr
 
 
 def _axis(ctx: ConvertContext, ndim: int, default: int = 0) -> int:
@@ -63,3 +65,46 @@ def _cumulative(op: str):
 
 onnx_op("CumSum", since=11)(_cumulative("cumsum"))
 onnx_op("CumProd", since=26)(_cumulative("cumprod"))
+
+
+@onnx_op("Compress", since=9)
+def compress(ctx: ConvertContext) -> Expr:
+    """The selected positions depend on the condition's values, so the condition must be a
+    compile-time constant; the op is then a ``take`` of those positions."""
+    x = ctx.input(0)
+    cond = ctx.const_value(1, "Compress condition").reshape(-1).astype(bool)
+    axis = ctx.attr("axis", None)
+    if axis is None:
+        x = ctx.reshape(x, (x.checked_type.size,))
+        axis = 0
+    else:
+        axis = _axis(ctx, x.checked_type.ndim, int(axis))
+    extent = x.checked_type.shape[axis]
+    if cond.size > extent:
+        raise ctx.unsupported(f"condition of {cond.size} entries for an axis of {extent}")
+    picked = np.nonzero(cond)[0].astype(np.int64)
+    return ctx.call("take", [x, Constant(picked)], axis=axis)
+
+
+@onnx_op("ReverseSequence", since=10)
+def reverse_sequence(ctx: ConvertContext) -> Expr:
+    """gather_elements along the time axis with constant indices built from the (compile-time)
+    sequence lengths: position t of batch b reads lens[b] - 1 - t while t < lens[b]."""
+    x = ctx.input(0)
+    lens = ctx.const_value(1, "ReverseSequence sequence_lens").reshape(-1)
+    shape = x.checked_type.shape
+    batch_axis, time_axis = int(ctx.attr("batch_axis", 1)), int(ctx.attr("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1} or len(shape) < 2 or lens.size != shape[batch_axis]:
+        raise ctx.unsupported(f"batch_axis={batch_axis}, time_axis={time_axis}, "
+                              f"sequence_lens of {lens.size} for shape {shape}")
+    steps = np.arange(shape[time_axis])
+    index = np.empty(shape[:2], dtype=np.int64)
+    for b, n in enumerate(lens.astype(np.int64)):
+        source = np.where(steps < n, n - 1 - steps, steps)
+        if batch_axis == 0:
+            index[b, :] = source
+        else:
+            index[:, b] = source
+    index = np.broadcast_to(index.reshape(shape[:2] + (1,) * (len(shape) - 2)), shape)
+    return ctx.call("gather_elements", [x, Constant(np.ascontiguousarray(index))],
+                    axis=time_axis)
