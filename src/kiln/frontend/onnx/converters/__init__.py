@@ -15,5 +15,6 @@ from kiln.frontend.onnx.converters import (  # noqa: F401
     nn,
     normalization,
     reduce,
+    rnn,
     tensor,
 )
