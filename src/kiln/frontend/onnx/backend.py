@@ -184,8 +184,12 @@ class KilnBackend(Backend):
             onnx.checker.check_model(model)
         except (onnx.checker.ValidationError, ValueError) as err:
             raise KilnError(f"invalid ONNX model: {str(err).strip().splitlines()[0]}") from None
+        return cls._prepare_checked(model, kwargs.get("target", DEFAULT_TARGET))
+
+    @classmethod
+    def _prepare_checked(cls, model: onnx.ModelProto, target: str) -> KilnBackendRep:
         model_opset(model)
-        rep = KilnBackendRep(model, kwargs.get("target", DEFAULT_TARGET))
+        rep = KilnBackendRep(model, target)
         try:
             from_onnx(model)  # unsupported ops fail here, before any input is seen
         except NotConstantError:
@@ -221,7 +225,10 @@ class KilnBackend(Backend):
         opset = [helper.make_opsetid("", int(kwargs.get("opset_version", MAX_OPSET)))]
         model = helper.make_model(graph, opset_imports=opset,
                                   ir_version=helper.find_min_ir_version_for(opset))
-        return cls.prepare(model, device, **kwargs).run(arrays)
+        if not cls.supports_device(device):
+            raise UnsupportedOpError(f"device {device!r} is not supported (Kiln runs on CPU)")
+        # Output types are unknown before conversion, which onnx.checker rejects: skip it.
+        return cls._prepare_checked(model, kwargs.get("target", DEFAULT_TARGET)).run(arrays)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
