@@ -16,5 +16,6 @@ from kiln.frontend.onnx.converters import (  # noqa: F401
     normalization,
     reduce,
     rnn,
+    spectral,
     tensor,
 )
