@@ -155,9 +155,6 @@ def max_pool(ctx: ConvertContext) -> list[Expr]:
 @onnx_op("AveragePool", since=1)
 def avg_pool(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    dilations = ctx.ints("dilations")
-    if dilations is not None and any(d != 1 for d in dilations):
-        raise ctx.unsupported(f"dilations {dilations}")
     return _pool(ctx, "nn.avg_pool2d", x,
                  {"count_include_pad": bool(ctx.attr("count_include_pad", 0))})
 
