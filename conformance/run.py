@@ -171,11 +171,11 @@ def write_reports(out: Path, backend: str, meta: dict, totals: dict, table: dict
 
 def _markdown(backend: str, meta: dict, totals: dict, table: dict, cases: dict) -> str:
     lines = [f"# ONNX node conformance: {backend}", "",
-             f"onnx {meta['onnx']}, {totals['cases']} cases, rtol {meta['rtol']}, "
+             (f"onnx {meta['onnx']}, {totals['cases']} cases, rtol {meta['rtol']}, "
              f"atol {meta['atol']}, exact dtype and shape; target `{meta['target']}`; "
-             f"{meta['workers']} workers, {meta['wall_s']:.0f} s wall.", "",
-             f"**Totals: {totals['pass']} pass, {totals['fail']} fail, "
-             f"{totals['unsupported']} unsupported.**", "",
+             f"{meta['workers']} workers, {meta['wall_s']:.0f} s wall."), "",
+             (f"**Totals: {totals['pass']} pass, {totals['fail']} fail, "
+             f"{totals['unsupported']} unsupported.**"), "",
              "| op type | pass | fail | unsupported | a reason (first non-passing case) |",
              "|---|---:|---:|---:|---|"]
     first_reason: dict[str, str] = {}
@@ -206,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import onnx
-
     from worker import ATOL, RTOL
 
     ops = case_op_types()

@@ -63,7 +63,7 @@ def _function_body(schema: defs.OpSchema, node: NodeProto, opset: int,
     try:
         raw = schema.get_context_dependent_function_with_opset_version(
             max(versions), node.SerializeToString(), types)
-    except Exception:  # the builder rejects this node (e.g. an unsupported attribute mix)
+    except Exception:  # noqa: BLE001 - the C++ builder rejects this node (its error types vary)
         return None
     body = FunctionProto()
     body.ParseFromString(raw)

@@ -15,7 +15,6 @@ Negative indices count from the end of their axis. Indices are int32 or int64.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from kiln.errors import ShapeError

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 
