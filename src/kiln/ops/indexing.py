@@ -10,6 +10,7 @@ import math
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
+from kiln.ops.transform import unravel
 
 _REDUCERS = {"add": (te.sum, lambda a, b: a + b), "mul": (te.prod_reduce, lambda a, b: a * b),
              "max": (te.max_reduce, L.maximum), "min": (te.min_reduce, L.minimum)}
@@ -76,14 +77,6 @@ def scatter_elements(inputs, attrs, out_type):
                       tag="scatter")
 
 
-def _unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
-    out = []
-    for k in range(len(shape)):
-        inner = math.prod(shape[k + 1:])
-        out.append((flat // inner) % shape[k] if k else flat // inner)
-    return tuple(out)
-
-
 @register_compute("gather_nd")
 def gather_nd(inputs, attrs, out_type):
     data, indices = inputs
@@ -107,12 +100,12 @@ def scatter_nd(inputs, attrs, out_type):
     u = te.reduce_axis(math.prod(batch), "u")
 
     def match(p: tuple) -> L.PrimExpr:
-        at = _unravel(u.var, batch)
+        at = unravel(u.var, batch)
         return L.logical_and(*[L.eq(_index(indices[at + (L.IntImm(j),)], data.shape[j]), p[j])
                                for j in range(k)])
 
     def update(p: tuple, flat: L.PrimExpr) -> L.PrimExpr:
-        return updates[_unravel(flat, batch) + tuple(p[k:])]
+        return updates[unravel(flat, batch) + tuple(p[k:])]
 
     reduction = attrs["reduction"]
     if reduction == "none":

@@ -17,7 +17,8 @@ def _ravel(idx: tuple, shape: tuple[int, ...]) -> L.PrimExpr:
     return flat
 
 
-def _unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
+def unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
+    """The row-major multi-index of flat position ``flat`` in ``shape``."""
     idx = []
     for k in range(len(shape)):
         inner = math.prod(shape[k + 1:])
@@ -28,7 +29,7 @@ def _unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
 @register_compute("reshape")
 def reshape(inputs, attrs, out_type):
     (x,) = inputs
-    return te.compute(out_type.shape, lambda *i: x[_unravel(_ravel(i, out_type.shape), x.shape)],
+    return te.compute(out_type.shape, lambda *i: x[unravel(_ravel(i, out_type.shape), x.shape)],
                       name="reshape", tag="injective")
 
 

@@ -92,7 +92,9 @@ _BINARY = {
 }
 
 
-def _binary(op: str):
+def binary_converter(op: str):
+    """A converter of a two-input broadcasting ONNX op (opset 7+) to graph op ``op``."""
+
     def convert(ctx: ConvertContext) -> Expr:
         if ctx.has_attr("broadcast") or ctx.has_attr("axis"):
             raise ctx.unsupported("legacy 'broadcast'/'axis' attributes")
@@ -102,7 +104,7 @@ def _binary(op: str):
 
 
 for _onnx, _op in _BINARY.items():
-    onnx_op(_onnx, since=7)(_binary(_op))
+    onnx_op(_onnx, since=7)(binary_converter(_op))
 
 
 @onnx_op("Pow", since=7)

@@ -5,6 +5,7 @@ ones: BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitShift."""
 from __future__ import annotations
 
 from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.converters.elementwise import binary_converter
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Expr
 
@@ -20,17 +21,8 @@ _BINARY = {
 }
 
 
-def _binary(op: str):
-    def convert(ctx: ConvertContext) -> Expr:
-        if ctx.has_attr("broadcast") or ctx.has_attr("axis"):
-            raise ctx.unsupported("legacy 'broadcast'/'axis' attributes")
-        return ctx.call(op, [ctx.input(0), ctx.input(1)])
-
-    return convert
-
-
 for _onnx, (_op, _since) in _BINARY.items():
-    onnx_op(_onnx, since=_since)(_binary(_op))
+    onnx_op(_onnx, since=_since)(binary_converter(_op))
 
 
 @onnx_op("Not", since=1)
@@ -52,7 +44,7 @@ def isinf(ctx: ConvertContext) -> Expr:
 
 for _onnx, _op in (("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
                    ("BitwiseXor", "bitwise_xor")):
-    onnx_op(_onnx, since=18)(_binary(_op))
+    onnx_op(_onnx, since=18)(binary_converter(_op))
 
 
 @onnx_op("BitwiseNot", since=18)
