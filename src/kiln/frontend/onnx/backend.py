@@ -98,20 +98,13 @@ class KilnBackendRep(BackendRep):
         return {n: np.asarray(values[n]) for n in self.input_names}
 
     def _executor(self, values: dict[str, np.ndarray]) -> Any:
-        while True:
-            key = self._key(values)
-            if key in self._compiled:
-                return self._compiled[key]
-            try:
-                mod, params = import_with_bound_inputs(self.model, values, self.bound)
-            except NotConstantError as err:
-                more = set(err.inputs) - self.bound
-                if not more or not more <= set(self.input_names):
-                    raise
-                self.bound |= more
-                continue
-            self._compiled[key] = _compile(mod, params, self.target)
-            return self._compiled[key]
+        key = self._key(values)
+        if key not in self._compiled:
+            mod, params, self.bound = import_binding(self.model, values, self.bound)
+            key = self._key(values)  # with the inputs found to need binding
+            if key not in self._compiled:
+                self._compiled[key] = _compile(mod, params, self.target)
+        return self._compiled[key]
 
     def _key(self, values: dict[str, np.ndarray]) -> tuple:
         key = []
@@ -119,6 +112,33 @@ class KilnBackendRep(BackendRep):
             v = values[name]
             key.append((name, v.shape, v.dtype.str, v.tobytes() if name in self.bound else None))
         return tuple(key)
+
+
+def import_binding(model: onnx.ModelProto, values: Mapping[str, np.ndarray],
+                   bound: set[str]) -> tuple[Any, dict[str, np.ndarray], set[str]]:
+    """Import ``model`` for the input ``values``, binding as constants the inputs in ``bound``
+    and every further input a converter needs at compile time (``NotConstantError``).
+
+    Returns
+    -------
+    (mod, params, bound) : the module, its parameters and the inputs bound in the end.
+
+    Raises
+    ------
+    UnsupportedOpError
+        As :func:`kiln.frontend.onnx.from_onnx`, also when a needed value depends on something
+        other than the graph inputs given.
+    """
+    bound = set(bound)
+    while True:
+        try:
+            mod, params = import_with_bound_inputs(model, values, bound)
+            return mod, params, bound
+        except NotConstantError as err:
+            more = set(err.inputs) - bound
+            if not more or not more <= set(values):
+                raise
+            bound |= more
 
 
 def import_with_bound_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray],

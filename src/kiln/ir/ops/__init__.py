@@ -11,6 +11,7 @@ from kiln.ir.ops import (  # noqa: F401
     annotation,
     einsum,
     elemwise,
+    image,
     indexing,
     layout,
     logical,

@@ -10,6 +10,7 @@ from kiln.frontend.onnx.converters import (  # noqa: F401
     einsum,
     elementwise,
     generate,
+    image,
     indexing,
     logical,
     nn,
