@@ -1,4 +1,4 @@
-"""Converter of ONNX DFT as matrix products with constant cosine and sine matrices.
+"""Converters of ONNX DFT and STFT as matrix products with constant cosine and sine matrices.
 
 The signal axis is moved last and multiplied by [n, m] matrices (n input samples, m output
 bins): forward ``Y[k] = sum_j x[j] e^(-2 pi i jk / L)``, inverse ``e^(+...) / L``, with L the
@@ -68,6 +68,16 @@ def dft(ctx: ConvertContext) -> Expr:
         length = 2 * (n - 1) if inverse and onesided else n
     if onesided and not inverse and shape[-1] != 1:
         raise ctx.unsupported("onesided on a complex input")
+    return _transform(ctx, x, axis, length, inverse, onesided)
+
+
+def _transform(ctx: ConvertContext, x: Expr, axis: int, length: int, inverse: bool,
+               onesided: bool) -> Expr:
+    """The DFT of ``x`` ([..., 1 | 2] real or complex) along ``axis``."""
+    shape = x.checked_type.shape
+    dtype = x.checked_type.dtype
+    ndim = len(shape)
+    n = shape[axis]
     # the signal axis last: [..., n] per part
     perm = tuple(d for d in range(ndim - 1) if d != axis) + (axis,)
     parts = [_take_last(ctx, x, k) for k in range(shape[-1])]
@@ -92,3 +102,33 @@ def dft(ctx: ConvertContext) -> Expr:
     oshape = outs[0].checked_type.shape
     lifted = [ctx.reshape(o, oshape + (1,)) for o in outs]
     return lifted[0] if len(lifted) == 1 else ctx.call("concatenate", lifted, axis=ndim - 1)
+
+
+@onnx_op("STFT", since=17)
+def stft(ctx: ConvertContext) -> Expr:
+    """Frames of ``frame_length`` samples every ``frame_step`` (a ``take`` with a constant index
+    matrix), times the window, then the DFT of each frame: [batch, frames, bins, 2]."""
+    signal = ctx.input(0)
+    shape = signal.checked_type.shape
+    dtype = signal.checked_type.dtype
+    if len(shape) != 3 or shape[-1] not in (1, 2) or dtype not in FLOAT_DTYPES:
+        raise ctx.unsupported(f"signal {shape} {dtype} is not [batch, length, 1 | 2] floats")
+    (step,) = ctx.const_ints(1, "STFT frame_step")
+    window = ctx.optional_input(2)
+    if ctx.optional_input(3) is not None:
+        (frame,) = ctx.const_ints(3, "STFT frame_length")
+    elif window is not None:
+        frame = window.checked_type.shape[0]
+    else:
+        raise ctx.unsupported("neither window nor frame_length")
+    onesided = bool(ctx.attr("onesided", 1))
+    if onesided and shape[-1] != 1:
+        raise ctx.unsupported("onesided on a complex signal")
+    count = (shape[1] - frame) // step + 1
+    if step <= 0 or frame <= 0 or count <= 0:
+        raise ctx.unsupported(f"frame_step {step}, frame_length {frame} for {shape[1]} samples")
+    index = np.arange(count)[:, None] * step + np.arange(frame)[None, :]
+    frames = ctx.call("take", [signal, Constant(index.astype(np.int64))], axis=1)
+    if window is not None:
+        frames = ctx.call("multiply", [frames, ctx.reshape(window, (1, 1, frame, 1))])
+    return _transform(ctx, frames, 2, frame, False, onesided)
