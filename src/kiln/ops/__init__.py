@@ -6,4 +6,15 @@ and describes *what* to compute, never how (that is ``kiln.schedules``). Stages 
 ("conv2d", "pad", ...) by which schedules find them. May import kiln.ir and kiln.errors.
 """
 
-from kiln.ops import einsum, elemwise, image, indexing, logical, nn, nn_nchwc, reduce, transform  # noqa: F401
+from kiln.ops import (  # noqa: F401
+    einsum,
+    elemwise,
+    image,
+    indexing,
+    logical,
+    nn,
+    nn_nchwc,
+    pool_index,
+    reduce,
+    transform,
+)

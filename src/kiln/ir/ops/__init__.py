@@ -16,6 +16,7 @@ from kiln.ir.ops import (  # noqa: F401
     layout,
     logical,
     nn,
+    pool_index,
     reduce,
     transform,
 )

@@ -146,10 +146,16 @@ def _pool(ctx: ConvertContext, op: str, x: Expr, extra: dict) -> Expr:
 @onnx_op("MaxPool", since=1)
 def max_pool(ctx: ConvertContext) -> list[Expr]:
     x = ctx.input(0)
-    if ctx.attr("storage_order", 0) != 0:
-        raise ctx.unsupported("storage_order=1")
-    # The second output (Indices) is not produced: using it raises in the importer.
-    return [_pool(ctx, "nn.max_pool2d", x, {})]
+    out = _pool(ctx, "nn.max_pool2d", x, {})
+    if len(ctx.node.output) < 2 or not ctx.node.output[1]:
+        return [out]
+    if x.checked_type.ndim != 4:
+        raise ctx.unsupported("the Indices output of a pool that is not 2-D")
+    attrs, pool_size = _as_2d(_window_nd(ctx, ctx.ints("kernel_shape"), x.checked_type.shape[2:]))
+    indices = ctx.call("nn.max_pool2d_indices", [x], pool_size=pool_size,
+                       ceil_mode=bool(ctx.attr("ceil_mode", 0)),
+                       storage_order=int(ctx.attr("storage_order", 0)), **attrs)
+    return [out, indices]
 
 
 @onnx_op("AveragePool", since=1)
