@@ -33,17 +33,20 @@ def test_op_newer_than_model_opset():
 
 
 def test_unsupported_attribute():
-    node = _named("MaxPool", ["x"], ["y"], "mp", kernel_shape=[2, 2], storage_order=1)
-    model = make_model([node], {"x": rand(1, 1, 4, 4)}, ["y"], 12)
-    with pytest.raises(UnsupportedOpError, match=r"MaxPool.*mp.*opset 12.*storage_order"):
+    node = _named("DepthToSpace", ["x"], ["y"], "d2s", blocksize=2, mode="XYZ")
+    model = make_model([node], {"x": rand(1, 4, 2, 2)}, ["y"], 13)
+    with pytest.raises(UnsupportedOpError, match=r"DepthToSpace.*d2s.*opset 13.*mode"):
         from_onnx(model)
 
 
 def test_unsupported_second_output_when_used():
-    nodes = [_named("MaxPool", ["x"], ["y", "indices"], "pool", kernel_shape=[2, 2]),
-             helper.make_node("Cast", ["indices"], ["z"], to=TensorProto.FLOAT)]
-    model = make_model(nodes, {"x": rand(1, 1, 4, 4)}, ["z"], 13)
-    with pytest.raises(UnsupportedOpError, match=r"MaxPool.*pool.*output 1"):
+    # BatchNormalization-9 at inference computes Y only; its running mean is not produced.
+    nodes = [_named("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "mean"], "bn"),
+             helper.make_node("Cast", ["mean"], ["z"], to=TensorProto.FLOAT)]
+    stats = {k: rand(2, seed=i) for i, k in enumerate("sbmv")}
+    stats["v"] = np.abs(stats["v"]) + 0.1
+    model = make_model(nodes, {"x": rand(1, 2, 3, 3)}, ["z"], 9, inits=stats)
+    with pytest.raises(UnsupportedOpError, match=r"BatchNormalization.*bn.*output 1"):
         from_onnx(model)
 
 
