@@ -339,6 +339,10 @@ class _FuncWriter:
         if e.name.startswith("kiln."):
             template = _ACCESSORS[e.name[5:]]
             return template.format(*(a.value for a in e.args))
+        if e.name == "reinterpret":  # a union (GNU statement expression): no aliasing issues
+            (v,) = e.args
+            return (f"({{ union {{ {c_type(v.dtype)} a; {c_type(e.dtype)} b; }} kiln_u; "
+                    f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
         table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS
         if e.name not in table or not L.is_float(e.dtype):
             raise CompileError(f"C codegen: intrinsic {e.name} on {e.dtype} is not supported")

@@ -273,6 +273,8 @@ class ExprCodegen:
     def call(self, fr: Frame, e: L.Call) -> ir.Value:
         if e.name.startswith("kiln."):
             return self.accessor(fr, e)
+        if e.name == "reinterpret":
+            return fr.builder.bitcast(self.expr(fr, e.args[0]), value_type(e.dtype))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
             raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
                                "supported")

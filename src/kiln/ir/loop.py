@@ -11,7 +11,8 @@ indexed with one index per dimension; ``//`` and ``%`` are floor division and fl
 
 Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, fabs, floor, ceil,
 pow, the trigonometric and hyperbolic functions and their inverses, rint (round half to even),
-fmod (C's: the remainder with the dividend's sign), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+fmod (C's: the remainder with the dividend's sign), ``reinterpret`` (the bits of a value as
+another type of the same width: :func:`reinterpret`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -230,6 +231,11 @@ def call(name: str, *args: PrimExpr) -> PrimExpr:
     """Intrinsic ``name`` applied to float ``args`` (result has the first argument's dtype)."""
     assert name in INTRINSICS, f"unknown intrinsic {name}"
     return Call(name, list(args), args[0].dtype)
+
+
+def reinterpret(value: PrimExpr, dtype: str) -> PrimExpr:
+    """The bits of ``value`` read as ``dtype`` (same width; C: a union, LLVM: bitcast)."""
+    return Call("reinterpret", [value], dtype)
 
 
 @dataclass(eq=False)

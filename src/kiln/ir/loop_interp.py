@@ -80,6 +80,9 @@ class _Interp:
             idx = tuple(self.expr(i, env) for i in e.indices)
             v = self.mem[id(e.buffer)][idx]
             return int(v) if e.dtype == L.INT else v
+        if isinstance(e, L.Call) and e.name == "reinterpret":
+            value = np.array(self.expr(e.args[0], env), dtype=e.args[0].dtype)
+            return value.view(e.dtype)[()]
         if isinstance(e, L.Call):
             args = [self.expr(a, env) for a in e.args]
             return np.dtype(e.dtype).type(_INTRINSICS[e.name](*args))
