@@ -42,6 +42,8 @@ SAMPLE = (
     "test_averagepool_3d_default",
     "test_basic_conv_without_padding",
     "test_batchnorm_example",
+    "test_bitcast_float32_to_int32",
+    "test_bitcast_int64_to_float64",
     "test_bitshift_left_int32_negative_shift",
     "test_bitshift_right_uint64",
     "test_bitwise_and_ui64_bcast_3v1d",

@@ -18,7 +18,7 @@ VOCABULARY = {
                          "abs", "floor", "ceil", "clip", "hardsigmoid", "hardswish", "leaky_relu",
                          "cast", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
                          "asinh", "acosh", "atanh", "round", "sign", "logical_not", "isnan",
-                         "isinf", "bitwise_not"],
+                         "isinf", "bitwise_not", "bitcast"],
     OpPattern.BROADCAST: ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                           "nn.bias_add", "where", "expand", "mod", "floor_mod", "equal",
                           "not_equal", "less", "less_equal", "greater", "greater_equal",

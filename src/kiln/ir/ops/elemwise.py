@@ -118,6 +118,19 @@ def _cast_ref(x: np.ndarray, dtype: str) -> np.ndarray:
 
 register_op("cast", _cast_infer, OpPattern.ELEMWISE, _cast_ref)
 
+
+def _bitcast_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    out = _cast_infer(arg_types, attrs)
+    src, dst = np.dtype(arg_types[0].dtype), np.dtype(out.dtype)
+    if src.itemsize != dst.itemsize or "bool" in (src.name, dst.name):
+        raise ShapeError(f"cannot reinterpret {src.name} as {dst.name}")
+    return out
+
+
+# bitcast: the bits of each element read as ``dtype`` of the same width (ONNX BitCast).
+register_op("bitcast", _bitcast_infer, OpPattern.ELEMWISE,
+            lambda x, dtype: np.ascontiguousarray(x).view(dtype).copy())
+
 # ---------------------------------------------------------------------------------------------
 # binary (broadcast)
 

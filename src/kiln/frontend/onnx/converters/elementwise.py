@@ -164,3 +164,21 @@ def cast_like(ctx: ConvertContext) -> Expr:
     if dtype == x.checked_type.dtype:
         return x
     return ctx.call("cast", [x], dtype=dtype)
+
+
+@onnx_op("BitCast", since=26)
+def bit_cast(ctx: ConvertContext) -> Expr:
+    """Reinterpret the bits; between integer types (and from bool) that is a plain cast."""
+    x = ctx.input(0)
+    try:
+        dtype = onnx_dtype(int(ctx.attr("to")), "target")
+    except UnsupportedOpError as err:
+        raise ctx.unsupported(str(err)) from None
+    src = np.dtype(x.checked_type.dtype)
+    if src.itemsize != np.dtype(dtype).itemsize or dtype == "bool":
+        raise ctx.unsupported(f"cannot reinterpret {src.name} as {dtype}")
+    if dtype == src.name:
+        return x
+    if src.kind in "biu" and np.dtype(dtype).kind in "iu":
+        return ctx.call("cast", [x], dtype=dtype)
+    return ctx.call("bitcast", [x], dtype=dtype)
