@@ -1,5 +1,5 @@
 """Converters of ONNX index-driven ops: GatherElements, ScatterElements (and the deprecated
-Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence."""
+Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence, MaxUnpool."""
 
 from __future__ import annotations
 
@@ -108,3 +108,35 @@ def reverse_sequence(ctx: ConvertContext) -> Expr:
     index = np.broadcast_to(index.reshape(shape[:2] + (1,) * (len(shape) - 2)), shape)
     return ctx.call("gather_elements", [x, Constant(np.ascontiguousarray(index))],
                     axis=time_axis)
+
+
+@onnx_op("MaxUnpool", since=9)
+def max_unpool(ctx: ConvertContext) -> Expr:
+    """Zeros of the pool's input shape with X scattered at I, the flat indices MaxPool's
+    Indices output gives (scatter_nd on the flattened tensor); a larger ``output_shape`` pads
+    zeros after (ONNX's reference)."""
+    x, indices = ctx.input(0), ctx.input(1)
+    shape = x.checked_type.shape
+    kernel = ctx.ints("kernel_shape")
+    nsp = len(shape) - 2
+    strides = ctx.ints("strides", (1,) * nsp)
+    pads = ctx.ints("pads", (0,) * (2 * nsp))
+    inferred = shape[:2] + tuple((n - 1) * s - pads[k] - pads[k + nsp] + kern
+                                 for k, (n, s, kern) in enumerate(zip(shape[2:], strides,
+                                                                      kernel)))
+    out_shape = inferred
+    if ctx.optional_input(2) is not None:
+        out_shape = ctx.const_ints(2, "MaxUnpool output_shape")
+    if len(out_shape) != len(shape) or indices.checked_type.shape != shape or \
+            any(o < i for o, i in zip(out_shape, inferred)):
+        raise ctx.unsupported(f"output_shape {out_shape} for X {shape}, I "
+                              f"{indices.checked_type.shape}")
+    zeros = Constant(np.zeros(int(np.prod(inferred)), dtype=x.checked_type.dtype))
+    flat_i = ctx.reshape(indices, (x.checked_type.size, 1))
+    flat_x = ctx.reshape(x, (x.checked_type.size,))
+    out = ctx.reshape(ctx.call("scatter_nd", [zeros, flat_i, flat_x], reduction="none"),
+                      inferred)
+    if tuple(out_shape) == tuple(inferred):
+        return out
+    width = tuple((0, o - i) for o, i in zip(out_shape, inferred))
+    return ctx.call("nn.pad", [out], pad_width=width, pad_value=0.0, pad_mode="constant")
