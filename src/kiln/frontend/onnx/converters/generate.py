@@ -1,4 +1,5 @@
-"""Converters of ONNX ops whose values come from positions: Range, EyeLike, Trilu, OneHot.
+"""Converters of ONNX ops whose values come from positions: Range, EyeLike, Trilu, OneHot, and
+Det (Leibniz's sum over permutations).
 
 Range and EyeLike produce constants (their inputs are compile-time constants in a static
 graph); Trilu multiplies by a constant mask (``where``); OneHot compares the indices with a
@@ -7,6 +8,7 @@ constant ``arange`` along the new axis.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -95,3 +97,33 @@ def one_hot(ctx: ConvertContext) -> Expr:
     off = ctx.call("take", [values, Constant(np.array(0, np.int64))], axis=0)
     on = ctx.call("take", [values, Constant(np.array(1, np.int64))], axis=0)
     return ctx.call("where", [hit, on, off])
+
+
+@onnx_op("Det", since=11)
+def det(ctx: ConvertContext) -> Expr:
+    """Leibniz's formula over the permutations (matrices up to 4 x 4): sum of sign(p) times the
+    product of a[i, p(i)], each element a strided slice."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    if len(shape) < 2 or shape[-1] != shape[-2] or not 1 <= shape[-1] <= 4:
+        raise ctx.unsupported(f"only square matrices up to 4 x 4, got shape {shape}")
+    n = shape[-1]
+    lead = shape[:-2]
+
+    def element(i: int, j: int) -> Expr:
+        begin = (0,) * len(lead) + (i, j)
+        part = ctx.call("strided_slice", [x], begin=begin, end=lead + (i + 1, j + 1),
+                        strides=(1,) * len(shape))
+        return ctx.reshape(part, lead)
+
+    total = None
+    for perm in itertools.permutations(range(n)):
+        term = element(0, perm[0])
+        for i in range(1, n):
+            term = ctx.call("multiply", [term, element(i, perm[i])])
+        inversions = sum(perm[a] > perm[b] for a in range(n) for b in range(a + 1, n))
+        if total is None:
+            total = term
+        else:
+            total = ctx.call("subtract" if inversions % 2 else "add", [total, term])
+    return total

@@ -1,5 +1,5 @@
 """Converters of ONNX index-driven ops: GatherElements, ScatterElements (and the deprecated
-Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence, MaxUnpool."""
+Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence, MaxUnpool, TensorScatter."""
 
 from __future__ import annotations
 
@@ -140,3 +140,38 @@ def max_unpool(ctx: ConvertContext) -> Expr:
         return out
     width = tuple((0, o - i) for o, i in zip(out_shape, inferred))
     return ctx.call("nn.pad", [out], pad_width=width, pad_value=0.0, pad_mode="constant")
+
+
+@onnx_op("TensorScatter", since=24)
+def tensor_scatter(ctx: ConvertContext) -> Expr:
+    """A KV-cache write: position s of batch b along ``axis`` takes update[.., s - w[b], ..]
+    when 0 <= s - w[b] < len(update) (mod the cache length in circular mode), else keeps the
+    cache: gather_elements of the update with those offsets, then where."""
+    past, update = ctx.input(0), ctx.input(1)
+    shape, ushape = past.checked_type.shape, update.checked_type.shape
+    axis = _axis(ctx, len(shape), int(ctx.attr("axis", -2)))
+    mode = ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular") or axis == 0 or len(ushape) != len(shape):
+        raise ctx.unsupported(f"mode={mode!r}, axis {axis} for {shape} / {ushape}")
+    cache, new = shape[axis], ushape[axis]
+    positions = np.arange(cache, dtype=np.int64).reshape(
+        tuple(cache if d == axis else 1 for d in range(len(shape))))
+    writes = ctx.optional_input(2)
+    if writes is None:
+        offset: Expr = Constant(positions)
+    else:
+        w = ctx.reshape(ctx.call("cast", [writes], dtype="int64")
+                        if writes.checked_type.dtype != "int64" else writes,
+                        (shape[0],) + (1,) * (len(shape) - 1))
+        offset = ctx.call("subtract", [Constant(positions), w])
+    if mode == "circular":
+        offset = ctx.call("floor_mod", [offset, ctx.scalar(cache, "int64")])
+    inside = ctx.call("logical_and", [
+        ctx.call("greater_equal", [offset, ctx.scalar(0, "int64")]),
+        ctx.call("less", [offset, ctx.scalar(new, "int64")])])
+    safe = ctx.call("minimum", [ctx.call("maximum", [offset, ctx.scalar(0, "int64")]),
+                                ctx.scalar(new - 1, "int64")])
+    index_shape = shape[:axis] + (cache,) + shape[axis + 1:]
+    index = ctx.call("expand", [safe], newshape=index_shape)
+    picked = ctx.call("gather_elements", [update, index], axis=axis)
+    return ctx.call("where", [inside, picked, past])
