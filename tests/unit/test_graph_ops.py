@@ -32,7 +32,7 @@ VOCABULARY = {
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
                        "annotation.compiler_begin", "annotation.compiler_end", "argmax", "argmin",
                        "topk_indices", "scatter_elements", "scatter_nd", "cumsum", "cumprod",
-                       "einsum", "grid_sample", "nn.max_pool2d_indices"],
+                       "einsum", "grid_sample", "nn.max_pool2d_indices", "col2im"],
     OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
                           "layout_transform", "gather_elements", "gather_nd", "nn.pad"],
 }

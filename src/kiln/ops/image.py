@@ -1,13 +1,16 @@
-"""The grid_sample compute (see :mod:`kiln.ir.ops.image` for the semantics it follows): per
+"""The grid_sample and col2im computes (see :mod:`kiln.ir.ops.image`). grid_sample: per
 output position, the source coordinate of each spatial axis from the grid, then a reduction
 over the interpolation taps (1, 2 or 4 per axis) of weight × the padded read."""
 
 from __future__ import annotations
 
+import math
+
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
-from kiln.ir.ops.image import CUBIC_A, borders
+from kiln.ir.ops.image import CUBIC_A, borders, col2im_geometry
+from kiln.ops.transform import unravel
 
 
 def _floor(v: L.PrimExpr) -> L.PrimExpr:
@@ -120,3 +123,31 @@ def grid_sample(inputs, attrs, out_type):
         return te.sum(weight * value, raxes)
 
     return te.compute(out_type.shape, body, name="grid_sample", tag="grid_sample")
+
+
+@register_compute("col2im")
+def col2im(inputs, attrs, out_type):
+    """out[n, c, p] = the sum over kernel offsets k of x[n, c*K + k, b] for the block b whose
+    tap k lands on p: (p + pad - k*dil) divisible by the stride, inside the block grid."""
+    (x,) = inputs
+    image, block, dil, pads, strides, blocks = col2im_geometry(attrs)
+    nsp = len(image)
+    k_total = math.prod(block)
+    r = te.reduce_axis(k_total, "k")
+
+    def body(n, c, *p):
+        ks = unravel(r.var, tuple(block))
+        conds, bs = [], []
+        for d in range(nsp):
+            num = p[d] + pads[d] - ks[d] * dil[d]
+            conds += [num >= 0, L.eq(num % strides[d], L.IntImm(0)),
+                      num // strides[d] < blocks[d]]
+            bs.append(L.minimum(L.maximum(num // strides[d], L.IntImm(0)),
+                                L.IntImm(blocks[d] - 1)))
+        flat_b = bs[0]
+        for d in range(1, nsp):
+            flat_b = flat_b * blocks[d] + bs[d]
+        value = x[n, c * k_total + r.var, flat_b]
+        return te.sum(L.Select(L.logical_and(*conds), value, L.const(0, x.dtype)), [r])
+
+    return te.compute(out_type.shape, body, name="col2im", tag="col2im")

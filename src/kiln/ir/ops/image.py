@@ -1,4 +1,6 @@
-"""The ``grid_sample`` graph op (ONNX GridSample, opset 20+ semantics, 2-D and 3-D).
+"""Image-sampling graph ops: ``grid_sample`` and ``col2im``.
+
+The ``grid_sample`` graph op (ONNX GridSample, opset 20+ semantics, 2-D and 3-D).
 
 ``grid_sample(x [N, C, *S], grid [N, *O, k])`` samples ``x`` at the normalized coordinates of
 ``grid`` (last axis ordered x, y[, z]: innermost spatial axis first) for every output position,
@@ -112,3 +114,44 @@ def _ref(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str,
 
 
 register_op("grid_sample", _infer, OpPattern.OPAQUE, _ref)
+
+
+def col2im_geometry(attrs: dict) -> tuple:
+    image, block = attrs["image_shape"], attrs["block_shape"]
+    dil, pads, strides = attrs["dilations"], attrs["pads"], attrs["strides"]
+    nsp = len(image)
+    blocks = tuple((image[d] + pads[d] + pads[d + nsp] - dil[d] * (block[d] - 1) - 1)
+                   // strides[d] + 1 for d in range(nsp))
+    return image, block, dil, pads, strides, blocks
+
+
+def _col2im_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    image, block, _, _, _, blocks = col2im_geometry(attrs)
+    k = math.prod(block)
+    if x.ndim != 3 or x.shape[1] % k or x.shape[2] != math.prod(blocks) or \
+            any(b <= 0 for b in blocks):
+        raise ShapeError(f"input {x.shape} does not hold blocks {block} of image {image}")
+    return TensorType((x.shape[0], x.shape[1] // k) + tuple(image), x.dtype)
+
+
+def _col2im_ref(x: np.ndarray, image_shape, block_shape, dilations, pads,
+                strides) -> np.ndarray:
+    attrs = {"image_shape": image_shape, "block_shape": block_shape, "dilations": dilations,
+             "pads": pads, "strides": strides}
+    image, block, dil, pad, stride, blocks = col2im_geometry(attrs)
+    k = math.prod(block)
+    out = np.zeros((x.shape[0], x.shape[1] // k) + tuple(image), dtype=x.dtype)
+    for n, ck, flat_b in np.ndindex(*x.shape):
+        c, off = divmod(ck, k)
+        kk, bb = np.unravel_index(off, block), np.unravel_index(flat_b, blocks)
+        p = [bb[d] * stride[d] + kk[d] * dil[d] - pad[d] for d in range(len(image))]
+        if all(0 <= p[d] < image[d] for d in range(len(image))):
+            out[(n, c, *p)] += x[n, ck, flat_b]
+    return out
+
+
+# col2im: ONNX Col2Im — sums each column of [N, C * prod(block), L] back into the image at its
+# block's position (attrs: image_shape, block_shape, dilations, pads, strides; N-d).
+register_op("col2im", _col2im_infer, OpPattern.OPAQUE, _col2im_ref)

@@ -1,5 +1,5 @@
-"""Converter of ONNX GridSample (2-D and 3-D; opset 16's bilinear/bicubic names map to opset
-20's linear/cubic)."""
+"""Converters of ONNX GridSample (2-D and 3-D; opset 16's bilinear/bicubic names map to opset
+20's linear/cubic) and Col2Im (block and image shapes compile-time constants)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,17 @@ def grid_sample(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"only 2-D and 3-D inputs, got shape {x.checked_type.shape}")
     return ctx.call("grid_sample", [x, grid], mode=mode, padding_mode=padding,
                     align_corners=bool(ctx.attr("align_corners", 0)))
+
+
+@onnx_op("Col2Im", since=18)
+def col2im(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    image = ctx.const_ints(1, "Col2Im image_shape")
+    block = ctx.const_ints(2, "Col2Im block_shape")
+    nsp = len(image)
+    if len(block) != nsp or nsp < 1:
+        raise ctx.unsupported(f"image_shape {image} and block_shape {block}")
+    return ctx.call("col2im", [x], image_shape=image, block_shape=block,
+                    dilations=ctx.ints("dilations", (1,) * nsp),
+                    pads=ctx.ints("pads", (0,) * (2 * nsp)),
+                    strides=ctx.ints("strides", (1,) * nsp))
