@@ -18,7 +18,7 @@ VOCABULARY = {
                          "abs", "floor", "ceil", "clip", "hardsigmoid", "hardswish", "leaky_relu",
                          "cast", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
                          "asinh", "acosh", "atanh", "round", "sign", "logical_not", "isnan",
-                         "isinf", "bitwise_not", "bitcast"],
+                         "isinf", "bitwise_not", "reinterpret"],
     OpPattern.BROADCAST: ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                           "nn.bias_add", "where", "expand", "mod", "floor_mod", "equal",
                           "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -32,9 +32,9 @@ VOCABULARY = {
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
                        "annotation.compiler_begin", "annotation.compiler_end", "argmax", "argmin",
                        "topk_indices", "scatter_elements", "scatter_nd", "cumsum", "cumprod",
-                       "einsum", "grid_sample", "nn.max_pool2d_indices", "col2im"],
+                       "einsum", "image.grid_sample", "nn.max_pool2d_indices", "col2im"],
     OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
-                          "layout_transform", "gather_elements", "gather_nd", "nn.pad"],
+                          "layout_transform", "gather", "gather_nd", "nn.pad"],
 }
 
 

@@ -58,7 +58,7 @@ _unary("hardswish", lambda v, a: v * _hardsigmoid(v, 1.0 / 6.0, 0.5))
 _unary("leaky_relu", lambda v, a: L.Select(v < 0.0, v * a["alpha"], v))
 _unary("sigmoid", _float_only("sigmoid", lambda v: 1.0 / (1.0 + L.call("exp", -v))))
 _unary("cast", _cast)
-_unary("bitcast", lambda v, a: L.reinterpret(v, a["dtype"]))
+_unary("reinterpret", lambda v, a: L.reinterpret(v, a["dtype"]))
 for _name in ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin",
               "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     _unary(_name, _float_only(_name, lambda v, n=_name: L.call(n, v)))

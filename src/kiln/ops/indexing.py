@@ -26,7 +26,7 @@ def _clamp(i: L.PrimExpr, extent: int) -> L.PrimExpr:
     return L.minimum(i, L.IntImm(extent - 1)) if extent > 0 else i
 
 
-@register_compute("gather_elements")
+@register_compute("gather")
 def gather_elements(inputs, attrs, out_type):
     data, indices = inputs
     axis = attrs["axis"] % len(data.shape)

@@ -11,12 +11,12 @@ from kiln.ir.ops import (  # noqa: F401
     annotation,
     einsum,
     elemwise,
-    image,
     indexing,
     layout,
     logical,
     nn,
     pool_index,
     reduce,
+    sampling,
     transform,
 )

@@ -127,8 +127,9 @@ def _bitcast_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     return out
 
 
-# bitcast: the bits of each element read as ``dtype`` of the same width (ONNX BitCast).
-register_op("bitcast", _bitcast_infer, OpPattern.ELEMWISE,
+# reinterpret (TVM's name; ONNX BitCast): the bits of each element read as ``dtype`` of the
+# same width.
+register_op("reinterpret", _bitcast_infer, OpPattern.ELEMWISE,
             lambda x, dtype: np.ascontiguousarray(x).view(dtype).copy())
 
 # ---------------------------------------------------------------------------------------------

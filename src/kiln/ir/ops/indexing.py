@@ -1,8 +1,8 @@
 """Index-driven graph ops (ONNX's definitions): gather_elements, scatter_elements, gather_nd,
 scatter_nd, and cumsum / cumprod.
 
-- ``gather_elements(data, indices, axis)``: ``out[i] = data[i with i[axis] := indices[i]]``,
-  output shaped like ``indices`` (ONNX GatherElements).
+- ``gather(data, indices, axis)`` (TVM's name for ONNX GatherElements):
+  ``out[i] = data[i with i[axis] := indices[i]]``, output shaped like ``indices``.
 - ``scatter_elements(data, indices, updates, axis, reduction)``: a copy of ``data`` where
   ``updates[i]`` goes to ``i with i[axis] := indices[i]``; ``reduction`` "none" (the last
   update wins), "add", "mul", "max", "min" combine with the data (ONNX ScatterElements).
@@ -49,7 +49,7 @@ def _gather_elements_ref(data: np.ndarray, indices: np.ndarray, axis: int) -> np
     return np.take_along_axis(data, _wrap(indices, data.shape[axis]), axis=axis)
 
 
-register_op("gather_elements", _gather_elements_infer, OpPattern.INJECTIVE,
+register_op("gather", _gather_elements_infer, OpPattern.INJECTIVE,
             _gather_elements_ref)
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")

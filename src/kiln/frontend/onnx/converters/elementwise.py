@@ -181,4 +181,4 @@ def bit_cast(ctx: ConvertContext) -> Expr:
         return x
     if src.kind in "biu" and np.dtype(dtype).kind in "iu":
         return ctx.call("cast", [x], dtype=dtype)
-    return ctx.call("bitcast", [x], dtype=dtype)
+    return ctx.call("reinterpret", [x], dtype=dtype)

@@ -20,7 +20,7 @@ def _axis(ctx: ConvertContext, ndim: int, default: int = 0) -> int:
 @onnx_op("GatherElements", since=11)
 def gather_elements(ctx: ConvertContext) -> Expr:
     data, indices = ctx.input(0), ctx.input(1)
-    return ctx.call("gather_elements", [data, indices], axis=_axis(ctx, data.checked_type.ndim))
+    return ctx.call("gather", [data, indices], axis=_axis(ctx, data.checked_type.ndim))
 
 
 def _reduction(ctx: ConvertContext) -> str:
@@ -106,7 +106,7 @@ def reverse_sequence(ctx: ConvertContext) -> Expr:
         else:
             index[:, b] = source
     index = np.broadcast_to(index.reshape(shape[:2] + (1,) * (len(shape) - 2)), shape)
-    return ctx.call("gather_elements", [x, Constant(np.ascontiguousarray(index))],
+    return ctx.call("gather", [x, Constant(np.ascontiguousarray(index))],
                     axis=time_axis)
 
 
@@ -173,5 +173,5 @@ def tensor_scatter(ctx: ConvertContext) -> Expr:
                                 ctx.scalar(new - 1, "int64")])
     index_shape = shape[:axis] + (cache,) + shape[axis + 1:]
     index = ctx.call("expand", [safe], newshape=index_shape)
-    picked = ctx.call("gather_elements", [update, index], axis=axis)
+    picked = ctx.call("gather", [update, index], axis=axis)
     return ctx.call("where", [inside, picked, past])

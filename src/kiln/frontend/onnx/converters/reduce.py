@@ -159,7 +159,7 @@ def _topk(ctx: ConvertContext, k: int) -> list[Expr]:
         raise ctx.unsupported(f"k={k} out of range for axis {axis} of {x.checked_type.shape}")
     indices = ctx.call("topk_indices", [x], k=k, axis=axis,
                        largest=bool(ctx.attr("largest", 1)))
-    values = ctx.call("gather_elements", [x, indices], axis=axis)
+    values = ctx.call("gather", [x, indices], axis=axis)
     return [values, indices]
 
 

@@ -21,7 +21,7 @@ def grid_sample(ctx: ConvertContext) -> Expr:
     x, grid = ctx.input(0), ctx.input(1)
     if x.checked_type.ndim not in (4, 5):
         raise ctx.unsupported(f"only 2-D and 3-D inputs, got shape {x.checked_type.shape}")
-    return ctx.call("grid_sample", [x, grid], mode=mode, padding_mode=padding,
+    return ctx.call("image.grid_sample", [x, grid], mode=mode, padding_mode=padding,
                     align_corners=bool(ctx.attr("align_corners", 0)))
 
 

@@ -1,8 +1,7 @@
-"""Image-sampling graph ops: ``grid_sample`` and ``col2im``.
+"""Sampling graph ops: ``image.grid_sample`` (TVM's name) and ``col2im``.
 
-The ``grid_sample`` graph op (ONNX GridSample, opset 20+ semantics, 2-D and 3-D).
-
-``grid_sample(x [N, C, *S], grid [N, *O, k])`` samples ``x`` at the normalized coordinates of
+``image.grid_sample`` (ONNX GridSample, opset 20+ semantics, 2-D and 3-D):
+``image.grid_sample(x [N, C, *S], grid [N, *O, k])`` samples ``x`` at the normalized coordinates of
 ``grid`` (last axis ordered x, y[, z]: innermost spatial axis first) for every output position,
 output ``[N, C, *O]``. Attributes: ``mode`` "nearest" | "linear" | "cubic" (Keys, A = -0.75),
 ``padding_mode`` "zeros" | "border" | "reflection", ``align_corners`` (bool). The reference
@@ -113,7 +112,7 @@ def _ref(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str,
     return out
 
 
-register_op("grid_sample", _infer, OpPattern.OPAQUE, _ref)
+register_op("image.grid_sample", _infer, OpPattern.OPAQUE, _ref)
 
 
 def col2im_geometry(attrs: dict) -> tuple:

@@ -1,4 +1,4 @@
-"""The grid_sample and col2im computes (see :mod:`kiln.ir.ops.image`). grid_sample: per
+"""The grid_sample and col2im computes (see :mod:`kiln.ir.ops.sampling`). grid_sample: per
 output position, the source coordinate of each spatial axis from the grid, then a reduction
 over the interpolation taps (1, 2 or 4 per axis) of weight × the padded read."""
 
@@ -9,7 +9,7 @@ import math
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
-from kiln.ir.ops.image import CUBIC_A, borders, col2im_geometry
+from kiln.ir.ops.sampling import CUBIC_A, borders, col2im_geometry
 from kiln.ops.transform import unravel
 
 
@@ -53,7 +53,7 @@ def _cubic(t: L.PrimExpr, r: L.PrimExpr) -> L.PrimExpr:
                              L.Select(L.eq(r, L.IntImm(2)), near(one - t), far(two - t))))
 
 
-@register_compute("grid_sample")
+@register_compute("image.grid_sample")
 def grid_sample(inputs, attrs, out_type):
     x, grid = inputs
     sizes = x.shape[2:]
