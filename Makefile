@@ -4,9 +4,9 @@
 #
 #   make demo       compile the text-orientation model and check it against onnxruntime
 #   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
-#                   toolchains and qemu-user for tests/backend/test_cross.py, and OpenBLAS with
-#                   pkg-config for the BYOC cblas backend (root + apt-get; otherwise those tests
-#                   skip)
+#                   toolchains and qemu-user for tests/backend/test_cross.py, clang/lld/llvm 14
+#                   for the jit device's riscv64 RVV tests, and OpenBLAS with pkg-config for the
+#                   BYOC cblas backend (root + apt-get; otherwise those tests skip)
 #   make test-fast  tests/unit only
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
@@ -31,7 +31,8 @@ CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint toolchain cross-toolchain blas-toolchain venv clean
+.PHONY: all demo test test-fast bench conformance fuzz lint toolchain cross-toolchain \
+	device-toolchain blas-toolchain venv clean
 
 all: test
 
@@ -93,6 +94,27 @@ cross-toolchain:
 	  fi; \
 	fi
 
+# clang (the jit device's riscv64 compiler: KILN_DEVICE_CC="clang-14 --target=riscv64-linux-gnu",
+# with the cross toolchain's sysroot), lld, and llvm-objdump to find RVV instructions in the
+# compiled kernels. Best effort, like the cross toolchains: the tests skip naming what is missing.
+DEVICE_PACKAGES := clang-14 lld-14 llvm-14
+device-toolchain:
+	@missing=; for t in clang-14 ld.lld-14 llvm-objdump-14; do \
+	  command -v $$t >/dev/null 2>&1 || [ -x /usr/lib/llvm-14/bin/$${t%-14} ] || \
+	    missing="$$missing $$t"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing clang/lld/llvm 14 for the jit device tests (missing:$$missing)" >&2; \
+	    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      $(DEVICE_PACKAGES); } || \
+	    echo "make: warning: could not install$$missing; jit riscv64 tests will skip" >&2; \
+	  else \
+	    echo "make: warning: missing$$missing (apt-get install $(DEVICE_PACKAGES));" \
+	      "jit riscv64 tests will skip" >&2; \
+	  fi; \
+	fi
+
 # OpenBLAS and pkg-config for the BYOC cblas backend (kiln.byoc.cblas). Best effort, like the
 # cross toolchains: without them the cblas tests skip naming what is missing.
 BLAS_PACKAGES := libopenblas-dev pkg-config
@@ -112,7 +134,7 @@ blas-toolchain:
 demo: $(STAMP) toolchain
 	$(VENV)/bin/kiln demo
 
-test: $(STAMP) toolchain cross-toolchain blas-toolchain
+test: $(STAMP) toolchain cross-toolchain device-toolchain blas-toolchain
 	$(PY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

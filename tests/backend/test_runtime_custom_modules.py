@@ -117,7 +117,8 @@ def test_missing_loader_lists_registered_ones(loaders, tmp_path):
     remove_global_func("runtime.module.loadbinary_" + OffsetAdd.type_key)
     with pytest.raises(ModuleLoadError, match=r"no loader for module type_key 'test.offset_add' "
                                               r"\(registered loaders: GraphExecutorFactory, "
-                                              r"const_loader, kiln_json, metadata, .*test.scale"):
+                                              r"const_loader, kiln_jit, kiln_json, metadata, "
+                                              r".*test.scale"):
         rt.load_module(path)
 
 

@@ -39,7 +39,10 @@ def test_compile_arguments():
         "--input-shape", "y:2", "--quiet"])
     assert args.command == "compile" and args.model == "m.onnx" and args.output == "m.so"
     assert args.input_shapes == [("input:0", (1, 3)), ("y", (2,))]
-    assert args.quiet and args.target == "c"
+    assert args.quiet and args.target == "c" and args.target_host is None
+    args = cli.build_parser().parse_args(["compile", "m.onnx", "--target", "jit",
+                                          "--target-host", "llvm", "-o", "m.so"])
+    assert args.target == "jit" and args.target_host == "llvm"
 
 
 def test_byoc_arguments():
@@ -62,13 +65,25 @@ def test_run_arguments_and_defaults():
 
 @pytest.mark.parametrize("argv", [
     [], ["compile", "m.onnx"], ["compile", "m.onnx", "-o", "x.so", "--input-shape", "bad"],
-    ["run", "m.so", "--repeat", "0"], ["frobnicate"],
+    ["run", "m.so", "--repeat", "0"], ["frobnicate"], ["demo", "translate"],
 ])
 def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2
     assert "usage: kiln" in capsys.readouterr().err
+
+
+def test_demo_arguments():
+    args = cli.build_parser().parse_args(["demo"])
+    assert (args.name, args.text) == ("orientation", None)
+    args = cli.build_parser().parse_args(["demo", "ocr", "--text", "Hi there", "--runs", "2"])
+    assert (args.name, args.text, args.runs) == ("ocr", "Hi there", 2)
+
+
+def test_demo_text_is_for_ocr_only(capsys):
+    assert cli.main(["demo", "embed", "--text", "x"]) == 2
+    assert "--text applies to 'kiln demo ocr' only" in _one_error_line(capsys)
 
 
 def _one_error_line(capsys) -> str:

@@ -16,25 +16,27 @@ from kiln.ir.ops.transform import slice_length
 VOCABULARY = {
     OpPattern.ELEMWISE: ["nn.relu", "sigmoid", "exp", "log", "sqrt", "tanh", "erf", "negative",
                          "abs", "floor", "ceil", "clip", "hardsigmoid", "hardswish", "leaky_relu",
-                         "cast", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-                         "asinh", "acosh", "atanh", "round", "sign", "logical_not", "isnan",
+                         "cast", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                         "cosh", "asinh", "acosh", "atanh", "sign", "logical_not", "isnan",
                          "isinf", "bitwise_not", "reinterpret"],
     OpPattern.BROADCAST: ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                           "nn.bias_add", "where", "expand", "mod", "floor_mod", "equal",
                           "not_equal", "less", "less_equal", "greater", "greater_equal",
                           "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-                          "bitwise_xor", "left_shift", "right_shift"],
+                          "bitwise_xor", "left_shift", "right_shift", "qnn.quantize",
+                          "qnn.dequantize"],
     OpPattern.OUT_ELEMWISE_FUSABLE: ["nn.conv2d", "nn.dense", "nn.matmul", "nn.max_pool2d",
                                      "nn.avg_pool2d", "nn.global_avg_pool2d",
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
-                                     "nn.depthwise_conv2d_NCHWc"],
+                                     "nn.depthwise_conv2d_NCHWc", "nn.conv2d_transpose"],
     OpPattern.COMM_REDUCE: ["sum", "prod", "mean", "max", "min"],
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
-                       "annotation.compiler_begin", "annotation.compiler_end", "argmax", "argmin",
-                       "topk_indices", "scatter_elements", "scatter_nd", "cumsum", "cumprod",
-                       "einsum", "image.grid_sample", "nn.max_pool2d_indices", "col2im"],
+                       "nn.layer_norm", "annotation.compiler_begin", "annotation.compiler_end",
+                       "argmax", "argmin", "topk_indices", "scatter_elements", "scatter_nd",
+                       "cumsum", "cumprod", "einsum", "image.grid_sample",
+                       "nn.max_pool2d_indices", "col2im"],
     OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
-                          "layout_transform", "gather", "gather_nd", "nn.pad"],
+                          "layout_transform", "image.resize2d", "gather", "gather_nd", "nn.pad"],
 }
 
 
@@ -50,6 +52,7 @@ def _t(*shape, dtype="float32"):
 
 
 CONV = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+QNN = {"axis": 0, "block_size": 0}
 POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilation": (1, 1),
         "ceil_mode": False}
 
@@ -65,6 +68,19 @@ POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilati
     ("nn.conv2d", [_t(1, 3, 2, 2), _t(6, 3, 3, 3)], CONV, "larger"),
     ("nn.conv2d", [_t(3, 5, 5), _t(6, 3, 3, 3)], CONV, "rank 4"),
     ("nn.dense", [_t(2, 3), _t(4, 5)], {}, "K differs"),
+    ("equal", [_t(2), _t(2, dtype="int64")], {}, "dtypes differ"),
+    ("nn.layer_norm", [_t(2, 3), _t(3), _t(2)], {"axis": 1, "epsilon": 1e-5}, "gamma/beta"),
+    ("nn.conv2d_transpose", [_t(1, 4, 5, 5), _t(3, 2, 2, 2)],
+     dict(CONV, output_padding=(0, 0)), "groups"),
+    ("nn.conv2d_transpose", [_t(1, 4, 2, 2), _t(4, 2, 3, 3)],
+     dict(CONV, padding=(3, 3, 3, 3), output_padding=(0, 0)), "no output"),
+    ("image.resize2d", [_t(1, 2, 4, 4)], {"size": (8, 8), "scale": (2.0, 2.0), "method": "area",
+                                          "coordinate_transformation_mode": "half_pixel",
+                                          "rounding_method": "floor"}, "method"),
+    ("image.resize2d", [_t(2, 4, 4)], {"size": (8, 8), "scale": (2.0, 2.0),
+                                       "method": "linear",
+                                       "coordinate_transformation_mode": "half_pixel",
+                                       "rounding_method": "floor"}, "rank 4"),
     ("nn.matmul", [_t(2, 3, 4), _t(5, 4, 2)], {}, "broadcast"),
     ("nn.matmul", [_t(3), _t(3, 2)], {}, "rank >= 2"),
     ("nn.max_pool2d", [_t(1, 1, 1, 1)], POOL, "larger"),
@@ -79,6 +95,15 @@ POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilati
     ("take", [_t(4), _t(2)], {"axis": 0}, "integers"),
     ("expand", [_t(2, 3)], {"newshape": (3, 3)}, "broadcast"),
     ("cast", [_t(2)], {"dtype": "no-such-type"}, "dtype"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int8")], dict(QNN, out_dtype="uint8"),
+     "zero point"),
+    ("qnn.quantize", [_t(2, 3), _t(4), _t(4, dtype="int8")], dict(QNN, axis=1, out_dtype="int8"),
+     "scales for axis"),
+    ("qnn.quantize", [_t(2, 3), _t(), _t(dtype="int32")], dict(QNN, out_dtype="int32"),
+     "cannot quantize"),
+    ("qnn.dequantize", [_t(2), _t(), _t()], QNN, "cannot dequantize"),
+    ("qnn.dequantize", [_t(4, 6, dtype="int8"), _t(4, 3), _t(4, 3, dtype="int8")],
+     dict(QNN, axis=1, block_size=4), "blocks of 4"),
 ])
 def test_type_relation_errors(op, args, attrs, match):
     with pytest.raises(ShapeError, match=match) as info:

@@ -180,3 +180,39 @@ def test_conv_block_is_two_target_vectors(target, block):
     (conv,) = [c for c in post_order(altered.outputs)
                if isinstance(c, Call) and c.op.name == "nn.conv2d_NCHWc"]
     assert conv.checked_type.shape[-1] == block
+
+
+@pytest.mark.parametrize("oc,padded", [(1000, 1024), (250, 256), (24, 24), (40, 40)])
+def test_conv_outputs_padded_to_full_blocks_when_cheap(oc, padded):
+    """1000 classes run as 1024 in blocks of 32 (not 125 blocks of 8), then sliced back; 24
+    outputs stay exact (padding would add a third more work)."""
+    x, y = _conv_graph((1, 64, 3, 3), oc, 1, 1, 0)
+    func = Function([x], [y])
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
+        altered = alter_op_layout(func)
+    (conv,) = [c for c in post_order(altered.outputs)
+               if isinstance(c, Call) and c.op.name == "nn.conv2d_NCHWc"]
+    shape = conv.checked_type.shape
+    assert shape[1] * shape[4] == padded
+    assert altered.outputs[0].checked_type.shape == (1, oc, 3, 3)
+    data = _rand(1, 64, 3, 3)
+    expect = evaluate(func, {"x": data})[0]
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4, atol=1e-4)
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,blocks", [(2, (32, 40, 32)), (1, (125, 40, 8))])
+def test_dense_outputs_padded_to_full_blocks_when_cheap(rows, blocks):
+    """Padded with two rows or more; one row (a matrix-vector product) keeps exact blocks."""
+    x = Var("x", TensorType((rows, 40), "float32"))
+    func = Function([x], [Call("nn.dense", [x, Constant(_rand(1000, 40))])])
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
+        altered = alter_op_layout(func)
+    (dense,) = [c for c in post_order(altered.outputs)
+                if isinstance(c, Call) and c.op.name == "nn.dense_pack"]
+    assert dense.args[1].data.shape == blocks
+    data = _rand(rows, 40)
+    expect = evaluate(func, {"x": data})[0]
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)

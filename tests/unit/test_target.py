@@ -96,3 +96,15 @@ def test_current_target_context_and_host():
     assert Target.current() is None
     with pytest.raises(AttributeError):
         outer.kind = "c"
+
+
+def test_jit_target_and_its_host():
+    t = Target("jit")
+    assert t.kind == "jit" and t.keys == ("cpu",) and t.host == Target("c")
+    assert Target("jit", host="llvm").host.kind == "llvm"
+    assert Target(Target("jit", host="llvm")) == Target("jit", host="llvm") != t
+    assert t.vector_bits() == 128 and t.vector_lanes("float32") == 4  # any device: 128 bits
+    with pytest.raises(KilnError, match="host must be one of c, llvm"):
+        Target("jit", host="jit")
+    with pytest.raises(KilnError, match="jit target takes no options"):
+        Target("jit -mcpu=native")

@@ -27,10 +27,10 @@ C_TYPES = {
     "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
 }
 _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
-                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "pow": "powf",
-                   "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf", "acos": "acosf",
-                   "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf",
-                   "acosh": "acoshf", "atanh": "atanhf", "rint": "rintf", "fmod": "fmodf"}
+                   "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "nearbyint": "nearbyintf",
+                   "pow": "powf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf",
+                   "acos": "acosf", "atan": "atanf", "sinh": "sinhf", "cosh": "coshf",
+                   "asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "fmod": "fmodf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
         "==": "==", "!=": "!=", "and": "&&", "or": "||", "&": "&", "|": "|", "^": "^",
@@ -75,8 +75,15 @@ static inline int kiln_is_compact(const DLTensor* t) {
   }
   return 1;
 }
-#define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* min/max as functions, not macros: a macro evaluates its arguments twice, so nested min/max
+   (clip after relu after clip ...) grow the source exponentially with the nesting depth. */
+#define KILN_MINMAX(T, N) \
+  static inline T kiln_min_##N(T a, T b) { return a < b ? a : b; } \
+  static inline T kiln_max_##N(T a, T b) { return a > b ? a : b; }
+KILN_MINMAX(float, float32) KILN_MINMAX(double, float64) KILN_MINMAX(int64_t, int64)
+KILN_MINMAX(int32_t, int32) KILN_MINMAX(int16_t, int16) KILN_MINMAX(int8_t, int8)
+KILN_MINMAX(uint64_t, uint64) KILN_MINMAX(uint32_t, uint32) KILN_MINMAX(uint16_t, uint16)
+KILN_MINMAX(uint8_t, uint8) KILN_MINMAX(uint8_t, bool)
 """
 
 
@@ -324,10 +331,9 @@ class _FuncWriter:
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in _OPS:
             return f"({a} {_OPS[e.op]} {b})"
-        if e.op == "min":
-            return f"KILN_MIN({a}, {b})"
-        if e.op == "max":
-            return f"KILN_MAX({a}, {b})"
+        if e.op in ("min", "max"):
+            c_type(e.dtype)  # raises for an unsupported dtype
+            return f"kiln_{e.op}_{e.dtype}({a}, {b})"
         if e.op in ("//", "%"):
             if L.is_float(e.dtype):
                 fl = "floor" if e.dtype == "float64" else "floorf"

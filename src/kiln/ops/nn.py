@@ -1,4 +1,5 @@
-"""Neural-network computes: conv2d, dense (plain and packed), matmul, pooling, softmax, LRN (NCHW / OIHW layouts).
+"""Neural-network computes: conv2d, conv2d_transpose, dense (plain and packed), matmul, pooling, softmax, LRN,
+layer_norm (NCHW / OIHW layouts).
 
 Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
 and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materialize it.
@@ -45,6 +46,83 @@ def conv2d(inputs, attrs, out_type):
                       * weight[o, rc.var, ry.var, rx.var], [rc, ry, rx])
 
     return te.compute(out_type.shape, body, name="conv2d", tag="conv2d")
+
+
+@register_compute("nn.conv2d_transpose")
+def conv2d_transpose(inputs, attrs, out_type):
+    """``out[n, o, y, x] = sum over c, ky, kx of data[n, c, iy, ix] * weight[c, o % O/g, ky, kx]``
+    over the taps where ``y + pad_top = iy * sh + ky * dh`` (and the same for columns).
+
+    Without dilation, output row ``y`` has phase ``p = (y + pad_top) % sh`` and only kernel rows
+    ``ky = p + sh * j`` land on it, from input row ``(y + pad_top) // sh - j``. The reduction
+    runs per phase (the sub-pixel view of a transposed convolution) into
+    ``[N, O, sh, sw, ceil((OH + pad_top) / sh), ceil((OW + pad_left) / sw)]``, whose rows read
+    contiguous input rows, and the output gathers from it: a stride-2 2×2 kernel does one tap
+    per output, not four masked ones. With dilation every tap is tested
+    (:func:`_conv2d_transpose_dilated`).
+    Indices are clamped so that masked taps load in bounds.
+    """
+    data, weight = inputs
+    if tuple(attrs["dilation"]) != (1, 1):
+        return _conv2d_transpose_dilated(data, weight, attrs, out_type)
+    sh, sw = attrs["strides"]
+    pt, pl = attrs["padding"][:2]
+    groups = attrs["groups"]
+    n, in_c, h, w = data.shape
+    _, out_per_group, kh, kw = weight.shape
+    out_c, oh, ow = out_type.shape[1:]
+    in_per_group = in_c // groups
+    rc = te.reduce_axis(in_per_group, "rc")
+    ry, rx = te.reduce_axis(-(-kh // sh), "ry"), te.reduce_axis(-(-kw // sw), "rx")
+    rows, cols = -(-(oh + pt) // sh), -(-(ow + pl) // sw)
+
+    def tap(phase, q, j, k: int, stride: int, extent: int):
+        kidx = phase + j * stride
+        src = q - j
+        conds = [src >= 0, src < extent] + ([kidx < k] if k % stride else [])
+        return conds, kidx, L.minimum(L.maximum(src, 0), extent - 1)
+
+    def phases(b, o, py, px, qy, qx):
+        cy, ky, iy = tap(py, qy, ry.var, kh, sh, h)
+        cx, kx, ix = tap(px, qx, rx.var, kw, sw, w)
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        value = data[b, c, iy, ix] * weight[c, o % out_per_group, ky, kx]
+        return te.sum(L.Select(L.logical_and(*cy, *cx), value, L.const(0, data.dtype)),
+                      [rc, ry, rx])
+
+    per_phase = te.compute((n, out_c, sh, sw, rows, cols), phases,
+                           name="conv2d_transpose", tag="conv2d_transpose")
+    return te.compute(out_type.shape, lambda b, o, y, x: per_phase[
+        b, o, (y + pt) % sh, (x + pl) % sw, (y + pt) // sh, (x + pl) // sw],
+        name="conv2d_transpose_interleave", tag="injective")
+
+
+def _conv2d_transpose_dilated(data, weight, attrs, out_type):
+    """Every tap, masked where ``y + pad_top - ky * dh`` is not a multiple of the stride."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl = attrs["padding"][:2]
+    groups = attrs["groups"]
+    _, in_c, h, w = data.shape
+    _, out_per_group, kh, kw = weight.shape
+    in_per_group = in_c // groups
+    rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
+                  te.reduce_axis(kw, "rx"))
+
+    def tap(pos, pad: int, k, dil: int, stride: int, extent: int):
+        t = pos + pad - k * dil
+        src = t // stride
+        return [t >= 0, L.eq(t % stride, 0), src < extent], L.minimum(L.maximum(src, 0),
+                                                                      extent - 1)
+
+    def body(n, o, y, x):
+        cy, iy = tap(y, pt, ry.var, dh, sh, h)
+        cx, ix = tap(x, pl, rx.var, dw, sw, w)
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        value = data[n, c, iy, ix] * weight[c, o % out_per_group, ry.var, rx.var]
+        return te.sum(L.Select(L.logical_and(*cy, *cx), value, L.const(0, data.dtype)),
+                      [rc, ry, rx])
+
+    return te.compute(out_type.shape, body, name="conv2d_transpose", tag="conv2d_transpose")
 
 
 @register_compute("nn.dense")
@@ -233,3 +311,31 @@ def lrn(inputs, attrs, out_type):
     sq = te.compute(x.shape, square_sum, name="lrn_sqsum", tag="reduce")
     return te.compute(x.shape, lambda *i: x[i] / L.call(
         "pow", sq[i] * (alpha / size) + bias, L.const(beta, x.dtype)), name="lrn", tag="elemwise")
+
+
+@register_compute("nn.layer_norm")
+def layer_norm(inputs, attrs, out_type):
+    """Two passes over ``axis``: the mean, then the variance of the centered values (more
+    accurate than E[x²] - E[x]² for inputs with a large mean); ``y = (x - mean) /
+    sqrt(var + epsilon) * gamma + beta``."""
+    x, gamma, beta = inputs
+    axis = attrs["axis"] % len(x.shape)
+    count = float(x.shape[axis])
+    total = _axis_reduce(x, axis, "sum")
+    r = te.reduce_axis(x.shape[axis], "r")
+
+    def centered(i: tuple) -> L.PrimExpr:
+        return x[i] - total[_at_axis0(i, axis)] / count
+
+    def square_sum(*i):
+        d = centered(i[:axis] + (r.var,) + i[axis + 1:])
+        return te.sum(d * d, [r])
+
+    sq = te.compute(total.shape, square_sum, name="layer_norm_sqsum", tag="reduce")
+    eps = attrs["epsilon"]
+
+    def body(*i):
+        inv = L.call("sqrt", sq[_at_axis0(i, axis)] / count + eps)
+        return centered(i) / inv * gamma[i[axis]] + beta[i[axis]]
+
+    return te.compute(x.shape, body, name="layer_norm", tag="elemwise")

@@ -72,7 +72,7 @@ def grid_sample(inputs, attrs, out_type):
         else:
             c = ((v + one) * L.const(size, dt) - one) / L.const(2, dt)
         if mode == "nearest":
-            c = L.call("rint", c)
+            c = L.call("nearbyint", c)
         lo, hi = borders(size, align)
         if padding == "border":
             outside = L.Binary("or", c < L.const(lo, dt), c > L.const(hi, dt))

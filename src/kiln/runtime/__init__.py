@@ -10,7 +10,10 @@ constants get them through a ``ConstLoaderModule`` (``create_metadata_module``);
 ``kiln_json`` backend's functions load as ``JSONRuntimeModule`` (``json_runtime``, kernels in
 ``json_kernels``). Compiled
 kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
-``llvm``). Kernels use the packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
+``llvm``), or as C source compiled where the model runs (``SourceDeviceModule``, type_key
+``kiln_jit``, the ``jit`` target: compiler and flags in ``device_toolchain``, foreign ISAs run
+in ``device_server``). Kernels use the
+packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
 as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
 ``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
 ``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
@@ -24,6 +27,7 @@ from kiln.runtime.binary_module import BinaryModule, list_module_loaders, regist
 from kiln.runtime.cc import create_object, create_shared, cross_compiler
 from kiln.runtime.const_loader_module import ConstLoaderModule, create_metadata_module
 from kiln.runtime.debug_executor import GraphExecutorDebug
+from kiln.runtime.device_module import SourceDeviceModule
 from kiln.runtime.dlpack import from_dlpack
 from kiln.runtime.export import export_library
 from kiln.runtime.graph_executor import GraphExecutor
@@ -44,7 +48,7 @@ __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
     "GraphExecutorDebug", "GraphExecutorFactoryModule", "JSONRuntimeModule", "LibraryModule",
     "Module", "NDArray",
-    "ObjectModule", "PackedFunc", "PyFunctionModule", "array", "cpu", "create_metadata_module",
+    "ObjectModule", "PackedFunc", "PyFunctionModule", "SourceDeviceModule", "array", "cpu", "create_metadata_module",
     "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
     "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
     "load_param_dict", "register_func", "register_json_kernel", "register_module_loader",

@@ -33,32 +33,56 @@ def cache_dir() -> Path:
 
 
 def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callable[[Path], list[str]],
-                         link_options: Sequence[str] = ()) -> str:
-    """A shared library of ``objects(workdir)`` plus the backend support, cached in
-    :func:`cache_dir` under a hash of ``key_parts``, the backend source, the compiler and the
-    flags; built once (linked to a private name, then renamed) and reused. Returns its path.
+                         link_options: Sequence[str] = (), cc: Sequence[str] | None = None,
+                         flags: Sequence[str] = toolchain.COMPILE_FLAGS,
+                         link_flags: Sequence[str] = toolchain.LINK_FLAGS,
+                         folder: Path | None = None) -> str:
+    """A shared library of ``objects(workdir)`` plus the backend support, cached in ``folder``
+    (default :func:`cache_dir`) under a hash of ``key_parts``, the backend source, the compiler
+    (its command and :func:`~kiln.runtime.toolchain.compiler_identity`: version, target,
+    configuration) and the flags; built once (linked to a private name, then renamed) and
+    reused by every process. Returns its path.
+
+    Parameters
+    ----------
+    kind : str
+        File name prefix (``csource``, ``object``, ``device``).
+    key_parts : sequence of bytes
+        What the objects are made of (source, options).
+    objects : callable
+        ``objects(workdir) -> [object paths]``: compiles the module's own code (on a miss).
+    link_options : sequence of str
+        Libraries after the objects (``-lopenblas``).
+    cc : sequence of str, optional
+        The compiler (default :func:`~kiln.runtime.toolchain.find_cc`); also builds the support.
+    flags, link_flags : sequence of str
+        Compile flags of the support source and link flags (defaults: the host's
+        ``COMPILE_FLAGS``, ``LINK_FLAGS``; a device compiler passes its own).
+    folder : Path, optional
+        The cache folder (a private one: :func:`kiln.runtime.private_dir.private_dir`).
 
     Raises
     ------
     ToolchainError
         If the compiler is missing or fails.
     """
-    cc = toolchain.find_cc()
+    cc = list(cc) if cc else toolchain.find_cc()
+    ident = toolchain.compiler_identity(tuple(cc), tuple(flags)) or ""
     key = hashlib.sha256()
     for part in (*key_parts, toolchain.BACKEND_C.read_bytes(), " ".join(cc).encode(),
-                 " ".join(toolchain.COMPILE_FLAGS + toolchain.LINK_FLAGS
-                          + toolchain.LINK_LIBS).encode(), " ".join(link_options).encode()):
+                 ident.encode(), " ".join([*flags, *link_flags, *toolchain.LINK_LIBS]).encode(),
+                 " ".join(link_options).encode()):
         key.update(part)
         key.update(b"\0")
-    target = cache_dir() / f"{kind}-{key.hexdigest()[:32]}.so"
+    target = (folder or cache_dir()) / f"{kind}-{key.hexdigest()[:32]}.so"
     if target.exists():
         return str(target)
     work = Path(tempfile.mkdtemp(prefix="kiln-jit-"))
     try:
         backend = work / "backend.c"
         shutil.copyfile(toolchain.BACKEND_C, backend)
-        objs = objects(work) + toolchain.compile_objects([backend], cc)
-        toolchain.link_shared_atomic(objs, target, cc, link_options)
+        objs = objects(work) + toolchain.compile_objects([backend], cc, flags=flags)
+        toolchain.link_shared_atomic(objs, target, cc, link_options, link_flags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return str(target)

@@ -18,7 +18,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -186,8 +186,11 @@ def _compile_one(cc: list[str], flags: list[str], src: str, obj: str, cwd: str |
 
 
 def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str] | None = None,
-                    options: Sequence[str] = (), jobs: int | None = None) -> list[str]:
-    """Compile each source (``.c`` or ``.S``) to an object next to it, in parallel.
+                    options: Sequence[str] = (), jobs: int | None = None,
+                    flags: Sequence[str] = COMPILE_FLAGS) -> list[str]:
+    """Compile each source (``.c`` or ``.S``) to an object next to it, in parallel, with
+    ``cc flags -I<kiln include> options`` (``flags``: default :data:`COMPILE_FLAGS`; a device
+    compiler passes its own).
 
     ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
     object of a C source is taken from the compile cache when the compiler, the flags and the
@@ -208,7 +211,7 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
         The first failure (with its command and stderr).
     """
     cc = list(cc or find_cc())
-    flags = [*COMPILE_FLAGS, f"-I{INCLUDE_DIR}", *options]
+    flags = [*flags, f"-I{INCLUDE_DIR}", *options]
     # "<name>.<ext>.o": devc.c and devc.S must not both become devc.o
     srcs = [os.path.abspath(s) for s in sources]
     objs = [f"{s}.o" for s in srcs]
@@ -235,8 +238,9 @@ def _size(path: str) -> int:
 
 
 def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = None,
-                options: Sequence[str] = ()) -> None:
-    """Link ``objects`` into the shared library ``output``.
+                options: Sequence[str] = (), flags: Sequence[str] = LINK_FLAGS) -> None:
+    """Link ``objects`` into the shared library ``output`` (``cc flags -o output objects
+    options -lm``; ``flags``: default :data:`LINK_FLAGS`).
 
     Raises
     ------
@@ -244,28 +248,41 @@ def link_shared(objects: Sequence[str], output: str, cc: Sequence[str] | None = 
         If the linker fails.
     """
     cc = list(cc or find_cc())
-    run([*cc, *LINK_FLAGS, "-o", output, *objects, *options, *LINK_LIBS])
+    run([*cc, *flags, "-o", output, *objects, *options, *LINK_LIBS])
+
+
+def build_atomic(output: str | os.PathLike[str], build: Callable[[str], None]) -> None:
+    """``build(tmp)`` writes a file at ``tmp``, a private name beside ``output``, which is then
+    renamed into place: processes building the same cached file at once never see a partial
+    one, and a failed build leaves ``output`` untouched (the temp file is removed).
+
+    Raises
+    ------
+    ToolchainError
+        Whatever ``build`` raises.
+    """
+    out = Path(output)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        build(tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def link_shared_atomic(objects: Sequence[str], output: str | os.PathLike[str],
-                       cc: Sequence[str] | None = None, options: Sequence[str] = ()) -> None:
-    """:func:`link_shared` to a private name beside ``output``, then rename it into place:
-    processes linking the same cached library at once never see a partial file.
+                       cc: Sequence[str] | None = None, options: Sequence[str] = (),
+                       flags: Sequence[str] = LINK_FLAGS) -> None:
+    """:func:`link_shared` through :func:`build_atomic`.
 
     Raises
     ------
     ToolchainError
         If the linker fails (``output`` is then untouched).
     """
-    out = Path(output)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        link_shared(objects, tmp, cc, options)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    build_atomic(output, lambda tmp: link_shared(objects, tmp, cc, options, flags))
 
 
 def link_relocatable(objects: Sequence[str], output: str, cc: Sequence[str] | None = None

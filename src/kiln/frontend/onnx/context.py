@@ -166,6 +166,12 @@ class ConvertContext:
         """Whether ``expr`` is a Constant or an initializer (a weight the frontend knows)."""
         return isinstance(expr, Constant) or (isinstance(expr, Var) and expr.name in self._params)
 
+    def folds_to_constant(self, expr: Expr) -> bool:
+        """Whether every leaf of ``expr`` is a Constant or an initializer, so that FoldConstant
+        makes it a constant (e.g. a weight dequantized by Cast → Mul)."""
+        return all(self.is_constant(n) for n in post_order([expr])
+                   if isinstance(n, (Var, Constant)))
+
     # -- building ---------------------------------------------------------------------------
 
     def call(self, op: str, args: list[Expr], **attrs: Any) -> Call:

@@ -1,4 +1,5 @@
-"""Elementwise and broadcast graph ops: unary math, activations, cast, binary arithmetic, where.
+"""Elementwise and broadcast graph ops: unary math, activations, cast, reinterpret, binary
+arithmetic, where (comparisons and logical ops: :mod:`kiln.ir.ops.logical`).
 
 Unary ops keep their input type (``cast`` changes the dtype). Binary ops broadcast with numpy's
 rule and require both operands to have the same dtype (the frontend inserts casts). Each numpy
@@ -61,6 +62,7 @@ _FLOAT_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "erf": lambda x: _erf(x).astype(x.dtype),
     "floor": np.floor,
     "ceil": np.ceil,
+    "round": np.rint,  # half to even, as ONNX Round
     "hardsigmoid": _hardsigmoid,
     "hardswish": lambda x: (x * _hardsigmoid(x, 1.0 / 6.0, 0.5)).astype(x.dtype),
     "sin": np.sin,
@@ -74,7 +76,6 @@ _FLOAT_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "asinh": np.arcsinh,
     "acosh": np.arccosh,
     "atanh": np.arctanh,
-    "round": np.rint,  # ONNX Round: halves to even, as rint in the default rounding mode
 }
 
 _ANY_UNARY: dict[str, Callable[..., np.ndarray]] = {

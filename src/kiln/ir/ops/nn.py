@@ -1,8 +1,9 @@
-"""Neural-network graph ops (NCHW data, OIHW weights): conv2d, dense, matmul, pooling, softmax,
-LRN, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
+"""Neural-network graph ops (NCHW data, OIHW weights): conv2d, conv2d_transpose (IOHW weights),
+dense, matmul, pooling, softmax,
+LRN, layer_norm, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
 
-Output sizes follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax,
-LRN, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
+Output sizes follow the ONNX operator specs (Conv, ConvTranspose, Gemm, MatMul, MaxPool, AveragePool, Softmax,
+LRN, LayerNormalization, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
 that would start in the bottom/right padding (onnxruntime ``PoolAttributes::ComputeOutputSize``).
 """
 
@@ -49,12 +50,18 @@ def _pad_hw(x: np.ndarray, padding: tuple[int, int, int, int], value) -> np.ndar
 # conv2d
 
 
-def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+def _conv_types(arg_types: list[TensorType]) -> tuple[TensorType, TensorType, str]:
+    """(data, weight, dtype) of a 2-D convolution: two rank-4 operands of one dtype."""
     expect_arity(arg_types, 2)
     data, weight = arg_types
     dtype = same_dtype(arg_types)
     expect_rank(data, 4, "data")
     expect_rank(weight, 4, "weight")
+    return data, weight, dtype
+
+
+def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    data, weight, dtype = _conv_types(arg_types)
     n, c, h, w = data.shape
     o, i, kh, kw = weight.shape
     groups = attrs["groups"]
@@ -89,6 +96,60 @@ def _conv2d_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation
 
 
 register_op("nn.conv2d", _conv2d_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _conv2d_ref)
+
+# ---------------------------------------------------------------------------------------------
+# conv2d_transpose
+
+
+def _conv2d_transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    """Data ``[N, C, H, W]``, weight ``[C, O/groups, KH, KW]`` (ONNX ConvTranspose's, TVM's
+    ``IOHW``) → ``[N, O, OH, OW]`` with ``OH = (H - 1) * sh + (KH - 1) * dh + 1 +
+    output_padding_h - pad_top - pad_bottom``."""
+    data, weight, dtype = _conv_types(arg_types)
+    n, c, h, w = data.shape
+    i, o_per_group, kh, kw = weight.shape
+    groups = attrs["groups"]
+    if groups < 1 or c != i or c % groups:
+        raise ShapeError(f"data {data.shape} and weight {weight.shape} do not fit groups={groups}")
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl, pb, pr = attrs["padding"]
+    oph, opw = attrs["output_padding"]
+    oh = (h - 1) * sh + (kh - 1) * dh + 1 + oph - pt - pb
+    ow = (w - 1) * sw + (kw - 1) * dw + 1 + opw - pl - pr
+    if oh < 1 or ow < 1 or min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr, oph, opw) < 0:
+        raise ShapeError(f"conv2d_transpose of {data.shape} by {weight.shape} with {attrs} has "
+                         f"no output")
+    return TensorType((n, o_per_group * groups, oh, ow), dtype)
+
+
+def _conv2d_transpose_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation,
+                          groups: int, output_padding) -> np.ndarray:
+    """Scatter form: every input pixel adds its weighted kernel into the (padded) output."""
+    out_shape = _conv2d_transpose_infer(
+        [TensorType(data.shape, str(data.dtype)), TensorType(weight.shape, str(weight.dtype))],
+        {"strides": strides, "padding": padding, "dilation": dilation, "groups": groups,
+         "output_padding": output_padding}).shape
+    n, c, h, w = data.shape
+    _, opg, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl = padding[0], padding[1]
+    full = np.zeros((n, out_shape[1], out_shape[2] + pt + padding[2],
+                     out_shape[3] + pl + padding[3]), dtype=np.float64)
+    cpg = c // groups
+    for g in range(groups):
+        x = data[:, g * cpg:(g + 1) * cpg].astype(np.float64)
+        wg = weight[g * cpg:(g + 1) * cpg].astype(np.float64)
+        for ky in range(kh):
+            for kx in range(kw):
+                contrib = np.einsum("nchw,co->nohw", x, wg[:, :, ky, kx])
+                full[:, g * opg:(g + 1) * opg, ky * dh: ky * dh + (h - 1) * sh + 1: sh,
+                     kx * dw: kx * dw + (w - 1) * sw + 1: sw] += contrib
+    out = full[:, :, pt: pt + out_shape[2], pl: pl + out_shape[3]]
+    return np.ascontiguousarray(out).astype(data.dtype)
+
+
+register_op("nn.conv2d_transpose", _conv2d_transpose_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
+            _conv2d_transpose_ref)
 
 # ---------------------------------------------------------------------------------------------
 # dense / matmul
@@ -306,19 +367,50 @@ def _lrn_ref(x: np.ndarray, size: int, axis: int, alpha: float, beta: float,
 register_op("nn.lrn", _axis_op_infer, OpPattern.OPAQUE, _lrn_ref)
 
 # ---------------------------------------------------------------------------------------------
+# layer_norm
+
+
+def _per_channel_infer(count: int, what: str):
+    """The type relation of an op over ``x`` and ``count - 1`` 1-D per-channel operands whose
+    length is that of ``x``'s axis ``attrs["axis"]``: the result has ``x``'s type."""
+
+    def infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+        expect_arity(arg_types, count)
+        x = arg_types[0]
+        same_dtype(arg_types)
+        expect_float(x)
+        axis = normalize_axis(attrs["axis"], x.ndim)
+        for t in arg_types[1:]:
+            if t.shape != (x.shape[axis],):
+                raise ShapeError(f"{what} shape {t.shape} does not match axis {axis} of "
+                                 f"{x.shape}")
+        return x
+
+    return infer
+
+
+#: ``nn.layer_norm(data, gamma, beta)``, TVM's op: normalize along the one axis ``axis``, then
+#: scale by ``gamma`` and shift by ``beta`` (both 1-D, that axis' length).
+_layer_norm_infer = _per_channel_infer(3, "gamma/beta")
+
+
+def _layer_norm_ref(x, gamma, beta, axis: int, epsilon: float) -> np.ndarray:
+    axis %= x.ndim
+    shape = (-1,) + (1,) * (x.ndim - axis - 1)
+    mean = x.mean(axis=axis, keepdims=True, dtype=x.dtype)
+    centered = x - mean
+    var = (centered * centered).mean(axis=axis, keepdims=True, dtype=x.dtype)
+    y = centered / np.sqrt(var + x.dtype.type(epsilon))
+    return (y * gamma.reshape(shape) + beta.reshape(shape)).astype(x.dtype, copy=False)
+
+
+register_op("nn.layer_norm", _layer_norm_infer, OpPattern.OPAQUE, _layer_norm_ref)
+
+# ---------------------------------------------------------------------------------------------
 # inference-only: batch_norm, dropout
 
 
-def _batch_norm_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
-    expect_arity(arg_types, 5)
-    x = arg_types[0]
-    same_dtype(arg_types)
-    expect_float(x)
-    axis = normalize_axis(attrs["axis"], x.ndim)
-    for t in arg_types[1:]:
-        if t.shape != (x.shape[axis],):
-            raise ShapeError(f"statistics shape {t.shape} does not match channel dim of {x.shape}")
-    return x
+_batch_norm_infer = _per_channel_infer(5, "statistics")
 
 
 def _batch_norm_ref(x, gamma, beta, mean, var, epsilon: float, axis: int) -> np.ndarray:

@@ -7,7 +7,10 @@ A simplified form of TVM's src/relay/transforms/fuse_ops.cc, on its pattern kind
 - injective ops chain with elementwise/broadcast/injective producers (reshape → transpose ...);
 - a producer joins only if the consumer is its single user and it is not a function output
   (its value never needs to be materialized outside the group).
-Scalar constants are kept inside the primitive functions (they become immediates in the kernel).
+Scalar constants are kept inside the primitive functions (they become immediates in the kernel),
+except the scales and zero points of quantize/dequantize: they differ in every layer of a
+quantized network, and as kernel arguments they let layers of one shape share one kernel (a QDQ
+ResNet-50 compiles 30 kernels instead of 58, as many as the float model).
 External function calls (BYOC: ``FunctionCall`` with ``Compiler``, and their ``TupleGetItem``
 outputs) are not fused: they stay as they are, over the fused values of their arguments.
 """
@@ -29,6 +32,8 @@ from kiln.ir.graph import (
 from kiln.ir.op_registry import OpPattern
 
 name = "FuseOps"
+#: ops whose scalar constant operands (scale, zero point) stay kernel arguments
+QNN_OPS = ("qnn.quantize", "qnn.dequantize")
 
 
 class _Group:
@@ -106,7 +111,8 @@ def _materialize(func: Function, units: list[_Group | Expr]) -> Function:
             for a in m.args:
                 if a.uid in member_ids or a.uid in inner:
                     continue
-                if isinstance(a, Constant) and a.checked_type.size == 1:
+                if isinstance(a, Constant) and a.checked_type.size == 1 and \
+                        m.op.name not in QNN_OPS:
                     inner[a.uid] = a  # scalar immediates stay in the kernel
                     continue
                 v = Var(f"p{len(params)}", a.checked_type)

@@ -1,14 +1,12 @@
 """Converters of ONNX activations and unary math written with elementwise graph ops: Elu, Selu,
-Celu, ThresholdedRelu, Shrink, PRelu, Softplus, Softsign, Mish, Gelu, Swish, Reciprocal, Sign,
-Round, Mod, and the trigonometric and hyperbolic functions.
+Celu, ThresholdedRelu, Shrink, PRelu, Softplus, Softsign, Mish, Swish, Reciprocal, Sign, Mod,
+and the trigonometric and hyperbolic functions (Round and Gelu: elementwise.py).
 
 Formulas are the ONNX operator specs' (onnx/defs/math/defs.cc); FuseOps makes each composite
 one kernel.
 """
 
 from __future__ import annotations
-
-import math
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
@@ -18,7 +16,7 @@ from kiln.ir.ops.common import FLOAT_DTYPES
 _UNARY = {
     "Sin": ("sin", 7), "Cos": ("cos", 7), "Tan": ("tan", 7), "Asin": ("asin", 7),
     "Acos": ("acos", 7), "Atan": ("atan", 7), "Sinh": ("sinh", 9), "Cosh": ("cosh", 9),
-    "Asinh": ("asinh", 9), "Acosh": ("acosh", 9), "Atanh": ("atanh", 9), "Round": ("round", 11),
+    "Asinh": ("asinh", 9), "Acosh": ("acosh", 9), "Atanh": ("atanh", 9),
     "Sign": ("sign", 9),
 }
 
@@ -129,20 +127,6 @@ def softsign(ctx: ConvertContext) -> Expr:
 def mish(ctx: ConvertContext) -> Expr:
     x, b = _float_input(ctx)
     return b.op("multiply", x, b.op("tanh", softplus(ctx)))
-
-
-@onnx_op("Gelu", since=20)
-def gelu(ctx: ConvertContext) -> Expr:
-    x, b = _float_input(ctx)
-    approximate = ctx.attr("approximate", "none")
-    if approximate == "none":
-        inner = b.op("erf", b.op("multiply", x, 1.0 / math.sqrt(2.0)))
-    elif approximate == "tanh":
-        cube = b.op("multiply", b.op("multiply", b.op("multiply", x, x), x), 0.044715)
-        inner = b.op("tanh", b.op("multiply", b.op("add", x, cube), math.sqrt(2.0 / math.pi)))
-    else:
-        raise ctx.unsupported(f"approximate={approximate!r}")
-    return b.op("multiply", b.op("multiply", x, 0.5), b.op("add", inner, 1.0))
 
 
 @onnx_op("Swish", since=24)

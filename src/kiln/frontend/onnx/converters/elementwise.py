@@ -1,5 +1,5 @@
-"""Converters of elementwise ONNX ops: activations, unary math, binary and variadic arithmetic,
-Clip, Cast, Where."""
+"""Converters of elementwise ONNX ops: activations (Gelu as erf/tanh arithmetic), unary math,
+binary and variadic arithmetic, Clip, Cast, Equal, Where."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ _UNARY = {
     "Abs": "abs",
     "Floor": "floor",
     "Ceil": "ceil",
+    "Round": "round",
     "HardSwish": "hardswish",
 }
 
@@ -34,12 +35,32 @@ def _unary(op: str):
 
 
 for _onnx, _op in _UNARY.items():
-    onnx_op(_onnx, since=14 if _onnx == "HardSwish" else 1)(_unary(_op))
+    onnx_op(_onnx, since={"HardSwish": 14, "Round": 11}.get(_onnx, 1))(_unary(_op))
 
 
 @onnx_op("LeakyRelu", since=1)
 def leaky_relu(ctx: ConvertContext) -> Expr:
     return ctx.call("leaky_relu", [ctx.input(0)], alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@onnx_op("Gelu", since=20)
+def gelu(ctx: ConvertContext) -> Expr:
+    """``0.5 x (1 + erf(x / sqrt 2))``, or with ``approximate="tanh"``
+    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`` (the ONNX Gelu-20 definitions)."""
+    x = ctx.input(0)
+    dtype = x.checked_type.dtype
+    approximate = ctx.attr("approximate", "none")
+    if approximate == "none":
+        inner = ctx.call("erf", [ctx.call("multiply", [x, ctx.scalar(1 / np.sqrt(2), dtype)])])
+    elif approximate == "tanh":
+        cube = ctx.call("multiply", [ctx.call("multiply", [x, x]), x])
+        poly = ctx.call("add", [x, ctx.call("multiply", [cube, ctx.scalar(0.044715, dtype)])])
+        inner = ctx.call("tanh", [ctx.call("multiply",
+                                           [poly, ctx.scalar(np.sqrt(2 / np.pi), dtype)])])
+    else:
+        raise ctx.unsupported(f"approximate={approximate!r}")
+    half_x = ctx.call("multiply", [x, ctx.scalar(0.5, dtype)])
+    return ctx.call("multiply", [half_x, ctx.call("add", [inner, ctx.scalar(1.0, dtype)])])
 
 
 @onnx_op("HardSigmoid", since=1)

@@ -1,5 +1,5 @@
-"""Converters of neural-network ONNX ops: Conv, Gemm, MatMul, pooling, BatchNormalization, LRN,
-Softmax/LogSoftmax and Dropout.
+"""Converters of neural-network ONNX ops: Conv, ConvTranspose, Gemm, MatMul, pooling, BatchNormalization,
+LayerNormalization, LRN, Softmax/LogSoftmax and Dropout.
 
 Padding follows the ONNX spec: explicit ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]``
 become ``(top, left, bottom, right)``; ``auto_pad`` SAME_UPPER/SAME_LOWER pad so that the output
@@ -12,9 +12,11 @@ import math
 
 import numpy as np
 
+from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
+from kiln.ir.ops.common import broadcast_shapes
 
 
 def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:
@@ -73,6 +75,13 @@ def _as_2d(win: dict) -> dict:
             "padding": (heads[0], heads[1], tails[0], tails[1])}, one + win["kernel"]
 
 
+def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int, ...]) -> dict:
+    """strides, padding (top, left, bottom, right) and dilation of a 2-D window op."""
+    if len(kernel) != 2:
+        raise ctx.unsupported("only 2-D kernels are supported")
+    return _as_2d(_window_nd(ctx, kernel, in_hw))[0]
+
+
 def _spatial_1d_or_2d(ctx: ConvertContext, x: Expr) -> int:
     nsp = x.checked_type.ndim - 2
     if nsp not in (1, 2):
@@ -81,26 +90,118 @@ def _spatial_1d_or_2d(ctx: ConvertContext, x: Expr) -> int:
     return nsp
 
 
+def _conv_kernel(ctx: ConvertContext, x: Expr, w: Expr) -> tuple[int, ...]:
+    """kernel_shape of a Conv or ConvTranspose, checked: 2-D spatial, and the attribute, if
+    given, equal to the weight's spatial shape."""
+    _spatial_2d(ctx, x)
+    kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
+    if kernel != w.checked_type.shape[2:]:
+        raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    return kernel
+
+
+def conv2d_call(ctx: ConvertContext, x: Expr, w: Expr) -> Expr:
+    """``nn.conv2d(x, w)`` with the node's Conv attributes (kernel_shape, strides, pads,
+    auto_pad, dilations, group); shared by Conv and the integer convolutions."""
+    kernel = _conv_kernel(ctx, x, w)
+    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
+    return ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
+
+
+def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
+    """``out`` plus the optional per-channel bias input B (input 2)."""
+    bias = ctx.optional_input(2)
+    return out if bias is None else ctx.call("nn.bias_add", [out, bias], axis=1)
+
+
 @onnx_op("Conv", since=1)
 def conv(ctx: ConvertContext) -> Expr:
     """Conv over 1-D or 2-D spatial inputs; 1-D runs as 2-D with a size-1 height."""
     x, w = ctx.input(0), ctx.input(1)
-    nsp = _spatial_1d_or_2d(ctx, x)
-    shape = x.checked_type.shape
-    kernel = ctx.ints("kernel_shape", w.checked_type.shape[2:])
-    if kernel != w.checked_type.shape[2:]:
+    if _spatial_1d_or_2d(ctx, x) == 2:
+        return _with_bias(ctx, conv2d_call(ctx, x, w))
+    shape, wshape = x.checked_type.shape, w.checked_type.shape
+    kernel = ctx.ints("kernel_shape", wshape[2:])
+    if kernel != wshape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
     attrs, _ = _as_2d(_window_nd(ctx, kernel, shape[2:]))
-    if nsp == 1:
-        x = ctx.reshape(x, shape[:2] + (1,) + shape[2:])
+    x = ctx.reshape(x, shape[:2] + (1,) + shape[2:])
+    w = ctx.reshape(w, wshape[:2] + (1,) + wshape[2:])
+    out = _with_bias(ctx, ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)),
+                                   **attrs))
+    oshape = out.checked_type.shape
+    return ctx.reshape(out, oshape[:2] + oshape[3:])
+
+
+def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int, dilation: int,
+                       adj: int, out_size: int | None) -> tuple[int, int, int]:
+    """(pad_head, pad_tail, extra output rows) of one ConvTranspose axis given ``output_shape``
+    or ``auto_pad`` SAME_*, as the ONNX spec and onnxruntime do: the odd pad goes to the tail
+    for SAME_UPPER, to the head otherwise; an ``output_shape`` larger than the natural size
+    adds rows at the end."""
+    natural = (size - 1) * stride + adj + (kernel - 1) * dilation + 1
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    target = out_size if out_size is not None else size * stride
+    total = max(0, natural - target)
+    small, big = total // 2, total - total // 2
+    head, tail = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    return head, tail, max(0, target - natural)
+
+
+@onnx_op("ConvTranspose", since=1)
+def conv_transpose(ctx: ConvertContext) -> Expr:
+    """2-D, or 1-D lifted to 2-D with a height-1 input and kernel (attributes get the
+    identity entry of the added axis)."""
+    x, w = ctx.input(0), ctx.input(1)
+    one_d = x.checked_type.ndim == 3 and w.checked_type.ndim == 3
+
+    def ints(name: str, default: tuple[int, ...], lifted: tuple[int, ...]):
+        value = ctx.ints(name)
+        if value is None:
+            return default
+        if not one_d:
+            return value
+        if name == "pads":  # [begin, end] → (top, left, bottom, right)
+            return (0, value[0], 0, value[1]) if len(value) == 2 else value
+        return lifted + value
+
+    if one_d:
+        n, c, width = x.checked_type.shape
+        x = ctx.reshape(x, (n, c, 1, width))
         w = ctx.reshape(w, w.checked_type.shape[:2] + (1,) + w.checked_type.shape[2:])
-    out = ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)), **attrs)
-    bias = ctx.optional_input(2)
-    if bias is not None:
-        out = ctx.call("nn.bias_add", [out, bias], axis=1)
-    if nsp == 1:
-        oshape = out.checked_type.shape
-        out = ctx.reshape(out, oshape[:2] + oshape[3:])
+        kernel = w.checked_type.shape[2:]
+        if ints("kernel_shape", kernel, (1,)) != kernel:
+            raise ctx.unsupported("kernel_shape differs from the weight shape")
+    else:
+        kernel = _conv_kernel(ctx, x, w)
+    strides = ints("strides", (1, 1), (1,))
+    dilation = ints("dilations", (1, 1), (1,))
+    adj = ints("output_padding", (0, 0), (0,))
+    if not len(strides) == len(dilation) == len(adj) == 2:
+        raise ctx.unsupported("only 1-D and 2-D kernels are supported")
+    in_hw = x.checked_type.shape[2:]
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    out_shape = ints("output_shape", None, (1,))
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto_pad}")
+    if out_shape is None and auto_pad in ("NOTSET", "VALID"):
+        padding = (0, 0, 0, 0) if auto_pad == "VALID" else ints("pads", (0, 0, 0, 0), ())
+        if len(padding) != 4:
+            raise ctx.unsupported(f"pads {padding} do not have one begin and end per axis")
+        extra = adj
+    else:
+        wanted = (None, None) if out_shape is None else out_shape[-2:]
+        per_axis = [_transpose_padding(ctx, *args) for args in
+                    zip(in_hw, kernel, strides, dilation, adj, wanted)]
+        padding = (per_axis[0][0], per_axis[1][0], per_axis[0][1], per_axis[1][1])
+        extra = (adj[0] + per_axis[0][2], adj[1] + per_axis[1][2])
+    out = ctx.call("nn.conv2d_transpose", [x, w], strides=strides, padding=tuple(padding),
+                   dilation=dilation, groups=int(ctx.attr("group", 1)),
+                   output_padding=tuple(extra))
+    out = _with_bias(ctx, out)
+    if one_d:
+        n, o, _, width = out.checked_type.shape
+        out = ctx.reshape(out, (n, o, width))
     return out
 
 
@@ -199,6 +300,52 @@ def batch_norm(ctx: ConvertContext) -> list[Expr]:
     return [ctx.call("nn.batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1)]
 
 
+@onnx_op("LayerNormalization", since=17)
+def layer_norm(ctx: ConvertContext) -> list[Expr]:
+    """Normalize over the trailing axes ``[axis, rank)``: they are flattened into one so that
+    ``nn.layer_norm`` (TVM's op, one axis) applies; Scale and B are broadcast to the normalized
+    shape. The optional outputs Mean and InvStdDev (shape of X with the normalized axes 1) are
+    built from reductions and arithmetic; unused, they are dead code."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    ndim = len(shape)
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis %= ndim
+    if int(ctx.attr("stash_type", 1)) != 1:
+        raise ctx.unsupported(f"stash_type {ctx.attr('stash_type')} (only 1, float32 statistics)")
+    norm_shape = shape[axis:]
+    size = math.prod(norm_shape)
+
+    def per_channel(t: Expr) -> Expr:
+        if t.checked_type.shape != norm_shape:
+            try:
+                wide = broadcast_shapes(t.checked_type.shape, norm_shape)
+            except ShapeError:
+                wide = None
+            if wide != norm_shape:
+                raise ctx.unsupported(f"Scale/B shape {t.checked_type.shape} does not broadcast "
+                                      f"to the normalized shape {norm_shape}")
+            t = ctx.call("expand", [t], newshape=norm_shape)
+        return ctx.reshape(t, (size,))
+
+    dtype = x.checked_type.dtype
+    epsilon = float(ctx.attr("epsilon", 1e-5))
+    gamma = per_channel(ctx.input(1))
+    bias = ctx.optional_input(2)
+    beta = per_channel(bias) if bias is not None else Constant(np.zeros(size, dtype))
+    flat = ctx.reshape(x, shape[:axis] + (size,))
+    out = ctx.call("nn.layer_norm", [flat, gamma, beta], axis=axis, epsilon=epsilon)
+    axes = tuple(range(axis, ndim))
+    mean = ctx.call("mean", [x], axis=axes, keepdims=True)
+    centered = ctx.call("subtract", [x, mean])
+    var = ctx.call("mean", [ctx.call("multiply", [centered, centered])], axis=axes, keepdims=True)
+    std = ctx.call("sqrt", [ctx.call("add", [var, ctx.scalar(epsilon, dtype)])])
+    inv_std = ctx.call("divide", [ctx.scalar(1.0, dtype), std])
+    return [ctx.reshape(out, shape), mean, inv_std]
+
+
 @onnx_op("Gemm", since=7)
 def gemm(ctx: ConvertContext) -> Expr:
     """Y = alpha * A' @ B' + beta * C, with B' as a dense weight [N, K]."""
@@ -227,8 +374,12 @@ def gemm(ctx: ConvertContext) -> Expr:
 
 @onnx_op("MatMul", since=1)
 def matmul(ctx: ConvertContext) -> Expr:
-    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""
-    a, b = ctx.input(0), ctx.input(1)
+    return matmul_call(ctx, ctx.input(0), ctx.input(1))
+
+
+def matmul_call(ctx: ConvertContext, a: Expr, b: Expr) -> Expr:
+    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after;
+    shared by MatMul and the integer matrix products."""
     a_shape, b_shape = a.checked_type.shape, b.checked_type.shape
     if not a_shape or not b_shape:
         raise ctx.unsupported("scalar operands")
@@ -236,9 +387,13 @@ def matmul(ctx: ConvertContext) -> Expr:
         a = ctx.reshape(a, (1,) + a_shape)
     if len(b_shape) == 1:
         b = ctx.reshape(b, b_shape + (1,))
-    if a.checked_type.ndim == 2 and b.checked_type.ndim == 2 and ctx.is_constant(b):
-        # A weight operand: dense over the transposed weight, which FoldConstant precomputes.
-        out = ctx.call("nn.dense", [a, ctx.call("transpose", [b], axes=(1, 0))])
+    if b.checked_type.ndim == 2 and ctx.folds_to_constant(b):
+        # A weight operand: dense over the transposed weight, which FoldConstant precomputes
+        # (and AlterOpLayout packs); the leading axes of A fold into its rows.
+        rows = a.checked_type.shape[:-1]
+        flat = ctx.reshape(a, (math.prod(rows), a.checked_type.shape[-1]))
+        out = ctx.call("nn.dense", [flat, ctx.call("transpose", [b], axes=(1, 0))])
+        out = ctx.reshape(out, rows + (b.checked_type.shape[1],))
     else:
         out = ctx.call("nn.matmul", [a, b])
     shape = out.checked_type.shape

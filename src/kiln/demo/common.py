@@ -1,0 +1,83 @@
+"""What every demo does: compile an ONNX model to a loaded library, open an onnxruntime session
+with the same thread budget, and time calls."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: compiled for this machine's CPU (-march=native): the demos run where they are built
+TARGET = "c -mcpu=native"
+
+
+def median_ms(fn: Callable[[], Any], runs: int) -> tuple[Any, float]:
+    """Call ``fn`` once to warm up, then ``runs`` times; return the last result and the median
+    wall time of the timed calls in ms."""
+    times = []
+    out = fn()
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return out, statistics.median(times)
+
+
+def num_threads() -> int:
+    """Kiln's thread budget: ``KILN_NUM_THREADS``, else all cores."""
+    value = os.environ.get("KILN_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
+
+
+def compile_model(model_path: Path, shapes: dict[str, tuple[int, ...]], so_path: Path):
+    """Compile an ONNX model for :data:`TARGET` with fixed input ``shapes``, export it to
+    ``so_path`` and load it back.
+
+    Returns
+    -------
+    kiln.graph_executor.GraphModule
+        An executor over the library loaded from ``so_path``.
+
+    Raises
+    ------
+    KilnError
+        If the model cannot be imported, compiled, exported or loaded.
+    """
+    import kiln
+    from kiln import progress
+    from kiln.frontend import from_onnx, load_onnx
+
+    with progress.stage(f"Importing {model_path.name}"):
+        mod, params = from_onnx(load_onnx(str(model_path)), shape=shapes)
+    lib = kiln.build(mod, target=TARGET, params=params)
+    with progress.stage(f"Exporting {so_path.name}"):
+        lib.export_library(str(so_path))
+    loaded = kiln.runtime.load_module(str(so_path))
+    return kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
+
+
+def run_graph(gmod, inputs: dict[str, Any]) -> list[Any]:
+    """Set ``inputs`` on an executor, run it, return every output as numpy."""
+    for name, value in inputs.items():
+        gmod.set_input(name, value)
+    gmod.run()
+    return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+
+
+def ort_session(model_path: Path):
+    """An onnxruntime CPU session with Kiln's thread budget (:func:`num_threads`), not
+    spinning, so that it does not slow down Kiln's runs next to it."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = num_threads()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+
+def mark(value: str, truth: str) -> str:
+    """``value`` in green when it equals ``truth``, else in red with a cross (rich markup)."""
+    return f"[green]{value}[/green]" if value == truth else f"[red]{value} ✗[/red]"

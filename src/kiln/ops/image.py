@@ -1,0 +1,78 @@
+"""Image computes: ``image.resize2d`` (nearest, linear, cubic), with the tap formulas of
+:mod:`kiln.ir.ops.image` (:func:`~kiln.ir.ops.image.axis_taps`) evaluated per output pixel in
+float32."""
+
+from __future__ import annotations
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+from kiln.ir.ops.image import Arith, axis_taps
+
+
+def _clamp(v: L.PrimExpr, lo, hi) -> L.PrimExpr:
+    return L.minimum(L.maximum(v, L.const(lo, v.dtype)), L.const(hi, v.dtype))
+
+
+def _select(cond: L.PrimExpr, a, b) -> L.PrimExpr:
+    return L.Select(cond, a, L.const(b, a.dtype) if not isinstance(b, L.PrimExpr) else b)
+
+
+LOOP_ARITH = Arith(lambda v: L.call("floor", v), lambda v: L.call("ceil", v),
+                   lambda v: L.call("fabs", v), _clamp,
+                   lambda v: L.Cast(L.INT, v), lambda v, dtype: L.Cast(dtype, v),
+                   lambda v, lo, hi: L.logical_and(v >= lo, v <= hi), _select)
+
+
+def _axis_tables(attrs: dict, axis: int, in_size: int, out_size: int):
+    """Per output index of one axis, as small materialized stages (tag ``resize_table``): each
+    tap's input index and weight, and the in-crop flag (1.0 / 0.0) in tf_crop_and_resize mode.
+
+    Tables keep the per-pixel body to loads and multiply-adds: the coordinate arithmetic (and
+    an antialiased filter's normalization, O(taps) per weight) runs once per row and column."""
+
+    def taps_at(i):
+        return axis_taps(L.Cast("float32", i), attrs, axis, in_size, LOOP_ARITH)
+
+    probe, has_valid = taps_at(L.Var("probe"))
+    name = "hw"[axis]
+    tables = []
+    for k, (_, weight) in enumerate(probe):
+        index = te.compute((out_size,), lambda i, k=k: taps_at(i)[0][k][0],
+                           name=f"resize_{name}{k}_index", tag="resize_table")
+        if weight is None:
+            tables.append((index, None))
+            continue
+        tables.append((index, te.compute((out_size,), lambda i, k=k: taps_at(i)[0][k][1],
+                                         name=f"resize_{name}{k}_weight", tag="resize_table")))
+    valid = None
+    if has_valid is not None:
+        valid = te.compute((out_size,), lambda i: L.Select(taps_at(i)[1], L.FloatImm(1.0), 0.0),
+                           name=f"resize_{name}_valid", tag="resize_table")
+    return tables, valid
+
+
+@register_compute("image.resize2d")
+def resize2d(inputs, attrs, out_type):
+    (data,) = inputs
+    h, w = data.shape[2:]
+    oh, ow = out_type.shape[2:]
+    dtype = data.dtype
+    rows, valid_y = _axis_tables(attrs, 0, h, oh)
+    cols, valid_x = _axis_tables(attrs, 1, w, ow)
+
+    def body(n, c, y, x):
+        total = None
+        for iy, wy in rows:
+            for ix, wx in cols:
+                term = data[n, c, iy[y], ix[x]]
+                if wy is not None:
+                    both = wy[y] * wx[x]
+                    term = term * (both if dtype == "float32" else L.Cast(dtype, both))
+                total = term if total is None else total + term
+        if valid_y is None:
+            return total
+        inside = (valid_y[y] * valid_x[x]) > 0.5
+        return L.Select(inside, total, L.const(attrs["extrapolation_value"], dtype))
+
+    return te.compute(out_type.shape, body, name="resize2d", tag="injective")

@@ -1,0 +1,43 @@
+"""Helpers of the ``jit`` device tests (tests/backend/test_device_jit.py,
+tests/models/test_jit_models.py): the riscv64 toolchain they need, the device module of a
+loaded library, and the RVV instructions in a kernel library's disassembly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import pytest
+
+import kiln.runtime as rt
+from kiln.runtime.device_module import SourceDeviceModule
+
+RISCV_CC = "clang-14 --target=riscv64-linux-gnu"
+#: clang links riscv64 code with the GNU cross toolchain's crt files and the Debian sysroot
+RISCV_TOOLS = ("clang-14", "qemu-riscv64", "riscv64-linux-gnu-gcc")
+SYSROOT = "/usr/riscv64-linux-gnu"
+
+
+def riscv_missing() -> str | None:
+    """The first missing tool of the riscv64 device path, or None."""
+    for tool in RISCV_TOOLS:
+        if shutil.which(tool) is None:
+            return tool
+    return None if os.path.isdir(SYSROOT) else SYSROOT
+
+
+def device_module(loaded: rt.Module) -> SourceDeviceModule:
+    """The one ``kiln_jit`` module a loaded factory imports."""
+    (dev,) = [m for m in loaded.imported_modules if isinstance(m, SourceDeviceModule)]
+    return dev
+
+
+def vector_ops(lib: str) -> list[str]:
+    """The RVV instruction mnemonics in ``lib``'s disassembly (llvm-objdump with V enabled;
+    skips the test when llvm-objdump is missing)."""
+    tool = shutil.which("llvm-objdump-14") or shutil.which("llvm-objdump")
+    if tool is None:
+        pytest.skip("needs llvm-objdump (apt-get install llvm-14) to disassemble RVV")
+    text = rt.toolchain.run([tool, "-d", "--mattr=+v", lib])
+    return re.findall(r"\t(v[a-z0-9]+(?:\.[a-z0-9]+)*)\t", text)

@@ -1,0 +1,59 @@
+"""Which ``vectorized`` loops the LLVM codegen emits as explicit vectors
+(:func:`kiln.codegen.llvm_vector.vector_width`); no compiler needed."""
+
+from __future__ import annotations
+
+from kiln.codegen.llvm_vector import flat_coefficient, lane_coefficient, vector_width
+from kiln.ir import loop as L
+
+V = L.Var("v")
+I = L.Var("i")
+
+
+def loop(body: L.Stmt, extent: int = 32) -> L.For:
+    return L.For(V, L.IntImm(0), L.IntImm(extent), "vectorized", body)
+
+
+def test_lane_coefficients():
+    assert lane_coefficient(V, V) == 1
+    assert lane_coefficient(I * 32 + V, V) == 1
+    assert lane_coefficient(V * 2 + 1, V) == 2
+    assert lane_coefficient(I * 7 + 3, V) == 0
+    assert lane_coefficient(V // 2, V) is None
+    assert lane_coefficient(V * I, V) is None
+    buf = L.Buffer("b", (4, 3, 32), "float32")
+    assert flat_coefficient(buf, [I, L.IntImm(1), V], V) == 1
+    assert flat_coefficient(buf, [V, L.IntImm(1), I], V) == 96
+
+
+def test_contiguous_register_block_update_is_vectorized():
+    acc = L.Buffer("acc", (7, 32), "float32")
+    x, w = L.Buffer("x", (7, 64), "float32"), L.Buffer("w", (64, 32), "float32")
+    body = L.BufferStore(acc, acc[I, V] + x[I, L.IntImm(3)] * w[L.IntImm(3), V], [I, V])
+    assert vector_width(loop(body), 512) == 16
+    assert vector_width(loop(body), 256) == 8
+    assert vector_width(loop(body, 24), 512) == 8  # the largest power of two dividing 24
+    assert vector_width(loop(body, 6), 512) == 0  # under 4 lanes: left to LLVM
+    assert vector_width(loop(body), 0) == 0
+
+
+def test_what_stays_scalar():
+    a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (64,), "float32")
+    strided = L.BufferStore(a, b[V * 2], [V])
+    value_of_v = L.BufferStore(a, L.Cast("float32", V), [V])
+    lane_cond = L.BufferStore(a, L.Select(V < 3, b[V], L.FloatImm(0.0)), [V])
+    ints = L.Buffer("n", (32,), "int32")
+    int_math = L.BufferStore(ints, ints[V] + L.IntImm(1, "int32"), [V])
+    flags = L.Buffer("f", (32,), "bool")
+    bools = L.BufferStore(flags, flags[V], [V])
+    for body in (strided, value_of_v, lane_cond, int_math, bools):
+        assert vector_width(loop(body), 512) == 0, body
+
+
+def test_invariant_condition_and_copies_are_vectorized():
+    a, b = L.Buffer("a", (4, 32), "float32"), L.Buffer("b", (4, 32), "float32")
+    guarded = L.BufferStore(a, L.Select(I >= 1, b[I - 1, V], L.FloatImm(0.0)), [I, V])
+    ints = L.Buffer("n", (32,), "int32")
+    copy = L.BufferStore(ints, ints[V], [V])
+    assert vector_width(loop(guarded), 512) == 16
+    assert vector_width(loop(copy), 512) == 16
