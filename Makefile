@@ -13,6 +13,10 @@
 #                   bench extra (matplotlib); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
+#   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
+#                   backend on CONFORMANCE_WORKERS processes (default: all cores); writes a table
+#                   per op type to conformance/results/kiln.{md,json}; CONFORMANCE_ARGS="--backend
+#                   onnxruntime" runs onnxruntime under the same rules; not part of make test
 #   make lint       ruff over src/, tests/ and benchmarks/
 #   make clean      remove the virtual environment and caches
 
@@ -23,10 +27,12 @@ STAMP := $(VENV)/.kiln-installed
 BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench fuzz lint toolchain cross-toolchain device-toolchain \
-	blas-toolchain venv clean
+.PHONY: all demo test test-fast bench conformance fuzz lint toolchain cross-toolchain \
+	device-toolchain blas-toolchain venv clean
 
 all: test
 
@@ -137,13 +143,16 @@ test-fast: $(STAMP)
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
 
+conformance: $(STAMP) toolchain
+	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
+
 fuzz: $(STAMP) toolchain
 	$(PY) -m pytest tests/unit/test_runtime_fuzz.py tests/backend/test_runtime_fuzz_so.py \
 	  -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks conformance
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

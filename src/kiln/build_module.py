@@ -1,6 +1,6 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
-The pipeline, in order: BindParams → SimplifyInference → FoldConstant → FoldScaleAxis →
+The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference → FoldConstant → FoldScaleAxis →
 FoldConstant → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
 PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
 schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
@@ -32,6 +32,7 @@ from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target
@@ -50,6 +51,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
     partitioning for those external compilers after the folding passes."""
     if params:
         func = bind_params(func, params)
+    func = promote_float16(func)
     func = simplify_inference(func)
     func = fold_constant(func)
     func = fold_scale_axis(func)

@@ -199,13 +199,19 @@ def test_unaligned_tensor_is_an_error_not_a_crash():
     lib["fused_add"](a, b, c)
 
 
-def test_unsupported_dtype_names_the_kernel():
-    a = L.Buffer("a", (4,), "float16")
+def test_float16_kernel_runs():
+    """float16 buffers (LLVM half): a doubling kernel, libm through float."""
+    a, b = L.Buffer("a", (4,), "float16"), L.Buffer("b", (4,), "float16")
     i = L.Var("i")
-    func = make_packed_api(L.PrimFunc("half_kernel", [a], L.For(
-        i, L.IntImm(0), L.IntImm(4), "serial", L.BufferStore(a, a[i], [i]))))
-    with pytest.raises(CompileError, match="half_kernel.*float16 is not supported"):
-        build_llvm([func], "llvm")
+    body = L.BufferStore(b, L.call("exp", a[i]) + a[i], [i])
+    func = make_packed_api(L.PrimFunc("half_kernel", [a, b], L.For(
+        i, L.IntImm(0), L.IntImm(4), "serial", body)))
+    lib = build_llvm([func], "llvm")
+    x = np.array([0.5, -1.0, 2.0, 0.0], np.float16)
+    out = kiln.runtime.array(np.zeros(4, np.float16))
+    lib.get_function("half_kernel")(kiln.runtime.array(x), out)
+    np.testing.assert_allclose(out.numpy(), (np.exp(x.astype(np.float32)) + x).astype(np.float16),
+                               rtol=1e-3)
 
 
 def test_unknown_triple():

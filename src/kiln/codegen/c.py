@@ -22,16 +22,19 @@ from kiln.errors import CompileError
 from kiln.ir import loop as L
 
 C_TYPES = {
-    "float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
-    "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t",
+    "float16": "_Float16", "float32": "float", "float64": "double", "int64": "int64_t",
+    "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t",
     "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
 }
 _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
                    "fabs": "fabsf", "floor": "floorf", "ceil": "ceilf", "nearbyint": "nearbyintf",
-                   "pow": "powf"}
+                   "pow": "powf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf",
+                   "acos": "acosf", "atan": "atanf", "sinh": "sinhf", "cosh": "coshf",
+                   "asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "fmod": "fmodf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
-        "==": "==", "!=": "!=", "and": "&&", "or": "||"}
+        "==": "==", "!=": "!=", "and": "&&", "or": "||", "&": "&", "|": "|", "^": "^",
+        "<<": "<<", ">>": ">>"}
 _ACCESSORS = {
     "num_args": "(int64_t)num_args",
     "type_code": "(int64_t)type_codes[{0}]",
@@ -333,7 +336,7 @@ class _FuncWriter:
             return f"kiln_{e.op}_{e.dtype}({a}, {b})"
         if e.op in ("//", "%"):
             if L.is_float(e.dtype):
-                fl = "floorf" if e.dtype == "float32" else "floor"
+                fl = "floor" if e.dtype == "float64" else "floorf"
                 return f"{fl}({a} / {b})" if e.op == "//" else f"({a} - {fl}({a} / {b}) * {b})"
             return f"kiln_floordiv({a}, {b})" if e.op == "//" else f"kiln_floormod({a}, {b})"
         raise CompileError(f"C codegen: unknown operator {e.op}")
@@ -342,9 +345,16 @@ class _FuncWriter:
         if e.name.startswith("kiln."):
             template = _ACCESSORS[e.name[5:]]
             return template.format(*(a.value for a in e.args))
-        table = _F32_INTRINSICS if e.dtype == "float32" else _F64_INTRINSICS
+        if e.name == "reinterpret":  # a union (GNU statement expression): no aliasing issues
+            (v,) = e.args
+            return (f"({{ union {{ {c_type(v.dtype)} a; {c_type(e.dtype)} b; }} kiln_u; "
+                    f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
+        table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS
         if e.name not in table or not L.is_float(e.dtype):
             raise CompileError(f"C codegen: intrinsic {e.name} on {e.dtype} is not supported")
+        if e.dtype == "float16":  # libm has no half functions: compute in float, round back
+            args = ", ".join(f"(float)({self.expr(a)})" for a in e.args)
+            return f"((_Float16){table[e.name]}({args}))"
         return f"{table[e.name]}({', '.join(self.expr(a) for a in e.args)})"
 
 
@@ -363,6 +373,8 @@ def _float_literal(value: float, dtype: str) -> str:
         return "NAN"
     if math.isinf(value):
         return "INFINITY" if value > 0 else "(-INFINITY)"
+    if dtype == "float16":
+        return f"((_Float16){_float_literal(value, 'float32')})"
     if dtype == "float32":
         return f"{value:.9g}f" if ("." in f"{value:.9g}" or "e" in f"{value:.9g}") \
             else f"{value:.9g}.0f"

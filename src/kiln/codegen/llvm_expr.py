@@ -12,10 +12,12 @@ LLVM's (``llvm.exp``...; lowered to libm calls or instructions) except ``erf`` (
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from kiln.codegen.llvm_ir import (
     DLTENSOR,
+    F32,
     I1,
     I8,
     I16,
@@ -39,8 +41,12 @@ from kiln.ir import loop as L
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "nearbyint": "llvm.nearbyint", "pow": "llvm.pow"}
-_LIBM = {("erf", "float32"): "erff", ("erf", "float64"): "erf"}
+                    "ceil": "llvm.ceil", "nearbyint": "llvm.nearbyint", "pow": "llvm.pow",
+                    "sin": "llvm.sin", "cos": "llvm.cos"}
+# The rest come from libm: float32 names end in "f" (C99).
+_LIBM = {(name, dtype): name + ("f" if dtype == "float32" else "")
+         for name in ("erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                      "atanh", "fmod") for dtype in ("float32", "float64")}
 _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 
 
@@ -78,7 +84,9 @@ class ExprCodegen:
             ty = value_type(e.dtype)
             return ir.Constant(ty, int_const(e.value, ty.width))
         if isinstance(e, L.FloatImm):
-            return ir.Constant(value_type(e.dtype), e.value)
+            # LLVM takes a half constant only when it is exact: round it to half first.
+            value = float(np.float16(e.value)) if e.dtype == "float16" else e.value
+            return ir.Constant(value_type(e.dtype), value)
         if isinstance(e, L.Binary):
             return self.binary(fr, e)
         if isinstance(e, L.Select):
@@ -161,6 +169,16 @@ class ExprCodegen:
                 return b.mul(x, y, flags=nsw)
             if op == "/":
                 return b.udiv(x, y) if unsigned else b.sdiv(x, y)
+            if op == "&":
+                return b.and_(x, y)
+            if op == "|":
+                return b.or_(x, y)
+            if op == "^":
+                return b.xor(x, y)
+            if op == "<<":
+                return b.shl(x, y)
+            if op == ">>":
+                return b.lshr(x, y) if unsigned else b.ashr(x, y)
             if op in ("//", "%"):
                 if unsigned:
                     return b.udiv(x, y) if op == "//" else b.urem(x, y)
@@ -262,11 +280,19 @@ class ExprCodegen:
     def call(self, fr: Frame, e: L.Call) -> ir.Value:
         if e.name.startswith("kiln."):
             return self.accessor(fr, e)
+        if e.name == "reinterpret":
+            return fr.builder.bitcast(self.expr(fr, e.args[0]), value_type(e.dtype))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
             raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
                                "supported")
         args = [self.expr(fr, a) for a in e.args]
         ty = value_type(e.dtype)
+        if e.dtype == "float16" and (e.name, "float32") in _LIBM:
+            # libm has no half functions: call the float one and round back.
+            b = fr.builder
+            fn = self.mc.declare(_LIBM[(e.name, "float32")], F32, [F32] * len(args),
+                                 attrs=("nounwind", "willreturn", "memory(none)"))
+            return b.fptrunc(b.call(fn, [b.fpext(a, F32) for a in args]), ty)
         libm = _LIBM.get((e.name, e.dtype))
         if libm is not None:
             fn = self.mc.declare(libm, ty, [ty] * len(args),

@@ -36,8 +36,10 @@ def value_type(dtype: str) -> ir.Type:
     Raises
     ------
     CompileError
-        For a dtype the LLVM codegen does not support (float16, like the C codegen).
+        For a dtype the LLVM codegen does not support.
     """
+    if dtype == "float16":
+        return ir.HalfType()
     if dtype == "float32":
         return F32
     if dtype == "float64":
@@ -61,7 +63,7 @@ def dtype_bits(dtype: str) -> int:
     if dtype in _INT_BITS:
         return _INT_BITS[dtype]
     value_type(dtype)  # raises for an unsupported dtype
-    return 32 if dtype == "float32" else 64
+    return {"float16": 16, "float32": 32}.get(dtype, 64)
 
 
 def is_unsigned(dtype: str) -> bool:

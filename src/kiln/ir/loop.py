@@ -10,8 +10,10 @@ indexed with one index per dimension; ``//`` and ``%`` are floor division and fl
 ``/`` on floats is true division; index arithmetic is int64.
 
 Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, fabs, floor, ceil,
-nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, and the
-packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, the
+trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
+dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
+:func:`reinterpret`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "nearbyint", "pow")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "nearbyint", "pow",
+              "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+              "atanh", "fmod")
 
 _CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC_OPS = ("and", "or")
@@ -137,7 +141,9 @@ def const(value: Any, dtype: str) -> PrimExpr:
 
 
 class Binary(PrimExpr):
-    """``a op b``: arithmetic (+ - * / // % min max), comparison (bool) or logic (and, or)."""
+    """``a op b``: arithmetic (+ - * / // % min max), bitwise on integers (& | ^ << >>;
+    ``>>`` is arithmetic on signed, logical on unsigned types), comparison (bool) or logic
+    (and, or)."""
 
     __slots__ = ("a", "b", "op")
 
@@ -226,6 +232,11 @@ def call(name: str, *args: PrimExpr) -> PrimExpr:
     """Intrinsic ``name`` applied to float ``args`` (result has the first argument's dtype)."""
     assert name in INTRINSICS, f"unknown intrinsic {name}"
     return Call(name, list(args), args[0].dtype)
+
+
+def reinterpret(value: PrimExpr, dtype: str) -> PrimExpr:
+    """The bits of ``value`` read as ``dtype`` (same width; C: a union, LLVM: bitcast)."""
+    return Call("reinterpret", [value], dtype)
 
 
 @dataclass(eq=False)

@@ -19,12 +19,17 @@ _ARITH = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "==": operator.eq, "!=": operator.ne,
     "min": min, "max": max,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
 }
 
 _INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
     "floor": np.floor, "ceil": np.ceil, "nearbyint": np.rint, "pow": np.power,
     "erf": np.vectorize(math.erf, otypes=[np.float64]),
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "fmod": np.fmod,
 }
 
 
@@ -75,6 +80,9 @@ class _Interp:
             idx = tuple(self.expr(i, env) for i in e.indices)
             v = self.mem[id(e.buffer)][idx]
             return int(v) if e.dtype == L.INT else v
+        if isinstance(e, L.Call) and e.name == "reinterpret":
+            value = np.array(self.expr(e.args[0], env), dtype=e.args[0].dtype)
+            return value.view(e.dtype)[()]
         if isinstance(e, L.Call):
             args = [self.expr(a, env) for a in e.args]
             return np.dtype(e.dtype).type(_INTRINSICS[e.name](*args))
@@ -98,6 +106,11 @@ class _Interp:
             raise AssertionError(f"interpreter: unknown operator {e.op}")
         if e.dtype == "bool":
             return bool(r)
+        if e.op == "<<" and not L.is_float(e.dtype):  # wrap to the width, as C does
+            bits = np.dtype(e.dtype).itemsize * 8
+            r = int(r) & ((1 << bits) - 1)
+            if np.dtype(e.dtype).kind == "i" and r >= 1 << (bits - 1):
+                r -= 1 << bits
         return r if e.dtype == L.INT else np.dtype(e.dtype).type(r)
 
     def stmt(self, s: L.Stmt, env: dict) -> None:

@@ -275,6 +275,8 @@ def _loops(axes: list[IterVar], lv: dict[int, L.Var], body: L.Stmt,
 def _combine(combiner: str, acc: L.PrimExpr, value: L.PrimExpr) -> L.PrimExpr:
     if combiner == "sum":
         return acc + value
+    if combiner == "prod":
+        return acc * value
     return L.Binary(combiner, acc, value)
 
 

@@ -2,7 +2,7 @@
 
 A :class:`Tensor` is produced by a placeholder or by :func:`compute`, whose body is a scalar loop-IR
 expression over the tensor's axis variables; ``T[i, j]`` inside a body reads another tensor.
-Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`max_reduce` /
+Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`prod_reduce` / :func:`max_reduce` /
 :func:`min_reduce` at the top of a body. ``kiln.ir.lower`` turns a schedule over these stages into
 a :class:`~kiln.ir.loop.PrimFunc`.
 """
@@ -56,7 +56,7 @@ class TensorLoad(L.PrimExpr):
 
 @dataclass(eq=False)
 class Reduce:
-    """A reduction at the top of a compute body: ``combiner`` in {"sum", "max", "min"}."""
+    """A reduction at the top of a compute body: ``combiner`` in {"sum", "prod", "max", "min"}."""
 
     combiner: str
     source: L.PrimExpr
@@ -136,6 +136,10 @@ def sum(source: L.PrimExpr, axis) -> Reduce:
     return _reduce("sum", source, axis, 0)
 
 
+def prod_reduce(source: L.PrimExpr, axis) -> Reduce:
+    return _reduce("prod", source, axis, 1)
+
+
 def max_reduce(source: L.PrimExpr, axis) -> Reduce:
     return _reduce("max", source, axis, lowest(source.dtype))
 
@@ -147,10 +151,14 @@ def min_reduce(source: L.PrimExpr, axis) -> Reduce:
 def lowest(dtype: str) -> float:
     import numpy as np
 
+    if dtype == "bool":
+        return 0
     return -float("inf") if L.is_float(dtype) else int(np.iinfo(dtype).min)
 
 
 def highest(dtype: str) -> float:
     import numpy as np
 
+    if dtype == "bool":
+        return 1
     return float("inf") if L.is_float(dtype) else int(np.iinfo(dtype).max)

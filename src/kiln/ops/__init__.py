@@ -6,4 +6,17 @@ and describes *what* to compute, never how (that is ``kiln.schedules``). Stages 
 ("conv2d", "pad", ...) by which schedules find them. May import kiln.ir and kiln.errors.
 """
 
-from kiln.ops import elemwise, image, nn, nn_nchwc, qnn, reduce, transform  # noqa: F401
+from kiln.ops import (  # noqa: F401
+    einsum,
+    elemwise,
+    image,
+    indexing,
+    logical,
+    nn,
+    nn_nchwc,
+    pool_index,
+    qnn,
+    reduce,
+    sampling,
+    transform,
+)

@@ -1,5 +1,5 @@
-"""Elementwise and broadcast computes: unary math, activations, cast, binary arithmetic,
-comparison (equal), where."""
+"""Elementwise and broadcast computes: unary math, activations, cast, reinterpret, binary
+arithmetic, where (comparisons: :mod:`kiln.ops.logical`)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,36 @@ _unary("leaky_relu", lambda v, a: L.Select(v < 0.0, v * a["alpha"], v))
 _unary("sigmoid", _float_only("sigmoid", lambda v: 1.0 / (1.0 + L.call("exp", -v))))
 _unary("cast", _cast)
 _unary("round", _float_only("round", lambda v: L.call("nearbyint", v)))
-for _name in ("exp", "log", "sqrt", "tanh", "floor", "ceil"):
+_unary("reinterpret", lambda v, a: L.reinterpret(v, a["dtype"]))
+for _name in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan", "asin", "acos",
+              "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     _unary(_name, _float_only(_name, lambda v, n=_name: L.call(n, v)))
+_unary("sign", lambda v, a: L.Select(v > L.const(0, v.dtype), L.const(1, v.dtype),
+                                     L.Select(v < L.const(0, v.dtype), L.const(-1, v.dtype),
+                                              L.const(0, v.dtype))))
+
+
+def _trunc_mod(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if L.is_float(a.dtype):
+        return L.call("fmod", a, b)
+    return a - (a / b) * b  # "/" on integers truncates toward zero
+
+
+def _floor_mod(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if not L.is_float(a.dtype):
+        return a % b  # the loop IR's % on integers is the floor modulo
+    # numpy's float mod: fmod, moved into the divisor's sign (inf and nan as numpy gives them).
+    r = L.call("fmod", a, b)
+    zero = L.const(0, a.dtype)
+    wrong_sign = L.logical_and(L.ne(r, zero), L.ne(r < zero, b < zero))
+    return L.Select(wrong_sign, r + b, r)
+
+
+def _power(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if L.is_float(a.dtype):
+        return L.call("pow", a, b)
+    # Integer powers (ONNX Pow on int32/int64) through double, exact for the results that fit.
+    return L.Cast(a.dtype, L.call("pow", L.Cast("float64", a), L.Cast("float64", b)))
 
 #: erf(x) ≈ x · P(x²) / Q(x²) on [-4, 4], coefficients from lowest degree: a weighted
 #: least-squares rational fit made for Kiln (numpy, float64, rounded to float32). Max abs error
@@ -103,7 +131,9 @@ _BINARY: dict[str, Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]] = {
     "divide": lambda a, b: a / b,
     "maximum": L.maximum,
     "minimum": L.minimum,
-    "power": lambda a, b: L.call("pow", a, b),
+    "power": _power,
+    "mod": _trunc_mod,
+    "floor_mod": lambda a, b: _floor_mod(a, b),
 }
 
 
@@ -119,14 +149,6 @@ def _binary(op: str, fn: Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]) -> None
 for _name, _fn in _BINARY.items():
     _binary(_name, _fn)
 
-
-@register_compute("equal")
-def equal(inputs, attrs, out_type):
-    a, b = inputs
-    return te.compute(out_type.shape,
-                      lambda *i: L.Select(L.eq(broadcast_load(a, i), broadcast_load(b, i)),
-                                          L.IntImm(1, "bool"), L.IntImm(0, "bool")),
-                      name="equal", tag="broadcast")
 
 
 @register_compute("nn.bias_add")

@@ -7,7 +7,6 @@ and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materiali
 
 from __future__ import annotations
 
-from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
@@ -196,14 +195,12 @@ def max_pool2d(inputs, attrs, out_type):
 def avg_pool2d(inputs, attrs, out_type):
     (data,) = inputs
     kh, kw, sh, sw, dh, dw = _pool_window(attrs)
-    if (dh, dw) != (1, 1):
-        raise CompileError("nn.avg_pool2d: dilation is not supported")
     pt, pl, pb, pr = attrs["padding"]
     h, w = data.shape[2:4]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
 
     def body(n, c, y, x, *block):
-        iy, ix = y * sh + ry.var - pt, x * sw + rx.var - pl
+        iy, ix = y * sh + ry.var * dh - pt, x * sw + rx.var * dw - pl
         inside = L.logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
         return te.sum(L.Select(inside, data[(n, c, iy, ix, *block)], L.const(0, data.dtype)),
                       [ry, rx])
@@ -211,15 +208,21 @@ def avg_pool2d(inputs, attrs, out_type):
     total = te.compute(out_type.shape, body, name="pool_sum", tag="pool")
     include_pad = attrs["count_include_pad"]
 
-    def window(start: L.PrimExpr, k: int, size: int, pad_end: int) -> L.PrimExpr:
-        # ONNX / onnxruntime: the window is clipped to the padded input when padding counts,
-        # to the real input otherwise.
-        if include_pad:
-            return L.minimum(start + k, L.IntImm(size + pad_end)) - start
-        return L.minimum(start + k, L.IntImm(size)) - L.maximum(start, L.IntImm(0))
+    def window(start: L.PrimExpr, k: int, d: int, size: int, pad_begin: int,
+               pad_end: int) -> L.PrimExpr:
+        # ONNX / onnxruntime: the taps counted are those inside the padded input when padding
+        # counts, inside the real input otherwise (ceil_mode's extension never counts).
+        lo, hi = (-pad_begin, size + pad_end) if include_pad else (0, size)
+        if d == 1:
+            return L.minimum(start + k, L.IntImm(hi)) - L.maximum(start, L.IntImm(lo))
+        # taps start + t*d, t in [0, k): the first t with start + t*d >= lo is
+        # ceil((lo - start) / d), the last with start + t*d < hi is floor((hi - 1 - start) / d)
+        first = L.maximum(L.IntImm(0) - (start - lo) // d, L.IntImm(0))
+        last = L.minimum((L.IntImm(hi - 1) - start) // d, L.IntImm(k - 1))
+        return L.maximum(last - first + 1, L.IntImm(0))
 
     def avg(n, c, y, x, *block):
-        count = window(y * sh - pt, kh, h, pb) * window(x * sw - pl, kw, w, pr)
+        count = window(y * sh - pt, kh, dh, h, pt, pb) * window(x * sw - pl, kw, dw, w, pl, pr)
         return total[(n, c, y, x, *block)] / L.Cast(data.dtype, count)
 
     return te.compute(out_type.shape, avg, name="avg_pool2d", tag="elemwise")

@@ -1,4 +1,4 @@
-"""Reduction computes: sum, mean, max, min over a tuple of axes, with or without keepdims."""
+"""Reduction computes: sum, prod, mean, max, min over a tuple of axes, with or without keepdims."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 
-_REDUCERS = {"sum": te.sum, "mean": te.sum, "max": te.max_reduce, "min": te.min_reduce}
+_REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,
+             "min": te.min_reduce}
 
 
 def _reduce(op: str) -> None:
@@ -40,3 +41,59 @@ def _reduce(op: str) -> None:
 
 for _op in _REDUCERS:
     _reduce(_op)
+
+
+def _arg(op: str) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        """Two reductions: the extremum m along the axis, then the first (last) index where the
+        input equals m."""
+        (x,) = inputs
+        axis = attrs["axis"] % len(x.shape)
+        n = x.shape[axis]
+        reducer = te.max_reduce if op == "argmax" else te.min_reduce
+        r = te.reduce_axis(n, "r")
+        kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+        ext = te.compute(kept, lambda *i: reducer(x[i[:axis] + (r.var,) + i[axis + 1:]], [r]),
+                         name=f"{op}_value", tag="reduce")
+        q = te.reduce_axis(n, "q")
+
+        def index(*o):
+            i = o if attrs["keepdims"] else o[:axis] + (L.IntImm(0),) + o[axis:]
+            hit = L.eq(x[i[:axis] + (q.var,) + i[axis + 1:]], ext[i[:axis] + (0,) + i[axis + 1:]])
+            if attrs["select_last_index"]:
+                return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+            return te.min_reduce(L.Select(hit, q.var, L.IntImm(n)), [q])
+
+        return te.compute(out_type.shape, index, name=op, tag="reduce")
+
+
+_arg("argmax")
+_arg("argmin")
+
+
+@register_compute("topk_indices")
+def topk_indices(inputs, attrs, out_type):
+    """By rank: rank[p] counts the elements that sort before p (larger, or equal with a smaller
+    index); output j along the axis is the index whose rank is j. O(n²) along the axis."""
+    (x,) = inputs
+    axis = attrs["axis"] % len(x.shape)
+    n = x.shape[axis]
+    before = (lambda a, b: a > b) if attrs["largest"] else (lambda a, b: a < b)
+    r = te.reduce_axis(n, "r")
+
+    def rank(*p):
+        other = x[p[:axis] + (r.var,) + p[axis + 1:]]
+        mine = x[p]
+        first = L.Binary("or", before(other, mine),
+                         L.logical_and(L.eq(other, mine), r.var < p[axis]))
+        return te.sum(L.Select(first, L.IntImm(1), L.IntImm(0)), [r])
+
+    ranks = te.compute(x.shape, rank, name="topk_rank", tag="reduce")
+    q = te.reduce_axis(n, "q")
+
+    def pick(*o):
+        hit = L.eq(ranks[o[:axis] + (q.var,) + o[axis + 1:]], o[axis])
+        return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+
+    return te.compute(out_type.shape, pick, name="topk_indices", tag="reduce")

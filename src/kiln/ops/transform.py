@@ -17,7 +17,8 @@ def _ravel(idx: tuple, shape: tuple[int, ...]) -> L.PrimExpr:
     return flat
 
 
-def _unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
+def unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
+    """The row-major multi-index of flat position ``flat`` in ``shape``."""
     idx = []
     for k in range(len(shape)):
         inner = math.prod(shape[k + 1:])
@@ -28,7 +29,7 @@ def _unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
 @register_compute("reshape")
 def reshape(inputs, attrs, out_type):
     (x,) = inputs
-    return te.compute(out_type.shape, lambda *i: x[_unravel(_ravel(i, out_type.shape), x.shape)],
+    return te.compute(out_type.shape, lambda *i: x[unravel(_ravel(i, out_type.shape), x.shape)],
                       name="reshape", tag="injective")
 
 
@@ -98,3 +99,43 @@ def expand(inputs, attrs, out_type):
     (x,) = inputs
     return te.compute(out_type.shape, lambda *i: broadcast_load(x, i), name="expand",
                       tag="broadcast")
+
+
+def _pad_source(i: L.PrimExpr, before: int, after: int, n: int, mode: str) -> L.PrimExpr:
+    """The input index read for output index ``i`` of an axis of extent ``n``."""
+    j = i - before
+    if mode == "edge":
+        return L.minimum(L.maximum(j, L.IntImm(0)), L.IntImm(n - 1))
+    if mode == "wrap":
+        return j % n  # the loop IR's % is the floor modulo
+    if mode == "reflect":
+        if n == 1:
+            return L.IntImm(0)
+        period = 2 * (n - 1)
+        m = j % period
+        return L.Select(m < n, m, L.IntImm(period) - m)
+    return j
+
+
+@register_compute("nn.pad")
+def pad(inputs, attrs, out_type):
+    (x,) = inputs
+    mode = attrs["pad_mode"]
+    width = attrs["pad_width"]
+
+    def body(*i):
+        src = tuple(_pad_source(v, lo, hi, n, mode)
+                    for v, (lo, hi), n in zip(i, width, x.shape))
+        if mode != "constant":
+            return x[src]
+        inside = [cond for s, (lo, hi), n in zip(src, width, x.shape) if lo > 0 or hi > 0
+                  for cond in (s >= 0, s < n)]
+        if not inside:
+            return x[src]
+        # Out-of-range reads are clamped: the Select discards them, and neither codegen
+        # need evaluate it lazily.
+        safe = tuple(L.minimum(L.maximum(s, L.IntImm(0)), L.IntImm(max(n - 1, 0)))
+                     for s, n in zip(src, x.shape))
+        return L.Select(L.logical_and(*inside), x[safe], L.const(attrs["pad_value"], x.dtype))
+
+    return te.compute(out_type.shape, body, name="pad", tag="injective")

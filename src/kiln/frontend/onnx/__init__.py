@@ -4,6 +4,10 @@
 - ``context``: :class:`ConvertContext`, what a converter sees of one node.
 - ``importer``: graph inputs/initializers → Vars, node-by-node conversion, outputs.
 - ``converters``: one module per op category.
+- ``functions``: ops ONNX defines as functions, converted through their function bodies.
+- ``control_flow``: If on a compile-time condition, Scan and Loop unrolled.
+- ``backend``: ONNX's backend interface (``prepare``/``run``) over import, build and the graph
+  executor — the one frontend module that imports the compiler and runtime (lazily).
 """
 
 from kiln.frontend.onnx.importer import from_onnx, load_onnx, model_opset

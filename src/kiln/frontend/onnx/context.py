@@ -17,13 +17,38 @@ from kiln.ir.graph_eval import evaluate
 _REQUIRED = object()
 
 
+class NotConstantError(UnsupportedOpError):
+    """A converter needs the value of an input at compile time (a shape, axes, pads, k) but it
+    depends on graph inputs.
+
+    Attributes
+    ----------
+    inputs : tuple[str, ...]
+        The graph inputs the value depends on. A caller that knows their values (the ONNX
+        backend, at run time) may bind them as initializers and import again.
+    """
+
+    def __init__(self, message: str, inputs: tuple[str, ...]):
+        super().__init__(message)
+        self.inputs = inputs
+
+
+# The element types Kiln compiles (its code generators' scalar types). ONNX's others (bfloat16,
+# float8, int4, strings...) are rejected at import with an UnsupportedOpError.
+SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                    "uint64", "float16", "float32", "float64")
+
+
 def onnx_dtype(elem_type: int, where: str) -> str:
-    """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``."""
+    """The numpy dtype name of ONNX ``TensorProto`` element type ``elem_type``.
+
+    Raises UnsupportedOpError (naming ``where``) for a type outside :data:`SUPPORTED_DTYPES`.
+    """
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         dtype = None
-    if dtype is None or dtype.kind not in "biuf" or dtype.name == "float128":
+    if dtype is None or dtype.name not in SUPPORTED_DTYPES:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
             onnx.TensorProto.DataType.values() else str(elem_type)
         raise UnsupportedOpError(f"{where}: element type {name} is not supported")
@@ -113,7 +138,8 @@ class ConvertContext:
         """The value of an input that must be a compile-time constant (a shape, axes, bounds).
 
         The input's subexpression is evaluated with the graph interpreter when all its leaves
-        are constants or initializers; otherwise UnsupportedOpError names ``what``.
+        are constants or initializers; otherwise :class:`NotConstantError` (an
+        UnsupportedOpError) names ``what`` and the graph inputs it depends on.
         """
         expr = (self.input(index_or_expr) if isinstance(index_or_expr, int) else index_or_expr)
         if isinstance(expr, Constant):
@@ -121,10 +147,11 @@ class ConvertContext:
         if isinstance(expr, Var) and expr.name in self._params:
             return self._params[expr.name]
         leaves = [n for n in post_order([expr]) if isinstance(n, Var)]
-        for leaf in leaves:
-            if leaf.name not in self._params:
-                raise self.unsupported(f"{what} must be a compile-time constant, but it depends on "
-                                       f"graph input '{leaf.name}'")
+        missing = tuple(leaf.name for leaf in leaves if leaf.name not in self._params)
+        if missing:
+            err = self.unsupported(f"{what} must be a compile-time constant, but it depends on "
+                                   f"graph input(s) {', '.join(repr(m) for m in missing)}")
+            raise NotConstantError(str(err), missing)
         values = {leaf.name: self._params[leaf.name] for leaf in leaves}
         return evaluate(Function(leaves, [expr]), values)[0]
 

@@ -3,7 +3,9 @@
 The importer walks the (topologically sorted) ONNX graph once. Initializers become parameter
 Vars named like the initializer, with their values returned in ``params``; the other graph
 inputs become input Vars with static shapes. Each node is converted by the converter registered
-for its op type and the model's opset (:mod:`kiln.frontend.onnx.registry`).
+for its op type and the model's opset (:mod:`kiln.frontend.onnx.registry`); an op without one
+that ONNX defines as a function is converted through its function body
+(:mod:`kiln.frontend.onnx.functions`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from onnx import numpy_helper
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
+from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
 from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
 
 logger = logging.getLogger("kiln")
 
-MIN_OPSET, MAX_OPSET = 7, 21
+MIN_OPSET, MAX_OPSET = 1, 28
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -64,7 +68,7 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
 
 
 def model_opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain opset; outside 7..21 raises UnsupportedOpError."""
+    """The model's default-domain opset; outside 1..28 raises UnsupportedOpError."""
     versions = [imp.version for imp in model.opset_import if imp.domain in _DEFAULT_DOMAINS]
     if not versions:
         raise UnsupportedOpError("ONNX model imports no default-domain opset")
@@ -82,7 +86,7 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
     Parameters
     ----------
     model : onnx.ModelProto
-        The model (opset 7 to 21 of the default domain).
+        The model (opset 1 to 28 of the default domain).
     shape : dict[str, tuple[int, ...]], optional
         Static shapes of graph inputs by name. Needed for symbolic or unknown dimensions, which
         otherwise default to 1 (with a warning on the "kiln" logger); a shape given for an input
@@ -203,15 +207,35 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             inputs.append(values[inp])
         else:
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
+    if node.op_type in CONTROL_FLOW_OPS:
+        try:
+            results: list = convert_control_flow(node, name, opset, inputs, values, unavailable,
+                                                 param_values, _convert_node)
+        except ShapeError as err:
+            raise ShapeError(f"{where}: {err}") from None
+        _bind_outputs(node, where, results, values, unavailable)
+        return
     converter = find_converter(node.op_type, opset)
     if converter is None:
-        raise UnsupportedOpError(f"{where}: no converter for this op")
+        types = [None if e is None else e.checked_type for e in inputs]
+        expanded = expand_function(node, opset, types, prefix=f"{name}/")
+        if expanded is None:
+            raise UnsupportedOpError(f"{where}: no converter for this op")
+        body, body_opset = expanded  # an op defined by an ONNX function: convert its body
+        for k, inner in enumerate(body):
+            _convert_node(inner, k, body_opset, values, unavailable, param_values)
+        return
     ctx = ConvertContext(node, name, opset, inputs, param_values)
     try:
         result = converter(ctx)
     except ShapeError as err:
         raise ShapeError(f"{where}: {err}") from None
-    results = result if isinstance(result, list) else [result]
+    _bind_outputs(node, where, result if isinstance(result, list) else [result], values,
+                  unavailable)
+
+
+def _bind_outputs(node: onnx.NodeProto, where: str, results: list, values: dict[str, Expr],
+                  unavailable: dict[str, str]) -> None:
     for k, out in enumerate(node.output):
         if not out:
             continue

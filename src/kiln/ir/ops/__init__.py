@@ -9,11 +9,16 @@ kiln.ir only.
 
 from kiln.ir.ops import (  # noqa: F401
     annotation,
+    einsum,
     elemwise,
     image,
+    indexing,
     layout,
+    logical,
     nn,
+    pool_index,
     qnn,
     reduce,
+    sampling,
     transform,
 )

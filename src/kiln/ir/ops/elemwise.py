@@ -1,5 +1,5 @@
-"""Elementwise and broadcast graph ops: unary math, activations, cast, binary arithmetic,
-comparison (equal), where.
+"""Elementwise and broadcast graph ops: unary math, activations, cast, reinterpret, binary
+arithmetic, where (comparisons and logical ops: :mod:`kiln.ir.ops.logical`).
 
 Unary ops keep their input type (``cast`` changes the dtype). Binary ops broadcast with numpy's
 rule and require both operands to have the same dtype (the frontend inserts casts). Each numpy
@@ -65,6 +65,17 @@ _FLOAT_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "round": np.rint,  # half to even, as ONNX Round
     "hardsigmoid": _hardsigmoid,
     "hardswish": lambda x: (x * _hardsigmoid(x, 1.0 / 6.0, 0.5)).astype(x.dtype),
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
 
 _ANY_UNARY: dict[str, Callable[..., np.ndarray]] = {
@@ -73,6 +84,7 @@ _ANY_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "abs": np.abs,
     "clip": _clip,
     "leaky_relu": _leaky_relu,
+    "sign": np.sign,
 }
 
 
@@ -107,6 +119,20 @@ def _cast_ref(x: np.ndarray, dtype: str) -> np.ndarray:
 
 register_op("cast", _cast_infer, OpPattern.ELEMWISE, _cast_ref)
 
+
+def _bitcast_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    out = _cast_infer(arg_types, attrs)
+    src, dst = np.dtype(arg_types[0].dtype), np.dtype(out.dtype)
+    if src.itemsize != dst.itemsize or "bool" in (src.name, dst.name):
+        raise ShapeError(f"cannot reinterpret {src.name} as {dst.name}")
+    return out
+
+
+# reinterpret (TVM's name; ONNX BitCast): the bits of each element read as ``dtype`` of the
+# same width.
+register_op("reinterpret", _bitcast_infer, OpPattern.ELEMWISE,
+            lambda x, dtype: np.ascontiguousarray(x).view(dtype).copy())
+
 # ---------------------------------------------------------------------------------------------
 # binary (broadcast)
 
@@ -115,6 +141,16 @@ def _binary_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 2)
     dtype = same_dtype(arg_types)
     return TensorType(broadcast_shapes(*(t.shape for t in arg_types)), dtype)
+
+
+def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        return a - _divide(a, b) * np.where(b == 0, 1, b)
+    return np.fmod(a, b)
+
+
+def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.mod(a, np.where(b == 0, 1, b)) if a.dtype.kind in "iu" else np.mod(a, b)
 
 
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -134,6 +170,8 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "maximum": np.maximum,
     "minimum": np.minimum,
     "power": np.power,
+    "mod": _trunc_mod,  # the remainder with the dividend's sign (C's %, fmod)
+    "floor_mod": _floor_mod,  # the remainder with the divisor's sign (Python's %)
 }
 
 
@@ -147,16 +185,6 @@ def _binary_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
 
 for _name, _fn in _BINARY.items():
     register_op(_name, _binary_infer, OpPattern.BROADCAST, _binary_ref(_fn))
-
-
-def _compare_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
-    expect_arity(arg_types, 2)
-    same_dtype(arg_types)
-    return TensorType(broadcast_shapes(*(t.shape for t in arg_types)), "bool")
-
-
-# Comparisons: operands of one dtype (broadcast), a bool result.
-register_op("equal", _compare_infer, OpPattern.BROADCAST, lambda a, b: np.equal(a, b))
 
 
 def _bias_add_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

@@ -130,3 +130,35 @@ def _expand_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 register_op("expand", _expand_infer, OpPattern.BROADCAST,
             lambda x, newshape: np.broadcast_to(x, newshape).copy())
+
+
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+def _pad_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 1)
+    (x,) = arg_types
+    width = attrs["pad_width"]
+    if len(width) != x.ndim or attrs["pad_mode"] not in PAD_MODES:
+        raise ShapeError(f"pad_width {width} / mode {attrs['pad_mode']!r} for shape {x.shape}")
+    shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, width))
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"pad_width {width} crops {x.shape} below zero")
+    if attrs["pad_mode"] != "constant" and any(
+            n == 0 and (lo > 0 or hi > 0) for n, (lo, hi) in zip(x.shape, width)):
+        raise ShapeError(f"mode {attrs['pad_mode']!r} cannot pad an empty axis of {x.shape}")
+    return TensorType(shape, x.dtype)
+
+
+def _pad_ref(x: np.ndarray, pad_width, pad_value: float, pad_mode: str) -> np.ndarray:
+    # Negative widths crop first (ONNX Pad); then numpy pads the rest.
+    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, pad_width))
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in pad_width]
+    mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}.get(pad_mode, "constant")
+    kwargs = {"constant_values": pad_value} if mode == "constant" else {}
+    return np.pad(x[crop], grow, mode=mode, **kwargs).astype(x.dtype, copy=False)
+
+
+# nn.pad (TVM's name): pad_width ((before, after) per axis; negative values crop), pad_value
+# (constant mode), pad_mode "constant" | "edge" | "reflect" | "wrap" (ONNX Pad's modes).
+register_op("nn.pad", _pad_infer, OpPattern.INJECTIVE, _pad_ref)

@@ -183,4 +183,10 @@ def _fold(op: str, a: int, b: int) -> int:
         return min(a, b)
     if op == "max":
         return max(a, b)
+    if op in _BITWISE:
+        return _BITWISE[op](a, b)
     raise AssertionError(f"cannot fold {op}")
+
+
+_BITWISE = {"&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
+            "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b}

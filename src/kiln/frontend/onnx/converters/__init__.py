@@ -6,10 +6,19 @@ A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
 """
 
 from kiln.frontend.onnx.converters import (  # noqa: F401
+    activation,
+    einsum,
     elementwise,
+    generate,
     image,
+    indexing,
+    logical,
     nn,
+    normalization,
     quantization,
     reduce,
+    rnn,
+    sampling,
+    spectral,
     tensor,
 )

@@ -113,7 +113,9 @@ _BINARY = {
 }
 
 
-def _binary(op: str):
+def binary_converter(op: str):
+    """A converter of a two-input broadcasting ONNX op (opset 7+) to graph op ``op``."""
+
     def convert(ctx: ConvertContext) -> Expr:
         if ctx.has_attr("broadcast") or ctx.has_attr("axis"):
             raise ctx.unsupported("legacy 'broadcast'/'axis' attributes")
@@ -123,7 +125,7 @@ def _binary(op: str):
 
 
 for _onnx, _op in _BINARY.items():
-    onnx_op(_onnx, since=7)(_binary(_op))
+    onnx_op(_onnx, since=7)(binary_converter(_op))
 
 
 @onnx_op("Pow", since=7)
@@ -171,11 +173,33 @@ def cast(ctx: ConvertContext) -> Expr:
     return ctx.call("cast", [x], dtype=dtype)
 
 
-@onnx_op("Equal", since=7)
-def equal(ctx: ConvertContext) -> Expr:
-    return ctx.call("equal", [ctx.input(0), ctx.input(1)])
-
-
 @onnx_op("Where", since=9)
 def where(ctx: ConvertContext) -> Expr:
     return ctx.call("where", [ctx.input(0), ctx.input(1), ctx.input(2)])
+
+
+@onnx_op("CastLike", since=15)
+def cast_like(ctx: ConvertContext) -> Expr:
+    x, like = ctx.input(0), ctx.input(1)
+    dtype = like.checked_type.dtype
+    if dtype == x.checked_type.dtype:
+        return x
+    return ctx.call("cast", [x], dtype=dtype)
+
+
+@onnx_op("BitCast", since=26)
+def bit_cast(ctx: ConvertContext) -> Expr:
+    """Reinterpret the bits; between integer types (and from bool) that is a plain cast."""
+    x = ctx.input(0)
+    try:
+        dtype = onnx_dtype(int(ctx.attr("to")), "target")
+    except UnsupportedOpError as err:
+        raise ctx.unsupported(str(err)) from None
+    src = np.dtype(x.checked_type.dtype)
+    if src.itemsize != np.dtype(dtype).itemsize or dtype == "bool":
+        raise ctx.unsupported(f"cannot reinterpret {src.name} as {dtype}")
+    if dtype == src.name:
+        return x
+    if src.kind in "biu" and np.dtype(dtype).kind in "iu":
+        return ctx.call("cast", [x], dtype=dtype)
+    return ctx.call("reinterpret", [x], dtype=dtype)

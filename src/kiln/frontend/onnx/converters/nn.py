@@ -25,35 +25,69 @@ def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:
                               f"{x.checked_type.shape}")
 
 
-def _padding(ctx: ConvertContext, in_hw: tuple[int, ...], kernel: tuple[int, ...],
-             strides: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, int, int, int]:
+def _padding_nd(ctx: ConvertContext, in_sizes: tuple[int, ...], kernel: tuple[int, ...],
+                strides: tuple[int, ...],
+                dilation: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(heads, tails): the padding before and after each spatial axis."""
+    nsp = len(in_sizes)
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad == "NOTSET":
-        pads = ctx.ints("pads", (0, 0, 0, 0))
-        if len(pads) != 4:
-            raise ctx.unsupported(f"pads {pads} do not have 4 entries")
-        return pads[0], pads[1], pads[2], pads[3]
+        pads = ctx.ints("pads", (0,) * (2 * nsp))
+        if len(pads) != 2 * nsp:
+            raise ctx.unsupported(f"pads {pads} do not have {2 * nsp} entries")
+        return pads[:nsp], pads[nsp:]
     if auto_pad == "VALID":
-        return 0, 0, 0, 0
+        return (0,) * nsp, (0,) * nsp
     if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
         raise ctx.unsupported(f"auto_pad={auto_pad}")
     head, tail = [], []
-    for size, k, s, d in zip(in_hw, kernel, strides, dilation):
+    for size, k, s, d in zip(in_sizes, kernel, strides, dilation):
         out = -(-size // s)
         total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
         small, big = total // 2, total - total // 2
         head.append(small if auto_pad == "SAME_UPPER" else big)
         tail.append(big if auto_pad == "SAME_UPPER" else small)
-    return head[0], head[1], tail[0], tail[1]
+    return tuple(head), tuple(tail)
+
+
+def _window_nd(ctx: ConvertContext, kernel: tuple[int, ...],
+               in_sizes: tuple[int, ...]) -> dict:
+    """Kernel, strides, dilations and (heads, tails) of an N-d window op."""
+    nsp = len(in_sizes)
+    strides = ctx.ints("strides", (1,) * nsp)
+    dilation = ctx.ints("dilations", (1,) * nsp)
+    if not len(kernel) == len(strides) == len(dilation) == nsp:
+        raise ctx.unsupported(f"kernel {kernel}, strides {strides}, dilations {dilation} do "
+                              f"not fit {nsp} spatial axes")
+    heads, tails = _padding_nd(ctx, in_sizes, kernel, strides, dilation)
+    return {"kernel": kernel, "strides": strides, "dilation": dilation, "heads": heads,
+            "tails": tails}
+
+
+def _as_2d(win: dict) -> dict:
+    """N-d window attributes (N = 1 or 2) as the 2-D ops' attributes; 1-D puts a size-1 axis
+    first (an input [N, C, W] runs as [N, C, 1, W])."""
+    lift = 2 - len(win["kernel"])
+    one = (1,) * lift
+    zero = (0,) * lift
+    heads, tails = zero + win["heads"], zero + win["tails"]
+    return {"strides": one + win["strides"], "dilation": one + win["dilation"],
+            "padding": (heads[0], heads[1], tails[0], tails[1])}, one + win["kernel"]
 
 
 def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int, ...]) -> dict:
-    strides = ctx.ints("strides", (1, 1))
-    dilation = ctx.ints("dilations", (1, 1))
-    if len(kernel) != 2 or len(strides) != 2 or len(dilation) != 2:
+    """strides, padding (top, left, bottom, right) and dilation of a 2-D window op."""
+    if len(kernel) != 2:
         raise ctx.unsupported("only 2-D kernels are supported")
-    padding = _padding(ctx, in_hw, kernel, strides, dilation)
-    return {"strides": strides, "padding": padding, "dilation": dilation}
+    return _as_2d(_window_nd(ctx, kernel, in_hw))[0]
+
+
+def _spatial_1d_or_2d(ctx: ConvertContext, x: Expr) -> int:
+    nsp = x.checked_type.ndim - 2
+    if nsp not in (1, 2):
+        raise ctx.unsupported(f"only 1-D and 2-D spatial inputs are supported, got shape "
+                              f"{x.checked_type.shape}")
+    return nsp
 
 
 def _conv_kernel(ctx: ConvertContext, x: Expr, w: Expr) -> tuple[int, ...]:
@@ -82,7 +116,21 @@ def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
 
 @onnx_op("Conv", since=1)
 def conv(ctx: ConvertContext) -> Expr:
-    return _with_bias(ctx, conv2d_call(ctx, ctx.input(0), ctx.input(1)))
+    """Conv over 1-D or 2-D spatial inputs; 1-D runs as 2-D with a size-1 height."""
+    x, w = ctx.input(0), ctx.input(1)
+    if _spatial_1d_or_2d(ctx, x) == 2:
+        return _with_bias(ctx, conv2d_call(ctx, x, w))
+    shape, wshape = x.checked_type.shape, w.checked_type.shape
+    kernel = ctx.ints("kernel_shape", wshape[2:])
+    if kernel != wshape[2:]:
+        raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    attrs, _ = _as_2d(_window_nd(ctx, kernel, shape[2:]))
+    x = ctx.reshape(x, shape[:2] + (1,) + shape[2:])
+    w = ctx.reshape(w, wshape[:2] + (1,) + wshape[2:])
+    out = _with_bias(ctx, ctx.call("nn.conv2d", [x, w], groups=int(ctx.attr("group", 1)),
+                                   **attrs))
+    oshape = out.checked_type.shape
+    return ctx.reshape(out, oshape[:2] + oshape[3:])
 
 
 def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int, dilation: int,
@@ -157,34 +205,65 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
     return out
 
 
-def _pool_attrs(ctx: ConvertContext, x: Expr) -> dict:
-    _spatial_2d(ctx, x)
+def _pool(ctx: ConvertContext, op: str, x: Expr, extra: dict) -> Expr:
+    """A 1-D, 2-D or 3-D pooling. 1-D runs as 2-D with a size-1 height; 3-D is separable (max
+    and average windows are boxes, average counts are products per axis): depth first, as a
+    2-D pool over [N, C, D, H*W] with a (kd, 1) window, then height and width over
+    [N, C*D', H, W]."""
+    shape = x.checked_type.shape
+    nsp = len(shape) - 2
     kernel = ctx.ints("kernel_shape")
     if kernel is None:
         raise ctx.unsupported("missing required attribute 'kernel_shape'")
-    attrs = _window_attrs(ctx, kernel, x.checked_type.shape[2:])
-    attrs["pool_size"] = kernel
-    attrs["ceil_mode"] = bool(ctx.attr("ceil_mode", 0))
-    return attrs
+    if nsp not in (1, 2, 3):
+        raise ctx.unsupported(f"{nsp}-D spatial inputs are not supported")
+    win = _window_nd(ctx, kernel, shape[2:])
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    if nsp < 3:
+        attrs, pool_size = _as_2d(win)
+        x2 = ctx.reshape(x, shape[:2] + (1,) * (2 - nsp) + shape[2:])
+        out = ctx.call(op, [x2], pool_size=pool_size, ceil_mode=ceil_mode, **attrs, **extra)
+        oshape = out.checked_type.shape
+        return ctx.reshape(out, oshape[:2] + oshape[4 - nsp:])
+    n, c, d, h, w = shape
+
+    def axis_win(axes: tuple[int, ...]) -> dict:
+        return {k: tuple(v[a] for a in axes) for k, v in win.items()}
+
+    depth_attrs, depth_size = _as_2d(axis_win((0,)))
+    # the depth pass as [N, C, D, H*W] with window (kd, 1): swap the lifted axis order
+    depth_attrs = {"strides": depth_attrs["strides"][::-1],
+                   "dilation": depth_attrs["dilation"][::-1],
+                   "padding": (depth_attrs["padding"][1], 0, depth_attrs["padding"][3], 0)}
+    step = ctx.call(op, [ctx.reshape(x, (n, c, d, h * w))], pool_size=depth_size[::-1],
+                    ceil_mode=ceil_mode, **depth_attrs, **extra)
+    d2 = step.checked_type.shape[2]
+    hw_attrs, hw_size = _as_2d(axis_win((1, 2)))
+    out = ctx.call(op, [ctx.reshape(step, (n, c * d2, h, w))], pool_size=hw_size,
+                   ceil_mode=ceil_mode, **hw_attrs, **extra)
+    return ctx.reshape(out, (n, c, d2) + out.checked_type.shape[2:])
 
 
 @onnx_op("MaxPool", since=1)
 def max_pool(ctx: ConvertContext) -> list[Expr]:
     x = ctx.input(0)
-    if ctx.attr("storage_order", 0) != 0:
-        raise ctx.unsupported("storage_order=1")
-    # The second output (Indices) is not produced: using it raises in the importer.
-    return [ctx.call("nn.max_pool2d", [x], **_pool_attrs(ctx, x))]
+    out = _pool(ctx, "nn.max_pool2d", x, {})
+    if len(ctx.node.output) < 2 or not ctx.node.output[1]:
+        return [out]
+    if x.checked_type.ndim != 4:
+        raise ctx.unsupported("the Indices output of a pool that is not 2-D")
+    attrs, pool_size = _as_2d(_window_nd(ctx, ctx.ints("kernel_shape"), x.checked_type.shape[2:]))
+    indices = ctx.call("nn.max_pool2d_indices", [x], pool_size=pool_size,
+                       ceil_mode=bool(ctx.attr("ceil_mode", 0)),
+                       storage_order=int(ctx.attr("storage_order", 0)), **attrs)
+    return [out, indices]
 
 
 @onnx_op("AveragePool", since=1)
 def avg_pool(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    attrs = _pool_attrs(ctx, x)
-    if attrs["dilation"] != (1, 1):
-        raise ctx.unsupported(f"dilations {attrs['dilation']}")
-    attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
-    return ctx.call("nn.avg_pool2d", [x], **attrs)
+    return _pool(ctx, "nn.avg_pool2d", x,
+                 {"count_include_pad": bool(ctx.attr("count_include_pad", 0))})
 
 
 @onnx_op("GlobalAveragePool", since=1)
@@ -213,7 +292,9 @@ def batch_norm(ctx: ConvertContext) -> list[Expr]:
     if not ctx.attr("spatial", 1):
         raise ctx.unsupported("spatial=0")
     if ctx.attr("training_mode", 0):
-        raise ctx.unsupported("training_mode=1")
+        from kiln.frontend.onnx.converters.normalization import batch_norm_training
+
+        return batch_norm_training(ctx)
     args = [ctx.input(k) for k in range(5)]
     # Only the inference output Y; running mean/var outputs raise if used.
     return [ctx.call("nn.batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1)]
@@ -355,7 +436,8 @@ for _onnx_name, _op in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softma
 
 @onnx_op("Dropout", since=1)
 def dropout(ctx: ConvertContext) -> list[Expr]:
-    """Dropout at inference is the identity; the mask output is not supported (raises if used)."""
+    """Dropout at inference (or training with ratio 0) is the identity and its mask all true;
+    training with a positive ratio is random and not supported."""
     if ctx.attr("is_test", 1) == 0 and ctx.opset < 7:
         raise ctx.unsupported("is_test=0")
     rate = float(ctx.attr("ratio", 0.5))
@@ -364,6 +446,9 @@ def dropout(ctx: ConvertContext) -> list[Expr]:
         if ratio is not None:
             rate = float(ctx.const_value(ratio, "Dropout ratio").reshape(()))
         training = ctx.optional_input(2)
-        if training is not None and bool(ctx.const_value(training, "training_mode").reshape(())):
-            raise ctx.unsupported("training_mode=true")
-    return [ctx.call("nn.dropout", [ctx.input(0)], rate=rate)]
+        if training is not None and rate != 0.0 and \
+                bool(ctx.const_value(training, "training_mode").reshape(())):
+            raise ctx.unsupported("training_mode=true with a nonzero ratio (random)")
+    x = ctx.input(0)
+    mask = Constant(np.ones(x.checked_type.shape, dtype=bool))
+    return [ctx.call("nn.dropout", [x], rate=rate), mask]

@@ -1,22 +1,29 @@
-"""Converters of ONNX reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin.
+"""Converters of ONNX reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, and
+the composites ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp; ArgMax,
+ArgMin, and Hardmax (equal(argmax, arange)).
 
 ``axes`` moved from an attribute to an optional input in opset 13 (ReduceSum) and 18 (the
 others), together with ``noop_with_empty_axes``: no axes reduce over everything unless that flag
-makes the op an identity.
+makes the op an identity (the composites still apply their elementwise parts, as ONNX's
+reference does).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
+import numpy as np
+
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.ir.graph import Constant, Expr
+from kiln.ir.ops.common import FLOAT_DTYPES
 
-_REDUCE = {"ReduceSum": ("sum", 13), "ReduceMean": ("mean", 18), "ReduceMax": ("max", 18),
-           "ReduceMin": ("min", 18)}
+_INPUT_AXES_SINCE = 18  # ReduceSum: 13
 
 
-def _reduce(ctx: ConvertContext, op: str, axes: tuple[int, ...] | None) -> Expr:
-    x = ctx.input(0)
+def _reduce(ctx: ConvertContext, op: str, x: Expr, axes: tuple[int, ...] | None) -> Expr:
     ndim = x.checked_type.ndim
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
@@ -32,16 +39,140 @@ def _reduce(ctx: ConvertContext, op: str, axes: tuple[int, ...] | None) -> Expr:
     return ctx.call(op, [x], axis=tuple(sorted(norm)), keepdims=bool(ctx.attr("keepdims", 1)))
 
 
-def _register(onnx_name: str, op: str, input_since: int) -> None:
+def _square(ctx: ConvertContext, x: Expr) -> Expr:
+    return ctx.call("multiply", [x, x])
+
+
+def _log_sum_exp(ctx: ConvertContext, x: Expr, axes: tuple[int, ...] | None) -> Expr:
+    """log(sum(exp(x - m))) + m with m the max over the axes (no overflow for large x)."""
+    if x.checked_type.dtype not in FLOAT_DTYPES or x.checked_type.size == 0:
+        return ctx.call("log", [_reduce(ctx, "sum", ctx.call("exp", [x]), axes)])
+    keep = _reduce_keepdims(ctx, "max", x, axes)
+    total = _reduce(ctx, "sum", ctx.call("exp", [ctx.call("subtract", [x, keep])]), axes)
+    shift = keep if bool(ctx.attr("keepdims", 1)) else ctx.reshape(keep, total.checked_type.shape)
+    return ctx.call("add", [ctx.call("log", [total]), shift])
+
+
+def _reduce_keepdims(ctx: ConvertContext, op: str, x: Expr, axes: tuple[int, ...] | None) -> Expr:
+    ndim = x.checked_type.ndim
+    norm = tuple(sorted(a % ndim for a in axes)) if axes else tuple(range(ndim))
+    return ctx.call(op, [x], axis=norm, keepdims=True)
+
+
+# ONNX name → (how to build it from the input and the axes, opset where axes became an input)
+_REDUCE: dict[str, tuple[Callable[[ConvertContext, Expr, tuple[int, ...] | None], Expr], int]] = {
+    "ReduceSum": (lambda ctx, x, a: _reduce(ctx, "sum", x, a), 13),
+    "ReduceMean": (lambda ctx, x, a: _reduce(ctx, "mean", x, a), 18),
+    "ReduceMax": (lambda ctx, x, a: _reduce(ctx, "max", x, a), 18),
+    "ReduceMin": (lambda ctx, x, a: _reduce(ctx, "min", x, a), 18),
+    "ReduceProd": (lambda ctx, x, a: _reduce(ctx, "prod", x, a), 18),
+    "ReduceSumSquare": (lambda ctx, x, a: _reduce(ctx, "sum", _square(ctx, x), a), 18),
+    "ReduceL1": (lambda ctx, x, a: _reduce(ctx, "sum", ctx.call("abs", [x]), a), 18),
+    "ReduceL2": (lambda ctx, x, a: _sqrt(ctx, _reduce(ctx, "sum", _square(ctx, x), a)), 18),
+    "ReduceLogSum": (lambda ctx, x, a: ctx.call("log", [_reduce(ctx, "sum", x, a)]), 18),
+    "ReduceLogSumExp": (_log_sum_exp, 18),
+}
+
+
+def _sqrt(ctx: ConvertContext, x: Expr) -> Expr:
+    dtype = x.checked_type.dtype
+    if dtype in FLOAT_DTYPES:
+        return ctx.call("sqrt", [x])
+    # Integer L2 norms: sqrt in double, truncated back (ONNX's reference casts the same way).
+    root = ctx.call("sqrt", [ctx.call("cast", [x], dtype="float64")])
+    return ctx.call("cast", [root], dtype=dtype)
+
+
+def _register(onnx_name: str, build, input_since: int) -> None:
     @onnx_op(onnx_name, since=1)
     def attr_axes(ctx: ConvertContext) -> Expr:
-        return _reduce(ctx, op, ctx.ints("axes"))
+        return build(ctx, ctx.input(0), ctx.ints("axes"))
 
     @onnx_op(onnx_name, since=input_since)
     def input_axes(ctx: ConvertContext) -> Expr:
         axes = None if ctx.optional_input(1) is None else ctx.const_ints(1, f"{onnx_name} axes")
-        return _reduce(ctx, op, axes)
+        return build(ctx, ctx.input(0), axes)
 
 
-for _name, (_op, _since) in _REDUCE.items():
-    _register(_name, _op, _since)
+for _name, (_build, _since) in _REDUCE.items():
+    _register(_name, _build, _since)
+
+
+def _arg(op: str):
+    def convert(ctx: ConvertContext) -> Expr:
+        x = ctx.input(0)
+        ndim = x.checked_type.ndim
+        axis = int(ctx.attr("axis", 0))
+        if not -ndim <= axis < ndim:
+            raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+        return ctx.call(op, [x], axis=axis % ndim, keepdims=bool(ctx.attr("keepdims", 1)),
+                        select_last_index=bool(ctx.attr("select_last_index", 0)))
+
+    return convert
+
+
+onnx_op("ArgMax", since=1)(_arg("argmax"))
+onnx_op("ArgMin", since=1)(_arg("argmin"))
+
+
+def _hardmax(ctx: ConvertContext, x: Expr, axis: int) -> Expr:
+    """1 at the first maximum along ``axis``, 0 elsewhere: equal(argmax, arange) cast back."""
+    shape = x.checked_type.shape
+    first = ctx.call("argmax", [x], axis=axis, keepdims=True, select_last_index=False)
+    positions = np.arange(shape[axis], dtype=np.int64).reshape(
+        tuple(n if d == axis else 1 for d, n in enumerate(shape)))
+    hit = ctx.call("equal", [first, Constant(positions)])
+    return ctx.call("cast", [hit], dtype=x.checked_type.dtype)
+
+
+@onnx_op("Hardmax", since=1)
+def hardmax_v1(ctx: ConvertContext) -> Expr:
+    """Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    axis = int(ctx.attr("axis", 1))
+    if not -len(shape) <= axis < len(shape):
+        raise ctx.unsupported(f"axis {axis} out of range for rank {len(shape)}")
+    axis %= len(shape)
+    flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return ctx.reshape(_hardmax(ctx, flat, 1), shape)
+
+
+@onnx_op("Hardmax", since=13)
+def hardmax_v13(ctx: ConvertContext) -> Expr:
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    return _hardmax(ctx, x, axis % ndim)
+
+
+def _topk(ctx: ConvertContext, k: int) -> list[Expr]:
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    axis = int(ctx.attr("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis %= ndim
+    if not 0 <= k <= x.checked_type.shape[axis]:
+        raise ctx.unsupported(f"k={k} out of range for axis {axis} of {x.checked_type.shape}")
+    indices = ctx.call("topk_indices", [x], k=k, axis=axis,
+                       largest=bool(ctx.attr("largest", 1)))
+    values = ctx.call("gather", [x, indices], axis=axis)
+    return [values, indices]
+
+
+@onnx_op("TopK", since=1)
+def topk_v1(ctx: ConvertContext) -> list[Expr]:
+    return _topk(ctx, int(ctx.attr("k")))
+
+
+@onnx_op("TopK", since=10)
+def topk_v10(ctx: ConvertContext) -> list[Expr]:
+    """k became an input (opset 10); largest and sorted attributes (11). Outputs are always
+    sorted (what sorted=1 asks; sorted=0 leaves the order unspecified)."""
+    k = ctx.const_ints(1, "TopK k")
+    if len(k) != 1:
+        raise ctx.unsupported(f"k must have one element, got {k}")
+    return _topk(ctx, k[0])

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 from kiln.ir.ops.common import broadcast_shapes
@@ -159,7 +159,7 @@ def constant(ctx: ConvertContext) -> Expr:
             raise ctx.unsupported(f"attribute '{name}'")
     if ctx.has_attr("value"):
         value = np.asarray(ctx.attr("value"))
-        if value.dtype.kind not in "biuf":
+        if value.dtype.name not in SUPPORTED_DTYPES:
             raise ctx.unsupported(f"constant of dtype {value.dtype}")
     elif ctx.has_attr("value_float"):
         value = np.array(ctx.attr("value_float"), dtype=np.float32)
@@ -181,7 +181,7 @@ def constant_of_shape(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"negative dimension in {dims}")
     fill = ctx.attr("value", None)
     fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
-    if fill.size != 1 or fill.dtype.kind not in "biuf":
+    if fill.size != 1 or fill.dtype.name not in SUPPORTED_DTYPES:
         raise ctx.unsupported("value must be a one-element numeric tensor")
     if not fill[0]:
         return Constant(np.zeros(dims, dtype=fill.dtype), name=ctx.node.output[0])
@@ -257,3 +257,159 @@ def expand(ctx: ConvertContext) -> Expr:
     if newshape == x.checked_type.shape:
         return x
     return ctx.call("expand", [x], newshape=newshape)
+
+
+@onnx_op("Size", since=1)
+def size(ctx: ConvertContext) -> Expr:
+    return Constant(np.array(ctx.input(0).checked_type.size, dtype=np.int64))
+
+
+def _split_sizes(ctx: ConvertContext, extent: int, count: int) -> tuple[int, ...]:
+    """Split-18 without ``split``: ``num_outputs`` (or the node's output count) parts of
+    ceil(extent / n), the last one smaller."""
+    if ctx.opset >= 18 and ctx.has_attr("num_outputs"):
+        count = int(ctx.attr("num_outputs"))
+    if count <= 0:
+        raise ctx.unsupported("no outputs to split into")
+    part = -(-extent // count)
+    sizes = [min(part, max(extent - k * part, 0)) for k in range(count)]
+    if ctx.opset < 18 and extent % count:
+        raise ctx.unsupported(f"axis of {extent} does not split evenly into {count}")
+    return tuple(sizes)
+
+
+@onnx_op("Split", since=1)
+def split(ctx: ConvertContext) -> list[Expr]:
+    x = ctx.input(0)
+    shape = x.checked_type.shape
+    (axis,) = _axes(ctx, (int(ctx.attr("axis", 0)),), len(shape))
+    if ctx.opset >= 13:
+        sizes = ctx.const_ints(1, "Split split") if ctx.optional_input(1) is not None else None
+    else:
+        sizes = ctx.ints("split")
+        if sizes is None and ctx.opset < 2 and ctx.optional_input(1) is not None:
+            sizes = ctx.const_ints(1, "Split split")
+    if not sizes:
+        sizes = _split_sizes(ctx, shape[axis], len(ctx.node.output))
+    if sum(sizes) != shape[axis] or any(s < 0 for s in sizes):
+        raise ctx.unsupported(f"split {sizes} does not cover axis {axis} of {shape}")
+    outs, start = [], 0
+    for s in sizes:
+        begin, end = [0] * len(shape), list(shape)
+        begin[axis], end[axis] = start, start + s
+        strides = (1,) * len(shape)
+        if s == shape[axis]:
+            outs.append(x)
+        else:
+            outs.append(ctx.call("strided_slice", [x], begin=tuple(begin), end=tuple(end),
+                                 strides=strides))
+        start += s
+    return outs
+
+
+@onnx_op("Tile", since=6)
+def tile(ctx: ConvertContext) -> Expr:
+    """Per repeated axis: insert a size-1 axis before it, expand that to the repeat count and
+    merge the two (reshape → expand → reshape; FuseOps makes it one injective kernel)."""
+    x = ctx.input(0)
+    repeats = ctx.const_ints(1, "Tile repeats")
+    shape = list(x.checked_type.shape)
+    if len(repeats) != len(shape) or any(r < 0 for r in repeats):
+        raise ctx.unsupported(f"repeats {repeats} for shape {tuple(shape)}")
+    out = x
+    for axis, r in enumerate(repeats):
+        if r == 1:
+            continue
+        split_shape = shape[:axis] + [1] + shape[axis:]
+        wide = list(split_shape)
+        wide[axis] = r
+        out = ctx.call("expand", [ctx.reshape(out, split_shape)], newshape=tuple(wide))
+        shape[axis] *= r
+        out = ctx.reshape(out, shape)
+    return out
+
+
+def _blocks(ctx: ConvertContext) -> tuple[Expr, int, tuple[int, ...]]:
+    x = ctx.input(0)
+    if x.checked_type.ndim != 4:
+        raise ctx.unsupported(f"needs a 4-D NCHW input, got shape {x.checked_type.shape}")
+    return x, int(ctx.attr("blocksize")), x.checked_type.shape
+
+
+@onnx_op("DepthToSpace", since=1)
+def depth_to_space(ctx: ConvertContext) -> Expr:
+    x, b, (n, c, h, w) = _blocks(ctx)
+    if c % (b * b):
+        raise ctx.unsupported(f"channels {c} not divisible by blocksize² {b * b}")
+    mode = ctx.attr("mode", "DCR")
+    if mode == "DCR":
+        tmp = ctx.reshape(x, (n, b, b, c // (b * b), h, w))
+        perm = (0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        tmp = ctx.reshape(x, (n, c // (b * b), b, b, h, w))
+        perm = (0, 1, 4, 2, 5, 3)
+    else:
+        raise ctx.unsupported(f"mode={mode!r}")
+    tmp = ctx.call("transpose", [tmp], axes=perm)
+    return ctx.reshape(tmp, (n, c // (b * b), h * b, w * b))
+
+
+@onnx_op("SpaceToDepth", since=1)
+def space_to_depth(ctx: ConvertContext) -> Expr:
+    x, b, (n, c, h, w) = _blocks(ctx)
+    if h % b or w % b:
+        raise ctx.unsupported(f"spatial {h}x{w} not divisible by blocksize {b}")
+    mode = ctx.attr("mode", "DCR")
+    tmp = ctx.reshape(x, (n, c, h // b, b, w // b, b))
+    if mode == "DCR":
+        perm = (0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        perm = (0, 1, 3, 5, 2, 4)
+    else:
+        raise ctx.unsupported(f"mode={mode!r}")
+    tmp = ctx.call("transpose", [tmp], axes=perm)
+    return ctx.reshape(tmp, (n, c * b * b, h // b, w // b))
+
+
+def _pad_widths(ctx: ConvertContext, pads: tuple[int, ...], ndim: int,
+                axes: tuple[int, ...] | None) -> tuple[tuple[int, int], ...]:
+    """ONNX ``pads`` [x1_begin, x2_begin, ..., x1_end, x2_end, ...] over ``axes`` (default
+    all) as (before, after) per axis."""
+    axes = tuple(range(ndim)) if axes is None else tuple(
+        a % ndim if -ndim <= a < ndim else None for a in axes)
+    if None in axes or len(pads) != 2 * len(axes):
+        raise ctx.unsupported(f"pads {pads} do not fit axes {axes} of rank {ndim}")
+    width = [(0, 0)] * ndim
+    for k, a in enumerate(axes):
+        width[a] = (pads[k], pads[k + len(axes)])
+    return tuple(width)
+
+
+def _pad(ctx: ConvertContext, pads: tuple[int, ...], value: float,
+         axes: tuple[int, ...] | None) -> Expr:
+    x = ctx.input(0)
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise ctx.unsupported(f"mode={mode!r}")
+    width = _pad_widths(ctx, pads, x.checked_type.ndim, axes)
+    if all(w == (0, 0) for w in width):
+        return x
+    return ctx.call("nn.pad", [x], pad_width=width, pad_value=value, pad_mode=mode)
+
+
+@onnx_op("Pad", since=2)
+def pad_v2(ctx: ConvertContext) -> Expr:
+    return _pad(ctx, ctx.ints("pads"), float(ctx.attr("value", 0.0)), None)
+
+
+@onnx_op("Pad", since=11)
+def pad_v11(ctx: ConvertContext) -> Expr:
+    pads = ctx.const_ints(1, "Pad pads")
+    value = 0.0
+    if ctx.optional_input(2) is not None:
+        fill = ctx.const_value(2, "Pad constant_value").reshape(-1)
+        value = fill[0].item() if fill.size else 0.0
+    axes = None
+    if ctx.opset >= 18 and ctx.optional_input(3) is not None:
+        axes = ctx.const_ints(3, "Pad axes")
+    return _pad(ctx, pads, value, axes)

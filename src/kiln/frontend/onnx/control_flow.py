@@ -1,0 +1,163 @@
+"""ONNX control flow in a static graph: If with a compile-time condition, Scan and Loop unrolled.
+
+Kiln compiles static dataflow graphs, so control flow is resolved at import:
+
+- ``If``: the condition must be a compile-time constant (a graph input the ONNX backend binds,
+  see :mod:`kiln.frontend.onnx.backend`); the chosen branch's nodes are converted in place.
+- ``Scan`` (opset 9+): the sequence length is static, so the body is converted once per
+  iteration; scan inputs are sliced per step and scan outputs stacked along their axis.
+- ``Loop``: unrolled when the trip count is a compile-time constant and the condition folds
+  to a constant at every iteration.
+
+A subgraph sees the enclosing scope's values by name (ONNX's outer-scope references). Each
+iteration converts into its own copy of the scope, so body names never collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kiln.errors import UnsupportedOpError
+from kiln.frontend.onnx.context import ConvertContext, NotConstantError
+from kiln.ir.graph import Constant, Expr
+
+# convert_node(node, index, opset, values, unavailable, param_values) from the importer
+ConvertNode = Callable[..., None]
+CONTROL_FLOW_OPS = ("If", "Scan", "Loop")
+
+
+def convert_control_flow(node: onnx.NodeProto, name: str, opset: int,
+                         inputs: list[Expr | None], values: dict[str, Expr],
+                         unavailable: dict[str, str], param_values: dict[str, np.ndarray],
+                         convert_node: ConvertNode) -> list[Expr | None]:
+    """The outputs of control-flow ``node`` (one Expr per ONNX output)."""
+    ctx = ConvertContext(node, name, opset, inputs, param_values)
+    graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+
+    def run(graph: onnx.GraphProto, bound: list[Expr | None]) -> list[Expr]:
+        return _run_subgraph(graph, bound, opset, dict(values), dict(unavailable),
+                             param_values, convert_node, ctx)
+
+    if node.op_type == "If":
+        cond = ctx.const_value(0, "If condition").reshape(-1)
+        if cond.size != 1:
+            raise ctx.unsupported("condition must have one element")
+        return list(run(graphs["then_branch" if cond[0] else "else_branch"], []))
+    if node.op_type == "Scan":
+        if opset < 9:
+            raise ctx.unsupported("Scan before opset 9 (batched form)")
+        return _scan(ctx, graphs["body"], run)
+    return _loop(ctx, graphs["body"], run)
+
+
+def _run_subgraph(graph: onnx.GraphProto, bound: list[Expr | None], opset: int,
+                  scope: dict[str, Expr], unavailable: dict[str, str],
+                  param_values: dict[str, np.ndarray], convert_node: ConvertNode,
+                  ctx: ConvertContext) -> list[Expr]:
+    if len(bound) != len(graph.input):
+        raise ctx.unsupported(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
+                              f"given {len(bound)}")
+    for value_info, expr in zip(graph.input, bound):
+        if expr is None:
+            raise ctx.unsupported(f"subgraph input '{value_info.name}' has no value")
+        scope[value_info.name] = expr
+    for init in graph.initializer:
+        scope[init.name] = Constant(numpy_helper.to_array(init), name=init.name)
+    for k, inner in enumerate(graph.node):
+        convert_node(inner, k, opset, scope, unavailable, param_values)
+    outs = []
+    for out in graph.output:
+        if out.name in unavailable:
+            raise UnsupportedOpError(unavailable[out.name])
+        if out.name not in scope:
+            raise ctx.unsupported(f"subgraph output '{out.name}' is not produced")
+        outs.append(scope[out.name])
+    return outs
+
+
+def _take(ctx: ConvertContext, x: Expr, axis: int, index: int) -> Expr:
+    """``x[..., index, ...]`` along ``axis`` with that axis removed."""
+    shape = x.checked_type.shape
+    begin, end = [0] * len(shape), list(shape)
+    begin[axis], end[axis] = index, index + 1
+    part = ctx.call("strided_slice", [x], begin=tuple(begin), end=tuple(end),
+                    strides=(1,) * len(shape))
+    return ctx.reshape(part, shape[:axis] + shape[axis + 1:])
+
+
+def _stack(ctx: ConvertContext, parts: list[Expr], axis: int) -> Expr:
+    shape = parts[0].checked_type.shape
+    axis = axis % (len(shape) + 1)
+    lifted = [ctx.reshape(p, shape[:axis] + (1,) + shape[axis:]) for p in parts]
+    return lifted[0] if len(lifted) == 1 else ctx.call("concatenate", lifted, axis=axis)
+
+
+def _scan(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
+    m = int(ctx.attr("num_scan_inputs"))
+    args = [ctx.input(k) for k in range(len(ctx.inputs))]
+    n = len(args) - m
+    states, scans = args[:n], args[n:]
+    in_dirs = ctx.ints("scan_input_directions", (0,) * m)
+    in_axes = ctx.ints("scan_input_axes", (0,) * m)
+    k_out = len(body.output) - n
+    out_dirs = ctx.ints("scan_output_directions", (0,) * k_out)
+    out_axes = ctx.ints("scan_output_axes", (0,) * k_out)
+    axes = [a % x.checked_type.ndim for a, x in zip(in_axes, scans)]
+    lengths = {x.checked_type.shape[a] for a, x in zip(axes, scans)}
+    if len(lengths) != 1:
+        raise ctx.unsupported(f"scan inputs have different lengths {sorted(lengths)}")
+    (length,) = lengths
+    if length == 0:
+        raise ctx.unsupported("zero-length scan")
+    steps: list[list[Expr]] = []
+    for t in range(length):
+        elems = [_take(ctx, x, a, length - 1 - t if d else t)
+                 for x, a, d in zip(scans, axes, in_dirs)]
+        outs = run(body, [*states, *elems])
+        states = outs[:n]
+        steps.append(outs[n:])
+    results: list[Expr | None] = list(states)
+    for j in range(k_out):
+        parts = [s[j] for s in steps]
+        if out_dirs[j]:
+            parts.reverse()
+        results.append(_stack(ctx, parts, out_axes[j]))
+    return results
+
+
+_MAX_UNROLL = 1024
+
+
+def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
+    args = ctx.inputs
+    if args[0] is None:
+        raise ctx.unsupported("Loop without a trip count cannot be unrolled")
+    (trips,) = ctx.const_value(0, "Loop trip count").reshape(-1)
+    keep_going = True
+    if len(args) > 1 and args[1] is not None:
+        keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
+    if trips > _MAX_UNROLL:
+        raise ctx.unsupported(f"trip count {trips} is too large to unroll")
+    carried = [a for a in args[2:]]
+    k_scan = len(body.output) - 1 - len(carried)
+    steps: list[list[Expr]] = []
+    for i in range(int(trips)):
+        if not keep_going:
+            break
+        outs = run(body, [Constant(np.array(i, np.int64)), Constant(np.array(True)), *carried])
+        try:
+            keep_going = bool(ctx.const_value(outs[0], "Loop condition").reshape(-1)[0])
+        except NotConstantError:
+            raise ctx.unsupported("the loop condition depends on run-time values") from None
+        carried = outs[1:1 + len(carried)]
+        steps.append(outs[1 + len(carried):])
+    results: list[Expr | None] = list(carried)
+    for j in range(k_scan):
+        if not steps:
+            raise ctx.unsupported("a loop with zero iterations has empty scan outputs")
+        results.append(_stack(ctx, [s[j] for s in steps], 0))
+    return results
