@@ -26,6 +26,12 @@ from pathlib import Path
 
 #: Alternating timed blocks per engine (see :func:`interleaved_medians_ms`).
 ROUNDS = 3
+#: seconds of idleness before each timed block: both engines' worker threads spin for a while
+#: after their last run (onnxruntime's intra-op pool for tens of ms, OpenMP's team briefly), and
+#: on 2 cores the other engine's spinning threads would take a core from the block being timed
+#: (measured: Kiln's squeezenet at 2 threads 7.5 ms instead of 3.3 ms for the first runs after an
+#: onnxruntime block; onnxruntime 4.7-7 ms instead of 2.9 after a Kiln block)
+PAUSE_S = 0.2
 #: Inferences run before the peak RSS is read (the first run allocates everything it needs).
 RSS_RUNS = 3
 
@@ -82,7 +88,8 @@ def interleaved_medians_ms(fns: dict[str, Callable[[], object]], warmup: int,
     """Median latency (ms) of each engine's ``repeat`` timed calls after ``warmup`` untimed ones.
 
     The timed calls run in :data:`ROUNDS` alternating blocks (engine A's block, engine B's, A's,
-    ...), so that a change of machine load during the measurement hits both engines alike.
+    ...), so that a change of machine load during the measurement hits both engines alike, each
+    block after a pause of :data:`PAUSE_S` (the other engine's threads stop spinning).
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -91,6 +98,7 @@ def interleaved_medians_ms(fns: dict[str, Callable[[], object]], warmup: int,
     for r in range(ROUNDS):
         block = repeat // ROUNDS + (r < repeat % ROUNDS)
         for name, fn in fns.items():
+            time.sleep(PAUSE_S)
             times[name] += times_ms(fn, block)
     return {name: statistics.median(t) for name, t in times.items()}
 
