@@ -85,6 +85,18 @@ class ConvertContext:
         return UnsupportedOpError(
             f"ONNX {self.node.op_type} (node '{self.name}', opset {self.opset}): {reason}")
 
+    def axis(self, axis: int, ndim: int) -> int:
+        """ONNX ``axis`` (negative counts from the end) as a non-negative int.
+
+        Raises
+        ------
+        UnsupportedOpError
+            If it is outside ``[-ndim, ndim)``.
+        """
+        if not -ndim <= axis < ndim:
+            raise self.unsupported(f"axis {axis} out of range for rank {ndim}")
+        return axis % ndim
+
     # -- attributes -------------------------------------------------------------------------
 
     def has_attr(self, name: str) -> bool:

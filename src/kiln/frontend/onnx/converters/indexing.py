@@ -11,10 +11,7 @@ from kiln.ir.graph import Constant, Expr
 
 
 def _axis(ctx: ConvertContext, ndim: int, default: int = 0) -> int:
-    axis = int(ctx.attr("axis", default))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    return axis % ndim
+    return ctx.axis(int(ctx.attr("axis", default)), ndim)
 
 
 @onnx_op("GatherElements", since=11)
@@ -54,10 +51,7 @@ def _cumulative(op: str):
     def convert(ctx: ConvertContext) -> Expr:
         x = ctx.input(0)
         (axis,) = ctx.const_ints(1, f"{ctx.node.op_type} axis")
-        ndim = x.checked_type.ndim
-        if not -ndim <= axis < ndim:
-            raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-        return ctx.call(op, [x], axis=axis % ndim, exclusive=bool(ctx.attr("exclusive", 0)),
+        return ctx.call(op, [x], axis=ctx.axis(axis, x.checked_type.ndim), exclusive=bool(ctx.attr("exclusive", 0)),
                         reverse=bool(ctx.attr("reverse", 0)))
 
     return convert

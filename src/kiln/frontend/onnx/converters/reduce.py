@@ -101,11 +101,8 @@ for _name, (_build, _since) in _REDUCE.items():
 def _arg(op: str):
     def convert(ctx: ConvertContext) -> Expr:
         x = ctx.input(0)
-        ndim = x.checked_type.ndim
-        axis = int(ctx.attr("axis", 0))
-        if not -ndim <= axis < ndim:
-            raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-        return ctx.call(op, [x], axis=axis % ndim, keepdims=bool(ctx.attr("keepdims", 1)),
+        axis = ctx.axis(int(ctx.attr("axis", 0)), x.checked_type.ndim)
+        return ctx.call(op, [x], axis=axis, keepdims=bool(ctx.attr("keepdims", 1)),
                         select_last_index=bool(ctx.attr("select_last_index", 0)))
 
     return convert
@@ -141,20 +138,12 @@ def hardmax_v1(ctx: ConvertContext) -> Expr:
 @onnx_op("Hardmax", since=13)
 def hardmax_v13(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    ndim = x.checked_type.ndim
-    axis = int(ctx.attr("axis", -1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    return _hardmax(ctx, x, axis % ndim)
+    return _hardmax(ctx, x, ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim))
 
 
 def _topk(ctx: ConvertContext, k: int) -> list[Expr]:
     x = ctx.input(0)
-    ndim = x.checked_type.ndim
-    axis = int(ctx.attr("axis", -1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    axis %= ndim
+    axis = ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim)
     if not 0 <= k <= x.checked_type.shape[axis]:
         raise ctx.unsupported(f"k={k} out of range for axis {axis} of {x.checked_type.shape}")
     indices = ctx.call("topk_indices", [x], k=k, axis=axis,
