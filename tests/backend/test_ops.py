@@ -69,6 +69,9 @@ CASES = [
      {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("Conv", {"x": rand(1, 16, 7, 30)}, {"w": rand(16, 1, 3, 3, seed=1)},
      {"group": 16, "pads": [1, 2, 1, 0]}),
+    # K-blocked with 128-bit vectors (blocks of 8: 4 input blocks a K-block, bands of 4 rows)
+    ("Conv", {"x": rand(1, 256, 16, 5)}, {"w": rand(32, 256, 3, 3, seed=1), "b": rand(32, seed=2)},
+     {"pads": [1, 1, 1, 1]}),
     ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"dilations": [2, 2], "pads": [2, 1, 0, 1]}),
     ("Conv", X4, {"w": rand(4, 3, 3, 3, seed=1)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ("Gemm", {"a": rand(3, 5)}, {"b": rand(4, 5, seed=1), "c": rand(4, seed=2)},

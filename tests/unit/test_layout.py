@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 from test_lowering import run_lowered
 
+from kiln.backend import te_compiler
 from kiln.errors import CompileError
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.ir.graph import (Call, Constant, Function, PrimitiveCall, TensorType, Var,
+                            post_order)
 from kiln.ir.graph_eval import evaluate
 from kiln.ir.layout import Layout, transform_array
+from kiln.ir.lower import Schedule
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.target import Target
@@ -216,3 +219,52 @@ def test_dense_outputs_padded_to_full_blocks_when_cheap(rows, blocks):
     expect = evaluate(func, {"x": data})[0]
     (got,) = run_lowered(fuse_ops(altered), {"x": data})
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def _conv_stage(call: PrimitiveCall):
+    """The conv2d_NCHWc tensor of a fused conv kernel (its output is the epilogue)."""
+    _, out = te_compiler.to_te(call.body)
+    return next(t for t in Schedule(out).order if t.tag == "conv2d_NCHWc")
+
+
+def test_k_blocked_conv_matches_reference(monkeypatch):
+    """K-blocking (input blocks split, a band of rows accumulated in L1) on a conv small enough
+    for the interpreter: the thresholds are lowered so that it is taken."""
+    from kiln.schedules import nn_cpu
+
+    monkeypatch.setattr(nn_cpu, "K_BLOCK_MIN_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(nn_cpu, "K_BLOCK_WEIGHT_BYTES", 16 * 9 * 16 * 4)  # one input block
+    monkeypatch.setattr(nn_cpu, "MIN_PARALLEL_EXTENT", 2)
+    x, y = _conv_graph((1, 32, 4, 6), 16, 3, 1, 1)
+    func = fuse_ops(alter_op_layout(Function([x], [y])))
+    (conv,) = [c for c in post_order(func.outputs) if isinstance(c, PrimitiveCall)
+               and "conv2d_NCHWc" in c.name]
+    conv = _conv_stage(conv)
+    rc, ry, rx, ri = conv.body.axes
+    assert nn_cpu._k_block(conv, rc, 9 * ri.extent) == nn_cpu.KBlock(input_blocks=1, rows=2)
+    data = _rand(1, 32, 4, 6)
+    (got,) = run_lowered(func, {"x": data})
+    np.testing.assert_allclose(got, evaluate(Function([x], [y]), {"x": data})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,oc,k,expect", [
+    ((1, 512, 7, 7), 512, 3, (1, 7)),      # resnet50's last stage: 16 channel blocks
+    ((1, 2048, 7, 7), 512, 1, (4, 7)),
+    ((1, 256, 14, 14), 256, 3, (1, 7)),    # 8 channel blocks: two bands a block (parallel)
+    ((1, 64, 56, 56), 64, 3, (1, 4)),      # bands of 4 rows fit the accumulator budget
+    ((1, 64, 56, 56), 64, 1, None),        # 8 KiB of weights a block: L1 holds them
+    ((1, 384, 13, 13), 48, 1, None),       # 3 channel blocks, 13 (prime) rows: no band
+])
+def test_k_block_choice(shape, oc, k, expect):
+    from kiln.schedules import nn_cpu
+
+    x, y = _conv_graph(shape, oc, k, 1, k // 2)
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
+        func = fuse_ops(alter_op_layout(Function([x], [y])))
+    (conv,) = [c for c in post_order(func.outputs) if isinstance(c, PrimitiveCall)
+               and "conv2d_NCHWc" in c.name]
+    conv = _conv_stage(conv)
+    rc, ry, rx, ri = conv.body.axes
+    got = nn_cpu._k_block(conv, rc, k * k * ri.extent)
+    assert (got if got is None else tuple(got)) == expect
