@@ -125,13 +125,22 @@ class NDArray:
         self.device = device or cpu()
         self.device._check_cpu()
         self.dtype = C.dtype_name(arr.dtype)
-        code, bits, lanes = C.dl_dtype(self.dtype)
-        self._shape_arr = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
-        self._dltensor = C.DLTensor(
-            ctypes.c_void_p(arr.ctypes.data), C.DLDevice(self.device.device_type,
-                                                         self.device.device_id),
-            arr.ndim, C.DLDataType(code, bits, lanes),
-            ctypes.cast(self._shape_arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        self._dl: C.DLTensor | None = None
+
+    @property
+    def _dltensor(self) -> C.DLTensor:
+        """The ``DLTensor`` struct, built on first use: an array that never meets C code (an
+        output fetched with ``get_output`` right after a run) skips the ctypes work."""
+        if self._dl is None:
+            arr = self._arr
+            code, bits, lanes = C.dl_dtype(self.dtype)
+            self._shape_arr = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
+            self._dl = C.DLTensor(
+                ctypes.c_void_p(arr.ctypes.data), C.DLDevice(self.device.device_type,
+                                                             self.device.device_id),
+                arr.ndim, C.DLDataType(code, bits, lanes),
+                ctypes.cast(self._shape_arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        return self._dl
 
     # -- properties
     @property
