@@ -107,6 +107,13 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     stage.cache_write_local()
 
 
+#: Input channels unrolled around the register block (a split of ``ri``): fewer loop branches
+#: (the 32-iteration loop's exit was mispredicted) and room for LLVM to schedule the next
+#: channel's loads early. Resnet50, 1 thread: 1.16 -> 1.10 of onnxruntime, every conv faster
+#: (2: 1.12, 8: 1.11; the full 32 spilled the 14-pixel 3x3 blocks, 3x slower).
+INPUT_UNROLL = 4
+
+
 class KBlock(NamedTuple):
     input_blocks: int  # input-channel blocks of one weight sub-block (a divisor of rc)
     rows: int          # output rows of one band of accumulators (a divisor of y)
@@ -151,8 +158,14 @@ def _divisors(n: int) -> list[int]:
 def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     rc, ry, rx, ri = conv.body.axes
     taps = ry.extent * rx.extent
-    _register_blocked(sch, conv, (rc, ry, rx, ri), taps,
-                      k_block=_k_block(conv, rc, taps * ri.extent))
+    k_block = _k_block(conv, rc, taps * ri.extent)
+    reduce_order: tuple[IterVar, ...] = (rc, ry, rx, ri)
+    stage = sch[conv]
+    if ri.extent > INPUT_UNROLL and ri.extent % INPUT_UNROLL == 0:
+        ri_o, ri_i = stage.split(ri, INPUT_UNROLL)
+        stage.unroll(ri_i)
+        reduce_order = (rc, ry, rx, ri_o, ri_i)
+    _register_blocked(sch, conv, reduce_order, taps, k_block=k_block)
 
 
 @register_schedule("depthwise_conv2d_NCHWc")
