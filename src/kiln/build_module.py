@@ -33,6 +33,7 @@ from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.promote_float16 import promote_float16
+from kiln.passes.graph.split_concat import split_concat
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target
@@ -60,6 +61,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
         from kiln.byoc import partition_for
 
         func = partition_for(func, byoc, mod_name)
+    func = split_concat(func)
     func = alter_op_layout(func)
     return fuse_ops(func)
 
