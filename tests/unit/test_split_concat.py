@@ -74,3 +74,7 @@ def test_concat_kept(case):
                                                 "dilation": (1, 1), "groups": 16})]
     func = Function([x], outputs)
     assert "concatenate" in _ops(split_concat(func))
+
+
+def test_pass_name():
+    assert split_concat.name == "SplitConcat"
