@@ -66,5 +66,9 @@ def test_qdq_resnet50_matches_onnxruntime(qdq_models, variant, target, reference
     steps = np.abs(got.astype(np.float64) - want) / step
     assert steps.max() <= MAX_STEPS + 1e-3, f"max difference {steps.max():.2f} steps"
     assert np.ptp(want) > 20 * step, "the reference logits are too flat to rank"
-    top5 = np.argsort(-want.reshape(-1))[:5]
-    assert list(np.argsort(-got.reshape(-1))[:5]) == list(top5)
+    # Kiln's top five are the reference's, in an order the reference agrees with: logits are on
+    # a grid of steps, so reference classes may tie exactly (698 and 891 do) and come in either
+    # order.
+    ref, top5 = want.reshape(-1), np.argsort(-got.reshape(-1))[:5]
+    assert ref[top5].min() >= np.sort(ref)[-5], f"top 5 {list(top5)}: reference {ref[top5]}"
+    assert np.all(np.diff(ref[top5]) <= 0), f"order {list(top5)}: reference {ref[top5]}"
