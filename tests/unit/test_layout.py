@@ -66,7 +66,7 @@ def _ops(func: Function) -> list[str]:
 
 
 @pytest.mark.parametrize("shape,oc,k,stride,pad,groups", [
-    ((1, 3, 9, 9), 16, 3, 2, 1, 1),     # first layer: input block 3
+    ((1, 3, 9, 9), 16, 3, 2, 1, 1),     # first layer: NCHW read as NCHW1c
     ((1, 32, 7, 7), 24, 1, 1, 0, 1),    # 1x1, output block 8
     ((1, 16, 6, 10), 16, 3, 1, 1, 16),  # depthwise
 ])
@@ -81,6 +81,15 @@ def test_blocked_conv_matches_reference(shape, oc, k, stride, pad, groups):
     np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4, atol=1e-4)
     (got,) = run_lowered(fuse_ops(altered), {"x": data})
     np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_image_input_is_read_without_a_transform():
+    x, y = _conv_graph((1, 3, 9, 9), 16, 3, 2, 1)
+    altered = alter_op_layout(Function([x], [y]))
+    (conv,) = [n for n in post_order(altered.outputs)
+               if isinstance(n, Call) and n.op.name == "nn.conv2d_NCHWc"]
+    assert conv.args[0] is x and conv.args[1].checked_type.shape[4] == 1  # OIHW1i16o
+    assert _ops(altered).count("layout_transform") == 1  # the output's
 
 
 def test_layout_flows_between_convs_and_through_residual_add():
@@ -129,7 +138,8 @@ def test_pool_runs_in_blocked_layout(kind):
     pools = [n for n in post_order(altered.outputs)
              if isinstance(n, Call) and n.op.name == f"nn.{kind}"]
     assert [p.attrs["layout"] for p in pools] == ["NCHW16c"]
-    assert _ops(altered).count("layout_transform") == 2
+    # the 4-channel input is read as it is (NCHW1c): one transform, at the output
+    assert _ops(altered).count("layout_transform") == 1
     data = _rand(1, 4, 5, 5)
     expect = evaluate(func, {"x": data})[0]
     np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4, atol=1e-4)

@@ -42,8 +42,11 @@ def conv2d_nchwc(inputs, attrs, out_type):
     rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
 
+    nchw = len(data.shape) == 4  # input block 1: NCHW data is NCHW1c
+
     def body(n, o, y, x, b):
-        return te.sum(padded[(n, rc.var, *at(y, x, ry.var, rx.var), ri.var)]
+        lane = () if nchw else (ri.var,)
+        return te.sum(padded[(n, rc.var, *at(y, x, ry.var, rx.var), *lane)]
                       * weight[o, rc.var, ry.var, rx.var, ri.var, b], [rc, ry, rx, ri])
 
     return te.compute(out_type.shape, body, name="conv2d_NCHWc", tag="conv2d_NCHWc")

@@ -3,7 +3,8 @@
 - ``layout_transform(x, src_layout, dst_layout)``: the same tensor in another layout
   (``kiln.ir.layout``), e.g. NCHW → NCHW16c (TVM: ``relay.layout_transform``).
 - ``nn.conv2d_NCHWc(data[N, C/ib, H, W, ib], weight[O/ob, C/ib, KH, KW, ib, ob])`` →
-  ``[N, O/ob, OH, OW, ob]`` (TVM: ``nn.contrib_conv2d_NCHWc``), groups = 1.
+  ``[N, O/ob, OH, OW, ob]`` (TVM: ``nn.contrib_conv2d_NCHWc``), groups = 1; with ib = 1 the
+  data may also be 4-D NCHW (the same memory as NCHW1c).
 - ``nn.depthwise_conv2d_NCHWc(data[N, C/b, H, W, b], weight[C/b, 1, KH, KW, 1, b])`` →
   ``[N, C/b, OH, OW, b]`` (channel multiplier 1; TVM: ``nn.contrib_depthwise_conv2d_NCHWc``).
 
@@ -39,10 +40,13 @@ register_op("layout_transform", _layout_transform_infer, OpPattern.INJECTIVE,
 
 
 def block_layouts(data: TensorType, weight: TensorType) -> tuple[str, str]:
-    """(data layout, weight layout) of a blocked conv from its 5-D data and 6-D weight."""
-    expect_rank(data, 5, "data")
+    """(data layout, weight layout) of a blocked conv from its 5-D data (or 4-D NCHW data,
+    read as NCHW1c, with input block 1) and 6-D weight."""
     expect_rank(weight, 6, "weight")
     ib, ob = weight.shape[4], weight.shape[5]
+    if data.ndim == 4 and ib == 1:
+        return "NCHW", f"OIHW1i{ob}o"
+    expect_rank(data, 5, "data")
     if data.shape[4] != ib and not (ib == 1 and weight.shape[1] == 1):
         raise ShapeError(f"data block {data.shape[4]} and weight block {ib} differ")
     return f"NCHW{data.shape[4]}c", f"OIHW{ib}i{ob}o"
