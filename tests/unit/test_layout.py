@@ -9,8 +9,7 @@ from test_lowering import run_lowered
 
 from kiln.backend import te_compiler
 from kiln.errors import CompileError
-from kiln.ir.graph import (Call, Constant, Function, PrimitiveCall, TensorType, Var,
-                            post_order)
+from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.ir.graph_eval import evaluate
 from kiln.ir.layout import Layout, transform_array
 from kiln.ir.lower import Schedule
@@ -250,7 +249,7 @@ def test_k_blocked_conv_matches_reference(monkeypatch):
     (conv,) = [c for c in post_order(func.outputs) if isinstance(c, PrimitiveCall)
                and "conv2d_NCHWc" in c.name]
     conv = _conv_stage(conv)
-    rc, ry, rx, ri = conv.body.axes
+    rc, _, _, ri = conv.body.axes
     assert nn_cpu._k_block(conv, rc, 9 * ri.extent) == nn_cpu.KBlock(input_blocks=1, rows=2)
     data = _rand(1, 32, 4, 6)
     (got,) = run_lowered(func, {"x": data})
@@ -275,6 +274,6 @@ def test_k_block_choice(shape, oc, k, expect):
     (conv,) = [c for c in post_order(func.outputs) if isinstance(c, PrimitiveCall)
                and "conv2d_NCHWc" in c.name]
     conv = _conv_stage(conv)
-    rc, ry, rx, ri = conv.body.axes
+    rc, _, _, ri = conv.body.axes
     got = nn_cpu._k_block(conv, rc, k * k * ri.extent)
     assert (got if got is None else tuple(got)) == expect
