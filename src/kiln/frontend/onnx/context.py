@@ -97,6 +97,19 @@ class ConvertContext:
             raise self.unsupported(f"axis {axis} out of range for rank {ndim}")
         return axis % ndim
 
+    def axes(self, axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+        """ONNX ``axes`` as sorted non-negative ints.
+
+        Raises
+        ------
+        UnsupportedOpError
+            If one is outside ``[-ndim, ndim)`` or one repeats.
+        """
+        out = [self.axis(a, ndim) for a in axes]
+        if len(set(out)) != len(out):
+            raise self.unsupported(f"repeated axes {axes}")
+        return tuple(sorted(out))
+
     # -- attributes -------------------------------------------------------------------------
 
     def has_attr(self, name: str) -> bool:

@@ -79,10 +79,7 @@ def one_hot(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported(f"values must have shape (2,), got {values.checked_type.shape}")
     in_shape = indices.checked_type.shape
     out_ndim = len(in_shape) + 1
-    axis = int(ctx.attr("axis", -1))
-    if not -out_ndim <= axis < out_ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {out_ndim}")
-    axis %= out_ndim
+    axis = ctx.axis(int(ctx.attr("axis", -1)), out_ndim)
     idx = indices
     if idx.checked_type.dtype != "int64":
         idx = ctx.call("cast", [idx], dtype="int64")

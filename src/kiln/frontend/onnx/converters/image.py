@@ -34,9 +34,7 @@ def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | 
     if values.size != len(axes):
         raise ctx.unsupported(f"{values.size} scales/sizes for axes {axes}")
     for a, v in zip(axes, values):
-        if not -ndim <= a < ndim:
-            raise ctx.unsupported(f"axis {a} out of range for rank {ndim}")
-        out[a % ndim] = v
+        out[ctx.axis(a, ndim)] = v
     return out
 
 

@@ -309,10 +309,7 @@ def layer_norm(ctx: ConvertContext) -> list[Expr]:
     x = ctx.input(0)
     shape = x.checked_type.shape
     ndim = len(shape)
-    axis = int(ctx.attr("axis", -1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    axis %= ndim
+    axis = ctx.axis(int(ctx.attr("axis", -1)), ndim)
     if int(ctx.attr("stash_type", 1)) != 1:
         raise ctx.unsupported(f"stash_type {ctx.attr('stash_type')} (only 1, float32 statistics)")
     norm_shape = shape[axis:]
@@ -409,10 +406,7 @@ def _softmax_v1(op: str, ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
     shape = x.checked_type.shape
     ndim = len(shape)
-    axis = int(ctx.attr("axis", 1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    axis %= ndim
+    axis = ctx.axis(int(ctx.attr("axis", 1)), ndim)
     if ndim == 2 and axis == 1:
         return ctx.call(op, [x], axis=1)
     flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
@@ -423,10 +417,7 @@ def _softmax_v13(op: str, ctx: ConvertContext) -> Expr:
     """From opset 13 the op normalizes along ``axis`` alone (default -1)."""
     x = ctx.input(0)
     ndim = x.checked_type.ndim
-    axis = int(ctx.attr("axis", -1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
-    return ctx.call(op, [x], axis=axis % ndim)
+    return ctx.call(op, [x], axis=ctx.axis(int(ctx.attr("axis", -1)), ndim))
 
 
 for _onnx_name, _op in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softmax")):

@@ -44,11 +44,9 @@ def lp_normalization(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
     _float(ctx, x)
     ndim = x.checked_type.ndim
-    axis = int(ctx.attr("axis", -1))
-    if not -ndim <= axis < ndim:
-        raise ctx.unsupported(f"axis {axis} out of range for rank {ndim}")
+    axis = ctx.axis(int(ctx.attr("axis", -1)), ndim)
     p = int(ctx.attr("p", 2))
-    total = ctx.call("sum", [_lp_sum(ctx, x, p)], axis=(axis % ndim,), keepdims=True)
+    total = ctx.call("sum", [_lp_sum(ctx, x, p)], axis=(axis,), keepdims=True)
     norm = _lp_root(ctx, total, p)
     # A zero norm means a zero vector: divide by 1 so it stays 0 (ONNX's reference), not NaN.
     dtype = x.checked_type.dtype

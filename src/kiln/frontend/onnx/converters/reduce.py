@@ -29,14 +29,7 @@ def _reduce(ctx: ConvertContext, op: str, x: Expr, axes: tuple[int, ...] | None)
         if ctx.attr("noop_with_empty_axes", 0):
             return x
         axes = tuple(range(ndim))
-    norm = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise ctx.unsupported(f"axis {a} out of range for rank {ndim}")
-        norm.append(a % ndim)
-    if len(set(norm)) != len(norm):
-        raise ctx.unsupported(f"repeated axes {axes}")
-    return ctx.call(op, [x], axis=tuple(sorted(norm)), keepdims=bool(ctx.attr("keepdims", 1)))
+    return ctx.call(op, [x], axis=ctx.axes(axes, ndim), keepdims=bool(ctx.attr("keepdims", 1)))
 
 
 def _square(ctx: ConvertContext, x: Expr) -> Expr:
@@ -127,10 +120,7 @@ def hardmax_v1(ctx: ConvertContext) -> Expr:
     """Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
     x = ctx.input(0)
     shape = x.checked_type.shape
-    axis = int(ctx.attr("axis", 1))
-    if not -len(shape) <= axis < len(shape):
-        raise ctx.unsupported(f"axis {axis} out of range for rank {len(shape)}")
-    axis %= len(shape)
+    axis = ctx.axis(int(ctx.attr("axis", 1)), len(shape))
     flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
     return ctx.reshape(_hardmax(ctx, flat, 1), shape)
 

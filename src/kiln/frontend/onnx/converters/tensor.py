@@ -14,18 +14,6 @@ from kiln.ir.graph import Constant, Expr
 from kiln.ir.ops.common import broadcast_shapes
 
 
-def _axes(ctx: ConvertContext, axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
-    """ONNX axes (negative count from the end) as sorted non-negative ints; checks the range."""
-    out = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise ctx.unsupported(f"axis {a} out of range for rank {ndim}")
-        out.append(a % ndim)
-    if len(set(out)) != len(out):
-        raise ctx.unsupported(f"repeated axes {axes}")
-    return tuple(sorted(out))
-
-
 @onnx_op("Identity", since=1)
 def identity(ctx: ConvertContext) -> Expr:
     return ctx.input(0)
@@ -91,7 +79,7 @@ def transpose(ctx: ConvertContext) -> Expr:
 def concat(ctx: ConvertContext) -> Expr:
     args = [ctx.input(k) for k in range(len(ctx.inputs))]
     ndim = args[0].checked_type.ndim
-    (axis,) = _axes(ctx, (int(ctx.attr("axis")),), ndim)
+    axis = ctx.axis(int(ctx.attr("axis")), ndim)
     if len(args) == 1:
         return args[0]
     return ctx.call("concatenate", args, axis=axis)
@@ -103,7 +91,7 @@ def _squeeze(ctx: ConvertContext, axes: tuple[int, ...] | None) -> Expr:
     if axes is None:
         drop = tuple(k for k, d in enumerate(shape) if d == 1)
     else:
-        drop = _axes(ctx, axes, len(shape))
+        drop = ctx.axes(axes, len(shape))
         if any(shape[a] != 1 for a in drop):
             raise ctx.unsupported(f"cannot squeeze axes {axes} of shape {shape}")
     return ctx.reshape(x, [d for k, d in enumerate(shape) if k not in drop])
@@ -125,7 +113,7 @@ def _unsqueeze(ctx: ConvertContext, axes: tuple[int, ...]) -> Expr:
     x = ctx.input(0)
     shape = list(x.checked_type.shape)
     out_ndim = len(shape) + len(axes)
-    inserted = set(_axes(ctx, axes, out_ndim))
+    inserted = set(ctx.axes(axes, out_ndim))
     it = iter(shape)
     return ctx.reshape(x, [1 if k in inserted else next(it) for k in range(out_ndim)])
 
@@ -245,7 +233,7 @@ def slice_v10(ctx: ConvertContext) -> Expr:
 @onnx_op("Gather", since=1)
 def gather(ctx: ConvertContext) -> Expr:
     data, indices = ctx.input(0), ctx.input(1)
-    (axis,) = _axes(ctx, (int(ctx.attr("axis", 0)),), data.checked_type.ndim)
+    axis = ctx.axis(int(ctx.attr("axis", 0)), data.checked_type.ndim)
     return ctx.call("take", [data, indices], axis=axis)
 
 
@@ -282,7 +270,7 @@ def _split_sizes(ctx: ConvertContext, extent: int, count: int) -> tuple[int, ...
 def split(ctx: ConvertContext) -> list[Expr]:
     x = ctx.input(0)
     shape = x.checked_type.shape
-    (axis,) = _axes(ctx, (int(ctx.attr("axis", 0)),), len(shape))
+    axis = ctx.axis(int(ctx.attr("axis", 0)), len(shape))
     if ctx.opset >= 13:
         sizes = ctx.const_ints(1, "Split split") if ctx.optional_input(1) is not None else None
     else:
