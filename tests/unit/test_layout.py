@@ -91,6 +91,25 @@ def test_image_input_is_read_without_a_transform():
     assert _ops(altered).count("layout_transform") == 1  # the output's
 
 
+def test_padded_outputs_stay_blocked_through_per_channel_ops():
+    """A 1000-class conv (padded to 1024) keeps its blocked value through bias, ReLU and global
+    pooling; the real channels are cropped once, after the pool."""
+    x, y = _conv_graph((1, 64, 3, 3), 1000, 1, 1, 0)  # conv, bias_add, relu
+    func = Function([x], [Call("nn.global_avg_pool2d", [y], {"layout": "NCHW"})])
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
+        altered = alter_op_layout(func)
+    (pool,) = [n for n in post_order(altered.outputs)
+               if isinstance(n, Call) and n.op.name == "nn.global_avg_pool2d"]
+    assert pool.checked_type.shape == (1, 32, 1, 1, 32)
+    back = [n for n in post_order(altered.outputs) if isinstance(n, Call)
+            and n.op.name == "layout_transform" and n.attrs["dst_layout"] == "NCHW"]
+    assert len(back) == 1 and back[0].args[0] is pool
+    assert altered.outputs[0].checked_type.shape == (1, 1000, 1, 1)
+    data = _rand(1, 64, 3, 3)
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], evaluate(func, {"x": data})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_layout_flows_between_convs_and_through_residual_add():
     x, y = _conv_graph((1, 16, 6, 6), 16, 3, 1, 1)
     w2 = Constant(_rand(16, 16, 1, 1))

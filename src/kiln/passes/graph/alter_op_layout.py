@@ -112,12 +112,19 @@ def _in_block(channels: int) -> int:
 def alter_op_layout(func: Function) -> Function:
     """Rewrite ``func``'s convolutions to NCHWc and propagate the layout (see the module doc)."""
     blocked: dict[int, tuple[Expr, int]] = {}  # NCHW node uid → (its NCHWc value, block)
+    # NCHW node uid → (NCHWc value with zero-filter channels past the real ones, block)
+    padded: dict[int, tuple[Expr, int]] = {}
 
-    def to_nchw(value: Expr, block: int) -> Expr:
+    def to_nchw(value: Expr, block: int, shape: tuple[int, ...] | None = None) -> Expr:
+        """``value`` back in NCHW; with ``shape``, its real channels (``value`` is padded)."""
         out = Call("layout_transform", [value],
                    {"src_layout": f"NCHW{block}c", "dst_layout": "NCHW"})
-        blocked[out.uid] = (value, block)
-        return out
+        if shape is None:
+            blocked[out.uid] = (value, block)
+            return out
+        crop = _crop(out, shape)
+        padded[crop.uid] = (value, block)
+        return crop
 
     def as_blocked(x: Expr, block: int) -> Expr:
         form = blocked.get(x.uid)
@@ -135,6 +142,8 @@ def alter_op_layout(func: Function) -> Function:
             return _dense(call, args)
         if call.checked_type.ndim != 4:
             return same_call(call, args)
+        if padded.get(args[0].uid) is not None:
+            return _padded_channel_op(call, args, padded[args[0].uid], to_nchw)
         forms = [blocked.get(a.uid) for a in args]
         blocks = {f[1] for f in forms if f is not None}
         if len(blocks) != 1:
@@ -189,10 +198,35 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         as_blocked(data, ib)
     out = Call(op, [blocked_data, Constant(w, weight.name)], attrs, call.span)
     if padded != out_channels:
-        # The padded channels stay inside: consumers see the NCHW slice of real channels.
-        full = Call("layout_transform", [out], {"src_layout": f"NCHW{ob}c", "dst_layout": "NCHW"})
-        return _crop(full, call.checked_type.shape)
+        # The padded channels stay inside: consumers see the NCHW slice of real channels, and
+        # per-channel consumers (_padded_channel_op) the padded blocked value.
+        return to_nchw(out, ob, call.checked_type.shape)
     return to_nchw(out, ob)
+
+
+def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_nchw) -> Expr:
+    """A per-channel op (unary elementwise, bias or scale by constants, pool) on a padded
+    blocked value, run on all its channels (the extra ones are cropped at the end): squeezenet's
+    1000-class conv keeps its 1024 channels blocked through bias, ReLU and global pooling."""
+    op = call.op.name
+    value, block = form
+    channels = value.checked_type.shape[1] * block
+    if op in POOLS and call.attrs.get("layout", "NCHW") == "NCHW":
+        new = Call(op, [value], dict(call.attrs, layout=f"NCHW{block}c"), call.span)
+    elif call.op.pattern == OpPattern.ELEMWISE and len(args) == 1:
+        new = Call(op, [value], call.attrs, call.span)
+    elif op in _ARITH or (op == "nn.bias_add" and call.attrs["axis"] == 1):
+        operands = [value]
+        for arg in args[1:]:
+            data = arg.data if isinstance(arg, Constant) else None
+            const = None if data is None else _blocked_constant(data, call, block, channels)
+            if const is None:
+                return same_call(call, args)
+            operands.append(Constant(const, arg.name))
+        new = Call("add" if op == "nn.bias_add" else op, operands, {}, call.span)
+    else:
+        return same_call(call, args)
+    return to_nchw(new, block, call.checked_type.shape)
 
 
 def _dense(call: Call, args: list[Expr]) -> Expr:
@@ -245,8 +279,10 @@ def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[E
     return new
 
 
-def _blocked_constant(data: np.ndarray, call: Call, block: int) -> np.ndarray | None:
-    """``data`` (broadcast against an NCHW value) as a constant broadcast against NCHW{b}c."""
+def _blocked_constant(data: np.ndarray, call: Call, block: int,
+                      padded: int | None = None) -> np.ndarray | None:
+    """``data`` (broadcast against an NCHW value) as a constant broadcast against NCHW{b}c;
+    per-channel data is zero-padded to ``padded`` channels when given."""
     if data.ndim == 0:
         return data
     if call.op.name == "nn.bias_add":
@@ -259,4 +295,6 @@ def _blocked_constant(data: np.ndarray, call: Call, block: int) -> np.ndarray | 
     channels = call.checked_type.shape[1]
     if full.shape[1] != channels:
         return None
+    if padded is not None:
+        full = np.pad(full, [(0, 0), (0, padded - channels), (0, 0), (0, 0)])
     return transform_array(np.ascontiguousarray(full), "NCHW", f"NCHW{block}c")
