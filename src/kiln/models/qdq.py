@@ -1,0 +1,97 @@
+"""An int8 QDQ ResNet-50 made by onnxruntime's static quantization tool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kiln.errors import KilnError
+from kiln.models.fetch import light_model_path
+from kiln.models.weights import randomize_weights
+
+#: Calibration images :func:`qdq_resnet50` feeds onnxruntime's static quantization tool.
+QDQ_CALIBRATION_SAMPLES = 4
+
+
+def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0):
+    """The light resnet50 quantized to int8 in QDQ format by onnxruntime's static quantization
+    tool (``onnxruntime.quantization.quantize_static``), as a user would make one.
+
+    Steps: :func:`randomize_weights` (``seed``); the final Softmax removed (the tool fixes its
+    output range to [0, 1] in steps of 1/255, and the light model's near-uniform 1000-way
+    softmax, ≈0.001 everywhere, would quantize to all zeros: the output is the logits);
+    converted to opset 13 (per-axis DequantizeLinear needs it) and IR version 8; BatchNorm folded
+    into the convolutions by ``quant_pre_process``; ``quantize_static`` in QDQ format, calibrated
+    (MinMax) on :data:`QDQ_CALIBRATION_SAMPLES` standard-normal images drawn with ``seed``.
+    Weights are int8, per output channel when ``per_channel`` (activations then int8), else per
+    tensor (activations uint8).
+
+    Parameters
+    ----------
+    folder : str or Path
+        Where the intermediate and final ``.onnx`` files are written.
+    per_channel : bool
+        Per-channel weight scales (int8 activations) or per-tensor (uint8 activations).
+    seed : int
+        Seed of the weights and of the calibration images.
+
+    Returns
+    -------
+    Path
+        The quantized model, ``folder/resnet50_qdq_per_{channel,tensor}.onnx`` (input
+        ``gpu_0/data_0: float32 1×3×224×224``, output the dequantized logits ``1×1000``).
+
+    Raises
+    ------
+    KilnError
+        If onnxruntime (its quantization tool) is not installed.
+    """
+    import onnx
+    from onnx import version_converter
+
+    try:
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as err:
+        raise KilnError(f"qdq_resnet50 needs onnxruntime's quantization tool: {err}") from None
+
+    folder = Path(folder)
+    model = randomize_weights(onnx.load(light_model_path("resnet50")), seed=seed)
+    graph = model.graph
+    (softmax,) = [n for n in graph.node if n.op_type == "Softmax"]
+    graph.node.remove(softmax)
+    graph.output[0].name = softmax.input[0]
+    # IR version 3 lists the weights as graph inputs too; from IR 4 that makes them overridable
+    # inputs, which the tool's BatchNorm folding must not touch: list only the real input.
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    model.ir_version = 8
+    model = version_converter.convert_version(model, 13)
+    raw, folded = folder / "resnet50_float.onnx", folder / "resnet50_float_folded.onnx"
+    onnx.save(model, str(raw))
+    quant_pre_process(str(raw), str(folded), skip_symbolic_shape=True)
+    name = graph.input[0].name
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(seed)
+            self.samples = iter([{name: rng.standard_normal((1, 3, 224, 224)).astype("float32")}
+                                 for _ in range(QDQ_CALIBRATION_SAMPLES)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    out = folder / f"resnet50_qdq_per_{'channel' if per_channel else 'tensor'}.onnx"
+    quantize_static(str(folded), str(out), Calibration(), quant_format=QuantFormat.QDQ,
+                    per_channel=per_channel,
+                    activation_type=QuantType.QInt8 if per_channel else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    return out
