@@ -73,10 +73,10 @@ def _row_block(extent: int, taps: int = 9) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
     ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK."""
     if taps == 1:
-        small = [d for d in range(4, POINTWISE_BLOCK + 1) if extent % d == 0]
+        small = [d for d in _divisors(extent) if 4 <= d <= POINTWISE_BLOCK]
         if small:
             return max(small)
-    return max(d for d in range(1, min(extent, REG_BLOCK) + 1) if extent % d == 0)
+    return max(d for d in _divisors(extent) if d <= REG_BLOCK)
 
 
 def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
@@ -126,7 +126,7 @@ def _rows_outer(conv: Tensor) -> bool:
     each thread streams only its own channel blocks' weights. Same speed on one thread; two
     threads, llvm: resnet50 31.5 -> 29.9 ms, squeezenet 2.60 -> 2.47, MobileNetV2 3.18 -> 3.06
     (docs/decisions/003)."""
-    data, weight = sorted(conv.inputs(), key=lambda t: len(t.shape))  # 5-D data, 6-D weight
+    data, weight = sorted(conv.inputs(), key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
     return math.prod(data.shape) > math.prod(weight.shape)
 
 
@@ -222,7 +222,7 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
-    io, ii = stage.split(i, max(d for d in range(1, DENSE_ROWS + 1) if i.extent % d == 0))
+    io, ii = stage.split(i, max(d for d in _divisors(i.extent) if d <= DENSE_ROWS))
     jo, ji = stage.split(j, block)
     stage.reorder(io, jo, k, ii, ji)
     stage.unroll(ii)
