@@ -16,6 +16,11 @@ layout flows through the network and transforms remain only at its edges:
 - pooling (max, average, global), given ``layout="NCHW{b}c"``;
 - the next convolution, which takes its input block from its producer.
 
+An image input (at most :data:`IMAGE_CHANNELS` channels, NCHW) is read as it is, as NCHW1c.
+Outputs padded with zero filters to full blocks flow only into per-channel consumers (the
+elementwise ops, bias and scale constants — padded too — and pools); everything else reads
+their real channels, cropped in NCHW.
+
 ``nn.dense`` with constant weights becomes ``nn.dense_pack`` with weights packed at compile time
 to ``[N/b, K, b]`` (TVM's x86 ``dense_pack``).
 
