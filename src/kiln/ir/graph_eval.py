@@ -24,6 +24,7 @@ from kiln.ir.graph import (
     TupleGetItem,
     Var,
     post_order,
+    symbolic_array,
 )
 
 
@@ -65,9 +66,28 @@ def evaluate_call(call: Call, args: list[np.ndarray]) -> np.ndarray:
     """Run one op's numpy reference on ``args``; checks the result against the inferred type."""
     out = np.asarray(call.op.ref(*args, **call.attrs))
     want = call.checked_type
+    if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
+        return _symbolic_result(call, out)
     assert tuple(out.shape) == want.shape and str(out.dtype) == want.dtype, (
         f"{call.op.name}: reference gave {out.shape} {out.dtype}, type relation says {want}")
     return out
+
+
+def _symbolic_result(call: Call, out: np.ndarray) -> np.ndarray:
+    """The result of an op over symbolic values (shape arithmetic on ``Shape``'s result): an
+    object array of dims, or a plain array when every element folded to a number."""
+    want = call.checked_type
+    if tuple(out.shape) != want.shape:
+        raise ShapeError(f"{call.op.name}: symbolic evaluation gave shape {out.shape}, "
+                         f"expected {want.shape}")
+    if out.dtype != object:
+        return out.astype(want.dtype)
+    if want.dtype == "bool":  # a comparison of dims the bounds cannot decide
+        raise ShapeError(f"{call.op.name}: cannot decide a comparison of symbolic dims "
+                         f"{out.reshape(-1).tolist()} at compile time")
+    if np.dtype(want.dtype).kind not in "iu":
+        raise ShapeError(f"{call.op.name}: symbolic dims cannot become {want.dtype}")
+    return symbolic_array(out)
 
 
 def _run(outputs: list[Expr], env: dict[int, np.ndarray]) -> list[np.ndarray]:
