@@ -21,43 +21,47 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
 
+import numpy as np
+
 from kiln.errors import ShapeError
 
 Dim = Union[int, "SymExpr"]
 
 
 class SymExpr:
-    """Base of symbolic dimensions; arithmetic operators build simplified expressions."""
+    """Base of symbolic dimensions; arithmetic operators build simplified expressions (and
+    return NotImplemented for other operands, e.g. loop-IR expressions, which then convert the
+    dim themselves)."""
 
     __slots__ = ()
 
-    def __add__(self, o: Dim) -> Dim:
-        return add(self, o)
+    def __add__(self, o):
+        return add(self, o) if _is_dim(o) else NotImplemented
 
     __radd__ = __add__
 
-    def __sub__(self, o: Dim) -> Dim:
-        return sub(self, o)
+    def __sub__(self, o):
+        return sub(self, o) if _is_dim(o) else NotImplemented
 
-    def __rsub__(self, o: Dim) -> Dim:
-        return sub(o, self)
+    def __rsub__(self, o):
+        return sub(o, self) if _is_dim(o) else NotImplemented
 
-    def __mul__(self, o: Dim) -> Dim:
-        return mul(self, o)
+    def __mul__(self, o):
+        return mul(self, o) if _is_dim(o) else NotImplemented
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, o: Dim) -> Dim:
-        return floordiv(self, o)
+    def __floordiv__(self, o):
+        return floordiv(self, o) if _is_dim(o) else NotImplemented
 
-    def __rfloordiv__(self, o: Dim) -> Dim:
-        return floordiv(o, self)
+    def __rfloordiv__(self, o):
+        return floordiv(o, self) if _is_dim(o) else NotImplemented
 
-    def __mod__(self, o: Dim) -> Dim:
-        return floormod(self, o)
+    def __mod__(self, o):
+        return floormod(self, o) if _is_dim(o) else NotImplemented
 
-    def __rmod__(self, o: Dim) -> Dim:
-        return floormod(o, self)
+    def __rmod__(self, o):
+        return floormod(o, self) if _is_dim(o) else NotImplemented
 
     def __neg__(self) -> Dim:
         return mul(self, -1)
@@ -149,7 +153,7 @@ def _as_poly(x: Dim) -> tuple[dict[Monomial, int], int]:
         return dict(x.terms), x.const
     if isinstance(x, (SymVar, SymOp)):
         return {(x,): 1}, 0
-    if hasattr(x, "__index__"):  # numpy integers
+    if isinstance(x, np.integer):
         return {}, int(x)
     raise TypeError(f"not a dimension: {x!r}")
 
@@ -164,6 +168,10 @@ def _make(terms: dict[Monomial, int], const: int) -> Dim:
             return mono[0]
     ordered = tuple(sorted(terms.items(), key=lambda mc: tuple(_atom_key(a) for a in mc[0])))
     return Poly(ordered, int(const))
+
+
+def _is_dim(x) -> bool:
+    return isinstance(x, (int, SymExpr, np.integer))
 
 
 def is_static(x: Dim) -> bool:

@@ -46,12 +46,19 @@ def run(func: L.PrimFunc, *arrays: np.ndarray) -> None:
     if len(arrays) != len(func.params):
         raise ValueError(f"{func.name}: expected {len(func.params)} arrays, got {len(arrays)}")
     mem: dict[int, np.ndarray] = {}
+    env: dict = {}
+    for buf, arr in zip(func.params, arrays):  # shape symbols bind at their first occurrence
+        for d, n in zip(buf.shape, arr.shape):
+            if isinstance(d, L.Var) and d not in env:
+                env[d] = int(n)
+    interp = _Interp(mem)
     for buf, arr in zip(func.params, arrays):
-        if tuple(arr.shape) != buf.shape or str(arr.dtype) != buf.dtype:
+        shape = tuple(interp.expr(L.as_index(d), env) for d in buf.shape)
+        if tuple(arr.shape) != shape or str(arr.dtype) != buf.dtype:
             raise ValueError(f"{func.name}: {buf.name} expects {buf.shape} {buf.dtype}, "
                              f"got {arr.shape} {arr.dtype}")
         mem[id(buf)] = arr
-    _Interp(mem).stmt(func.body, {})
+    interp.stmt(func.body, env)
 
 
 class _Interp:
@@ -123,7 +130,8 @@ class _Interp:
             idx = tuple(self.expr(i, env) for i in s.indices)
             self.mem[id(s.buffer)][idx] = self.expr(s.value, env)
         elif isinstance(s, L.Allocate):
-            self.mem[id(s.buffer)] = np.zeros(s.buffer.shape, s.buffer.dtype)
+            shape = tuple(self.expr(L.as_index(d), env) for d in s.buffer.shape)
+            self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype)
             self.stmt(s.body, env)
             del self.mem[id(s.buffer)]
         elif isinstance(s, L.SeqStmt):
@@ -137,6 +145,9 @@ class _Interp:
         elif isinstance(s, L.AssertStmt):
             if not self.expr(s.cond, env):
                 raise RuntimeError(s.message)
+            self.stmt(s.body, env)
+        elif isinstance(s, L.LetStmt):
+            env[s.var] = self.expr(s.value, env)
             self.stmt(s.body, env)
         elif isinstance(s, L.Evaluate):
             self.expr(s.value, env)

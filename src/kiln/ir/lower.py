@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from kiln.errors import ScheduleError
 from kiln.ir import loop as L
-from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad
+from kiln.ir import arith
+from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad, buffer_shape
 
 
 class Stage:
@@ -45,7 +46,7 @@ class Stage:
         leaves = self.all_axes()
         if not any(a is axis for a in leaves):
             raise ScheduleError(f"split: {axis.name} is not a loop axis of {self.tensor.name}")
-        if factor <= 0 or axis.extent % factor:
+        if factor <= 0 or arith.floormod(axis.extent, factor) != 0:
             raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
                                 f"(extent {axis.extent}) of {self.tensor.name}")
         outer = IterVar(L.Var(f"{axis.name}_o"), axis.extent // factor, axis.kind)
@@ -163,13 +164,13 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str) -> L.PrimFunc:
     buffers: dict[int, L.Buffer] = {}
     params = []
     for i, t in enumerate(inputs):
-        buffers[id(t)] = L.Buffer(f"p{i}", t.shape, t.dtype)
+        buffers[id(t)] = L.Buffer(f"p{i}", buffer_shape(t.shape), t.dtype)
         params.append(buffers[id(t)])
-    buffers[id(out)] = L.Buffer("out", out.shape, out.dtype)
+    buffers[id(out)] = L.Buffer("out", buffer_shape(out.shape), out.dtype)
     params.append(buffers[id(out)])
     for t in sch.order:
         if id(t) not in buffers and not sch[t].inline:
-            buffers[id(t)] = L.Buffer(t.name, t.shape, t.dtype)
+            buffers[id(t)] = L.Buffer(t.name, buffer_shape(t.shape), t.dtype)
 
     def expand(e: L.PrimExpr) -> L.PrimExpr:
         def visit(x: L.PrimExpr) -> L.PrimExpr:
@@ -268,7 +269,7 @@ def _loops(axes: list[IterVar], lv: dict[int, L.Var], body: L.Stmt,
            kinds: dict[int, str] | None = None) -> L.Stmt:
     for ax in reversed(axes):
         kind = (kinds or {}).get(id(ax), "serial")
-        body = L.For(lv[id(ax)], L.IntImm(0), L.IntImm(ax.extent), kind, body)
+        body = L.For(lv[id(ax)], L.IntImm(0), L.as_index(ax.extent), kind, body)
     return body
 
 

@@ -64,7 +64,7 @@ def _work(s: L.Stmt) -> int:
         return n * _work(s.body)
     if isinstance(s, L.SeqStmt):
         return sum(_work(x) for x in s.stmts)
-    if isinstance(s, (L.Allocate, L.AssertStmt)):
+    if isinstance(s, (L.Allocate, L.AssertStmt, L.LetStmt)):
         return _work(s.body)
     if isinstance(s, L.IfThenElse):
         return _work(s.then_case)

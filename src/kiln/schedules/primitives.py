@@ -31,7 +31,7 @@ def top_level_nests(func: L.PrimFunc) -> list[L.For]:
             found.append(s)
         elif isinstance(s, L.SeqStmt):
             stack.extend(reversed(s.stmts))
-        elif isinstance(s, L.AssertStmt) or (isinstance(s, L.Allocate)
+        elif isinstance(s, (L.AssertStmt, L.LetStmt)) or (isinstance(s, L.Allocate)
                                               and s.buffer.scope != "local"):
             stack.append(s.body)
     return found
@@ -52,6 +52,9 @@ def _replace(func: L.PrimFunc, target: L.For, new: L.Stmt) -> L.PrimFunc:
         if isinstance(s, L.AssertStmt):
             body = rec(s.body)
             return s if body is s.body else L.AssertStmt(s.cond, s.message, s.args, body)
+        if isinstance(s, L.LetStmt):
+            body = rec(s.body)
+            return s if body is s.body else L.LetStmt(s.var, s.value, body)
         if isinstance(s, L.SeqStmt):
             stmts = [rec(x) for x in s.stmts]
             return s if all(a is b for a, b in zip(stmts, s.stmts)) else L.SeqStmt(stmts)

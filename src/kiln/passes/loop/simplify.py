@@ -52,6 +52,8 @@ class _Simplifier:
             return L.AssertStmt(self.expr(s.cond, ranges), s.message,
                                 [self.expr(a, ranges) for a in s.args],
                                 self.stmt(s.body, ranges))
+        if isinstance(s, L.LetStmt):
+            return L.LetStmt(s.var, self.expr(s.value, ranges), self.stmt(s.body, ranges))
         return L.map_stmt(s, lambda e: self.expr(e, ranges))
 
     def expr(self, e: L.PrimExpr, ranges: dict[L.Var, Bound]) -> L.PrimExpr:
