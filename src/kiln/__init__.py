@@ -27,7 +27,7 @@ def __getattr__(name):
     # Lazy submodules keep `import kiln` cheap and keep kiln.runtime free of compiler imports.
     import importlib
 
-    if name in ("frontend", "runtime", "graph_executor", "debug_executor", "ir", "passes",
+    if name in ("frontend", "runtime", "graph_executor", "debug_executor", "vm", "ir", "passes",
                 "ops", "codegen", "target", "schedules", "byoc"):
         return importlib.import_module(f"kiln.{name}")
     if name == "build":

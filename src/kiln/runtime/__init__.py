@@ -8,7 +8,9 @@ blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. User mod
 subclass :class:`BinaryModule` and ``register_module_loader``; external modules that need
 constants get them through a ``ConstLoaderModule`` (``create_metadata_module``); the BYOC
 ``kiln_json`` backend's functions load as ``JSONRuntimeModule`` (``json_runtime``, kernels in
-``json_kernels``). Compiled
+``json_kernels``). Models with symbolic shapes ship a ``VMExecutable`` (``vm_executable``: the
+bytecode and its byte format ``vm_format``/``vm_bytecode``) run by the VM module (``vm``, with
+``vm_builtins``, ``vm_storage``, ``vm_replay``, ``vm_profile``). Compiled
 kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
 ``llvm``), or as C source compiled where the model runs (``SourceDeviceModule``, type_key
 ``kiln_jit``, the ``jit`` target: compiler and flags in ``device_toolchain``, foreign ISAs run
@@ -43,12 +45,13 @@ from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, save_param_dict
 from kiln.runtime.registry import get_global_func, list_global_func_names, register_func
 from kiln.runtime.source_module import CSourceModule
+from kiln.runtime.vm_executable import VMExecutable
 
 __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
     "GraphExecutorDebug", "GraphExecutorFactoryModule", "JSONRuntimeModule", "LibraryModule",
     "Module", "NDArray",
-    "ObjectModule", "PackedFunc", "PyFunctionModule", "SourceDeviceModule", "array", "cpu", "create_metadata_module",
+    "ObjectModule", "PackedFunc", "PyFunctionModule", "SourceDeviceModule", "VMExecutable", "array", "cpu", "create_metadata_module",
     "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
     "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
     "load_param_dict", "register_func", "register_json_kernel", "register_module_loader",

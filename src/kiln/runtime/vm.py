@@ -1,0 +1,524 @@
+"""The VM runtime module: runs a :class:`VMExecutable`'s bytecode (decision 014).
+
+TVM's Relax ``VirtualMachine`` (src/runtime/relax_vm/vm.cc; shared reference §8b): a register
+machine with four opcodes (Call, Ret, Goto, If) whose calls reach kernels of the library and the
+builtins of ``vm_builtins``. ``exe["vm_load_executable"]()`` creates it; ``vm_initialization(
+device_type, device_id, alloc_type)`` resolves the function table (kernels through the
+executable's imports, once) and prepares every call site; then each VM function is a function
+of this module, called by name.
+
+Speed. Instructions are decoded once into tuples whose constant and immediate arguments are
+already in place, so a call resolves only its register and heap arguments. Kernel calls reuse
+their prepared argument arrays while their arguments are the same objects (storage views are
+cached per shape, so in loops and repeated shapes they are). A function without control flow
+replays its recorded kernel calls when its shape heap repeats (``vm_replay``), through the
+graph executor's batch runner.
+
+Outputs. A function called by name returns **copies** of its result tensors: storage is reused
+by the next call, so views of it would change under the caller (the graph executor's
+``get_output`` copies for the same reason).
+
+Threads: one VM holds mutable state (storage, registers of the running call, recordings); use
+it from one thread at a time. VMs created from one executable may run concurrently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln.errors import KilnError, ModuleLoadError
+from kiln.runtime import c_types as C
+from kiln.runtime.module import Module
+from kiln.runtime.ndarray import NDArray, array, is_aligned, wrap_aligned
+from kiln.runtime.packed_func import PackedFunc
+from kiln.runtime.vm_builtins import PREFIX, Frame, Site, prepare_builtin
+from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, OP_IF, REG, Instr
+from kiln.runtime.vm_executable import VMExecutable
+from kiln.runtime.vm_format import TensorSig, VMFunction
+from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
+from kiln.runtime.vm_replay import Recorder, Recording
+from kiln.runtime.vm_storage import Arena, Storage
+
+TYPE_KEY = "relax.VirtualMachine"
+#: recordings kept per function (least recently used dropped first)
+MAX_RECORDINGS = 8
+#: nested VM calls before a call is refused (runaway recursion)
+MAX_DEPTH = 256
+_MAX_RESHAPE_CACHE = 1024
+
+# decoded op kinds
+_BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
+
+
+class _Plan:
+    """One VM function, prepared: its ops and, when replayable, the split into checks (run on
+    every call) and body (interpreted once per heap tuple, then replayed)."""
+
+    __slots__ = ("body", "checks", "fidx", "func", "ops", "replayable")
+
+    def __init__(self, fidx: int, func: VMFunction, ops: list[tuple]):
+        self.fidx = fidx
+        self.func = func
+        self.ops = ops
+        self.checks: list[tuple] = []
+        self.body: list[tuple] = []
+        self.replayable = False
+
+
+def _copy_out(value: Any) -> Any:
+    if type(value) is NDArray:
+        return array(value)
+    if type(value) is tuple:
+        return tuple(_copy_out(v) for v in value)
+    return value
+
+
+def _truth(value: Any) -> bool:
+    if type(value) is NDArray:
+        if value._arr.size != 1:
+            raise KilnError(f"VM: the condition of an If is a tensor of shape "
+                            f"{list(value.shape)}, not one value")
+        return bool(value._arr.reshape(-1)[0])
+    return bool(value)
+
+
+def as_input(value: Any, sig: TensorSig | None, copy: bool = False) -> NDArray:
+    """An NDArray for a VM function parameter: ``value`` itself when it already is one or its
+    memory can be used in place (a C-contiguous, 64-byte aligned numpy array or DLPack tensor
+    of a supported dtype), else an aligned copy; ``copy`` always copies.
+
+    Raises
+    ------
+    KilnError
+        An unsupported dtype.
+    """
+    if isinstance(value, NDArray):
+        return array(value) if copy else value
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "__dlpack__"):
+            value = np.from_dlpack(value)
+        else:
+            value = np.asarray(value, dtype=sig.dtype if sig is not None else None)
+    if (not copy and value.flags.c_contiguous and is_aligned(value)
+            and value.dtype.name in C.SUPPORTED_DTYPES and value.dtype.isnative):
+        return wrap_aligned(value, owner=value)
+    return array(value)
+
+
+class VirtualMachine(Module):
+    """The VM module over one executable (create it with ``exe["vm_load_executable"]()``).
+
+    Functions: ``vm_initialization``, every VM function by name, ``set_input``,
+    ``invoke_stateful``, ``get_outputs``, ``time_evaluator``, ``profile``, ``memory_stats``,
+    ``replay_stats``. ``kiln.vm.VirtualMachine`` wraps them with docs.
+
+    Parameters
+    ----------
+    exe : VMExecutable
+        Its imports hold the kernels.
+    """
+
+    type_key = TYPE_KEY
+
+    def __init__(self, exe: VMExecutable):
+        super().__init__()
+        if not isinstance(exe, VMExecutable):
+            raise KilnError(f"VirtualMachine expects a VMExecutable, got {type(exe).__name__}")
+        self.exe = exe
+        self.import_module(exe)  # keeps the executable and its library alive
+        self.arena = Arena(self._on_storage_grow)
+        self._plans: dict[int, _Plan] = {}
+        self._active: dict[int, int] = {}
+        self._depth = 0
+        self._initialized = False
+        self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
+        self._reshapes: dict[tuple[int, tuple[int, ...]], tuple[NDArray, NDArray]] = {}
+        self._inputs: dict[str, list[NDArray]] = {}
+        self._outputs: dict[str, Any] = {}
+        self._profiler: Profiler | None = None
+        self.counters = {"calls": 0, "replays": 0, "recordings": 0, "interpreted": 0}
+        self._own: dict[str, Callable[..., Any]] = {
+            "vm_initialization": self.vm_initialization, "set_input": self.set_input,
+            "invoke_stateful": self.invoke_stateful, "get_outputs": self.get_outputs,
+            "time_evaluator": self.time_evaluator, "profile": self.profile,
+            "memory_stats": self.memory_stats, "replay_stats": self.replay_stats,
+            "get_function_names": exe.vm_function_names,
+        }
+
+    # ----------------------------------------------------------------- module functions
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        fn = self._own.get(name)
+        if fn is not None:
+            return PackedFunc(fn, name)
+        fidx = self.exe.func_index.get(name)
+        if fidx is None or not self.exe.functions[fidx].is_vm:
+            return None
+        return PackedFunc(lambda *args: self.call(name, *args), name)
+
+    def list_function_names(self) -> list[str]:
+        return [*self._own, *self.exe.vm_function_names()]
+
+    # ------------------------------------------------------------------- initialization
+    def vm_initialization(self, *devices: int) -> None:
+        """Pick the devices and prepare every function (TVM's ``vm_initialization(
+        device_type, device_id, alloc_type, ...)``: one triple per device, the host last).
+
+        Raises
+        ------
+        KilnError
+            Not whole triples, a non-CPU device, an unknown allocator type (1 naive, 2 pooled:
+            both mean the arena here), a kernel missing from the library, or an unknown builtin.
+        ModuleLoadError
+            A call site whose arguments do not fit its builtin or callee.
+        """
+        if not devices or len(devices) % 3:
+            raise KilnError(f"vm_initialization: expected (device_type, device_id, alloc_type) "
+                            f"triples, got {len(devices)} values")
+        for k in range(0, len(devices), 3):
+            dev_type, _, alloc = (int(v) for v in devices[k:k + 3])
+            if dev_type != C.kDLCPU:
+                raise KilnError(f"vm_initialization: device type {dev_type} is not supported: "
+                                "the Kiln VM runs on cpu (device type 1) only")
+            if alloc not in (1, 2):
+                raise KilnError(f"vm_initialization: unknown allocator type {alloc} (1 naive, "
+                                "2 pooled)")
+        values = self._function_values()
+        self._plans = {fidx: self._plan(fidx, values) for fidx in self.exe.decoded}
+        self._initialized = True
+
+    def _function_values(self) -> list[Any]:
+        """Per function table entry: its PackedFunc (kernels), None (builtins) or a callable
+        invoking it (VM functions)."""
+        out: list[Any] = []
+        for fidx, f in enumerate(self.exe.functions):
+            if f.is_vm:
+                out.append(PackedFunc(self._vm_callable(fidx), f.name))
+            elif f.name.startswith(PREFIX):
+                out.append(None)
+            else:
+                kernel = self.exe.find_packed(f.name)
+                if kernel is None:
+                    lib = self.exe.lib
+                    where = f"'{lib.type_key}'" if lib is not None else "(no library imported)"
+                    raise KilnError(f"VM: kernel {f.name!r} (function table entry {fidx}) not "
+                                    f"found in the executable's library {where} or its imports")
+                out.append(kernel)
+        return out
+
+    def _vm_callable(self, fidx: int) -> Callable[..., Any]:
+        return lambda *args: self._invoke(fidx, list(args))
+
+    def _plan(self, fidx: int, values: list[Any]) -> _Plan:
+        func = self.exe.functions[fidx]
+        ops = [self._op(fidx, func, ins, values) for ins in self.exe.decoded[fidx]]
+        if ops[-1][0] not in (_RET, _GOTO):
+            raise ModuleLoadError(f"VM executable: function {func.name!r} can run past its last "
+                                  "instruction (it must end with ret or goto)")
+        plan = _Plan(fidx, func, ops)
+        self._split_for_replay(plan)
+        return plan
+
+    def _op(self, fidx: int, func: VMFunction, ins: Instr, values: list[Any]) -> tuple:
+        if ins.op == OP_GOTO:
+            return (_GOTO, -1, ins.target, None, (), (), None)
+        if ins.op == OP_IF:
+            return (_IF, ins.dst, ins.target, None, (), (), None)
+        if ins.op != OP_CALL:
+            return (_RET, ins.dst, None, None, (), (), None)
+        template: list[Any] = []
+        regpos, heappos = [], []
+        for pos, (kind, value) in enumerate(ins.args):
+            if kind == REG:
+                regpos.append((pos, value))
+            elif kind == HEAP:
+                heappos.append((pos, value))
+            template.append(self._static_value(kind, value, values, func, ins))
+        callee = self.exe.functions[ins.func_idx]
+        where = f"function {func.name!r} instruction {ins.index}"
+        fixed = (tuple(template), tuple(regpos), tuple(heappos))
+        if callee.is_vm:
+            if len(ins.args) != len(callee.params):
+                raise ModuleLoadError(f"VM executable: {where}: {callee.name!r} takes "
+                                      f"{len(callee.params)} arguments, the call passes "
+                                      f"{len(ins.args)}")
+            return (_VMCALL, ins.dst, ins.func_idx, *fixed, None)
+        if callee.name.startswith(PREFIX):
+            run = prepare_builtin(Site(callee.name, ins.args, func, self.exe.symbols,
+                                       self.exe.constants, where))
+            return (_BUILTIN, ins.dst, run, *fixed, getattr(run, "effect", None))
+        return (_KERNEL, ins.dst, values[ins.func_idx], *fixed, [None, None, callee.name])
+
+    def _static_value(self, kind: int, value: int, values: list[Any], func: VMFunction,
+                      ins: Instr) -> Any:
+        if kind == IMM:
+            return value
+        if kind == CONST:
+            return self.exe.constants[value]
+        if kind == FUNC:
+            if values[value] is None:
+                raise ModuleLoadError(f"VM executable: function {func.name!r} instruction "
+                                      f"{ins.index} passes builtin "
+                                      f"{self.exe.functions[value].name!r} as a value")
+            return values[value]
+        return None  # REG / HEAP: filled per call
+
+    def _split_for_replay(self, plan: _Plan) -> None:
+        """Mark ``plan`` replayable when it has no control flow, VM calls or data-dependent
+        builtins, never writes its parameter registers, and checks every parameter with
+        ``match_shape``; then its shape checks can run first and decide the heap tuple."""
+        nparams = len(plan.func.params)
+        checked: set[int] = set()
+        checks, body = [], []
+        for op in plan.ops:
+            kind, dst, target = op[0], op[1], op[2]
+            if kind in (_GOTO, _IF, _VMCALL) or (0 <= dst < nparams and kind != _RET):
+                return
+            if kind == _BUILTIN and op[6] == "data":
+                return
+            stage = getattr(target, "stage", None) if kind == _BUILTIN else None
+            if stage is not None:
+                if stage == "match":
+                    regpos = op[4]
+                    if not regpos or regpos[0][0] != 0 or regpos[0][1] >= nparams:
+                        return  # matches a value computed in the function
+                    checked.add(regpos[0][1])
+                checks.append(op)
+            else:
+                body.append(op)
+        if checked != set(range(nparams)):
+            return
+        plan.checks, plan.body, plan.replayable = checks, body, True
+
+    # ------------------------------------------------------------------------ running
+    def _require_init(self) -> None:
+        if not self._initialized:
+            raise KilnError("VM: call vm_initialization(device_type, device_id, alloc_type) "
+                            "before running functions")
+
+    def _lookup(self, name: str) -> int:
+        self._require_init()
+        fidx = self.exe.func_index.get(name)
+        if fidx is None or fidx not in self._plans:
+            raise KilnError(f"VM has no function {name!r}; functions: "
+                            f"{self.exe.vm_function_names()}")
+        return fidx
+
+    def _convert(self, fidx: int, args: tuple, copy: bool = False) -> list[NDArray]:
+        func = self.exe.functions[fidx]
+        if len(args) != len(func.params):
+            names = ", ".join(p.name for p in func.params)
+            raise KilnError(f"VM function {func.name!r} takes {len(func.params)} inputs "
+                            f"({names}), got {len(args)}")
+        try:
+            return [as_input(v, s, copy) for v, s in zip(args, func.params)]
+        except KilnError as err:
+            raise KilnError(f"VM function {func.name!r}: {err}") from None
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Run VM function ``name`` on ``args``; returns a copy of its result (an NDArray or a
+        tuple). See ``kiln.vm.VirtualMachine`` for the errors."""
+        fidx = self._lookup(name)
+        return _copy_out(self._invoke(fidx, self._convert(fidx, args)))
+
+    def _invoke(self, fidx: int, args: list[Any]) -> Any:
+        plan = self._plans[fidx]
+        func = plan.func
+        level = self._active.get(fidx, 0)
+        if self._depth >= MAX_DEPTH:
+            raise KilnError(f"VM: more than {MAX_DEPTH} nested calls (in {func.name!r})")
+        self._active[fidx] = level + 1
+        self._depth += 1
+        self.counters["calls"] += 1
+        try:
+            regs = [*args, *([None] * (func.num_regs - len(args)))]
+            frame = Frame(self, fidx, level, regs, [0] * func.heap_size)
+            if plan.replayable and self._profiler is None:
+                return self._replay_or_record(plan, frame, args)
+            self.counters["interpreted"] += 1
+            return self._exec(plan.ops, frame)
+        finally:
+            self._active[fidx] = level
+            self._depth -= 1
+
+    def _replay_or_record(self, plan: _Plan, frame: Frame, args: list[Any]) -> Any:
+        self._exec(plan.checks, frame)
+        key = tuple(frame.heap)
+        recs = self._recordings.setdefault((plan.fidx, frame.level), OrderedDict())
+        rec = recs.get(key)
+        if rec is not None and rec.valid():
+            recs.move_to_end(key)
+            self.counters["replays"] += 1
+            return rec.replay(args)
+        recorder = Recorder(args)
+        frame.recorder = recorder if recorder.ok else None
+        self.counters["interpreted"] += 1
+        result = self._exec(plan.body, frame)
+        rec = recorder.finish(result) if recorder.ok else None
+        if rec is not None:
+            recs[key] = rec
+            self.counters["recordings"] += 1
+            while len(recs) > MAX_RECORDINGS:
+                recs.popitem(last=False)
+        return result
+
+    def _exec(self, ops: list[tuple], frame: Frame) -> Any:
+        """Interpret ``ops`` from the first; returns the value of the Ret reached (None when
+        ``ops`` ends without one: the checks of a replayable function)."""
+        regs, heap, rec = frame.regs, frame.heap, frame.recorder
+        n = len(ops)
+        pc = 0
+        while pc < n:
+            kind, dst, target, template, regpos, heappos, extra = ops[pc]
+            pc += 1
+            if kind <= _VMCALL:
+                a = list(template)
+                for p, r in regpos:
+                    a[p] = regs[r]
+                for p, s in heappos:
+                    a[p] = heap[s]
+                if kind == _KERNEL:
+                    value = self._kernel(target, a, extra, rec)
+                elif kind == _BUILTIN:
+                    value = (target(frame, a) if rec is None or extra is None
+                             else rec.builtin(target, frame, a, extra))
+                else:
+                    value = self._invoke(target, a)
+                if dst >= 0:
+                    regs[dst] = value
+            elif kind == _RET:
+                return regs[dst]
+            elif kind == _GOTO or not _truth(regs[dst]):  # If: falls through when true
+                pc = target
+        return None
+
+    def _kernel(self, func: PackedFunc, a: list, cache: list, rec: Recorder | None) -> Any:
+        if rec is not None:
+            return rec.kernel(func, a)
+        if self._profiler is not None:
+            return self._profiler.kernel(cache[2], func, a)
+        if func._cfunc is None:
+            return func._pyfunc(*a)  # type: ignore[misc]
+        # the same argument objects as the last call here: reuse its converted arrays
+        # (NDArrays compare by identity; the cached key keeps them alive)
+        key = tuple(a)
+        if cache[0] != key:
+            cache[1] = func.prepare(*a)
+            cache[0] = key
+        cache[1]()
+        return None
+
+    # ------------------------------------------------------------------ builtin helpers
+    def reshaped(self, t: NDArray, shape: tuple[int, ...]) -> NDArray:
+        """A view of ``t`` with ``shape`` (size checked by the caller), cached so a repeated
+        call hands kernels the same tensor."""
+        key = (id(t), shape)
+        hit = self._reshapes.get(key)
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        out = NDArray._checked(t._arr.reshape(shape), t.dtype, t.device)
+        if len(self._reshapes) >= _MAX_RESHAPE_CACHE:
+            self._reshapes.clear()
+        self._reshapes[key] = (t, out)
+        return out
+
+    def _on_storage_grow(self, st: Storage) -> None:
+        # Drop every reference to the old buffer so it is freed now: prepared calls and
+        # reshapes over its views, and recordings made with it.
+        for plan in self._plans.values():
+            for op in plan.ops:
+                if op[0] == _KERNEL:
+                    op[6][0] = op[6][1] = None
+        self._reshapes.clear()
+        for recs in self._recordings.values():
+            for key in [k for k, r in recs.items() if not r.valid()]:
+                del recs[key]
+
+    # ---------------------------------------------------------------- stateful calls
+    def set_input(self, name: str, *args: Any) -> None:
+        """Keep copies of ``args`` as the inputs of VM function ``name`` for
+        :meth:`invoke_stateful`."""
+        fidx = self._lookup(name)
+        self._inputs[name] = self._convert(fidx, args, copy=True)
+
+    def invoke_stateful(self, name: str) -> None:
+        """Run ``name`` on the inputs of :meth:`set_input`; keep the result for
+        :meth:`get_outputs`."""
+        fidx = self._lookup(name)
+        if name not in self._inputs:
+            raise KilnError(f"invoke_stateful({name!r}): call set_input({name!r}, ...) first")
+        self._outputs[name] = _copy_out(self._invoke(fidx, list(self._inputs[name])))
+
+    def get_outputs(self, name: str) -> Any:
+        """The result of the last :meth:`invoke_stateful` of ``name``."""
+        if name not in self._outputs:
+            raise KilnError(f"get_outputs({name!r}): call invoke_stateful({name!r}) first")
+        return self._outputs[name]
+
+    # ------------------------------------------------------------------- measurement
+    def time_evaluator(self, name: str, dev: Any = None, number: int = 10, repeat: int = 1,
+                       min_repeat_ms: float = 0.0) -> Callable[..., BenchmarkResult]:
+        """A function timing ``name``: called with inputs, it times calls on them (converted
+        once); with none, it times :meth:`invoke_stateful` on the :meth:`set_input` values.
+        One warm-up call first; ``repeat`` results of the mean over ``number`` calls."""
+        fidx = self._lookup(name)
+        if dev is not None:
+            getattr(dev, "_check_cpu", lambda: None)()
+        if number < 1 or repeat < 1:
+            raise KilnError(f"time_evaluator: number ({number}) and repeat ({repeat}) must be "
+                            ">= 1")
+
+        def evaluate(*args: Any) -> BenchmarkResult:
+            if args:
+                inputs = self._convert(fidx, args)
+
+                def once() -> None:
+                    _copy_out(self._invoke(fidx, list(inputs)))
+            else:
+                def once() -> None:
+                    self.invoke_stateful(name)
+            return time_calls(once, number, repeat, min_repeat_ms)
+
+        return evaluate
+
+    def profile(self, name: str, *args: Any) -> ProfileReport:
+        """Run ``name`` once, interpreted, timing every kernel call; with no ``args``, on the
+        :meth:`set_input` values. Returns the report (``report.table()``)."""
+        fidx = self._lookup(name)
+        if args:
+            inputs = self._convert(fidx, args)
+        elif name in self._inputs:
+            inputs = list(self._inputs[name])
+        else:
+            inputs = self._convert(fidx, ())
+        outs = {f.name: len(f.outputs) for f in self.exe.functions if not f.is_vm}
+        self._profiler = prof = Profiler(outs)
+        try:
+            t0 = time.perf_counter()
+            self._invoke(fidx, inputs)
+            prof.report.total_us = (time.perf_counter() - t0) * 1e6
+        finally:
+            self._profiler = None
+        return prof.report
+
+    def memory_stats(self) -> dict[str, int]:
+        """Storage held now and at most, in bytes: ``{"storage_bytes",
+        "peak_storage_bytes", "num_storages", "allocations"}``."""
+        return self.arena.stats()
+
+    def replay_stats(self) -> dict[str, int]:
+        """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
+        ``recordings`` (made), ``interpreted``, and ``kept`` (recordings held now)."""
+        kept = sum(len(r) for r in self._recordings.values())
+        return {**self.counters, "kept": kept}
+
+    def __repr__(self) -> str:
+        return (f"<kiln.runtime.VirtualMachine functions={self.exe.vm_function_names()} "
+                f"initialized={self._initialized}>")
+
+
+__all__ = ["MAX_RECORDINGS", "TYPE_KEY", "VirtualMachine", "as_input"]
