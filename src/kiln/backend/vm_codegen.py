@@ -27,6 +27,8 @@ from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
 from kiln.ir.graph import Constant, Expr, Function, PrimitiveCall, TupleGetItem, Var, post_order
 from kiln.passes.loop.make_packed_api import dl_dtype
+from kiln.runtime.ndarray import array
+from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, Sym, TensorSig, VMFunction
 
 # Instruction opcodes and argument kinds (decision 014).
 OP_CALL, OP_RET, OP_GOTO, OP_IF = 1, 2, 3, 4
@@ -50,7 +52,7 @@ class Program:
     """What the bytecode compiler produces: the parts of a ``VMExecutable``."""
 
     symbols: list[SymVar]
-    functions: list[dict] = field(default_factory=list)
+    functions: list[VMFunction] = field(default_factory=list)
     constants: list = field(default_factory=list)
     code: list[int] = field(default_factory=list)
 
@@ -165,7 +167,7 @@ class _Emitter:
     def func(self, name: str) -> int:
         if name not in self.func_index:
             self.func_index[name] = len(self.prog.functions)
-            self.prog.functions.append({"kind": 0, "name": name})
+            self.prog.functions.append(VMFunction(KIND_PACKED, name))
         return self.func_index[name]
 
     def const(self, value, key=None) -> int:
@@ -250,14 +252,12 @@ def compile_vm(func: Function, kernel_names: dict[int, str], kernel_symbol_args:
         code += [OP_CALL, -1, em.func("vm.builtin.shape_compute"), 1,
                  encode_arg(ARG_CONST, prog_const)]
     code += tail
-    main_index = len(em.prog.functions)
-    em.prog.functions.append({
-        "kind": 1, "name": "main", "start": 0, "end": len(code), "num_regs": em.num_regs,
-        "heap_size": em.heap.size, "params": params,
-        "outputs": [_signature(n, o.checked_type, symbols)
-                    for n, o in zip(func.output_names, func.outputs)]})
+    outputs = [_signature(n, o.checked_type, symbols)
+               for n, o in zip(func.output_names, func.outputs)]
+    em.prog.functions.append(VMFunction(
+        KIND_VM, "main", 0, len(code), em.num_regs, em.heap.size, tuple(params),
+        tuple(o for o in outputs if o is not None)))
     em.prog.code = code
-    del main_index
     return em.prog
 
 
@@ -266,7 +266,7 @@ def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:
         if e.is_symbolic:
             raise CompileError(f"a symbolic shape value {e.data.tolist()} is used as tensor data "
                                "(not supported by the VM yet)")
-        return encode_arg(ARG_CONST, em.const(e.data))
+        return encode_arg(ARG_CONST, em.const(array(e.data), key=("tensor", e.uid)))
     return encode_arg(ARG_REG, regs[e.uid])
 
 
@@ -320,15 +320,15 @@ def _match_spec(t, symbols: list[SymVar], bound: set[str]) -> np.ndarray:
     return np.array(spec, dtype=np.int64)
 
 
-def _signature(name: str, t, symbols: list[SymVar]) -> dict:
-    """(name, dtype, dims): a dim is an int, or ``-1 - symbol index`` for a symbol, or the
-    expression's text for a derived dim of an output."""
+def _signature(name: str, t, symbols: list[SymVar]) -> TensorSig | None:
+    """A parameter's or output's signature; None for an output with a derived dim (the format
+    records ints and symbols only)."""
     dims: list = []
     for d in t.shape:
         if isinstance(d, int):
             dims.append(d)
         elif isinstance(d, SymVar):
-            dims.append(-1 - symbols.index(d))
+            dims.append(Sym(symbols.index(d)))
         else:
-            dims.append(str(d))
-    return {"name": name, "dtype": t.dtype, "dims": dims}
+            return None
+    return TensorSig(name, t.dtype, tuple(dims))

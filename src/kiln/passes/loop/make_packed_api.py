@@ -47,7 +47,7 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
     bound = _symbol_sources(func.params)
     scalars = [v for v in _symbol_vars(func) if v not in bound]
     n = len(func.params) + len(scalars)
-    prologue: list[L.Stmt] = []  # AssertStmt / LetStmt with placeholder bodies, in order
+    deferred: list[tuple[L.PrimExpr, str, list[L.PrimExpr]]] = []
     checks: list[tuple[L.PrimExpr, str, list[L.PrimExpr]]] = [(
         L.eq(_acc("num_args"), n),
         f"{func.name}: expected {n} arguments, got %lld", [_acc("num_args")],
@@ -74,9 +74,9 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
                                f"{arg}: expected shape[{j}] == {extent}, got %lld", [dim]))
             elif bound.get(extent) == (i, j):
                 checks.append(("let", extent, dim))  # type: ignore[arg-type]
-            else:
-                checks.append((L.eq(dim, extent), _mismatch(arg, j, extent, bound, names),
-                               [dim, extent]))
+            else:  # after every symbol is bound (a later tensor may bind it)
+                deferred.append((L.eq(dim, extent), _mismatch(arg, j, extent, bound, names),
+                                 [dim, extent]))
         checks.append((L.eq(_acc("arg_compact", i), 1),
                        f"{arg}: expected a compact row-major tensor (strides)", []))
         dev = _acc("arg_device_type", i)
@@ -89,6 +89,7 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
                        f"{func.name}: argument {index} (symbol {var.name}): expected an int, got "
                        "type code %lld", [code]))
         checks.append(("let", var, _acc("arg_int", index)))  # type: ignore[arg-type]
+    checks += deferred
     body = func.body
     for cond, msg, args in reversed(checks):
         if isinstance(cond, str):  # ("let", var, value)
