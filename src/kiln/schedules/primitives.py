@@ -107,10 +107,14 @@ def fuse(func: L.PrimFunc, outer: L.For) -> tuple[L.PrimFunc, L.For]:
     inner = outer.body
     if not isinstance(inner, L.For):
         raise ScheduleError(f"fuse: {outer.var.name} is not perfectly nested over a loop")
-    n1, n2 = _const_extent(outer, "fuse"), _const_extent(inner, "fuse")
+    if not (_is_zero(outer.min) and _is_zero(inner.min)):
+        raise ScheduleError(f"fuse: loops {outer.var.name} and {inner.var.name} must start at 0")
+    n1, n2 = outer.extent, inner.extent  # constants, or symbolic extents
     fused = L.Var(f"{outer.var.name}_{inner.var.name}_f")
     body = L.substitute_stmt(inner.body, {outer.var: fused // n2, inner.var: fused % n2})
-    new = L.For(fused, L.IntImm(0), L.IntImm(n1 * n2), outer.kind, body)
+    extent = L.IntImm(n1.value * n2.value) if isinstance(n1, L.IntImm) and \
+        isinstance(n2, L.IntImm) else n1 * n2
+    new = L.For(fused, L.IntImm(0), extent, outer.kind, body)
     return _replace(func, outer, new), new
 
 
