@@ -27,6 +27,7 @@ from kiln.runtime.vm_executable import (
     VMExecutable,
     VMFunction,
     call,
+    const,
     encode_arg,
     goto,
     if_,
@@ -35,6 +36,8 @@ from kiln.runtime.vm_executable import (
 from kiln.runtime.vm_format import Sym
 
 B = "vm.builtin."
+__all__ = ["Asm", "B", "H", "I", "R", "add_mul", "call", "const", "consts_exe", "loop",
+           "py_kernels", "ret", "tuple_prog"]
 
 
 def R(v: int) -> int:
