@@ -138,8 +138,10 @@ F32 = (2, 32)
 I64 = (0, 64)
 
 
-def add_mul(lib: Any = None, symbols: list[Symbol] | None = None) -> VMExecutable:
-    """``main(x: f32[n, 4], y: f32[n, 4]) -> (x + y) * x``; heap: 0 n, 1 bytes = 16n."""
+def add_mul(lib: Any = None, symbols: list[Symbol] | None = None,
+            kernels: tuple[str, str] = ("add", "mul")) -> VMExecutable:
+    """``main(x: f32[n, 4], y: f32[n, 4]) -> (x + y) * x``; heap: 0 n, 1 bytes = 16n; the
+    kernels are called ``kernels`` (add, mul)."""
     a = Asm(symbols or [Symbol("n", 1, 64)])
     f = a.begin("main", [("x", "float32", [Sym(0), 4]), ("y", "float32", [Sym(0), 4])],
                 [("out", "float32", [Sym(0), 4])], num_regs=6, heap_size=2)
@@ -149,10 +151,10 @@ def add_mul(lib: Any = None, symbols: list[Symbol] | None = None) -> VMExecutabl
     f32 = a.c("float32")
     a.call(2, B + "alloc_storage", I(0), H(1))
     a.call(3, B + "alloc_tensor", R(2), I(0), f32, H(0), I(4))
-    a.call(-1, "add", R(0), R(1), R(3))
+    a.call(-1, kernels[0], R(0), R(1), R(3))
     a.call(4, B + "alloc_storage", I(1), H(1))
     a.call(5, B + "alloc_tensor", R(4), I(0), f32, H(0), I(4))
-    a.call(-1, "mul", R(3), R(0), R(5))
+    a.call(-1, kernels[1], R(3), R(0), R(5))
     a.emit(ret(5))
     a.end(f)
     return a.build(lib)
