@@ -229,3 +229,88 @@ def consts_exe() -> VMExecutable:
     a.emit(ret(0))
     a.end(f)
     return a.build()
+
+
+# ------------------------------------------------------------------ graph JSON → bytecode
+def from_graph_json(graph_json: str, lib: Any, params: dict[str, Any] | None = None
+                    ) -> VMExecutable:
+    """A static-shape VM program doing what the graph executor does with ``graph_json``:
+    ``main(*inputs)`` checks each input, allocates one storage per ``storage_id`` (sized to its
+    largest entry), views every op output in it, calls the kernels in order and returns the
+    heads (a tuple when several). Params become tensor constants. For comparing the two
+    executors on one compiled model until the VM compiler exists."""
+    import json
+
+    from kiln.runtime import c_types as C
+
+    g = json.loads(graph_json)
+    nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+    dltype, sids, shapes = (g["attrs"][k][1] for k in ("dltype", "storage_id", "shape"))
+    params = params or {}
+
+    def eid(nid: int, idx: int = 0) -> int:
+        return row_ptr[nid] + idx
+
+    inputs = [nid for nid in g["arg_nodes"] if nodes[nid]["name"] not in params]
+    a = Asm([])
+    words: dict[int, int] = {}  # entry → argument word (a register or a constant)
+    nreg = len(inputs)
+
+    def new_reg() -> int:
+        nonlocal nreg
+        nreg += 1
+        return nreg - 1
+
+    main = a.begin("main", [(nodes[n]["name"], dltype[eid(n)], shapes[eid(n)]) for n in inputs],
+                   [], num_regs=0, heap_size=0)
+    for i, nid in enumerate(inputs):
+        code, bits, _ = C.dl_dtype(dltype[eid(nid)])
+        a.call(-1, B + "match_shape", R(i), I(i),
+               a.spec(code, bits, [(0, d) for d in shapes[eid(nid)]]))
+        words[eid(nid)] = R(i)
+    pool: dict[int, int] = {}
+    for e, sid in enumerate(sids):
+        size = int(np.prod(shapes[e], dtype=np.int64)) * np.dtype(dltype[e]).itemsize
+        pool[sid] = max(pool.get(sid, 0), size)
+    storage = {}
+    for sid, size in sorted(pool.items()):
+        storage[sid] = new_reg()
+        a.call(storage[sid], B + "alloc_storage", I(sid), I(size))
+    for nid, node in enumerate(nodes):
+        if node["op"] == "null":
+            if nid not in inputs:
+                words[eid(nid)] = a.c(array(np.asarray(params[node["name"]])))
+            continue
+        attrs = node.get("attrs", {})
+        ins = [eid(s, k) for s, k, *_ in node["inputs"]]
+        if attrs["func_name"] == "__nop":
+            words[eid(nid)] = words[ins[0]]
+            continue
+        outs = [eid(nid, k) for k in range(int(attrs.get("num_outputs", 1)))]
+        for e in outs:
+            r = new_reg()
+            a.call(r, B + "alloc_tensor", R(storage[sids[e]]), I(0), a.c(dltype[e]),
+                   *[I(d) for d in shapes[e]])
+            words[e] = R(r)
+        args = [words[e] for e in ins + outs]
+        if str(attrs.get("flatten_data", "0")) == "1":
+            flat = []
+            for e in ins + outs:
+                r = new_reg()
+                a.call(r, B + "reshape", words[e], I(int(np.prod(shapes[e], dtype=np.int64))))
+                flat.append(R(r))
+            args = flat
+        if attrs["func_name"] == "__copy":
+            a.call(-1, B + "copy", *args)
+        else:
+            a.call(-1, attrs["func_name"], *args)
+    heads = [words[eid(n, k)] for n, k, *_ in g["heads"]]
+    out = new_reg()
+    if len(heads) == 1 and heads[0] >> 56 == REG:
+        a.emit(ret(heads[0] & 0xFFFFFF))
+    else:
+        a.call(out, B + "make_tuple", *heads)
+        a.emit(ret(out))
+    a._open[main] = (*a._open[main][:2], nreg, *a._open[main][3:])
+    a.end(main)
+    return a.build(lib)

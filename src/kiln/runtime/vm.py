@@ -34,7 +34,7 @@ import numpy as np
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime import c_types as C
 from kiln.runtime.module import Module
-from kiln.runtime.ndarray import NDArray, array, is_aligned, wrap_aligned
+from kiln.runtime.ndarray import ALIGNMENT, NDArray, array, cpu
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.vm_builtins import PREFIX, Frame, Site, prepare_builtin
 from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, OP_IF, REG, Instr
@@ -87,27 +87,64 @@ def _truth(value: Any) -> bool:
     return bool(value)
 
 
-def as_input(value: Any, sig: TensorSig | None, copy: bool = False) -> NDArray:
+_DTYPE_NAMES = {np.dtype(n): n for n in C.SUPPORTED_DTYPES}
+_CPU = cpu()
+
+
+def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
+             staging: _Staging | None = None, key: tuple[int, int] = (0, 0)) -> NDArray:
     """An NDArray for a VM function parameter: ``value`` itself when it already is one or its
     memory can be used in place (a C-contiguous, 64-byte aligned numpy array or DLPack tensor
-    of a supported dtype), else an aligned copy; ``copy`` always copies.
+    of a supported dtype in native byte order), else an aligned copy (into ``staging``'s
+    buffer ``key`` when given, reused by later calls); ``copy`` always makes a new copy.
 
     Raises
     ------
     KilnError
         An unsupported dtype.
     """
-    if isinstance(value, NDArray):
+    if type(value) is NDArray:
         return array(value) if copy else value
-    if not isinstance(value, np.ndarray):
+    if type(value) is not np.ndarray:
+        if isinstance(value, NDArray):
+            return array(value) if copy else value
         if hasattr(value, "__dlpack__"):
             value = np.from_dlpack(value)
         else:
             value = np.asarray(value, dtype=sig.dtype if sig is not None else None)
-    if (not copy and value.flags.c_contiguous and is_aligned(value)
-            and value.dtype.name in C.SUPPORTED_DTYPES and value.dtype.isnative):
-        return wrap_aligned(value, owner=value)
-    return array(value)
+    name = _DTYPE_NAMES.get(value.dtype)  # (a dict lookup: dtype.name is slow)
+    if copy or name is None:
+        return array(value)
+    if value.flags.c_contiguous and (value.size == 0 or value.ctypes.data % ALIGNMENT == 0):
+        return NDArray._checked(value, name, _CPU)  # keeps ``value`` (its memory) alive
+    return staging.stage(key, value, name) if staging is not None else array(value)
+
+
+class _Staging:
+    """Per parameter of a function, an aligned buffer that misaligned or strided numpy inputs
+    are copied into (grown as needed, reused by later calls: no allocation per call, as the
+    graph executor's ``set_input`` copies into its own storage)."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple[int, int], NDArray] = {}
+        self._views: dict[tuple[int, int], NDArray] = {}
+
+    def stage(self, key: tuple[int, int], value: np.ndarray, name: str) -> NDArray:
+        """``value`` copied into buffer ``key`` (dtype ``name``); the view is reused while the
+        shape repeats."""
+        view = self._views.get(key)
+        if view is None or view._arr.shape != value.shape or view.dtype != name:
+            buf = self._bufs.get(key)
+            if buf is None or buf.nbytes < value.nbytes:
+                buf = self._bufs[key] = array(np.empty(max(value.nbytes, 1), np.uint8))
+            arr = buf._arr[:value.nbytes].view(name).reshape(value.shape)
+            view = self._views[key] = NDArray._checked(arr, name, _CPU)
+        np.copyto(view._arr, value)
+        return view
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._bufs.values())
 
 
 class VirtualMachine(Module):
@@ -139,6 +176,7 @@ class VirtualMachine(Module):
         self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
         self._reshapes: dict[tuple[int, tuple[int, ...]], tuple[NDArray, NDArray]] = {}
         self._inputs: dict[str, list[NDArray]] = {}
+        self._staging = _Staging()
         self._outputs: dict[str, Any] = {}
         self._profiler: Profiler | None = None
         self.counters = {"calls": 0, "replays": 0, "recordings": 0, "interpreted": 0}
@@ -314,8 +352,10 @@ class VirtualMachine(Module):
             names = ", ".join(p.name for p in func.params)
             raise KilnError(f"VM function {func.name!r} takes {len(func.params)} inputs "
                             f"({names}), got {len(args)}")
+        staging = self._staging
         try:
-            return [as_input(v, s, copy) for v, s in zip(args, func.params)]
+            return [as_input(v, s, copy, staging, (fidx, i))
+                    for i, (v, s) in enumerate(zip(args, func.params))]
         except KilnError as err:
             raise KilnError(f"VM function {func.name!r}: {err}") from None
 
@@ -507,8 +547,9 @@ class VirtualMachine(Module):
 
     def memory_stats(self) -> dict[str, int]:
         """Storage held now and at most, in bytes: ``{"storage_bytes",
-        "peak_storage_bytes", "num_storages", "allocations"}``."""
-        return self.arena.stats()
+        "peak_storage_bytes", "num_storages", "allocations", "staging_bytes"}`` (the last:
+        buffers that misaligned inputs are copied into)."""
+        return {**self.arena.stats(), "staging_bytes": self._staging.nbytes}
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
