@@ -8,7 +8,8 @@ without a C compiler:
 - :func:`loop`: ``main(x: f32[n], k: i64[]) -> x * (k + 1)``, adding ``x`` in a loop run
   ``k`` times (``tensor_to_heap``, ``read_bool``, ``If``, ``Goto``);
 - :func:`tuple_prog`: ``pair(x, y) -> (x + y, reshape(x * y, [4n]))`` and
-  ``first(x, y) -> pair(x, y)[0]`` (a VM call, ``make_tuple``, ``tuple_get``, ``reshape``).
+  ``first(x, y) -> pair(x, y)[0]`` (a VM call, ``make_tuple``, ``tuple_get``, ``reshape``),
+  ``twice(x, y) -> (pair(x, y)[0], pair(y, y)[0])`` (two calls of one callee).
 """
 
 from __future__ import annotations
@@ -214,6 +215,14 @@ def tuple_prog(lib: Any = None) -> VMExecutable:
     a.call(3, B + "tuple_get", R(2), I(0))
     a.emit(ret(3))
     a.end(f)
+    t = a.begin("twice", sig, [], num_regs=7, heap_size=1)  # (pair(x, y)[0], pair(y, y)[0])
+    a.vmcall(2, p, R(0), R(1))
+    a.vmcall(3, p, R(1), R(1))
+    a.call(4, B + "tuple_get", R(2), I(0))
+    a.call(5, B + "tuple_get", R(3), I(0))
+    a.call(6, B + "make_tuple", R(4), R(5))
+    a.emit(ret(6))
+    a.end(t)
     return a.build(lib)
 
 

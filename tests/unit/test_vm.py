@@ -155,6 +155,9 @@ def test_tuple_outputs_and_vm_calls():
     np.testing.assert_allclose(p.numpy(), (x * y).reshape(-1), rtol=1e-6)
     np.testing.assert_allclose(vm["first"](x, y).numpy(), x + y, rtol=1e-6)
     np.testing.assert_allclose(vm["first"](x, y).numpy(), x + y, rtol=1e-6)
+    a, b = vm["twice"](x, y)  # the second call of pair must not overwrite the first result
+    np.testing.assert_allclose(a.numpy(), x + y, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), y + y, rtol=1e-6)
 
 
 def test_stateful_api(vm):

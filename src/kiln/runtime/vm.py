@@ -188,7 +188,7 @@ class VirtualMachine(Module):
         return out
 
     def _vm_callable(self, fidx: int) -> Callable[..., Any]:
-        return lambda *args: self._invoke(fidx, list(args))
+        return lambda *args: _copy_out(self._invoke(fidx, list(args)))
 
     def _plan(self, fidx: int, values: list[Any]) -> _Plan:
         func = self.exe.functions[fidx]
@@ -365,8 +365,8 @@ class VirtualMachine(Module):
                 elif kind == _BUILTIN:
                     value = (target(frame, a) if rec is None or extra is None
                              else rec.builtin(target, frame, a, extra))
-                else:
-                    value = self._invoke(target, a)
+                else:  # the callee's storage is reused by its next call: copy its result
+                    value = _copy_out(self._invoke(target, a))
                 if dst >= 0:
                     regs[dst] = value
             elif kind == _RET:
