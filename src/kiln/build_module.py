@@ -28,7 +28,18 @@ from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.ir.arith import shape_str
-from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
+from kiln.ir.graph import (
+    CALL_NODES,
+    Constant,
+    Expr,
+    Function,
+    IfCall,
+    IRModule,
+    PrimitiveCall,
+    post_order,
+    structural_key,
+    with_args,
+)
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
@@ -64,7 +75,52 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
         func = partition_for(func, byoc, mod_name)
     func = split_concat(func)
     func = alter_op_layout(func)
-    return fuse_ops(func)
+    return optimize_branches(fuse_ops(func), mod_name)
+
+
+def optimize_branches(func: Function, mod_name: str = "default") -> Function:
+    """``func`` with the branches of its run-time Ifs optimized and fused like ``main``: the
+    constants they capture (weights bound by BindParams) move into the branches first, so
+    folding and layout passes see them."""
+    memo: dict[int, Expr] = {}
+    for node in post_order(func.outputs):
+        if isinstance(node, IfCall):
+            args = [memo[a.uid] for a in node.args]
+            captures = args[1:]
+            keep = [k for k, a in enumerate(captures) if not isinstance(a, Constant)]
+            then_body, else_body = (
+                optimize(inline_constant_params(b, captures, keep), None, (), mod_name)
+                for b in (node.then_body, node.else_body))
+            memo[node.uid] = IfCall(args[0], then_body, else_body, [captures[k] for k in keep])
+        elif isinstance(node, CALL_NODES):
+            memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
+        else:
+            memo[node.uid] = node
+    return Function(func.params, [memo[o.uid] for o in func.outputs], func.output_names,
+                    dict(func.attrs))
+
+
+def inline_constant_params(body: Function, args: list[Expr], keep: list[int]) -> Function:
+    """``body`` with its parameters whose argument is a Constant replaced by that constant;
+    the others (``keep``, in order) stay parameters."""
+    memo: dict[int, Expr] = {p.uid: a for p, a in zip(body.params, args) if isinstance(a, Constant)}
+    for node in post_order(body.outputs):
+        if node.uid not in memo:
+            memo[node.uid] = with_args(node, [memo.get(a.uid, a) for a in node.args]) \
+                if isinstance(node, CALL_NODES) else node
+    return Function([body.params[k] for k in keep], [memo[o.uid] for o in body.outputs],
+                    body.output_names, dict(body.attrs))
+
+
+def primitive_calls(func: Function) -> list[PrimitiveCall]:
+    """Every fused kernel call of ``func``, the branches of its Ifs included."""
+    out: list[PrimitiveCall] = []
+    for node in post_order(func.outputs):
+        if isinstance(node, PrimitiveCall):
+            out.append(node)
+        elif isinstance(node, IfCall):
+            out += primitive_calls(node.then_body) + primitive_calls(node.else_body)
+    return out
 
 
 def build(mod: IRModule | Function, target: str | Target | None = None,
@@ -136,7 +192,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     with tgt:
         with progress.stage("Optimizing graph"):
             fused = optimize(func, params, byoc, mod_name)
-        calls = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+        calls = primitive_calls(fused)
         kernels, kernel_names = _lower_kernels(calls)
     symbols = {k.name: prefix + k.name for k in kernels}
     graph_kernels = kernels  # named as the graph calls them
@@ -178,21 +234,27 @@ EXECUTORS = ("graph", "aot", "vm")
 
 
 def choose_executor(func: Function, executor: str | None) -> str:
-    """``executor``, or the default: ``"vm"`` when an input has symbolic dims, else ``"graph"``.
+    """``executor``, or the default: ``"vm"`` when an input has symbolic dims or the graph has
+    a run-time If, else ``"graph"``.
 
     Raises
     ------
     CompileError
-        The graph or AOT executor for a model with symbolic dims (the message lists them).
+        The graph or AOT executor for a model with symbolic dims (the message lists them) or a
+        run-time If.
     """
     symbolic = {f"{p.name}: {shape_str(p.checked_type.shape)}" for p in func.params
                 if not p.checked_type.is_static}
+    control_flow = any(isinstance(n, IfCall) for n in post_order(func.outputs))
     if executor is None:
-        return "vm" if symbolic else "graph"
+        return "vm" if symbolic or control_flow else "graph"
     if executor in ("graph", "aot") and symbolic:
         raise CompileError(f"the {executor} executor needs static shapes, but these inputs have "
                            f"symbolic dims: {', '.join(sorted(symbolic))}; fix them (shape=, "
                            "--input-shape) or use executor='vm'")
+    if executor in ("graph", "aot") and control_flow:
+        raise CompileError(f"the {executor} executor cannot run an If whose condition is data; "
+                           "use executor='vm'")
     return executor
 
 

@@ -11,7 +11,10 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
    not overlap share a slot, sized by the symbolic max of its tenants);
 4. per fused kernel, ``vm.builtin.alloc_tensor`` of its output and a destination-passing call
    (shape symbols the kernel cannot read from its tensors follow as heap arguments);
-5. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
+5. a run-time If (:class:`~kiln.ir.graph.IfCall`): ``vm.builtin.read_bool`` of the condition,
+   ``If``/``Goto`` around the two branches, each emitted like a function body (its own arena,
+   its own storage id) with its results landing in the same registers;
+6. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
 
 A static model compiles the same way: every dim is an immediate and the heap program is empty.
 """
@@ -25,7 +28,16 @@ import numpy as np
 from kiln.errors import CompileError
 from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
-from kiln.ir.graph import Constant, Expr, Function, PrimitiveCall, TupleGetItem, Var, post_order
+from kiln.ir.graph import (
+    Constant,
+    Expr,
+    Function,
+    IfCall,
+    PrimitiveCall,
+    TupleGetItem,
+    Var,
+    post_order,
+)
 from kiln.passes.loop.make_packed_api import dl_dtype
 from kiln.runtime.ndarray import array
 from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, Sym, TensorSig, VMFunction
@@ -159,10 +171,19 @@ class _Emitter:
         self.func_index: dict[str, int] = {}
         self.const_index: dict[object, int] = {}
         self.num_regs = 0
+        self.storages = 0
+        self.if_results: dict[int, list[int]] = {}
+        self.kernel_names: dict[int, str] = {}
+        self.kernel_symbol_args: dict[str, list[str]] = {}
 
     def reg(self) -> int:
         self.num_regs += 1
         return self.num_regs - 1
+
+    def storage_id(self) -> int:
+        """A new storage id (one arena per function body: main, each If branch)."""
+        self.storages += 1
+        return self.storages - 1
 
     def func(self, name: str) -> int:
         if name not in self.func_index:
@@ -181,9 +202,10 @@ class _Emitter:
         self.prog.code += [OP_CALL, dst, self.func(name), len(args), *args]
 
 
-def compile_vm(func: Function, kernel_names: dict[int, str], kernel_symbol_args: dict[str, list[str]],
-               ) -> Program:
-    """Bytecode for ``func`` (fused: PrimitiveCalls only), as one VM function ``main``.
+def compile_vm(func: Function, kernel_names: dict[int, str],
+               kernel_symbol_args: dict[str, list[str]]) -> Program:
+    """Bytecode for ``func`` (fused: PrimitiveCalls, and run-time Ifs whose branches are fused
+    too), as one VM function ``main``.
 
     Parameters
     ----------
@@ -199,20 +221,14 @@ def compile_vm(func: Function, kernel_names: dict[int, str], kernel_symbol_args:
     """
     symbols = _input_symbols(func)
     em = _Emitter(symbols)
+    em.kernel_names, em.kernel_symbol_args = kernel_names, kernel_symbol_args
     regs: dict[int, int] = {}
     params = []
-    for k, v in enumerate(func.params):
+    for v in func.params:
         regs[v.uid] = em.reg()
         params.append(_signature(v.name, v.checked_type, symbols))
-    calls = [n for n in post_order(func.outputs) if isinstance(n, PrimitiveCall)]
-    for node in post_order(func.outputs):
-        if not isinstance(node, (Var, Constant, PrimitiveCall)):
-            kind = "an external (BYOC) function" if not isinstance(node, TupleGetItem) else \
-                "a multi-output function"
-            raise CompileError(f"the VM executor cannot run {kind} yet ({node!r}); use "
-                               "executor='graph' with static shapes")
-    body: list[int] = []
-    em.prog.code = body
+    head: list[int] = []
+    em.prog.code = head
     bound: set[str] = set()
     for k, v in enumerate(func.params):
         spec = _match_spec(v.checked_type, symbols, bound)
@@ -222,36 +238,19 @@ def compile_vm(func: Function, kernel_names: dict[int, str], kernel_symbol_args:
     # Everything after the shape program is emitted into `tail`, so that the program (which
     # grows while the tail asks for dims) can be placed before it.
     em.prog.code = tail = []
-    sizes = [arith.mul(c.checked_type.size, np.dtype(c.checked_type.dtype).itemsize)
-             for c in calls]
-    offsets, total = plan_arena(sizes, _frees(calls, func.outputs))
-    arena = em.reg()
-    em.call(arena, "vm.builtin.alloc_storage", [encode_arg(ARG_IMM, 0), em.heap.arg(total)])
-    for call, offset in zip(calls, offsets):
-        t = call.checked_type
-        out = regs[call.uid] = em.reg()
-        em.call(out, "vm.builtin.alloc_tensor",
-                [encode_arg(ARG_REG, arena), em.heap.arg(offset),
-                 encode_arg(ARG_CONST, em.const(t.dtype, ("dtype", t.dtype))),
-                 *(em.heap.arg(d) for d in t.shape)])
-        name = kernel_names[call.uid]
-        args = [_value_arg(a, regs, em) for a in call.args] + [encode_arg(ARG_REG, out)]
-        args += [em.heap.arg(_symbol(symbols, s)) for s in kernel_symbol_args.get(name, [])]
-        em.call(-1, name, args)
-    results = [_value_arg(o, regs, em) for o in func.outputs]
+    results = _emit_body(em, func.outputs, regs)
     if len(results) == 1 and results[0] >> 56 == ARG_REG:
         ret = results[0] & ((1 << 56) - 1)
     else:
         ret = em.reg()
         em.call(ret, "vm.builtin.make_tuple", results)
     tail += [OP_RET, ret]
-    program = list(em.heap.program)
-    code = list(body)
-    if program:
-        prog_const = em.const(np.array(program, dtype=np.int64))
+    code = list(head)
+    if em.heap.program:
+        prog_const = em.const(np.array(em.heap.program, dtype=np.int64))
         code += [OP_CALL, -1, em.func("vm.builtin.shape_compute"), 1,
                  encode_arg(ARG_CONST, prog_const)]
-    code += tail
+    code += tail  # jump offsets are relative: the tail moves as it is
     outputs = [_signature(n, o.checked_type, symbols)
                for n, o in zip(func.output_names, func.outputs)]
     em.prog.functions.append(VMFunction(
@@ -259,6 +258,111 @@ def compile_vm(func: Function, kernel_names: dict[int, str], kernel_symbol_args:
         tuple(o for o in outputs if o is not None)))
     em.prog.code = code
     return em.prog
+
+
+def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
+               result_regs: list[int] | None = None) -> list[int]:
+    """Emit the nodes ``outputs`` need (kernels into one arena of their own storage id, and
+    Ifs); returns an argument word per output. With ``result_regs`` (a branch of an If), each
+    output ends in its register."""
+    nodes = list(post_order(outputs))
+    calls = [n for n in nodes if isinstance(n, PrimitiveCall)]
+    for node in nodes:
+        if not isinstance(node, (Var, Constant, PrimitiveCall, IfCall, TupleGetItem)) or (
+                isinstance(node, TupleGetItem) and not isinstance(node.value, IfCall)):
+            raise CompileError(f"the VM executor cannot run an external (BYOC) function yet "
+                               f"({node!r}); use executor='graph' with static shapes")
+        if isinstance(node, Var) and node.uid not in regs:
+            raise CompileError(f"graph input {node.name} is not a parameter of the function")
+    if result_regs is not None:  # a branch's kernels write its results' registers directly
+        for k, o in enumerate(outputs):
+            if isinstance(o, PrimitiveCall) and o.uid not in regs:
+                regs[o.uid] = result_regs[k]
+    placed = _plan(em, calls, nodes, outputs)
+    for node in nodes:
+        if isinstance(node, PrimitiveCall):
+            _emit_kernel(em, node, regs, placed)
+        elif isinstance(node, IfCall):
+            _emit_if(em, node, regs)
+        elif isinstance(node, TupleGetItem):
+            regs[node.uid] = em.if_results[node.value.uid][node.index]
+    words = [_value_arg(o, regs, em) for o in outputs]
+    if result_regs is None:
+        return words
+    for k, (o, word) in enumerate(zip(outputs, words)):
+        if word != encode_arg(ARG_REG, result_regs[k]):  # a parameter, constant or shared value
+            pair = em.reg()
+            em.call(pair, "vm.builtin.make_tuple", [word])
+            em.call(result_regs[k], "vm.builtin.tuple_get",
+                    [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
+    return [encode_arg(ARG_REG, r) for r in result_regs]
+
+
+def _plan(em: _Emitter, calls: list[PrimitiveCall], nodes: list[Expr],
+          outputs: list[Expr]) -> dict[int, tuple[int, Dim]]:
+    """Allocate the arena of ``calls`` (one storage id): call uid → (arena register, offset).
+    Values an If reads stay alive to the end (their last use is inside a branch)."""
+    if not calls:
+        return {}
+    read_by_if = {a.uid for n in nodes if isinstance(n, IfCall) for a in n.args}
+    sizes = [arith.mul(c.checked_type.size, np.dtype(c.checked_type.dtype).itemsize)
+             for c in calls]
+    keep = list(outputs) + [c for c in calls if c.uid in read_by_if]
+    offsets, total = plan_arena(sizes, _frees(calls, keep))
+    arena = em.reg()
+    em.call(arena, "vm.builtin.alloc_storage",
+            [encode_arg(ARG_IMM, em.storage_id()), em.heap.arg(total)])
+    return {c.uid: (arena, off) for c, off in zip(calls, offsets)}
+
+
+def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed) -> None:
+    t = call.checked_type
+    arena, offset = placed[call.uid]
+    out = regs.setdefault(call.uid, em.reg())
+    em.call(out, "vm.builtin.alloc_tensor",
+            [encode_arg(ARG_REG, arena), em.heap.arg(offset),
+             encode_arg(ARG_CONST, em.const(t.dtype, ("dtype", t.dtype))),
+             *(em.heap.arg(d) for d in t.shape)])
+    name = em.kernel_names[call.uid]
+    args = [_value_arg(a, regs, em) for a in call.args] + [encode_arg(ARG_REG, out)]
+    args += [em.heap.arg(_symbol(em.prog.symbols, s))
+             for s in em.kernel_symbol_args.get(name, [])]
+    em.call(-1, name, args)
+
+
+def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
+    """``If`` on the condition's value, each branch emitted with its parameters bound to the
+    captures' registers and its results landing in shared registers."""
+    cond = em.reg()
+    em.call(cond, "vm.builtin.read_bool", [_value_arg(node.args[0], regs, em)])
+    results = [em.reg() for _ in node.output_types]
+    code = em.prog.code
+    at_if = len(code)
+    code += [OP_IF, cond, 0]
+    _emit_branch(em, node.then_body, node.args[1:], regs, results)
+    at_goto = len(code)
+    code += [OP_GOTO, 0]
+    code[at_if + 2] = len(code) - at_if
+    _emit_branch(em, node.else_body, node.args[1:], regs, results)
+    code[at_goto + 1] = len(code) - at_goto
+    em.if_results[node.uid] = results
+    regs[node.uid] = results[0]
+
+
+def _emit_branch(em: _Emitter, body: Function, captures: list[Expr], regs: dict[int, int],
+                 results: list[int]) -> None:
+    inner: dict[int, int] = {}
+    for p, a in zip(body.params, captures):
+        word = _value_arg(a, regs, em)
+        if word >> 56 != ARG_REG:  # a constant capture: give it a register
+            pair = em.reg()
+            em.call(pair, "vm.builtin.make_tuple", [word])
+            inner[p.uid] = em.reg()
+            em.call(inner[p.uid], "vm.builtin.tuple_get",
+                    [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
+        else:
+            inner[p.uid] = word & ((1 << 56) - 1)
+    _emit_body(em, body.outputs, inner, results)
 
 
 def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:

@@ -215,14 +215,59 @@ class FunctionCall(Expr):
         return f"{self.name}({', '.join(f'#{a.uid}' for a in self.args)}) : {self.checked_type}"
 
 
+class IfCall(Expr):
+    """Run-time control flow (Relax's ``If``): ``then_body`` when ``cond`` (a one-element bool
+    tensor) is true, else ``else_body``.
+
+    ``args`` is ``[cond, *captures]``: each branch is a closed :class:`Function` with one
+    parameter per capture (the outer values its nodes read), so passes that walk ``args`` see
+    every dependency. Several outputs are read through :class:`TupleGetItem`; ``checked_type``
+    is the first one's.
+
+    Raises
+    ------
+    ShapeError
+        If the condition is not a one-element bool, or the branches' outputs differ in count or
+        type (the message names both types).
+    """
+
+    def __init__(self, cond: Expr, then_body: Function, else_body: Function,
+                 captures: list[Expr]):
+        ct = cond.checked_type
+        if ct.dtype != "bool" or ct.size != 1:
+            raise ShapeError(f"If: the condition must be one bool, got {ct}")
+        for body in (then_body, else_body):
+            assert len(body.params) == len(captures), "If: one branch parameter per capture"
+        then_types = [o.checked_type for o in then_body.outputs]
+        else_types = [o.checked_type for o in else_body.outputs]
+        if then_types != else_types:
+            raise ShapeError(f"If: the branches' outputs differ: then {list(map(str, then_types))}"
+                             f", else {list(map(str, else_types))}")
+        self.then_body, self.else_body = then_body, else_body
+        self.args = [cond, *captures]
+        self.output_types = then_types
+        self.checked_type = then_types[0]
+        self.uid = next(_ids)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+    name = "if"
+
+    def __repr__(self) -> str:
+        return f"if(#{self.args[0].uid}) : {self.checked_type}"
+
+
 class TupleGetItem(Expr):
-    """Output ``index`` of a multi-output :class:`FunctionCall` (TVM: TupleGetItem).
+    """Output ``index`` of a multi-output :class:`FunctionCall` or :class:`IfCall` (TVM:
+    TupleGetItem).
 
     ``args`` is ``[value]`` so that traversals treat it like any call-like node.
     """
 
     def __init__(self, value: Expr, index: int):
-        assert isinstance(value, FunctionCall), "TupleGetItem of a non-function value"
+        assert isinstance(value, (FunctionCall, IfCall)), "TupleGetItem of a non-tuple value"
         if not 0 <= index < value.num_outputs:
             raise ShapeError(f"TupleGetItem: index {index} out of range for {value.num_outputs} "
                              "outputs")
@@ -232,7 +277,7 @@ class TupleGetItem(Expr):
         self.uid = next(_ids)
 
     @property
-    def value(self) -> FunctionCall:
+    def value(self) -> FunctionCall | IfCall:
         return self.args[0]
 
     def __repr__(self) -> str:
@@ -240,7 +285,13 @@ class TupleGetItem(Expr):
 
 
 #: node types with ``args`` (traversals expand them)
-CALL_NODES = (Call, PrimitiveCall, FunctionCall, TupleGetItem)
+CALL_NODES = (Call, PrimitiveCall, FunctionCall, TupleGetItem, IfCall)
+
+
+def uid_mark() -> int:
+    """A uid smaller than that of every node made after this call (the frontend tells a
+    subgraph's own nodes from the outer ones it reads by it)."""
+    return next(_ids)
 
 
 def with_args(node: Expr, new_args: list[Expr]) -> Expr:
@@ -256,6 +307,8 @@ def with_args(node: Expr, new_args: list[Expr]) -> Expr:
         return FunctionCall(node.body, new_args)
     if isinstance(node, TupleGetItem):
         return TupleGetItem(new_args[0], node.index)
+    if isinstance(node, IfCall):
+        return IfCall(new_args[0], node.then_body, node.else_body, new_args[1:])
     raise TypeError(f"with_args: {node!r} has no arguments")
 
 
@@ -368,6 +421,14 @@ def astext(func: Function) -> str:
         if isinstance(node, TupleGetItem):
             names[node.uid] = f"{names[node.value.uid]}.{node.index}"
             continue
+        if isinstance(node, IfCall):
+            types = ", ".join(str(t) for t in node.output_types)
+            branches = "\n".join(f"  {label}\n" + "\n".join("    " + ln for ln in
+                                                            astext(b).splitlines())
+                                 for label, b in (("then", node.then_body),
+                                                  ("else", node.else_body)))
+            lines.append(f"  {name} = if({args}) /* {types} */\n{branches}")
+            continue
         if isinstance(node, FunctionCall):
             attrs = "".join(f", {k}={v}" for k, v in sorted(node.body.attrs.items()))
             types = ", ".join(str(t) for t in node.output_types)
@@ -403,6 +464,11 @@ def structural_key(func: Function) -> str:
             parts.append(f"fn({args}) {sorted(node.body.attrs.items())!r} {{{inner}}}")
         elif isinstance(node, TupleGetItem):
             parts.append(f"get({index[node.value.uid]}).{node.index}")
+        elif isinstance(node, IfCall):
+            args = ",".join(str(index[a.uid]) for a in node.args)
+            then_key, else_key = (structural_key(b).replace("\n", ";")
+                                  for b in (node.then_body, node.else_body))
+            parts.append(f"if({args}) {{{then_key}}} {{{else_key}}}")
         else:
             raise TypeError(f"structural_key: unexpected node {node!r}")
         index[node.uid] = len(index)

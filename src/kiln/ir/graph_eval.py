@@ -20,6 +20,7 @@ from kiln.ir.graph import (
     Expr,
     Function,
     FunctionCall,
+    IfCall,
     PrimitiveCall,
     TupleGetItem,
     Var,
@@ -146,6 +147,11 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray],
             env[node.uid] = outs[0] if len(outs) == 1 else tuple(outs)
         elif isinstance(node, TupleGetItem):
             env[node.uid] = args[0][node.index]
+        elif isinstance(node, IfCall):
+            body = node.then_body if bool(np.asarray(args[0]).reshape(-1)[0]) else node.else_body
+            inner = {p.uid: v for p, v in zip(body.params, args[1:])}
+            outs = _run(body.outputs, inner, symbols)
+            env[node.uid] = outs[0] if len(outs) == 1 else tuple(outs)
         else:
             env[node.uid] = evaluate_call(node, args, symbols)
         for a in node.args:

@@ -172,7 +172,36 @@ def _compile(mod: Any, params: dict[str, np.ndarray], target: str) -> Any:
     from kiln.graph_executor import GraphModule
 
     lib = kiln.build(mod, target=target, params=params)
+    if isinstance(lib, kiln.runtime.VMExecutable):  # symbolic dims or a run-time If
+        return _VMRunner(lib)
     return GraphModule(lib["default"](kiln.cpu()))
+
+
+class _VMRunner:
+    """The graph executor's interface (set_input / run / get_output) over the VM, so a model
+    the ONNX backend compiles to a VM executable runs the same way."""
+
+    def __init__(self, exe: Any):
+        from kiln.vm import VirtualMachine
+
+        self.vm = VirtualMachine(exe, __import__("kiln").cpu())
+        main = exe.functions[exe.func_index["main"]]
+        self.names = [p.name for p in main.params]
+        self.inputs: dict[str, np.ndarray] = {}
+        self.outputs: tuple = ()
+
+    def set_input(self, name: str, value: np.ndarray) -> None:
+        self.inputs[name] = value
+
+    def run(self) -> None:
+        out = self.vm["main"](*(self.inputs[n] for n in self.names))
+        self.outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def get_num_outputs(self) -> int:
+        return len(self.outputs)
+
+    def get_output(self, k: int) -> Any:
+        return self.outputs[k]
 
 
 class KilnBackend(Backend):

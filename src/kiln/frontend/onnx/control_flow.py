@@ -1,9 +1,8 @@
-"""ONNX control flow in a static graph: If with a compile-time condition, Scan and Loop unrolled.
+"""ONNX control flow: If at compile time or at run time, Scan and Loop unrolled.
 
-Kiln compiles static dataflow graphs, so control flow is resolved at import:
-
-- ``If``: the condition must be a compile-time constant (a graph input the ONNX backend binds,
-  see :mod:`kiln.frontend.onnx.backend`); the chosen branch's nodes are converted in place.
+- ``If``: with a compile-time condition the chosen branch's nodes are converted in place; a
+  condition on data becomes an :class:`~kiln.ir.graph.IfCall` with both branches closed over
+  the outer values they read, decided at run time by the VM executor.
 - ``Scan`` (opset 9+): the sequence length is static, so the body is converted once per
   iteration; scan inputs are sliced per step and scan outputs stacked along their axis.
 - ``Loop``: unrolled when the trip count is a compile-time constant and the condition folds
@@ -21,9 +20,19 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from kiln.errors import UnsupportedOpError
+from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
-from kiln.ir.graph import Constant, Expr
+from kiln.ir.graph import (
+    CALL_NODES,
+    Constant,
+    Expr,
+    Function,
+    IfCall,
+    TupleGetItem,
+    Var,
+    uid_mark,
+    with_args,
+)
 
 # convert_node(node, index, opset, values, unavailable, param_values) from the importer
 ConvertNode = Callable[..., None]
@@ -43,7 +52,10 @@ def convert_control_flow(node: onnx.NodeProto, name: str, opset: int,
                              param_values, convert_node, ctx)
 
     if node.op_type == "If":
-        cond = ctx.const_value(0, "If condition").reshape(-1)
+        try:
+            cond = ctx.const_value(0, "If condition").reshape(-1)
+        except NotConstantError:  # a condition on data: decided at run time (the VM)
+            return _runtime_if(ctx, graphs, run)
         if cond.size != 1:
             raise ctx.unsupported("condition must have one element")
         return list(run(graphs["then_branch" if cond[0] else "else_branch"], []))
@@ -52,6 +64,58 @@ def convert_control_flow(node: onnx.NodeProto, name: str, opset: int,
             raise ctx.unsupported("Scan before opset 9 (batched form)")
         return _scan(ctx, graphs["body"], run)
     return _loop(ctx, graphs["body"], run)
+
+
+def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
+    """An :class:`IfCall` over both branches, each closed over the outer values it reads."""
+    mark = uid_mark()
+    outs = [run(graphs["then_branch"], []), run(graphs["else_branch"], [])]
+    captures = _outer_refs([e for branch in outs for e in branch], mark)
+    then_body, else_body = (_closed(branch, mark, captures) for branch in outs)
+    try:
+        node = IfCall(ctx.input(0), then_body, else_body, captures)
+    except ShapeError as err:
+        raise ctx.unsupported(str(err)) from None
+    if node.num_outputs == 1:
+        return [node]
+    return [TupleGetItem(node, k) for k in range(node.num_outputs)]
+
+
+def _inner_post_order(outputs: list[Expr], mark: int):
+    """Post-order over the nodes made after ``mark`` (a subgraph's), with the outer nodes they
+    read as leaves."""
+    seen: set[int] = set()
+    for root in outputs:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node.uid in seen:
+                continue
+            if expanded or node.uid < mark or not isinstance(node, CALL_NODES):
+                seen.add(node.uid)
+                yield node
+                continue
+            stack.append((node, True))
+            stack.extend((a, False) for a in reversed(node.args) if a.uid not in seen)
+
+
+def _outer_refs(outputs: list[Expr], mark: int) -> list[Expr]:
+    """The outer values (not constants) a subgraph's nodes read, in creation order."""
+    found = {n.uid: n for n in _inner_post_order(outputs, mark)
+             if n.uid < mark and not isinstance(n, Constant)}
+    return [found[k] for k in sorted(found)]
+
+
+def _closed(outputs: list[Expr], mark: int, captures: list[Expr]) -> Function:
+    """The subgraph as a Function of one parameter per capture."""
+    params = [Var(f"capture{k}", c.checked_type) for k, c in enumerate(captures)]
+    memo: dict[int, Expr] = {c.uid: p for c, p in zip(captures, params)}
+    for node in _inner_post_order(outputs, mark):
+        if node.uid in memo or node.uid < mark:
+            continue
+        if isinstance(node, CALL_NODES):
+            memo[node.uid] = with_args(node, [memo.get(a.uid, a) for a in node.args])
+    return Function(params, [memo.get(o.uid, o) for o in outputs])
 
 
 def _run_subgraph(graph: onnx.GraphProto, bound: list[Expr | None], opset: int,
