@@ -120,8 +120,8 @@ def bench_shapes(args, model: Path, vm_so: Path, workdir: Path) -> list[dict]:
             g.run()
             g.get_output(3)
 
-        times = _time_blocks({"vm": lambda: vm["main"](ids, mask), "static": static,
-                              "ort": lambda: sess.run(None, feed)}, args.repeat)
+        times = _time_blocks({"vm": lambda i=ids, m=mask: vm["main"](i, m), "static": static,
+                              "ort": lambda f=feed: sess.run(None, f)}, args.repeat)
         report = vm.profile("main", ids, mask)
         kernels_us = sum(r.time_us for r in report.rows)
         overhead = times["vm"] * 1e3 - kernels_us
@@ -168,8 +168,10 @@ def report(rows: list[dict], rss: dict, args) -> str:
     def geo(key):
         return float(np.exp(np.mean([np.log(r[key]) for r in rows])))
 
-    lines = [f"## paraphrase-MiniLM-L3, one VM artifact vs static builds ({args.threads} "
-             f"thread{'s' if args.threads > 1 else ''}, {args.target})", "",
+    plural = "s" if args.threads > 1 else ""
+    title = (f"## paraphrase-MiniLM-L3, one VM artifact vs static builds ({args.threads} "
+             f"thread{plural}, {args.target})")
+    lines = [title, "",
              "| shape | VM ms | static ms | ORT ms | VM/static | VM/ORT | VM overhead µs |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -177,9 +179,10 @@ def report(rows: list[dict], rss: dict, args) -> str:
         lines.append(f"| {b}×{s} | {r['vm_ms']:.3f} | {r['static_ms']:.3f} | {r['ort_ms']:.3f} "
                      f"| {r['vm_static']:.2f} | {r['vm_ort']:.2f} | {r['vm_overhead_us']:.0f} |")
     lines.append(f"| geomean | | | | {geo('vm_static'):.2f} | {geo('vm_ort'):.2f} | |")
-    lines += ["", f"Peak RSS: largest shape (1×384) only {rss['largest']:.1f} MiB; after "
-              f"{args.memory_calls} calls at random lengths 1..384 {rss['random']:.1f} MiB "
-              f"(+{100 * (rss['random'] / rss['largest'] - 1):.1f} %)."]
+    growth = 100 * (rss["random"] / rss["largest"] - 1)
+    lines += ["", (f"Peak RSS: largest shape (1×384) only {rss['largest']:.1f} MiB; after "
+                   f"{args.memory_calls} calls at random lengths 1..384 {rss['random']:.1f} MiB "
+                   f"(+{growth:.1f} %).")]
     return "\n".join(lines)
 
 

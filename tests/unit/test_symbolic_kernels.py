@@ -54,10 +54,10 @@ def test_symbolic_kernels_match_the_graph_evaluator(shape):
 
 
 def _interpret(func: Function, values: dict) -> np.ndarray:
+    from kiln.backend.te_compiler import to_te
     from kiln.ir.lower import Schedule, lower
     from kiln.passes.loop.simplify import simplify
     from kiln.schedules import schedule_loops, schedule_te
-    from kiln.backend.te_compiler import to_te
 
     env = {p.uid: values[p.name] for p in func.params}
     fused = optimize(func, {})

@@ -115,7 +115,7 @@ def _decompose(d: arith.SymExpr) -> tuple[str, Dim, Dim]:
     if d.const:
         return "add", arith.sub(d, d.const), d.const
     if len(d.terms) > 1:
-        (mono, coeff), *rest = d.terms
+        (mono, coeff), *_ = d.terms
         first = arith.mul(coeff, arith.prod(mono))
         return "add", first, arith.sub(d, first)
     ((mono, coeff),) = d.terms

@@ -114,7 +114,7 @@ class SymOp(SymExpr):
 
     __str__ = __repr__
 
-Atom = Union[SymVar, SymOp]
+Atom = SymVar | SymOp
 Monomial = tuple  # sorted tuple of atoms (a repeated atom is a power)
 
 
@@ -297,7 +297,7 @@ def floormod(a: Dim, b: Dim) -> Dim:
     if isinstance(b, int) and b > 0:
         if _known_multiple(a, b):
             return 0
-        q, r = _split_multiple(a, b)
+        _, r = _split_multiple(a, b)
         lo, hi = bounds(r)
         if lo is not None and hi is not None and 0 <= lo and hi < b:
             return r

@@ -13,6 +13,8 @@ from collections import Counter
 import numpy as np
 
 from kiln.errors import KilnError, ShapeError
+from kiln.ir import arith
+from kiln.ir.arith import SymVar, shape_str
 from kiln.ir.graph import (
     CALL_NODES,
     Call,
@@ -22,14 +24,12 @@ from kiln.ir.graph import (
     FunctionCall,
     IfCall,
     PrimitiveCall,
+    TensorType,
     TupleGetItem,
     Var,
-    TensorType,
     post_order,
     symbolic_array,
 )
-from kiln.ir import arith
-from kiln.ir.arith import SymVar, shape_str
 
 
 def evaluate(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -14,8 +14,8 @@ Loop-level primitives (parallel, fuse, unroll, ...) act on the lowered PrimFunc 
 from __future__ import annotations
 
 from kiln.errors import ScheduleError
-from kiln.ir import loop as L
 from kiln.ir import arith
+from kiln.ir import loop as L
 from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad, buffer_shape
 
 

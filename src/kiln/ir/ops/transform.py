@@ -8,8 +8,6 @@ is a full permutation, and ``strided_slice`` uses the convention documented on
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln.errors import ShapeError

@@ -86,8 +86,8 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
         index = len(func.params) + k
         code = _acc("type_code", index)
         checks.append((L.eq(code, _TYPE_CODE_INT),
-                       f"{func.name}: argument {index} (symbol {var.name}): expected an int, got "
-                       "type code %lld", [code]))
+                       (f"{func.name}: argument {index} (symbol {var.name}): expected an int, "
+                        "got type code %lld"), [code]))
         checks.append(("let", var, _acc("arg_int", index)))  # type: ignore[arg-type]
     checks += deferred
     body = func.body

@@ -4,8 +4,6 @@ ConstantOfShape (shapes are static, so these yield Constants)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
