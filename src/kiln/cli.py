@@ -155,22 +155,33 @@ def build_parser() -> argparse.ArgumentParser:
                                     "random inputs when absent")
     p.add_argument("--outputs", help="write the outputs to this .npz (keys: output names)")
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default: 0)")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="shape of a random input of a VM library (symbolic dims), e.g. "
+                        "input_ids:1x77; inputs sharing its symbols follow, and symbols no "
+                        "shape sets take their smallest allowed value (repeatable)")
     p.add_argument("--repeat", type=_positive_int, default=1,
                    help="timed runs; prints min/median/max (default: 1); with --profile: "
                         "measurements per node")
     p.add_argument("--profile", action="store_true",
-                   help="run with the debug executor; print per-node times, slowest first")
+                   help="print per-node times (graph: the debug executor, slowest first; "
+                        "VM: every kernel call in order)")
     p.add_argument("--dump-outputs", metavar="DIR",
                    help="write every node's output to DIR (.npy per output, nodes.json); "
                         "implies --profile")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("inspect", help="show a compiled library's modules, graph and params",
-                       description="Show the module tree, graph inputs/outputs and params.")
+                       description="Show the module tree, graph inputs/outputs and params; "
+                                   "for a VM library its symbols, function signatures and "
+                                   "constants.")
     p.add_argument("library", help="the compiled library (.so)")
     p.add_argument("--graph", metavar="FILE", help="write the graph JSON to FILE")
     p.add_argument("--params", metavar="FILE",
                    help="write the params to FILE (TVM param-dict format)")
+    p.add_argument("--bytecode", action="store_true",
+                   help="VM libraries: also print the executable as text (symbols, constants, "
+                        "instructions)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("demo", help="compile a real model and check it against onnxruntime",
@@ -207,14 +218,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kiln.cli_run import run_library
 
     run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
-                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs)
+                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs,
+                input_shapes=args.input_shapes)
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from kiln.cli_inspect import inspect_library
 
-    inspect_library(args.library, graph_out=args.graph, params_out=args.params)
+    inspect_library(args.library, graph_out=args.graph, params_out=args.params,
+                    bytecode=args.bytecode)
     return 0
 
 
