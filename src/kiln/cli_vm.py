@@ -5,8 +5,9 @@ with bounds (``kiln.runtime.vm_format.Symbol``). Inputs come from an ``.npz`` (a
 shape) or are random: ``--input-shape NAME:SHAPE`` picks an input's shape, whose symbols then
 size every other input sharing them; a symbol no ``--input-shape`` sets takes its smallest
 allowed value (at least 1, a multiple of its divisor) — what onnxruntime's ``perf_test`` does
-with free dims (1). Shape, dtype and bound errors are the VM's own
-(:class:`~kiln.errors.ShapeError`, naming the input, the dim and the symbol).
+with free dims (1). Given shapes are checked against the symbols before the inputs are made (so
+an error names the ``--input-shape`` at fault); otherwise shape, dtype and bound errors are the
+VM's own (:class:`~kiln.errors.ShapeError`, naming the input, the dim and the symbol).
 
 Imports only ``kiln.runtime`` and the CLI's helpers (no compiler).
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.cli_graph import TensorInfo
-from kiln.errors import KilnError
+from kiln.errors import KilnError, ShapeError
 
 MAIN = "main"
 
@@ -102,7 +103,8 @@ def input_shapes(sig: VMSignature, given: dict[str, tuple[int, ...]]
     ----------
     sig : VMSignature
     given : dict
-        ``--input-shape`` by input name; used as given (the VM checks them).
+        ``--input-shape`` by input name, used as given; fixed dims are left to the VM to
+        check.
 
     Returns
     -------
@@ -115,18 +117,18 @@ def input_shapes(sig: VMSignature, given: dict[str, tuple[int, ...]]
     ------
     KilnError
         A name that is not an input.
+    ShapeError
+        A given shape of the wrong rank, a symbol outside its bounds, or given two values
+        (the message names the ``--input-shape``, the dim and the symbol).
     """
     names = [t.name for t in sig.inputs]
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise KilnError(f"--input-shape for unknown input(s) {unknown}; the inputs are {names}")
     values: dict[str, int] = {}
-    for t in sig.inputs:  # symbols sized by the given shapes (the first one wins)
-        shape = given.get(t.name)
-        if shape is not None and len(shape) == len(t.dims):
-            for d, v in zip(t.dims, shape):
-                if isinstance(d, str):
-                    values.setdefault(d, v)
+    for t in sig.inputs:  # symbols sized by the given shapes
+        if t.name in given:
+            _take_symbols(sig, t, given[t.name], values)
     defaulted: dict[str, int] = {}
     shapes = {}
     for t in sig.inputs:
@@ -138,6 +140,26 @@ def input_shapes(sig: VMSignature, given: dict[str, tuple[int, ...]]
                 values[d] = defaulted[d] = sig.default_value(d)
         shapes[t.name] = tuple(values[d] if isinstance(d, str) else d for d in t.dims)
     return shapes, defaulted
+
+
+def _take_symbols(sig: VMSignature, t: VMTensor, shape: tuple[int, ...],
+                  values: dict[str, int]) -> None:
+    """Record the symbols ``--input-shape`` gives ``t``; check them first, so that an error
+    names this input rather than another input whose shape follows from it."""
+    text = f"--input-shape {t.name}:{'x'.join(map(str, shape))}"
+    if len(shape) != len(t.dims):
+        raise ShapeError(f"{text}: input {t.name!r} has rank {len(t.dims)} "
+                         f"({t.shape_text()}), got {len(shape)} dims")
+    for k, (d, v) in enumerate(zip(t.dims, shape)):
+        if not isinstance(d, str):
+            continue
+        s = sig.symbols[d]
+        if v < s.lo or (s.hi is not None and v > s.hi) or v % s.divisor:
+            raise ShapeError(f"{text}: dim {k}: symbol {d} = {v} is outside {s.describe()}")
+        if values.get(d, v) != v:
+            raise ShapeError(f"{text}: dim {k}: symbol {d} is {values[d]} by an earlier "
+                             f"--input-shape but {v} here")
+        values[d] = v
 
 
 def cast_inputs(arrays: dict[str, np.ndarray], sig: VMSignature) -> dict[str, np.ndarray]:

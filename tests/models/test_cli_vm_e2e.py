@@ -101,7 +101,8 @@ def test_run_rejects_conflicting_symbol(minilm_vm, tmp_path):
     assert "'attention_mask' dim 1" in err and "sequence_length" in err and "12" in err
     err = _one_error_line(kiln_cli("run", str(so_path), "--input-shape", "input_ids:1x600",
                                    check=False))
-    assert "sequence_length = 600 is outside its bounds [1, 512]" in err
+    assert "input_ids:1x600: dim 1: symbol sequence_length = 600 is outside " \
+           "sequence_length in [1, 512]" in err
 
 
 def test_compile_graph_executor_needs_static_shapes(minilm_vm, tmp_path):

@@ -165,8 +165,15 @@ def test_vm_signature_and_random_input_shapes():
     assert input_shapes(sig, {}) == ({"x": (1, 8), "m": (1, 8, 4)}, {"batch": 1, "seq": 8})
     # one input's shape sizes the inputs that share its symbols
     assert input_shapes(sig, {"x": (2, 16)}) == ({"x": (2, 16), "m": (2, 16, 4)}, {})
-    # given shapes are used as given: the VM checks them (rank, bounds, conflicts)
-    assert input_shapes(sig, {"x": (2, 16), "m": (3, 5)})[0] == {"x": (2, 16), "m": (3, 5)}
+    # given shapes are checked against the symbols; their fixed dims are left to the VM
+    assert input_shapes(sig, {"m": (2, 16, 5)})[0] == {"x": (2, 16), "m": (2, 16, 5)}
+    bad = "--input-shape m:1x12x4: dim 1: symbol seq = 12 is outside seq in [3, 512] divisible by 8"
+    for shapes, words in [({"m": (1, 12, 4)}, bad),
+                          ({"x": (1, 8), "m": (2, 8, 4)}, "m:2x8x4: dim 0: symbol batch is 1"),
+                          ({"x": (8,)}, "input 'x' has rank 2 ([batch, seq]), got 1")]:
+        with pytest.raises(ShapeError) as exc:
+            input_shapes(sig, shapes)
+        assert words in str(exc.value)
     with pytest.raises(KilnError, match="unknown input.*'q'"):
         input_shapes(sig, {"q": (1,)})
     with pytest.raises(KilnError, match="no function 'other'"):
