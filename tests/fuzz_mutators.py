@@ -144,6 +144,49 @@ _HUGE = (2**64 - 1, 2**63 - 1, 2**63, 2**62, 2**40, 2**32 - 1, 2**32, 2**31, 2**
 _I32 = (-1, -2**31, 2**31 - 1, 64, 65, 4096, 0)
 
 
+def vm_exec_corpus() -> list[bytes]:
+    """VM executables (``vm_programs``): straight-line, loop, tuples with a VM call, and every
+    kind of constant."""
+    import vm_programs as P
+
+    return [P.add_mul().save_to_binary(), P.loop().save_to_binary(),
+            P.tuple_prog().save_to_binary(), P.consts_exe().save_to_binary()]
+
+
+def vm_kernels() -> PyFunctionModule:
+    """Python kernels with every name the VM corpus calls."""
+    import vm_programs as P
+
+    return P.py_kernels()
+
+
+def mutate_vm_words(rng: random.Random, data: bytes) -> tuple[bytes, str]:
+    """Overwrite one to three ``i64`` words of the code section with values the decoder must
+    judge: opcodes, registers and counts off by one or huge, argument words of every kind
+    (valid and not), jump offsets."""
+    n = struct.unpack_from("<I", data, 12)[0]
+    off = length = 0
+    for i in range(n):
+        sid, o, ln = struct.unpack_from("<IQQ", data, 16 + 20 * i)
+        if sid == 4:
+            off, length = o, ln
+    words = (length - 8) // 8
+    if words <= 0:
+        return mutate_bytes(rng, data)
+    buf = bytearray(data)
+    steps = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        w = rng.randrange(words)
+        kind = rng.randrange(8)
+        value = rng.choice((0, 1, -1, 2, 3, 4, 5, 7, 63, 1 << 20, 2**55 - 1, -(2**55),
+                            rng.randrange(-100, 100)))
+        word = ((kind << 56) | (value & ((1 << 56) - 1))) if rng.random() < 0.5 else value
+        word = word - (1 << 64) if word >= 1 << 63 else word
+        struct.pack_into("<q", buf, off + 8 + 8 * w, word)
+        steps.append(f"word{w}={word}")
+    return bytes(buf), " ".join(steps)
+
+
 def _length_offsets(data: bytes) -> list[int]:
     """Offsets of 8-byte windows whose value could be a length or count (0 < v <= len)."""
     return [i for i in range(len(data) - 7) if 0 < _U64.unpack_from(data, i)[0] <= len(data)]

@@ -22,6 +22,8 @@ Targets (what is mutated → what loads it):
                   ``node_row_ptr``) → the same
 ``kiln_json``     BYOC ``kiln_json`` module bytes (bytes, or tokens of its graph JSON) →
                   ``JSONRuntimeModule.load_from_binary``
+``vm_exec``       ``VMExecutable`` bytes (any bytes, or words of the code section) →
+                  ``load_from_binary`` + ``vm_load_executable`` + ``vm_initialization``
 ``so_blob``       the payload of a real exported ``.so`` (needs a C compiler) → as ``blob``,
                   over the library's real kernels
 ``so_file``       whole ``.so`` files → ``load_module`` + executor creation, in worker
@@ -68,8 +70,11 @@ from fuzz_mutators import (
     mutate_bytes,
     mutate_doc,
     mutate_text,
+    mutate_vm_words,
     numpy_kernels,
     params_corpus,
+    vm_exec_corpus,
+    vm_kernels,
 )
 
 CASE_TIMEOUT_S = 5.0
@@ -95,11 +100,18 @@ def _graph_loader(data: bytes, doc_index: int) -> Callable[[], Any]:
     return lambda: GraphExecutor(data, numpy_kernels(), rt.cpu(), params)
 
 
+def _init_vm(data: bytes) -> None:
+    exe = rt.VMExecutable.load_from_binary(data)
+    exe.import_module(vm_kernels())
+    exe["vm_load_executable"]()["vm_initialization"](1, 0, 2)
+
+
 def make_targets(so_path: str | None = None) -> dict[str, Target]:
     """The fuzz targets; :data:`SO_TARGETS` only with ``so_path`` (a good exported .so)."""
     params, facs, blobs, docs = params_corpus(), factory_corpus(), blob_corpus(), graph_docs()
     texts = [json.dumps(d).encode() for d in docs]
     json_mods = json_runtime_corpus()
+    vm_execs = vm_exec_corpus()
 
     def t_params(rng):
         data, desc = mutate_bytes(rng, rng.choice(params))
@@ -139,6 +151,12 @@ def make_targets(so_path: str | None = None) -> dict[str, Target]:
             data = w.getvalue()
         return (lambda: rt.JSONRuntimeModule.load_from_binary(data)), desc
 
+    def t_vm_exec(rng):
+        data = rng.choice(vm_execs)
+        mutate = mutate_bytes if rng.random() < 0.5 else mutate_vm_words
+        data, desc = mutate(rng, data)
+        return (lambda: _init_vm(data)), desc
+
     def t_selftest(rng):  # checks the harness: case 5k+3 crashes, 5k+4 raises IndexError
         index = rng.index  # type: ignore[attr-defined]
         if index % 5 == 3:
@@ -150,7 +168,7 @@ def make_targets(so_path: str | None = None) -> dict[str, Target]:
     targets = [Target("params", t_params), Target("factory", t_factory),
                Target("blob", t_blob), Target("graph_text", t_graph_text),
                Target("graph_struct", t_graph_struct), Target("kiln_json", t_kiln_json),
-               Target("selftest", t_selftest)]
+               Target("vm_exec", t_vm_exec), Target("selftest", t_selftest)]
     if so_path:
         so = SoCorpus(so_path)
 

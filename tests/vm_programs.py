@@ -8,7 +8,8 @@ without a C compiler:
 - :func:`loop`: ``main(x: f32[n], k: i64[]) -> x * (k + 1)``, adding ``x`` in a loop run
   ``k`` times (``tensor_to_heap``, ``read_bool``, ``If``, ``Goto``);
 - :func:`tuple_prog`: ``pair(x, y) -> (x + y, reshape(x * y, [4n]))`` and
-  ``first(x, y) -> pair(x, y)[0]`` (a VM call, ``make_tuple``, ``tuple_get``, ``reshape``).
+  ``first(x, y) -> pair(x, y)[0]`` (a VM call, ``make_tuple``, ``tuple_get``, ``reshape``),
+  ``twice(x, y) -> (pair(x, y)[0], pair(y, y)[0])`` (two calls of one callee).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kiln.runtime.vm_executable import (
     VMExecutable,
     VMFunction,
     call,
+    const,
     encode_arg,
     goto,
     if_,
@@ -35,6 +37,8 @@ from kiln.runtime.vm_executable import (
 from kiln.runtime.vm_format import Sym
 
 B = "vm.builtin."
+__all__ = ["Asm", "B", "H", "I", "R", "add_mul", "call", "const", "consts_exe", "loop",
+           "py_kernels", "ret", "tuple_prog"]
 
 
 def R(v: int) -> int:
@@ -135,8 +139,10 @@ F32 = (2, 32)
 I64 = (0, 64)
 
 
-def add_mul(lib: Any = None, symbols: list[Symbol] | None = None) -> VMExecutable:
-    """``main(x: f32[n, 4], y: f32[n, 4]) -> (x + y) * x``; heap: 0 n, 1 bytes = 16n."""
+def add_mul(lib: Any = None, symbols: list[Symbol] | None = None,
+            kernels: tuple[str, str] = ("add", "mul")) -> VMExecutable:
+    """``main(x: f32[n, 4], y: f32[n, 4]) -> (x + y) * x``; heap: 0 n, 1 bytes = 16n; the
+    kernels are called ``kernels`` (add, mul)."""
     a = Asm(symbols or [Symbol("n", 1, 64)])
     f = a.begin("main", [("x", "float32", [Sym(0), 4]), ("y", "float32", [Sym(0), 4])],
                 [("out", "float32", [Sym(0), 4])], num_regs=6, heap_size=2)
@@ -146,10 +152,10 @@ def add_mul(lib: Any = None, symbols: list[Symbol] | None = None) -> VMExecutabl
     f32 = a.c("float32")
     a.call(2, B + "alloc_storage", I(0), H(1))
     a.call(3, B + "alloc_tensor", R(2), I(0), f32, H(0), I(4))
-    a.call(-1, "add", R(0), R(1), R(3))
+    a.call(-1, kernels[0], R(0), R(1), R(3))
     a.call(4, B + "alloc_storage", I(1), H(1))
     a.call(5, B + "alloc_tensor", R(4), I(0), f32, H(0), I(4))
-    a.call(-1, "mul", R(3), R(0), R(5))
+    a.call(-1, kernels[1], R(3), R(0), R(5))
     a.emit(ret(5))
     a.end(f)
     return a.build(lib)
@@ -209,6 +215,14 @@ def tuple_prog(lib: Any = None) -> VMExecutable:
     a.call(3, B + "tuple_get", R(2), I(0))
     a.emit(ret(3))
     a.end(f)
+    t = a.begin("twice", sig, [], num_regs=7, heap_size=1)  # (pair(x, y)[0], pair(y, y)[0])
+    a.vmcall(2, p, R(0), R(1))
+    a.vmcall(3, p, R(1), R(1))
+    a.call(4, B + "tuple_get", R(2), I(0))
+    a.call(5, B + "tuple_get", R(3), I(0))
+    a.call(6, B + "make_tuple", R(4), R(5))
+    a.emit(ret(6))
+    a.end(t)
     return a.build(lib)
 
 
@@ -224,3 +238,88 @@ def consts_exe() -> VMExecutable:
     a.emit(ret(0))
     a.end(f)
     return a.build()
+
+
+# ------------------------------------------------------------------ graph JSON → bytecode
+def from_graph_json(graph_json: str, lib: Any, params: dict[str, Any] | None = None
+                    ) -> VMExecutable:
+    """A static-shape VM program doing what the graph executor does with ``graph_json``:
+    ``main(*inputs)`` checks each input, allocates one storage per ``storage_id`` (sized to its
+    largest entry), views every op output in it, calls the kernels in order and returns the
+    heads (a tuple when several). Params become tensor constants. For comparing the two
+    executors on one compiled model until the VM compiler exists."""
+    import json
+
+    from kiln.runtime import c_types as C
+
+    g = json.loads(graph_json)
+    nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+    dltype, sids, shapes = (g["attrs"][k][1] for k in ("dltype", "storage_id", "shape"))
+    params = params or {}
+
+    def eid(nid: int, idx: int = 0) -> int:
+        return row_ptr[nid] + idx
+
+    inputs = [nid for nid in g["arg_nodes"] if nodes[nid]["name"] not in params]
+    a = Asm([])
+    words: dict[int, int] = {}  # entry → argument word (a register or a constant)
+    nreg = len(inputs)
+
+    def new_reg() -> int:
+        nonlocal nreg
+        nreg += 1
+        return nreg - 1
+
+    main = a.begin("main", [(nodes[n]["name"], dltype[eid(n)], shapes[eid(n)]) for n in inputs],
+                   [], num_regs=0, heap_size=0)
+    for i, nid in enumerate(inputs):
+        code, bits, _ = C.dl_dtype(dltype[eid(nid)])
+        a.call(-1, B + "match_shape", R(i), I(i),
+               a.spec(code, bits, [(0, d) for d in shapes[eid(nid)]]))
+        words[eid(nid)] = R(i)
+    pool: dict[int, int] = {}
+    for e, sid in enumerate(sids):
+        size = int(np.prod(shapes[e], dtype=np.int64)) * np.dtype(dltype[e]).itemsize
+        pool[sid] = max(pool.get(sid, 0), size)
+    storage = {}
+    for sid, size in sorted(pool.items()):
+        storage[sid] = new_reg()
+        a.call(storage[sid], B + "alloc_storage", I(sid), I(size))
+    for nid, node in enumerate(nodes):
+        if node["op"] == "null":
+            if nid not in inputs:
+                words[eid(nid)] = a.c(array(np.asarray(params[node["name"]])))
+            continue
+        attrs = node.get("attrs", {})
+        ins = [eid(s, k) for s, k, *_ in node["inputs"]]
+        if attrs["func_name"] == "__nop":
+            words[eid(nid)] = words[ins[0]]
+            continue
+        outs = [eid(nid, k) for k in range(int(attrs.get("num_outputs", 1)))]
+        for e in outs:
+            r = new_reg()
+            a.call(r, B + "alloc_tensor", R(storage[sids[e]]), I(0), a.c(dltype[e]),
+                   *[I(d) for d in shapes[e]])
+            words[e] = R(r)
+        args = [words[e] for e in ins + outs]
+        if str(attrs.get("flatten_data", "0")) == "1":
+            flat = []
+            for e in ins + outs:
+                r = new_reg()
+                a.call(r, B + "reshape", words[e], I(int(np.prod(shapes[e], dtype=np.int64))))
+                flat.append(R(r))
+            args = flat
+        if attrs["func_name"] == "__copy":
+            a.call(-1, B + "copy", *args)
+        else:
+            a.call(-1, attrs["func_name"], *args)
+    heads = [words[eid(n, k)] for n, k, *_ in g["heads"]]
+    out = new_reg()
+    if len(heads) == 1 and heads[0] >> 56 == REG:
+        a.emit(ret(heads[0] & 0xFFFFFF))
+    else:
+        a.call(out, B + "make_tuple", *heads)
+        a.emit(ret(out))
+    a._open[main] = (*a._open[main][:2], nreg, *a._open[main][3:])
+    a.end(main)
+    return a.build(lib)

@@ -221,6 +221,9 @@ def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,
         raise CompileError(f"unknown runtime {runtime!r}: expected 'crt' or None (Python)")
     if executor not in EXECUTORS:
         raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
+    if executor == "vm" and runtime == "crt":
+        raise CompileError("the C runtime (runtime='crt') has no VM yet; use the Python runtime "
+                           "or static shapes with executor='graph'")
     if system_lib_prefix and runtime != "crt":
         raise CompileError("system_lib_prefix needs runtime='crt' (the system library)")
     if executor == "aot":

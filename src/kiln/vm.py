@@ -80,6 +80,7 @@ class VirtualMachine:
         self.module: Module = exe["vm_load_executable"]()
         self.device = dev
         self.module["vm_initialization"](dev.device_type, dev.device_id, alloc_type)
+        self._funcs: dict[str, Callable[..., Any]] = {}
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         """VM function ``name`` as a callable: ``vm["main"](*inputs)``.
@@ -97,10 +98,13 @@ class VirtualMachine:
             or from the same symbol in an earlier input, or a symbol outside its bounds or not
             a multiple of its divisor (the message names the input, the dim and the symbol).
         """
-        if name not in self.module:
-            raise KilnError(f"VM has no function {name!r}; functions: "
-                            f"{self.module['get_function_names']()}")
-        return self.module[name]
+        fn = self._funcs.get(name)
+        if fn is None:  # looked up once: vm["main"](x) in a loop costs no lookups
+            if name not in self.module:
+                raise KilnError(f"VM has no function {name!r}; functions: "
+                                f"{self.module['get_function_names']()}")
+            fn = self._funcs[name] = self.module[name]
+        return fn
 
     def set_input(self, func_name: str, *args: Any, **kwargs: Any) -> None:
         """Keep copies of the inputs of ``func_name`` for :meth:`invoke_stateful`, positionally

@@ -1,5 +1,6 @@
 """Fuzzing the runtime's parsers in-process (no C toolchain): params blobs, factory module
-bytes, imports-blob payloads and graph JSON (as bytes and as a parsed document), each mutated
+bytes, imports-blob payloads, graph JSON (as bytes and as a parsed document) and VM
+executables, each mutated
 and fed to its loader (and, when it loads, to executor creation). See ``tests/fuzz_runtime.py``
 for the mutations and the pass rule: the loader returns or raises ``KilnError``.
 
@@ -22,6 +23,8 @@ from fuzz_mutators import (
     graph_params,
     json_runtime_corpus,
     numpy_kernels,
+    vm_exec_corpus,
+    vm_kernels,
 )
 from fuzz_runtime import make_targets, run, run_in_workers
 
@@ -29,7 +32,7 @@ import kiln.runtime as rt
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.graph_executor import GraphExecutor
 
-TARGETS = ("params", "factory", "blob", "graph_text", "graph_struct", "kiln_json")
+TARGETS = ("params", "factory", "blob", "graph_text", "graph_struct", "kiln_json", "vm_exec")
 QUICK = 100
 LARGE = 5000
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "0"))
@@ -52,6 +55,10 @@ def test_corpus_loads():
         unpack_imports(data, numpy_kernels())["default"](rt.cpu())
     for data in json_runtime_corpus():
         rt.JSONRuntimeModule.load_from_binary(data)
+    for data in vm_exec_corpus():
+        exe = rt.VMExecutable.load_from_binary(data)
+        exe.import_module(vm_kernels())
+        exe["vm_load_executable"]()["vm_initialization"](1, 0, 2)
 
 
 @pytest.mark.parametrize("name", TARGETS)

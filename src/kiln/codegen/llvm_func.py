@@ -319,17 +319,18 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             self.stmt(fr, s.body)
             del fr.bufs[buf]
             return
-        self._workspace(fr, s, I64(nbytes))
+        self._workspace(fr, s, I64(nbytes), f"{nbytes} bytes of ")
 
-    def _workspace(self, fr: Frame, s: L.Allocate, nbytes: ir.Value) -> None:
-        """``s``'s buffer from TVMBackendAllocWorkspace (``nbytes``: an i64), freed after."""
+    def _workspace(self, fr: Frame, s: L.Allocate, nbytes: ir.Value, size: str = "") -> None:
+        """``s``'s buffer from TVMBackendAllocWorkspace (``nbytes``: an i64; ``size`` the
+        static size for the error message), freed after."""
         buf, b = s.buffer, fr.builder
         alloc = self.mc.declare("TVMBackendAllocWorkspace", PTR, [I32, I32, I64, I32, I32])
         free = self.mc.declare("TVMBackendFreeWorkspace", I32, [I32, I32, PTR])
         code, bits = dl_dtype(buf.dtype)
         ptr = b.call(alloc, [I32(1), I32(0), nbytes, I32(code), I32(bits)], name=buf.name)
         self.check(fr, b.icmp_unsigned("!=", ptr, ir.Constant(PTR, None)),
-                   f"{self.func.name}: cannot allocate workspace for {buf.name}")
+                   f"{self.func.name}: cannot allocate {size}workspace for {buf.name}")
         fr.bufs[buf] = ptr
         self.stmt(fr, s.body)
         del fr.bufs[buf]

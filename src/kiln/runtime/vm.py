@@ -29,17 +29,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime import c_types as C
 from kiln.runtime.module import Module
-from kiln.runtime.ndarray import NDArray, array, is_aligned, wrap_aligned
+from kiln.runtime.ndarray import NDArray, array
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.vm_builtins import PREFIX, Frame, Site, prepare_builtin
 from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, OP_IF, REG, Instr
 from kiln.runtime.vm_executable import VMExecutable
-from kiln.runtime.vm_format import TensorSig, VMFunction
+from kiln.runtime.vm_format import VMFunction
+from kiln.runtime.vm_inputs import Staging, as_input
 from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
 from kiln.runtime.vm_replay import Recorder, Recording
 from kiln.runtime.vm_storage import Arena, Storage
@@ -87,29 +86,6 @@ def _truth(value: Any) -> bool:
     return bool(value)
 
 
-def as_input(value: Any, sig: TensorSig | None, copy: bool = False) -> NDArray:
-    """An NDArray for a VM function parameter: ``value`` itself when it already is one or its
-    memory can be used in place (a C-contiguous, 64-byte aligned numpy array or DLPack tensor
-    of a supported dtype), else an aligned copy; ``copy`` always copies.
-
-    Raises
-    ------
-    KilnError
-        An unsupported dtype.
-    """
-    if isinstance(value, NDArray):
-        return array(value) if copy else value
-    if not isinstance(value, np.ndarray):
-        if hasattr(value, "__dlpack__"):
-            value = np.from_dlpack(value)
-        else:
-            value = np.asarray(value, dtype=sig.dtype if sig is not None else None)
-    if (not copy and value.flags.c_contiguous and is_aligned(value)
-            and value.dtype.name in C.SUPPORTED_DTYPES and value.dtype.isnative):
-        return wrap_aligned(value, owner=value)
-    return array(value)
-
-
 class VirtualMachine(Module):
     """The VM module over one executable (create it with ``exe["vm_load_executable"]()``).
 
@@ -139,6 +115,7 @@ class VirtualMachine(Module):
         self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
         self._reshapes: dict[tuple[int, tuple[int, ...]], tuple[NDArray, NDArray]] = {}
         self._inputs: dict[str, list[NDArray]] = {}
+        self._staging = Staging()
         self._outputs: dict[str, Any] = {}
         self._profiler: Profiler | None = None
         self.counters = {"calls": 0, "replays": 0, "recordings": 0, "interpreted": 0}
@@ -211,7 +188,7 @@ class VirtualMachine(Module):
         return out
 
     def _vm_callable(self, fidx: int) -> Callable[..., Any]:
-        return lambda *args: self._invoke(fidx, list(args))
+        return lambda *args: _copy_out(self._invoke(fidx, list(args)))
 
     def _plan(self, fidx: int, values: list[Any]) -> _Plan:
         func = self.exe.functions[fidx]
@@ -314,8 +291,10 @@ class VirtualMachine(Module):
             names = ", ".join(p.name for p in func.params)
             raise KilnError(f"VM function {func.name!r} takes {len(func.params)} inputs "
                             f"({names}), got {len(args)}")
+        staging = self._staging
         try:
-            return [as_input(v, s, copy) for v, s in zip(args, func.params)]
+            return [as_input(v, s, copy, staging, (fidx, i))
+                    for i, (v, s) in enumerate(zip(args, func.params))]
         except KilnError as err:
             raise KilnError(f"VM function {func.name!r}: {err}") from None
 
@@ -386,8 +365,8 @@ class VirtualMachine(Module):
                 elif kind == _BUILTIN:
                     value = (target(frame, a) if rec is None or extra is None
                              else rec.builtin(target, frame, a, extra))
-                else:
-                    value = self._invoke(target, a)
+                else:  # the callee's storage is reused by its next call: copy its result
+                    value = _copy_out(self._invoke(target, a))
                 if dst >= 0:
                     regs[dst] = value
             elif kind == _RET:
@@ -507,8 +486,9 @@ class VirtualMachine(Module):
 
     def memory_stats(self) -> dict[str, int]:
         """Storage held now and at most, in bytes: ``{"storage_bytes",
-        "peak_storage_bytes", "num_storages", "allocations"}``."""
-        return self.arena.stats()
+        "peak_storage_bytes", "num_storages", "allocations", "staging_bytes"}`` (the last:
+        buffers that misaligned inputs are copied into)."""
+        return {**self.arena.stats(), "staging_bytes": self._staging.nbytes}
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
@@ -521,4 +501,4 @@ class VirtualMachine(Module):
                 f"initialized={self._initialized}>")
 
 
-__all__ = ["MAX_RECORDINGS", "TYPE_KEY", "VirtualMachine", "as_input"]
+__all__ = ["MAX_RECORDINGS", "TYPE_KEY", "VirtualMachine"]

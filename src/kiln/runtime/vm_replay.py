@@ -66,7 +66,10 @@ class Recording:
 
     def valid(self) -> bool:
         """True while every storage it uses still has the buffer it was recorded with."""
-        return all(st.generation == gen for st, gen in self.storages)
+        for st, gen in self.storages:
+            if st.generation != gen:
+                return False
+        return True
 
     def replay(self, params: list[NDArray]) -> Any:
         """Run the recorded calls over ``params`` (same shapes as when recorded); returns

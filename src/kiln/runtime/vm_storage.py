@@ -141,10 +141,5 @@ class Arena:
         return {"storage_bytes": self.held, "peak_storage_bytes": self.peak,
                 "num_storages": len(self._storages), "allocations": self.allocations}
 
-    def clear(self) -> None:
-        """Release every buffer."""
-        self._storages.clear()
-        self.held = 0
-
 
 __all__ = ["Arena", "Storage"]

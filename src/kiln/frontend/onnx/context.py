@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from kiln.errors import UnsupportedOpError
+from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.ir.arith import Dim, SymExpr
 from kiln.ir.graph import Call, Constant, Expr, Function, Var, post_order
 from kiln.ir.graph_eval import evaluate
@@ -184,13 +184,15 @@ class ConvertContext:
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:
         """A constant integer input as a tuple of Python ints (a scalar gives one entry).
 
-        Raises UnsupportedOpError when the value depends on symbolic dims (use
-        :meth:`const_dims` where a symbolic value makes sense, e.g. a shape)."""
+        Raises ShapeError when the value depends on symbolic dims (fixing the input shapes
+        makes it static; :meth:`const_dims` is for values where a symbolic dim makes sense, e.g.
+        a shape)."""
         dims = self.const_dims(index, what)
         symbolic = [d for d in dims if not isinstance(d, int)]
         if symbolic:
-            raise self.unsupported(f"{what} must be static, but it depends on symbolic dim(s) "
-                                   f"{', '.join(map(str, symbolic))}")
+            raise ShapeError(f"ONNX {self.node.op_type} (node '{self.name}'): {what} must be "
+                             f"static, but it depends on symbolic dim(s) "
+                             f"{', '.join(map(str, symbolic))}; fix the input shapes")
         return dims  # type: ignore[return-value]
 
     def const_dims(self, index: int, what: str) -> tuple[Dim, ...]:

@@ -169,13 +169,15 @@ def constant(ctx: ConvertContext) -> Expr:
 
 @onnx_op("ConstantOfShape", since=9)
 def constant_of_shape(ctx: ConvertContext) -> Expr:
-    dims = ctx.const_ints(0, "ConstantOfShape shape")
-    if any(d < 0 for d in dims):
+    dims = ctx.const_dims(0, "ConstantOfShape shape")
+    if any(isinstance(d, int) and d < 0 for d in dims):
         raise ctx.unsupported(f"negative dimension in {dims}")
     fill = ctx.attr("value", None)
     fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
     if fill.size != 1 or fill.dtype.name not in SUPPORTED_DTYPES:
         raise ctx.unsupported("value must be a one-element numeric tensor")
+    if not all(isinstance(d, int) for d in dims):  # a symbolic shape: filled at run time
+        return ctx.call("expand", [Constant(fill.reshape(()))], newshape=tuple(dims))
     if not fill[0]:
         return Constant(np.zeros(dims, dtype=fill.dtype), name=ctx.node.output[0])
     return Constant(np.full(dims, fill[0], dtype=fill.dtype), name=ctx.node.output[0])

@@ -1,0 +1,79 @@
+"""The importer keeps symbolic dims: shape arithmetic on Shape's result folds to symbolic dims
+that Reshape, Expand, Slice and ConstantOfShape take; the graph evaluates at any shape, checked
+against ONNX's reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from kiln.errors import ShapeError
+from kiln.frontend import from_onnx
+from kiln.ir.arith import SymVar
+from kiln.ir.graph_eval import evaluate
+
+
+def _const(name: str, values) -> helper.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name, TensorProto.INT64, [len(values)], values))
+
+
+def _model():
+    """x [batch, seq, 6]: reshape to [batch, seq, 2, 3] through Shape/Gather/Concat, slice the
+    sequence to seq-1 with a symbolic end, add a ConstantOfShape of x's shape."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        _const("i0", [0]), _const("i1", [1]), _const("tail", [2, 3]), _const("one", [1]),
+        helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+        helper.make_node("Concat", ["b", "s", "tail"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Sub", ["s", "one"], ["end"]),
+        helper.make_node("Slice", ["r", "i0", "end", "i1"], ["sl"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+        helper.make_node("Add", ["x", "ones"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "symbolic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 6])],
+        [helper.make_tensor_value_info("sl", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_types_stay_symbolic():
+    mod, _ = from_onnx(_model(), dim_bounds={"seq": (2, 64)})
+    batch, seq = mod["main"].params[0].checked_type.shape[:2]
+    assert (batch, seq) == (SymVar("batch"), SymVar("seq", 2, 64))
+    sliced, added = (o.checked_type.shape for o in mod["main"].outputs)
+    assert sliced == (batch, seq - 1, 2, 3)
+    assert added == (batch, seq, 6)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 6), (3, 5, 6)])
+def test_symbolic_graph_evaluates_like_onnx_reference(shape):
+    model = _model()
+    mod, _ = from_onnx(model, dim_bounds={"seq": (2, 64)})
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    got = evaluate(mod["main"], {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w)
+
+
+def test_shape_given_fixes_the_dims():
+    mod, _ = from_onnx(_model(), shape={"x": (2, 4, 6)})
+    assert [o.checked_type.shape for o in mod["main"].outputs] == [(2, 3, 2, 3), (2, 4, 6)]
+
+
+def test_different_symbols_do_not_broadcast():
+    nodes = [helper.make_node("Add", ["a", "b"], ["c"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
+                     helper.make_tensor_value_info("b", TensorProto.FLOAT, ["m", 4])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    with pytest.raises(ShapeError, match=r"\(n, 4\) vs \(m, 4\).*--dim"):
+        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
