@@ -3,12 +3,13 @@
 ::
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
+                 [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
                  [--byoc cblas ...] [--target-host llvm] [--quiet]
     kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
                  [-o model.a] [--emit-c-project DIR]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
-                      [--profile] [--dump-outputs DIR]
-    kiln inspect model.so [--graph graph.json] [--params model.params]
+                      [--input-shape NAME:1x77 ...] [--profile] [--dump-outputs DIR]
+    kiln inspect model.so [--graph graph.json] [--params model.params] [--bytecode]
     kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
@@ -25,6 +26,7 @@ import os
 import sys
 import traceback
 
+from kiln.cli_symbols import parse_dim
 from kiln.errors import KilnError
 
 EXIT_ERROR = 2
@@ -117,7 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
-                        "(repeatable; required for inputs with symbolic dimensions)")
+                        "(repeatable); its symbolic dims are fixed in every input that shares "
+                        "them; dims left symbolic compile for the VM executor")
+    p.add_argument("--dim", dest="dims", action="append", default=[], type=parse_dim,
+                   metavar="NAME=LO..HI[:DIV]",
+                   help="bounds of a symbolic dim (ONNX dim_param), e.g. sequence_length=1..512, "
+                        "seq=8..512:8 (multiples of 8) or batch_size=1.. (no upper bound; "
+                        "default 1..); NAME=N fixes it to N (repeatable)")
     p.add_argument("--byoc", action="append", default=[], metavar="COMPILER",
                    type=_byoc_names,
                    help="offload what an external compiler supports to it: cblas (OpenBLAS) "
@@ -129,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system-lib-prefix", default="", metavar="PREFIX",
                    help="prefix of the kernels' symbols and of TVMSystemLibEntryPoint, to link "
                         "several models into one program (with --system-lib)")
-    p.add_argument("--executor", choices=["graph", "aot"], default="graph",
-                   help="graph (default: graph JSON + params, run by a graph executor) or aot "
-                        "(one generated C function, static memory plan, linked params)")
+    p.add_argument("--executor", choices=["graph", "vm", "aot"], default=None,
+                   help="graph (graph JSON + params, run by a graph executor; the default for "
+                        "static shapes), vm (bytecode run by Kiln's VM, any shape the symbolic "
+                        "dims allow; the default when symbolic dims remain) or aot (one "
+                        "generated C function, static memory plan, linked params)")
     p.add_argument("--emit-c-project", metavar="DIR",
                    help="write a ready C project (sources, runtime, main.c, Makefile honouring "
                         "CC=) to DIR; with --executor aot or --system-lib")
@@ -145,22 +155,33 @@ def build_parser() -> argparse.ArgumentParser:
                                     "random inputs when absent")
     p.add_argument("--outputs", help="write the outputs to this .npz (keys: output names)")
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default: 0)")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="shape of a random input of a VM library (symbolic dims), e.g. "
+                        "input_ids:1x77; inputs sharing its symbols follow, and symbols no "
+                        "shape sets take their smallest allowed value (repeatable)")
     p.add_argument("--repeat", type=_positive_int, default=1,
                    help="timed runs; prints min/median/max (default: 1); with --profile: "
                         "measurements per node")
     p.add_argument("--profile", action="store_true",
-                   help="run with the debug executor; print per-node times, slowest first")
+                   help="print per-node times (graph: the debug executor, slowest first; "
+                        "VM: every kernel call in order)")
     p.add_argument("--dump-outputs", metavar="DIR",
                    help="write every node's output to DIR (.npy per output, nodes.json); "
                         "implies --profile")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("inspect", help="show a compiled library's modules, graph and params",
-                       description="Show the module tree, graph inputs/outputs and params.")
+                       description="Show the module tree, graph inputs/outputs and params; "
+                                   "for a VM library its symbols, function signatures and "
+                                   "constants.")
     p.add_argument("library", help="the compiled library (.so)")
     p.add_argument("--graph", metavar="FILE", help="write the graph JSON to FILE")
     p.add_argument("--params", metavar="FILE",
                    help="write the params to FILE (TVM param-dict format)")
+    p.add_argument("--bytecode", action="store_true",
+                   help="VM libraries: also print the executable as text (symbols, constants, "
+                        "instructions)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("demo", help="compile a real model and check it against onnxruntime",
@@ -188,7 +209,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   input_shapes=args.input_shapes,
                   byoc=[name for names in args.byoc for name in names],
                   executor=args.executor, system_lib=args.system_lib,
-                  system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project)
+                  system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project,
+                  dims=args.dims)
     return 0
 
 
@@ -196,14 +218,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kiln.cli_run import run_library
 
     run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
-                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs)
+                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs,
+                input_shapes=args.input_shapes)
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from kiln.cli_inspect import inspect_library
 
-    inspect_library(args.library, graph_out=args.graph, params_out=args.params)
+    inspect_library(args.library, graph_out=args.graph, params_out=args.params,
+                    bytecode=args.bytecode)
     return 0
 
 

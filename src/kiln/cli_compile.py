@@ -1,19 +1,32 @@
-"""``kiln compile``: ONNX file → one shared library, with progress and a one-line summary."""
+"""``kiln compile``: ONNX file → one shared library, with progress and a one-line summary.
+
+A model whose inputs keep symbolic dims after ``--input-shape`` / ``--dim NAME=N`` compiles for
+the VM executor (``kiln.build`` → ``VMExecutable``) unless ``--executor`` says otherwise; the
+graph and AOT executors need static shapes (a :class:`~kiln.errors.CompileError` listing the
+symbolic inputs)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from kiln.errors import KilnError
+from kiln.cli_symbols import (
+    DimSpec,
+    describe_bound,
+    fix_symbols,
+    input_dims,
+    resolve_symbols,
+    symbolic_inputs,
+)
+from kiln.errors import CompileError, KilnError
 
 
 def compile_model(model: str, output: str | None, target: str = "c",
                   input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
                   echo=print, byoc: list[str] | None = None,
-                  target_host: str | None = None, executor: str = "graph",
+                  target_host: str | None = None, executor: str | None = None,
                   system_lib: bool = False, system_lib_prefix: str = "",
-                  c_project: str | None = None) -> Path:
+                  c_project: str | None = None, dims: list[DimSpec] | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -30,18 +43,23 @@ def compile_model(model: str, output: str | None, target: str = "c",
     input_shapes : list of (name, shape), optional
         Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
+        The symbols an input's shape fixes are fixed in every other input too (one symbol,
+        one value), so inputs not named may keep symbolic dims.
     echo : callable
         Receives the summary line.
     byoc : list of str, optional
         External compilers to offload to (``kiln.build``'s ``byoc``), e.g. ``["cblas"]``.
     target_host : str, optional
         The host target (``--target-host``; for ``jit``: ``"c"`` or ``"llvm"``).
-    executor : str
-        ``"graph"`` or ``"aot"`` (``kiln.build``'s ``executor``).
+    executor : str, optional
+        ``"graph"``, ``"vm"`` or ``"aot"`` (``kiln.build``'s ``executor``); default (None):
+        ``"vm"`` when symbolic dims remain, else ``"graph"``.
     system_lib, system_lib_prefix :
         Build for the C runtime (``runtime="crt"``) with this symbol prefix.
     c_project : str, optional
         Write a ready C project there (:mod:`kiln.crt.project`); needs ``system_lib`` or AOT.
+    dims : list of DimSpec, optional
+        ``--dim``: bounds (and divisibility) of symbols, or a symbol fixed to a value.
 
     Returns
     -------
@@ -52,7 +70,12 @@ def compile_model(model: str, output: str | None, target: str = "c",
     ------
     KilnError
         Bad model file, unsupported op, shape errors, compile or toolchain failures, an
-        unknown BYOC compiler.
+        unknown BYOC compiler, ``--dim`` naming an unknown symbol.
+    ShapeError
+        A symbol given two values (by two ``--input-shape``s, or one and ``--dim NAME=N``), or
+        a value outside the symbol's ``--dim`` range.
+    CompileError
+        The graph or AOT executor (or ``--system-lib``) for a model with symbolic dims.
     """
     import kiln
     from kiln import progress
@@ -79,10 +102,19 @@ def compile_model(model: str, output: str | None, target: str = "c",
                         "project (--emit-c-project)")
     if out.parent and not out.parent.exists():
         raise KilnError(f"cannot write {out}: directory {out.parent} does not exist")
+    if executor == "vm" and crt:
+        raise KilnError("--system-lib builds for the C runtime, which has no VM executor")
     start = time.perf_counter()
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
-        mod, params = from_onnx(proto, shape=shapes)
+        model_dims = input_dims(proto)
+        fixed, bounds = resolve_symbols(model_dims, shapes, list(dims or []))
+        executor = pick_executor(executor, symbolic_inputs(model_dims, fixed), system_lib)
+        fix_symbols(proto, fixed)
+        mod, params = from_onnx(proto, shape=shapes, dim_bounds=bounds)
+    symbols = symbolic_dims(mod["main"])
+    if symbols and executor == "vm":
+        echo(f"symbolic dims {', '.join(symbols.values())}: compiling for the VM executor")
     lib = kiln.build(mod, target=tgt, params=params, byoc=list(byoc or []),
                      runtime="crt" if crt else None, executor=executor,
                      system_lib_prefix=system_lib_prefix,
@@ -97,9 +129,60 @@ def compile_model(model: str, output: str | None, target: str = "c",
         f.stat().st_size for f in out.rglob("*") if f.is_file())
     offload = f", byoc {','.join(byoc)}" if byoc else ""
     host = f" (host {tgt.host})" if target_host else ""
-    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}) "
+    vm = f", VM executor, symbolic {', '.join(symbols) or 'none'}" if executor == "vm" else ""
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}{vm}) "
          f"in {time.perf_counter() - start:.1f} s")
     return out
+
+
+def symbolic_dims(func) -> dict[str, str]:
+    """The symbols of a graph function's inputs, in order of appearance.
+
+    Returns
+    -------
+    dict
+        ``{name: "name in [lo, hi]"}`` (with ``divisible by d`` when it applies).
+    """
+    from kiln.ir.arith import SymVar
+
+    symbols: dict[str, str] = {}
+    for p in func.params:
+        for d in getattr(p.checked_type, "shape", ()):
+            if isinstance(d, SymVar):
+                symbols.setdefault(d.name, describe_bound(d.name, (d.lo, d.hi, d.divisor)))
+    return symbols
+
+
+def pick_executor(executor: str | None, symbolic: list[str], system_lib: bool) -> str:
+    """``--executor``, or the default: ``"vm"`` when symbolic dims remain, else ``"graph"``.
+
+    Parameters
+    ----------
+    executor : str or None
+        ``--executor``.
+    symbolic : list of str
+        The inputs with symbolic dims (:func:`kiln.cli_symbols.symbolic_inputs`).
+    system_lib : bool
+        ``--system-lib`` (the C runtime: graph executor only).
+
+    Raises
+    ------
+    CompileError
+        The graph or AOT executor, or ``--system-lib``, while symbolic dims remain (the
+        message lists the inputs and how to fix them).
+    """
+    if not symbolic:
+        return executor or "graph"
+    listed = ", ".join(symbolic)
+    fix = "fix them with --input-shape NAME:SHAPE or --dim NAME=N"
+    if executor in ("graph", "aot"):
+        raise CompileError(f"--executor {executor} needs static shapes, but these inputs have "
+                           f"symbolic dims: {listed}; {fix}, or leave out --executor to "
+                           "compile for the VM")
+    if system_lib:
+        raise CompileError(f"--system-lib needs static shapes (the C runtime has no VM), but "
+                           f"these inputs have symbolic dims: {listed}; {fix}")
+    return "vm"
 
 
 def _model_name(path: str) -> str:

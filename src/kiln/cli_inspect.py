@@ -1,9 +1,11 @@
 """``kiln inspect``: a compiled library's module tree, graph inputs/outputs and params; extracts
-the graph JSON and the params (TVM param-dict format)."""
+the graph JSON and the params (TVM param-dict format). VM libraries: the executable's symbols,
+function signatures and constants (:func:`kiln.cli_vm.inspect_vm_lines`), and its bytecode."""
 
 from __future__ import annotations
 
 from kiln.cli_run import open_library, write_atomic
+from kiln.errors import KilnError
 
 
 def _functions(module) -> list[str]:
@@ -43,10 +45,11 @@ def module_tree_lines(root) -> list[str]:
 
 
 def inspect_library(library: str, echo=print, graph_out: str | None = None,
-                    params_out: str | None = None) -> None:
+                    params_out: str | None = None, bytecode: bool = False) -> None:
     """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size (and
     the const loader's constants of BYOC modules); optionally extract the graph JSON and the
-    params.
+    params. For a VM library: the module tree, the executable's symbols (with bounds), its
+    functions' signatures, the inputs and outputs of ``main`` and the constants' size.
 
     Parameters
     ----------
@@ -59,17 +62,54 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
     params_out : str, optional
         Write the params here in TVM's param-dict format (``kiln.runtime.save_param_dict``;
         ``load_param_dict`` / ``GraphModule.load_params`` read it back).
+    bytecode : bool
+        VM libraries: also print the executable as text (``VMExecutable.as_text``: symbols,
+        constants, each function's instructions).
 
     Raises
     ------
     KilnError
-        If the library cannot be loaded or is not a graph-executor factory, or an output file
-        cannot be written (files are written atomically: never left half-written).
+        If the library cannot be loaded or is neither a graph-executor factory nor a VM
+        executable, ``--graph``/``--params`` on a VM library or ``--bytecode`` on a graph
+        library, or an output file cannot be written (files are written atomically: never
+        left half-written).
     """
+    import kiln
+    from kiln.cli_vm import is_vm_library
+
+    root = kiln.runtime.load_module(library)
+    if is_vm_library(root):
+        _inspect_vm(library, root, echo, graph_out, params_out, bytecode)
+        return
+    if bytecode:
+        raise KilnError("--bytecode needs a VM library (this one runs on the graph executor; "
+                        "--graph writes its graph JSON)")
+    _inspect_graph(library, root, echo, graph_out, params_out)
+
+
+def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str | None,
+                bytecode: bool) -> None:
+    from kiln.cli_vm import inspect_vm_lines
+
+    if graph_out or params_out:
+        raise KilnError("--graph/--params need a graph-executor library; a VM library has "
+                        "bytecode and constants instead (--bytecode prints them)")
+    echo(f"{library}")
+    echo("modules:")
+    for line in module_tree_lines(root):
+        echo(f"  {line}")
+    for line in inspect_vm_lines(root):
+        echo(line)
+    if bytecode:
+        echo(root["as_text"]())
+
+
+def _inspect_graph(library: str, root, echo, graph_out: str | None,
+                   params_out: str | None) -> None:
     from kiln.runtime import ConstLoaderModule, save_param_dict
     from kiln.runtime.module import modules_dfs
 
-    root, info, params = open_library(library)
+    root, info, params = open_library(library, root)
     echo(f"{library}")
     echo("modules:")
     for line in module_tree_lines(root):

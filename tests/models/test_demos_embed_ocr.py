@@ -1,6 +1,7 @@
 """``kiln demo embed`` and ``kiln demo ocr`` end to end: each compiles its models, runs them
 beside onnxruntime and exits 0 only when Kiln's results match (similarities within 1e-4, the
-rendered line read exactly by both engines)."""
+rendered line read exactly by both engines). embed compiles one VM library and runs each
+sentence at its own length."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ def test_kiln_demo_embed(wheel_file, kiln_cache_dir, monkeypatch, tmp_path):
     text = buf.getvalue()
     assert code == 0, text
     assert "onnxruntime" in text and "max |Δ cosine|" in text
+    assert "one VM library" in text  # symbolic [batch_size, sequence_length], no padding
     for sentence in SENTENCES:
         assert sentence in text
+    assert len({line.split(" tokens)")[0] for line in text.splitlines()
+                if " tokens): " in line}) > 1  # sentences ran at different lengths
     assert (tmp_path / "embed.so").exists()
 
 

@@ -59,6 +59,41 @@ def compile_model(model_path: Path, shapes: dict[str, tuple[int, ...]], so_path:
     return kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
 
 
+def compile_vm(model_path: Path, dim_bounds: dict[str, tuple], so_path: Path):
+    """Compile an ONNX model whose inputs keep their symbolic dims (bounded by ``dim_bounds``,
+    as ``from_onnx`` takes them) into one VM library for :data:`TARGET`, export it to
+    ``so_path`` and load it back.
+
+    Returns
+    -------
+    kiln.vm.VirtualMachine
+        A VM over the library loaded from ``so_path``; ``vm["main"](*inputs)`` takes any
+        shape the symbols allow.
+
+    Raises
+    ------
+    KilnError
+        If the model cannot be imported, compiled, exported or loaded.
+    """
+    import kiln
+    from kiln import progress
+    from kiln.frontend import from_onnx, load_onnx
+    from kiln.vm import VirtualMachine
+
+    with progress.stage(f"Importing {model_path.name}"):
+        mod, params = from_onnx(load_onnx(str(model_path)), dim_bounds=dim_bounds)
+    exe = kiln.build(mod, target=TARGET, params=params, executor="vm")
+    with progress.stage(f"Exporting {so_path.name}"):
+        exe.export_library(str(so_path))
+    return VirtualMachine(kiln.runtime.load_module(str(so_path)), kiln.cpu())
+
+
+def run_vm(vm, inputs: list[Any]) -> list[Any]:
+    """Call ``vm["main"]`` on ``inputs`` (in signature order); return every output as numpy."""
+    out = vm["main"](*inputs)
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
 def run_graph(gmod, inputs: dict[str, Any]) -> list[Any]:
     """Set ``inputs`` on an executor, run it, return every output as numpy."""
     for name, value in inputs.items():

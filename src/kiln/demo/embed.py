@@ -1,10 +1,11 @@
 """Sentence-embedding demo: paraphrase-MiniLM-L3-v2 compiled by Kiln.
 
 Steps: fetch the model and the uncased BERT vocabulary (:func:`kiln.models.wheel_file_path`),
-compile the model for ``input_ids``/``attention_mask`` of shape ``[1, 32]``, tokenize a few
-sentences with Kiln's WordPiece tokenizer (:mod:`kiln.demo.wordpiece`), embed each with the
-compiled library and with onnxruntime (output ``461``: the mean-pooled 384-d sentence
-embedding), and print both cosine-similarity matrices.
+compile the model once for the VM with its symbolic ``[batch_size, sequence_length]`` inputs
+(``sequence_length`` bounded to 1..512, the model's position table), tokenize a few sentences
+with Kiln's WordPiece tokenizer (:mod:`kiln.demo.wordpiece`), embed each at its own length
+(``[1, tokens]``, no padding) with the compiled library and with onnxruntime (output ``461``:
+the mean-pooled 384-d sentence embedding), and print both cosine-similarity matrices.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.demo.common import TARGET, compile_model, median_ms, ort_session, run_graph
+from kiln.demo.common import TARGET, compile_vm, median_ms, ort_session, run_vm
 from kiln.demo.wordpiece import WordPiece
 from kiln.models import wheel_file_path
 
-SEQ = 32
+#: the longest sequence the model takes (its position table); longer sentences are cut
+MAX_SEQ = 512
+#: bounds of the model's symbolic dims (``from_onnx``'s ``dim_bounds``)
+DIM_BOUNDS = {"sequence_length": (1, MAX_SEQ)}
+#: the model's inputs, in its signature's order
+INPUTS = ("input_ids", "attention_mask")
 #: the mean-pooled sentence embedding among the model's outputs
 EMBEDDING_OUTPUT = "461"
 SENTENCES = (
@@ -38,6 +44,14 @@ def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
     e = np.asarray(embeddings, dtype=np.float64)
     e = e / np.linalg.norm(e, axis=1, keepdims=True)
     return e @ e.T
+
+
+def _encode(tokenizer: WordPiece, sentence: str) -> dict[str, np.ndarray]:
+    """``{"input_ids", "attention_mask"}`` of shape ``[1, tokens]``: ``[CLS] ... [SEP]``
+    unpadded (cut at :data:`MAX_SEQ`)."""
+    length = min(len(tokenizer.tokenize(sentence)) + 2, MAX_SEQ)
+    ids, mask = tokenizer.encode(sentence, length)
+    return {"input_ids": ids[None], "attention_mask": mask[None]}
 
 
 def _matrix_table(title: str, sims: np.ndarray):
@@ -60,7 +74,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     runs : int
         Timed runs per sentence and engine (after a warm-up run); the median is shown.
     output : str, optional
-        Keep the compiled library at this path (default: a temporary directory).
+        Keep the compiled library (a VM executable) at this path (default: a temporary
+        directory).
     console : rich.console.Console, optional
         Where to print (default: stdout).
 
@@ -81,25 +96,23 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     console = console or Console()
     model_path = wheel_file_path("minilm_l3")
     tokenizer = WordPiece(wheel_file_path("bert_uncased_vocab"))
-    batches = []
-    for sentence in SENTENCES:
-        ids, mask = tokenizer.encode(sentence, SEQ)
-        batches.append({"input_ids": ids[None], "attention_mask": mask[None]})
+    batches = [_encode(tokenizer, sentence) for sentence in SENTENCES]
     with tempfile.TemporaryDirectory(prefix="kiln-demo-") as tmp:
         so_path = Path(output) if output else Path(tmp) / "minilm_l3.so"
         start = time.perf_counter()
-        gmod = compile_model(model_path, {"input_ids": (1, SEQ), "attention_mask": (1, SEQ)},
-                             so_path)
+        vm = compile_vm(model_path, DIM_BOUNDS, so_path)
         console.print(f"Kiln compiled {model_path.name} for target '{TARGET}' "
-                      f"in {time.perf_counter() - start:.1f} s")
+                      f"in {time.perf_counter() - start:.1f} s: one VM library for "
+                      f"(batch_size, sequence_length) inputs, sequence_length 1..{MAX_SEQ}")
         sess = ort_session(model_path)
         names = [o.name for o in sess.get_outputs()]
         index = names.index(EMBEDDING_OUTPUT)
-        kiln_runs = [median_ms(lambda b=b: run_graph(gmod, b)[index], runs) for b in batches]
+        kiln_runs = [median_ms(lambda b=b: run_vm(vm, [b[n] for n in INPUTS])[index], runs)
+                     for b in batches]
         ort_runs = [median_ms(lambda b=b: sess.run([EMBEDDING_OUTPUT], b)[0], runs)
                     for b in batches]
-    for i, sentence in enumerate(SENTENCES):
-        console.print(f"s{i}: {sentence}")
+    for i, (sentence, b) in enumerate(zip(SENTENCES, batches)):
+        console.print(f"s{i} ({b['input_ids'].shape[1]} tokens): {sentence}")
     kiln_sims = cosine_matrix(np.concatenate([e for e, _ in kiln_runs]))
     ort_sims = cosine_matrix(np.concatenate([e for e, _ in ort_runs]))
     console.print(Columns([_matrix_table("Kiln", kiln_sims),
