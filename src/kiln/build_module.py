@@ -37,6 +37,8 @@ from kiln.ir.graph import (
     IRModule,
     PrimitiveCall,
     post_order,
+    rewrite,
+    same_call,
     structural_key,
     with_args,
 )
@@ -103,13 +105,8 @@ def optimize_branches(func: Function, mod_name: str = "default") -> Function:
 def inline_constant_params(body: Function, args: list[Expr], keep: list[int]) -> Function:
     """``body`` with its parameters whose argument is a Constant replaced by that constant;
     the others (``keep``, in order) stay parameters."""
-    memo: dict[int, Expr] = {p.uid: a for p, a in zip(body.params, args) if isinstance(a, Constant)}
-    for node in post_order(body.outputs):
-        if node.uid not in memo:
-            memo[node.uid] = with_args(node, [memo.get(a.uid, a) for a in node.args]) \
-                if isinstance(node, CALL_NODES) else node
-    return Function([body.params[k] for k in keep], [memo[o.uid] for o in body.outputs],
-                    body.output_names, dict(body.attrs))
+    constants = {p.uid: a for p, a in zip(body.params, args) if isinstance(a, Constant)}
+    return rewrite(body, same_call, leaves=constants, params=[body.params[k] for k in keep])
 
 
 def primitive_calls(func: Function) -> list[PrimitiveCall]:

@@ -1,3 +1,4 @@
 """From fused graph to artifacts: lower primitive functions to kernels (``te_compiler``), plan
-memory (``memory_plan``) and write the graph executor's JSON (``graph_codegen``).
+memory (``memory_plan``) and write the graph executor's JSON (``graph_codegen``) or the VM's
+bytecode (``vm_codegen``: shape heap, arena over symbolic sizes, run-time Ifs).
 May import kiln.ir, kiln.ops, kiln.schedules, kiln.passes, kiln.codegen and kiln.errors."""

@@ -1,2 +1,3 @@
-"""Kiln's IRs: the graph IR (``graph``, ops in ``ops``, registry in ``op_registry``) and the loop IR
-(``loop``, tensor expressions in ``te``). May import numpy and kiln.errors only."""
+"""Kiln's IRs: the graph IR (``graph``, ops in ``ops``, registry in ``op_registry``), symbolic
+dims (``arith``) and the loop IR (``loop``, tensor expressions in ``te``). May import numpy and
+kiln.errors only."""

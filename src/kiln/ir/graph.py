@@ -373,15 +373,20 @@ def consumers(outputs: list[Expr]) -> dict[int, list[Expr]]:
     return users
 
 
-def rewrite(func: Function, visit) -> Function:
+def rewrite(func: Function, visit, leaves: dict[int, Expr] | None = None,
+            params: list[Var] | None = None) -> Function:
     """Rebuild ``func`` bottom-up: ``visit(call, new_args)`` returns the replacement of each call.
 
     ``visit`` receives the original call and its already-rewritten arguments and returns an Expr.
-    Vars and Constants are kept as they are; other call-like nodes (PrimitiveCall, FunctionCall,
-    TupleGetItem) are rebuilt over their rewritten arguments (:func:`with_args`).
+    Vars and Constants are kept as they are, except nodes ``leaves`` maps (by uid) to a
+    replacement; other call-like nodes (PrimitiveCall, FunctionCall, TupleGetItem, IfCall) are
+    rebuilt over their rewritten arguments (:func:`with_args`). ``params`` replaces the
+    function's parameters (when ``leaves`` substitutes some of them).
     """
-    memo: dict[int, Expr] = {}
+    memo: dict[int, Expr] = dict(leaves or {})
     for node in post_order(func.outputs):
+        if node.uid in memo:
+            continue
         if isinstance(node, Call):
             new_args = [memo[a.uid] for a in node.args]
             memo[node.uid] = visit(node, new_args)
@@ -389,8 +394,8 @@ def rewrite(func: Function, visit) -> Function:
             memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
         else:
             memo[node.uid] = node
-    return Function(func.params, [memo[o.uid] for o in func.outputs], func.output_names,
-                    dict(func.attrs))
+    return Function(func.params if params is None else params,
+                    [memo[o.uid] for o in func.outputs], func.output_names, dict(func.attrs))
 
 
 def same_call(call: Call, new_args: list[Expr]) -> Expr:
