@@ -35,6 +35,7 @@ from kiln.ir.graph import (
     Function,
     IfCall,
     IRModule,
+    LoopCall,
     PrimitiveCall,
     post_order,
     rewrite,
@@ -94,12 +95,26 @@ def optimize_branches(func: Function, mod_name: str = "default") -> Function:
                 optimize(inline_constant_params(b, captures, keep), None, (), mod_name)
                 for b in (node.then_body, node.else_body))
             memo[node.uid] = IfCall(args[0], then_body, else_body, [captures[k] for k in keep])
+        elif isinstance(node, LoopCall):
+            memo[node.uid] = _optimized_loop(node, [memo[a.uid] for a in node.args], mod_name)
         elif isinstance(node, CALL_NODES):
             memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
         else:
             memo[node.uid] = node
     return Function(func.params, [memo[o.uid] for o in func.outputs], func.output_names,
                     dict(func.attrs))
+
+
+def _optimized_loop(node: LoopCall, args: list[Expr], mod_name: str) -> LoopCall:
+    """``node`` over ``args`` with its step and body optimized (constant captures inlined)."""
+    n = 2 + node.num_carried
+    captures = args[n:]
+    keep = [k for k, a in enumerate(captures) if not isinstance(a, Constant)]
+    body_args = [*node.body.params[:n], *captures]  # iteration, condition, carried: not constant
+    body = optimize(inline_constant_params(node.body, body_args, list(range(n)) +
+                                           [n + k for k in keep]), None, (), mod_name)
+    step = optimize(node.step, None, (), mod_name)
+    return LoopCall(args[0], args[1], args[2:n], [captures[k] for k in keep], step, body)
 
 
 def inline_constant_params(body: Function, args: list[Expr], keep: list[int]) -> Function:
@@ -117,6 +132,8 @@ def primitive_calls(func: Function) -> list[PrimitiveCall]:
             out.append(node)
         elif isinstance(node, IfCall):
             out += primitive_calls(node.then_body) + primitive_calls(node.else_body)
+        elif isinstance(node, LoopCall):
+            out += primitive_calls(node.step) + primitive_calls(node.body)
     return out
 
 
@@ -242,7 +259,7 @@ def choose_executor(func: Function, executor: str | None) -> str:
     """
     symbolic = {f"{p.name}: {shape_str(p.checked_type.shape)}" for p in func.params
                 if not p.checked_type.is_static}
-    control_flow = any(isinstance(n, IfCall) for n in post_order(func.outputs))
+    control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in post_order(func.outputs))
     if executor is None:
         return "vm" if symbolic or control_flow else "graph"
     if executor in ("graph", "aot") and symbolic:
@@ -250,7 +267,7 @@ def choose_executor(func: Function, executor: str | None) -> str:
                            f"symbolic dims: {', '.join(sorted(symbolic))}; fix them (shape=, "
                            "--input-shape) or use executor='vm'")
     if executor in ("graph", "aot") and control_flow:
-        raise CompileError(f"the {executor} executor cannot run an If whose condition is data; "
+        raise CompileError(f"the {executor} executor cannot run an If or Loop decided by data; "
                            "use executor='vm'")
     return executor
 

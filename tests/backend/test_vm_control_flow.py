@@ -52,7 +52,7 @@ def test_data_condition_becomes_a_run_time_if():
     (node,) = [n for n in post_order(mod["main"].outputs) if isinstance(n, IfCall)]
     assert node.num_outputs == 2 and len(node.then_body.params) == len(node.args) - 1
     mod, _ = from_onnx(_if_model(), shape={"x": (2, 4)})  # static: still needs the VM
-    with pytest.raises(CompileError, match="If whose condition is data"):
+    with pytest.raises(CompileError, match="If or Loop decided by data"):
         kiln.build(mod, target="c", executor="graph", params={})
 
 
@@ -77,3 +77,45 @@ def test_onnx_backend_runs_the_if_model():
     for x in _cases():
         for g, w in zip(rep.run([x]), ReferenceEvaluator(model).run(None, {"x": x})):
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def _loop_model():
+    """y = x; up to M times while the condition holds: y = 2 y + w, cond = sum(y) < 100."""
+    f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["y_in", "two"], ["t"]),
+         helper.make_node("Add", ["t", "w"], ["y_out"]),
+         helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"])],
+        "body", [helper.make_tensor_value_info("i", i64, []),
+                 helper.make_tensor_value_info("c_in", b, []),
+                 helper.make_tensor_value_info("y_in", f, ["n", 3])],
+        [helper.make_tensor_value_info("c_out", b, []),
+         helper.make_tensor_value_info("y_out", f, ["n", 3])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c0", "x"], ["y"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", f, ["n", 3]),
+         helper.make_tensor_value_info("M", i64, []), helper.make_tensor_value_info("c0", b, [])],
+        [helper.make_tensor_value_info("y", f, ["n", 3])],
+        [helper.make_tensor("two", f, [], [2.0]), helper.make_tensor("w", f, [3], [0.5, -1, 1]),
+         helper.make_tensor("limit", f, [], [100.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+LOOP_CASES = [((2, 3), 5, True), ((4, 3), 50, True), ((1, 3), 3, False), ((3, 3), 0, True)]
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_loop_with_data_trip_count_and_condition(target, tmp_path):
+    model = _loop_model()
+    mod, params = from_onnx(model)
+    exe = kiln.build(mod, target=target, params=params)
+    assert " goto " in exe.as_text()
+    exe.export_library(str(tmp_path / "loop.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "loop.so")), kiln.cpu())
+    ref = ReferenceEvaluator(model)
+    for shape, trips, cond in LOOP_CASES:  # runs the trip count, stops early, or not at all
+        feed = {"x": np.full(shape, 0.5, "float32"), "M": np.array(trips, np.int64),
+                "c0": np.array(cond)}
+        got = vm["main"](feed["x"], feed["M"], feed["c0"]).numpy()
+        np.testing.assert_allclose(got, ref.run(None, feed)[0], rtol=1e-6)

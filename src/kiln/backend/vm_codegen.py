@@ -33,7 +33,9 @@ from kiln.ir.graph import (
     Expr,
     Function,
     IfCall,
+    LoopCall,
     PrimitiveCall,
+    TensorType,
     TupleGetItem,
     Var,
     post_order,
@@ -268,8 +270,8 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
     nodes = list(post_order(outputs))
     calls = [n for n in nodes if isinstance(n, PrimitiveCall)]
     for node in nodes:
-        if not isinstance(node, (Var, Constant, PrimitiveCall, IfCall, TupleGetItem)) or (
-                isinstance(node, TupleGetItem) and not isinstance(node.value, IfCall)):
+        if not isinstance(node, (Var, Constant, PrimitiveCall, IfCall, LoopCall, TupleGetItem)) or (
+                isinstance(node, TupleGetItem) and not isinstance(node.value, (IfCall, LoopCall))):
             raise CompileError(f"the VM executor cannot run an external (BYOC) function yet "
                                f"({node!r}); use executor='graph' with static shapes")
         if isinstance(node, Var) and node.uid not in regs:
@@ -284,12 +286,14 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
             _emit_kernel(em, node, regs, placed)
         elif isinstance(node, IfCall):
             _emit_if(em, node, regs)
+        elif isinstance(node, LoopCall):
+            _emit_loop(em, node, regs)
         elif isinstance(node, TupleGetItem):
             regs[node.uid] = em.if_results[node.value.uid][node.index]
     words = [_value_arg(o, regs, em) for o in outputs]
     if result_regs is None:
         return words
-    for k, (o, word) in enumerate(zip(outputs, words)):
+    for k, word in enumerate(words):
         if word != encode_arg(ARG_REG, result_regs[k]):  # a parameter, constant or shared value
             pair = em.reg()
             em.call(pair, "vm.builtin.make_tuple", [word])
@@ -304,7 +308,7 @@ def _plan(em: _Emitter, calls: list[PrimitiveCall], nodes: list[Expr],
     Values an If reads stay alive to the end (their last use is inside a branch)."""
     if not calls:
         return {}
-    read_by_if = {a.uid for n in nodes if isinstance(n, IfCall) for a in n.args}
+    read_by_if = {a.uid for n in nodes if isinstance(n, (IfCall, LoopCall)) for a in n.args}
     sizes = [arith.mul(c.checked_type.size, np.dtype(c.checked_type.dtype).itemsize)
              for c in calls]
     keep = list(outputs) + [c for c in calls if c.uid in read_by_if]
@@ -349,20 +353,72 @@ def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
     regs[node.uid] = results[0]
 
 
+def _emit_loop(em: _Emitter, node: LoopCall, regs: dict[int, int]) -> None:
+    """The loop's state (iteration, condition, carried values) in storage of its own, then:
+    run the step; leave when it says so; run the body; copy its results into the state;
+    jump back. The body's and the step's arenas are reused every iteration."""
+    n = 2 + node.num_carried
+    types = [TensorType((), "int64"), TensorType((), "bool"), *node.output_types]
+    state = [_state_tensor(em, t) for t in types]
+    zero = encode_arg(ARG_CONST, em.const(array(np.array(0, np.int64)), key=("zero", "int64")))
+    for src, dst in zip([zero, *(_value_arg(a, regs, em) for a in node.args[1:n])], state):
+        em.call(-1, "vm.builtin.copy", [src, encode_arg(ARG_REG, dst)])
+    max_trip = _value_arg(node.args[0], regs, em)
+    code = em.prog.code
+    top = len(code)
+    go, next_i = em.reg(), em.reg()
+    _emit_body_with(em, node.step, [encode_arg(ARG_REG, state[0]), max_trip,
+                                    encode_arg(ARG_REG, state[1])], [go, next_i])
+    decide = em.reg()
+    em.call(decide, "vm.builtin.read_bool", [encode_arg(ARG_REG, go)])
+    at_if = len(code)
+    code += [OP_IF, decide, 0]
+    results = [em.reg() for _ in range(n - 1)]
+    _emit_body_with(em, node.body, [encode_arg(ARG_REG, r) for r in state] +
+                    [_value_arg(a, regs, em) for a in node.args[n:]], results)
+    for src, dst in zip([next_i, *results], state):
+        em.call(-1, "vm.builtin.copy", [encode_arg(ARG_REG, src), encode_arg(ARG_REG, dst)])
+    code += [OP_GOTO, top - len(code)]
+    code[at_if + 2] = len(code) - at_if
+    em.if_results[node.uid] = state[2:]
+    regs[node.uid] = state[2]
+
+
+def _state_tensor(em: _Emitter, t: TensorType) -> int:
+    """A tensor of type ``t`` in a storage of its own (a loop's state)."""
+    storage, out = em.reg(), em.reg()
+    nbytes = arith.mul(t.size, np.dtype(t.dtype).itemsize)
+    em.call(storage, "vm.builtin.alloc_storage",
+            [encode_arg(ARG_IMM, em.storage_id()), em.heap.arg(nbytes)])
+    em.call(out, "vm.builtin.alloc_tensor",
+            [encode_arg(ARG_REG, storage), encode_arg(ARG_IMM, 0),
+             encode_arg(ARG_CONST, em.const(t.dtype, ("dtype", t.dtype))),
+             *(em.heap.arg(d) for d in t.shape)])
+    return out
+
+
+def _emit_body_with(em: _Emitter, body: Function, words: list[int], results: list[int]) -> None:
+    """``body`` with its parameters bound to the argument ``words``, results into
+    ``results``."""
+    inner: dict[int, int] = {}
+    for p, word in zip(body.params, words):
+        inner[p.uid] = _as_register(em, word)
+    _emit_body(em, body.outputs, inner, results)
+
+
+def _as_register(em: _Emitter, word: int) -> int:
+    """The register of an argument word (a constant gets one)."""
+    if word >> 56 == ARG_REG:
+        return word & ((1 << 56) - 1)
+    pair, reg = em.reg(), em.reg()
+    em.call(pair, "vm.builtin.make_tuple", [word])
+    em.call(reg, "vm.builtin.tuple_get", [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
+    return reg
+
+
 def _emit_branch(em: _Emitter, body: Function, captures: list[Expr], regs: dict[int, int],
                  results: list[int]) -> None:
-    inner: dict[int, int] = {}
-    for p, a in zip(body.params, captures):
-        word = _value_arg(a, regs, em)
-        if word >> 56 != ARG_REG:  # a constant capture: give it a register
-            pair = em.reg()
-            em.call(pair, "vm.builtin.make_tuple", [word])
-            inner[p.uid] = em.reg()
-            em.call(inner[p.uid], "vm.builtin.tuple_get",
-                    [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
-        else:
-            inner[p.uid] = word & ((1 << 56) - 1)
-    _emit_body(em, body.outputs, inner, results)
+    _emit_body_with(em, body, [_value_arg(a, regs, em) for a in captures], results)
 
 
 def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:

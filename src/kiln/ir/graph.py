@@ -259,15 +259,56 @@ class IfCall(Expr):
         return f"if(#{self.args[0].uid}) : {self.checked_type}"
 
 
+class LoopCall(Expr):
+    """A run-time loop (ONNX ``Loop`` whose trip count or condition is data).
+
+    ``args`` is ``[max_trip, cond, *initial, *captures]`` (``max_trip`` an int64 scalar,
+    ``cond`` a bool scalar). Each iteration runs ``step(i, max_trip, cond) -> (go, i + 1)``
+    and, while ``go``, ``body(i, cond, *carried, *captures) -> (cond, *carried)``. The outputs
+    are the final carried values, whose types the body must keep.
+
+    Raises
+    ------
+    ShapeError
+        If the body's outputs do not match the carried values' types (the message names both).
+    """
+
+    def __init__(self, max_trip: Expr, cond: Expr, initial: list[Expr], captures: list[Expr],
+                 step: Function, body: Function):
+        carried = [e.checked_type for e in initial]
+        outs = [o.checked_type for o in body.outputs]
+        if outs[1:] != carried or outs[0] != TensorType((), "bool"):
+            raise ShapeError(f"Loop: the body returns {list(map(str, outs))} for the condition "
+                             f"and carried values {list(map(str, carried))}; a carried value "
+                             "must keep its type")
+        assert len(body.params) == 2 + len(initial) + len(captures), "Loop body arity"
+        self.step, self.body = step, body
+        self.num_carried = len(initial)
+        self.args = [max_trip, cond, *initial, *captures]
+        self.output_types = carried
+        self.checked_type = carried[0]
+        self.uid = next(_ids)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+    name = "loop"
+
+    def __repr__(self) -> str:
+        return f"loop(#{self.args[0].uid}, #{self.args[1].uid}) : {self.checked_type}"
+
+
 class TupleGetItem(Expr):
-    """Output ``index`` of a multi-output :class:`FunctionCall` or :class:`IfCall` (TVM:
-    TupleGetItem).
+    """Output ``index`` of a multi-output :class:`FunctionCall`, :class:`IfCall` or
+    :class:`LoopCall` (TVM: TupleGetItem).
 
     ``args`` is ``[value]`` so that traversals treat it like any call-like node.
     """
 
     def __init__(self, value: Expr, index: int):
-        assert isinstance(value, (FunctionCall, IfCall)), "TupleGetItem of a non-tuple value"
+        assert isinstance(value, (FunctionCall, IfCall, LoopCall)), \
+            "TupleGetItem of a non-tuple value"
         if not 0 <= index < value.num_outputs:
             raise ShapeError(f"TupleGetItem: index {index} out of range for {value.num_outputs} "
                              "outputs")
@@ -277,7 +318,7 @@ class TupleGetItem(Expr):
         self.uid = next(_ids)
 
     @property
-    def value(self) -> FunctionCall | IfCall:
+    def value(self) -> FunctionCall | IfCall | LoopCall:
         return self.args[0]
 
     def __repr__(self) -> str:
@@ -285,7 +326,7 @@ class TupleGetItem(Expr):
 
 
 #: node types with ``args`` (traversals expand them)
-CALL_NODES = (Call, PrimitiveCall, FunctionCall, TupleGetItem, IfCall)
+CALL_NODES = (Call, PrimitiveCall, FunctionCall, TupleGetItem, IfCall, LoopCall)
 
 
 def uid_mark() -> int:
@@ -309,6 +350,10 @@ def with_args(node: Expr, new_args: list[Expr]) -> Expr:
         return TupleGetItem(new_args[0], node.index)
     if isinstance(node, IfCall):
         return IfCall(new_args[0], node.then_body, node.else_body, new_args[1:])
+    if isinstance(node, LoopCall):
+        n = 2 + node.num_carried
+        return LoopCall(new_args[0], new_args[1], new_args[2:n], new_args[n:], node.step,
+                        node.body)
     raise TypeError(f"with_args: {node!r} has no arguments")
 
 
@@ -426,6 +471,11 @@ def astext(func: Function) -> str:
         if isinstance(node, TupleGetItem):
             names[node.uid] = f"{names[node.value.uid]}.{node.index}"
             continue
+        if isinstance(node, LoopCall):
+            types = ", ".join(str(t) for t in node.output_types)
+            inner = "\n".join("    " + ln for ln in astext(node.body).splitlines())
+            lines.append(f"  {name} = loop({args}) /* {types} */\n  body\n{inner}")
+            continue
         if isinstance(node, IfCall):
             types = ", ".join(str(t) for t in node.output_types)
             branches = "\n".join(f"  {label}\n" + "\n".join("    " + ln for ln in
@@ -469,6 +519,10 @@ def structural_key(func: Function) -> str:
             parts.append(f"fn({args}) {sorted(node.body.attrs.items())!r} {{{inner}}}")
         elif isinstance(node, TupleGetItem):
             parts.append(f"get({index[node.value.uid]}).{node.index}")
+        elif isinstance(node, LoopCall):
+            args = ",".join(str(index[a.uid]) for a in node.args)
+            body_key = structural_key(node.body).replace("\n", ";")
+            parts.append(f"loop({args}) {{{body_key}}}")
         elif isinstance(node, IfCall):
             args = ",".join(str(index[a.uid]) for a in node.args)
             then_key, else_key = (structural_key(b).replace("\n", ";")

@@ -23,6 +23,7 @@ from kiln.ir.graph import (
     Function,
     FunctionCall,
     IfCall,
+    LoopCall,
     PrimitiveCall,
     TensorType,
     TupleGetItem,
@@ -95,6 +96,23 @@ def evaluate_call(call: Call, args: list[np.ndarray],
     return out
 
 
+def _loop(node: LoopCall, args: list, symbols) -> np.ndarray | tuple:
+    """A run-time loop, run in numpy: the step decides, the body updates the carried values."""
+    max_trip, cond = args[0], args[1]
+    n = 2 + node.num_carried
+    carried, captures = list(args[2:n]), args[n:]
+    i = np.array(0, np.int64)
+    while True:
+        step = {p.uid: v for p, v in zip(node.step.params, (i, max_trip, cond))}
+        go, i_next = _run(node.step.outputs, step, symbols)
+        if not bool(go):
+            break
+        inner = {p.uid: v for p, v in zip(node.body.params, (i, cond, *carried, *captures))}
+        cond, *carried = _run(node.body.outputs, inner, symbols)
+        i = i_next
+    return carried[0] if len(carried) == 1 else tuple(carried)
+
+
 def _concrete(value, symbols: dict[str, int]):
     """Attribute values with their symbolic dims evaluated (a reshape's ``newshape``, a slice's
     ``end``...)."""
@@ -147,6 +165,8 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray],
             env[node.uid] = outs[0] if len(outs) == 1 else tuple(outs)
         elif isinstance(node, TupleGetItem):
             env[node.uid] = args[0][node.index]
+        elif isinstance(node, LoopCall):
+            env[node.uid] = _loop(node, args, symbols)
         elif isinstance(node, IfCall):
             body = node.then_body if bool(np.asarray(args[0]).reshape(-1)[0]) else node.else_body
             inner = {p.uid: v for p, v in zip(body.params, args[1:])}

@@ -24,10 +24,13 @@ from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.ir.graph import (
     CALL_NODES,
+    Call,
     Constant,
     Expr,
     Function,
     IfCall,
+    LoopCall,
+    TensorType,
     TupleGetItem,
     Var,
     uid_mark,
@@ -79,6 +82,59 @@ def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
     if node.num_outputs == 1:
         return [node]
     return [TupleGetItem(node, k) for k in range(node.num_outputs)]
+
+
+#: the trip count of a Loop without one (ONNX: run while the condition holds)
+_NO_LIMIT = np.iinfo(np.int64).max
+
+
+def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]:
+    """A :class:`LoopCall`: the body closed over the outer values it reads, with parameters
+    (iteration, condition, *carried, *captures); its carried values keep their types."""
+    args = ctx.inputs
+    max_trip = _scalar(ctx, args[0], Constant(np.array(_NO_LIMIT, np.int64)), "int64")
+    cond = _scalar(ctx, args[1] if len(args) > 1 else None, Constant(np.array(True)), "bool")
+    initial = [a for a in args[2:]]
+    if not initial:
+        raise ctx.unsupported("a run-time Loop without carried values has no effect")
+    iter_var = Var("iteration", TensorType((), "int64"))
+    cond_var = Var("cond", TensorType((), "bool"))
+    carried = [Var(f"carried{k}", e.checked_type) for k, e in enumerate(initial)]
+    mark = uid_mark()
+    outs = run(body, [iter_var, cond_var, *carried])
+    outs = [_scalar(ctx, outs[0], None, "bool"), *outs[1:]]
+    own = {v.uid for v in (iter_var, cond_var, *carried)}
+    captures = [e for e in _outer_refs(outs, mark) if e.uid not in own]
+    closed = _closed(outs, mark, captures)
+    loop_body = Function([iter_var, cond_var, *carried, *closed.params], closed.outputs)
+    try:
+        node = LoopCall(max_trip, cond, initial, captures, _loop_step(), loop_body)
+    except ShapeError as err:
+        raise ctx.unsupported(str(err)) from None
+    if node.num_outputs == 1:
+        return [node]
+    return [TupleGetItem(node, k) for k in range(node.num_outputs)]
+
+
+def _scalar(ctx: ConvertContext, e: Expr | None, default: Expr | None, dtype: str) -> Expr:
+    """``e`` (a one-element tensor) as a rank-0 ``dtype`` value; ``default`` when omitted."""
+    if e is None:
+        assert default is not None, "a required loop scalar"
+        return default
+    t = e.checked_type
+    if t.dtype != dtype or t.size != 1:
+        raise ctx.unsupported(f"expected one {dtype} value, got {t}")
+    return ctx.reshape(e, ())
+
+
+def _loop_step() -> Function:
+    """``(i, max_trip, cond) -> (i < max_trip and cond, i + 1)``: the test before each
+    iteration, compiled into kernels like the body."""
+    i = Var("i", TensorType((), "int64"))
+    m = Var("max_trip", TensorType((), "int64"))
+    c = Var("cond", TensorType((), "bool"))
+    go = Call("logical_and", [Call("less", [i, m]), c])
+    return Function([i, m, c], [go, Call("add", [i, Constant(np.array(1, np.int64))])])
 
 
 def _inner_post_order(outputs: list[Expr], mark: int):
@@ -198,12 +254,18 @@ _MAX_UNROLL = 1024
 
 def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
     args = ctx.inputs
-    if args[0] is None:
-        raise ctx.unsupported("Loop without a trip count cannot be unrolled")
-    (trips,) = ctx.const_value(0, "Loop trip count").reshape(-1)
-    keep_going = True
-    if len(args) > 1 and args[1] is not None:
-        keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
+    k_scan = len(body.output) - 1 - len(args[2:])
+    try:
+        if args[0] is None:
+            raise ctx.unsupported("Loop without a trip count cannot be unrolled")
+        (trips,) = ctx.const_value(0, "Loop trip count").reshape(-1)
+        keep_going = True
+        if len(args) > 1 and args[1] is not None:
+            keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
+    except (NotConstantError, UnsupportedOpError):
+        if k_scan:  # stacked per-iteration outputs of a data-dependent count: not yet
+            raise
+        return _runtime_loop(ctx, body, run)
     if trips > _MAX_UNROLL:
         raise ctx.unsupported(f"trip count {trips} is too large to unroll")
     carried = [a for a in args[2:]]
@@ -216,7 +278,10 @@ def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
         try:
             keep_going = bool(ctx.const_value(outs[0], "Loop condition").reshape(-1)[0])
         except NotConstantError:
-            raise ctx.unsupported("the loop condition depends on run-time values") from None
+            if k_scan:
+                raise ctx.unsupported("a loop whose condition depends on run-time values and "
+                                      "that stacks per-iteration outputs") from None
+            return _runtime_loop(ctx, body, run)
         carried = outs[1:1 + len(carried)]
         steps.append(outs[1 + len(carried):])
     results: list[Expr | None] = list(carried)
