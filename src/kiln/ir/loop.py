@@ -192,6 +192,13 @@ def ne(a: PrimExpr, b: Any) -> PrimExpr:
     return Binary("!=", a, b)
 
 
+def logical_or(*conds: PrimExpr) -> PrimExpr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("or", out, c)
+    return out
+
+
 def logical_and(*conds: PrimExpr) -> PrimExpr:
     out = conds[0]
     for c in conds[1:]:

@@ -26,6 +26,7 @@ class Stage:
         self.order: list[IterVar] | None = None
         self.splits: dict[int, tuple[IterVar, IterVar]] = {}
         self.tails: dict[int, object] = {}  # split axes with a partial last block: their extent
+        self.tail_factors: dict[int, int] = {}
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
 
@@ -55,6 +56,7 @@ class Stage:
                 raise ScheduleError(f"split: a tail needs a spatial axis, {axis.name} is "
                                     f"{axis.kind}")
             self.tails[id(axis)] = axis.extent
+            self.tail_factors[id(axis)] = factor
         elif not divides:
             raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
                                 f"(extent {axis.extent}) of {self.tensor.name}")
@@ -167,8 +169,11 @@ class Schedule:
         return self
 
 
-def lower(sch: Schedule, inputs: list[Tensor], name: str) -> L.PrimFunc:
-    """Lower ``sch`` to a PrimFunc whose params are ``inputs`` then the output.
+def lower(sch: Schedule, inputs: list[Tensor], name: str,
+          params: list[L.Buffer] | None = None) -> L.PrimFunc:
+    """Lower ``sch`` to a PrimFunc whose params are ``inputs`` then the output (the Buffers
+    ``params`` when given: another version of the same kernel, see
+    :func:`kiln.backend.te_compiler.lower_primitive`).
 
     Epilogue fusion: when the output stage is elementwise over a materialized reduction of the
     same shape (conv2d → bias_add → relu), the reduction writes the output buffer and the
@@ -184,11 +189,13 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str) -> L.PrimFunc:
     if sch[out].inline:
         raise ScheduleError(f"{name}: the output stage cannot be inlined")
     buffers: dict[int, L.Buffer] = {}
+    given = params
     params = []
     for i, t in enumerate(inputs):
-        buffers[id(t)] = L.Buffer(f"p{i}", buffer_shape(t.shape), t.dtype)
+        buffers[id(t)] = given[i] if given else L.Buffer(f"p{i}", buffer_shape(t.shape), t.dtype)
         params.append(buffers[id(t)])
-    buffers[id(out)] = L.Buffer("out", buffer_shape(out.shape), out.dtype)
+    buffers[id(out)] = given[-1] if given else L.Buffer("out", buffer_shape(out.shape),
+                                                        out.dtype)
     params.append(buffers[id(out)])
     for t in sch.order:
         if id(t) not in buffers and not sch[t].inline:

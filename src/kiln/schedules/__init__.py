@@ -6,4 +6,10 @@ transformations they use. May import kiln.ir and kiln.errors.
 """
 
 from kiln.schedules import nn_cpu  # noqa: F401
-from kiln.schedules.cpu import register_schedule, schedule_loops, schedule_te  # noqa: F401
+from kiln.schedules.cpu import (  # noqa: F401
+    register_schedule,
+    schedule_loops,
+    schedule_te,
+    small_extents,
+    tails_allowed,
+)

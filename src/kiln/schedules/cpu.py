@@ -8,6 +8,8 @@ parallel work, and that loop runs in parallel (OpenMP on the C target).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Callable
 
 from kiln.ir import loop as L
@@ -22,6 +24,25 @@ _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 MIN_PARALLEL_EXTENT = 16
 # Nests with fewer scalar iterations than this run serially (OpenMP fork/join costs ~1 us).
 MIN_PARALLEL_WORK = 4096
+
+
+_SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
+
+
+@contextlib.contextmanager
+def small_extents():
+    """While active, schedules block no symbolic axis with a tail (the version of a kernel for
+    extents smaller than its blocks; see ``te_compiler.lower_primitive``)."""
+    token = _SMALL_EXTENTS.set(True)
+    try:
+        yield
+    finally:
+        _SMALL_EXTENTS.reset(token)
+
+
+def tails_allowed() -> bool:
+    """Whether a schedule may split a symbolic axis into blocks with a partial last one."""
+    return not _SMALL_EXTENTS.get()
 
 
 def register_schedule(tag: str, target: str = "cpu"):

@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.ir.lower import Schedule
 from kiln.ir.te import IterVar, Tensor
-from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule
+from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.target import Target
 
 
@@ -230,8 +230,10 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     stage = sch[dense]
     if isinstance(i.extent, int):
         io, ii = stage.split(i, max(d for d in _divisors(i.extent) if d <= DENSE_ROWS))
-    else:  # symbolic rows (batch x sequence length): full blocks and a partial last one
+    elif tails_allowed():  # symbolic rows (batch x sequence length): a partial last block
         io, ii = stage.split(i, DENSE_ROWS, tail=True)
+    else:  # the version for fewer rows than a block: one row a block
+        io, ii = stage.split(i, 1)
     jo, ji = stage.split(j, block)
     ko, ki = stage.split(k, max(d for d in _divisors(k.extent) if d <= DENSE_K_UNROLL))
     stage.reorder(io, jo, ko, ki, ii, ji)

@@ -19,8 +19,8 @@ def get_loop(func: L.PrimFunc, var_name: str) -> L.For:
 
 
 def top_level_nests(func: L.PrimFunc) -> list[L.For]:
-    """The outermost loops of each statement nest (looking through SeqStmt, AssertStmt and
-    global Allocate). Not through a ``local`` Allocate: the loops under it share the local
+    """The outermost loops of each statement nest (looking through SeqStmt, AssertStmt,
+    LetStmt, IfThenElse and global Allocate). Not through a ``local`` Allocate: the loops under it share the local
     buffer (an accumulator block whose spatial loops all had extent 1), so they are not nests
     of independent iterations."""
     found: list[L.For] = []
@@ -34,6 +34,8 @@ def top_level_nests(func: L.PrimFunc) -> list[L.For]:
         elif isinstance(s, (L.AssertStmt, L.LetStmt)) or (isinstance(s, L.Allocate)
                                               and s.buffer.scope != "local"):
             stack.append(s.body)
+        elif isinstance(s, L.IfThenElse):  # shape-specialized versions of a kernel
+            stack.extend(x for x in (s.else_case, s.then_case) if x is not None)
     return found
 
 
