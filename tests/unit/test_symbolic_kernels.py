@@ -145,3 +145,22 @@ def test_graph_executor_refuses_symbolic_models():
     with pytest.raises(CompileError, match=r"x: \(n, s, 8\)"):
         choose_executor(_model(), "graph")
     assert choose_executor(_model(), None) == "vm"
+
+
+def test_simplify_folds_symbolic_reshape_indices():
+    """(b*S + s) // S -> b and % S -> s for loop variables of extent S; a flat index read in
+    rows of 384 = 12 * 32 splits back into its parts."""
+    from kiln.passes.loop.simplify import simplify
+
+    seq = L.Var("S")
+    x = L.Buffer("x", (seq * 4, 384), "float32")
+    y = L.Buffer("y", (4, 12, seq, 32), "float32")
+    b, h, s, d = (L.Var(n) for n in "bhsd")
+    flat = ((b * seq + s) * 12 + h) * 32 + d
+    load = x[flat // (seq * 384) * seq + (flat // 384) % seq, flat % 384]
+    body = L.BufferStore(y, load, [b, h, s, d])
+    for var, extent in reversed([(b, L.IntImm(4)), (h, L.IntImm(12)), (s, seq),
+                                 (d, L.IntImm(32))]):
+        body = L.For(var, L.IntImm(0), extent, "serial", body)
+    text = astext(simplify(L.PrimFunc("k", [x, y], body)))
+    assert "x[((b * S) + s), ((h * 32) + d)]" in text, text

@@ -6,6 +6,10 @@ Rules (all exact for the loop IR's integer semantics):
 - with a small interval analysis of loop variables (TVM's arith::ConstIntBound in spirit):
   ``x // c -> 0`` and ``x % c -> x`` when 0 <= x < c, and ``(a*c + b) // c -> a`` /
   ``(a*c + b) % c -> b`` when 0 <= b < c;
+- ``(x*c + r) // (c*k) -> x // k`` and ``(x*c + r) % (c*k) -> (x % k)*c + r`` when
+  0 <= r < c (the flattened index of a reshape read back in larger rows);
+- symbolic divisors (shape symbols): ``(q*d + r) // d -> q`` and ``% d -> r`` when ``r`` is
+  known to lie in ``[0, d)``: a loop variable of extent ``d``, or ``y % d``;
 - ``Select`` and ``IfThenElse`` with a condition known from the bounds collapse.
 """
 
@@ -25,11 +29,16 @@ def simplify(func: L.PrimFunc) -> L.PrimFunc:
 
 
 class _Simplifier:
+    def __init__(self) -> None:
+        self.extents: dict[L.Var, L.PrimExpr] = {}  # loops from 0: their (symbolic) extent
+
     def stmt(self, s: L.Stmt, ranges: dict[L.Var, Bound]) -> L.Stmt:
         if isinstance(s, L.For):
             lo, ext = self.expr(s.min, ranges), self.expr(s.extent, ranges)
             if isinstance(ext, L.IntImm) and ext.value == 1:
                 return self.stmt(L.substitute_stmt(s.body, {s.var: lo}), ranges)
+            if _is(lo, 0):
+                self.extents[s.var] = ext
             inner = dict(ranges)
             lb, ub = self.bound(lo, ranges)[0], self.bound(lo, ranges)[1]
             eb = self.bound(ext, ranges)[1]
@@ -87,7 +96,11 @@ class _Simplifier:
                 return a
         elif op in ("//", "%") and isinstance(b, L.IntImm) and b.value > 0:
             return self.divmod(op, a, b.value, ranges) or e
-        elif op == "//" and isinstance(b, L.Binary) and b.op == "*":
+        elif op in ("//", "%") and not isinstance(b, L.IntImm):
+            out = self.symbolic_divmod(op, a, b)
+            if out is not None:
+                return out
+        if op == "//" and isinstance(b, L.Binary) and b.op == "*":
             # a // (d*c) == (a // c) // d for c, d > 0 (d: a product of shape symbols): the
             # flattened index of a symbolic reshape, (i*384 + j) // (seq*384) -> i // seq.
             for c, d in ((b.a, b.b), (b.b, b.a)):
@@ -97,12 +110,46 @@ class _Simplifier:
                         return self.rewrite(L.Binary("//", q, d), ranges)
         return e
 
+    def symbolic_divmod(self, op: str, a: L.PrimExpr, d: L.PrimExpr) -> L.PrimExpr | None:
+        """``(q*d + r) // d -> q`` / ``% d -> r`` for a symbolic ``d`` and ``r`` in ``[0, d)``."""
+        terms = _terms(a)
+        multiples = [t for t in terms if _has_factor(t, d)]
+        rest = [t for t in terms if not _has_factor(t, d)]
+        if not multiples or len(rest) > 1 or (rest and not self.below(rest[0], d)):
+            return None
+        if op == "%":
+            return rest[0] if rest else L.IntImm(0)
+        out = _without_factor(multiples[0], d)
+        for t in multiples[1:]:
+            out = out + _without_factor(t, d)
+        return out
+
+    def below(self, r: L.PrimExpr, d: L.PrimExpr) -> bool:
+        """Whether ``0 <= r < d`` is known: a loop variable of extent ``d``, or ``y % d``."""
+        if isinstance(r, L.Var):
+            ext = self.extents.get(r)
+            return ext is not None and _same(ext, d)
+        return isinstance(r, L.Binary) and r.op == "%" and _same(r.b, d)
+
     def divmod(self, op: str, a: L.PrimExpr, c: int, ranges) -> L.PrimExpr | None:
         if c == 1:
             return a if op == "//" else L.IntImm(0)
         lo, hi = self.bound(a, ranges)
         if 0 <= lo and hi < c:
             return L.IntImm(0) if op == "//" else a
+        # (x*c' + r) with c' | c and 0 <= r < c': x // (c/c') and (x % (c/c'))*c' + r
+        if isinstance(a, L.Binary) and a.op == "+":
+            for mul, rest in ((a.a, a.b), (a.b, a.a)):
+                if isinstance(mul, L.Binary) and mul.op == "*" and \
+                        isinstance(mul.b, L.IntImm) and 1 < mul.b.value < c and \
+                        c % mul.b.value == 0:
+                    rlo, rhi = self.bound(rest, ranges)
+                    if 0 <= rlo and rhi < mul.b.value:
+                        k = c // mul.b.value
+                        if op == "//":
+                            return self.rewrite(L.Binary("//", mul.a, L.IntImm(k)), ranges)
+                        low = self.rewrite(L.Binary("%", mul.a, L.IntImm(k)), ranges)
+                        return low * mul.b.value + rest
         # (x*c + r) with 0 <= r < c
         if isinstance(a, L.Binary) and a.op == "+":
             for mul, rest in ((a.a, a.b), (a.b, a.a)):
@@ -161,6 +208,50 @@ class _Simplifier:
             if e.op == "max":
                 return (max(alo, blo), max(ahi, bhi))
         return (-_INF, _INF)
+
+
+def _terms(e: L.PrimExpr) -> list[L.PrimExpr]:
+    """The summands of a tree of ``+``."""
+    if isinstance(e, L.Binary) and e.op == "+":
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _factors(e: L.PrimExpr) -> list[L.PrimExpr]:
+    if isinstance(e, L.Binary) and e.op == "*":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _has_factor(term: L.PrimExpr, d: L.PrimExpr) -> bool:
+    return _same(term, d) or _without_factor(term, d) is not None
+
+
+def _without_factor(term: L.PrimExpr, d: L.PrimExpr) -> L.PrimExpr | None:
+    """``term / d`` when ``d``'s factors are among ``term``'s (as a product), else None."""
+    rest = _factors(term)
+    for f in _factors(d):
+        k = next((i for i, x in enumerate(rest) if _same(x, f)), None)
+        if k is None:
+            return None
+        del rest[k]
+    out: L.PrimExpr = L.IntImm(1)
+    for x in rest:
+        out = x if _is(out, 1) else out * x
+    return out
+
+
+def _same(a: L.PrimExpr, b: L.PrimExpr) -> bool:
+    """Structural equality of index expressions (variables by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, L.IntImm):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, L.Binary):
+        return a.op == b.op and _same(a.a, b.a) and _same(a.b, b.b)
+    return False
 
 
 def _is(e: L.PrimExpr, value: int) -> bool:
