@@ -83,3 +83,31 @@ def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> N
             if top2[1] - top2[0] > 2 * bound:
                 assert int(np.argmax(row_g)) == int(np.argmax(row_w)), f"output {k}: argmax"
 
+
+
+def with_symbolic_batch(model, name: str = "N"):
+    """A copy of ``model`` whose batch (dim 0 of every real input and output) is the symbolic
+    ``dim_param`` ``name``.
+
+    The ONNX-zoo light models fix batch 1, and some also bake it into a Reshape's constant
+    target shape (resnet50's ``(1, 2048)`` before its classifier): such a leading 1 becomes 0,
+    ONNX's "copy this dim from the input", so that the model is batch-generic for onnxruntime
+    and Kiln alike.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    for value_info in [*(v for v in graph.input if v.name not in inits), *graph.output]:
+        dim = value_info.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = name
+    for node in graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in inits:
+            target = numpy_helper.to_array(inits[node.input[1]]).copy()
+            if target.ndim == 1 and target.size and target[0] == 1:
+                target[0] = 0
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(target, node.input[1]))
+    return model
