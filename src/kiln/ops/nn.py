@@ -77,11 +77,11 @@ def conv2d_transpose(inputs, attrs, out_type):
     ry, rx = te.reduce_axis(-(-kh // sh), "ry"), te.reduce_axis(-(-kw // sw), "rx")
     rows, cols = -(-(oh + pt) // sh), -(-(ow + pl) // sw)
 
-    def tap(phase, q, j, k: int, stride: int, extent: int):
+    def tap(phase, q, j, k: int, stride: int, extent: arith.Dim):
         kidx = phase + j * stride
         src = q - j
         conds = [src >= 0, src < extent] + ([kidx < k] if k % stride else [])
-        return conds, kidx, L.minimum(L.maximum(src, 0), extent - 1)
+        return conds, kidx, L.minimum(L.maximum(src, 0), te.dim_expr(extent - 1))
 
     def phases(b, o, py, px, qy, qx):
         cy, ky, iy = tap(py, qy, ry.var, kh, sh, h)
@@ -109,11 +109,11 @@ def _conv2d_transpose_dilated(data, weight, attrs, out_type):
     rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
                   te.reduce_axis(kw, "rx"))
 
-    def tap(pos, pad: int, k, dil: int, stride: int, extent: int):
+    def tap(pos, pad: int, k, dil: int, stride: int, extent: arith.Dim):
         t = pos + pad - k * dil
         src = t // stride
-        return [t >= 0, L.eq(t % stride, 0), src < extent], L.minimum(L.maximum(src, 0),
-                                                                      extent - 1)
+        return [t >= 0, L.eq(t % stride, 0), src < extent], L.minimum(
+            L.maximum(src, 0), te.dim_expr(extent - 1))
 
     def body(n, o, y, x):
         cy, iy = tap(y, pt, ry.var, dh, sh, h)
