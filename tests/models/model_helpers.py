@@ -111,3 +111,37 @@ def with_symbolic_batch(model, name: str = "N"):
                 target[0] = 0
                 inits[node.input[1]].CopyFrom(numpy_helper.from_array(target, node.input[1]))
     return model
+
+
+def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
+    """from_onnx with symbolic dims kept (``dim_bounds`` as :func:`kiln.frontend.from_onnx`)
+    → kiln.build (a VM executable) → export_library(path) → load_module → VirtualMachine."""
+    import kiln
+    from kiln.frontend import from_onnx
+    from kiln.vm import VirtualMachine
+
+    mod, params = from_onnx(model, dim_bounds=dim_bounds)
+    exe = kiln.build(mod, target=target, params=params)
+    assert type(exe).__name__ == "VMExecutable", f"expected a VM executable, got {exe!r}"
+    exe.export_library(str(path))
+    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
+
+
+def run_vm(vm, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``vm["main"]`` on the inputs (in the model's input order), every output as numpy."""
+    out = vm["main"](*inputs.values())
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def fix_input_dim(model, axis: int, value: int, name: str | None = None):
+    """A copy of ``model`` whose real input ``name`` (default: the first) has dim ``axis``
+    fixed to ``value`` (e.g. PP-OCRv4 rec's unnamed height "?", which is 48)."""
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inits = {t.name for t in model.graph.initializer}
+    vi = next(v for v in model.graph.input if v.name not in inits and name in (None, v.name))
+    dim = vi.type.tensor_type.shape.dim[axis]
+    dim.ClearField("dim_param")
+    dim.dim_value = value
+    return model
