@@ -66,9 +66,9 @@ class Compiled:
     def __init__(self, model, vm):
         self.model, self.vm, self.input = model, vm, _input_name(model)
 
-    def check(self, x: np.ndarray, reference) -> None:
+    def check(self, x: np.ndarray, reference, rtol: float = 1e-4) -> None:
         inputs = {self.input: x}
-        assert_matches_reference(run_vm(self.vm, inputs), reference(self.model, inputs))
+        assert_matches_reference(run_vm(self.vm, inputs), reference(self.model, inputs), rtol)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,10 @@ def test_ppocr_rec_symbolic_width(compiled, reference):
     """Widths 32 to 1280 (the output's time steps follow W) and a batch of 3 lines."""
     c = compiled("ppocrv4_rec", "llvm")
     for batch, width in REC_SHAPES:
-        c.check(_rec_batch(batch, width), reference)
+        # Rounding grows with the attention's sequence (W / 8): at width 1280 the static
+        # graph-executor build differs from onnxruntime by 1.3e-4 as well (1.1e-4 allowed at
+        # rtol 1e-4), and the VM build from the static one by 2.2e-5.
+        c.check(_rec_batch(batch, width), reference, rtol=2e-4 if width > 777 else 1e-4)
 
 
 @pytest.mark.slow
