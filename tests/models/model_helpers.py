@@ -59,8 +59,9 @@ def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    """Kiln vs onnxruntime: max abs error ≤ 1e-4·max|ref| + 1e-5, and the same top-1 class.
+def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray],
+                             rtol: float = 1e-4) -> None:
+    """Kiln vs onnxruntime: max abs error ≤ rtol·max|ref| + 1e-5, and the same top-1 class.
 
     The top-1 check is skipped where the reference's best two scores are closer than the error
     bound (e.g. the uniform softmax of the light models' constant weights): there the argmax is
@@ -72,7 +73,7 @@ def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> N
         assert g.dtype == w.dtype, f"output {k}: dtype {g.dtype} != reference {w.dtype}"
         assert np.all(np.isfinite(w)), f"output {k}: reference has non-finite values"
         err = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
-        bound = 1e-4 * float(np.max(np.abs(w))) + 1e-5
+        bound = rtol * float(np.max(np.abs(w))) + 1e-5
         assert err <= bound, f"output {k}: max abs error {err:.3g} > {bound:.3g}"
         flat_g = g.reshape(g.shape[0], -1)
         flat_w = w.reshape(w.shape[0], -1)
@@ -83,3 +84,65 @@ def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> N
             if top2[1] - top2[0] > 2 * bound:
                 assert int(np.argmax(row_g)) == int(np.argmax(row_w)), f"output {k}: argmax"
 
+
+
+def with_symbolic_batch(model, name: str = "N"):
+    """A copy of ``model`` whose batch (dim 0 of every real input and output) is the symbolic
+    ``dim_param`` ``name``.
+
+    The ONNX-zoo light models fix batch 1, and some also bake it into a Reshape's constant
+    target shape (resnet50's ``(1, 2048)`` before its classifier): such a leading 1 becomes 0,
+    ONNX's "copy this dim from the input", so that the model is batch-generic for onnxruntime
+    and Kiln alike.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    for value_info in [*(v for v in graph.input if v.name not in inits), *graph.output]:
+        dim = value_info.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = name
+    for node in graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in inits:
+            target = numpy_helper.to_array(inits[node.input[1]]).copy()
+            if target.ndim == 1 and target.size and target[0] == 1:
+                target[0] = 0
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(target, node.input[1]))
+    return model
+
+
+def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
+    """from_onnx with symbolic dims kept (``dim_bounds`` as :func:`kiln.frontend.from_onnx`)
+    → kiln.build (a VM executable) → export_library(path) → load_module → VirtualMachine."""
+    import kiln
+    from kiln.frontend import from_onnx
+    from kiln.vm import VirtualMachine
+
+    mod, params = from_onnx(model, dim_bounds=dim_bounds)
+    exe = kiln.build(mod, target=target, params=params)
+    assert type(exe).__name__ == "VMExecutable", f"expected a VM executable, got {exe!r}"
+    exe.export_library(str(path))
+    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
+
+
+def run_vm(vm, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``vm["main"]`` on the inputs (in the model's input order), every output as numpy."""
+    out = vm["main"](*inputs.values())
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def fix_input_dim(model, axis: int, value: int, name: str | None = None):
+    """A copy of ``model`` whose real input ``name`` (default: the first) has dim ``axis``
+    fixed to ``value`` (e.g. PP-OCRv4 rec's unnamed height "?", which is 48)."""
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inits = {t.name for t in model.graph.initializer}
+    vi = next(v for v in model.graph.input if v.name not in inits and name in (None, v.name))
+    dim = vi.type.tensor_type.shape.dim[axis]
+    dim.ClearField("dim_param")
+    dim.dim_value = value
+    return model

@@ -232,12 +232,30 @@ def _known_multiple(a: Dim, c: int) -> bool:
         for m, k in terms.items())
 
 
+def _by_divisors(a: Dim, c: int) -> Dim:
+    """``a`` with each variable ``v`` of its polynomial whose divisor ``d`` shares a factor with
+    ``c`` written ``d * (v // d)``, so that division by ``c`` sees the multiple: ``(H + 1) // 2
+    == 16 * (H // 32)`` for ``H`` a multiple of 32, the same expression as ``2 * (H // 32) * 8``
+    (a stride-2 conv chain and an upsampling agree)."""
+    terms, const = _as_poly(a)
+    if not any(isinstance(v, SymVar) and math.gcd(v.divisor, c) > 1 for m in terms for v in m):
+        return a
+    out: Dim = const
+    for mono, k in terms.items():
+        out = add(out, mul(k, prod(
+            mul(v.divisor, SymOp("floordiv", (v, v.divisor)))
+            if isinstance(v, SymVar) and math.gcd(v.divisor, c) > 1 else v for v in mono)))
+    return out
+
+
 def floordiv(a: Dim, b: Dim) -> Dim:
     """Floor division (``//``); a zero divisor raises ShapeError."""
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ShapeError("division of a dimension by zero")
         return a // b
+    if isinstance(b, int) and b > 1:
+        a = _by_divisors(a, b)
     if isinstance(b, int):
         if b == 0:
             raise ShapeError(f"division of {a} by zero")
@@ -297,7 +315,7 @@ def floormod(a: Dim, b: Dim) -> Dim:
     if isinstance(b, int) and b > 0:
         if _known_multiple(a, b):
             return 0
-        _, r = _split_multiple(a, b)
+        _, r = _split_multiple(_by_divisors(a, b), b)
         lo, hi = bounds(r)
         if lo is not None and hi is not None and 0 <= lo and hi < b:
             return r

@@ -8,10 +8,11 @@ from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 from kiln.ir.ops.image import Arith, axis_taps
+from kiln.ops.dims import dim_value
 
 
 def _clamp(v: L.PrimExpr, lo, hi) -> L.PrimExpr:
-    return L.minimum(L.maximum(v, L.const(lo, v.dtype)), L.const(hi, v.dtype))
+    return L.minimum(L.maximum(v, dim_value(lo, v.dtype)), dim_value(hi, v.dtype))
 
 
 def _select(cond: L.PrimExpr, a, b) -> L.PrimExpr:

@@ -7,9 +7,10 @@ and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materiali
 
 from __future__ import annotations
 
+from kiln.ir import arith, te
 from kiln.ir import loop as L
-from kiln.ir import te
 from kiln.ir.op_registry import register_compute
+from kiln.ops.dims import dim_value
 
 
 def pad_hw(data: te.Tensor, padding: tuple[int, int, int, int], value: float = 0.0,
@@ -76,11 +77,11 @@ def conv2d_transpose(inputs, attrs, out_type):
     ry, rx = te.reduce_axis(-(-kh // sh), "ry"), te.reduce_axis(-(-kw // sw), "rx")
     rows, cols = -(-(oh + pt) // sh), -(-(ow + pl) // sw)
 
-    def tap(phase, q, j, k: int, stride: int, extent: int):
+    def tap(phase, q, j, k: int, stride: int, extent: arith.Dim):
         kidx = phase + j * stride
         src = q - j
         conds = [src >= 0, src < extent] + ([kidx < k] if k % stride else [])
-        return conds, kidx, L.minimum(L.maximum(src, 0), extent - 1)
+        return conds, kidx, L.minimum(L.maximum(src, 0), te.dim_expr(extent - 1))
 
     def phases(b, o, py, px, qy, qx):
         cy, ky, iy = tap(py, qy, ry.var, kh, sh, h)
@@ -108,11 +109,11 @@ def _conv2d_transpose_dilated(data, weight, attrs, out_type):
     rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
                   te.reduce_axis(kw, "rx"))
 
-    def tap(pos, pad: int, k, dil: int, stride: int, extent: int):
+    def tap(pos, pad: int, k, dil: int, stride: int, extent: arith.Dim):
         t = pos + pad - k * dil
         src = t // stride
-        return [t >= 0, L.eq(t % stride, 0), src < extent], L.minimum(L.maximum(src, 0),
-                                                                      extent - 1)
+        return [t >= 0, L.eq(t % stride, 0), src < extent], L.minimum(
+            L.maximum(src, 0), te.dim_expr(extent - 1))
 
     def body(n, o, y, x):
         cy, iy = tap(y, pt, ry.var, dh, sh, h)
@@ -208,17 +209,17 @@ def avg_pool2d(inputs, attrs, out_type):
     total = te.compute(out_type.shape, body, name="pool_sum", tag="pool")
     include_pad = attrs["count_include_pad"]
 
-    def window(start: L.PrimExpr, k: int, d: int, size: int, pad_begin: int,
+    def window(start: L.PrimExpr, k: int, d: int, size: arith.Dim, pad_begin: int,
                pad_end: int) -> L.PrimExpr:
         # ONNX / onnxruntime: the taps counted are those inside the padded input when padding
         # counts, inside the real input otherwise (ceil_mode's extension never counts).
         lo, hi = (-pad_begin, size + pad_end) if include_pad else (0, size)
         if d == 1:
-            return L.minimum(start + k, L.IntImm(hi)) - L.maximum(start, L.IntImm(lo))
+            return L.minimum(start + k, te.dim_expr(hi)) - L.maximum(start, L.IntImm(lo))
         # taps start + t*d, t in [0, k): the first t with start + t*d >= lo is
         # ceil((lo - start) / d), the last with start + t*d < hi is floor((hi - 1 - start) / d)
         first = L.maximum(L.IntImm(0) - (start - lo) // d, L.IntImm(0))
-        last = L.minimum((L.IntImm(hi - 1) - start) // d, L.IntImm(k - 1))
+        last = L.minimum((te.dim_expr(hi - 1) - start) // d, L.IntImm(k - 1))
         return L.maximum(last - first + 1, L.IntImm(0))
 
     def avg(n, c, y, x, *block):
@@ -244,7 +245,8 @@ def _global_pool(inputs, combiner: str):
 @register_compute("nn.global_avg_pool2d")
 def global_avg_pool2d(inputs, attrs, out_type):
     total, count = _global_pool(inputs, "sum")
-    return te.compute(out_type.shape, lambda *i: total[i] / float(count),
+    divisor = dim_value(count, total.dtype)
+    return te.compute(out_type.shape, lambda *i: total[i] / divisor,
                       name="global_avg_pool2d", tag="elemwise")
 
 
@@ -320,7 +322,7 @@ def layer_norm(inputs, attrs, out_type):
     sqrt(var + epsilon) * gamma + beta``."""
     x, gamma, beta = inputs
     axis = attrs["axis"] % len(x.shape)
-    count = float(x.shape[axis])
+    count = dim_value(x.shape[axis], x.dtype)
     total = _axis_reduce(x, axis, "sum")
     r = te.reduce_axis(x.shape[axis], "r")
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
+from kiln.ir import arith, te
 from kiln.ir import loop as L
-from kiln.ir import te
 from kiln.ir.op_registry import register_compute
+from kiln.ops.dims import dim_value
 
 _REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,
              "min": te.min_reduce}
@@ -34,8 +33,8 @@ def _reduce(op: str) -> None:
         red = te.compute(out_type.shape, body, name=op, tag="reduce")
         if op != "mean":
             return red
-        count = math.prod(x.shape[a] for a in axes)
-        return te.compute(out_type.shape, lambda *i: red[i] / L.const(count, x.dtype),
+        count = dim_value(arith.prod(x.shape[a] for a in axes), x.dtype)
+        return te.compute(out_type.shape, lambda *i: red[i] / count,
                           name="mean", tag="elemwise")
 
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kiln.ir import arith
 from kiln.ir.lower import Schedule
 from kiln.ir.te import IterVar, Tensor
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
@@ -69,14 +70,17 @@ REG_BLOCK = 14
 POINTWISE_BLOCK = 8
 
 
-def _row_block(extent: int, taps: int = 9) -> int:
+def _row_block(extent: arith.Dim, taps: int = 9) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
-    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK."""
+    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
+    A symbolic ``extent`` has the divisors its symbols' divisors guarantee (1 at least): splits
+    have no tail loop."""
+    divisors = _divisors(extent, REG_BLOCK)
     if taps == 1:
-        small = [d for d in _divisors(extent) if 4 <= d <= POINTWISE_BLOCK]
+        small = [d for d in divisors if 4 <= d <= POINTWISE_BLOCK]
         if small:
             return max(small)
-    return max(d for d in _divisors(extent) if d <= REG_BLOCK)
+    return max(divisors)
 
 
 def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
@@ -127,7 +131,15 @@ def _rows_outer(conv: Tensor) -> bool:
     threads, llvm: resnet50 31.5 -> 29.9 ms, squeezenet 2.60 -> 2.47, MobileNetV2 3.18 -> 3.06
     (docs/decisions/003)."""
     data, weight = sorted(conv.inputs(), key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
-    return math.prod(data.shape) > math.prod(weight.shape)
+    # Symbolic input: decided at the smallest input (batch 1 chooses as the static model does).
+    return _lower_bound(arith.prod(data.shape)) > math.prod(weight.shape)
+
+
+def _lower_bound(dim: arith.Dim) -> int:
+    """The smallest value of ``dim`` (itself when static)."""
+    lo = arith.bounds(dim)[0]
+    assert lo is not None, f"extent {dim} has no lower bound"
+    return lo
 
 
 class KBlock(NamedTuple):
@@ -155,7 +167,10 @@ def _k_block(conv: Tensor, rc: IterVar, weights_per_rc: int) -> KBlock | None:
     per_rc = weights_per_rc * b.extent * itemsize
     if rc.extent * per_rc < K_BLOCK_MIN_WEIGHT_BYTES:
         return None
-    min_bands = -(-MIN_PARALLEL_EXTENT // (n.extent * c.extent))
+    if not (isinstance(y.extent, int) and isinstance(x.extent, int)):
+        return None  # bands of a symbolic height could need a tail; row sizes are unknown
+    # A symbolic batch counts as its smallest value: batch 1 blocks as the static model does.
+    min_bands = -(-MIN_PARALLEL_EXTENT // (_lower_bound(n.extent) * c.extent))
     row_bytes = x.extent * b.extent * itemsize
     bands = [d for d in _divisors(y.extent)
              if y.extent // d >= min_bands and d * row_bytes <= K_BLOCK_ACC_BYTES]
@@ -166,8 +181,15 @@ def _k_block(conv: Tensor, rc: IterVar, weights_per_rc: int) -> KBlock | None:
     return KBlock(inner, max(bands))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: arith.Dim, limit: int | None = None) -> list[int]:
+    """The divisors of ``n`` up to ``limit`` (default: all of a static ``n``); of a symbolic
+    ``n``, those its symbols' divisors guarantee (``W // 4`` with ``W`` a multiple of 32: 1, 2,
+    4, 8)."""
+    if isinstance(n, int):
+        top = n if limit is None else min(n, limit)
+        return [d for d in range(1, top + 1) if n % d == 0]
+    assert limit is not None, f"the divisors of symbolic {n} need a limit"
+    return [d for d in range(1, limit + 1) if arith.floormod(n, d) == 0]
 
 
 @register_schedule("conv2d_NCHWc")
@@ -228,12 +250,13 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
-    if isinstance(i.extent, int):
-        io, ii = stage.split(i, max(d for d in _divisors(i.extent) if d <= DENSE_ROWS))
-    elif tails_allowed():  # symbolic rows (batch x sequence length): a partial last block
+    rows = max(_divisors(i.extent, DENSE_ROWS))  # symbolic rows: what their divisors allow
+    if rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed():
+        # symbolic rows (batch x sequence length): full blocks and a partial last one; the
+        # kernel's other version (fewer rows than a block) keeps `rows`
         io, ii = stage.split(i, DENSE_ROWS, tail=True)
-    else:  # the version for fewer rows than a block: one row a block
-        io, ii = stage.split(i, 1)
+    else:
+        io, ii = stage.split(i, rows)
     jo, ji = stage.split(j, block)
     ko, ki = stage.split(k, max(d for d in _divisors(k.extent) if d <= DENSE_K_UNROLL))
     stage.reorder(io, jo, ko, ki, ii, ji)

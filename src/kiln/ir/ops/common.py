@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln.errors import ShapeError
-from kiln.ir.arith import Dim, SymExpr, shape_str
+from kiln.ir.arith import Dim, SymExpr, bounds, shape_str
 from kiln.ir.graph import TensorType
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -39,6 +39,15 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
                     "decide it") if isinstance(dim, SymExpr) or isinstance(cur, SymExpr) else ""
             raise ShapeError(f"shapes {shown} do not broadcast{hint}")
     return tuple(out)
+
+
+def surely_less(dim: Dim, value: int) -> bool:
+    """Whether ``dim < value`` for every value of its symbols (``dim < value`` when static).
+
+    Type relations reject a shape only when it is wrong for every input; a symbolic dim that
+    is wrong for some inputs only is the user's bounds to declare (the VM checks them)."""
+    hi = bounds(dim)[1]
+    return hi is not None and hi < value
 
 
 def normalize_axis(axis: int, ndim: int) -> int:

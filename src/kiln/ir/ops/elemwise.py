@@ -113,6 +113,8 @@ def _cast_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _cast_ref(x: np.ndarray, dtype: str) -> np.ndarray:
+    if x.dtype == object and np.dtype(dtype).kind in "iu":
+        return x  # symbolic dims (a Shape's result) stay dims: integers of any width
     with np.errstate(all="ignore"):
         return x.astype(dtype)
 

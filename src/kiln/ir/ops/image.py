@@ -42,10 +42,13 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import ShapeError
+from kiln.ir import arith
 from kiln.ir.graph import TensorType
 from kiln.ir.op_registry import OpPattern, register_op
-from kiln.ir.ops.common import expect_arity, expect_float, expect_rank
+from kiln.ir.ops.common import expect_arity, expect_float, expect_rank, surely_less
 
+#: modes whose transform reads only the scale, not the sizes: the ones a symbolic size allows
+SCALE_ONLY_MODES = ("half_pixel", "asymmetric", "tf_half_pixel_for_nn")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                     "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 ROUNDING_METHODS = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
@@ -140,7 +143,7 @@ def _cubic_weights(s: Any, a: float) -> list[Any]:
     return [outer[0], inner[0], inner[1], outer[1]]
 
 
-def axis_taps(x: Any, attrs: dict, axis: int, in_size: int,
+def axis_taps(x: Any, attrs: dict, axis: int, in_size: arith.Dim,
               ar: Arith) -> tuple[list[tuple[Any, Any]], Any]:
     """The taps of output index ``x`` (float32) along one axis: ``[(input index, weight)]``,
     indices clamped to the input, weight None for nearest (one tap); and the condition under
@@ -151,8 +154,14 @@ def axis_taps(x: Any, attrs: dict, axis: int, in_size: int,
     coord = source_coordinate(x, mode, scale, in_size, attrs["size"][axis], ar.cast,
                               (roi[axis], roi[2 + axis]))
     # onnxruntime extrapolates outside [0, size - 1] in crop mode.
-    valid = ar.within(coord, 0.0, float(in_size - 1)) if mode == "tf_crop_and_resize" else None
+    valid = ar.within(coord, 0.0, _as_float(in_size - 1)) if mode == "tf_crop_and_resize" \
+        else None
     return _method_taps(coord, attrs, in_size, scale, ar), valid
+
+
+def _as_float(dim: arith.Dim) -> float | arith.Dim:
+    """A static dim as a float bound; a symbolic one as it is (the loop arithmetic casts it)."""
+    return float(dim) if isinstance(dim, int) else dim
 
 
 def _method_taps(coord: Any, attrs: dict, in_size: int, scale: float,
@@ -164,7 +173,7 @@ def _method_taps(coord: Any, attrs: dict, in_size: int, scale: float,
         return [(ar.clamp(ar.to_int(rounded), 0, last), None)]
     if method == "linear" and not attrs["antialias"]:
         # onnxruntime's bilinear: the coordinate is clamped to [0, size - 1] first.
-        c = ar.clamp(coord, 0.0, float(last))
+        c = ar.clamp(coord, 0.0, _as_float(last))
         i0 = ar.to_int(c)
         w1 = c - ar.cast(i0, "float32")
         return [(i0, 1.0 - w1), (ar.clamp(i0 + 1, 0, last), w1)]
@@ -228,8 +237,14 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_rank(data, 4, "data")
     expect_float(data)
     oh, ow = attrs["size"]
-    if oh < 1 or ow < 1:
+    if surely_less(oh, 1) or surely_less(ow, 1):
         raise ShapeError(f"resize2d output size {attrs['size']} is empty")
+    mode = attrs["coordinate_transformation_mode"]
+    sizes = (*data.shape[2:], oh, ow)
+    if mode not in SCALE_ONLY_MODES and not all(isinstance(d, int) for d in sizes):
+        # their float transforms (size - 1, out_size == 1 cases) are written for static sizes
+        raise ShapeError(f"resize2d coordinate_transformation_mode {mode!r} needs static sizes, "
+                         f"got {arith.shape_str(sizes)} (symbolic sizes: {SCALE_ONLY_MODES})")
     if attrs["method"] not in METHODS:
         raise ShapeError(f"resize2d method {attrs['method']!r} (supported: {METHODS})")
     if attrs["coordinate_transformation_mode"] not in COORDINATE_MODES:

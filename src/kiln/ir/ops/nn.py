@@ -15,6 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kiln.errors import ShapeError
+from kiln.ir import arith
 from kiln.ir.graph import TensorType
 from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern, register_op
@@ -26,6 +27,7 @@ from kiln.ir.ops.common import (
     lowest,
     normalize_axis,
     same_dtype,
+    surely_less,
 )
 
 
@@ -71,7 +73,7 @@ def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     pt, pl, pb, pr = attrs["padding"]
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    if oh < 1 or ow < 1:
+    if surely_less(oh, 1) or surely_less(ow, 1):
         raise ShapeError(f"kernel {(kh, kw)} larger than padded input {data.shape}")
     return TensorType((n, o, oh, ow), dtype)
 
@@ -116,7 +118,8 @@ def _conv2d_transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorT
     oph, opw = attrs["output_padding"]
     oh = (h - 1) * sh + (kh - 1) * dh + 1 + oph - pt - pb
     ow = (w - 1) * sw + (kw - 1) * dw + 1 + opw - pl - pr
-    if oh < 1 or ow < 1 or min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr, oph, opw) < 0:
+    if surely_less(oh, 1) or surely_less(ow, 1) or min(sh, sw, dh, dw) < 1 or \
+            min(pt, pl, pb, pr, oph, opw) < 0:
         raise ShapeError(f"conv2d_transpose of {data.shape} by {weight.shape} with {attrs} has "
                          f"no output")
     return TensorType((n, o_per_group * groups, oh, ow), dtype)
@@ -219,15 +222,21 @@ register_op("nn.matmul", _matmul_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
 # pooling
 
 
-def pool_output_size(size: int, kernel: int, stride: int, pad_head: int, pad_tail: int,
-                     dilation: int, ceil_mode: bool) -> int:
-    """Output length of one pooled dimension (ONNX MaxPool/AveragePool, onnxruntime rounding)."""
+def pool_output_size(size: arith.Dim, kernel: int, stride: int, pad_head: int, pad_tail: int,
+                     dilation: int, ceil_mode: bool) -> arith.Dim:
+    """Output length of one pooled dimension (ONNX MaxPool/AveragePool, onnxruntime rounding);
+    symbolic for a symbolic ``size``."""
     span = size + pad_head + pad_tail - dilation * (kernel - 1) - 1
-    if span < 0:
+    if surely_less(span, 0):
         raise ShapeError(f"pooling window {kernel} larger than padded input {size}")
     if not ceil_mode:
         return span // stride + 1
     out = -(-span // stride) + 1
+    if not isinstance(out, int):
+        # The last window must start before the tail padding: (out - 1) * stride < size +
+        # pad_head. onnxruntime drops at most one window, and so does this bound: span <
+        # size + pad_head + stride whenever a window fits the padding (pad_tail < kernel).
+        return arith.minimum(out, (size + pad_head - 1) // stride + 1)
     if (out - 1) * stride >= size + pad_head:
         out -= 1  # the last window would start inside the tail padding
     return out

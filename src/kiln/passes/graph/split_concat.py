@@ -22,8 +22,7 @@ docs/decisions/013-split-concat.md has the measurements.
 
 from __future__ import annotations
 
-import math
-
+from kiln.ir import arith
 from kiln.ir.graph import Call, Constant, Expr, Function, consumers, rewrite, same_call
 
 name = "SplitConcat"
@@ -56,8 +55,15 @@ def _single_use_concat(arg: Expr, users: dict[int, list[Expr]]) -> Call | None:
     return arg if len(users.get(arg.uid, ())) == 1 else None
 
 
-def _size(e: Expr) -> int:
-    return math.prod(e.checked_type.shape)
+def _size(e: Expr) -> arith.Dim:
+    return arith.prod(e.checked_type.shape)
+
+
+def _surely_less(a: arith.Dim, b: arith.Dim) -> bool:
+    """``a < b`` for every value of the symbols (a plain comparison for static sizes); False
+    where the bounds cannot tell, which keeps the graph as it is."""
+    hi = arith.bounds(arith.sub(a, b))[1]
+    return hi is not None and hi < 0
 
 
 def _push_pools(func: Function) -> Function:
@@ -81,7 +87,7 @@ def _split_convs(func: Function) -> Function:
                 not isinstance(args[1], Constant) or not _single_use_concat(call.args[0], users):
             return same_call(call, args)
         parts = args[0].args
-        if (len(parts) - 1) * _size(call) >= _size(call.args[0]):
+        if not _surely_less((len(parts) - 1) * _size(call), _size(call.args[0])):
             # Each partial sum but the last is written and read back: cheaper than the copy
             # only for convolutions with fewer outputs than inputs (SqueezeNet's squeeze
             # layers, not its 512 -> 1000 classifier).

@@ -14,6 +14,7 @@ import numpy as np
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
+from kiln.ir import arith
 from kiln.ir.graph import Expr
 from kiln.ir.ops.image import antialias_footprint
 
@@ -53,8 +54,23 @@ def _roi(ctx: ConvertContext, shape: tuple[int, ...]) -> tuple[float, float, flo
     return float(starts[2]), float(starts[3]), float(ends[2]), float(ends[3])
 
 
-def _sizes_and_scales(ctx: ConvertContext, shape: tuple[int, ...], scales_index: int,
-                      sizes_index: int | None) -> tuple[list[int], list[float]]:
+def _scaled_dim(ctx: ConvertContext, scale: np.float32, dim: arith.Dim) -> arith.Dim:
+    """onnxruntime's output size ``int(float32(scale) * float32(dim))``; of a symbolic ``dim``
+    for the scales where it is exact integer arithmetic: an integer ``k`` (``k * dim``) or its
+    inverse a power of two (``dim // k``: float32 halving is exact)."""
+    if isinstance(dim, int):
+        return int(np.float32(scale) * np.float32(dim))
+    if float(scale).is_integer():
+        return dim * int(scale)
+    inverse = 1.0 / float(scale)
+    if inverse.is_integer() and int(inverse) & (int(inverse) - 1) == 0:
+        return dim // int(inverse)
+    raise ctx.unsupported(f"scale {float(scale)} of symbolic dim {dim}: the output size is "
+                          f"static only for integer scales or their power-of-two inverses")
+
+
+def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_index: int,
+                      sizes_index: int | None) -> tuple[list[arith.Dim], list[float]]:
     ndim = len(shape)
     axes = ctx.ints("axes")
     scales = ctx.optional_input(scales_index)
@@ -70,7 +86,7 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[int, ...], scales_index:
             raise ctx.unsupported(f"scales {values.tolist()} must be positive")
         # The crop of tf_crop_and_resize does not change the size (onnxruntime and the ONNX
         # reference implementation agree, though the spec multiplies by roi_end - roi_start).
-        out = [int(np.float32(s) * np.float32(d)) for s, d in zip(values, shape)]
+        out = [_scaled_dim(ctx, s, d) for s, d in zip(values, shape)]
         return out, [float(s) for s in values]
     if sizes is None:
         raise ctx.unsupported("neither scales nor sizes is given")

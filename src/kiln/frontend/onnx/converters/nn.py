@@ -441,5 +441,9 @@ def dropout(ctx: ConvertContext) -> list[Expr]:
                 bool(ctx.const_value(training, "training_mode").reshape(())):
             raise ctx.unsupported("training_mode=true with a nonzero ratio (random)")
     x = ctx.input(0)
-    mask = Constant(np.ones(x.checked_type.shape, dtype=bool))
+    shape = x.checked_type.shape
+    if x.checked_type.is_static:
+        mask = Constant(np.ones(shape, dtype=bool))
+    else:  # a symbolic shape has no constant of its own: broadcast one true
+        mask = ctx.call("expand", [Constant(np.ones((), dtype=bool))], newshape=shape)
     return [ctx.call("nn.dropout", [x], rate=rate), mask]

@@ -1,0 +1,175 @@
+"""Convolutional graphs over symbolic dims: conv/pool/resize type relations (the symbolic size
+evaluates to the static one at every value), divisor-aware arithmetic, AlterOpLayout and
+SplitConcat on symbolic shapes, the converters conv models need (Resize, Dropout), and the
+conv schedules' block choice along symbolic extents."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from kiln.errors import ShapeError, UnsupportedOpError
+from kiln.frontend import from_onnx
+from kiln.ir import arith
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.ir.ops.nn import pool_output_size
+from kiln.passes.graph.alter_op_layout import alter_op_layout
+from kiln.passes.graph.split_concat import split_concat
+from kiln.schedules.nn_cpu import _divisors, _row_block
+
+RNG = np.random.default_rng(11)
+N, H, W = arith.SymVar("N"), arith.SymVar("H"), arith.SymVar("W")
+H32 = arith.SymVar("H", 32, None, 32)
+
+
+def _conv(x: Var | Call, oc: int, k: int, stride: int = 1, pad: int = 0, dilation: int = 1,
+          groups: int = 1) -> Call:
+    ic = x.checked_type.shape[1]
+    w = Constant(RNG.standard_normal((oc, ic // groups, k, k)).astype(np.float32))
+    return Call("nn.conv2d", [x, w], {"strides": (stride, stride), "padding": (pad,) * 4,
+                                      "dilation": (dilation, dilation), "groups": groups})
+
+
+def _ops(func: Function) -> list[str]:
+    return [n.op.name for n in post_order(func.outputs) if isinstance(n, Call)]
+
+
+@pytest.mark.parametrize("k,stride,pad,dilation", [(3, 1, 1, 1), (3, 2, 1, 1), (1, 2, 0, 1),
+                                                   (5, 3, 2, 1), (3, 1, 2, 2)])
+def test_conv2d_symbolic_output_size_matches_static(k, stride, pad, dilation):
+    sym = _conv(Var("x", TensorType((N, 4, H, W), "float32")), 8, k, stride, pad, dilation)
+    n, o, oh, ow = sym.checked_type.shape
+    assert (n, o) == (N, 8) and not isinstance(oh, int)
+    for h in range(5, 41):
+        static = _conv(Var("x", TensorType((2, 4, h, h + 3), "float32")), 8, k, stride, pad,
+                       dilation).checked_type.shape
+        assert arith.evaluate(oh, {"H": h}) == static[2]
+        assert arith.evaluate(ow, {"W": h + 3}) == static[3]
+
+
+def test_conv2d_rejects_only_inputs_empty_for_every_value():
+    small = arith.SymVar("S", 1, 3)
+    with pytest.raises(ShapeError):
+        _conv(Var("x", TensorType((1, 4, small, small), "float32")), 8, 5)
+    # unbounded: fine for large enough inputs (the bounds are the user's to declare)
+    assert _conv(Var("x", TensorType((1, 4, H, W), "float32")), 8, 5).checked_type.ndim == 4
+
+
+@pytest.mark.parametrize("kernel,stride,pads,ceil_mode", [
+    (3, 2, (0, 0), True), (3, 2, (1, 1), True), (2, 2, (0, 1), True), (3, 3, (1, 0), False),
+    (2, 1, (0, 0), True)])
+def test_pool_symbolic_output_size_matches_static(kernel, stride, pads, ceil_mode):
+    sym = pool_output_size(H, kernel, stride, pads[0], pads[1], 1, ceil_mode)
+    for h in range(kernel, 60):
+        assert arith.evaluate(sym, {"H": h}) == \
+            pool_output_size(h, kernel, stride, pads[0], pads[1], 1, ceil_mode), h
+
+
+def test_conv2d_transpose_symbolic_output_size():
+    x = Var("x", TensorType((N, 8, H, W), "float32"))
+    w = Constant(np.zeros((8, 4, 2, 2), np.float32))
+    y = Call("nn.conv2d_transpose", [x, w], {"strides": (2, 2), "padding": (0, 0, 0, 0),
+                                             "dilation": (1, 1), "groups": 1,
+                                             "output_padding": (0, 0)})
+    assert y.checked_type.shape == (N, 4, 2 * H, 2 * W)
+
+
+def test_division_sees_variable_divisors():
+    """A stride-2 conv chain and a ×2 upsampling of the next level agree when H is declared a
+    multiple of 32 (PP-OCRv4 det's FPN adds them); without the divisor they cannot."""
+    level = H32
+    for _ in range(5):
+        level = (level + 2 - 2 - 1) // 2 + 1  # 3×3, stride 2, pad 1
+    assert level == H32 // 32
+    assert (H32 + 1) // 2 == 16 * (H32 // 32) and (H32 + 1) % 2 == 1
+    assert (H + 1) // 2 != 16 * (H // 32)  # no divisor: stays a floor division
+    assert (H32 // 3, 7 // 2, 7 % 2) == (arith.SymOp("floordiv", (H32, 3)), 3, 1)
+
+
+@pytest.mark.parametrize("shape", [(N, 16, 14, 14), (N, 16, H, W), (1, 16, H, W)])
+def test_alter_op_layout_blocks_symbolic_shapes(shape):
+    """Channels stay static, so NCHW→NCHWc works whatever N, H, W are; one transform in, one
+    out, the output type unchanged."""
+    x = Var("x", TensorType(shape, "float32"))
+    y = Call("nn.relu", [_conv(Call("nn.relu", [_conv(x, 16, 3, pad=1)]), 32, 1, stride=2)])
+    dw = _conv(y, 32, 3, pad=1, groups=32)
+    func = Function([x], [Call("nn.global_avg_pool2d", [dw], {"layout": "NCHW"})])
+    altered = alter_op_layout(func)
+    ops = _ops(altered)
+    assert "nn.conv2d" not in ops and ops.count("nn.conv2d_NCHWc") == 2
+    assert "nn.depthwise_conv2d_NCHWc" in ops
+    assert ops.count("layout_transform") == 2
+    assert altered.outputs[0].checked_type == func.outputs[0].checked_type
+    blocked = [n for n in post_order(altered.outputs)
+               if isinstance(n, Call) and n.op.name == "nn.conv2d_NCHWc"]
+    assert blocked[0].checked_type.shape[0] == shape[0]
+    assert blocked[0].checked_type.shape[2:4] == shape[2:4]
+
+
+def test_split_concat_with_symbolic_batch():
+    """A squeeze conv over a fire module's concatenation splits with a symbolic batch (its
+    cost comparison holds for every batch); an expanding conv does not."""
+    a = Var("a", TensorType((N, 8, H, W), "float32"))
+    b = Var("b", TensorType((N, 8, H, W), "float32"))
+    cat = Call("concatenate", [a, b], {"axis": 1})
+    assert "concatenate" not in _ops(split_concat(Function([a, b], [_conv(cat, 4, 1)])))
+    cat = Call("concatenate", [a, b], {"axis": 1})
+    assert "concatenate" in _ops(split_concat(Function([a, b], [_conv(cat, 64, 1)])))
+
+
+def _one_node_model(node, out_shape, inits=(), in_shape=("N", 3, "H", "W")):
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, out_shape) for o in node.output
+         if o], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("scale,expect", [(2.0, lambda h: 2 * h), (0.5, lambda h: h // 2),
+                                          (1.0, lambda h: h)])
+def test_resize_scales_on_symbolic_sizes(scale, expect):
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, scale, scale])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    mod, _ = from_onnx(_one_node_model(node, None, [scales]))
+    n, c, h, w = mod["main"].outputs[0].checked_type.shape
+    hv, wv = (mod["main"].params[0].checked_type.shape[k] for k in (2, 3))
+    assert (n, c, h, w) == (mod["main"].params[0].checked_type.shape[0], 3, expect(hv),
+                            expect(wv))
+
+
+def test_resize_rejects_inexact_scale_of_symbolic_size():
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 1.5])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    with pytest.raises(UnsupportedOpError, match="scale 1.5 of symbolic dim"):
+        from_onnx(_one_node_model(node, None, [scales]))
+
+
+def test_resize_size_dependent_mode_needs_static_sizes():
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="align_corners")
+    with pytest.raises(ShapeError, match="needs static sizes"):
+        from_onnx(_one_node_model(node, None, [scales]))
+
+
+def test_dropout_mask_of_symbolic_shape():
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"])
+    model = _one_node_model(node, None)
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.BOOL
+    mod, _ = from_onnx(model)
+    y, mask = mod["main"].outputs
+    assert y.checked_type.shape == mask.checked_type.shape and mask.checked_type.dtype == "bool"
+    assert not mask.checked_type.is_static
+
+
+def test_conv_blocks_along_symbolic_extents_need_no_tail():
+    """Register blocks divide the extent for every value: the divisors a symbol's divisor
+    guarantees (W a multiple of 32, at stride 4: 8 | W // 4), else one pixel."""
+    assert _divisors(W, 14) == [1] and _row_block(W) == 1
+    assert _divisors(H32 // 4, 14) == [1, 2, 4, 8] and _row_block(H32 // 4) == 8
+    assert _row_block(H32 // 4, taps=1) == 8
+    assert _row_block(56) == 14 and _row_block(56, taps=1) == 8  # static: unchanged
+    assert _divisors(12) == [1, 2, 3, 4, 6, 12]
+
