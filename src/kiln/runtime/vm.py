@@ -166,6 +166,7 @@ class VirtualMachine(Module):
                                 "2 pooled)")
         values = self._function_values()
         self._plans = {fidx: self._plan(fidx, values) for fidx in self.exe.decoded}
+        self._recordings.clear()  # made with the previous plans' prepared calls
         self._initialized = True
 
     def _function_values(self) -> list[Any]:
