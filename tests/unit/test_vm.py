@@ -333,3 +333,15 @@ def test_misaligned_inputs_are_staged_and_replayed(vm):
     x, y = _xy(5)
     np.testing.assert_allclose(vm["main"](x[:, ::-1], y).numpy(), (x[:, ::-1] + y) * x[:, ::-1],
                                rtol=1e-6)  # strided: staged too
+
+
+def test_runaway_recursion_is_an_error():
+    a = P.Asm([Symbol("n")])
+    f = a.begin("f", [("x", "float32", [Sym(0)])], [], num_regs=2, heap_size=1)
+    a.vmcall(1, f, P.R(0))
+    a.emit(P.ret(1))
+    a.end(f)
+    vm = VirtualMachine(a.build())
+    with pytest.raises(KilnError, match="nested calls"):
+        vm["f"](np.zeros(2, np.float32))
+    assert vm.module._depth == 0 and not any(vm.module._active.values())

@@ -47,7 +47,7 @@ TYPE_KEY = "relax.VirtualMachine"
 #: recordings kept per function (least recently used dropped first)
 MAX_RECORDINGS = 8
 #: nested VM calls before a call is refused (runaway recursion)
-MAX_DEPTH = 256
+MAX_DEPTH = 128
 _MAX_RESHAPE_CACHE = 1024
 
 # decoded op kinds
