@@ -27,6 +27,7 @@ from kiln.codegen.c import build_c_source
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.ir.arith import shape_str
 from kiln.ir.graph import Function, IRModule, PrimitiveCall, post_order, structural_key
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
@@ -69,7 +70,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
 def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
           mod_name: str = "default", byoc: Sequence[str] = (), runtime: str | None = None,
-          executor: str = "graph", system_lib_prefix: str = ""):
+          executor: str | None = None, system_lib_prefix: str = ""):
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -95,8 +96,11 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         ``<system_lib_prefix>TVMSystemLibEntryPoint``, :mod:`kiln.codegen.system_lib`), so the
         model runs with Kiln's C runtime (``kiln.crt``) without Python or ``dlopen``; default
         (None): for the Python runtime only.
-    executor : str
-        ``"graph"`` (default) or ``"aot"``: the whole graph as one C function
+    executor : str, optional
+        ``"vm"``: the VM executable (``kiln.runtime.VMExecutable``: bytecode over the kernels,
+        any shape the inputs' symbolic dims allow; run with ``kiln.vm.VirtualMachine``) — the
+        default when the model has symbolic dims; ``"graph"`` — the default for static
+        models; or ``"aot"``: the whole graph as one C function
         ``kiln_<mod_name>_run`` with a static memory plan and linked params
         (:mod:`kiln.backend.aot_codegen`); its kernels' symbols are prefixed ``kiln_<mod_name>_``.
     system_lib_prefix : str
@@ -106,7 +110,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
 
     Returns
     -------
-    GraphExecutorFactoryModule or kiln.crt.aot_factory.AotExecutorFactory
+    GraphExecutorFactoryModule or VMExecutable or kiln.crt.aot_factory.AotExecutorFactory
         The graph executor's factory (``export_library(path)``, ``lib[mod_name](kiln.cpu())``;
         ``kiln.crt.project.graph_project`` with ``runtime="crt"``), or the AOT factory
         (``emit_c_project(dir)``, ``export_library("model.a")``).
@@ -124,8 +128,9 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     if target is None:
         target = Target.current() or "c"
     tgt = Target(target)
-    prefix = deploy_prefix(runtime, executor, system_lib_prefix, mod_name)
     func = mod["main"] if isinstance(mod, IRModule) else mod
+    executor = choose_executor(func, executor)
+    prefix = deploy_prefix(runtime, executor, system_lib_prefix, mod_name)
     if isinstance(byoc, str):
         byoc = [byoc]
     with tgt:
@@ -155,6 +160,9 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         with progress.stage("Running external codegens"):
             ext_modules, ext_consts = build_external(fused)
             lib = create_metadata_module(ext_consts, lib, ext_modules)
+    if executor == "vm":
+        with progress.stage("Compiling VM bytecode"):
+            return vm_executable(fused, kernels, kernel_names, lib)
     with progress.stage("Planning memory"):
         graph, consts, plan = graph_json(fused, kernel_names)
     log.debug("graph: %d kernels for %d fused calls, storage pool %d bytes",
@@ -166,7 +174,37 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
 
 
 RUNTIMES = (None, "crt")
-EXECUTORS = ("graph", "aot")
+EXECUTORS = ("graph", "aot", "vm")
+
+
+def choose_executor(func: Function, executor: str | None) -> str:
+    """``executor``, or the default: ``"vm"`` when an input has symbolic dims, else ``"graph"``.
+
+    Raises
+    ------
+    CompileError
+        The graph or AOT executor for a model with symbolic dims (the message lists them).
+    """
+    symbolic = {f"{p.name}: {shape_str(p.checked_type.shape)}" for p in func.params
+                if not p.checked_type.is_static}
+    if executor is None:
+        return "vm" if symbolic else "graph"
+    if executor in ("graph", "aot") and symbolic:
+        raise CompileError(f"the {executor} executor needs static shapes, but these inputs have "
+                           f"symbolic dims: {', '.join(sorted(symbolic))}; fix them (shape=, "
+                           "--input-shape) or use executor='vm'")
+    return executor
+
+
+def vm_executable(fused: Function, kernels, kernel_names: dict[int, str], lib):
+    """The VM executable of a fused function over its compiled kernel library."""
+    from kiln.backend.vm_codegen import compile_vm
+    from kiln.runtime.vm_executable import VMExecutable
+
+    prog = compile_vm(fused, kernel_names, {k.name: list(k.attrs.get("symbol_args", []))
+                                            for k in kernels})
+    symbols = [(s.name, s.lo, s.hi, s.divisor) for s in prog.symbols]
+    return VMExecutable(symbols, prog.functions, prog.constants, prog.code, lib=lib)
 
 
 def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,
@@ -183,6 +221,9 @@ def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,
         raise CompileError(f"unknown runtime {runtime!r}: expected 'crt' or None (Python)")
     if executor not in EXECUTORS:
         raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
+    if executor == "vm" and runtime == "crt":
+        raise CompileError("the C runtime (runtime='crt') has no VM yet; use the Python runtime "
+                           "or static shapes with executor='graph'")
     if system_lib_prefix and runtime != "crt":
         raise CompileError("system_lib_prefix needs runtime='crt' (the system library)")
     if executor == "aot":

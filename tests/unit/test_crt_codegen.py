@@ -59,7 +59,7 @@ def test_deploy_options():
     assert deploy_prefix("crt", "graph", "a_", "m") == "a_"
     assert deploy_prefix(None, "aot", "", "my-net") == "kiln_my_net_"
     for args, msg in [(("cpp", "graph", "", "m"), "unknown runtime"),
-                      ((None, "vm", "", "m"), "unknown executor"),
+                      ((None, "relay_vm", "", "m"), "unknown executor"),
                       ((None, "graph", "a_", "m"), "needs runtime='crt'")]:
         with pytest.raises(CompileError, match=msg):
             deploy_prefix(*args)

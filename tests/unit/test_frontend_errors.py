@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import onnx
@@ -12,6 +11,7 @@ from test_frontend_ops import make_model, rand
 
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx, list_converters, load_onnx
+from kiln.ir.arith import SymVar
 
 
 def _named(op: str, inputs: list[str], outputs: list[str], name: str, **attrs):
@@ -106,11 +106,16 @@ def test_symbolic_dims_from_shape():
     assert mod["main"].params[0].checked_type.shape == (5, 3)
 
 
-def test_symbolic_dims_default_to_one(caplog):
-    with caplog.at_level(logging.WARNING, logger="kiln"):
-        mod, _ = from_onnx(_symbolic_model(["batch", 3]))
-    assert mod["main"].params[0].checked_type.shape == (1, 3)
-    assert "batch" in caplog.text
+def test_symbolic_dims_stay_symbolic():
+    mod, _ = from_onnx(_symbolic_model(["batch", 3]), dim_bounds={"batch": (1, 64)})
+    (batch, three) = mod["main"].params[0].checked_type.shape
+    assert isinstance(batch, SymVar) and (batch.name, batch.lo, batch.hi) == ("batch", 1, 64)
+    assert three == 3
+
+
+def test_bounds_for_an_unknown_symbol_are_an_error():
+    with pytest.raises(ShapeError, match="unknown symbolic dim"):
+        from_onnx(_symbolic_model(["batch", 3]), dim_bounds={"seq": (1, 8)})
 
 
 def test_params_order_and_output_names():

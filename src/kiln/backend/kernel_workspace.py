@@ -29,7 +29,7 @@ def _peak(s: L.Stmt) -> int:
         own = 0 if s.buffer.scope == "local" or nbytes <= STACK_LIMIT else (
             CRT_ALIGN + _round(nbytes))
         return own + _peak(s.body)
-    if isinstance(s, (L.For, L.AssertStmt)):
+    if isinstance(s, (L.For, L.AssertStmt, L.LetStmt)):
         return _peak(s.body)
     if isinstance(s, L.SeqStmt):
         return max((_peak(x) for x in s.stmts), default=0)

@@ -46,6 +46,7 @@ _ACCESSORS = {
     "arg_shape": "KILN_ARG({0})->shape[{1}]",
     "arg_compact": "(int64_t)kiln_is_compact(KILN_ARG({0}))",
     "arg_device_type": "(int64_t)KILN_ARG({0})->device.device_type",
+    "arg_int": "args[{0}].v_int64",
 }
 STACK_LIMIT = 1024
 
@@ -147,8 +148,11 @@ class _FuncWriter:
         self.line("(void)kiln_err; (void)out_ret_value; (void)out_ret_tcode; "
                   "(void)resource_handle;")
         body = f.body
-        while isinstance(body, L.AssertStmt):
-            self.assert_stmt(body)
+        while isinstance(body, (L.AssertStmt, L.LetStmt)):
+            if isinstance(body, L.LetStmt):
+                self.let(body)
+            else:
+                self.assert_stmt(body)
             body = body.body
         for i, buf in enumerate(f.params):
             ty = c_type(buf.dtype)
@@ -227,6 +231,13 @@ class _FuncWriter:
             self.line("}")
         elif isinstance(s, L.AssertStmt):
             self.assert_stmt(s, s.body)
+        elif isinstance(s, L.LetStmt):
+            self.line("{")
+            self.indent += 1
+            self.let(s)
+            self.stmt(s.body)
+            self.indent -= 1
+            self.line("}")
         elif isinstance(s, L.Evaluate):
             self.line(f"(void)({self.expr(s.value)});")
         else:
@@ -258,12 +269,19 @@ class _FuncWriter:
             self.line("  return -1;")
             self.line("}")
 
+    def let(self, s: L.LetStmt) -> None:
+        self.line(f"const {c_type(s.var.dtype)} {self.name(s.var, s.var.name)} = "
+                  f"{self.expr(s.value)};")
+
     def allocate(self, s: L.Allocate) -> None:
         buf = s.buffer
         ty = c_type(buf.dtype)
         name = self.name(buf, buf.name)
-        nbytes = buf.size * _itemsize(buf.dtype)
-        if buf.scope == "local" or nbytes <= STACK_LIMIT:
+        if not buf.is_static:  # a symbolic size: always workspace, sized at run time
+            nbytes: int | str = f"(uint64_t)({self.expr(buf.size_expr())}) * {_itemsize(buf.dtype)}"
+        else:
+            nbytes = buf.size * _itemsize(buf.dtype)
+        if buf.is_static and (buf.scope == "local" or nbytes <= STACK_LIMIT):
             self.line("{")
             self.indent += 1
             self.line(f"{ty} {name}[{buf.size}];")
@@ -276,8 +294,8 @@ class _FuncWriter:
         self.line(f"{ty}* restrict {name} = ({ty}*)TVMBackendAllocWorkspace(1, 0, "
                   f"(uint64_t){nbytes}, 2, 32);")
         self.line(f"if ({name} == NULL) {{")
-        self.fail(f"{self.func.name}: cannot allocate {nbytes} bytes of workspace for "
-                  f"{buf.name}")
+        self.fail(f"{self.func.name}: cannot allocate %lld bytes of workspace for {buf.name}",
+                  [str(nbytes)])
         self.line("} else {")
         self.indent += 1
         self.stmt(s.body)
@@ -293,12 +311,16 @@ class _FuncWriter:
         if buf.scope == "local" and buf.size == 1:
             return f"{name}[0]"
         terms = []
-        stride = 1
+        stride: int | L.PrimExpr = 1
         for extent, idx in zip(reversed(buf.shape), reversed(indices)):
             if not (isinstance(idx, L.IntImm) and idx.value == 0):
                 e = self.expr(idx)
-                terms.append(e if stride == 1 else f"({e}) * {stride}")
-            stride *= extent
+                if isinstance(stride, int):
+                    terms.append(e if stride == 1 else f"({e}) * {stride}")
+                else:
+                    terms.append(f"({e}) * ({self.expr(stride)})")
+            stride = stride * extent if isinstance(stride, int) and isinstance(extent, int) \
+                else L.as_index(stride) * L.as_index(extent)
         return f"{name}[{' + '.join(reversed(terms)) or '0'}]"
 
     def expr(self, e: L.PrimExpr) -> str:

@@ -111,14 +111,20 @@ class ExprCodegen:
                                "allocation")
         b = fr.builder
         offset = None
-        stride = 1
+        stride: int | ir.Value = 1
         for extent, idx in zip(reversed(buf.shape), reversed(indices)):
             if not (isinstance(idx, L.IntImm) and idx.value == 0):
                 term = self._to_i64(fr, self.expr(fr, idx), idx.dtype)
-                if stride != 1:
-                    term = b.mul(term, I64(stride), flags=("nsw",))
+                if not isinstance(stride, int) or stride != 1:
+                    factor = I64(stride) if isinstance(stride, int) else stride
+                    term = b.mul(term, factor, flags=("nsw",))
                 offset = term if offset is None else b.add(offset, term, flags=("nsw",))
-            stride *= extent
+            if isinstance(stride, int) and isinstance(extent, int):
+                stride *= extent
+            else:  # a symbolic extent: the stride is computed at run time
+                ext = I64(extent) if isinstance(extent, int) else self.expr(fr, extent)
+                stride = b.mul(I64(stride) if isinstance(stride, int) else stride, ext,
+                               flags=("nsw",))
         if offset is None:
             return base
         return b.gep(base, [offset], inbounds=True, source_etype=memory_type(buf.dtype))
@@ -341,6 +347,8 @@ class ExprCodegen:
         if field == "arg_shape":
             shape = tensor_field(T_SHAPE, ty=PTR)
             return b.load(b.gep(shape, [I64(idx[1])], source_etype=I64), typ=I64)
+        if field == "arg_int":
+            return b.load(b.gep(args, [I64(idx[0])], source_etype=I64), typ=I64)
         if field == "arg_compact":
             return b.sext(b.call(self.mc.is_compact(), [self.arg_tensor(fr, idx[0])]), I64)
         raise CompileError(f"LLVM codegen: unknown packed accessor {e.name}")

@@ -56,20 +56,6 @@ from kiln.ir import loop as L
 from kiln.passes.loop.make_packed_api import dl_dtype
 
 
-def _exprs_of(s: L.Stmt) -> list[L.PrimExpr]:
-    if isinstance(s, L.For):
-        return [s.min, s.extent]
-    if isinstance(s, L.BufferStore):
-        return [s.value, *s.indices]
-    if isinstance(s, L.IfThenElse):
-        return [s.cond]
-    if isinstance(s, L.AssertStmt):
-        return [s.cond, *s.args]
-    if isinstance(s, L.Evaluate):
-        return [s.value]
-    return []
-
-
 def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:
     """Buffers and variables ``body`` uses but does not define (first use first)."""
     bufs: dict[L.Buffer, None] = {}
@@ -77,19 +63,26 @@ def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:
     defined_bufs: set[int] = set()
     defined_vars: set[int] = set()
     for s in L.walk_stmts(body):
-        if isinstance(s, L.For):
+        if isinstance(s, (L.For, L.LetStmt)):
             defined_vars.add(id(s.var))
         elif isinstance(s, L.Allocate):
             defined_bufs.add(id(s.buffer))
         elif isinstance(s, L.BufferStore):
             bufs.setdefault(s.buffer)
-        stack = _exprs_of(s)
+        stack = L.stmt_exprs(s)
         while stack:
             x = stack.pop()
             if isinstance(x, L.Var):
                 vars_.setdefault(x)
             elif isinstance(x, L.BufferLoad):
                 bufs.setdefault(x.buffer)
+            stack.extend(L.expr_children(x))
+    for buf in list(bufs):  # symbolic shapes: their variables are used by the addressing
+        stack = [d for d in buf.shape if isinstance(d, L.PrimExpr)]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, L.Var):
+                vars_.setdefault(x)
             stack.extend(L.expr_children(x))
     return ([b for b in bufs if id(b) not in defined_bufs],
             [v for v in vars_ if id(v) not in defined_vars])
@@ -101,7 +94,7 @@ def _max_bits(body: L.Stmt) -> int:
     for s in L.walk_stmts(body):
         if isinstance(s, L.BufferStore):
             bits = max(bits, dtype_bits(s.buffer.dtype))
-        stack = _exprs_of(s)
+        stack = L.stmt_exprs(s)
         while stack:
             x = stack.pop()
             if isinstance(x, L.BufferLoad):
@@ -133,8 +126,13 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             arg.name = name
         fr = Frame(entry, packed=tuple(entry.args[:3]))
         body = f.body
-        while isinstance(body, L.AssertStmt):
-            self.assert_stmt(fr, body)
+        symbols: list[L.Var] = []  # shape symbols bound by the prologue, passed to the compute
+        while isinstance(body, (L.AssertStmt, L.LetStmt)):
+            if isinstance(body, L.LetStmt):
+                fr.vars[body.var] = self.expr(fr, body.value)
+                symbols.append(body.var)
+            else:
+                self.assert_stmt(fr, body)
             body = body.body
         b = fr.builder
         ptrs = []
@@ -149,11 +147,11 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
                        f"{f.name}: argument {i} ({names[i]}): data pointer is not "
                        f"{TENSOR_ALIGN}-byte aligned (LLVM kernels require aligned tensors)")
             ptrs.append(ptr)
-        compute, cfr, _ = self.outline(f"{f.name}_compute_", list(f.params), [], [])
+        compute, cfr, _ = self.outline(f"{f.name}_compute_", list(f.params), symbols, [])
         self.stmt(cfr, body)
         cfr.builder.ret(I32(0))
         cfr.finish()
-        b.ret(b.call(compute, ptrs))
+        b.ret(b.call(compute, ptrs + [fr.vars[v] for v in symbols]))
         fr.finish()
 
     def outline(self, name: str, bufs: list[L.Buffer], vars_: list[L.Var],
@@ -194,6 +192,9 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             self.if_then_else(fr, s)
         elif isinstance(s, L.AssertStmt):
             self.assert_stmt(fr, s)
+            self.stmt(fr, s.body)
+        elif isinstance(s, L.LetStmt):
+            fr.vars[s.var] = self.expr(fr, s.value)
             self.stmt(fr, s.body)
         elif isinstance(s, L.Evaluate):
             self.expr(fr, s.value)
@@ -308,19 +309,27 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
     def allocate(self, fr: Frame, s: L.Allocate) -> None:
         buf, b = s.buffer, fr.builder
         ty = memory_type(buf.dtype)
-        nbytes = buf.size * max(1, dtype_bits(buf.dtype) // 8)
+        itemsize = max(1, dtype_bits(buf.dtype) // 8)
+        if not buf.is_static:  # a symbolic size: workspace, sized at run time
+            self._workspace(fr, s, b.mul(self.expr(fr, buf.size_expr()), I64(itemsize)))
+            return
+        nbytes = buf.size * itemsize
         if buf.scope == "local" or nbytes <= STACK_LIMIT:
             fr.bufs[buf] = fr.alloca(ty, buf.size, buf.name, align=TENSOR_ALIGN)
             self.stmt(fr, s.body)
             del fr.bufs[buf]
             return
+        self._workspace(fr, s, I64(nbytes))
+
+    def _workspace(self, fr: Frame, s: L.Allocate, nbytes: ir.Value) -> None:
+        """``s``'s buffer from TVMBackendAllocWorkspace (``nbytes``: an i64), freed after."""
+        buf, b = s.buffer, fr.builder
         alloc = self.mc.declare("TVMBackendAllocWorkspace", PTR, [I32, I32, I64, I32, I32])
         free = self.mc.declare("TVMBackendFreeWorkspace", I32, [I32, I32, PTR])
         code, bits = dl_dtype(buf.dtype)
-        ptr = b.call(alloc, [I32(1), I32(0), I64(nbytes), I32(code), I32(bits)], name=buf.name)
+        ptr = b.call(alloc, [I32(1), I32(0), nbytes, I32(code), I32(bits)], name=buf.name)
         self.check(fr, b.icmp_unsigned("!=", ptr, ir.Constant(PTR, None)),
-                   f"{self.func.name}: cannot allocate {nbytes} bytes of workspace for "
-                   f"{buf.name}")
+                   f"{self.func.name}: cannot allocate workspace for {buf.name}")
         fr.bufs[buf] = ptr
         self.stmt(fr, s.body)
         del fr.bufs[buf]

@@ -72,10 +72,11 @@ def flat_coefficient(buf: L.Buffer, indices: list[L.PrimExpr], v: L.Var) -> int 
     total, stride = 0, 1
     for extent, idx in zip(reversed(buf.shape), reversed(indices)):
         c = lane_coefficient(idx, v)
-        if c is None:
+        if c is None or (c and stride is None):
             return None
-        total += c * stride
-        stride *= extent
+        if c:
+            total += c * stride
+        stride = stride * extent if isinstance(extent, int) and stride is not None else None
     return total
 
 

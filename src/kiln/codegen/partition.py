@@ -28,7 +28,7 @@ def stmt_cost(s: L.Stmt) -> int:
         return 1 + body
     if isinstance(s, L.SeqStmt):
         return 1 + sum(stmt_cost(x) for x in s.stmts)
-    if isinstance(s, (L.Allocate, L.AssertStmt)):
+    if isinstance(s, (L.Allocate, L.AssertStmt, L.LetStmt)):
         return 1 + stmt_cost(s.body)
     if isinstance(s, L.IfThenElse):
         other = stmt_cost(s.else_case) if s.else_case is not None else 0

@@ -1,8 +1,9 @@
 """The graph IR: a typed dataflow graph of operator calls (Relay's role in TVM).
 
 Nodes are immutable and typed at construction: building a :class:`Call` runs its op's type
-relation, so every node carries a concrete :class:`TensorType` (Kiln compiles static shapes;
-symbolic input dimensions are fixed before import). A :class:`Function` lists its parameters and
+relation, so every node carries a :class:`TensorType`. A dimension is an ``int`` or a symbolic
+expression of :mod:`kiln.ir.arith` (ONNX ``dim_param`` inputs: ``sequence_length``,
+``2 * sequence_length``, ...); a static model has ints only. A :class:`Function` lists its parameters and
 its outputs; an :class:`IRModule` maps names to functions, with ``"main"`` the model.
 
 Call-like nodes (they have ``args``): :class:`Call` (an operator), :class:`PrimitiveCall` (a
@@ -20,15 +21,18 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import ShapeError
+from kiln.ir import arith
+from kiln.ir.arith import Dim
 
 _ids = itertools.count()
 
 
 @dataclass(frozen=True)
 class TensorType:
-    """Static tensor type: ``shape`` (tuple of ints) and ``dtype`` (numpy name, e.g. "float32")."""
+    """Tensor type: ``shape`` (a tuple of dims: ints, or :mod:`kiln.ir.arith` expressions for
+    symbolic dims) and ``dtype`` (numpy name, e.g. "float32")."""
 
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     dtype: str
 
     @property
@@ -36,11 +40,19 @@ class TensorType:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+    def is_static(self) -> bool:
+        """Whether every dim is an int."""
+        return all(isinstance(d, int) for d in self.shape)
 
     @property
-    def nbytes(self) -> int:
+    def size(self) -> Dim:
+        """Element count (an expression when the shape is symbolic)."""
+        if self.is_static:
+            return int(np.prod(self.shape, dtype=np.int64))
+        return arith.prod(self.shape)
+
+    @property
+    def nbytes(self) -> Dim:
         return self.size * np.dtype(self.dtype).itemsize
 
     def __str__(self) -> str:
@@ -73,16 +85,51 @@ class Var(Expr):
 
 
 class Constant(Expr):
-    """A constant tensor (weights, folded values). ``data`` is a numpy array."""
+    """A constant tensor (weights, folded values). ``data`` is a numpy array.
+
+    A *symbolic* constant is an int64 tensor known at compile time up to shape symbols (the value
+    of ONNX ``Shape`` on a symbolic input, and what shape arithmetic makes of it): ``data`` is
+    then an object array of ints and :mod:`kiln.ir.arith` expressions, ``checked_type`` says
+    int64, and :attr:`is_symbolic` is true. Converters read it as dims (Reshape's shape);
+    it is never a kernel's input.
+    """
 
     def __init__(self, data: np.ndarray, name: str | None = None):
-        self.data = np.asarray(data, order="C")  # keeps rank 0 (ascontiguousarray would not)
+        data = np.asarray(data, order="C")  # keeps rank 0 (ascontiguousarray would not)
+        dtype = str(data.dtype)
+        if data.dtype == object:
+            data, dtype = symbolic_array(data), "int64"
+        self.data = data
         self.name = name
-        self.checked_type = TensorType(tuple(int(d) for d in self.data.shape), str(self.data.dtype))
+        self.checked_type = TensorType(tuple(int(d) for d in self.data.shape), dtype)
         self.uid = next(_ids)
+
+    @property
+    def is_symbolic(self) -> bool:
+        return self.data.dtype == object
 
     def __repr__(self) -> str:
         return f"const({self.name or ''}{self.checked_type})"
+
+
+def symbolic_array(values) -> np.ndarray:
+    """An int64 array when every element of ``values`` is an integer, else an object array of
+    ints and symbolic dims (raises ShapeError for anything else, e.g. a float)."""
+    arr = np.asarray(values, dtype=object)
+    flat = arr.reshape(-1)
+    out = np.empty(flat.shape, dtype=object)
+    for k, v in enumerate(flat):
+        if isinstance(v, arith.SymExpr):
+            out[k] = v
+        elif isinstance(v, (int, np.integer, bool, np.bool_)):
+            out[k] = int(v)
+        else:
+            raise ShapeError(f"a shape value must be an integer or a symbolic dim, got {v!r}")
+    out = out.reshape(arr.shape)
+    if all(isinstance(v, int) for v in flat.tolist() if not isinstance(v, arith.SymExpr)) and \
+            not any(isinstance(v, arith.SymExpr) for v in out.reshape(-1)):
+        return out.astype(np.int64)
+    return out
 
 
 class Call(Expr):

@@ -23,8 +23,12 @@ from kiln.ir.graph import (
     PrimitiveCall,
     TupleGetItem,
     Var,
+    TensorType,
     post_order,
+    symbolic_array,
 )
+from kiln.ir import arith
+from kiln.ir.arith import SymVar, shape_str
 
 
 def evaluate(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -50,27 +54,77 @@ def evaluate(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         If an input is missing; :class:`ShapeError` if one has the wrong shape.
     """
     env: dict[int, np.ndarray] = {}
+    symbols: dict[str, int] = {}
     for var in func.params:
         if var.name not in inputs:
             raise KilnError(f"graph_eval: no value for input '{var.name}'")
         value = np.asarray(inputs[var.name])
-        if tuple(value.shape) != var.checked_type.shape:
+        if not _matches(var.checked_type.shape, value.shape, symbols):
             raise ShapeError(f"graph_eval: input '{var.name}' has shape {value.shape}, expected "
-                             f"{var.checked_type.shape}")
+                             f"{shape_str(var.checked_type.shape)}")
         env[var.uid] = value.astype(var.checked_type.dtype, copy=False)
-    return _run(func.outputs, env)
+    return _run(func.outputs, env, symbols)
 
 
-def evaluate_call(call: Call, args: list[np.ndarray]) -> np.ndarray:
-    """Run one op's numpy reference on ``args``; checks the result against the inferred type."""
-    out = np.asarray(call.op.ref(*args, **call.attrs))
+def _matches(shape, actual, symbols: dict[str, int]) -> bool:
+    """Whether ``actual`` fits ``shape``, binding its symbols (a symbolic model evaluated at
+    one shape)."""
+    if len(shape) != len(actual):
+        return False
+    for d, n in zip(shape, actual):
+        if isinstance(d, SymVar) and d.name not in symbols:
+            symbols[d.name] = int(n)
+    return all(arith.evaluate(d, symbols) == n for d, n in zip(shape, actual))
+
+
+def evaluate_call(call: Call, args: list[np.ndarray],
+                  symbols: dict[str, int] | None = None) -> np.ndarray:
+    """Run one op's numpy reference on ``args``; checks the result against the inferred type
+    (its symbolic dims evaluated with ``symbols``)."""
+    attrs = _concrete(call.attrs, symbols) if symbols else call.attrs
+    out = np.asarray(call.op.ref(*args, **attrs))
     want = call.checked_type
+    if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
+        return _symbolic_result(call, out)
+    if not want.is_static:
+        want = TensorType(tuple(arith.evaluate(d, symbols or {}) for d in want.shape),
+                          want.dtype)
     assert tuple(out.shape) == want.shape and str(out.dtype) == want.dtype, (
         f"{call.op.name}: reference gave {out.shape} {out.dtype}, type relation says {want}")
     return out
 
 
-def _run(outputs: list[Expr], env: dict[int, np.ndarray]) -> list[np.ndarray]:
+def _concrete(value, symbols: dict[str, int]):
+    """Attribute values with their symbolic dims evaluated (a reshape's ``newshape``, a slice's
+    ``end``...)."""
+    if isinstance(value, dict):
+        return {k: _concrete(v, symbols) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_concrete(v, symbols) for v in value)
+    if isinstance(value, arith.SymExpr):
+        return arith.evaluate(value, symbols)
+    return value
+
+
+def _symbolic_result(call: Call, out: np.ndarray) -> np.ndarray:
+    """The result of an op over symbolic values (shape arithmetic on ``Shape``'s result): an
+    object array of dims, or a plain array when every element folded to a number."""
+    want = call.checked_type
+    if tuple(out.shape) != want.shape:
+        raise ShapeError(f"{call.op.name}: symbolic evaluation gave shape {out.shape}, "
+                         f"expected {want.shape}")
+    if out.dtype != object:
+        return out.astype(want.dtype)
+    if want.dtype == "bool":  # a comparison of dims the bounds cannot decide
+        raise ShapeError(f"{call.op.name}: cannot decide a comparison of symbolic dims "
+                         f"{out.reshape(-1).tolist()} at compile time")
+    if np.dtype(want.dtype).kind not in "iu":
+        raise ShapeError(f"{call.op.name}: symbolic dims cannot become {want.dtype}")
+    return symbolic_array(out)
+
+
+def _run(outputs: list[Expr], env: dict[int, np.ndarray],
+         symbols: dict[str, int] | None = None) -> list[np.ndarray]:
     order = list(post_order(outputs))
     uses: Counter[int] = Counter()
     for node in order:
@@ -88,12 +142,12 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray]) -> list[np.ndarray]:
         args = [env[a.uid] for a in node.args]
         if isinstance(node, (PrimitiveCall, FunctionCall)):
             inner = {p.uid: v for p, v in zip(node.body.params, args)}
-            outs = _run(node.body.outputs, inner)
+            outs = _run(node.body.outputs, inner, symbols)
             env[node.uid] = outs[0] if len(outs) == 1 else tuple(outs)
         elif isinstance(node, TupleGetItem):
             env[node.uid] = args[0][node.index]
         else:
-            env[node.uid] = evaluate_call(node, args)
+            env[node.uid] = evaluate_call(node, args, symbols)
         for a in node.args:
             uses[a.uid] -= 1
             if uses[a.uid] == 0:

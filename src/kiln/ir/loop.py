@@ -2,7 +2,9 @@
 
 Expressions (:class:`PrimExpr`) are scalar: variables, constants, arithmetic, comparisons,
 ``Select``, ``Cast``, intrinsic ``Call``s and ``BufferLoad``. Statements are ``For``,
-``BufferStore``, ``Allocate``, ``SeqStmt``, ``IfThenElse``, ``AssertStmt`` and ``Evaluate``.
+``BufferStore``, ``Allocate``, ``SeqStmt``, ``IfThenElse``, ``AssertStmt``, ``LetStmt`` and
+``Evaluate``. Buffer shapes and loop extents may be expressions over shape-symbol variables
+(bound by MakePackedAPI's ``LetStmt``s).
 A :class:`PrimFunc` binds parameter :class:`Buffer`s to a body.
 
 Semantics (the executable definition is ``kiln.ir.loop_interp``): buffers are row-major and
@@ -44,7 +46,8 @@ class PrimExpr:
     dtype: str
 
     def _bin(self, op: str, other: Any, reverse: bool = False) -> PrimExpr:
-        other = const(other, self.dtype) if not isinstance(other, PrimExpr) else other
+        if not isinstance(other, PrimExpr):
+            other = _dim_or_const(other, self.dtype)
         return Binary(op, other, self) if reverse else Binary(op, self, other)
 
     def __add__(self, o):
@@ -131,6 +134,17 @@ class FloatImm(PrimExpr):
 
     def __repr__(self) -> str:
         return repr(self.value)
+
+
+def _dim_or_const(value: Any, dtype: str) -> PrimExpr:
+    """A Python number as a constant, or a symbolic dim (kiln.ir.arith) as its expression."""
+    from kiln.ir.arith import SymExpr
+
+    if isinstance(value, SymExpr):
+        from kiln.ir.te import dim_expr
+
+        return dim_expr(value)
+    return const(value, dtype)
 
 
 def const(value: Any, dtype: str) -> PrimExpr:
@@ -241,16 +255,30 @@ def reinterpret(value: PrimExpr, dtype: str) -> PrimExpr:
 
 @dataclass(eq=False)
 class Buffer:
-    """A row-major buffer: ``shape`` (ints), ``dtype``; ``scope`` is "global" or "local"."""
+    """A row-major buffer: ``shape`` (ints, or index expressions over shape symbols), ``dtype``;
+    ``scope`` is "global" or "local" (local buffers have static shapes)."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple
     dtype: str
     scope: str = "global"
 
     @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
     def size(self) -> int:
+        """Element count of a static buffer (see :meth:`size_expr` for symbolic ones)."""
+        assert self.is_static, f"{self.name}: size of a symbolic buffer"
         return math.prod(self.shape)
+
+    def size_expr(self) -> PrimExpr:
+        """Element count as an index expression."""
+        out: PrimExpr = IntImm(1)
+        for d in self.shape:
+            out = out * as_index(d)
+        return out
 
     def __getitem__(self, indices: Any) -> BufferLoad:
         if not isinstance(indices, tuple):
@@ -262,7 +290,7 @@ class Buffer:
 
 
 def as_index(value: Any) -> PrimExpr:
-    return value if isinstance(value, PrimExpr) else IntImm(value)
+    return value if isinstance(value, PrimExpr) else _dim_or_const(value, INT)
 
 
 class BufferLoad(PrimExpr):
@@ -337,6 +365,16 @@ class AssertStmt(Stmt):
     cond: PrimExpr
     message: str
     args: list[PrimExpr]
+    body: Stmt
+
+
+@dataclass(eq=False)
+class LetStmt(Stmt):
+    """Bind ``var`` to ``value`` (evaluated once) for ``body``: MakePackedAPI binds each shape
+    symbol from the first tensor dimension that has it."""
+
+    var: Var
+    value: PrimExpr
     body: Stmt
 
 
@@ -435,6 +473,8 @@ def map_stmt(s: Stmt, fexpr, fstmt=None) -> Stmt:
                              rec(s.else_case) if s.else_case else None)
         elif isinstance(s, AssertStmt):
             out = AssertStmt(fexpr(s.cond), s.message, [fexpr(a) for a in s.args], rec(s.body))
+        elif isinstance(s, LetStmt):
+            out = LetStmt(s.var, fexpr(s.value), rec(s.body))
         elif isinstance(s, Evaluate):
             out = Evaluate(fexpr(s.value))
         else:
@@ -448,13 +488,37 @@ def substitute_stmt(s: Stmt, vmap: dict[Var, PrimExpr]) -> Stmt:
     return map_stmt(s, lambda e: substitute(e, vmap))
 
 
+def stmt_exprs(s: Stmt) -> list[PrimExpr]:
+    """The expressions a statement holds itself (not those of its sub-statements), including
+    the symbolic extents of the buffer it allocates or stores to."""
+    if isinstance(s, For):
+        return [s.min, s.extent]
+    if isinstance(s, BufferStore):
+        return [s.value, *s.indices, *_shape_exprs(s.buffer)]
+    if isinstance(s, Allocate):
+        return _shape_exprs(s.buffer)
+    if isinstance(s, IfThenElse):
+        return [s.cond]
+    if isinstance(s, AssertStmt):
+        return [s.cond, *s.args]
+    if isinstance(s, LetStmt):
+        return [s.value]
+    if isinstance(s, Evaluate):
+        return [s.value]
+    return []
+
+
+def _shape_exprs(buf: Buffer) -> list[PrimExpr]:
+    return [d for d in buf.shape if isinstance(d, PrimExpr)]
+
+
 def walk_stmts(s: Stmt) -> Iterable[Stmt]:
     """Pre-order walk over statements."""
     stack = [s]
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (For, Allocate, AssertStmt)):
+        if isinstance(node, (For, Allocate, AssertStmt, LetStmt)):
             stack.append(node.body)
         elif isinstance(node, SeqStmt):
             stack.extend(reversed(node.stmts))

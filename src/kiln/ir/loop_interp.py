@@ -33,8 +33,11 @@ _INTRINSICS = {
 }
 
 
-def run(func: L.PrimFunc, *arrays: np.ndarray) -> None:
+def run(func: L.PrimFunc, *arrays: np.ndarray, symbols: dict[str, int] | None = None) -> None:
     """Execute ``func`` on numpy ``arrays`` (one per param, written in place for outputs).
+
+    Shape symbols bind from the first array dimension that holds one alone; ``symbols`` gives
+    values by name for the others (those only inside expressions, e.g. ``n * s``).
 
     Raises
     ------
@@ -46,12 +49,40 @@ def run(func: L.PrimFunc, *arrays: np.ndarray) -> None:
     if len(arrays) != len(func.params):
         raise ValueError(f"{func.name}: expected {len(func.params)} arrays, got {len(arrays)}")
     mem: dict[int, np.ndarray] = {}
+    env: dict = {}
+    for var in _free_vars(func):
+        if symbols and var.name in symbols:
+            env[var] = int(symbols[var.name])
+    for buf, arr in zip(func.params, arrays):  # shape symbols bind at their first occurrence
+        for d, n in zip(buf.shape, arr.shape):
+            if isinstance(d, L.Var) and d not in env:
+                env[d] = int(n)
+    interp = _Interp(mem)
     for buf, arr in zip(func.params, arrays):
-        if tuple(arr.shape) != buf.shape or str(arr.dtype) != buf.dtype:
+        shape = tuple(interp.expr(L.as_index(d), env) for d in buf.shape)
+        if tuple(arr.shape) != shape or str(arr.dtype) != buf.dtype:
             raise ValueError(f"{func.name}: {buf.name} expects {buf.shape} {buf.dtype}, "
                              f"got {arr.shape} {arr.dtype}")
         mem[id(buf)] = arr
-    _Interp(mem).stmt(func.body, {})
+    interp.stmt(func.body, env)
+
+
+def _free_vars(func: L.PrimFunc) -> list[L.Var]:
+    found: dict[L.Var, None] = {}
+
+    def visit(e):
+        if isinstance(e, L.Var):
+            found.setdefault(e)
+        return e
+
+    for buf in func.params:
+        for d in buf.shape:
+            if isinstance(d, L.PrimExpr):
+                L.map_expr(d, visit)
+    for s in L.walk_stmts(func.body):
+        for e in L.stmt_exprs(s):
+            L.map_expr(e, visit)
+    return list(found)
 
 
 class _Interp:
@@ -123,7 +154,8 @@ class _Interp:
             idx = tuple(self.expr(i, env) for i in s.indices)
             self.mem[id(s.buffer)][idx] = self.expr(s.value, env)
         elif isinstance(s, L.Allocate):
-            self.mem[id(s.buffer)] = np.zeros(s.buffer.shape, s.buffer.dtype)
+            shape = tuple(self.expr(L.as_index(d), env) for d in s.buffer.shape)
+            self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype)
             self.stmt(s.body, env)
             del self.mem[id(s.buffer)]
         elif isinstance(s, L.SeqStmt):
@@ -137,6 +169,9 @@ class _Interp:
         elif isinstance(s, L.AssertStmt):
             if not self.expr(s.cond, env):
                 raise RuntimeError(s.message)
+            self.stmt(s.body, env)
+        elif isinstance(s, L.LetStmt):
+            env[s.var] = self.expr(s.value, env)
             self.stmt(s.body, env)
         elif isinstance(s, L.Evaluate):
             self.expr(s.value, env)

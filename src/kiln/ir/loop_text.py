@@ -35,5 +35,8 @@ def _stmt(s: L.Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, L.AssertStmt):
         out.append(f"{pad}assert {s.cond!r}, {s.message!r}")
         _stmt(s.body, depth, out)
+    elif isinstance(s, L.LetStmt):
+        out.append(f"{pad}let {s.var.name} = {s.value!r}")
+        _stmt(s.body, depth, out)
     elif isinstance(s, L.Evaluate):
         out.append(f"{pad}{s.value!r}")

@@ -65,6 +65,9 @@ class _Verifier:
         elif isinstance(s, L.AssertStmt):
             self.expr(s.cond, scope, buffers)
             self.stmt(s.body, scope, buffers, in_parallel)
+        elif isinstance(s, L.LetStmt):
+            self.expr(s.value, scope, buffers)
+            self.stmt(s.body, scope | {id(s.var)}, buffers, in_parallel)
         elif isinstance(s, L.Evaluate):
             self.expr(s.value, scope, buffers)
         else:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from kiln.errors import ScheduleError
 from kiln.ir import loop as L
-from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad
+from kiln.ir import arith
+from kiln.ir.te import IterVar, Reduce, Tensor, TensorLoad, buffer_shape
 
 
 class Stage:
@@ -24,6 +25,7 @@ class Stage:
         self.inline = False
         self.order: list[IterVar] | None = None
         self.splits: dict[int, tuple[IterVar, IterVar]] = {}
+        self.tails: dict[int, object] = {}  # split axes with a partial last block: their extent
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
 
@@ -36,19 +38,29 @@ class Stage:
         """Materialize the stage in its own buffer (undo compute_inline)."""
         self.inline = False
 
-    def split(self, axis: IterVar, factor: int) -> tuple[IterVar, IterVar]:
+    def split(self, axis: IterVar, factor: int, tail: bool = False) -> tuple[IterVar, IterVar]:
         """Split ``axis`` into (outer, inner) with ``inner.extent == factor``.
 
-        The factor must divide the extent (Kiln's schedules pick divisors, so no guard is
-        needed). The new axes replace ``axis`` in place in the loop order.
+        The factor must divide the extent, unless ``tail`` (a spatial axis, e.g. a symbolic
+        row count): then the last block is partial — its reads are clamped to the last valid
+        index (they stay in bounds and are cheap: the clamp is invariant in the inner loops)
+        and its stores are guarded. The new axes replace ``axis`` in place in the loop order.
         """
         leaves = self.all_axes()
         if not any(a is axis for a in leaves):
             raise ScheduleError(f"split: {axis.name} is not a loop axis of {self.tensor.name}")
-        if factor <= 0 or axis.extent % factor:
+        divides = factor > 0 and arith.floormod(axis.extent, factor) == 0
+        if tail and factor > 0 and not divides:
+            if axis.kind != "spatial":
+                raise ScheduleError(f"split: a tail needs a spatial axis, {axis.name} is "
+                                    f"{axis.kind}")
+            self.tails[id(axis)] = axis.extent
+        elif not divides:
             raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
                                 f"(extent {axis.extent}) of {self.tensor.name}")
-        outer = IterVar(L.Var(f"{axis.name}_o"), axis.extent // factor, axis.kind)
+        extent = arith.floordiv(axis.extent + factor - 1, factor) if id(axis) in self.tails \
+            else axis.extent // factor
+        outer = IterVar(L.Var(f"{axis.name}_o"), extent, axis.kind)
         inner = IterVar(L.Var(f"{axis.name}_i"), factor, axis.kind)
         self.splits[id(axis)] = (outer, inner)
         if self.order is not None:
@@ -101,13 +113,24 @@ class Stage:
             leaves(ax)
         return out
 
-    def index_of(self, ax: IterVar, leaf_vars: dict[int, L.Var]) -> L.PrimExpr:
-        """``ax``'s value in terms of the leaf loop variables."""
+    def index_of(self, ax: IterVar, leaf_vars: dict[int, L.Var],
+                 clamp: bool = False) -> L.PrimExpr:
+        """``ax``'s value in terms of the leaf loop variables; with ``clamp``, an axis split
+        with a tail stays below its extent (the index reads use)."""
         if id(ax) in self.splits:
             outer, inner = self.splits[id(ax)]
-            return self.index_of(outer, leaf_vars) * inner.extent + \
-                self.index_of(inner, leaf_vars)
+            index = self.index_of(outer, leaf_vars, clamp) * inner.extent + \
+                self.index_of(inner, leaf_vars, clamp)
+            if clamp and id(ax) in self.tails:
+                index = L.minimum(index, L.as_index(self.tails[id(ax)]) - 1)
+            return index
         return leaf_vars[id(ax)]
+
+    def guard(self, leaf_vars: dict[int, L.Var]) -> L.PrimExpr | None:
+        """The condition under which an output element exists (split tails), or None."""
+        conds = [self.index_of(ax, leaf_vars) < L.as_index(self.tails[id(ax)])
+                 for ax in self.root_axes() if id(ax) in self.tails]
+        return L.logical_and(*conds) if conds else None
 
 
 class Schedule:
@@ -163,13 +186,13 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str) -> L.PrimFunc:
     buffers: dict[int, L.Buffer] = {}
     params = []
     for i, t in enumerate(inputs):
-        buffers[id(t)] = L.Buffer(f"p{i}", t.shape, t.dtype)
+        buffers[id(t)] = L.Buffer(f"p{i}", buffer_shape(t.shape), t.dtype)
         params.append(buffers[id(t)])
-    buffers[id(out)] = L.Buffer("out", out.shape, out.dtype)
+    buffers[id(out)] = L.Buffer("out", buffer_shape(out.shape), out.dtype)
     params.append(buffers[id(out)])
     for t in sch.order:
         if id(t) not in buffers and not sch[t].inline:
-            buffers[id(t)] = L.Buffer(t.name, t.shape, t.dtype)
+            buffers[id(t)] = L.Buffer(t.name, buffer_shape(t.shape), t.dtype)
 
     def expand(e: L.PrimExpr) -> L.PrimExpr:
         def visit(x: L.PrimExpr) -> L.PrimExpr:
@@ -268,8 +291,14 @@ def _loops(axes: list[IterVar], lv: dict[int, L.Var], body: L.Stmt,
            kinds: dict[int, str] | None = None) -> L.Stmt:
     for ax in reversed(axes):
         kind = (kinds or {}).get(id(ax), "serial")
-        body = L.For(lv[id(ax)], L.IntImm(0), L.IntImm(ax.extent), kind, body)
+        body = L.For(lv[id(ax)], L.IntImm(0), L.as_index(ax.extent), kind, body)
     return body
+
+
+def _vars_of(e: L.PrimExpr) -> list[L.Var]:
+    found: list[L.Var] = []
+    L.map_expr(e, lambda x: found.append(x) or x if isinstance(x, L.Var) else x)
+    return found
 
 
 def _combine(combiner: str, acc: L.PrimExpr, value: L.PrimExpr) -> L.PrimExpr:
@@ -285,17 +314,23 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
     order = stage.all_axes()
     lv = {id(ax): L.Var(f"{t.name}_{ax.name}") for ax in order}
 
-    def vmap_for(leaf_vars: dict[int, L.Var]) -> dict[L.Var, L.PrimExpr]:
-        return {ax.var: stage.index_of(ax, leaf_vars) for ax in stage.root_axes()}
+    def vmap_for(leaf_vars: dict[int, L.Var], clamp: bool = False) -> dict[L.Var, L.PrimExpr]:
+        return {ax.var: stage.index_of(ax, leaf_vars, clamp) for ax in stage.root_axes()}
 
     vmap = vmap_for(lv)
+    read_map = vmap_for(lv, clamp=True)  # == vmap unless a split has a tail
     out_idx = [vmap[ax.var] for ax in t.axes]
     kinds = stage.kinds
+
+    def guarded(store: L.Stmt, leaf_vars: dict[int, L.Var] = lv) -> L.Stmt:
+        cond = stage.guard(leaf_vars)
+        return store if cond is None else L.IfThenElse(cond, store)
+
     if not isinstance(t.body, Reduce):
-        value = L.substitute(expand(t.body), vmap)
-        return _loops(order, lv, L.BufferStore(buf, value, out_idx), kinds)
+        value = L.substitute(expand(t.body), read_map)
+        return _loops(order, lv, guarded(L.BufferStore(buf, value, out_idx)), kinds)
     red = t.body
-    source = L.substitute(expand(red.source), vmap)
+    source = L.substitute(expand(red.source), read_map)
     init = expand(red.init)
     first_reduce = next(i for i, ax in enumerate(order) if ax.kind == "reduce")
     prefix, rest = order[:first_reduce], order[first_reduce:]
@@ -307,6 +342,7 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
             store = L.BufferStore(epilogue.out_buf, epilogue.apply(acc[0], out_idx), out_idx)
         else:
             store = L.BufferStore(buf, acc[0], out_idx)
+        store = guarded(store)
         inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]), _loops(rest, lv, update, kinds),
                       store)
         return _loops(prefix, lv, L.Allocate(acc, inner), kinds)
@@ -314,6 +350,9 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
     if stage.local_accumulator:
         return _loops(prefix, lv, _local_block(stage, buf, block, lv, vmap_for, source, init,
                                                epilogue), kinds)
+    if stage.tails:
+        raise ScheduleError(f"{t.name}: a split with a tail needs the reduction accumulated "
+                            "locally (cache_write_local)")
     # decompose_reduction: init under the leading spatial loops, then update in place.
     spatial_leaves = [ax for ax in order if ax.kind == "spatial"]
     rest_spatial = [ax for ax in spatial_leaves if ax not in prefix]
@@ -347,17 +386,26 @@ def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for
     update = L.BufferStore(acc, _combine(red.combiner, L.BufferLoad(acc, acc_idx), source),
                            acc_idx)
 
-    def block_nest(suffix: str, make_store) -> L.Stmt:
+    def block_nest(suffix: str, make_store, guard: bool = False) -> L.Stmt:
         bv = dict(lv)
         bv.update({id(ax): L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in block})
         bmap = vmap_for(bv)
-        return _loops(block, bv, make_store([bmap[ax.var] for ax in t.axes],
-                                            [bv[id(ax)] for ax in block]), stage.kinds)
+        store = make_store([bmap[ax.var] for ax in t.axes], [bv[id(ax)] for ax in block])
+        cond = stage.guard(bv) if guard else None
+        if cond is None:
+            return _loops(block, bv, store, stage.kinds)
+        # The partial last block of a split with a tail: test once per row, outside the loops
+        # the condition does not depend on (the vectorized channel loop).
+        used = {id(v) for v in _vars_of(cond)}
+        cut = max((k + 1 for k, ax in enumerate(block) if id(bv[id(ax)]) in used), default=0)
+        inner = _loops(block[cut:], bv, store, stage.kinds)
+        return _loops(block[:cut], bv, L.IfThenElse(cond, inner), stage.kinds)
 
     init_nest = block_nest("init", lambda _, a: L.BufferStore(acc, init, a))
     if epilogue is not None:
         store = block_nest("store", lambda o, a: L.BufferStore(
-            epilogue.out_buf, epilogue.apply(L.BufferLoad(acc, a), o), o))
+            epilogue.out_buf, epilogue.apply(L.BufferLoad(acc, a), o), o), guard=True)
     else:
-        store = block_nest("store", lambda o, a: L.BufferStore(buf, L.BufferLoad(acc, a), o))
+        store = block_nest("store", lambda o, a: L.BufferStore(buf, L.BufferLoad(acc, a), o),
+                           guard=True)
     return L.Allocate(acc, L.seq(init_nest, _loops(rest, lv, update, stage.kinds), store))

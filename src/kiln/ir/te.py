@@ -14,17 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.ir import arith
 from kiln.ir import loop as L
+from kiln.ir.arith import Dim
 
 _names = itertools.count()
 
 
 @dataclass(eq=False)
 class IterVar:
-    """An axis of a compute: a loop variable with an extent; ``kind`` is "spatial" or "reduce"."""
+    """An axis of a compute: a loop variable with an extent (an int, or a symbolic dim of
+    :mod:`kiln.ir.arith`); ``kind`` is "spatial" or "reduce"."""
 
     var: L.Var
-    extent: int
+    extent: Dim
     kind: str = "spatial"
 
     @property
@@ -32,8 +35,53 @@ class IterVar:
         return self.var.name
 
 
-def reduce_axis(extent: int, name: str = "r") -> IterVar:
-    return IterVar(L.Var(name), int(extent), "reduce")
+def reduce_axis(extent: Dim, name: str = "r") -> IterVar:
+    return IterVar(L.Var(name), as_dim(extent), "reduce")
+
+
+def as_dim(value) -> Dim:
+    """An int, or a symbolic dim kept as it is (numpy integers become ints)."""
+    return value if isinstance(value, arith.SymExpr) else int(value)
+
+
+_SYMBOL_VARS: dict[str, L.Var] = {}
+
+
+def symbol_var(sym: arith.SymVar) -> L.Var:
+    """The loop-IR variable of shape symbol ``sym`` (one per name: MakePackedAPI binds it from
+    the shape of the first tensor that has it)."""
+    var = _SYMBOL_VARS.get(sym.name)
+    if var is None:
+        var = _SYMBOL_VARS[sym.name] = L.Var(sym.name)
+    return var
+
+
+def dim_expr(d: Dim) -> L.PrimExpr:
+    """A dim as a loop-IR index expression over the symbols' variables."""
+    if isinstance(d, int):
+        return L.IntImm(d)
+    if isinstance(d, arith.SymVar):
+        return symbol_var(d)
+    if isinstance(d, arith.SymOp):
+        a, b = (dim_expr(x) for x in d.args)
+        op = {"floordiv": "//", "floormod": "%", "min": "min", "max": "max"}[d.op]
+        return L.Binary(op, a, b)
+    out: L.PrimExpr | None = None
+    for mono, coeff in d.terms:
+        term: L.PrimExpr = dim_expr(mono[0])
+        for atom in mono[1:]:
+            term = term * dim_expr(atom)
+        if coeff != 1:
+            term = term * coeff
+        out = term if out is None else out + term
+    assert out is not None, "a Poly has at least one term"
+    return out + d.const if d.const else out
+
+
+def buffer_shape(shape) -> tuple:
+    """A tensor's shape for a loop-IR Buffer: ints stay ints, symbolic dims become
+    expressions (:func:`dim_expr`)."""
+    return tuple(d if isinstance(d, int) else dim_expr(d) for d in shape)
 
 
 class TensorLoad(L.PrimExpr):
@@ -69,11 +117,12 @@ class Reduce:
 
 
 class Tensor:
-    """A tensor of a static ``shape`` and ``dtype``; ``op`` is None for placeholders."""
+    """A tensor of a ``shape`` (ints and symbolic dims) and ``dtype``; ``body`` is None for
+    placeholders."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: str, name: str,
+    def __init__(self, shape: tuple[Dim, ...], dtype: str, name: str,
                  axes: list[IterVar] | None = None, body: Any = None, tag: str = ""):
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_dim(s) for s in shape)
         self.dtype = dtype
         self.name = name
         self.axes = axes or []
@@ -120,7 +169,7 @@ def placeholder(shape: tuple[int, ...], dtype: str, name: str) -> Tensor:
 def compute(shape: tuple[int, ...], fcompute: Callable[..., Any], name: str = "T",
             tag: str = "") -> Tensor:
     """Define a tensor elementwise: ``fcompute(*axis_vars)`` returns a PrimExpr or a Reduce."""
-    axes = [IterVar(L.Var(f"ax{i}"), int(n)) for i, n in enumerate(shape)]
+    axes = [IterVar(L.Var(f"ax{i}"), as_dim(n)) for i, n in enumerate(shape)]
     body = fcompute(*[a.var for a in axes])
     if not isinstance(body, (L.PrimExpr, Reduce)):
         raise TypeError(f"compute {name}: body must be an expression, got {type(body).__name__}")

@@ -50,21 +50,41 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
         if _work(nest) < MIN_PARALLEL_WORK:
             continue
         loop = nest
-        while (isinstance(loop.extent, L.IntImm) and loop.extent.value < MIN_PARALLEL_EXTENT
-               and isinstance(loop.body, L.For) and isinstance(loop.body.extent, L.IntImm)):
+        while _may_be_small(loop) and isinstance(loop.body, L.For) and \
+                _fusable(loop.body, loop):
             func, loop = P.fuse(func, loop)
         func = P.parallel(func, loop)
     return func
 
 
+def _may_be_small(loop: L.For) -> bool:
+    """Whether the loop may have fewer than MIN_PARALLEL_EXTENT iterations: a small constant,
+    or a symbolic extent (a batch or a sequence length may be 1 at run time)."""
+    return not isinstance(loop.extent, L.IntImm) or loop.extent.value < MIN_PARALLEL_EXTENT
+
+
+def _fusable(loop: L.For, outer: L.For) -> bool:
+    """Whether fusion may take ``loop`` into ``outer``: both of constant extent (as for static
+    kernels), or a serial loop that is not the innermost (fusing that one would put a division
+    by a symbolic extent on every element and stop vectorization)."""
+    if isinstance(loop.extent, L.IntImm) and isinstance(outer.extent, L.IntImm):
+        return True
+    return loop.kind == "serial" and isinstance(loop.body, (L.For, L.Allocate, L.SeqStmt))
+
+
+#: what a symbolic extent counts as in the work estimate (a sequence length, a batch...)
+SYMBOLIC_EXTENT_GUESS = 64
+
+
 def _work(s: L.Stmt) -> int:
-    """Scalar iterations of the innermost statements (constant extents; unknown counts as 1)."""
+    """Scalar iterations of the innermost statements (a symbolic extent counts as
+    SYMBOLIC_EXTENT_GUESS)."""
     if isinstance(s, L.For):
-        n = s.extent.value if isinstance(s.extent, L.IntImm) else 1
+        n = s.extent.value if isinstance(s.extent, L.IntImm) else SYMBOLIC_EXTENT_GUESS
         return n * _work(s.body)
     if isinstance(s, L.SeqStmt):
         return sum(_work(x) for x in s.stmts)
-    if isinstance(s, (L.Allocate, L.AssertStmt)):
+    if isinstance(s, (L.Allocate, L.AssertStmt, L.LetStmt)):
         return _work(s.body)
     if isinstance(s, L.IfThenElse):
         return _work(s.then_case)

@@ -228,7 +228,10 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
-    io, ii = stage.split(i, max(d for d in _divisors(i.extent) if d <= DENSE_ROWS))
+    if isinstance(i.extent, int):
+        io, ii = stage.split(i, max(d for d in _divisors(i.extent) if d <= DENSE_ROWS))
+    else:  # symbolic rows (batch x sequence length): full blocks and a partial last one
+        io, ii = stage.split(i, DENSE_ROWS, tail=True)
     jo, ji = stage.split(j, block)
     ko, ki = stage.split(k, max(d for d in _divisors(k.extent) if d <= DENSE_K_UNROLL))
     stage.reorder(io, jo, ko, ki, ii, ji)

@@ -31,7 +31,7 @@ def top_level_nests(func: L.PrimFunc) -> list[L.For]:
             found.append(s)
         elif isinstance(s, L.SeqStmt):
             stack.extend(reversed(s.stmts))
-        elif isinstance(s, L.AssertStmt) or (isinstance(s, L.Allocate)
+        elif isinstance(s, (L.AssertStmt, L.LetStmt)) or (isinstance(s, L.Allocate)
                                               and s.buffer.scope != "local"):
             stack.append(s.body)
     return found
@@ -52,6 +52,9 @@ def _replace(func: L.PrimFunc, target: L.For, new: L.Stmt) -> L.PrimFunc:
         if isinstance(s, L.AssertStmt):
             body = rec(s.body)
             return s if body is s.body else L.AssertStmt(s.cond, s.message, s.args, body)
+        if isinstance(s, L.LetStmt):
+            body = rec(s.body)
+            return s if body is s.body else L.LetStmt(s.var, s.value, body)
         if isinstance(s, L.SeqStmt):
             stmts = [rec(x) for x in s.stmts]
             return s if all(a is b for a, b in zip(stmts, s.stmts)) else L.SeqStmt(stmts)
@@ -104,10 +107,14 @@ def fuse(func: L.PrimFunc, outer: L.For) -> tuple[L.PrimFunc, L.For]:
     inner = outer.body
     if not isinstance(inner, L.For):
         raise ScheduleError(f"fuse: {outer.var.name} is not perfectly nested over a loop")
-    n1, n2 = _const_extent(outer, "fuse"), _const_extent(inner, "fuse")
+    if not (_is_zero(outer.min) and _is_zero(inner.min)):
+        raise ScheduleError(f"fuse: loops {outer.var.name} and {inner.var.name} must start at 0")
+    n1, n2 = outer.extent, inner.extent  # constants, or symbolic extents
     fused = L.Var(f"{outer.var.name}_{inner.var.name}_f")
     body = L.substitute_stmt(inner.body, {outer.var: fused // n2, inner.var: fused % n2})
-    new = L.For(fused, L.IntImm(0), L.IntImm(n1 * n2), outer.kind, body)
+    extent = L.IntImm(n1.value * n2.value) if isinstance(n1, L.IntImm) and \
+        isinstance(n2, L.IntImm) else n1 * n2
+    new = L.For(fused, L.IntImm(0), extent, outer.kind, body)
     return _replace(func, outer, new), new
 
 

@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kiln.errors import UnsupportedOpError
+from kiln.ir.arith import Dim, SymExpr
 from kiln.ir.graph import Call, Constant, Expr, Function, Var, post_order
 from kiln.ir.graph_eval import evaluate
 
@@ -181,8 +182,23 @@ class ConvertContext:
         return evaluate(Function(leaves, [expr]), values)[0]
 
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:
-        """A constant integer input as a tuple of Python ints (a scalar gives one entry)."""
+        """A constant integer input as a tuple of Python ints (a scalar gives one entry).
+
+        Raises UnsupportedOpError when the value depends on symbolic dims (use
+        :meth:`const_dims` where a symbolic value makes sense, e.g. a shape)."""
+        dims = self.const_dims(index, what)
+        symbolic = [d for d in dims if not isinstance(d, int)]
+        if symbolic:
+            raise self.unsupported(f"{what} must be static, but it depends on symbolic dim(s) "
+                                   f"{', '.join(map(str, symbolic))}")
+        return dims  # type: ignore[return-value]
+
+    def const_dims(self, index: int, what: str) -> tuple[Dim, ...]:
+        """A constant integer input whose entries may be symbolic dims (the result of ``Shape``
+        on a symbolic input and arithmetic on it): ints and :mod:`kiln.ir.arith` expressions."""
         value = self.const_value(index, what)
+        if value.dtype == object:
+            return tuple(value.reshape(-1).tolist())
         if value.dtype.kind not in "iu":
             raise self.unsupported(f"{what} must be integers, got {value.dtype}")
         return tuple(int(v) for v in value.reshape(-1))
@@ -207,9 +223,10 @@ class ConvertContext:
         """A rank-0 constant of ``dtype``."""
         return Constant(np.array(value, dtype=dtype))
 
-    def reshape(self, x: Expr, newshape: Sequence[int]) -> Expr:
-        """``reshape`` to a concrete shape, or ``x`` itself when the shape does not change."""
-        newshape = tuple(int(d) for d in newshape)
+    def reshape(self, x: Expr, newshape: Sequence[Dim]) -> Expr:
+        """``reshape`` to ``newshape`` (ints or symbolic dims), or ``x`` itself when the shape
+        does not change."""
+        newshape = tuple(d if isinstance(d, SymExpr) else int(d) for d in newshape)
         if newshape == x.checked_type.shape:
             return x
         return self.call("reshape", [x], newshape=newshape)

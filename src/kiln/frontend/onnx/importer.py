@@ -25,7 +25,11 @@ from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
+from kiln.ir.arith import SymVar
 from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
+
+#: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
+DimBound = tuple
 
 logger = logging.getLogger("kiln")
 
@@ -80,7 +84,9 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 
 def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | None = None,
-              dtype: str | Mapping[str, str] = "float32") -> tuple[IRModule, dict[str, np.ndarray]]:
+              dtype: str | Mapping[str, str] = "float32",
+              dim_bounds: Mapping[str, DimBound] | None = None,
+              ) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Convert an ONNX model to a graph-IR module and its parameters.
 
     Parameters
@@ -88,11 +94,18 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
     model : onnx.ModelProto
         The model (opset 1 to 28 of the default domain).
     shape : dict[str, tuple[int, ...]], optional
-        Static shapes of graph inputs by name. Needed for symbolic or unknown dimensions, which
-        otherwise default to 1 (with a warning on the "kiln" logger); a shape given for an input
-        with fixed dimensions must agree with them.
+        Static shapes of graph inputs by name: they fix symbolic dimensions; a shape given for
+        an input with fixed dimensions must agree with them. Dimensions left symbolic (ONNX
+        ``dim_param``s, one variable per name across all inputs; unnamed or ``-1`` dims, a fresh
+        variable ``<input>_dim<k>`` each) stay :class:`kiln.ir.arith.SymVar` dims, and the model
+        compiles for the VM executor (``kiln.build(..., executor="vm")``).
     dtype : str or dict[str, str]
         Dtype of inputs whose ONNX type leaves it undefined (default "float32").
+    dim_bounds : dict[str, DimBound], optional
+        Bounds of symbolic dimensions by ``dim_param`` name: ``(lo, hi)`` inclusive (``hi`` None:
+        unbounded) or ``(lo, hi, divisor)``; default ``(1, None, 1)``. Kernels may drop tail
+        loops and checks that known bounds and divisors make unnecessary; the VM rejects inputs
+        outside them.
 
     Returns
     -------
@@ -129,15 +142,18 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
         raise UnsupportedOpError("ONNX sparse initializers are not supported")
 
     input_vars: list[Var] = []
+    symbols = SymbolTable(dim_bounds)
     for value_info in graph.input:
         if value_info.name in param_values:
             continue  # an initializer listed as input is a weight, not a model input
-        var = Var(value_info.name, _input_type(value_info, shape.pop(value_info.name, None), dtype))
+        var = Var(value_info.name, _input_type(value_info, shape.pop(value_info.name, None), dtype,
+                                               symbols))
         input_vars.append(var)
         values[value_info.name] = var
     if shape:
         raise ShapeError(f"shape given for unknown input(s) {sorted(shape)}; the model's inputs "
                          f"are {[v.name for v in input_vars]}")
+    symbols.check_all_used()
 
     unavailable: dict[str, str] = {}
     for index, node in enumerate(graph.node):
@@ -156,8 +172,34 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
     return IRModule.from_function(func), {v.name: param_values[v.name] for v in kept}
 
 
+class SymbolTable:
+    """The symbolic dims of a model's inputs: one :class:`SymVar` per ``dim_param`` name, with
+    the bounds the user declared."""
+
+    def __init__(self, bounds: Mapping[str, DimBound] | None):
+        self.bounds = dict(bounds or {})
+        self.vars: dict[str, SymVar] = {}
+
+    def get(self, name: str) -> SymVar:
+        if name not in self.vars:
+            spec = tuple(self.bounds.get(name, ()))
+            lo = int(spec[0]) if len(spec) > 0 else 1
+            hi = None if len(spec) < 2 or spec[1] is None else int(spec[1])
+            divisor = int(spec[2]) if len(spec) > 2 else 1
+            if lo < 0:
+                raise ShapeError(f"symbol {name}: lower bound {lo} is negative")
+            self.vars[name] = SymVar(name, lo, hi, divisor)
+        return self.vars[name]
+
+    def check_all_used(self) -> None:
+        unknown = sorted(set(self.bounds) - set(self.vars))
+        if unknown:
+            raise ShapeError(f"bounds given for unknown symbolic dim(s) {unknown}; the model's "
+                             f"symbolic dims are {sorted(self.vars) or 'none'}")
+
+
 def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int, ...] | None,
-                dtype: str | Mapping[str, str]) -> TensorType:
+                dtype: str | Mapping[str, str], symbols: SymbolTable) -> TensorType:
     name = value_info.name
     tensor_type = value_info.type.tensor_type
     if not value_info.type.HasField("tensor_type"):
@@ -185,9 +227,7 @@ def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int, ...] | None,
         elif fixed is not None:
             out.append(fixed)
         else:
-            logger.warning("graph input '%s': dimension %d (%s) is symbolic; using 1 (pass "
-                           "shape= to choose)", name, k, dim.dim_param or "?")
-            out.append(1)
+            out.append(symbols.get(dim.dim_param or f"{name}_dim{k}"))
     return TensorType(tuple(out), elem)
 
 

@@ -11,13 +11,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln.errors import ShapeError
+from kiln.ir.arith import Dim, SymExpr, shape_str
 from kiln.ir.graph import TensorType
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 
 
-def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    """The numpy broadcast of ``shapes``; raises ShapeError if two dimensions disagree."""
+def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """The numpy broadcast of ``shapes``; raises ShapeError if two dimensions disagree.
+
+    Symbolic dims broadcast against 1 and against an equal expression; two different
+    expressions (or an expression and an int other than 1) are an error, as they would need a
+    run-time check of which one is 1."""
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for shape in shapes:
@@ -26,11 +31,13 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
             cur = out[offset + k]
             if dim == cur or dim == 1:
                 continue
-            if cur == 1:
-                out[offset + k] = int(dim)
+            if isinstance(cur, int) and cur == 1:
+                out[offset + k] = dim if isinstance(dim, SymExpr) else int(dim)
                 continue
-            shown = " vs ".join(str(tuple(s)) for s in shapes)
-            raise ShapeError(f"shapes {shown} do not broadcast")
+            shown = " vs ".join(shape_str(s) for s in shapes)
+            hint = ("; declare the symbols' bounds (--dim NAME=LO..HI, dim_bounds=) if they "
+                    "decide it") if isinstance(dim, SymExpr) or isinstance(cur, SymExpr) else ""
+            raise ShapeError(f"shapes {shown} do not broadcast{hint}")
     return tuple(out)
 
 

@@ -217,7 +217,8 @@ def _where_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _where_ref(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.where(cond, x, y).astype(x.dtype, copy=False)
+    out = np.where(cond, x, y)
+    return out if out.dtype == object else out.astype(x.dtype, copy=False)  # object: shape dims
 
 
 register_op("where", _where_infer, OpPattern.BROADCAST, _where_ref)

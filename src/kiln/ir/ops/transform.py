@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from kiln.errors import ShapeError
+from kiln.ir import arith
 from kiln.ir.graph import TensorType
 from kiln.ir.op_registry import OpPattern, register_op
 from kiln.ir.ops.common import broadcast_shapes, expect_arity, normalize_axis, same_dtype
@@ -22,8 +23,9 @@ def _reshape_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 1)
     (x,) = arg_types
     newshape = tuple(attrs["newshape"])
-    if any(d < 0 for d in newshape) or math.prod(newshape) != x.size:
-        raise ShapeError(f"cannot reshape {x.shape} to {newshape}")
+    if any(isinstance(d, int) and d < 0 for d in newshape) or arith.prod(newshape) != x.size:
+        raise ShapeError(f"cannot reshape {arith.shape_str(x.shape)} to "
+                         f"{arith.shape_str(newshape)}")
     return TensorType(newshape, x.dtype)
 
 
@@ -72,6 +74,12 @@ def slice_length(extent: int, begin: int, end: int, stride: int) -> int:
     not "the last element") and the length is ``ceil((begin - end) / -stride)``. An empty axis has
     ``begin == end``.
     """
+    if not all(isinstance(v, int) for v in (extent, begin, end)):
+        # Symbolic bounds come normalized from the frontend (clamped with arith.minimum/maximum).
+        if not isinstance(stride, int) or stride == 0:
+            raise ShapeError(f"slice stride {stride} must be a nonzero integer")
+        span = end - begin if stride > 0 else begin - end
+        return arith.floordiv(span + abs(stride) - 1, abs(stride))
     if stride > 0 and 0 <= begin <= end <= extent:
         return -(-(end - begin) // stride)
     if stride < 0 and -1 <= end <= begin <= extent - 1:

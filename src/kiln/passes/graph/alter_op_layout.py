@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.ir import arith
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern
@@ -246,7 +247,8 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
         block //= 2
     # A single row streams the weight once (bound by memory, not by vector width): no padding.
     rows = data.checked_type.shape[0]
-    padded = _padded_outputs(n, full, block) if rows >= DENSE_MIN_PAD_ROWS else n
+    many = arith.bounds(rows)[1] >= DENSE_MIN_PAD_ROWS  # symbolic rows: as many as they may be
+    padded = _padded_outputs(n, full, block) if many else n
     if padded != n:
         block = full
     packed = Constant(pack_dense_weight(_pad_rows(weight.data, padded), block), weight.name)

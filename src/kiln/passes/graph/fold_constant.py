@@ -29,8 +29,8 @@ def fold_constant(func: Function) -> Function:
     """
 
     def visit(call: Call, args: list[Expr]) -> Expr:
-        if not all(isinstance(a, Constant) for a in args):
-            return same_call(call, args)
+        if not all(isinstance(a, Constant) for a in args) or not call.checked_type.is_static:
+            return same_call(call, args)  # (a symbolic output shape is known at run time only)
         value = evaluate_call(call, [a.data for a in args])  # type: ignore[union-attr]
         source = next((a.name for a in args if a.name), None)  # type: ignore[union-attr]
         name = f"{source}.{call.op.name}" if source else None

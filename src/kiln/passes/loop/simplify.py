@@ -52,6 +52,8 @@ class _Simplifier:
             return L.AssertStmt(self.expr(s.cond, ranges), s.message,
                                 [self.expr(a, ranges) for a in s.args],
                                 self.stmt(s.body, ranges))
+        if isinstance(s, L.LetStmt):
+            return L.LetStmt(s.var, self.expr(s.value, ranges), self.stmt(s.body, ranges))
         return L.map_stmt(s, lambda e: self.expr(e, ranges))
 
     def expr(self, e: L.PrimExpr, ranges: dict[L.Var, Bound]) -> L.PrimExpr:
@@ -85,6 +87,14 @@ class _Simplifier:
                 return a
         elif op in ("//", "%") and isinstance(b, L.IntImm) and b.value > 0:
             return self.divmod(op, a, b.value, ranges) or e
+        elif op == "//" and isinstance(b, L.Binary) and b.op == "*":
+            # a // (d*c) == (a // c) // d for c, d > 0 (d: a product of shape symbols): the
+            # flattened index of a symbolic reshape, (i*384 + j) // (seq*384) -> i // seq.
+            for c, d in ((b.a, b.b), (b.b, b.a)):
+                if isinstance(c, L.IntImm) and c.value > 0:
+                    q = self.divmod("//", a, c.value, ranges)
+                    if q is not None:
+                        return self.rewrite(L.Binary("//", q, d), ranges)
         return e
 
     def divmod(self, op: str, a: L.PrimExpr, c: int, ranges) -> L.PrimExpr | None:

@@ -10,7 +10,8 @@ import numpy as np
 
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
+from kiln.ir import arith
+from kiln.ir.graph import Constant, Expr, symbolic_array
 from kiln.ir.ops.common import broadcast_shapes
 
 
@@ -22,13 +23,15 @@ def identity(ctx: ConvertContext) -> Expr:
 @onnx_op("Reshape", since=5)
 def reshape(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    target = ctx.const_ints(1, "Reshape shape")
+    target = ctx.const_dims(1, "Reshape shape")
     allowzero = bool(ctx.attr("allowzero", 0))
     in_shape = x.checked_type.shape
-    out: list[int] = []
+    out: list[arith.Dim] = []
     infer = None
     for k, d in enumerate(target):
-        if d == 0 and not allowzero:
+        if not isinstance(d, int):
+            out.append(d)  # a symbolic dim (from Shape): positive by construction
+        elif d == 0 and not allowzero:
             if k >= len(in_shape):
                 raise ctx.unsupported(f"shape {target}: 0 at {k} has no input dimension to copy")
             out.append(in_shape[k])
@@ -43,12 +46,14 @@ def reshape(ctx: ConvertContext) -> Expr:
             out.append(d)
     size = x.checked_type.size
     if infer is not None:
-        known = math.prod(out)
-        if known == 0 or size % known:
-            raise ctx.unsupported(f"cannot infer -1 in {target} for input shape {in_shape}")
-        out[infer] = size // known
-    if math.prod(out) != size:
-        raise ctx.unsupported(f"cannot reshape {in_shape} to {target}")
+        known = arith.prod(out)
+        if known == 0 or arith.floormod(size, known) != 0:
+            raise ctx.unsupported(f"cannot infer -1 in {arith.shape_str(target)} for input shape "
+                                  f"{arith.shape_str(in_shape)}")
+        out[infer] = arith.floordiv(size, known)
+    if arith.prod(out) != size:
+        raise ctx.unsupported(f"cannot reshape {arith.shape_str(in_shape)} to "
+                              f"{arith.shape_str(out)}")
     return ctx.reshape(x, out)
 
 
@@ -60,7 +65,7 @@ def flatten(ctx: ConvertContext) -> Expr:
     if not -len(shape) <= axis <= len(shape):
         raise ctx.unsupported(f"axis {axis} out of range for rank {len(shape)}")
     axis = axis + len(shape) if axis < 0 else axis
-    return ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return ctx.reshape(x, (arith.prod(shape[:axis]), arith.prod(shape[axis:])))
 
 
 @onnx_op("Transpose", since=1)
@@ -137,7 +142,7 @@ def shape(ctx: ConvertContext) -> Expr:
     end = ndim if end is None else int(end)
     start = min(max(start + ndim if start < 0 else start, 0), ndim)
     end = min(max(end + ndim if end < 0 else end, 0), ndim)
-    return Constant(np.array(dims[start:end], dtype=np.int64))
+    return Constant(symbolic_array(list(dims[start:end])).reshape(end - start))
 
 
 @onnx_op("Constant", since=1)
@@ -192,25 +197,30 @@ def _slice(ctx: ConvertContext, starts: tuple[int, ...], ends: tuple[int, ...],
     for a, s, e, st in zip(norm_axes, starts, ends, steps):
         assert a is not None
         begin[a], end[a], strides[a] = _normalize_slice(ctx, shape[a], s, e, st)
-    if begin == [0] * ndim and end == list(shape) and strides == [1] * ndim:
+    if all(isinstance(b, int) and b == 0 for b in begin) and end == list(shape) and \
+            strides == [1] * ndim:
         return x
     return ctx.call("strided_slice", [x], begin=tuple(begin), end=tuple(end),
                     strides=tuple(strides))
 
 
-def _normalize_slice(ctx: ConvertContext, n: int, start: int, end: int,
-                     step: int) -> tuple[int, int, int]:
-    """ONNX Slice clamping (onnx/defs/tensor/defs.cc) into strided_slice's convention."""
+def _normalize_slice(ctx: ConvertContext, n: arith.Dim, start: arith.Dim, end: arith.Dim,
+                     step: arith.Dim) -> tuple[arith.Dim, arith.Dim, int]:
+    """ONNX Slice clamping (onnx/defs/tensor/defs.cc) into strided_slice's convention; dims and
+    bounds may be symbolic (a symbolic start or end counts from the front)."""
+    if not isinstance(step, int):
+        raise ctx.unsupported(f"step {step} must be static")
     if step == 0:
         raise ctx.unsupported("step 0")
-    start = start + n if start < 0 else start
-    end = end + n if end < 0 else end
+    start = start + n if isinstance(start, int) and start < 0 else start
+    end = end + n if isinstance(end, int) and end < 0 else end
+    lo, hi = arith.minimum, arith.maximum
     if step > 0:
-        start = min(max(start, 0), n)
-        end = min(max(end, start), n)
+        start = lo(hi(start, 0), n)
+        end = lo(hi(end, start), n)
     else:
-        start = min(max(start, 0), n - 1)
-        end = min(max(end, -1), start)
+        start = lo(hi(start, 0), n - 1)
+        end = lo(hi(end, -1), start)
     return start, end, step
 
 
@@ -226,7 +236,7 @@ def slice_v10(ctx: ConvertContext) -> Expr:
             return None
         return ctx.const_ints(k, what)
 
-    return _slice(ctx, ctx.const_ints(1, "Slice starts"), ctx.const_ints(2, "Slice ends"),
+    return _slice(ctx, ctx.const_dims(1, "Slice starts"), ctx.const_dims(2, "Slice ends"),
                   optional(3, "Slice axes"), optional(4, "Slice steps"))
 
 
@@ -240,7 +250,7 @@ def gather(ctx: ConvertContext) -> Expr:
 @onnx_op("Expand", since=8)
 def expand(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    target = ctx.const_ints(1, "Expand shape")
+    target = ctx.const_dims(1, "Expand shape")
     newshape = broadcast_shapes(x.checked_type.shape, target)
     if newshape == x.checked_type.shape:
         return x
@@ -249,7 +259,7 @@ def expand(ctx: ConvertContext) -> Expr:
 
 @onnx_op("Size", since=1)
 def size(ctx: ConvertContext) -> Expr:
-    return Constant(np.array(ctx.input(0).checked_type.size, dtype=np.int64))
+    return Constant(symbolic_array(ctx.input(0).checked_type.size))
 
 
 def _split_sizes(ctx: ConvertContext, extent: int, count: int) -> tuple[int, ...]:

@@ -1,0 +1,461 @@
+"""Symbolic shape arithmetic: shape variables, canonical expressions, bounds (TVM's
+``arith.Analyzer`` role, include/tvm/arith/analyzer.h).
+
+A dimension is a Python ``int`` or a :class:`SymExpr`. Expressions are kept in one canonical
+form: a polynomial with integer coefficients over *atoms*, where an atom is a shape variable
+(:class:`SymVar`) or an operation the polynomial cannot absorb (floor division, floor modulo,
+min, max: :class:`SymOp`). Every operation simplifies at once, so two equal expressions are
+equal Python objects (``==``, hashing) and an expression that folds to a constant is returned as
+a plain ``int``: code over static shapes never sees a :class:`SymExpr`.
+
+Simplification uses each variable's bounds (``lo``/``hi``) and divisor: ``(4*n + 3) // 4 == n``,
+``max(n, 1) == n`` for ``n >= 1``, ``(8*k) % 4 == 0``. Nothing here calls ``int()`` on a symbolic
+value: :meth:`SymExpr.__int__` raises :class:`~kiln.errors.ShapeError` naming the expression, which
+is how a converter that needs a static value reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from kiln.errors import ShapeError
+
+Dim = Union[int, "SymExpr"]
+
+
+class SymExpr:
+    """Base of symbolic dimensions; arithmetic operators build simplified expressions (and
+    return NotImplemented for other operands, e.g. loop-IR expressions, which then convert the
+    dim themselves)."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return add(self, o) if _is_dim(o) else NotImplemented
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return sub(self, o) if _is_dim(o) else NotImplemented
+
+    def __rsub__(self, o):
+        return sub(o, self) if _is_dim(o) else NotImplemented
+
+    def __mul__(self, o):
+        return mul(self, o) if _is_dim(o) else NotImplemented
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o):
+        return floordiv(self, o) if _is_dim(o) else NotImplemented
+
+    def __rfloordiv__(self, o):
+        return floordiv(o, self) if _is_dim(o) else NotImplemented
+
+    def __mod__(self, o):
+        return floormod(self, o) if _is_dim(o) else NotImplemented
+
+    def __rmod__(self, o):
+        return floormod(o, self) if _is_dim(o) else NotImplemented
+
+    def __neg__(self) -> Dim:
+        return mul(self, -1)
+
+    def __int__(self) -> int:
+        raise ShapeError(f"dimension {self} is symbolic; a static value is needed here")
+
+    __index__ = __int__
+
+    def __bool__(self) -> bool:
+        raise ShapeError(f"the truth of symbolic dimension {self} is unknown at compile time")
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class SymVar(SymExpr):
+    """A shape variable: ``name`` (ONNX ``dim_param``), inclusive bounds ``lo``..``hi`` (``hi``
+    None: unbounded) and a ``divisor`` every value is a multiple of."""
+
+    name: str
+    lo: int = 1
+    hi: int | None = None
+    divisor: int = 1
+
+    def __post_init__(self) -> None:
+        if self.hi is not None and self.hi < self.lo:
+            raise ShapeError(f"symbol {self.name}: empty bounds {self.lo}..{self.hi}")
+        if self.divisor < 1:
+            raise ShapeError(f"symbol {self.name}: divisor {self.divisor} must be positive")
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class SymOp(SymExpr):
+    """An atom the polynomial form cannot absorb: ``op`` in floordiv, floormod, min, max."""
+
+    op: str
+    args: tuple
+
+    def __repr__(self) -> str:
+        a, b = (f"({x})" if isinstance(x, Poly) else str(x) for x in self.args)
+        if self.op == "floordiv":
+            return f"({a} // {b})"
+        if self.op == "floormod":
+            return f"({a} % {b})"
+        return f"{self.op}({a}, {b})"
+
+    __str__ = __repr__
+
+Atom = Union[SymVar, SymOp]
+Monomial = tuple  # sorted tuple of atoms (a repeated atom is a power)
+
+
+def _atom_key(a: Atom) -> str:
+    return repr(a)
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Poly(SymExpr):
+    """``const + sum(coeff * prod(monomial))``; ``terms`` sorted, no zero coefficient, at least
+    one term (else it would be an int)."""
+
+    terms: tuple  # ((monomial, coeff), ...)
+    const: int = 0
+
+    def __repr__(self) -> str:
+        parts = []
+        for mono, c in self.terms:
+            body = "*".join(repr(a) for a in mono)
+            parts.append(body if c == 1 else f"-{body}" if c == -1 else f"{c}*{body}")
+        if self.const:
+            parts.append(str(self.const))
+        out = " + ".join(parts).replace("+ -", "- ")
+        return out
+
+    __str__ = __repr__
+
+
+# --------------------------------------------------------------------------- canonical form
+
+
+def _as_poly(x: Dim) -> tuple[dict[Monomial, int], int]:
+    if isinstance(x, int):
+        return {}, int(x)
+    if isinstance(x, Poly):
+        return dict(x.terms), x.const
+    if isinstance(x, (SymVar, SymOp)):
+        return {(x,): 1}, 0
+    if isinstance(x, np.integer):
+        return {}, int(x)
+    raise TypeError(f"not a dimension: {x!r}")
+
+
+def _make(terms: dict[Monomial, int], const: int) -> Dim:
+    terms = {m: c for m, c in terms.items() if c}
+    if not terms:
+        return int(const)
+    if len(terms) == 1 and const == 0:
+        ((mono, c),) = terms.items()
+        if c == 1 and len(mono) == 1:
+            return mono[0]
+    ordered = tuple(sorted(terms.items(), key=lambda mc: tuple(_atom_key(a) for a in mc[0])))
+    return Poly(ordered, int(const))
+
+
+def _is_dim(x) -> bool:
+    return isinstance(x, (int, SymExpr, np.integer))
+
+
+def is_static(x: Dim) -> bool:
+    """Whether ``x`` is a plain integer."""
+    return not isinstance(x, SymExpr)
+
+
+def add(a: Dim, b: Dim) -> Dim:
+    ta, ca = _as_poly(a)
+    tb, cb = _as_poly(b)
+    for m, c in tb.items():
+        ta[m] = ta.get(m, 0) + c
+    return _make(ta, ca + cb)
+
+
+def sub(a: Dim, b: Dim) -> Dim:
+    return add(a, mul(b, -1))
+
+
+def mul(a: Dim, b: Dim) -> Dim:
+    ta, ca = _as_poly(a)
+    tb, cb = _as_poly(b)
+    out: dict[Monomial, int] = {}
+    for m, c in ta.items():
+        out[m] = out.get(m, 0) + c * cb
+    for m, c in tb.items():
+        out[m] = out.get(m, 0) + c * ca
+    for ma, xa in ta.items():
+        for mb, xb in tb.items():
+            m = tuple(sorted(ma + mb, key=_atom_key))
+            out[m] = out.get(m, 0) + xa * xb
+    return _make(out, ca * cb)
+
+
+def prod(dims) -> Dim:
+    """The product of ``dims`` (1 for none)."""
+    out: Dim = 1
+    for d in dims:
+        out = mul(out, d)
+    return out
+
+
+def _split_multiple(a: Dim, c: int) -> tuple[Dim, Dim]:
+    """``a == c * q + r`` with ``q`` gathering every term whose coefficient ``c`` divides, and
+    ``r`` the rest with its constant in ``[0, c)``."""
+    terms, const = _as_poly(a)
+    q_terms = {m: k // c for m, k in terms.items() if k % c == 0}
+    r_terms = {m: k for m, k in terms.items() if k % c}
+    return _make(q_terms, const // c), _make(r_terms, const % c)
+
+
+def _known_multiple(a: Dim, c: int) -> bool:
+    """Whether every value of ``a`` is a multiple of ``c``, counting the variables' divisors
+    (``--dim width=32..2048:32`` makes ``width % 8 == 0``)."""
+    terms, const = _as_poly(a)
+    return const % c == 0 and all(
+        k * math.prod(v.divisor for v in m if isinstance(v, SymVar)) % c == 0
+        for m, k in terms.items())
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    """Floor division (``//``); a zero divisor raises ShapeError."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ShapeError("division of a dimension by zero")
+        return a // b
+    if isinstance(b, int):
+        if b == 0:
+            raise ShapeError(f"division of {a} by zero")
+        if b == 1:
+            return a
+        if b > 0:
+            q, r = _split_multiple(a, b)
+            lo, hi = bounds(r)
+            if lo is not None and hi is not None and 0 <= lo and hi < b:
+                return q
+            if r != a:  # floor((b*q + r) / b) == q + floor(r / b) for integers
+                return add(q, floordiv(r, b))
+        return SymOp("floordiv", (a, b))
+    if a == b:
+        return 1
+    ratio = _exact_ratio(a, b)
+    if ratio is not None:
+        return ratio
+    return SymOp("floordiv", (a, b))
+
+
+def _exact_ratio(a: Dim, b: Dim) -> Dim | None:
+    """``a / b`` when the polynomials say it is exact: an integer multiple, or ``b`` a single
+    term dividing every term of ``a`` (``(n*seq) // seq == n``)."""
+    ta, ca = _as_poly(a)
+    tb, cb = _as_poly(b)
+    if len(tb) == 1 and cb == 0 and ca == 0:
+        ((mb, kb),) = tb.items()
+        out: dict[Monomial, int] = {}
+        for m, k in ta.items():
+            rest = list(m)
+            for atom in mb:
+                if atom not in rest:
+                    return None
+                rest.remove(atom)
+            if k % kb:
+                return None
+            out[tuple(rest)] = k // kb
+        return _make({m: k for m, k in out.items() if m}, out.get((), 0))
+    if set(ta) != set(tb) or not tb:
+        return None
+    m0 = next(iter(tb))
+    if ta[m0] % tb[m0]:
+        return None
+    k = ta[m0] // tb[m0]
+    if all(ta[m] == k * tb[m] for m in tb) and ca == k * cb:
+        return k
+    return None
+
+
+def floormod(a: Dim, b: Dim) -> Dim:
+    """Floor modulo (``%``); a zero divisor raises ShapeError."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ShapeError("modulo of a dimension by zero")
+        return a % b
+    if isinstance(b, int) and b > 0:
+        if _known_multiple(a, b):
+            return 0
+        q, r = _split_multiple(a, b)
+        lo, hi = bounds(r)
+        if lo is not None and hi is not None and 0 <= lo and hi < b:
+            return r
+    if a == b or _exact_ratio(a, b) is not None:
+        return 0
+    return SymOp("floormod", (a, b))
+
+
+def minimum(a: Dim, b: Dim) -> Dim:
+    """``min(a, b)``, folded when the bounds decide it."""
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    lo, hi = bounds(sub(a, b))
+    if hi is not None and hi <= 0:
+        return a
+    if lo is not None and lo >= 0:
+        return b
+    return SymOp("min", tuple(sorted((a, b), key=repr)))
+
+
+def maximum(a: Dim, b: Dim) -> Dim:
+    """``max(a, b)``, folded when the bounds decide it."""
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    lo, hi = bounds(sub(a, b))
+    if lo is not None and lo >= 0:
+        return a
+    if hi is not None and hi <= 0:
+        return b
+    return SymOp("max", tuple(sorted((a, b), key=repr)))
+
+
+# --------------------------------------------------------------------------- analysis
+
+Bound = tuple[int | None, int | None]
+
+#: The implicit upper bound of a symbol without one: no tensor dimension reaches 2**40 (its
+#: storage could not exist), so ``min(sequence_length, 2**62)`` — ONNX's "to the end" Slice —
+#: folds to ``sequence_length``.
+DIM_LIMIT = 1 << 40
+
+
+def bounds(x: Dim) -> Bound:
+    """Inclusive (lo, hi) of ``x`` over its variables' bounds (None: unbounded)."""
+    if isinstance(x, int):
+        return x, x
+    if isinstance(x, SymVar):
+        return x.lo, DIM_LIMIT if x.hi is None else x.hi
+    if isinstance(x, SymOp):
+        return _op_bounds(x)
+    terms, const = _as_poly(x)
+    lo: int | None = const
+    hi: int | None = const
+    for mono, c in terms.items():
+        mlo, mhi = _mono_bounds(mono)
+        tlo, thi = _scale((mlo, mhi), c)
+        lo = None if lo is None or tlo is None else lo + tlo
+        hi = None if hi is None or thi is None else hi + thi
+    return lo, hi
+
+
+def _scale(b: Bound, c: int) -> Bound:
+    lo, hi = b
+    if c >= 0:
+        return (None if lo is None else lo * c, None if hi is None else hi * c)
+    return (None if hi is None else hi * c, None if lo is None else lo * c)
+
+
+def _mono_bounds(mono: Monomial) -> Bound:
+    lo: int | None = 1
+    hi: int | None = 1
+    for atom in mono:
+        alo, ahi = bounds(atom)
+        if alo is None or alo < 0 or lo is None or lo < 0:
+            return None, None  # signs unknown: give up (shapes are non-negative in practice)
+        lo = lo * alo
+        hi = None if hi is None or ahi is None else hi * ahi
+    return lo, hi
+
+
+def _op_bounds(x: SymOp) -> Bound:
+    (alo, ahi), (blo, bhi) = bounds(x.args[0]), bounds(x.args[1])
+    if x.op == "min":
+        return (None if alo is None or blo is None else min(alo, blo),
+                ahi if bhi is None else bhi if ahi is None else min(ahi, bhi))
+    if x.op == "max":
+        return (alo if blo is None else blo if alo is None else max(alo, blo),
+                None if ahi is None or bhi is None else max(ahi, bhi))
+    if x.op == "floordiv" and alo is not None and alo >= 0 and blo is not None and blo > 0:
+        return alo // (bhi if bhi is not None else alo + 1), None if ahi is None else ahi // blo
+    if x.op == "floormod" and blo is not None and blo > 0:
+        return 0, None if bhi is None else bhi - 1
+    return None, None
+
+
+def free_symbols(x: Dim) -> list[SymVar]:
+    """The variables of ``x``, sorted by name."""
+    found: dict[str, SymVar] = {}
+
+    def visit(e: Dim) -> None:
+        if isinstance(e, SymVar):
+            found[e.name] = e
+        elif isinstance(e, SymOp):
+            for a in e.args:
+                visit(a)
+        elif isinstance(e, Poly):
+            for mono, _ in e.terms:
+                for a in mono:
+                    visit(a)
+
+    visit(x)
+    return [found[k] for k in sorted(found)]
+
+
+def evaluate(x: Dim, env: Mapping[str, int]) -> int:
+    """The value of ``x`` with variables bound by name in ``env``.
+
+    Raises
+    ------
+    ShapeError
+        For an unbound variable or a division by zero.
+    """
+    if isinstance(x, int):
+        return x
+    if isinstance(x, SymVar):
+        if x.name not in env:
+            raise ShapeError(f"symbol {x.name} is not bound")
+        return int(env[x.name])
+    if isinstance(x, SymOp):
+        a, b = (evaluate(v, env) for v in x.args)
+        if x.op in ("floordiv", "floormod") and b == 0:
+            raise ShapeError(f"{x}: division by zero")
+        return {"floordiv": a // b if b else 0, "floormod": a % b if b else 0,
+                "min": min(a, b), "max": max(a, b)}[x.op]
+    terms, const = _as_poly(x)
+    total = const
+    for mono, c in terms.items():
+        total += c * math.prod(evaluate(a, env) for a in mono)
+    return total
+
+
+def substitute(x: Dim, mapping: Mapping[str, Dim]) -> Dim:
+    """``x`` with variables replaced by name (simplified again)."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, SymVar):
+        return mapping.get(x.name, x)
+    if isinstance(x, SymOp):
+        a, b = (substitute(v, mapping) for v in x.args)
+        return {"floordiv": floordiv, "floormod": floormod, "min": minimum,
+                "max": maximum}[x.op](a, b)
+    terms, const = _as_poly(x)
+    out: Dim = const
+    for mono, c in terms.items():
+        out = add(out, mul(c, prod(substitute(a, mapping) for a in mono)))
+    return out
+
+
+def shape_str(shape) -> str:
+    """``(1, sequence_length, 384)`` style text of a shape."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,107 @@
+"""paraphrase-MiniLM-L3-v2 with symbolic (batch_size, sequence_length): one VM artifact per target
+runs every shape and matches onnxruntime; bad shapes are errors naming the input, dim and symbol.
+
+Sentences are tokenized unpadded by Kiln's WordPiece tokenizer where a shape fits one; longer
+shapes use random token ids (any id is a valid input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import kiln
+from kiln.demo.wordpiece import WordPiece
+from kiln.errors import KilnError, ShapeError
+from kiln.frontend import from_onnx
+from kiln.vm import VirtualMachine
+
+SHAPES = [(1, 1), (1, 7), (1, 128), (4, 33), (2, 384)]
+TARGETS = {"c": "c", "llvm": "llvm -mcpu=native", "jit": "jit"}
+JIT_SHAPES = [(1, 7), (4, 33)]
+BOUNDS = {"sequence_length": (1, 512)}  # its position table has 512 rows
+
+
+@pytest.fixture(scope="module")
+def minilm_path(wheel_file):
+    return wheel_file("minilm_l3")
+
+
+def _compile(path, target: str, out) -> VirtualMachine:
+    mod, params = from_onnx(onnx.load(path), dim_bounds=BOUNDS)
+    exe = kiln.build(mod, target=target, params=params)
+    assert isinstance(exe, kiln.runtime.VMExecutable)
+    exe.export_library(str(out))
+    return VirtualMachine(kiln.runtime.load_module(str(out)), kiln.cpu())
+
+
+@pytest.fixture(scope="module", params=list(TARGETS))
+def vm(request, minilm_path, tmp_path_factory):
+    vm = _compile(minilm_path, TARGETS[request.param],
+                  tmp_path_factory.mktemp("vm") / "minilm.so")
+    vm.target = request.param
+    return vm
+
+
+def _inputs(batch: int, seq: int, tokenizer: WordPiece) -> dict[str, np.ndarray]:
+    if (batch, seq) == (1, 7):  # a real sentence of exactly 7 tokens, unpadded
+        ids, mask = tokenizer.encode("Kiln compiles every length.", 7)
+        assert mask.all()
+        return {"input_ids": ids[None], "attention_mask": mask[None]}
+    rng = np.random.default_rng(batch * 1000 + seq)
+    ids = rng.integers(1000, 30000, (batch, seq)).astype("int64")
+    mask = np.ones((batch, seq), "int64")
+    mask[-1, seq // 2 + 1:] = 0  # a padded row: the mask matters
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(wheel_file) -> WordPiece:
+    return WordPiece(wheel_file("bert_uncased_vocab"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{b}x{s}" for b, s in SHAPES])
+def test_one_artifact_matches_onnxruntime_at_every_shape(vm, shape, tokenizer, minilm_path,
+                                                         reference):
+    if vm.target == "jit" and shape not in JIT_SHAPES:
+        pytest.skip("the jit artifact runs the same kernels as c: two shapes suffice")
+    inputs = _inputs(*shape, tokenizer)
+    got = vm["main"](inputs["input_ids"], inputs["attention_mask"])
+    want = reference(minilm_path, inputs)
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want):
+        g = g.numpy()
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def vm_c(minilm_path, tmp_path_factory):
+    return _compile(minilm_path, "c", tmp_path_factory.mktemp("vm") / "minilm_c.so")
+
+
+def test_symbol_conflict_names_input_dim_and_symbol(vm_c):
+    ids = np.ones((1, 10), "int64")
+    with pytest.raises(ShapeError, match=r"attention_mask.*dim 1.*sequence_length"):
+        vm_c["main"](ids, np.ones((1, 12), "int64"))
+
+
+def test_dims_outside_bounds_rank_and_dtype_are_errors(vm_c):
+    with pytest.raises(ShapeError, match="sequence_length"):
+        vm_c["main"](np.ones((1, 600), "int64"), np.ones((1, 600), "int64"))
+    with pytest.raises(KilnError, match="input_ids"):
+        vm_c["main"](np.ones((1, 2, 3), "int64"), np.ones((1, 2), "int64"))
+    with pytest.raises(KilnError, match="input_ids"):
+        vm_c["main"](np.ones((1, 4), "float32"), np.ones((1, 4), "int64"))
+
+
+def test_memory_stays_bounded_over_varying_shapes(vm_c):
+    rng = np.random.default_rng(3)
+    vm_c["main"](np.ones((1, 384), "int64"), np.ones((1, 384), "int64"))
+    peak = vm_c.memory_stats()
+    for seq in rng.integers(1, 385, 40):
+        ids = rng.integers(1000, 30000, (1, int(seq))).astype("int64")
+        vm_c["main"](ids, np.ones_like(ids))
+    after = vm_c.memory_stats()
+    assert after == peak, (peak, after)

@@ -1,0 +1,67 @@
+"""kiln.ir.arith: canonical symbolic dims, simplification with bounds, evaluation."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kiln.errors import ShapeError
+from kiln.ir import arith
+from kiln.ir.arith import SymVar, bounds, evaluate, floordiv, floormod, maximum, minimum
+
+N = SymVar("n")
+SEQ = SymVar("seq", 1, 512)
+W = SymVar("w", 32, 2048, 32)
+
+
+def test_equal_expressions_are_equal_objects():
+    assert N * 2 + 1 == 1 + 2 * N
+    assert hash(N * SEQ) == hash(SEQ * N)
+    assert (N + 1) * (N + 1) == N * N + 2 * N + 1
+    assert N * SEQ * 2 - SEQ * N == N * SEQ
+
+
+def test_constants_fold_to_plain_ints():
+    assert N - N == 0 and isinstance(N - N, int)
+    assert (N * 4 + 3) // 4 == N
+    assert (N * 4 + 3) % 4 == 3
+    assert (N * SEQ) // SEQ == N
+    assert (N * SEQ * 12) // (SEQ * 4) == 3 * N
+    assert floormod(N * SEQ, SEQ) == 0
+
+
+def test_divisor_and_bounds_decide():
+    assert W % 8 == 0
+    assert maximum(N, 1) == N  # symbols are >= 1 unless declared otherwise
+    assert minimum(SEQ, 512) == SEQ
+    assert minimum(SEQ, 100) != SEQ  # undecided: stays a min
+    assert minimum(N, 1 << 62) == N  # ONNX's "to the end" slice bound
+    assert bounds(SEQ * 2 + 1) == (3, 1025)
+
+
+def test_floor_semantics_match_python():
+    for n, s in itertools.product(range(1, 9), range(1, 6)):
+        env = {"n": n, "seq": s}
+        for expr, want in [((N * 3 + 2) // 2, (n * 3 + 2) // 2), ((N - 7) // 3, (n - 7) // 3),
+                           ((N + SEQ) % 4, (n + s) % 4), (maximum(N, SEQ), max(n, s)),
+                           (floordiv(N * SEQ + 1, SEQ), (n * s + 1) // s)]:
+            assert evaluate(expr, env) == want, (expr, env)
+
+
+def test_symbolic_values_refuse_static_use():
+    with pytest.raises(ShapeError, match="n is symbolic"):
+        int(N)
+    with pytest.raises(ShapeError, match="unknown at compile time"):
+        bool(N)
+    with pytest.raises(ShapeError, match="by zero"):
+        floordiv(N, 0)
+    with pytest.raises(ShapeError, match="empty bounds"):
+        SymVar("bad", 5, 2)
+
+
+def test_substitute_and_free_symbols():
+    e = N * SEQ + W // 8
+    assert [s.name for s in arith.free_symbols(e)] == ["n", "seq", "w"]
+    assert arith.substitute(e, {"n": 2, "seq": 3, "w": 64}) == 14
+    assert arith.substitute(e, {"n": SEQ}) == SEQ * SEQ + W // 8

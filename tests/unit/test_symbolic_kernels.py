@@ -1,0 +1,147 @@
+"""Kernels over symbolic extents (no toolchain): lowering on the loop-IR interpreter,
+MakePackedAPI's binding of shape symbols, and the VM bytecode compiler's shape heap and arena."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.backend.te_compiler import lower_primitive
+from kiln.backend.vm_codegen import ShapeHeap, compile_vm, plan_arena
+from kiln.build_module import optimize
+from kiln.errors import CompileError
+from kiln.ir import arith
+from kiln.ir import loop as L
+from kiln.ir.arith import SymVar
+from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.ir.graph_eval import evaluate
+from kiln.ir.loop_interp import run
+from kiln.ir.loop_text import astext
+from kiln.passes.loop.make_packed_api import make_packed_api
+
+N = SymVar("n")
+S = SymVar("s", 1, 64)
+
+
+def _fused_calls(func: Function) -> list[PrimitiveCall]:
+    fused = optimize(func, {})
+    return [c for c in post_order(fused.outputs) if isinstance(c, PrimitiveCall)]
+
+
+def _model() -> Function:
+    x = Var("x", TensorType((N, S, 8), "float32"))
+    w = Constant(np.linspace(-1, 1, 8).astype("float32"))
+    y = Call("nn.softmax", [Call("add", [x, w])], {"axis": 2})
+    z = Call("reshape", [y], {"newshape": (N * S, 8)})
+    # dense over N*S rows: packed, with register blocks of rows and a partial last block
+    weight = Constant(np.random.default_rng(1).standard_normal((24, 8)).astype("float32"))
+    return Function([x], [Call("nn.relu", [Call("nn.dense", [z, weight])])])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 5), (3, 17)])
+def test_symbolic_kernels_match_the_graph_evaluator(shape):
+    func = _model()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((*shape, 8)).astype("float32")
+    values = {"x": x}
+    for call in _fused_calls(func):
+        prim = lower_primitive(call, call.name)  # packed: run the body before MakePackedAPI
+        assert prim.attrs["packed"]
+    # The interpreter runs the unpacked kernels: lower again without MakePackedAPI.
+    want = evaluate(func, values)[0]
+    got = _interpret(func, values)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _interpret(func: Function, values: dict) -> np.ndarray:
+    from kiln.ir.lower import Schedule, lower
+    from kiln.passes.loop.simplify import simplify
+    from kiln.schedules import schedule_loops, schedule_te
+    from kiln.backend.te_compiler import to_te
+
+    env = {p.uid: values[p.name] for p in func.params}
+    fused = optimize(func, {})
+    for node in post_order(fused.outputs):
+        if not isinstance(node, PrimitiveCall):
+            continue
+        inputs, output = to_te(node.body)
+        prim = schedule_loops(simplify(lower(schedule_te(Schedule(output)), inputs, "k")))
+        args = [a.data if isinstance(a, Constant) else env[a.uid] for a in node.args]
+        shape = tuple(arith.evaluate(d, _bindings(func, values)) for d in node.checked_type.shape)
+        out = np.zeros(shape, node.checked_type.dtype)
+        run(prim, *args, out, symbols=_bindings(func, values))
+        env[node.uid] = out
+    return env[fused.outputs[0].uid]
+
+
+def _bindings(func: Function, values: dict) -> dict[str, int]:
+    env = {}
+    for p in func.params:
+        for d, n in zip(p.checked_type.shape, values[p.name].shape):
+            if isinstance(d, SymVar):
+                env[d.name] = int(n)
+    return env
+
+
+def test_symbolic_rows_of_a_dense_split_with_a_tail():
+    (call,) = [c for c in _fused_calls(_model()) if "dense" in c.name]
+    text = astext(lower_primitive(call, "k"))
+    assert "min(" in text and "if (" in text  # clamped reads, guarded stores
+
+
+def test_make_packed_api_binds_symbols_then_checks_derived_dims():
+    n = L.Var("n")
+    x = L.Buffer("x", (n * 8,), "float32")  # a derived dim first: n is bound by the later y
+    y = L.Buffer("y", (n, 8), "float32")
+    i = L.Var("i")
+    body = L.For(i, L.IntImm(0), n * 8, "serial", L.BufferStore(x, L.FloatImm(0.0), [i]))
+    text = astext(make_packed_api(L.PrimFunc("k", [x, y], body)))
+    let_at = text.index("let n = kiln.arg_shape(1, 0)")
+    check_at = text.index("kiln.arg_shape(0, 0) == (n * 8)")
+    assert let_at < check_at
+    assert "(n from argument 1 (y) shape[0])" in text
+
+
+def test_symbols_only_inside_expressions_become_scalar_arguments():
+    n = L.Var("n")
+    x = L.Buffer("x", (n * 2,), "float32")
+    i = L.Var("i")
+    body = L.For(i, L.IntImm(0), n * 2, "serial", L.BufferStore(x, L.FloatImm(1.0), [i]))
+    packed = make_packed_api(L.PrimFunc("k", [x], body))
+    assert packed.attrs["symbol_args"] == ["n"]
+    assert "let n = kiln.arg_int(1)" in astext(packed)
+
+
+def test_shape_heap_shares_subexpressions():
+    heap = ShapeHeap([N, S])
+    a = heap.slot(N * S * 4 + 64)
+    b = heap.slot(N * S * 4 + 64)
+    c = heap.slot(N * S * 4)
+    assert a == b and c != a and heap.size == 2 + len(heap.program) // 6
+    assert heap.operand(7) == (1, 7)
+
+
+def test_arena_reuses_slots_of_dead_tensors():
+    # t0 dies at t1, t1 dies at t2: t2 reuses t0's slot; sizes are symbolic
+    sizes = [N * 16, N * 16, N * 8]
+    offsets, total = plan_arena(sizes, [[], [0], [1]])
+    assert offsets[2] == offsets[0] and offsets[1] != offsets[0]
+    assert arith.evaluate(total, {"n": 4}) == 2 * 64  # two 64-byte aligned slots of 64 bytes
+
+
+def test_vm_program_of_a_symbolic_model():
+    func = _model()
+    fused = optimize(func, {})
+    calls = [c for c in post_order(fused.outputs) if isinstance(c, PrimitiveCall)]
+    prog = compile_vm(fused, {c.uid: c.name for c in calls}, {})
+    names = [f.name for f in prog.functions]
+    assert "vm.builtin.match_shape" in names and "main" in names
+    assert [s.name for s in prog.symbols] == ["n", "s"]
+
+
+def test_graph_executor_refuses_symbolic_models():
+    from kiln.build_module import choose_executor
+
+    with pytest.raises(CompileError, match=r"x: \(n, s, 8\)"):
+        choose_executor(_model(), "graph")
+    assert choose_executor(_model(), None) == "vm"
