@@ -328,7 +328,8 @@ def test_misaligned_inputs_are_staged_and_replayed(vm):
     for _ in range(3):
         x, y = (_misaligned(a) for a in _xy(5))
         np.testing.assert_allclose(vm["main"](x, y).numpy(), (x + y) * x, rtol=1e-6)
-    assert vm.memory_stats()["staging_bytes"] == 2 * 5 * 4 * 4
+    assert vm.module.staging_bytes == 2 * 5 * 4 * 4
+    assert "staging_bytes" not in vm.memory_stats()
     assert vm.replay_stats()["replays"] == 2
     x, y = _xy(5)
     np.testing.assert_allclose(vm["main"](x[:, ::-1], y).numpy(), (x[:, ::-1] + y) * x[:, ::-1],

@@ -487,9 +487,16 @@ class VirtualMachine(Module):
 
     def memory_stats(self) -> dict[str, int]:
         """Storage held now and at most, in bytes: ``{"storage_bytes",
-        "peak_storage_bytes", "num_storages", "allocations", "staging_bytes"}`` (the last:
-        buffers that misaligned inputs are copied into)."""
-        return {**self.arena.stats(), "staging_bytes": self._staging.nbytes}
+        "peak_storage_bytes", "num_storages", "allocations"}``. (Not counted: the buffers that
+        misaligned inputs are copied into, :attr:`staging_bytes`, which depend on where the
+        caller's arrays happen to lie.)"""
+        return self.arena.stats()
+
+    @property
+    def staging_bytes(self) -> int:
+        """Bytes of the buffers misaligned inputs were copied into (each at most the largest
+        such input seen)."""
+        return self._staging.nbytes
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
