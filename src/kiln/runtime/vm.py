@@ -55,16 +55,20 @@ _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
 
 
 class _Plan:
-    """One VM function, prepared: its ops and, when replayable, the split into checks (run on
-    every call) and body (interpreted once per heap tuple, then replayed)."""
+    """One VM function, prepared: its ops and, when replayable, the split into checks (the
+    shape checks, and the shape programs before the last of them: run on every call; they
+    decide the heap tuple), derived (the shape programs after them: functions of that tuple,
+    run only when a call is interpreted) and body (interpreted once per heap tuple, then
+    replayed)."""
 
-    __slots__ = ("body", "checks", "fidx", "func", "ops", "replayable")
+    __slots__ = ("body", "checks", "derived", "fidx", "func", "ops", "replayable")
 
     def __init__(self, fidx: int, func: VMFunction, ops: list[tuple]):
         self.fidx = fidx
         self.func = func
         self.ops = ops
         self.checks: list[tuple] = []
+        self.derived: list[tuple] = []
         self.body: list[tuple] = []
         self.replayable = False
 
@@ -270,7 +274,9 @@ class VirtualMachine(Module):
                 body.append(op)
         if checked != set(range(nparams)):
             return
-        plan.checks, plan.body, plan.replayable = checks, body, True
+        last = max((i for i, op in enumerate(checks) if op[2].stage == "match"), default=-1)
+        plan.checks, plan.derived = checks[:last + 1], checks[last + 1:]
+        plan.body, plan.replayable = body, True
 
     # ------------------------------------------------------------------------ running
     def _require_init(self) -> None:
@@ -334,6 +340,7 @@ class VirtualMachine(Module):
             recs.move_to_end(key)
             self.counters["replays"] += 1
             return rec.replay(args)
+        self._exec(plan.derived, frame)
         recorder = Recorder(args)
         frame.recorder = recorder if recorder.ok else None
         self.counters["interpreted"] += 1
