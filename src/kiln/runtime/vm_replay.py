@@ -113,7 +113,7 @@ class Recorder:
             if t is p:
                 return (i, 0, tuple(t._arr.shape), t.dtype)
         if t._arr.nbytes:
-            ptr = t.data_ptr
+            ptr = t._dltensor.data  # the struct kernels get anyway; cheaper than arr.ctypes
             for i, (lo, hi) in enumerate(self._ranges):
                 if lo <= ptr < hi:
                     return (i, ptr - lo, tuple(t._arr.shape), t.dtype)
