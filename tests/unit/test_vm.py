@@ -366,3 +366,17 @@ def test_checks_against_computed_slots_run_on_replay():
         with pytest.raises(ShapeError, match=f"input 'y' dim 0: symbol n is {2 * n}"):
             vm["main"](np.zeros(n, np.float32), np.zeros(2 * n + 1, np.float32))
     assert vm.replay_stats()["replays"] == 2
+
+
+def test_inputs_are_not_kept_alive(vm):
+    import gc
+    import weakref
+
+    for make in (lambda a: a, rt.array):
+        x, y = (make(a) for a in _xy(4))
+        refs = [weakref.ref(x), weakref.ref(y)]
+        vm["main"](x, y)  # recorded
+        vm["main"](x, y)  # replayed
+        del x, y
+        gc.collect()
+        assert all(r() is None for r in refs)

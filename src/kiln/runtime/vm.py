@@ -48,7 +48,6 @@ TYPE_KEY = "relax.VirtualMachine"
 MAX_RECORDINGS = 8
 #: nested VM calls before a call is refused (runaway recursion)
 MAX_DEPTH = 128
-_MAX_RESHAPE_CACHE = 1024
 
 # decoded op kinds
 _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
@@ -117,7 +116,7 @@ class VirtualMachine(Module):
         self._depth = 0
         self._initialized = False
         self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
-        self._reshapes: dict[tuple[int, tuple[int, ...]], tuple[NDArray, NDArray]] = {}
+        self._reshapes: dict[object, tuple[NDArray, tuple[int, ...], NDArray]] = {}
         self._inputs: dict[str, list[NDArray]] = {}
         self._staging = Staging()
         self._outputs: dict[str, Any] = {}
@@ -400,17 +399,15 @@ class VirtualMachine(Module):
         return None
 
     # ------------------------------------------------------------------ builtin helpers
-    def reshaped(self, t: NDArray, shape: tuple[int, ...]) -> NDArray:
-        """A view of ``t`` with ``shape`` (size checked by the caller), cached so a repeated
-        call hands kernels the same tensor."""
-        key = (id(t), shape)
-        hit = self._reshapes.get(key)
-        if hit is not None and hit[0] is t:
-            return hit[1]
+    def reshaped(self, t: NDArray, shape: tuple[int, ...], site: object) -> NDArray:
+        """A view of ``t`` with ``shape`` (size checked by the caller). The last view made at
+        each call ``site`` is kept, so a repeated call hands kernels the same tensor (and the
+        same prepared arguments); one per site bounds what the cache keeps alive."""
+        hit = self._reshapes.get(site)
+        if hit is not None and hit[0] is t and hit[1] == shape:
+            return hit[2]
         out = NDArray._checked(t._arr.reshape(shape), t.dtype, t.device)
-        if len(self._reshapes) >= _MAX_RESHAPE_CACHE:
-            self._reshapes.clear()
-        self._reshapes[key] = (t, out)
+        self._reshapes[site] = (t, shape, out)
         return out
 
     def _on_storage_grow(self, st: Storage) -> None:
