@@ -10,7 +10,8 @@ of this module, called by name.
 Speed. Instructions are decoded once into tuples whose constant and immediate arguments are
 already in place, so a call resolves only its register and heap arguments. Kernel calls reuse
 their prepared argument arrays while their arguments are the same objects (storage views are
-cached per shape, so in loops and repeated shapes they are). A function without control flow
+cached per shape, so in loops and repeated shapes they are; each call site keeps its last
+arguments, inputs included, until it runs again). A function without control flow
 replays its recorded kernel calls when its shape heap repeats (``vm_replay``), through the
 graph executor's batch runner.
 
