@@ -5,7 +5,9 @@ kernels under symbolic shapes."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -97,10 +99,15 @@ def test_replay_fast_path_is_used(factory, tmp_path):
     (recs,) = vm.module._recordings.values()
     (rec,) = recs.values()
     assert rec.num_calls == 2 and [type(op) for op in rec.ops] == [CallBatch]
-    # inputs given as aligned NDArrays are used in place by the replayed kernels too
+    # inputs given as aligned NDArrays are used in place by the replayed kernels too, and the
+    # VM keeps no reference to them after the call
     x, y = rt.array(inputs[1][0]), rt.array(inputs[1][1])
     np.testing.assert_allclose(vm["main"](x, y).numpy(), _ref(inputs[1][0], inputs[1][1]),
                                rtol=1e-6)
+    refs = [weakref.ref(x), weakref.ref(y)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs)
 
 
 def test_profile_compiled(factory):

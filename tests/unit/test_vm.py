@@ -328,8 +328,55 @@ def test_misaligned_inputs_are_staged_and_replayed(vm):
     for _ in range(3):
         x, y = (_misaligned(a) for a in _xy(5))
         np.testing.assert_allclose(vm["main"](x, y).numpy(), (x + y) * x, rtol=1e-6)
-    assert vm.memory_stats()["staging_bytes"] == 2 * 5 * 4 * 4
+    assert vm.module.staging_bytes == 2 * 5 * 4 * 4
+    assert "staging_bytes" not in vm.memory_stats()
     assert vm.replay_stats()["replays"] == 2
     x, y = _xy(5)
     np.testing.assert_allclose(vm["main"](x[:, ::-1], y).numpy(), (x[:, ::-1] + y) * x[:, ::-1],
                                rtol=1e-6)  # strided: staged too
+
+
+def test_runaway_recursion_is_an_error():
+    a = P.Asm([Symbol("n")])
+    f = a.begin("f", [("x", "float32", [Sym(0)])], [], num_regs=2, heap_size=1)
+    a.vmcall(1, f, P.R(0))
+    a.emit(P.ret(1))
+    a.end(f)
+    vm = VirtualMachine(a.build())
+    with pytest.raises(KilnError, match="nested calls"):
+        vm["f"](np.zeros(2, np.float32))
+    assert vm.module._depth == 0 and not any(vm.module._active.values())
+
+
+def test_checks_against_computed_slots_run_on_replay():
+    """``y: f32[2n]``: a shape program between the two checks computes 2n; it must run before
+    the second check on every call, replayed or not."""
+    a = P.Asm([Symbol("n", 1)])
+    f = a.begin("main", [("x", "float32", [Sym(0)]), ("y", "float32", [Sym(0)])], [],
+                num_regs=2, heap_size=2)
+    a.call(-1, P.B + "match_shape", P.R(0), P.I(0), a.spec(2, 32, [(1, 0)]))
+    a.call(-1, P.B + "shape_compute", a.prog((2, 1, 0, 0, 1, 2)))
+    a.call(-1, P.B + "match_shape", P.R(1), P.I(1), a.spec(2, 32, [(2, 1)]))
+    a.emit(P.ret(1))
+    a.end(f)
+    vm = VirtualMachine(a.build())
+    for n in (3, 3, 4, 3):
+        y = np.arange(2 * n, dtype=np.float32)
+        np.testing.assert_array_equal(vm["main"](np.zeros(n, np.float32), y).numpy(), y)
+        with pytest.raises(ShapeError, match=f"input 'y' dim 0: symbol n is {2 * n}"):
+            vm["main"](np.zeros(n, np.float32), np.zeros(2 * n + 1, np.float32))
+    assert vm.replay_stats()["replays"] == 2
+
+
+def test_inputs_are_not_kept_alive(vm):
+    import gc
+    import weakref
+
+    for make in (lambda a: a, rt.array):
+        x, y = (make(a) for a in _xy(4))
+        refs = [weakref.ref(x), weakref.ref(y)]
+        vm["main"](x, y)  # recorded
+        vm["main"](x, y)  # replayed
+        del x, y
+        gc.collect()
+        assert all(r() is None for r in refs)

@@ -10,7 +10,8 @@ of this module, called by name.
 Speed. Instructions are decoded once into tuples whose constant and immediate arguments are
 already in place, so a call resolves only its register and heap arguments. Kernel calls reuse
 their prepared argument arrays while their arguments are the same objects (storage views are
-cached per shape, so in loops and repeated shapes they are). A function without control flow
+cached per shape, so in loops and repeated shapes they are; each call site keeps its last
+arguments, inputs included, until it runs again). A function without control flow
 replays its recorded kernel calls when its shape heap repeats (``vm_replay``), through the
 graph executor's batch runner.
 
@@ -47,24 +48,27 @@ TYPE_KEY = "relax.VirtualMachine"
 #: recordings kept per function (least recently used dropped first)
 MAX_RECORDINGS = 8
 #: nested VM calls before a call is refused (runaway recursion)
-MAX_DEPTH = 256
-_MAX_RESHAPE_CACHE = 1024
+MAX_DEPTH = 128
 
 # decoded op kinds
 _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
 
 
 class _Plan:
-    """One VM function, prepared: its ops and, when replayable, the split into checks (run on
-    every call) and body (interpreted once per heap tuple, then replayed)."""
+    """One VM function, prepared: its ops and, when replayable, the split into checks (the
+    shape checks, and the shape programs before the last of them: run on every call; they
+    decide the heap tuple), derived (the shape programs after them: functions of that tuple,
+    run only when a call is interpreted) and body (interpreted once per heap tuple, then
+    replayed)."""
 
-    __slots__ = ("body", "checks", "fidx", "func", "ops", "replayable")
+    __slots__ = ("body", "checks", "derived", "fidx", "func", "ops", "replayable")
 
     def __init__(self, fidx: int, func: VMFunction, ops: list[tuple]):
         self.fidx = fidx
         self.func = func
         self.ops = ops
         self.checks: list[tuple] = []
+        self.derived: list[tuple] = []
         self.body: list[tuple] = []
         self.replayable = False
 
@@ -113,7 +117,7 @@ class VirtualMachine(Module):
         self._depth = 0
         self._initialized = False
         self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
-        self._reshapes: dict[tuple[int, tuple[int, ...]], tuple[NDArray, NDArray]] = {}
+        self._reshapes: dict[object, tuple[NDArray, tuple[int, ...], NDArray]] = {}
         self._inputs: dict[str, list[NDArray]] = {}
         self._staging = Staging()
         self._outputs: dict[str, Any] = {}
@@ -166,6 +170,7 @@ class VirtualMachine(Module):
                                 "2 pooled)")
         values = self._function_values()
         self._plans = {fidx: self._plan(fidx, values) for fidx in self.exe.decoded}
+        self._recordings.clear()  # made with the previous plans' prepared calls
         self._initialized = True
 
     def _function_values(self) -> list[Any]:
@@ -269,7 +274,9 @@ class VirtualMachine(Module):
                 body.append(op)
         if checked != set(range(nparams)):
             return
-        plan.checks, plan.body, plan.replayable = checks, body, True
+        last = max((i for i, op in enumerate(checks) if op[2].stage == "match"), default=-1)
+        plan.checks, plan.derived = checks[:last + 1], checks[last + 1:]
+        plan.body, plan.replayable = body, True
 
     # ------------------------------------------------------------------------ running
     def _require_init(self) -> None:
@@ -333,6 +340,7 @@ class VirtualMachine(Module):
             recs.move_to_end(key)
             self.counters["replays"] += 1
             return rec.replay(args)
+        self._exec(plan.derived, frame)
         recorder = Recorder(args)
         frame.recorder = recorder if recorder.ok else None
         self.counters["interpreted"] += 1
@@ -392,17 +400,15 @@ class VirtualMachine(Module):
         return None
 
     # ------------------------------------------------------------------ builtin helpers
-    def reshaped(self, t: NDArray, shape: tuple[int, ...]) -> NDArray:
-        """A view of ``t`` with ``shape`` (size checked by the caller), cached so a repeated
-        call hands kernels the same tensor."""
-        key = (id(t), shape)
-        hit = self._reshapes.get(key)
-        if hit is not None and hit[0] is t:
-            return hit[1]
+    def reshaped(self, t: NDArray, shape: tuple[int, ...], site: object) -> NDArray:
+        """A view of ``t`` with ``shape`` (size checked by the caller). The last view made at
+        each call ``site`` is kept, so a repeated call hands kernels the same tensor (and the
+        same prepared arguments); one per site bounds what the cache keeps alive."""
+        hit = self._reshapes.get(site)
+        if hit is not None and hit[0] is t and hit[1] == shape:
+            return hit[2]
         out = NDArray._checked(t._arr.reshape(shape), t.dtype, t.device)
-        if len(self._reshapes) >= _MAX_RESHAPE_CACHE:
-            self._reshapes.clear()
-        self._reshapes[key] = (t, out)
+        self._reshapes[site] = (t, shape, out)
         return out
 
     def _on_storage_grow(self, st: Storage) -> None:
@@ -486,9 +492,16 @@ class VirtualMachine(Module):
 
     def memory_stats(self) -> dict[str, int]:
         """Storage held now and at most, in bytes: ``{"storage_bytes",
-        "peak_storage_bytes", "num_storages", "allocations", "staging_bytes"}`` (the last:
-        buffers that misaligned inputs are copied into)."""
-        return {**self.arena.stats(), "staging_bytes": self._staging.nbytes}
+        "peak_storage_bytes", "num_storages", "allocations"}``. (Not counted: the buffers that
+        misaligned inputs are copied into, :attr:`staging_bytes`, which depend on where the
+        caller's arrays happen to lie.)"""
+        return self.arena.stats()
+
+    @property
+    def staging_bytes(self) -> int:
+        """Bytes of the buffers misaligned inputs were copied into (each at most the largest
+        such input seen)."""
+        return self._staging.nbytes
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),

@@ -303,6 +303,7 @@ def reshape(site: Site) -> Run:
     """``reshape(tensor, dims...)``: a view with another shape (the same bytes)."""
     site.nargs(1)
     _dims_args(site, 1)
+    key = object()  # this call site, for the VM's cache of the last view made here
 
     def run(frame: Frame, args: list) -> NDArray:
         t = _tensor(args[0], "reshape")
@@ -313,7 +314,7 @@ def reshape(site: Site) -> Run:
         if n != t._arr.nbytes:
             raise ShapeError(f"vm.builtin.reshape: cannot view {t.dtype}{list(t.shape)} as "
                              f"{list(shape)}")
-        return frame.vm.reshaped(t, shape)
+        return frame.vm.reshaped(t, shape, key)
 
     return run
 

@@ -55,7 +55,7 @@ class Recording:
         Each storage used, with its generation when recorded.
     """
 
-    def __init__(self, ops: list[Callable[[], Any]], rebinds: list[tuple[Any, int, int]],
+    def __init__(self, ops: list[Callable[[], Any]], rebinds: list[tuple[Any, int, int, Any]],
                  box: list, storages: list[tuple[Storage, int]], output: Callable[[], Any]):
         self.ops = batch_calls(ops)
         self.num_calls = len(ops)
@@ -74,7 +74,7 @@ class Recording:
     def replay(self, params: list[NDArray]) -> Any:
         """Run the recorded calls over ``params`` (same shapes as when recorded); returns
         the function's result (views of VM storage, or of ``params``)."""
-        for struct, i, off in self._rebinds:
+        for struct, i, off, _shape in self._rebinds:
             struct.data = params[i].data_ptr + off
         self._box[0] = params
         try:
@@ -102,7 +102,7 @@ class Recorder:
             overlaps(a, b) for i, a in enumerate(params) for b in params[i + 1:])
         self._ranges = [(p.data_ptr, p.data_ptr + p.nbytes) for p in params] if self.ok else []
         self._ops: list[Callable[[], Any]] = []
-        self._rebinds: list[tuple[Any, int, int]] = []
+        self._rebinds: list[tuple[Any, int, int, Any]] = []  # struct, param, offset, shape
         self._proxies: dict[int, tuple[Any, ...]] = {}
         self._box: list = [params]
         self._storages: list[tuple[Storage, int]] = []
@@ -113,7 +113,7 @@ class Recorder:
             if t is p:
                 return (i, 0, tuple(t._arr.shape), t.dtype)
         if t._arr.nbytes:
-            ptr = t.data_ptr
+            ptr = t._dltensor.data  # the struct kernels get anyway; cheaper than arr.ctypes
             for i, (lo, hi) in enumerate(self._ranges):
                 if lo <= ptr < hi:
                     return (i, ptr - lo, tuple(t._arr.shape), t.dtype)
@@ -125,20 +125,23 @@ class Recorder:
         ref = self._param_ref(x)
         if ref is None:
             return x
+        # (x is alive while the call runs, so its id names it; the recording keeps only the
+        # struct and its shape array, not the caller's memory)
         hit = self._proxies.get(id(x))
         if hit is None:
             dl = x._dltensor
             shape_arr = (ctypes.c_int64 * max(x.ndim, 1))(*x._arr.shape)
             struct = C.DLTensor(dl.data, dl.device, dl.ndim, dl.dtype,
                                 ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
-            hit = (x, ctypes.pointer(struct), shape_arr, struct)
+            hit = (ctypes.pointer(struct), shape_arr, struct)
             self._proxies[id(x)] = hit
-            self._rebinds.append((struct, ref[0], ref[1]))
-        return hit[1]
+            self._rebinds.append((struct, ref[0], ref[1], shape_arr))
+        return hit[0]
 
     def _py_args(self, args: list) -> Callable[[], list]:
-        specs = [(self._param_ref(x) if type(x) is NDArray else None, x) for x in args]
-        if all(ref is None for ref, _ in specs):
+        refs = [self._param_ref(x) if type(x) is NDArray else None for x in args]
+        specs = [(ref, None if ref is not None else x) for ref, x in zip(refs, args)]
+        if all(ref is None for ref in refs):
             fixed = list(args)
             return lambda: fixed
         box = self._box
