@@ -77,3 +77,9 @@ def test_different_symbols_do_not_broadcast():
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
     with pytest.raises(ShapeError, match=r"\(n, 4\) vs \(m, 4\).*--dim"):
         from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_bounds_of_one_value_fix_the_dim():
+    mod, _ = from_onnx(_model(), dim_bounds={"seq": (4, 4)})
+    batch, seq = mod["main"].params[0].checked_type.shape[:2]
+    assert isinstance(batch, SymVar) and seq == 4

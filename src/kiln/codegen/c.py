@@ -120,6 +120,15 @@ class _FuncWriter:
         self.indent = 1
         self.parallel_depth = 0  # > 0 inside an OpenMP parallel loop
         self.uses_failed_flag = False
+        # Symbolic shapes: index arithmetic over the shape symbols alone (strides, extents,
+        # `W // 32 * 8 + 2`) is computed once, in consts after the prologue, not per element;
+        # and floor division of operands known non-negative is C's `/` (vectorizable).
+        self.symbols: set[int] = set()
+        self.nonneg: set[int] = set()
+        self.hoisted: dict[str, str] = {}
+        self.hoist_keys: list[tuple] = []
+        self.hoist_lines: list[str] = []
+        self.hoisting = False
 
     # -- names
     def name(self, obj: object, hint: str) -> str:
@@ -151,6 +160,8 @@ class _FuncWriter:
         while isinstance(body, (L.AssertStmt, L.LetStmt)):
             if isinstance(body, L.LetStmt):
                 self.let(body)
+                self.symbols.add(id(body.var))  # a shape symbol (>= 0)
+                self.nonneg.add(id(body.var))
             else:
                 self.assert_stmt(body)
             body = body.body
@@ -158,7 +169,10 @@ class _FuncWriter:
             ty = c_type(buf.dtype)
             self.line(f"{ty}* restrict {self.name(buf, buf.name)} = ({ty}*)((char*)KILN_ARG({i})"
                       f"->data + KILN_ARG({i})->byte_offset);")
+        hoist_at = len(self.lines)
+        self.hoisting = True
         self.stmt(body)
+        self.lines[hoist_at:hoist_at] = self.hoist_lines
         self.line("return 0;")
         if self.uses_failed_flag:
             self.lines.insert(2, "  int kiln_failed = 0;")
@@ -245,6 +259,8 @@ class _FuncWriter:
 
     def for_loop(self, s: L.For) -> None:
         v = self.name(s.var, s.var.name)
+        if self._nonneg(s.min):
+            self.nonneg.add(id(s.var))
         if s.kind == "parallel":
             self.line("#pragma omp parallel for schedule(static)")
         elif s.kind == "unrolled":
@@ -350,6 +366,36 @@ class _FuncWriter:
         raise CompileError(f"C codegen: unknown expression {type(e).__name__}")
 
     def binary(self, e: L.Binary) -> str:
+        if self.hoisting and e.dtype == L.INT and self._symbol_only(e):
+            text = self._binary(e)
+            if text not in self.hoisted:
+                key = (text,)  # kept alive by hoisted's value below: a unique name per text
+                self.hoisted[text] = name = self.name(key, f"kiln_dim{len(self.hoisted)}")
+                self.hoist_keys.append(key)
+                self.hoist_lines.append(f"  const int64_t {name} = {text};")
+            return self.hoisted[text]
+        return self._binary(e)
+
+    def _symbol_only(self, e: L.PrimExpr) -> bool:
+        """Whether ``e`` is arithmetic over shape symbols and constants only."""
+        if isinstance(e, L.Var):
+            return id(e) in self.symbols
+        if isinstance(e, L.IntImm):
+            return True
+        return isinstance(e, L.Binary) and e.op in ("+", "-", "*", "//", "%", "min", "max") \
+            and self._symbol_only(e.a) and self._symbol_only(e.b)
+
+    def _nonneg(self, e: L.PrimExpr) -> bool:
+        """Whether the integer ``e`` is known >= 0 (shape symbols, loop variables from a
+        non-negative start, and sums, products, quotients and remainders of those)."""
+        if isinstance(e, L.IntImm):
+            return e.value >= 0
+        if isinstance(e, L.Var):
+            return id(e) in self.nonneg
+        return isinstance(e, L.Binary) and e.op in ("+", "*", "//", "%", "min", "max") and \
+            self._nonneg(e.a) and self._nonneg(e.b)
+
+    def _binary(self, e: L.Binary) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in _OPS:
             return f"({a} {_OPS[e.op]} {b})"
@@ -360,6 +406,8 @@ class _FuncWriter:
             if L.is_float(e.dtype):
                 fl = "floor" if e.dtype == "float64" else "floorf"
                 return f"{fl}({a} / {b})" if e.op == "//" else f"({a} - {fl}({a} / {b}) * {b})"
+            if e.dtype == L.INT and self._nonneg(e.a) and self._nonneg(e.b):
+                return f"({a} {'/' if e.op == '//' else '%'} {b})"  # floor == truncation here
             return f"kiln_floordiv({a}, {b})" if e.op == "//" else f"kiln_floormod({a}, {b})"
         raise CompileError(f"C codegen: unknown operator {e.op}")
 

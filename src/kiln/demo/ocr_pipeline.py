@@ -97,13 +97,16 @@ def text_boxes(prob: np.ndarray, threshold: float = DET_THRESHOLD,
     return boxes
 
 
-def rec_input(crop: np.ndarray, width: int = REC_WIDTH) -> np.ndarray:
+def rec_input(crop: np.ndarray, width: int | None = REC_WIDTH) -> np.ndarray:
     """uint8 RGB crop → float32 ``(1, 3, 48, width)``: resized (bilinear) to height 48 with its
-    aspect ratio (at most ``width`` wide), scaled to [-1, 1], zero-padded on the right."""
+    aspect ratio (at most ``width`` wide), scaled to [-1, 1], zero-padded on the right;
+    ``width`` None: as wide as the resized crop (a recognizer with a symbolic width)."""
     from PIL import Image
 
     h, w = crop.shape[:2]
-    new_w = max(1, min(width, math.ceil(REC_HEIGHT * w / h)))
+    natural = max(1, math.ceil(REC_HEIGHT * w / h))
+    width = natural if width is None else width
+    new_w = min(width, natural)
     resized = np.asarray(Image.fromarray(crop).resize((new_w, REC_HEIGHT), Image.BILINEAR))
     x = np.zeros((1, 3, REC_HEIGHT, width), dtype=np.float32)
     x[0, :, :, :new_w] = (resized.astype(np.float32).transpose(2, 0, 1) / 255 - 0.5) / 0.5

@@ -103,7 +103,8 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
         Dtype of inputs whose ONNX type leaves it undefined (default "float32").
     dim_bounds : dict[str, DimBound], optional
         Bounds of symbolic dimensions by ``dim_param`` name: ``(lo, hi)`` inclusive (``hi`` None:
-        unbounded) or ``(lo, hi, divisor)``; default ``(1, None, 1)``. Kernels may drop tail
+        unbounded) or ``(lo, hi, divisor)``; default ``(1, None, 1)``. ``lo == hi`` fixes the
+        dim (in every input that has it). Kernels may drop tail
         loops and checks that known bounds and divisors make unnecessary; the VM rejects inputs
         outside them.
 
@@ -180,7 +181,8 @@ class SymbolTable:
         self.bounds = dict(bounds or {})
         self.vars: dict[str, SymVar] = {}
 
-    def get(self, name: str) -> SymVar:
+    def get(self, name: str) -> SymVar | int:
+        """The symbol ``name``, or its value when its bounds allow only one."""
         if name not in self.vars:
             spec = tuple(self.bounds.get(name, ()))
             lo = int(spec[0]) if len(spec) > 0 else 1
@@ -189,7 +191,8 @@ class SymbolTable:
             if lo < 0:
                 raise ShapeError(f"symbol {name}: lower bound {lo} is negative")
             self.vars[name] = SymVar(name, lo, hi, divisor)
-        return self.vars[name]
+        var = self.vars[name]
+        return var.lo if var.hi == var.lo else var
 
     def check_all_used(self) -> None:
         unknown = sorted(set(self.bounds) - set(self.vars))
