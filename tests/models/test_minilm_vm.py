@@ -90,6 +90,8 @@ def test_symbol_conflict_names_input_dim_and_symbol(vm_c):
 def test_dims_outside_bounds_rank_and_dtype_are_errors(vm_c):
     with pytest.raises(ShapeError, match="sequence_length"):
         vm_c["main"](np.ones((1, 600), "int64"), np.ones((1, 600), "int64"))
+    with pytest.raises(ShapeError, match="sequence_length"):  # symbols are >= 1 by default
+        vm_c["main"](np.ones((1, 0), "int64"), np.ones((1, 0), "int64"))
     with pytest.raises(KilnError, match="input_ids"):
         vm_c["main"](np.ones((1, 2, 3), "int64"), np.ones((1, 2), "int64"))
     with pytest.raises(KilnError, match="input_ids"):
