@@ -148,10 +148,11 @@ def _pad_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     if len(width) != x.ndim or attrs["pad_mode"] not in PAD_MODES:
         raise ShapeError(f"pad_width {width} / mode {attrs['pad_mode']!r} for shape {x.shape}")
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, width))
-    if any(d < 0 for d in shape):
+    if any(arith.bounds(d)[1] is not None and arith.bounds(d)[1] < 0 for d in shape):
         raise ShapeError(f"pad_width {width} crops {x.shape} below zero")
     if attrs["pad_mode"] != "constant" and any(
-            n == 0 and (lo > 0 or hi > 0) for n, (lo, hi) in zip(x.shape, width)):
+            isinstance(n, int) and n == 0 and (lo > 0 or hi > 0)
+            for n, (lo, hi) in zip(x.shape, width)):
         raise ShapeError(f"mode {attrs['pad_mode']!r} cannot pad an empty axis of {x.shape}")
     return TensorType(shape, x.dtype)
 
