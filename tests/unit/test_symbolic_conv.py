@@ -197,5 +197,5 @@ def test_fused_symbolic_nest_binds_its_indices_once():
     lets, inner = peel_lets(loop.body)
     assert len(lets) == 4 and isinstance(inner, L.For) and inner.extent.value == 64
     assert not any(isinstance(s, L.LetStmt) for s in L.walk_stmts(inner))
-    static = _parallel_nest((2, 3, 5, 64))
+    static = _parallel_nest((2, 3, 5, 4096))
     assert not peel_lets(static.body)[0]
