@@ -11,12 +11,16 @@ from onnx import TensorProto, helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
-from kiln.ir import arith
+from kiln.ir import arith, te
+from kiln.ir import loop as L
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.ir.lower import Schedule, lower
 from kiln.ir.ops.nn import pool_output_size
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.split_concat import split_concat
+from kiln.schedules import schedule_loops
 from kiln.schedules.nn_cpu import _divisors, _row_block
+from kiln.schedules.primitives import peel_lets
 
 RNG = np.random.default_rng(11)
 N, H, W = arith.SymVar("N"), arith.SymVar("H"), arith.SymVar("W")
@@ -173,3 +177,25 @@ def test_conv_blocks_along_symbolic_extents_need_no_tail():
     assert _row_block(56) == 14 and _row_block(56, taps=1) == 8  # static: unchanged
     assert _divisors(12) == [1, 2, 3, 4, 6, 12]
 
+
+
+def _parallel_nest(shape) -> L.For:
+    """The parallel loop schedule_loops makes of ``x + 1`` over ``shape``."""
+    x = te.placeholder(shape, "float32", "x")
+    y = te.compute(shape, lambda *i: x[i] + 1.0, name="y", tag="elemwise")
+    func = schedule_loops(lower(Schedule(y), [x], "add_one"))
+    (loop,) = [s for s in L.walk_stmts(func.body) if isinstance(s, L.For)
+               and s.kind == "parallel"]
+    return loop
+
+
+def test_fused_symbolic_nest_binds_its_indices_once():
+    """Fusing across a symbolic extent binds the outer loop variables once per iteration
+    (LetStmt): the C compiler left the substituted divisions in the vectorizable inner loop.
+    Constant extents still substitute (static kernels unchanged)."""
+    loop = _parallel_nest((N, 3, 5, 64))
+    lets, inner = peel_lets(loop.body)
+    assert len(lets) == 4 and isinstance(inner, L.For) and inner.extent.value == 64
+    assert not any(isinstance(s, L.LetStmt) for s in L.walk_stmts(inner))
+    static = _parallel_nest((2, 3, 5, 4096))
+    assert not peel_lets(static.body)[0]

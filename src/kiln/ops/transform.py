@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from kiln.ir import arith, te
 from kiln.ir import loop as L
-from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 from kiln.ops.broadcast import broadcast_load
 
@@ -101,19 +101,22 @@ def expand(inputs, attrs, out_type):
                       tag="broadcast")
 
 
-def _pad_source(i: L.PrimExpr, before: int, after: int, n: int, mode: str) -> L.PrimExpr:
+def _pad_source(i: L.PrimExpr, before: int, after: int, n: arith.Dim, mode: str) -> L.PrimExpr:
     """The input index read for output index ``i`` of an axis of extent ``n``."""
     j = i - before
+    if not isinstance(n, int) and before == after == 0:
+        return j  # an unpadded symbolic axis (a batch): no run-time period that may be 0
     if mode == "edge":
-        return L.minimum(L.maximum(j, L.IntImm(0)), L.IntImm(n - 1))
+        return L.minimum(L.maximum(j, L.IntImm(0)), te.dim_expr(n - 1))
     if mode == "wrap":
         return j % n  # the loop IR's % is the floor modulo
     if mode == "reflect":
         if n == 1:
             return L.IntImm(0)
-        period = 2 * (n - 1)
+        # a symbolic extent of 1 cannot be reflect-padded (ONNX): keep its period nonzero
+        period = 2 * (n - 1) if isinstance(n, int) else arith.maximum(2 * (n - 1), 1)
         m = j % period
-        return L.Select(m < n, m, L.IntImm(period) - m)
+        return L.Select(m < n, m, te.dim_expr(period) - m)
     return j
 
 
@@ -134,7 +137,7 @@ def pad(inputs, attrs, out_type):
             return x[src]
         # Out-of-range reads are clamped: the Select discards them, and neither codegen
         # need evaluate it lazily.
-        safe = tuple(L.minimum(L.maximum(s, L.IntImm(0)), L.IntImm(max(n - 1, 0)))
+        safe = tuple(L.minimum(L.maximum(s, L.IntImm(0)), te.dim_expr(arith.maximum(n - 1, 0)))
                      for s, n in zip(src, x.shape))
         return L.Select(L.logical_and(*inside), x[safe], L.const(attrs["pad_value"], x.dtype))
 

@@ -71,8 +71,8 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
         if _work(nest) < MIN_PARALLEL_WORK:
             continue
         loop = nest
-        while _may_be_small(loop) and isinstance(loop.body, L.For) and \
-                _fusable(loop.body, loop):
+        while _may_be_small(loop) and isinstance(inner := P.peel_lets(loop.body)[1], L.For) \
+                and _fusable(inner, loop):
             func, loop = P.fuse(func, loop)
         func = P.parallel(func, loop)
     return func

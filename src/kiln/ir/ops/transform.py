@@ -14,7 +14,13 @@ from kiln.errors import ShapeError
 from kiln.ir import arith
 from kiln.ir.graph import TensorType
 from kiln.ir.op_registry import OpPattern, register_op
-from kiln.ir.ops.common import broadcast_shapes, expect_arity, normalize_axis, same_dtype
+from kiln.ir.ops.common import (
+    broadcast_shapes,
+    expect_arity,
+    normalize_axis,
+    same_dtype,
+    surely_less,
+)
 
 
 def _reshape_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -148,7 +154,7 @@ def _pad_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     if len(width) != x.ndim or attrs["pad_mode"] not in PAD_MODES:
         raise ShapeError(f"pad_width {width} / mode {attrs['pad_mode']!r} for shape {x.shape}")
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, width))
-    if any(arith.bounds(d)[1] is not None and arith.bounds(d)[1] < 0 for d in shape):
+    if any(surely_less(d, 0) for d in shape):
         raise ShapeError(f"pad_width {width} crops {x.shape} below zero")
     if attrs["pad_mode"] != "constant" and any(
             isinstance(n, int) and n == 0 and (lo > 0 or hi > 0)
