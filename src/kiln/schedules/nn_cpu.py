@@ -240,10 +240,12 @@ def schedule_pool(sch: Schedule, pool: Tensor) -> None:
     stage.cache_write_local()
 
 
-#: rows of a dense register block: 8 rows × 2 vectors = 16 accumulator registers (AVX-512 has
-#: 32; AVX2's 16 also fit, its vectors being 8 floats and the weight block 16). Measured on a
-#: 128×384 · 384×1536 GEMM, one core: 4 rows 82 GFLOP/s, 8 rows 131 (onnxruntime ~165).
-DENSE_ROWS = 8
+#: rows of a dense register block. First measured on a 128×384 · 384×1536 GEMM, one core: 4
+#: rows 82 GFLOP/s, 8 rows 131 (onnxruntime ~165), before the reduction was unrolled by 8
+#: (DENSE_K_UNROLL). With that unroll, on a Xeon with AVX-512 (one core, llvm): 8 rows 36
+#: GFLOP/s, 6 rows 77, 4 rows 73 (the 128×384 · 384×384 GEMM: 1018, 519, 544 us; MiniLM-L3 at
+#: [4, 33], whose 132 rows took 6-row blocks, ran its GEMMs twice as fast as at [1, 128]).
+DENSE_ROWS = 6
 
 
 #: reduction steps of a dense unrolled around its register block (as INPUT_UNROLL for convs):
