@@ -63,7 +63,9 @@ def _replace(func: L.PrimFunc, target: L.For, new: L.Stmt) -> L.PrimFunc:
         if isinstance(s, L.IfThenElse):
             t = rec(s.then_case)
             e = rec(s.else_case) if s.else_case else None
-            return L.IfThenElse(s.cond, t, e)
+            # unchanged: the same object, so loops under it keep their identity for the next
+            # primitive (a kernel's second version is found again after the first is fused)
+            return s if t is s.then_case and e is s.else_case else L.IfThenElse(s.cond, t, e)
         return s
 
     return L.PrimFunc(func.name, func.params, rec(func.body), dict(func.attrs))
