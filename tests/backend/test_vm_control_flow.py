@@ -41,6 +41,15 @@ def _if_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _vm(model, target: str, path, instruction: str) -> VirtualMachine:
+    """Compile ``model`` for the VM (its bytecode has ``instruction``), export, load."""
+    mod, params = from_onnx(model)
+    exe = kiln.build(mod, target=target, params=params)
+    assert instruction in exe.as_text()
+    exe.export_library(str(path))
+    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
+
+
 def _cases():
     rng = np.random.default_rng(0)
     for sign, n in ((1, 3), (-1, 5), (1, 1), (-1, 2)):
@@ -59,11 +68,7 @@ def test_data_condition_becomes_a_run_time_if():
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_if_runs_either_branch_at_any_shape(target, tmp_path):
     model = _if_model()
-    mod, params = from_onnx(model)
-    exe = kiln.build(mod, target=target, params=params)
-    assert " if " in exe.as_text()
-    exe.export_library(str(tmp_path / "if.so"))
-    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "if.so")), kiln.cpu())
+    vm = _vm(model, target, tmp_path / "if.so", " if ")
     ref = ReferenceEvaluator(model)
     for x in _cases():
         got = [o.numpy() for o in vm["main"](x)]
@@ -108,11 +113,7 @@ LOOP_CASES = [((2, 3), 5, True), ((4, 3), 50, True), ((1, 3), 3, False), ((3, 3)
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_loop_with_data_trip_count_and_condition(target, tmp_path):
     model = _loop_model()
-    mod, params = from_onnx(model)
-    exe = kiln.build(mod, target=target, params=params)
-    assert " goto " in exe.as_text()
-    exe.export_library(str(tmp_path / "loop.so"))
-    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "loop.so")), kiln.cpu())
+    vm = _vm(model, target, tmp_path / "loop.so", " goto ")
     ref = ReferenceEvaluator(model)
     for shape, trips, cond in LOOP_CASES:  # runs the trip count, stops early, or not at all
         feed = {"x": np.full(shape, 0.5, "float32"), "M": np.array(trips, np.int64),

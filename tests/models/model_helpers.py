@@ -5,6 +5,8 @@ Imported by the tests of this folder (pytest puts the folder on ``sys.path``).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,3 +148,12 @@ def fix_input_dim(model, axis: int, value: int, name: str | None = None):
     dim.ClearField("dim_param")
     dim.dim_value = value
     return model
+
+
+def kiln_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -m kiln.cli ARGS`` and return the finished process (text output)."""
+    proc = subprocess.run([sys.executable, "-m", "kiln.cli", *args], capture_output=True,
+                          text=True, check=False, timeout=900)
+    if check:
+        assert proc.returncode == 0, f"kiln {' '.join(args)} failed:\n{proc.stderr}"
+    return proc

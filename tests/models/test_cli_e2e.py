@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
-from model_helpers import assert_matches_reference, graph_inputs
+from model_helpers import assert_matches_reference, graph_inputs, kiln_cli
 
 from kiln import models
 
 pytestmark = pytest.mark.xdist_group("cli-squeezenet")
-
-
-def kiln_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python -m kiln.cli ARGS`` and return the finished process (text output)."""
-    proc = subprocess.run([sys.executable, "-m", "kiln.cli", *args], capture_output=True,
-                          text=True, check=False, timeout=900)
-    if check:
-        assert proc.returncode == 0, f"kiln {' '.join(args)} failed:\n{proc.stderr}"
-    return proc
 
 
 @pytest.fixture(scope="module")
