@@ -42,23 +42,26 @@ from kiln.ir.graph import (
 )
 from kiln.passes.loop.make_packed_api import dl_dtype
 from kiln.runtime.ndarray import array
+from kiln.runtime.vm_bytecode import (
+    REG,
+    call,
+    const,
+    decode_arg,
+    goto,
+    heap,
+    if_,
+    imm,
+    reg,
+    ret,
+)
 from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, Sym, TensorSig, VMFunction
 
-# Instruction opcodes and argument kinds (decision 014).
-OP_CALL, OP_RET, OP_GOTO, OP_IF = 1, 2, 3, 4
-ARG_REG, ARG_IMM, ARG_CONST, ARG_FUNC, ARG_HEAP = 0, 1, 2, 3, 4
 #: shape-program opcodes
 SHAPE_OPS = {"add": 0, "sub": 1, "mul": 2, "floordiv": 3, "floormod": 4, "min": 5, "max": 6}
 #: match-spec dim kinds
 MATCH_EQUAL, MATCH_BIND, MATCH_CHECK = 0, 1, 2
 #: byte alignment of every tensor in the arena (NDArray's alignment)
 ALIGN = 64
-
-
-def encode_arg(kind: int, value: int) -> int:
-    """One argument word: the kind in bits 63..56, the value in the low 56 bits (two's
-    complement, sign-extended when read)."""
-    return (kind << 56) | (int(value) & ((1 << 56) - 1))
 
 
 @dataclass
@@ -92,7 +95,7 @@ class ShapeHeap:
     def arg(self, d: Dim) -> int:
         """A bytecode argument word for ``d``: an immediate or a heap slot."""
         kind, value = self.operand(d)
-        return encode_arg(ARG_IMM if kind == 1 else ARG_HEAP, value)
+        return imm(value) if kind == 1 else heap(value)
 
     def slot(self, d: arith.SymExpr) -> int:
         if d in self.slots:
@@ -201,7 +204,21 @@ class _Emitter:
         return self.const_index[key]
 
     def call(self, dst: int, name: str, args: list[int]) -> None:
-        self.prog.code += [OP_CALL, dst, self.func(name), len(args), *args]
+        self.prog.code += call(dst, self.func(name), args)
+
+    def move(self, dst: int, word: int) -> None:
+        """Register ``dst`` = the value of argument ``word`` (the VM has no move: a one-item
+        tuple and its item)."""
+        pair = self.reg()
+        self.call(pair, "vm.builtin.make_tuple", [word])
+        self.call(dst, "vm.builtin.tuple_get", [reg(pair), imm(0)])
+
+    def alloc_tensor(self, dst: int, storage: int, offset: Dim, t: TensorType) -> None:
+        """Register ``dst`` = a tensor of type ``t`` at ``offset`` bytes into ``storage``."""
+        self.call(dst, "vm.builtin.alloc_tensor",
+                  [reg(storage), self.heap.arg(offset),
+                   const(self.const(t.dtype, ("dtype", t.dtype))),
+                   *(self.heap.arg(d) for d in t.shape)])
 
 
 def compile_vm(func: Function, kernel_names: dict[int, str],
@@ -234,24 +251,21 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     bound: set[str] = set()
     for k, v in enumerate(func.params):
         spec = _match_spec(v.checked_type, symbols, bound)
-        em.call(-1, "vm.builtin.match_shape",
-                [encode_arg(ARG_REG, regs[v.uid]), encode_arg(ARG_IMM, k),
-                 encode_arg(ARG_CONST, em.const(spec))])
+        em.call(-1, "vm.builtin.match_shape", [reg(regs[v.uid]), imm(k), const(em.const(spec))])
     # Everything after the shape program is emitted into `tail`, so that the program (which
     # grows while the tail asks for dims) can be placed before it.
     em.prog.code = tail = []
     results = _emit_body(em, func.outputs, regs)
-    if len(results) == 1 and results[0] >> 56 == ARG_REG:
-        ret = results[0] & ((1 << 56) - 1)
+    if len(results) == 1 and decode_arg(results[0])[0] == REG:
+        out = decode_arg(results[0])[1]
     else:
-        ret = em.reg()
-        em.call(ret, "vm.builtin.make_tuple", results)
-    tail += [OP_RET, ret]
+        out = em.reg()
+        em.call(out, "vm.builtin.make_tuple", results)
+    tail += ret(out)
     code = list(head)
     if em.heap.program:
         prog_const = em.const(np.array(em.heap.program, dtype=np.int64))
-        code += [OP_CALL, -1, em.func("vm.builtin.shape_compute"), 1,
-                 encode_arg(ARG_CONST, prog_const)]
+        code += call(-1, em.func("vm.builtin.shape_compute"), [const(prog_const)])
     code += tail  # jump offsets are relative: the tail moves as it is
     outputs = [_signature(n, o.checked_type, symbols)
                for n, o in zip(func.output_names, func.outputs)]
@@ -293,42 +307,38 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
     words = [_value_arg(o, regs, em) for o in outputs]
     if result_regs is None:
         return words
-    for k, word in enumerate(words):
-        if word != encode_arg(ARG_REG, result_regs[k]):  # a parameter, constant or shared value
-            pair = em.reg()
-            em.call(pair, "vm.builtin.make_tuple", [word])
-            em.call(result_regs[k], "vm.builtin.tuple_get",
-                    [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
-    return [encode_arg(ARG_REG, r) for r in result_regs]
+    for word, dst in zip(words, result_regs):
+        if word != reg(dst):  # a parameter, constant or shared value
+            em.move(dst, word)
+    return [reg(r) for r in result_regs]
 
 
 def _plan(em: _Emitter, calls: list[PrimitiveCall], nodes: list[Expr],
           outputs: list[Expr]) -> dict[int, tuple[int, Dim]]:
     """Allocate the arena of ``calls`` (one storage id): call uid → (arena register, offset).
-    Values an If reads stay alive to the end (their last use is inside a branch)."""
+    Values an If or a Loop reads stay alive to the end (their last use is inside a branch or
+    the body)."""
     if not calls:
         return {}
-    read_by_if = {a.uid for n in nodes if isinstance(n, (IfCall, LoopCall)) for a in n.args}
-    sizes = [arith.mul(c.checked_type.size, np.dtype(c.checked_type.dtype).itemsize)
-             for c in calls]
-    keep = list(outputs) + [c for c in calls if c.uid in read_by_if]
-    offsets, total = plan_arena(sizes, _frees(calls, keep))
+    read_by_control = {a.uid for n in nodes if isinstance(n, (IfCall, LoopCall))
+                       for a in n.args}
+    keep = list(outputs) + [c for c in calls if c.uid in read_by_control]
+    offsets, total = plan_arena([_nbytes(c.checked_type) for c in calls], _frees(calls, keep))
     arena = em.reg()
-    em.call(arena, "vm.builtin.alloc_storage",
-            [encode_arg(ARG_IMM, em.storage_id()), em.heap.arg(total)])
+    em.call(arena, "vm.builtin.alloc_storage", [imm(em.storage_id()), em.heap.arg(total)])
     return {c.uid: (arena, off) for c, off in zip(calls, offsets)}
 
 
+def _nbytes(t: TensorType) -> Dim:
+    return arith.mul(t.size, np.dtype(t.dtype).itemsize)
+
+
 def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed) -> None:
-    t = call.checked_type
     arena, offset = placed[call.uid]
     out = regs.setdefault(call.uid, em.reg())
-    em.call(out, "vm.builtin.alloc_tensor",
-            [encode_arg(ARG_REG, arena), em.heap.arg(offset),
-             encode_arg(ARG_CONST, em.const(t.dtype, ("dtype", t.dtype))),
-             *(em.heap.arg(d) for d in t.shape)])
+    em.alloc_tensor(out, arena, offset, call.checked_type)
     name = em.kernel_names[call.uid]
-    args = [_value_arg(a, regs, em) for a in call.args] + [encode_arg(ARG_REG, out)]
+    args = [_value_arg(a, regs, em) for a in call.args] + [reg(out)]
     args += [em.heap.arg(_symbol(em.prog.symbols, s))
              for s in em.kernel_symbol_args.get(name, [])]
     em.call(-1, name, args)
@@ -342,10 +352,10 @@ def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
     results = [em.reg() for _ in node.output_types]
     code = em.prog.code
     at_if = len(code)
-    code += [OP_IF, cond, 0]
+    code += if_(cond, 0)  # offsets patched once the branches' lengths are known
     _emit_branch(em, node.then_body, node.args[1:], regs, results)
     at_goto = len(code)
-    code += [OP_GOTO, 0]
+    code += goto(0)
     code[at_if + 2] = len(code) - at_if
     _emit_branch(em, node.else_body, node.args[1:], regs, results)
     code[at_goto + 1] = len(code) - at_goto
@@ -360,25 +370,24 @@ def _emit_loop(em: _Emitter, node: LoopCall, regs: dict[int, int]) -> None:
     n = 2 + node.num_carried
     types = [TensorType((), "int64"), TensorType((), "bool"), *node.output_types]
     state = [_state_tensor(em, t) for t in types]
-    zero = encode_arg(ARG_CONST, em.const(array(np.array(0, np.int64)), key=("zero", "int64")))
+    zero = const(em.const(array(np.array(0, np.int64)), key=("zero", "int64")))
     for src, dst in zip([zero, *(_value_arg(a, regs, em) for a in node.args[1:n])], state):
-        em.call(-1, "vm.builtin.copy", [src, encode_arg(ARG_REG, dst)])
+        em.call(-1, "vm.builtin.copy", [src, reg(dst)])
     max_trip = _value_arg(node.args[0], regs, em)
     code = em.prog.code
     top = len(code)
     go, next_i = em.reg(), em.reg()
-    _emit_body_with(em, node.step, [encode_arg(ARG_REG, state[0]), max_trip,
-                                    encode_arg(ARG_REG, state[1])], [go, next_i])
+    _emit_body_with(em, node.step, [reg(state[0]), max_trip, reg(state[1])], [go, next_i])
     decide = em.reg()
-    em.call(decide, "vm.builtin.read_bool", [encode_arg(ARG_REG, go)])
+    em.call(decide, "vm.builtin.read_bool", [reg(go)])
     at_if = len(code)
-    code += [OP_IF, decide, 0]
+    code += if_(decide, 0)
     results = [em.reg() for _ in range(n - 1)]
-    _emit_body_with(em, node.body, [encode_arg(ARG_REG, r) for r in state] +
+    _emit_body_with(em, node.body, [reg(r) for r in state] +
                     [_value_arg(a, regs, em) for a in node.args[n:]], results)
     for src, dst in zip([next_i, *results], state):
-        em.call(-1, "vm.builtin.copy", [encode_arg(ARG_REG, src), encode_arg(ARG_REG, dst)])
-    code += [OP_GOTO, top - len(code)]
+        em.call(-1, "vm.builtin.copy", [reg(src), reg(dst)])
+    code += goto(top - len(code))
     code[at_if + 2] = len(code) - at_if
     em.if_results[node.uid] = state[2:]
     regs[node.uid] = state[2]
@@ -387,13 +396,8 @@ def _emit_loop(em: _Emitter, node: LoopCall, regs: dict[int, int]) -> None:
 def _state_tensor(em: _Emitter, t: TensorType) -> int:
     """A tensor of type ``t`` in a storage of its own (a loop's state)."""
     storage, out = em.reg(), em.reg()
-    nbytes = arith.mul(t.size, np.dtype(t.dtype).itemsize)
-    em.call(storage, "vm.builtin.alloc_storage",
-            [encode_arg(ARG_IMM, em.storage_id()), em.heap.arg(nbytes)])
-    em.call(out, "vm.builtin.alloc_tensor",
-            [encode_arg(ARG_REG, storage), encode_arg(ARG_IMM, 0),
-             encode_arg(ARG_CONST, em.const(t.dtype, ("dtype", t.dtype))),
-             *(em.heap.arg(d) for d in t.shape)])
+    em.call(storage, "vm.builtin.alloc_storage", [imm(em.storage_id()), em.heap.arg(_nbytes(t))])
+    em.alloc_tensor(out, storage, 0, t)
     return out
 
 
@@ -408,12 +412,12 @@ def _emit_body_with(em: _Emitter, body: Function, words: list[int], results: lis
 
 def _as_register(em: _Emitter, word: int) -> int:
     """The register of an argument word (a constant gets one)."""
-    if word >> 56 == ARG_REG:
-        return word & ((1 << 56) - 1)
-    pair, reg = em.reg(), em.reg()
-    em.call(pair, "vm.builtin.make_tuple", [word])
-    em.call(reg, "vm.builtin.tuple_get", [encode_arg(ARG_REG, pair), encode_arg(ARG_IMM, 0)])
-    return reg
+    kind, value = decode_arg(word)
+    if kind == REG:
+        return value
+    dst = em.reg()
+    em.move(dst, word)
+    return dst
 
 
 def _emit_branch(em: _Emitter, body: Function, captures: list[Expr], regs: dict[int, int],
@@ -426,8 +430,8 @@ def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:
         if e.is_symbolic:
             raise CompileError(f"a symbolic shape value {e.data.tolist()} is used as tensor data "
                                "(not supported by the VM yet)")
-        return encode_arg(ARG_CONST, em.const(array(e.data), key=("tensor", e.uid)))
-    return encode_arg(ARG_REG, regs[e.uid])
+        return const(em.const(array(e.data), key=("tensor", e.uid)))
+    return reg(regs[e.uid])
 
 
 def _frees(calls: list[PrimitiveCall], outputs: list[Expr]) -> list[list[int]]:
