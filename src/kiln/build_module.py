@@ -88,13 +88,10 @@ def optimize_branches(func: Function, mod_name: str = "default") -> Function:
     memo: dict[int, Expr] = {}
     for node in post_order(func.outputs):
         if isinstance(node, IfCall):
-            args = [memo[a.uid] for a in node.args]
-            captures = args[1:]
-            keep = [k for k, a in enumerate(captures) if not isinstance(a, Constant)]
-            then_body, else_body = (
-                optimize(inline_constant_params(b, captures, keep), None, (), mod_name)
-                for b in (node.then_body, node.else_body))
-            memo[node.uid] = IfCall(args[0], then_body, else_body, [captures[k] for k in keep])
+            cond, *captures = [memo[a.uid] for a in node.args]
+            then_body, kept = _optimized_body(node.then_body, captures, mod_name)
+            else_body, _ = _optimized_body(node.else_body, captures, mod_name)
+            memo[node.uid] = IfCall(cond, then_body, else_body, kept)
         elif isinstance(node, LoopCall):
             memo[node.uid] = _optimized_loop(node, [memo[a.uid] for a in node.args], mod_name)
         elif isinstance(node, CALL_NODES):
@@ -108,20 +105,22 @@ def optimize_branches(func: Function, mod_name: str = "default") -> Function:
 def _optimized_loop(node: LoopCall, args: list[Expr], mod_name: str) -> LoopCall:
     """``node`` over ``args`` with its step and body optimized (constant captures inlined)."""
     n = 2 + node.num_carried
-    captures = args[n:]
-    keep = [k for k, a in enumerate(captures) if not isinstance(a, Constant)]
-    body_args = [*node.body.params[:n], *captures]  # iteration, condition, carried: not constant
-    body = optimize(inline_constant_params(node.body, body_args, list(range(n)) +
-                                           [n + k for k in keep]), None, (), mod_name)
+    # iteration, condition, carried values: the body's own parameters, never constants
+    body, kept = _optimized_body(node.body, [*node.body.params[:n], *args[n:]], mod_name)
     step = optimize(node.step, None, (), mod_name)
-    return LoopCall(args[0], args[1], args[2:n], [captures[k] for k in keep], step, body)
+    return LoopCall(args[0], args[1], args[2:n], kept[n:], step, body)
 
 
-def inline_constant_params(body: Function, args: list[Expr], keep: list[int]) -> Function:
-    """``body`` with its parameters whose argument is a Constant replaced by that constant;
-    the others (``keep``, in order) stay parameters."""
+def _optimized_body(body: Function, args: list[Expr], mod_name: str
+                    ) -> tuple[Function, list[Expr]]:
+    """``body`` (a branch or a loop body called with ``args``) optimized and fused, its
+    parameters whose argument is a Constant replaced by that constant; returns it and the
+    arguments it still takes."""
     constants = {p.uid: a for p, a in zip(body.params, args) if isinstance(a, Constant)}
-    return rewrite(body, same_call, leaves=constants, params=[body.params[k] for k in keep])
+    params = [p for p in body.params if p.uid not in constants]
+    inlined = rewrite(body, same_call, leaves=constants, params=params)
+    return (optimize(inlined, None, (), mod_name),
+            [a for a in args if not isinstance(a, Constant)])
 
 
 def primitive_calls(func: Function) -> list[PrimitiveCall]:
