@@ -71,8 +71,8 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
     blocks over ``batch x sequence`` rows) — ``if extent < block: <unblocked version> else:
     func``: a block over fewer rows than it holds would compute its whole block for a few
     rows (MiniLM at one token: each dense 2.7x slower than the static kernel)."""
-    tails = [(stage.tails[k], stage.tail_factors[k]) for stage in sch.stages.values()
-             for k in stage.tails]
+    tails = [(extent, stage.splits[k][1].extent)  # (the axis's extent, its block)
+             for stage in sch.stages.values() for k, extent in stage.tails.items()]
     if not tails:
         return func
     with small_extents():

@@ -126,7 +126,6 @@ class _FuncWriter:
         self.symbols: set[int] = set()
         self.nonneg: set[int] = set()
         self.hoisted: dict[str, str] = {}
-        self.hoist_keys: list[tuple] = []
         self.hoist_lines: list[str] = []
         self.hoisting = False
 
@@ -368,10 +367,8 @@ class _FuncWriter:
     def binary(self, e: L.Binary) -> str:
         if self.hoisting and e.dtype == L.INT and self._symbol_only(e):
             text = self._binary(e)
-            if text not in self.hoisted:
-                key = (text,)  # kept alive by hoisted's value below: a unique name per text
-                self.hoisted[text] = name = self.name(key, f"kiln_dim{len(self.hoisted)}")
-                self.hoist_keys.append(key)
+            if text not in self.hoisted:  # (the key string stays alive: its id names it)
+                self.hoisted[text] = name = self.name(text, "kiln_dim")
                 self.hoist_lines.append(f"  const int64_t {name} = {text};")
             return self.hoisted[text]
         return self._binary(e)

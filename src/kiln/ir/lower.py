@@ -26,7 +26,6 @@ class Stage:
         self.order: list[IterVar] | None = None
         self.splits: dict[int, tuple[IterVar, IterVar]] = {}
         self.tails: dict[int, object] = {}  # split axes with a partial last block: their extent
-        self.tail_factors: dict[int, int] = {}
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
 
@@ -56,7 +55,6 @@ class Stage:
                 raise ScheduleError(f"split: a tail needs a spatial axis, {axis.name} is "
                                     f"{axis.kind}")
             self.tails[id(axis)] = axis.extent
-            self.tail_factors[id(axis)] = factor
         elif not divides:
             raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
                                 f"(extent {axis.extent}) of {self.tensor.name}")
