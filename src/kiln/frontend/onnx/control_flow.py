@@ -75,8 +75,14 @@ def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
     outs = [run(graphs["then_branch"], []), run(graphs["else_branch"], [])]
     captures = _outer_refs([e for branch in outs for e in branch], mark)
     then_body, else_body = (_closed(branch, mark, captures) for branch in outs)
+    return _outputs(ctx, lambda: IfCall(ctx.input(0), then_body, else_body, captures))
+
+
+def _outputs(ctx: ConvertContext, make) -> list[Expr]:
+    """The outputs of the control-flow node ``make()`` builds (one Expr per ONNX output); its
+    type error (branches or a body that disagree) is an UnsupportedOpError naming the node."""
     try:
-        node = IfCall(ctx.input(0), then_body, else_body, captures)
+        node = make()
     except ShapeError as err:
         raise ctx.unsupported(str(err)) from None
     if node.num_outputs == 1:
@@ -94,7 +100,7 @@ def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]
     args = ctx.inputs
     max_trip = _scalar(ctx, args[0], Constant(np.array(_NO_LIMIT, np.int64)), "int64")
     cond = _scalar(ctx, args[1] if len(args) > 1 else None, Constant(np.array(True)), "bool")
-    initial = [a for a in args[2:]]
+    initial = list(args[2:])
     if not initial:
         raise ctx.unsupported("a run-time Loop without carried values has no effect")
     iter_var = Var("iteration", TensorType((), "int64"))
@@ -107,13 +113,8 @@ def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]
     captures = [e for e in _outer_refs(outs, mark) if e.uid not in own]
     closed = _closed(outs, mark, captures)
     loop_body = Function([iter_var, cond_var, *carried, *closed.params], closed.outputs)
-    try:
-        node = LoopCall(max_trip, cond, initial, captures, _loop_step(), loop_body)
-    except ShapeError as err:
-        raise ctx.unsupported(str(err)) from None
-    if node.num_outputs == 1:
-        return [node]
-    return [TupleGetItem(node, k) for k in range(node.num_outputs)]
+    return _outputs(ctx, lambda: LoopCall(max_trip, cond, initial, captures, _loop_step(),
+                                          loop_body))
 
 
 def _scalar(ctx: ConvertContext, e: Expr | None, default: Expr | None, dtype: str) -> Expr:
@@ -255,15 +256,17 @@ _MAX_UNROLL = 1024
 def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
     args = ctx.inputs
     k_scan = len(body.output) - 1 - len(args[2:])
+    if args[0] is None and not k_scan:
+        return _runtime_loop(ctx, body, run)  # runs while the condition holds
+    if args[0] is None:  # stacked per-iteration outputs of a data-dependent count: not yet
+        raise ctx.unsupported("Loop without a trip count cannot be unrolled")
     try:
-        if args[0] is None:
-            raise ctx.unsupported("Loop without a trip count cannot be unrolled")
         (trips,) = ctx.const_value(0, "Loop trip count").reshape(-1)
         keep_going = True
         if len(args) > 1 and args[1] is not None:
             keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
-    except (NotConstantError, UnsupportedOpError):
-        if k_scan:  # stacked per-iteration outputs of a data-dependent count: not yet
+    except NotConstantError:
+        if k_scan:
             raise
         return _runtime_loop(ctx, body, run)
     if trips > _MAX_UNROLL:
