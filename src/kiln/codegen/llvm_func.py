@@ -78,12 +78,10 @@ def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:
                 bufs.setdefault(x.buffer)
             stack.extend(L.expr_children(x))
     for buf in list(bufs):  # symbolic shapes: their variables are used by the addressing
-        stack = [d for d in buf.shape if isinstance(d, L.PrimExpr)]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, L.Var):
-                vars_.setdefault(x)
-            stack.extend(L.expr_children(x))
+        for d in buf.shape:
+            if isinstance(d, L.PrimExpr):
+                for v in L.expr_vars(d):
+                    vars_.setdefault(v)
     return ([b for b in bufs if id(b) not in defined_bufs],
             [v for v in vars_ if id(v) not in defined_vars])
 

@@ -116,9 +116,8 @@ def symbolic_array(values) -> np.ndarray:
     """An int64 array when every element of ``values`` is an integer, else an object array of
     ints and symbolic dims (raises ShapeError for anything else, e.g. a float)."""
     arr = np.asarray(values, dtype=object)
-    flat = arr.reshape(-1)
-    out = np.empty(flat.shape, dtype=object)
-    for k, v in enumerate(flat):
+    out = np.empty(arr.size, dtype=object)
+    for k, v in enumerate(arr.reshape(-1)):
         if isinstance(v, arith.SymExpr):
             out[k] = v
         elif isinstance(v, (int, np.integer, bool, np.bool_)):
@@ -126,10 +125,9 @@ def symbolic_array(values) -> np.ndarray:
         else:
             raise ShapeError(f"a shape value must be an integer or a symbolic dim, got {v!r}")
     out = out.reshape(arr.shape)
-    if all(isinstance(v, int) for v in flat.tolist() if not isinstance(v, arith.SymExpr)) and \
-            not any(isinstance(v, arith.SymExpr) for v in out.reshape(-1)):
-        return out.astype(np.int64)
-    return out
+    if any(isinstance(v, arith.SymExpr) for v in out.reshape(-1)):
+        return out
+    return out.astype(np.int64)
 
 
 class Call(Expr):

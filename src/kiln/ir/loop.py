@@ -515,6 +515,34 @@ def stmt_exprs(s: Stmt) -> list[PrimExpr]:
     return []
 
 
+def expr_vars(e: PrimExpr) -> list[Var]:
+    """The variables ``e`` reads, first use first."""
+    found: dict[Var, None] = {}
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            found.setdefault(x)
+        stack.extend(reversed(expr_children(x)))
+    return list(found)
+
+
+def free_vars(func: PrimFunc) -> list[Var]:
+    """Variables ``func`` uses but no loop or ``LetStmt`` of it defines (the shape symbols of
+    its buffers and extents), first use first."""
+    found: dict[Var, None] = {}
+    defined: set[int] = set()
+    exprs = [d for buf in func.params for d in _shape_exprs(buf)]
+    for s in walk_stmts(func.body):
+        if isinstance(s, (For, LetStmt)):
+            defined.add(id(s.var))
+        exprs += stmt_exprs(s)
+    for e in exprs:
+        for v in expr_vars(e):
+            found.setdefault(v)
+    return [v for v in found if id(v) not in defined]
+
+
 def _shape_exprs(buf: Buffer) -> list[PrimExpr]:
     return [d for d in buf.shape if isinstance(d, PrimExpr)]
 

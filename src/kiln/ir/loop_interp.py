@@ -50,7 +50,7 @@ def run(func: L.PrimFunc, *arrays: np.ndarray, symbols: dict[str, int] | None = 
         raise ValueError(f"{func.name}: expected {len(func.params)} arrays, got {len(arrays)}")
     mem: dict[int, np.ndarray] = {}
     env: dict = {}
-    for var in _free_vars(func):
+    for var in L.free_vars(func):
         if symbols and var.name in symbols:
             env[var] = int(symbols[var.name])
     for buf, arr in zip(func.params, arrays):  # shape symbols bind at their first occurrence
@@ -65,24 +65,6 @@ def run(func: L.PrimFunc, *arrays: np.ndarray, symbols: dict[str, int] | None = 
                              f"got {arr.shape} {arr.dtype}")
         mem[id(buf)] = arr
     interp.stmt(func.body, env)
-
-
-def _free_vars(func: L.PrimFunc) -> list[L.Var]:
-    found: dict[L.Var, None] = {}
-
-    def visit(e):
-        if isinstance(e, L.Var):
-            found.setdefault(e)
-        return e
-
-    for buf in func.params:
-        for d in buf.shape:
-            if isinstance(d, L.PrimExpr):
-                L.map_expr(d, visit)
-    for s in L.walk_stmts(func.body):
-        for e in L.stmt_exprs(s):
-            L.map_expr(e, visit)
-    return list(found)
 
 
 class _Interp:

@@ -300,12 +300,6 @@ def _loops(axes: list[IterVar], lv: dict[int, L.Var], body: L.Stmt,
     return body
 
 
-def _vars_of(e: L.PrimExpr) -> list[L.Var]:
-    found: list[L.Var] = []
-    L.map_expr(e, lambda x: found.append(x) or x if isinstance(x, L.Var) else x)
-    return found
-
-
 def _combine(combiner: str, acc: L.PrimExpr, value: L.PrimExpr) -> L.PrimExpr:
     if combiner == "sum":
         return acc + value
@@ -401,7 +395,7 @@ def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for
             return _loops(block, bv, store, stage.kinds)
         # The partial last block of a split with a tail: test once per row, outside the loops
         # the condition does not depend on (the vectorized channel loop).
-        used = {id(v) for v in _vars_of(cond)}
+        used = {id(v) for v in L.expr_vars(cond)}
         cut = max((k + 1 for k, ax in enumerate(block) if id(bv[id(ax)]) in used), default=0)
         inner = _loops(block[cut:], bv, store, stage.kinds)
         return _loops(block[:cut], bv, L.IfThenElse(cond, inner), stage.kinds)

@@ -45,7 +45,7 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
     """Return ``func`` with packed-API checks; ``arg_names`` name params in error messages."""
     names = arg_names or [b.name for b in func.params]
     bound = _symbol_sources(func.params)
-    scalars = [v for v in _symbol_vars(func) if v not in bound]
+    scalars = [v for v in L.free_vars(func) if v not in bound]
     n = len(func.params) + len(scalars)
     deferred: list[tuple[L.PrimExpr, str, list[L.PrimExpr]]] = []
     checks: list[tuple[L.PrimExpr, str, list[L.PrimExpr]]] = [(
@@ -111,39 +111,11 @@ def _symbol_sources(params: list[L.Buffer]) -> dict[L.Var, tuple[int, int]]:
     return found
 
 
-def _symbol_vars(func: L.PrimFunc) -> list[L.Var]:
-    """Variables no loop defines: the shape symbols of the buffers, extents and indices."""
-    defined: set[int] = set()
-    found: dict[L.Var, None] = {}
-
-    def visit(e: L.PrimExpr) -> L.PrimExpr:
-        if isinstance(e, L.Var):
-            found.setdefault(e)
-        return e
-
-    for buf in func.params:
-        for d in buf.shape:
-            if not isinstance(d, int):
-                L.map_expr(d, visit)
-    for s in L.walk_stmts(func.body):
-        if isinstance(s, (L.For, L.LetStmt)):
-            defined.add(id(s.var))
-        for e in L.stmt_exprs(s):
-            L.map_expr(e, visit)
-    return [v for v in found if id(v) not in defined]
-
-
 def _mismatch(arg: str, j: int, extent: L.PrimExpr, bound: dict, names: list[str]) -> str:
     """The message of a symbolic dimension that disagrees with the symbol's binding."""
     sources = []
     for var, (i, k) in bound.items():
-        if _mentions(extent, var):
+        if var in L.expr_vars(extent):
             sources.append(f"{var.name} from argument {i} ({names[i]}) shape[{k}]")
     where = f" ({'; '.join(sources)})" if sources else ""
     return f"{arg}: shape[{j}] is %lld but {extent} is %lld{where}"
-
-
-def _mentions(e: L.PrimExpr, var: L.Var) -> bool:
-    hit = []
-    L.map_expr(e, lambda x: hit.append(x) or x if x is var else x)
-    return bool(hit)
