@@ -120,3 +120,42 @@ def test_loop_with_data_trip_count_and_condition(target, tmp_path):
                 "c0": np.array(cond)}
         got = vm["main"](feed["x"], feed["M"], feed["c0"]).numpy()
         np.testing.assert_allclose(got, ref.run(None, feed)[0], rtol=1e-6)
+
+
+def _squeeze_guard_model():
+    """The exporters' ``squeeze(-1)`` on a symbolic dim: ``If(Shape(x)[2] == 1, Squeeze,
+    Identity)``, then a MatMul that needs rank 2 (only the Squeeze branch fits it)."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    then = helper.make_graph([helper.make_node("Squeeze", ["x", "last"], ["sq"])], "then", [],
+                             [helper.make_tensor_value_info("sq", f, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["id"])], "else", [],
+                              [helper.make_tensor_value_info("id", f, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "two"], ["t"], axis=0),
+             helper.make_node("Equal", ["t", "one"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("MatMul", ["y", "w"], ["z"])]
+    inits = [helper.make_tensor("last", i64, [1], [2]), helper.make_tensor("two", i64, [], [2]),
+             helper.make_tensor("one", i64, [], [1]),
+             helper.make_tensor("w", f, [4, 3], np.arange(12) / 7)]
+    graph = helper.make_graph(nodes, "squeeze_guard",
+                              [helper.make_tensor_value_info("x", f, ["n", 4, "t"])],
+                              [helper.make_tensor_value_info("z", f, ["n", 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_condition_on_a_symbolic_dim_refines_its_branch(tmp_path):
+    """The condition is computed from the shape heap at run time; the Squeeze branch sees
+    ``t == 1``; the Identity branch, whose rank-3 result cannot have the other's type, is an
+    error when taken."""
+    from kiln.errors import ShapeError
+
+    model = _squeeze_guard_model()
+    vm = _vm(model, "c", tmp_path / "guard.so", "shape_to_tensor")
+    ref = ReferenceEvaluator(model)
+    for n in (1, 5):
+        x = np.random.default_rng(n).standard_normal((n, 4, 1)).astype("float32")
+        np.testing.assert_allclose(vm["main"](x).numpy(), ref.run(None, {"x": x})[0],
+                                   rtol=1e-5)
+    with pytest.raises(ShapeError, match="else branch cannot run at these shapes"):
+        vm["main"](np.zeros((2, 4, 3), "float32"))

@@ -34,7 +34,7 @@ VOCABULARY = {
                        "nn.layer_norm", "annotation.compiler_begin", "annotation.compiler_end",
                        "argmax", "argmin", "topk_indices", "scatter_elements", "scatter_nd",
                        "cumsum", "cumprod", "einsum", "image.grid_sample",
-                       "nn.max_pool2d_indices", "col2im"],
+                       "nn.max_pool2d_indices", "col2im", "match_cast", "trap"],
     OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
                           "layout_transform", "image.resize2d", "gather", "gather_nd", "nn.pad"],
 }
@@ -45,6 +45,10 @@ def test_vocabulary_and_patterns():
     assert set(list_ops()) == set(expected)
     for name, pattern in expected.items():
         assert get_op(name).pattern == pattern, name
+
+
+def test_runtime_ops_are_the_vms_own():
+    assert {n for n in list_ops() if get_op(n).runtime} == {"match_cast", "trap"}
 
 
 def _t(*shape, dtype="float32"):

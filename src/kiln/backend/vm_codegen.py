@@ -29,6 +29,7 @@ from kiln.errors import CompileError
 from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
 from kiln.ir.graph import (
+    Call,
     Constant,
     Expr,
     Function,
@@ -284,6 +285,8 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
     nodes = list(post_order(outputs))
     calls = [n for n in nodes if isinstance(n, PrimitiveCall)]
     for node in nodes:
+        if isinstance(node, Call) and node.op.runtime:
+            continue
         if not isinstance(node, (Var, Constant, PrimitiveCall, IfCall, LoopCall, TupleGetItem)) or (
                 isinstance(node, TupleGetItem) and not isinstance(node.value, (IfCall, LoopCall))):
             raise CompileError(f"the VM executor cannot run an external (BYOC) function yet "
@@ -302,6 +305,8 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
             _emit_if(em, node, regs)
         elif isinstance(node, LoopCall):
             _emit_loop(em, node, regs)
+        elif isinstance(node, Call):
+            _emit_runtime_op(em, node, regs)
         elif isinstance(node, TupleGetItem):
             regs[node.uid] = em.if_results[node.value.uid][node.index]
     words = [_value_arg(o, regs, em) for o in outputs]
@@ -342,6 +347,20 @@ def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed
     args += [em.heap.arg(_symbol(em.prog.symbols, s))
              for s in em.kernel_symbol_args.get(name, [])]
     em.call(-1, name, args)
+
+
+def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
+    """An op the VM runs itself (``OpDef.runtime``): ``match_cast`` is a view with the refined
+    shape; ``trap`` raises its message."""
+    dst = regs.setdefault(node.uid, em.reg())
+    if node.op.name == "match_cast":
+        em.call(dst, "vm.builtin.reshape", [_value_arg(node.args[0], regs, em),
+                                            *(em.heap.arg(d) for d in node.checked_type.shape)])
+    elif node.op.name == "trap":
+        message = node.attrs["message"]
+        em.call(dst, "vm.builtin.trap", [const(em.const(message, ("message", message)))])
+    else:
+        raise CompileError(f"the VM has no builtin for op {node.op.name}")
 
 
 def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
@@ -426,10 +445,18 @@ def _emit_branch(em: _Emitter, body: Function, captures: list[Expr], regs: dict[
 
 
 def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:
+    """The argument word of value ``e``; a symbolic constant (a shape used as data: ``If``
+    on ``Shape(x)[2] == 1``) is made into a tensor from the heap here, where it is used."""
+    if isinstance(e, Constant) and e.is_symbolic:
+        dst = em.reg()
+        t = e.checked_type
+        shape = np.array(t.shape, dtype=np.int64)
+        em.call(dst, "vm.builtin.shape_to_tensor",
+                [const(em.const(t.dtype, ("dtype", t.dtype))),
+                 const(em.const(shape, ("shape", t.shape))),
+                 *(em.heap.arg(d) for d in e.data.reshape(-1).tolist())])
+        return reg(dst)
     if isinstance(e, Constant):
-        if e.is_symbolic:
-            raise CompileError(f"a symbolic shape value {e.data.tolist()} is used as tensor data "
-                               "(not supported by the VM yet)")
         return const(em.const(array(e.data), key=("tensor", e.uid)))
     return reg(regs[e.uid])
 

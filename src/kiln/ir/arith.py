@@ -268,13 +268,13 @@ def floordiv(a: Dim, b: Dim) -> Dim:
                 return q
             if r != a:  # floor((b*q + r) / b) == q + floor(r / b) for integers
                 return add(q, floordiv(r, b))
-        return SymOp("floordiv", (a, b))
+        return _op("floordiv", (a, b))
     if a == b:
         return 1
     ratio = _exact_ratio(a, b)
     if ratio is not None:
         return ratio
-    return SymOp("floordiv", (a, b))
+    return _op("floordiv", (a, b))
 
 
 def _exact_ratio(a: Dim, b: Dim) -> Dim | None:
@@ -321,7 +321,15 @@ def floormod(a: Dim, b: Dim) -> Dim:
             return r
     if a == b or _exact_ratio(a, b) is not None:
         return 0
-    return SymOp("floormod", (a, b))
+    return _op("floormod", (a, b))
+
+
+def _op(op: str, args: tuple[Dim, Dim]) -> Dim:
+    """The atom ``op(*args)``, or its value when the bounds pin it to one (``(n // 256 + 1) //
+    2`` is 1 for ``n`` in 256..512)."""
+    atom = SymOp(op, args)
+    lo, hi = bounds(atom)
+    return lo if lo is not None and lo == hi else atom
 
 
 def minimum(a: Dim, b: Dim) -> Dim:
@@ -333,7 +341,7 @@ def minimum(a: Dim, b: Dim) -> Dim:
         return a
     if lo is not None and lo >= 0:
         return b
-    return SymOp("min", tuple(sorted((a, b), key=repr)))
+    return _op("min", tuple(sorted((a, b), key=repr)))
 
 
 def maximum(a: Dim, b: Dim) -> Dim:
@@ -345,10 +353,49 @@ def maximum(a: Dim, b: Dim) -> Dim:
         return a
     if hi is not None and hi <= 0:
         return b
-    return SymOp("max", tuple(sorted((a, b), key=repr)))
+    return _op("max", tuple(sorted((a, b), key=repr)))
 
 
 # --------------------------------------------------------------------------- analysis
+
+
+class UndecidedError(ShapeError):
+    """A comparison of symbolic dims that their bounds do not decide (``n == 1`` for ``n`` in
+    1..512): its value exists at run time only."""
+
+
+COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+#: how each comparison reads the bounds (lo, hi) of ``a - b``: (true when, false when)
+_COMPARE = {
+    "equal": (lambda lo, hi: lo == hi == 0, lambda lo, hi: lo > 0 or hi < 0),
+    "not_equal": (lambda lo, hi: lo > 0 or hi < 0, lambda lo, hi: lo == hi == 0),
+    "less": (lambda lo, hi: hi < 0, lambda lo, hi: lo >= 0),
+    "less_equal": (lambda lo, hi: hi <= 0, lambda lo, hi: lo > 0),
+    "greater": (lambda lo, hi: lo > 0, lambda lo, hi: hi <= 0),
+    "greater_equal": (lambda lo, hi: lo >= 0, lambda lo, hi: hi < 0),
+}
+
+
+def compare(op: str, a: Dim, b: Dim) -> bool:
+    """``a <op> b`` for ``op`` one of equal, not_equal, less, less_equal, greater,
+    greater_equal, decided by the bounds of ``a - b``.
+
+    Raises
+    ------
+    UndecidedError
+        When the bounds allow both answers.
+    """
+    lo, hi = bounds(sub(a, b))
+    lo = -(1 << 62) if lo is None else lo
+    hi = 1 << 62 if hi is None else hi
+    yes, no = _COMPARE[op]
+    if yes(lo, hi):
+        return True
+    if no(lo, hi):
+        return False
+    raise UndecidedError(f"{a} {op} {b} is not decided by the symbols' bounds")
+
+
 
 Bound = tuple[int | None, int | None]
 

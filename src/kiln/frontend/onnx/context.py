@@ -11,7 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
-from kiln.ir.arith import Dim, SymExpr
+from kiln.ir.arith import Dim, SymExpr, UndecidedError
 from kiln.ir.graph import Call, Constant, Expr, Function, Var, post_order
 from kiln.ir.graph_eval import evaluate
 
@@ -179,7 +179,10 @@ class ConvertContext:
                                    f"graph input(s) {', '.join(repr(m) for m in missing)}")
             raise NotConstantError(str(err), missing)
         values = {leaf.name: self._params[leaf.name] for leaf in leaves}
-        return evaluate(Function(leaves, [expr]), values)[0]
+        try:
+            return evaluate(Function(leaves, [expr]), values)[0]
+        except UndecidedError as err:  # a comparison of symbolic dims (If on Shape(x)[2] == 1)
+            raise NotConstantError(f"{self.unsupported(what)}: {err}", ()) from None
 
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:
         """A constant integer input as a tuple of Python ints (a scalar gives one entry).

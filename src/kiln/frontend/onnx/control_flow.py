@@ -22,6 +22,7 @@ from onnx import numpy_helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
+from kiln.ir.arith import SymExpr
 from kiln.ir.graph import (
     CALL_NODES,
     Call,
@@ -50,9 +51,11 @@ def convert_control_flow(node: onnx.NodeProto, name: str, opset: int,
     ctx = ConvertContext(node, name, opset, inputs, param_values)
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
 
-    def run(graph: onnx.GraphProto, bound: list[Expr | None]) -> list[Expr]:
-        return _run_subgraph(graph, bound, opset, dict(values), dict(unavailable),
-                             param_values, convert_node, ctx)
+    def run(graph: onnx.GraphProto, bound: list[Expr | None],
+            refine: dict[SymExpr, int] | None = None) -> list[Expr]:
+        scope = _refined(values, refine) if refine else dict(values)
+        return _run_subgraph(graph, bound, opset, scope, dict(unavailable), param_values,
+                             convert_node, ctx)
 
     if node.op_type == "If":
         try:
@@ -70,12 +73,82 @@ def convert_control_flow(node: onnx.NodeProto, name: str, opset: int,
 
 
 def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
-    """An :class:`IfCall` over both branches, each closed over the outer values it reads."""
+    """An :class:`IfCall` over both branches, each closed over the outer values it reads.
+
+    A condition ``d == c`` on a symbolic dim (exporters' ``squeeze(-1)``: ``If(Shape(x)[2] ==
+    1, Squeeze, Identity)``) refines ``d`` to ``c`` in the branch it guards (``match_cast``
+    of the values it reads). A branch that does not type-check at the model's symbolic shapes,
+    or whose outputs cannot have the guarded branch's types, becomes ``trap``s: taking it at
+    run time is an error, as it is for onnxruntime when the shapes do not fit."""
+    refine, guarded = _refinement(ctx)
     mark = uid_mark()
-    outs = [run(graphs["then_branch"], []), run(graphs["else_branch"], [])]
-    captures = _outer_refs([e for branch in outs for e in branch], mark)
-    then_body, else_body = (_closed(branch, mark, captures) for branch in outs)
+    outs: dict[str, list[Expr] | None] = {}
+    errors: dict[str, str] = {}
+    for key in ("then_branch", "else_branch"):
+        try:
+            outs[key] = run(graphs[key], [], refine if key == guarded else None)
+        except (ShapeError, UnsupportedOpError) as err:
+            outs[key], errors[key] = None, str(err)
+    good = [k for k in outs if outs[k] is not None]
+    if not good:
+        raise ctx.unsupported(f"neither branch converts: {errors['then_branch']}")
+    types = {k: [e.checked_type for e in outs[k]] for k in good}
+    if len(good) == 2 and types["then_branch"] != types["else_branch"] and guarded:
+        other = "else_branch" if guarded == "then_branch" else "then_branch"
+        errors[other] = (f"its outputs {list(map(str, types[other]))} differ from the "
+                         f"{guarded.replace('_', ' ')}'s {list(map(str, types[guarded]))}")
+        good = [guarded]
+    for key in ("then_branch", "else_branch"):
+        if key not in good:
+            outs[key] = _traps(ctx, f"{ctx.unsupported(key.replace('_', ' '))} cannot run at "
+                                    f"these shapes: {errors[key]}", types[good[0]])
+    branches = [outs["then_branch"], outs["else_branch"]]
+    captures = _outer_refs([e for branch in branches for e in branch], mark)
+    then_body, else_body = (_closed(branch, mark, captures) for branch in branches)
     return _outputs(ctx, lambda: IfCall(ctx.input(0), then_body, else_body, captures))
+
+
+def _refinement(ctx: ConvertContext) -> tuple[dict[SymExpr, int], str | None]:
+    """``({d: c}, branch)`` when the If's condition is ``equal``/``not_equal`` of a symbolic dim
+    ``d`` and an int ``c`` (the branch where they are equal), else ``({}, None)``."""
+    cond = ctx.input(0)
+    if not isinstance(cond, Call) or cond.op.name not in ("equal", "not_equal"):
+        return {}, None
+    try:
+        a, b = (ctx.const_value(x, "If condition operand").reshape(-1) for x in cond.args)
+    except NotConstantError:
+        return {}, None
+    if a.size != 1 or b.size != 1:
+        return {}, None
+    a, b = a[0], b[0]
+    if isinstance(b, SymExpr):
+        a, b = b, a
+    if not isinstance(a, SymExpr) or isinstance(b, SymExpr):
+        return {}, None
+    return {a: int(b)}, "then_branch" if cond.op.name == "equal" else "else_branch"
+
+
+def _refined(values: dict[str, Expr], refine: dict[SymExpr, int]) -> dict[str, Expr]:
+    """The scope with each value whose shape has a refined dim cast to the refined shape, and
+    symbolic constants (shape values) refined alike."""
+    scope = dict(values)
+    for name, e in values.items():
+        if isinstance(e, Constant) and e.is_symbolic:
+            dims = e.data.reshape(-1).tolist()
+            new = [refine.get(d, d) if isinstance(d, SymExpr) else d for d in dims]
+            if new != dims:
+                scope[name] = Constant(np.array(new, dtype=object).reshape(e.data.shape))
+            continue
+        shape = e.checked_type.shape
+        new_shape = tuple(refine.get(d, d) if isinstance(d, SymExpr) else d for d in shape)
+        if new_shape != shape:
+            scope[name] = Call("match_cast", [e], {"shape": new_shape})
+    return scope
+
+
+def _traps(ctx: ConvertContext, message: str, types: list[TensorType]) -> list[Expr]:
+    """Outputs of a branch that cannot run: each raises ``message`` at run time."""
+    return [ctx.call("trap", [], message=message, shape=t.shape, dtype=t.dtype) for t in types]
 
 
 def _outputs(ctx: ConvertContext, make) -> list[Expr]:

@@ -83,7 +83,7 @@ def model_opset(model: onnx.ModelProto) -> int:
     return opset
 
 
-def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | None = None,
+def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]] | None = None,
               dtype: str | Mapping[str, str] = "float32",
               dim_bounds: Mapping[str, DimBound] | None = None,
               ) -> tuple[IRModule, dict[str, np.ndarray]]:
@@ -93,9 +93,11 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int, ...]] | Non
     ----------
     model : onnx.ModelProto
         The model (opset 1 to 28 of the default domain).
-    shape : dict[str, tuple[int, ...]], optional
-        Static shapes of graph inputs by name: they fix symbolic dimensions; a shape given for
-        an input with fixed dimensions must agree with them. Dimensions left symbolic (ONNX
+    shape : dict[str, tuple[int | str, ...]], optional
+        Shapes of graph inputs by name: ints fix symbolic dimensions (a shape given for an input
+        with fixed dimensions must agree with them); a str names the dimension's symbol, so that
+        unnamed dims of two inputs become one variable (``{"input": ("batch", "n"), "state": (2,
+        "batch", 128)}``). Dimensions left symbolic (ONNX
         ``dim_param``s, one variable per name across all inputs; unnamed or ``-1`` dims, a fresh
         variable ``<input>_dim<k>`` each) stay :class:`kiln.ir.arith.SymVar` dims, and the model
         compiles for the VM executor (``kiln.build(..., executor="vm")``).
@@ -201,7 +203,7 @@ class SymbolTable:
                              f"symbolic dims are {sorted(self.vars) or 'none'}")
 
 
-def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int, ...] | None,
+def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int | str, ...] | None,
                 dtype: str | Mapping[str, str], symbols: SymbolTable) -> TensorType:
     name = value_info.name
     tensor_type = value_info.type.tensor_type
@@ -222,7 +224,12 @@ def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int, ...] | None,
     out = []
     for k, dim in enumerate(dims):
         fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
-        if given is not None:
+        if given is not None and isinstance(given[k], str):  # a symbol named by the caller
+            if fixed is not None:
+                raise ShapeError(f"graph input '{name}': dimension {k} is {fixed} in the model, "
+                                 f"not symbol {given[k]!r}")
+            out.append(symbols.get(given[k]))
+        elif given is not None:
             if fixed is not None and int(given[k]) != fixed:
                 raise ShapeError(f"graph input '{name}': given shape {tuple(given)} contradicts "
                                  f"dimension {k} = {fixed} of the model")

@@ -19,6 +19,7 @@ from kiln.ir.ops import (  # noqa: F401
     pool_index,
     qnn,
     reduce,
+    runtime,
     sampling,
     transform,
 )

@@ -7,6 +7,7 @@ arithmetic, shape computations — collapse into single constants.
 
 from __future__ import annotations
 
+from kiln.ir.arith import UndecidedError
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.graph_eval import evaluate_call
 
@@ -31,7 +32,10 @@ def fold_constant(func: Function) -> Function:
     def visit(call: Call, args: list[Expr]) -> Expr:
         if not all(isinstance(a, Constant) for a in args) or not call.checked_type.is_static:
             return same_call(call, args)  # (a symbolic output shape is known at run time only)
-        value = evaluate_call(call, [a.data for a in args])  # type: ignore[union-attr]
+        try:
+            value = evaluate_call(call, [a.data for a in args])  # type: ignore[union-attr]
+        except UndecidedError:  # a comparison of symbolic dims: decided at run time
+            return same_call(call, args)
         source = next((a.name for a in args if a.name), None)  # type: ignore[union-attr]
         name = f"{source}.{call.op.name}" if source else None
         return Constant(value, name=name)

@@ -12,7 +12,9 @@ except the scales and zero points of quantize/dequantize: they differ in every l
 quantized network, and as kernel arguments they let layers of one shape share one kernel (a QDQ
 ResNet-50 compiles 30 kernels instead of 58, as many as the float model).
 External function calls (BYOC: ``FunctionCall`` with ``Compiler``, and their ``TupleGetItem``
-outputs) are not fused: they stay as they are, over the fused values of their arguments.
+outputs) and the VM's own ops (``OpDef.runtime``: ``match_cast``, ``trap``) are not fused: they
+stay as they are, over the fused values of their arguments. A symbolic constant (a shape value
+known at run time) is always a kernel argument, never an immediate.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def fuse_ops(func: Function) -> Function:
     opaque: list[Expr] = []  # external calls and their outputs, kept as they are
     for node in post_order(func.outputs):
         position[node.uid] = len(position)
-        if not isinstance(node, Call):
+        if not isinstance(node, Call) or node.op.runtime:
             if isinstance(node, CALL_NODES):
                 opaque.append(node)
             continue
@@ -112,7 +114,7 @@ def _materialize(func: Function, units: list[_Group | Expr]) -> Function:
                 if a.uid in member_ids or a.uid in inner:
                     continue
                 if isinstance(a, Constant) and a.checked_type.size == 1 and \
-                        m.op.name not in QNN_OPS:
+                        not a.is_symbolic and m.op.name not in QNN_OPS:
                     inner[a.uid] = a  # scalar immediates stay in the kernel
                     continue
                 v = Var(f"p{len(params)}", a.checked_type)
