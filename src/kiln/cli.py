@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -34,11 +35,17 @@ EXIT_ERROR = 2
 DEMOS = {"orientation": "orientation", "embed": "embed", "ocr": "ocr"}
 
 
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
     """Parse ``NAME:D0xD1x...`` into ``(NAME, (D0, D1, ...))``.
 
     The split is at the last colon, so names holding a colon (``input:0``) work. A scalar
-    input is written with an empty shape (``NAME:``).
+    input is written with an empty shape (``NAME:``). A dim may be a symbol's name instead of
+    a size (``state:2xbatchx128``: ``kiln compile`` gives that dim the symbol ``batch``, so
+    that unnamed dims of several inputs become one variable); dims holding an ``x`` are written
+    with commas (``ids:1,max_len``).
 
     Parameters
     ----------
@@ -48,12 +55,13 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     Returns
     -------
     tuple
-        ``(name, shape)`` with a non-empty name and positive integer dimensions.
+        ``(name, shape)`` with a non-empty name; each dim a positive int or a symbol name.
 
     Raises
     ------
     argparse.ArgumentTypeError
-        If there is no colon, the name is empty or a dimension is not a positive integer.
+        If there is no colon, the name is empty or a dimension is neither a positive integer
+        nor a name.
     """
     name, sep, dims = text.rpartition(":")
     if not sep or not name:
@@ -61,12 +69,16 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
             f"expected NAME:SHAPE such as data:1x3x224x224, got {text!r}")
     if not dims:
         return name, ()
-    shape = []
-    for d in dims.lower().split("x"):
-        if not d.isdigit() or int(d) <= 0:
+    shape: list[int | str] = []
+    for d in dims.split(",") if "," in dims else re.split("[xX]", dims):
+        if d.isdigit() and int(d) > 0:
+            shape.append(int(d))
+        elif _SYMBOL.fullmatch(d) and not d.isdigit():
+            shape.append(d)
+        else:
             raise argparse.ArgumentTypeError(
-                f"bad dimension {d!r} in {text!r}: dimensions are positive integers joined by 'x'")
-        shape.append(int(d))
+                f"bad dimension {d!r} in {text!r}: dimensions are positive integers or symbol "
+                "names joined by 'x' (or by ',')")
     return name, tuple(shape)
 
 

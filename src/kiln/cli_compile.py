@@ -15,6 +15,7 @@ from kiln.cli_symbols import (
     describe_bound,
     fix_symbols,
     input_dims,
+    name_symbols,
     resolve_symbols,
     symbolic_inputs,
 )
@@ -107,6 +108,7 @@ def compile_model(model: str, output: str | None, target: str = "c",
     start = time.perf_counter()
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
+        name_symbols(proto, shapes)
         model_dims = input_dims(proto)
         fixed, bounds = resolve_symbols(model_dims, shapes, list(dims or []))
         executor = pick_executor(executor, symbolic_inputs(model_dims, fixed), system_lib)

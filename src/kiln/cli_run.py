@@ -242,6 +242,10 @@ def shape_dict(input_shapes: list[tuple[str, tuple[int, ...]]] | None
     """
     shapes: dict[str, tuple[int, ...]] = {}
     for name, shape in input_shapes or []:
+        named = [d for d in shape if isinstance(d, str)]
+        if named:
+            raise KilnError(f"--input-shape {name}: give sizes, not symbol names "
+                            f"({', '.join(named)}), to make inputs")
         if name in shapes and shapes[name] != shape:
             raise KilnError(f"--input-shape given twice for {name!r}: {shapes[name]} and {shape}")
         shapes[name] = tuple(shape)

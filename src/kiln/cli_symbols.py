@@ -140,7 +140,7 @@ def _symbol_values(dims: dict[str, list[int | str]], shapes: dict[str, tuple[int
         if name not in dims or len(dims[name]) != len(shape):
             continue
         for k, (d, v) in enumerate(zip(dims[name], shape)):
-            if isinstance(d, int):
+            if isinstance(d, int) or isinstance(v, str):
                 continue
             where = f"--input-shape {name}:{'x'.join(map(str, shape))} (dim {k})"
             if d in values and values[d][0] != v:
@@ -211,6 +211,33 @@ def resolve_symbols(dims: dict[str, list[int | str]], shapes: dict[str, tuple[in
         else:
             bounds[spec.name] = spec.bound
     return {name: v for name, (v, _) in values.items()}, bounds
+
+
+def name_symbols(model, shapes: dict[str, tuple[int | str, ...]]) -> None:
+    """Give the input dims that ``--input-shape`` names (``state:2xbatchx128``) those symbols
+    in the model (in place: their ``dim_param``), so that unnamed dims of several inputs become
+    one variable that ``--dim`` can bound.
+
+    Raises
+    ------
+    ShapeError
+        A name given to a dim the model fixes, or a shape of the wrong rank.
+    """
+    dims = input_dims(model)
+    for vi in model.graph.input:
+        given = shapes.get(vi.name)
+        if given is None or not any(isinstance(d, str) for d in given):
+            continue
+        if vi.name not in dims or len(dims[vi.name]) != len(given):
+            raise ShapeError(f"--input-shape {vi.name}: {len(given)} dims for an input of rank "
+                             f"{len(dims.get(vi.name, []))}")
+        for k, (d, g) in enumerate(zip(vi.type.tensor_type.shape.dim, given)):
+            if not isinstance(g, str):
+                continue
+            if isinstance(dims[vi.name][k], int):
+                raise ShapeError(f"--input-shape {vi.name}: dim {k} is {dims[vi.name][k]} in the "
+                                 f"model, it cannot be symbol {g!r}")
+            d.dim_param = g
 
 
 def fix_symbols(model, fixed: dict[str, int]) -> None:

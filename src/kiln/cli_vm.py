@@ -170,7 +170,7 @@ def cast_inputs(arrays: dict[str, np.ndarray], sig: VMSignature) -> dict[str, np
         arr = arrays[t.name]
         if np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
             arr = arr.astype(t.dtype, copy=False)
-        out[t.name] = np.ascontiguousarray(arr)
+        out[t.name] = np.asarray(arr, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     return out
 
 

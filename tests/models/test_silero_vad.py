@@ -74,3 +74,23 @@ def test_chunk_outside_declared_lengths_is_an_error(silero):
     with pytest.raises(ShapeError, match="samples"):
         vm["main"](np.zeros((1, 300), np.float32), np.zeros((2, 1, 128), np.float32),
                    np.array(16000, np.int64))
+
+
+def test_cli_names_the_shared_batch_and_runs_both_rates(wheel_file, tmp_path):
+    """``--input-shape`` with symbol names, ``--dim`` on one of them, ``kiln run`` at both
+    rates, and exit code 2 with the If named for the combination the model cannot run."""
+    from model_helpers import kiln_cli
+
+    so = tmp_path / "vad.so"
+    proc = kiln_cli("compile", str(wheel_file("silero_vad")), "-o", str(so), "--input-shape",
+                    "input:batchxsamples", "--input-shape", "state:2xbatchx128", "--dim",
+                    "samples=256..512:256", "--quiet")
+    assert "samples in [256, 512] divisible by 256" in proc.stdout
+    for sr, n, ok in ((16000, 512, True), (8000, 256, True), (8000, 512, False)):
+        np.savez(tmp_path / "in.npz", input=np.zeros((1, n), np.float32),
+                 state=np.zeros((2, 1, 128), np.float32), sr=np.array(sr, np.int64))
+        proc = kiln_cli("run", str(so), "--inputs", str(tmp_path / "in.npz"), check=ok)
+        if ok:
+            assert "output stateN: shape (2, 1, 128) float32" in proc.stdout
+        else:
+            assert proc.returncode == 2 and "decoder/If" in proc.stderr

@@ -22,12 +22,14 @@ from kiln.errors import KilnError, ModuleLoadError, ShapeError
     ("gpu_0/data_0:2X3", "gpu_0/data_0", (2, 3)),
     ("a:b:c:7", "a:b:c", (7,)),
     ("scalar:", "scalar", ()),
+    ("state:2xbatchx128", "state", (2, "batch", 128)),
+    ("ids:1,max_len", "ids", (1, "max_len")),
 ])
 def test_parse_input_shape(text, name, shape):
     assert cli.parse_input_shape(text) == (name, shape)
 
 
-@pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:a", "x:1.5"])
+@pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:1.5", "x:2a", "x:1,,2"])
 def test_parse_input_shape_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
         cli.parse_input_shape(text)

@@ -156,7 +156,7 @@ def _cum_ref(fn):
             out = np.concatenate([np.full_like(np.take(out, [0], axis=axis), ident),
                                   np.delete(out, -1, axis=axis)], axis=axis) \
                 if x.shape[axis] else out
-        return np.ascontiguousarray(np.flip(out, axis) if reverse else out)
+        return np.asarray(np.flip(out, axis) if reverse else out, order="C")
 
     return ref
 

@@ -47,7 +47,7 @@ def _transpose_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 register_op("transpose", _transpose_infer, OpPattern.INJECTIVE,
-            lambda x, axes: np.ascontiguousarray(np.transpose(x, axes)))
+            lambda x, axes: np.asarray(np.transpose(x, axes), order="C"))
 
 
 def _concatenate_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -106,7 +106,7 @@ def _strided_slice_infer(arg_types: list[TensorType], attrs: dict) -> TensorType
 
 def _strided_slice_ref(x: np.ndarray, begin, end, strides) -> np.ndarray:
     index = tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))
-    return np.ascontiguousarray(x[index])
+    return np.asarray(x[index], order="C")
 
 
 register_op("strided_slice", _strided_slice_infer, OpPattern.INJECTIVE, _strided_slice_ref)
