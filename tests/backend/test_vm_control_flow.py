@@ -159,3 +159,40 @@ def test_condition_on_a_symbolic_dim_refines_its_branch(tmp_path):
                                    rtol=1e-5)
     with pytest.raises(ShapeError, match="else branch cannot run at these shapes"):
         vm["main"](np.zeros((2, 4, 3), "float32"))
+
+
+def _scan_model(in_dir: int, out_dir: int, out_axis: int, in_axis: int):
+    """A Scan over a symbolic number of steps: state s' = s + x (carried), y = 2 s' (a scan
+    output), each direction and axis as given."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s2"]),
+         helper.make_node("Mul", ["s2", "two"], ["y"])], "body",
+        [helper.make_tensor_value_info("s", f, [2]), helper.make_tensor_value_info("x", f, [2])],
+        [helper.make_tensor_value_info("s2", f, [2]), helper.make_tensor_value_info("y", f, [2])],
+        [helper.make_tensor("two", f, [], [2.0])])
+    node = helper.make_node("Scan", ["s0", "xs"], ["sN", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_directions=[in_dir], scan_output_directions=[out_dir],
+                            scan_output_axes=[out_axis], scan_input_axes=[in_axis])
+    xs = ["n", 2] if in_axis == 0 else [2, "n"]
+    graph = helper.make_graph([node], "scan", [helper.make_tensor_value_info("s0", f, [2]),
+                                               helper.make_tensor_value_info("xs", f, xs)],
+                              [helper.make_tensor_value_info("sN", f, [2]),
+                               helper.make_tensor_value_info("ys", f, None)])
+    # IR 8: the onnxruntime of the test extra reads IR <= 13 (it is the reference here: the
+    # ONNX reference evaluator has no reversed scan outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
+
+
+@pytest.mark.parametrize("config", [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 1, 0), (1, 1, 1, 1)])
+def test_scan_over_a_symbolic_length_is_a_run_time_loop(config, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    model = _scan_model(*config)
+    vm = _vm(model, "c", tmp_path / "scan.so", " goto ")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 4, 9):
+        s0 = np.array([1, -1], np.float32)
+        xs = np.random.default_rng(n).standard_normal((n, 2) if config[3] == 0 else (2, n))
+        feed = {"s0": s0, "xs": xs.astype(np.float32)}
+        for got, want in zip(vm["main"](*feed.values()), sess.run(None, feed)):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)

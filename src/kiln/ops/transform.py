@@ -80,7 +80,7 @@ def take(inputs, attrs, out_type):
     axis = attrs["axis"] % len(data.shape)
     nidx = len(indices.shape)
 
-    extent = data.shape[axis]
+    extent = te.dim_expr(data.shape[axis])
 
     def body(*i):
         raw = indices[i[axis:axis + nidx]]
@@ -88,7 +88,7 @@ def take(inputs, attrs, out_type):
         pos = L.Select(pos < 0, pos + extent, pos)
         # An index out of range is an error in ONNX; clamped (TVM's take mode "clip"), a bad
         # token id cannot make the kernel read outside the table.
-        pos = L.minimum(L.maximum(pos, L.IntImm(0)), L.IntImm(extent - 1))
+        pos = L.minimum(L.maximum(pos, L.IntImm(0)), extent - 1)
         return data[i[:axis] + (pos,) + i[axis + nidx:]]
 
     return te.compute(out_type.shape, body, name="take", tag="injective")

@@ -3,8 +3,10 @@
 - ``If``: with a compile-time condition the chosen branch's nodes are converted in place; a
   condition on data becomes an :class:`~kiln.ir.graph.IfCall` with both branches closed over
   the outer values they read, decided at run time by the VM executor.
-- ``Scan`` (opset 9+): the sequence length is static, so the body is converted once per
-  iteration; scan inputs are sliced per step and scan outputs stacked along their axis.
+- ``Scan`` (opset 9+): over a static length the body is converted once per iteration (scan
+  inputs sliced per step, scan outputs stacked along their axis); over a symbolic length it
+  becomes a run-time :class:`~kiln.ir.graph.LoopCall` whose carried buffers collect the scan
+  outputs.
 - ``Loop``: unrolled when the trip count is a compile-time constant and the condition folds
   to a constant at every iteration.
 
@@ -305,6 +307,9 @@ def _scan(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
     if len(lengths) != 1:
         raise ctx.unsupported(f"scan inputs have different lengths {sorted(lengths)}")
     (length,) = lengths
+    if not isinstance(length, int):
+        return _runtime_scan(ctx, body, run, states, scans, axes, in_dirs, out_dirs, out_axes,
+                             length)
     if length == 0:
         raise ctx.unsupported("zero-length scan")
     steps: list[list[Expr]] = []
@@ -321,6 +326,59 @@ def _scan(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
             parts.reverse()
         results.append(_stack(ctx, parts, out_axes[j]))
     return results
+
+
+def _runtime_scan(ctx: ConvertContext, body: onnx.GraphProto, run, states: list[Expr],
+                  scans: list[Expr], axes: list[int], in_dirs, out_dirs, out_axes,
+                  length: SymExpr) -> list[Expr | None]:
+    """A Scan over a symbolic length as a :class:`LoopCall` of ``length`` iterations: step
+    ``i`` takes element ``i`` (or ``length - 1 - i`` for a reverse input) of each scan input,
+    runs the body, and writes each scan output's element into a ``[length, ...]`` buffer
+    carried by the loop (``scatter_nd`` at row ``i``, or ``length - 1 - i`` reversed); the
+    buffers are moved to their output axes after the loop. Each iteration copies the buffers
+    (the loop's carried values): O(length²) bytes moved, fine for the sequences Scan models
+    carry, not for long ones."""
+    i64 = TensorType((), "int64")
+    iter_var, cond_var = Var("iteration", i64), Var("cond", TensorType((), "bool"))
+    state_vars = [Var(f"state{k}", x.checked_type) for k, x in enumerate(states)]
+    last = Constant(np.array([length - 1], dtype=object))
+    mark = uid_mark()
+    flipped = ctx.reshape(ctx.call("subtract", [last, ctx.reshape(iter_var, (1,))]), ())
+
+    def step_index(reverse: int) -> Expr:
+        return flipped if reverse else iter_var
+
+    elems = [ctx.call("take", [x, step_index(d)], axis=a)
+             for x, a, d in zip(scans, axes, in_dirs)]
+    outs = run(body, [*state_vars, *elems])
+    n = len(states)
+    buffers, updated = [], []
+    for k, elem in enumerate(outs[n:]):
+        t = elem.checked_type
+        buf = Var(f"scan_output{k}", TensorType((length, *t.shape), t.dtype))
+        row = ctx.reshape(step_index(out_dirs[k]), (1, 1))
+        updated.append(ctx.call("scatter_nd", [buf, row, ctx.reshape(elem, (1, *t.shape))],
+                                reduction="none"))
+        buffers.append(buf)
+    own = {v.uid for v in (iter_var, cond_var, *state_vars, *buffers)}
+    body_outs = [Constant(np.array(True)), *outs[:n], *updated]
+    captures = [e for e in _outer_refs(body_outs, mark) if e.uid not in own]
+    closed = _closed(body_outs, mark, captures)
+    loop_body = Function([iter_var, cond_var, *state_vars, *buffers, *closed.params],
+                         closed.outputs)
+    zeros = [ctx.call("expand", [Constant(np.zeros((), b.checked_type.dtype))],
+                      newshape=b.checked_type.shape) for b in buffers]
+    trips = Constant(np.array(length, dtype=object))
+    results = _outputs(ctx, lambda: LoopCall(trips, Constant(np.array(True)),
+                                             [*states, *zeros], captures, _loop_step(),
+                                             loop_body))
+    stacked = results[n:]
+    for k, buf in enumerate(stacked):
+        axis = out_axes[k] % buf.checked_type.ndim
+        if axis:
+            perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, buf.checked_type.ndim))
+            stacked[k] = ctx.call("transpose", [buf], axes=tuple(perm))
+    return results[:n] + stacked
 
 
 _MAX_UNROLL = 1024
