@@ -18,7 +18,12 @@ import re
 
 import numpy as np
 
-from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
+from kiln.frontend.onnx.context import (
+    DATA_DEPENDENT_SHAPES,
+    SUPPORTED_DTYPES,
+    ConvertContext,
+    NotConstantError,
+)
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.arith import Dim
 from kiln.ir.graph import Constant, Expr
@@ -31,6 +36,13 @@ def late(ctx: ConvertContext, what: str, hi: Dim | None = None, output: int = 0)
     out = ctx.node.output[output] if output < len(ctx.node.output) else ctx.name
     name = re.sub(r"\W", "_", f"{what}_{out or ctx.name}")
     return (name, 0, hi if isinstance(hi, int) else None)
+
+
+def fallback(err: NotConstantError) -> None:
+    """Re-raise ``err`` (a value needed at compile time is data) unless data-dependent ops
+    are allowed (:func:`~kiln.frontend.onnx.context.static_values_only`)."""
+    if not DATA_DEPENDENT_SHAPES.get():
+        raise err
 
 
 def folded(ctx: ConvertContext, call: Expr) -> Expr:

@@ -26,7 +26,8 @@ def range_(ctx: ConvertContext) -> Expr:
     try:
         start, limit, delta = (ctx.const_value(k, f"Range {what}")
                                for k, what in enumerate(("start", "limit", "delta")))
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.range_(ctx)
     dtype = start.dtype
     if dtype.name not in ("float16", "float32", "float64", "int16", "int32", "int64"):

@@ -72,7 +72,8 @@ def compress(ctx: ConvertContext) -> Expr:
         axis = _axis(ctx, x.checked_type.ndim, int(axis))
     try:
         cond = ctx.const_value(1, "Compress condition").reshape(-1).astype(bool)
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.compress(ctx, x, axis)
     if axis is None:
         x = ctx.reshape(x, (x.checked_type.size,))

@@ -155,7 +155,8 @@ def topk_v10(ctx: ConvertContext) -> list[Expr]:
     makes the op data-dependent (``dyn.topk``, run by the VM)."""
     try:
         k = ctx.const_ints(1, "TopK k")
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         x = ctx.input(0)
         return dynamic.topk(ctx, ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim),
                             bool(ctx.attr("largest", 1)))

@@ -27,7 +27,8 @@ def reshape(ctx: ConvertContext) -> Expr:
     allowzero = bool(ctx.attr("allowzero", 0))
     try:
         target = ctx.const_dims(1, "Reshape shape")
-    except NotConstantError:  # a shape computed from data: bound at run time
+    except NotConstantError as err:  # a shape computed from data: bound at run time
+        dynamic.fallback(err)
         return dynamic.reshape(ctx, allowzero)
     in_shape = x.checked_type.shape
     out: list[arith.Dim] = []
@@ -179,7 +180,8 @@ def constant_of_shape(ctx: ConvertContext) -> Expr:
         raise ctx.unsupported("value must be a one-element numeric tensor")
     try:
         dims = ctx.const_dims(0, "ConstantOfShape shape")
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.constant_of_shape(ctx, fill)
     if any(isinstance(d, int) and d < 0 for d in dims):
         raise ctx.unsupported(f"negative dimension in {dims}")
@@ -248,7 +250,8 @@ def slice_v10(ctx: ConvertContext) -> Expr:
     try:
         return _slice(ctx, ctx.const_dims(1, "Slice starts"), ctx.const_dims(2, "Slice ends"),
                       optional(3, "Slice axes"), optional(4, "Slice steps"))
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.slice_(ctx)
 
 
@@ -264,7 +267,8 @@ def expand(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
     try:
         target = ctx.const_dims(1, "Expand shape")
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.expand(ctx)
     newshape = broadcast_shapes(x.checked_type.shape, target)
     if newshape == x.checked_type.shape:
@@ -327,7 +331,8 @@ def tile(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
     try:
         repeats = ctx.const_ints(1, "Tile repeats")
-    except NotConstantError:
+    except NotConstantError as err:
+        dynamic.fallback(err)
         return dynamic.tile(ctx)
     shape = list(x.checked_type.shape)
     if len(repeats) != len(shape) or any(r < 0 for r in repeats):
