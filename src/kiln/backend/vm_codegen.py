@@ -14,7 +14,14 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
 5. a run-time If (:class:`~kiln.ir.graph.IfCall`): ``vm.builtin.read_bool`` of the condition,
    ``If``/``Goto`` around the two branches, each emitted like a function body (its own arena,
    its own storage id) with its results landing in the same registers;
-6. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
+6. a data-dependent op (``dyn.*``, docs/decisions/016-data-dependent-shapes.md): its builtin
+   (``vm.builtin.nonzero``...; one call for the outputs of one node) and
+   ``vm.builtin.bind_shape``, which binds the op's *late symbols* (in ``Program.symbols``
+   with their bounds) from the result's shape. Dims over late symbols are computed by an
+   inline ``shape_compute`` after the binding, their slots valid only in the body that
+   computed them; a kernel output sized by a late symbol gets an ``alloc_storage`` of its
+   own right before the kernel (the arena is allocated before the op runs);
+7. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
 
 A static model compiles the same way: every dim is an immediate and the heap program is empty.
 """
