@@ -238,3 +238,25 @@ def test_constant_input_folds_at_import():
     mod, params = from_onnx(model)
     exe = kiln.build(mod, target="c", params=params)
     assert not isinstance(exe, kiln.runtime.VMExecutable)  # static again: the graph executor
+
+
+def test_data_dependent_ops_inside_if_branches(tmp_path):
+    """NonZero in one branch, Unique in the other: each binds its late symbols, computes the
+    dims over them and allocates their storage inside its branch."""
+    then = helper.make_graph([helper.make_node("NonZero", ["x"], ["nz"]),
+                              helper.make_node("Mul", ["nz", "two"], ["m"]),
+                              helper.make_node("ReduceSum", ["m"], ["o"], keepdims=0)],
+                             "then", [], [helper.make_tensor_value_info("o", I64, [])])
+    other = helper.make_graph([helper.make_node("Unique", ["x"], ["u"]),
+                               helper.make_node("Cast", ["u"], ["ui"], to=I64),
+                               helper.make_node("ReduceSum", ["ui"], ["o2"], keepdims=0)],
+                              "else", [], [helper.make_tensor_value_info("o2", I64, [])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [("x", F, [3, 4])], [("y", I64)],
+                   inits=[helper.make_tensor("zero", F, [], [0.0]),
+                          helper.make_tensor("two", I64, [], [2])])
+    cases = [{"x": (RNG.integers(-2, 3, (3, 4)) * (RNG.random((3, 4)) < 0.5)).astype("float32")}
+             for _ in range(6)] + [{"x": np.zeros((3, 4), "float32")}]
+    _check(model, cases, tmp_path)
