@@ -30,6 +30,7 @@ from kiln.ir import loop as L
 from kiln.ir.arith import shape_str
 from kiln.ir.graph import (
     CALL_NODES,
+    Call,
     Constant,
     Expr,
     Function,
@@ -247,24 +248,31 @@ EXECUTORS = ("graph", "aot", "vm")
 
 
 def choose_executor(func: Function, executor: str | None) -> str:
-    """``executor``, or the default: ``"vm"`` when an input has symbolic dims or the graph has
-    a run-time If, else ``"graph"``.
+    """``executor``, or the default: ``"vm"`` when an input has symbolic dims, the graph has
+    a run-time If or Loop, or an op the VM runs itself (a data-dependent output shape:
+    NonZero, Unique...; docs/decisions/016-data-dependent-shapes.md), else ``"graph"``.
 
     Raises
     ------
     CompileError
-        The graph or AOT executor for a model with symbolic dims (the message lists them) or a
-        run-time If.
+        The graph or AOT executor for a model with symbolic dims (the message lists them), a
+        run-time If or Loop, or data-dependent shapes (the message names the ops).
     """
     symbolic = {f"{p.name}: {shape_str(p.checked_type.shape)}" for p in func.params
                 if not p.checked_type.is_static}
-    control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in post_order(func.outputs))
+    nodes = list(post_order(func.outputs))
+    control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in nodes)
+    runtime_ops = sorted({n.op.name for n in nodes if isinstance(n, Call) and n.op.runtime})
     if executor is None:
-        return "vm" if symbolic or control_flow else "graph"
+        return "vm" if symbolic or control_flow or runtime_ops else "graph"
     if executor in ("graph", "aot") and symbolic:
         raise CompileError(f"the {executor} executor needs static shapes, but these inputs have "
                            f"symbolic dims: {', '.join(sorted(symbolic))}; fix them (shape=, "
                            "--input-shape) or use executor='vm'")
+    if executor in ("graph", "aot") and runtime_ops:
+        raise CompileError(f"the {executor} executor cannot run ops whose output shape depends "
+                           f"on data ({', '.join(runtime_ops)}): their shapes are known only "
+                           "at run time; use executor='vm'")
     if executor in ("graph", "aot") and control_flow:
         raise CompileError(f"the {executor} executor cannot run an If or Loop decided by data; "
                            "use executor='vm'")

@@ -35,29 +35,68 @@ def test_supports_cpu_only():
 
 
 def test_shape_input_is_bound_from_run_values():
-    """Reshape's shape is a graph input: the importer names it, the rep binds its value and
+    """Split's sizes are a graph input: the importer names it, the rep binds its value and
     compiles once per distinct value (cached)."""
-    model = _reshape_model()
+    model = _model([helper.make_node("Split", ["x", "split"], ["y", "z"], axis=1)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                    helper.make_tensor_value_info("split", TensorProto.INT64, [2])],
+                   [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, None])
+                    for n in "yz"])
     with pytest.raises(NotConstantError) as err:
         from_onnx(model)
-    assert err.value.inputs == ("shape",)
+    assert err.value.inputs == ("split",)
     rep = backend.prepare(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    y, z = rep.run([x, np.array([2, 4], np.int64)])
+    np.testing.assert_array_equal(z, x[:, 2:])
+    y, z = rep.run({"x": x, "split": np.array([5, 1], np.int64)})
+    np.testing.assert_array_equal(y, x[:, :5])
+    assert rep.bound == {"split"}
+    assert len(rep._compiled) == 2
+    rep.run([x, np.array([2, 4], np.int64)])
+    assert len(rep._compiled) == 2  # the first value's library is reused
+
+
+def test_data_shape_compiles_once_for_every_value():
+    """Reshape to a shape that is a graph input is data-dependent: one VM artifact runs
+    every value (decision 016), nothing is bound."""
+    rep = backend.prepare(_reshape_model())
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     (y,) = rep.run([x, np.array([3, 4], np.int64)])
     np.testing.assert_array_equal(y, x.reshape(3, 4))
     (y2,) = rep.run({"x": x, "shape": np.array([4, -1], np.int64)})
     np.testing.assert_array_equal(y2, x.reshape(4, 3))
-    assert rep.bound == {"shape"}
-    assert len(rep._compiled) == 2
-    rep.run([x, np.array([3, 4], np.int64)])
-    assert len(rep._compiled) == 2  # the first value's library is reused
+    assert rep.bound == set() and not rep.static_values
+    assert len(rep._compiled) == 1
+
+
+def test_data_dependent_dims_that_do_not_broadcast_fall_back_to_binding():
+    """Range(0, n) + ConstantOfShape([n]) meet two late symbols in an Add, which no type
+    relation can prove equal: the rep imports again binding ``n``."""
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Reshape", ["n", "one"], ["shape"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                              value=helper.make_tensor("v", i64, [1], [7])),
+             helper.make_node("Add", ["r", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("n", i64, [])],
+                              [helper.make_tensor_value_info("y", i64, [None])],
+                              [helper.make_tensor("zero", i64, [], [0]),
+                               helper.make_tensor("one", i64, [1], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rep = backend.prepare(model)
+    (y,) = rep.run([np.array(4, np.int64)])
+    np.testing.assert_array_equal(y, np.arange(4) + 7)
+    assert rep.static_values and rep.bound == {"n"}
 
 
 def test_unsupported_op_fails_in_prepare():
-    model = _model([helper.make_node("Unique", ["x"], ["y"])],
-                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+    model = _model([helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4]),
+                    helper.make_tensor_value_info("rois", TensorProto.FLOAT, [1, 4]),
+                    helper.make_tensor_value_info("idx", TensorProto.INT64, [1])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
-    with pytest.raises(UnsupportedOpError, match="Unique"):
+    with pytest.raises(UnsupportedOpError, match="RoiAlign"):
         backend.prepare(model)
 
 

@@ -18,9 +18,10 @@ def _named(op: str, inputs: list[str], outputs: list[str], name: str, **attrs):
 
 
 def test_unsupported_op_names_op_node_and_opset():
-    model = make_model([_named("Unique", ["x"], ["y"], "my_unique")], {"x": rand(2, 3)}, ["y"],
-                       13)
-    with pytest.raises(UnsupportedOpError, match=r"Unique.*my_unique.*opset 13"):
+    model = make_model([_named("RoiAlign", ["x", "r", "i"], ["y"], "my_roi")],
+                       {"x": rand(1, 1, 4, 4), "r": rand(1, 4),
+                        "i": np.zeros(1, np.int64)}, ["y"], 13)
+    with pytest.raises(UnsupportedOpError, match=r"RoiAlign.*my_roi.*opset 13"):
         from_onnx(model)
 
 
@@ -65,11 +66,24 @@ def test_unsupported_opset(opset):
         from_onnx(model)
 
 
-def test_non_constant_shape_input():
+def test_non_constant_split_input():
+    node = _named("Split", ["x", "s"], ["y", "z"], "sp")
+    model = make_model([node], {"x": rand(5, 3), "s": np.array([3, 2], np.int64)}, ["y", "z"],
+                       13)
+    with pytest.raises(UnsupportedOpError, match=r"Split.*sp.*compile-time constant.*'s'"):
+        from_onnx(model)
+
+
+def test_reshape_to_a_data_shape_is_data_dependent():
+    """A shape computed from data is no longer an error: the output dims are late symbols
+    (decision 016), bounded by the input's size."""
     node = _named("Reshape", ["x", "s"], ["y"], "rs")
     model = make_model([node], {"x": rand(2, 3), "s": np.array([3, 2], np.int64)}, ["y"], 13)
-    with pytest.raises(UnsupportedOpError, match=r"Reshape.*rs.*compile-time constant.*'s'"):
-        from_onnx(model)
+    mod, _ = from_onnx(model)
+    (out,) = mod["main"].outputs
+    assert out.op.name == "dyn.reshape"
+    assert [(d.name, d.lo, d.hi) for d in out.checked_type.shape] == [
+        ("reshape_dim0_y", 0, 6), ("reshape_dim1_y", 0, 6)]
 
 
 def test_shape_error_names_node():

@@ -19,6 +19,7 @@ import numpy as np
 from kiln.backend.memory_plan import StoragePlan, plan_memory
 from kiln.errors import CompileError
 from kiln.ir.graph import (
+    Call,
     Constant,
     Expr,
     Function,
@@ -81,6 +82,10 @@ def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict,
                      "num_outputs": str(len(out_types)), "flatten_data": "0",
                      "Compiler": str(node.body.attrs["Compiler"]), "global_symbol": symbol}
             name = symbol
+        elif isinstance(node, Call) and node.op.runtime:
+            raise CompileError(f"the graph executor cannot run {node.op.name} (node "
+                               f"{node.span or '?'}): its output shape is known only at run "
+                               "time; build with executor='vm'")
         else:
             assert isinstance(node, PrimitiveCall), f"unfused node {node!r} reached graph codegen"
             out_types = [node.checked_type]

@@ -14,7 +14,14 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
 5. a run-time If (:class:`~kiln.ir.graph.IfCall`): ``vm.builtin.read_bool`` of the condition,
    ``If``/``Goto`` around the two branches, each emitted like a function body (its own arena,
    its own storage id) with its results landing in the same registers;
-6. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
+6. a data-dependent op (``dyn.*``, docs/decisions/016-data-dependent-shapes.md): its builtin
+   (``vm.builtin.nonzero``...; one call for the outputs of one node) and
+   ``vm.builtin.bind_shape``, which binds the op's *late symbols* (in ``Program.symbols``
+   with their bounds) from the result's shape. Dims over late symbols are computed by an
+   inline ``shape_compute`` after the binding, their slots valid only in the body that
+   computed them; a kernel output sized by a late symbol gets an ``alloc_storage`` of its
+   own right before the kernel (the arena is allocated before the op runs);
+7. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
 
 A static model compiles the same way: every dim is an immediate and the heap program is empty.
 """
@@ -25,6 +32,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kiln.backend.vm_dynamic import (
+    MULTI_OUTPUT,
+    builtin_args,
+    depends_on,
+    is_dynamic,
+    label,
+    late_symbols_of,
+    sibling_key,
+)
 from kiln.errors import CompileError
 from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
@@ -76,16 +92,37 @@ class Program:
 
 
 class ShapeHeap:
-    """Heap slots of the symbols and of every derived dim, with the program computing them.
+    """Heap slots of the symbols and of every derived dim, with the programs computing them.
 
     Slots ``0 .. len(symbols)-1`` are the symbols; :meth:`operand` gives a dim as an immediate
     (an int) or the slot of its expression, emitting the program's operations on first use so
-    that each distinct subexpression is computed once."""
+    that each distinct subexpression is computed once.
 
-    def __init__(self, symbols: list[SymVar]):
+    A dim over ``late`` symbols (bound by a data-dependent op where it runs, decision 016)
+    cannot be computed at the function head: its operations go to :attr:`inline`, which the
+    emitter places just before the next instruction, and its slot is known only in the
+    current body scope (:meth:`push`/:meth:`pop`): a branch or loop body that computed it
+    may not have run where it is used next."""
+
+    def __init__(self, symbols: list[SymVar], late: list[SymVar] = ()):
         self.slots: dict[Dim, int] = {s: k for k, s in enumerate(symbols)}
         self.size = len(symbols)
         self.program: list[int] = []
+        self.late = {s.name for s in late}
+        self.scopes: list[dict[Dim, int]] = [{}]
+        self.inline: list[int] = []
+
+    def push(self) -> None:
+        """Enter a body: late-dependent slots computed inside it stay inside it."""
+        self.scopes.append({})
+
+    def pop(self) -> None:
+        self.scopes.pop()
+
+    def take_inline(self) -> list[int]:
+        """The late-dependent operations requested since the last call, to run now."""
+        out, self.inline = self.inline, []
+        return out
 
     def operand(self, d: Dim) -> tuple[int, int]:
         """(kind, value) for the shape program: (1, int) or (0, slot)."""
@@ -101,6 +138,9 @@ class ShapeHeap:
     def slot(self, d: arith.SymExpr) -> int:
         if d in self.slots:
             return self.slots[d]
+        for scope in reversed(self.scopes):
+            if d in scope:
+                return scope[d]
         if isinstance(d, SymVar):
             raise CompileError(f"symbol {d.name} is not bound by any input of the model")
         op, a, b = _decompose(d)
@@ -108,8 +148,13 @@ class ShapeHeap:
         kb, vb = self.operand(b)
         dst = self.size
         self.size += 1
-        self.program += [SHAPE_OPS[op], dst, ka, va, kb, vb]
-        self.slots[d] = dst
+        step = [SHAPE_OPS[op], dst, ka, va, kb, vb]
+        if depends_on(d, self.late):
+            self.inline += step
+            self.scopes[-1][d] = dst
+        else:
+            self.program += step
+            self.slots[d] = dst
         return dst
 
 
@@ -171,9 +216,12 @@ def _fits(size: Dim, capacity: Dim) -> bool:
 
 
 class _Emitter:
-    def __init__(self, symbols: list[SymVar]):
+    def __init__(self, symbols: list[SymVar], late: list[SymVar] = ()):
         self.prog = Program(symbols)
-        self.heap = ShapeHeap(symbols)
+        self.heap = ShapeHeap(symbols, late)
+        # per body scope: late symbols bound so far, shared builtin results (sibling outputs)
+        self.bound: list[set[str]] = [set()]
+        self.shared: list[dict[tuple, int]] = [{}]
         self.func_index: dict[str, int] = {}
         self.const_index: dict[object, int] = {}
         self.num_regs = 0
@@ -205,7 +253,34 @@ class _Emitter:
         return self.const_index[key]
 
     def call(self, dst: int, name: str, args: list[int]) -> None:
+        """Emit a call (after the late-dependent shape operations its arguments need)."""
+        self.flush()
         self.prog.code += call(dst, self.func(name), args)
+
+    def flush(self) -> None:
+        """Emit the pending late-dependent shape operations as an inline ``shape_compute``."""
+        inline = self.heap.take_inline()
+        if inline:
+            program = const(self.const(np.array(inline, dtype=np.int64)))
+            self.prog.code += call(-1, self.func("vm.builtin.shape_compute"), [program])
+
+    def push_scope(self) -> None:
+        self.flush()
+        self.heap.push()
+        self.bound.append(set())
+        self.shared.append({})
+
+    def pop_scope(self) -> None:
+        self.flush()
+        self.heap.pop()
+        self.bound.pop()
+        self.shared.pop()
+
+    def is_bound(self, name: str) -> bool:
+        return any(name in b for b in self.bound)
+
+    def shared_value(self, key: tuple) -> int | None:
+        return next((s[key] for s in reversed(self.shared) if key in s), None)
 
     def move(self, dst: int, word: int) -> None:
         """Register ``dst`` = the value of argument ``word`` (the VM has no move: a one-item
@@ -240,7 +315,13 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
         For a node the VM cannot run yet (an external BYOC function) or a symbol no input binds.
     """
     symbols = _input_symbols(func)
-    em = _Emitter(symbols)
+    late = late_symbols_of(func)
+    clash = {s.name for s in symbols} & {s.name for s in late}
+    if clash:
+        raise CompileError(f"data-dependent dim(s) {sorted(clash)} have the name of an input "
+                           "symbol")
+    symbols += late
+    em = _Emitter(symbols, late)
     em.kernel_names, em.kernel_symbol_args = kernel_names, kernel_symbol_args
     regs: dict[int, int] = {}
     params = []
@@ -282,6 +363,14 @@ def _emit_body(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
     """Emit the nodes ``outputs`` need (kernels into one arena of their own storage id, and
     Ifs); returns an argument word per output. With ``result_regs`` (a branch of an If), each
     output ends in its register."""
+    em.push_scope()
+    words = _emit_nodes(em, outputs, regs, result_regs)
+    em.pop_scope()
+    return words
+
+
+def _emit_nodes(em: _Emitter, outputs: list[Expr], regs: dict[int, int],
+                result_regs: list[int] | None) -> list[int]:
     nodes = list(post_order(outputs))
     calls = [n for n in nodes if isinstance(n, PrimitiveCall)]
     for node in nodes:
@@ -328,10 +417,33 @@ def _plan(em: _Emitter, calls: list[PrimitiveCall], nodes: list[Expr],
     read_by_control = {a.uid for n in nodes if isinstance(n, (IfCall, LoopCall))
                        for a in n.args}
     keep = list(outputs) + [c for c in calls if c.uid in read_by_control]
-    offsets, total = plan_arena([_nbytes(c.checked_type) for c in calls], _frees(calls, keep))
+    frees = _frees(calls, keep, nodes)
+    # a tensor whose size depends on a late symbol gets storage of its own where it is made
+    # (the arena is allocated before the data-dependent op has run)
+    own = [depends_on(_nbytes(c.checked_type), em.heap.late) for c in calls]
+    early = [k for k, c in enumerate(calls) if not own[k]]
+    if not early:
+        return {}
+    offsets, total = plan_arena([_nbytes(calls[k].checked_type) for k in early],
+                                _early_frees(frees, own, early))
     arena = em.reg()
     em.call(arena, "vm.builtin.alloc_storage", [imm(em.storage_id()), em.heap.arg(total)])
-    return {c.uid: (arena, off) for c, off in zip(calls, offsets)}
+    return {calls[k].uid: (arena, off) for k, off in zip(early, offsets)}
+
+
+def _early_frees(frees: list[list[int]], own: list[bool], early: list[int]) -> list[list[int]]:
+    """``frees`` over the arena's tensors only (indices into ``early``): what is freed after a
+    tensor with storage of its own is freed after the arena tensor made before it instead
+    (the next arena tensor is made after that tensor's call all the same)."""
+    pos = {k: j for j, k in enumerate(early)}
+    out: list[list[int]] = [[] for _ in early]
+    at = -1
+    for k, freed in enumerate(frees):
+        if not own[k]:
+            at = pos[k]
+        if at >= 0:
+            out[at] += [pos[t] for t in freed if not own[t]]
+    return out
 
 
 def _nbytes(t: TensorType) -> Dim:
@@ -339,8 +451,13 @@ def _nbytes(t: TensorType) -> Dim:
 
 
 def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed) -> None:
-    arena, offset = placed[call.uid]
     out = regs.setdefault(call.uid, em.reg())
+    if call.uid in placed:
+        arena, offset = placed[call.uid]
+    else:  # sized by late symbols: storage of its own, allocated now
+        arena, offset = em.reg(), 0
+        em.call(arena, "vm.builtin.alloc_storage",
+                [imm(em.storage_id()), em.heap.arg(_nbytes(call.checked_type))])
     em.alloc_tensor(out, arena, offset, call.checked_type)
     name = em.kernel_names[call.uid]
     args = [_value_arg(a, regs, em) for a in call.args] + [reg(out)]
@@ -351,7 +468,11 @@ def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed
 
 def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
     """An op the VM runs itself (``OpDef.runtime``): ``match_cast`` is a view with the refined
-    shape; ``trap`` raises its message."""
+    shape; ``trap`` raises its message; a data-dependent op calls its builtin and binds its
+    late symbols (:func:`_emit_dynamic`)."""
+    if is_dynamic(node):
+        _emit_dynamic(em, node, regs)
+        return
     dst = regs.setdefault(node.uid, em.reg())
     if node.op.name == "match_cast":
         em.call(dst, "vm.builtin.reshape", [_value_arg(node.args[0], regs, em),
@@ -361,6 +482,38 @@ def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
         em.call(dst, "vm.builtin.trap", [const(em.const(message, ("message", message)))])
     else:
         raise CompileError(f"the VM has no builtin for op {node.op.name}")
+
+
+def _emit_dynamic(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
+    """The op's builtin (once for the outputs of one node), its result into a register, then
+    ``bind_shape``: bind each late symbol at its first occurrence, check every other dim."""
+    key = sibling_key(node)
+    value = em.shared_value(key)
+    if value is None:
+        name, args = builtin_args(node, [_value_arg(a, regs, em) for a in node.args], em.const)
+        value = em.reg()
+        em.call(value, name, args)
+        em.shared[-1][key] = value
+    if node.op.name in MULTI_OUTPUT:
+        dst = em.reg()
+        em.call(dst, "vm.builtin.tuple_get", [reg(value), imm(node.attrs["output"])])
+    else:
+        dst = value
+    regs[node.uid] = dst
+    t = node.checked_type
+    code, bits = dl_dtype(t.dtype)
+    spec = [code, bits, t.ndim]
+    for d in t.shape:
+        if isinstance(d, int):
+            spec += [MATCH_EQUAL, d]
+        elif isinstance(d, SymVar) and d.name in em.heap.late and not em.is_bound(d.name):
+            spec += [MATCH_BIND, em.heap.slot(d)]
+            em.bound[-1].add(d.name)
+        else:
+            spec += [MATCH_CHECK, em.heap.slot(d)]
+    text = f"{label(node)} output {node.attrs.get('output', 0)}"
+    em.call(-1, "vm.builtin.bind_shape", [reg(dst), const(em.const(text, ("label", text))),
+                                          const(em.const(np.array(spec, dtype=np.int64)))])
 
 
 def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
@@ -461,15 +614,28 @@ def _value_arg(e: Expr, regs: dict[int, int], em: _Emitter) -> int:
     return reg(regs[e.uid])
 
 
-def _frees(calls: list[PrimitiveCall], outputs: list[Expr]) -> list[list[int]]:
-    """For each call, the calls whose value is last used by it (outputs are never freed)."""
+def _frees(calls: list[PrimitiveCall], outputs: list[Expr],
+           nodes: list[Expr] | None = None) -> list[list[int]]:
+    """For each call, the calls whose value is last used by it (outputs are never freed).
+
+    With ``nodes`` (the body in emission order), a run-time op reading a call's value uses it
+    until the next call, and a ``match_cast`` (a view) stands for the value it views."""
     index = {c.uid: k for k, c in enumerate(calls)}
+    alias: dict[int, int] = {}
     last: dict[int, int] = {}
-    for k, c in enumerate(calls):
-        for a in c.args:
-            if a.uid in index:
-                last[index[a.uid]] = k
-    keep = {index[o.uid] for o in outputs if o.uid in index}
+    k = -1
+    for n in nodes if nodes is not None else calls:
+        if isinstance(n, PrimitiveCall):
+            k = index[n.uid]
+        elif not (isinstance(n, Call) and n.op.runtime):
+            continue
+        for a in n.args:
+            root = alias.get(a.uid, a.uid)
+            if root in index:
+                last[index[root]] = max(last.get(index[root], k), k)
+        if isinstance(n, Call) and n.op.name == "match_cast":
+            alias[n.uid] = alias.get(n.args[0].uid, n.args[0].uid)
+    keep = {index[r] for r in (alias.get(o.uid, o.uid) for o in outputs) if r in index}
     frees: list[list[int]] = [[] for _ in calls]
     for t, k in last.items():
         if t not in keep:

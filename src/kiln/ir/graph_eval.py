@@ -91,12 +91,27 @@ def evaluate_call(call: Call, args: list[np.ndarray],
     want = call.checked_type
     if symbolic:
         return _symbolic_result(call, out)
+    if call.op.runtime and symbols is not None:
+        _bind_late(call, out, symbols)
     if not want.is_static:
         want = TensorType(tuple(arith.evaluate(d, symbols or {}) for d in want.shape),
                           want.dtype)
     assert tuple(out.shape) == want.shape and str(out.dtype) == want.dtype, (
         f"{call.op.name}: reference gave {out.shape} {out.dtype}, type relation says {want}")
     return out
+
+
+def _bind_late(call: Call, out: np.ndarray, symbols: dict[str, int]) -> None:
+    """Bind the data-dependent dims of a ``dyn.*`` call's result (again each time it runs: in
+    a loop body they change) and check the rest of its shape."""
+    if call.op.name.startswith("dyn."):
+        from kiln.ir.ops.dynamic import late_symbols
+
+        for s in late_symbols(call.attrs):
+            symbols.pop(s.name, None)
+    if not _matches(call.checked_type.shape, out.shape, symbols):
+        raise ShapeError(f"{call.op.name}: the result's shape {list(out.shape)} does not fit "
+                         f"{shape_str(call.checked_type.shape)}")
 
 
 def _loop(node: LoopCall, args: list, symbols) -> np.ndarray | tuple:

@@ -10,7 +10,8 @@ constants get them through a ``ConstLoaderModule`` (``create_metadata_module``);
 ``kiln_json`` backend's functions load as ``JSONRuntimeModule`` (``json_runtime``, kernels in
 ``json_kernels``). Models with symbolic shapes ship a ``VMExecutable`` (``vm_executable``: the
 bytecode and its byte format ``vm_format``/``vm_bytecode``) run by the VM module (``vm``, with
-``vm_builtins``, ``vm_storage``, ``vm_inputs``, ``vm_replay``, ``vm_profile``). Compiled
+``vm_builtins``, ``vm_storage``, ``vm_inputs``, ``vm_replay``, ``vm_profile``, and
+``vm_dynamic_ops`` over ``dynamic_ops``: the ops whose output shape depends on data). Compiled
 kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
 ``llvm``), or as C source compiled where the model runs (``SourceDeviceModule``, type_key
 ``kiln_jit``, the ``jit`` target: compiler and flags in ``device_toolchain``, foreign ISAs run

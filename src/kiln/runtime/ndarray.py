@@ -94,6 +94,8 @@ def _aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     nbytes = checked_nbytes(shape, np.dtype(dtype).itemsize)
     buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     off = (-buf.ctypes.data) % ALIGNMENT
+    if nbytes == 0:  # (reshaping an empty view may move its data pointer: kernels check it)
+        return np.ndarray(shape, dtype=dtype, buffer=buf, offset=off)
     return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 

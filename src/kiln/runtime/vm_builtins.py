@@ -26,6 +26,7 @@ from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import NDArray, array, checked_nbytes
 from kiln.runtime.vm_bytecode import CONST, HEAP, IMM, REG
+from kiln.runtime.vm_dynamic_ops import DYNAMIC_BUILTINS
 from kiln.runtime.vm_format import Sym, Symbol, VMFunction
 from kiln.runtime.vm_storage import Storage
 
@@ -115,7 +116,7 @@ def _symbol_name(site: Site, param: int, dim: int, slot: int) -> str:
     if slot < len(site.symbols):
         return site.symbols[slot].name
     params = site.func.params
-    if param < len(params) and dim < len(params[param].dims):
+    if 0 <= param < len(params) and dim < len(params[param].dims):
         d = params[param].dims[dim]
         if isinstance(d, Sym):
             return site.symbols[d.index].name
@@ -193,6 +194,38 @@ def match_shape(site: Site) -> Run:
                                  f"an earlier input) but got {d}")
 
     run.stage = "match"  # type: ignore[attr-defined]
+    return run
+
+
+def bind_shape(site: Site) -> Run:
+    """``bind_shape(tensor, CONST label, CONST spec)``: bind the late symbols of a value an op
+    computed (a data-dependent shape, decision 016) from its actual shape; the spec is
+    ``match_shape``'s (dims equal, bind a slot, check a slot). A symbol outside its bounds,
+    or a dim that differs from what was bound or known, raises ShapeError naming ``label``
+    (the op and node) and the symbol."""
+    site.nargs(3, 3)
+    dtype, checks = _parse_spec(site, -1)
+    kind, value = site.args[1]
+    label = site.constants[value] if kind == CONST else None
+    if not isinstance(label, str):
+        raise site.fail("argument 1 must be a constant label")
+    ndim = len(checks)
+
+    def run(frame: Frame, args: list) -> None:
+        t = args[0]
+        if type(t) is not NDArray or t.dtype != dtype or t._arr.ndim != ndim:
+            got = f"{t.dtype}{list(t.shape)}" if type(t) is NDArray else type(t).__name__
+            raise ShapeError(f"{label}: expected a rank-{ndim} {dtype} tensor, got {got}")
+        heap = frame.heap
+        for i, (c, d) in enumerate(zip(checks, t._arr.shape)):
+            if c.kind == 1:
+                check_bounds(f"{label} dim {i}", c.symbol, d, c.lo, c.hi, c.divisor)
+                heap[c.value] = d
+            elif d != (c.value if c.kind == 0 else heap[c.value]):
+                want = c.value if c.kind == 0 else f"{c.symbol} = {heap[c.value]}"
+                raise ShapeError(f"{label} dim {i}: expected {want} but got {d}")
+
+    run.effect = "data"  # type: ignore[attr-defined]
     return run
 
 
@@ -435,10 +468,11 @@ def tuple_get(site: Site) -> Run:
 
 
 BUILTINS: dict[str, Callable[[Site], Run]] = {
-    PREFIX + f.__name__: f for f in (match_shape, shape_compute, alloc_storage, alloc_tensor,
-                                     reshape, copy, tensor_to_heap, shape_to_tensor, trap,
-                                     read_bool, make_tuple, tuple_get)
+    PREFIX + f.__name__: f for f in (match_shape, bind_shape, shape_compute, alloc_storage,
+                                     alloc_tensor, reshape, copy, tensor_to_heap,
+                                     shape_to_tensor, trap, read_bool, make_tuple, tuple_get)
 }
+BUILTINS.update((PREFIX + name, f) for name, f in DYNAMIC_BUILTINS.items())
 
 
 def prepare_builtin(site: Site) -> Run:

@@ -19,6 +19,14 @@ When that value comes from a graph input, the importer raises
 then binds exactly those inputs, with the values given to ``run``, as initializers and imports
 again. Such a compiled model is specialized to those values: it is cached under them, and other
 values compile again (docs/decisions/009-onnx-backend-conformance.md).
+
+Data-dependent shapes (docs/decisions/016-data-dependent-shapes.md). Where such a value is data,
+the converters of Reshape, Expand, ConstantOfShape, Tile, Slice, Compress, TopK and Range make
+the op data-dependent instead (one VM artifact for every value); NonZero, Unique and
+NonMaxSuppression always are. The rep tries that first; when the graph then cannot be typed,
+converted or compiled (e.g. a Range's late length meeting a ConstantOfShape's in an Add: two
+symbols that do not broadcast; an If whose branches then differ), it imports again with
+:func:`~kiln.frontend.onnx.context.static_values_only` and binds the inputs as above.
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from kiln.errors import KilnError, ShapeError, UnsupportedOpError
-from kiln.frontend.onnx.context import NotConstantError
+from kiln.errors import CompileError, KilnError, ShapeError, UnsupportedOpError
+from kiln.frontend.onnx.context import NotConstantError, static_values_only
 from kiln.frontend.onnx.importer import MAX_OPSET, from_onnx, model_opset
 
 DEFAULT_TARGET = "c"
@@ -55,6 +63,7 @@ class KilnBackendRep(BackendRep):
         inits = {init.name for init in model.graph.initializer}
         self.input_names = [v.name for v in model.graph.input if v.name not in inits]
         self.bound: set[str] = set()  # inputs that compile as constants (see module docstring)
+        self.static_values = False  # data-dependent ops failed: bind inputs instead
         self._compiled: dict[tuple, Any] = {}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -100,11 +109,25 @@ class KilnBackendRep(BackendRep):
     def _executor(self, values: dict[str, np.ndarray]) -> Any:
         key = self._key(values)
         if key not in self._compiled:
-            mod, params, self.bound = import_binding(self.model, values, self.bound)
-            key = self._key(values)  # with the inputs found to need binding
-            if key not in self._compiled:
-                self._compiled[key] = _compile(mod, params, self.target)
+            try:
+                mod, params, self.bound = self._import(values)
+                key = self._key(values)  # with the inputs found to need binding
+                if key not in self._compiled:
+                    self._compiled[key] = _compile(mod, params, self.target)
+            except (ShapeError, CompileError, UnsupportedOpError):
+                if self.static_values:
+                    raise
+                # data-dependent ops the graph could not take (shapes that do not broadcast,
+                # If branches that differ): bind the inputs instead
+                self.static_values = True
+                return self._executor(values)
         return self._compiled[key]
+
+    def _import(self, values: dict[str, np.ndarray]) -> tuple[Any, dict, set[str]]:
+        if self.static_values:
+            with static_values_only():
+                return import_binding(self.model, values, self.bound)
+        return import_binding(self.model, values, self.bound)
 
     def _key(self, values: dict[str, np.ndarray]) -> tuple:
         key = []
@@ -240,7 +263,8 @@ class KilnBackend(Backend):
         model_opset(model)
         rep = KilnBackendRep(model, target)
         try:
-            from_onnx(model)  # unsupported ops fail here, before any input is seen
+            with static_values_only():  # (as the binding path imports: no data-dependent If)
+                from_onnx(model)  # unsupported ops fail here, before any input is seen
         except NotConstantError:
             pass  # needs input values: imported again at run time
         except ShapeError:

@@ -3,7 +3,9 @@ opset, and helpers to emit calls, read compile-time-constant inputs and report e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,24 @@ class NotConstantError(UnsupportedOpError):
     def __init__(self, message: str, inputs: tuple[str, ...]):
         super().__init__(message)
         self.inputs = inputs
+
+
+#: Whether converters that need a value at compile time (Reshape's shape, TopK's k, Range's
+#: bounds...) make a data-dependent op when it is data (decision 016); False: they raise
+#: NotConstantError, so the ONNX backend binds the inputs it names instead.
+DATA_DEPENDENT_SHAPES: ContextVar[bool] = ContextVar("kiln_data_dependent_shapes", default=True)
+
+
+@contextmanager
+def static_values_only() -> Iterator[None]:
+    """Within it, converters raise :class:`NotConstantError` where a value they need at
+    compile time is data, instead of making the op data-dependent (NonZero, Unique and
+    NonMaxSuppression, data-dependent by nature, are not affected)."""
+    token = DATA_DEPENDENT_SHAPES.set(False)
+    try:
+        yield
+    finally:
+        DATA_DEPENDENT_SHAPES.reset(token)
 
 
 # The element types Kiln compiles (its code generators' scalar types). ONNX's others (bfloat16,

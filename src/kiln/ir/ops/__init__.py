@@ -4,11 +4,13 @@ Importing this package registers every op with :func:`kiln.ir.op_registry.regist
 loop-level computes for the same names live in ``kiln.ops``. The vocabulary (names and attrs) is
 fixed and shared with ``kiln.ops``: attrs are plain, fully normalized Python values (ints, floats,
 bools, strs, tuples of ints), so neither side needs defaults. May import numpy, kiln.errors and
-kiln.ir only.
+kiln.ir only, and ``kiln.runtime.dynamic_ops``: the numpy definitions of the data-dependent
+ops (``dynamic``), which the VM runs and which are their references here, kept in one place.
 """
 
 from kiln.ir.ops import (  # noqa: F401
     annotation,
+    dynamic,
     einsum,
     elemwise,
     image,

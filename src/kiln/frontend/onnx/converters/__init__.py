@@ -7,6 +7,7 @@ A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
 
 from kiln.frontend.onnx.converters import (  # noqa: F401
     activation,
+    dynamic,
     einsum,
     elementwise,
     generate,

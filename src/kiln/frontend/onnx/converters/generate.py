@@ -13,16 +13,22 @@ import math
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.context import ConvertContext, NotConstantError
+from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 
 
 @onnx_op("Range", since=11)
 def range_(ctx: ConvertContext) -> Expr:
-    """ONNX's formula: n = max(ceil((limit - start) / delta), 0) values start + k * delta."""
-    start, limit, delta = (ctx.const_value(k, f"Range {what}")
-                           for k, what in enumerate(("start", "limit", "delta")))
+    """ONNX's formula: n = max(ceil((limit - start) / delta), 0) values start + k * delta;
+    bounds that are data make it data-dependent (``dyn.range``, run by the VM)."""
+    try:
+        start, limit, delta = (ctx.const_value(k, f"Range {what}")
+                               for k, what in enumerate(("start", "limit", "delta")))
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.range_(ctx)
     dtype = start.dtype
     if dtype.name not in ("float16", "float32", "float64", "int16", "int32", "int64"):
         raise ctx.unsupported(f"element type {dtype}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.context import ConvertContext, NotConstantError
+from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 
@@ -63,16 +64,20 @@ onnx_op("CumProd", since=26)(_cumulative("cumprod"))
 
 @onnx_op("Compress", since=9)
 def compress(ctx: ConvertContext) -> Expr:
-    """The selected positions depend on the condition's values, so the condition must be a
-    compile-time constant; the op is then a ``take`` of those positions."""
+    """A constant condition makes the op a ``take`` of the selected positions; a condition
+    that is data makes it data-dependent (``dyn.compress``, run by the VM)."""
     x = ctx.input(0)
-    cond = ctx.const_value(1, "Compress condition").reshape(-1).astype(bool)
     axis = ctx.attr("axis", None)
+    if axis is not None:
+        axis = _axis(ctx, x.checked_type.ndim, int(axis))
+    try:
+        cond = ctx.const_value(1, "Compress condition").reshape(-1).astype(bool)
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.compress(ctx, x, axis)
     if axis is None:
         x = ctx.reshape(x, (x.checked_type.size,))
         axis = 0
-    else:
-        axis = _axis(ctx, x.checked_type.ndim, int(axis))
     extent = x.checked_type.shape[axis]
     if cond.size > extent:
         raise ctx.unsupported(f"condition of {cond.size} entries for an axis of {extent}")

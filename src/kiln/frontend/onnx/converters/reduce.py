@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.context import ConvertContext, NotConstantError
+from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir.graph import Constant, Expr
 from kiln.ir.ops.common import FLOAT_DTYPES
@@ -150,8 +151,15 @@ def topk_v1(ctx: ConvertContext) -> list[Expr]:
 @onnx_op("TopK", since=10)
 def topk_v10(ctx: ConvertContext) -> list[Expr]:
     """k became an input (opset 10); largest and sorted attributes (11). Outputs are always
-    sorted (what sorted=1 asks; sorted=0 leaves the order unspecified)."""
-    k = ctx.const_ints(1, "TopK k")
+    sorted (what sorted=1 asks; sorted=0 leaves the order unspecified). A ``k`` that is data
+    makes the op data-dependent (``dyn.topk``, run by the VM)."""
+    try:
+        k = ctx.const_ints(1, "TopK k")
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        x = ctx.input(0)
+        return dynamic.topk(ctx, ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim),
+                            bool(ctx.attr("largest", 1)))
     if len(k) != 1:
         raise ctx.unsupported(f"k must have one element, got {k}")
     return _topk(ctx, k[0])

@@ -1,12 +1,15 @@
 """Converters of ONNX tensor-manipulation ops: Reshape, Flatten, Transpose, Concat, Squeeze,
 Unsqueeze, Slice, Gather, Expand, Identity, and the constant producers Shape, Constant and
-ConstantOfShape (shapes are static, so these yield Constants)."""
+ConstantOfShape (shapes are static, so these yield Constants; a shape, repeats or slice bounds
+computed from data make Reshape, Expand, ConstantOfShape, Tile and Slice data-dependent:
+``converters.dynamic``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext
+from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext, NotConstantError
+from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.ir import arith
 from kiln.ir.graph import Constant, Expr, symbolic_array
@@ -21,8 +24,12 @@ def identity(ctx: ConvertContext) -> Expr:
 @onnx_op("Reshape", since=5)
 def reshape(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    target = ctx.const_dims(1, "Reshape shape")
     allowzero = bool(ctx.attr("allowzero", 0))
+    try:
+        target = ctx.const_dims(1, "Reshape shape")
+    except NotConstantError as err:  # a shape computed from data: bound at run time
+        dynamic.fallback(err)
+        return dynamic.reshape(ctx, allowzero)
     in_shape = x.checked_type.shape
     out: list[arith.Dim] = []
     infer = None
@@ -167,13 +174,17 @@ def constant(ctx: ConvertContext) -> Expr:
 
 @onnx_op("ConstantOfShape", since=9)
 def constant_of_shape(ctx: ConvertContext) -> Expr:
-    dims = ctx.const_dims(0, "ConstantOfShape shape")
-    if any(isinstance(d, int) and d < 0 for d in dims):
-        raise ctx.unsupported(f"negative dimension in {dims}")
     fill = ctx.attr("value", None)
     fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill).reshape(-1)
     if fill.size != 1 or fill.dtype.name not in SUPPORTED_DTYPES:
         raise ctx.unsupported("value must be a one-element numeric tensor")
+    try:
+        dims = ctx.const_dims(0, "ConstantOfShape shape")
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.constant_of_shape(ctx, fill)
+    if any(isinstance(d, int) and d < 0 for d in dims):
+        raise ctx.unsupported(f"negative dimension in {dims}")
     if not all(isinstance(d, int) for d in dims):  # a symbolic shape: filled at run time
         return ctx.call("expand", [Constant(fill.reshape(()))], newshape=tuple(dims))
     if not fill[0]:
@@ -236,8 +247,12 @@ def slice_v10(ctx: ConvertContext) -> Expr:
             return None
         return ctx.const_ints(k, what)
 
-    return _slice(ctx, ctx.const_dims(1, "Slice starts"), ctx.const_dims(2, "Slice ends"),
-                  optional(3, "Slice axes"), optional(4, "Slice steps"))
+    try:
+        return _slice(ctx, ctx.const_dims(1, "Slice starts"), ctx.const_dims(2, "Slice ends"),
+                      optional(3, "Slice axes"), optional(4, "Slice steps"))
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.slice_(ctx)
 
 
 @onnx_op("Gather", since=1)
@@ -250,7 +265,11 @@ def gather(ctx: ConvertContext) -> Expr:
 @onnx_op("Expand", since=8)
 def expand(ctx: ConvertContext) -> Expr:
     x = ctx.input(0)
-    target = ctx.const_dims(1, "Expand shape")
+    try:
+        target = ctx.const_dims(1, "Expand shape")
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.expand(ctx)
     newshape = broadcast_shapes(x.checked_type.shape, target)
     if newshape == x.checked_type.shape:
         return x
@@ -310,7 +329,11 @@ def tile(ctx: ConvertContext) -> Expr:
     """Per repeated axis: insert a size-1 axis before it, expand that to the repeat count and
     merge the two (reshape → expand → reshape; FuseOps makes it one injective kernel)."""
     x = ctx.input(0)
-    repeats = ctx.const_ints(1, "Tile repeats")
+    try:
+        repeats = ctx.const_ints(1, "Tile repeats")
+    except NotConstantError as err:
+        dynamic.fallback(err)
+        return dynamic.tile(ctx)
     shape = list(x.checked_type.shape)
     if len(repeats) != len(shape) or any(r < 0 for r in repeats):
         raise ctx.unsupported(f"repeats {repeats} for shape {tuple(shape)}")
