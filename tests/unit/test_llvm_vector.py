@@ -43,11 +43,45 @@ def test_what_stays_scalar():
     value_of_v = L.BufferStore(a, L.Cast("float32", V), [V])
     lane_cond = L.BufferStore(a, L.Select(V < 3, b[V], L.FloatImm(0.0)), [V])
     ints = L.Buffer("n", (32,), "int32")
-    int_math = L.BufferStore(ints, ints[V] + L.IntImm(1, "int32"), [V])
+    int_div = L.BufferStore(ints, ints[V] // L.IntImm(3, "int32"), [V])
     flags = L.Buffer("f", (32,), "bool")
     bools = L.BufferStore(flags, flags[V], [V])
-    for body in (strided, value_of_v, lane_cond, int_math, bools):
+    # a lane mask selecting a load: both sides would run, the load out of its guard
+    guarded_load = L.BufferStore(a, L.Select(b[V] > 0.0, b[V * 2], L.FloatImm(0.0)), [V])
+    longs = L.Buffer("l", (64,), "int64")
+    widening = L.BufferStore(longs, L.Cast("int64", a[V]), [V])  # float32 lanes → int64
+    for body in (strided, value_of_v, lane_cond, int_div, bools, guarded_load, widening):
         assert vector_width(loop(body), 512) == 0, body
+
+
+def test_fast_exp_lane_vocabulary_is_vectorized():
+    """Integer arithmetic and shifts, float↔int casts, reinterpret, lane masks and selects
+    on them (FastExp's expansion of exp)."""
+    from kiln.passes.loop.fast_exp import lower_fast_exp
+
+    a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (64,), "float32")
+    ints = L.Buffer("n", (32,), "int32")
+    int_math = L.BufferStore(
+        ints, L.Binary("<<", ints[V] + L.IntImm(1, "int32"), L.IntImm(2, "int32")), [V])
+    mask = L.BufferStore(a, L.Select(b[V] > 0.0, b[V], L.FloatImm(0.0)), [V])
+    shifted = L.Binary(">>", L.Cast("int32", b[V]), L.IntImm(1, "int32"))
+    bits = L.BufferStore(a, L.reinterpret(shifted, "float32"), [V])
+    for body in (int_math, mask, bits):
+        assert vector_width(loop(body), 512) == 16, body
+    func = L.PrimFunc("f", [a, b], loop(L.BufferStore(a, L.call("exp", b[V] - b[L.IntImm(0)]),
+                                                      [V])))
+    expanded = lower_fast_exp(func).body
+    assert isinstance(expanded.body, L.LetStmt)  # the bindings of FastExp
+    assert vector_width(expanded, 512) == 16
+
+
+def test_lane_dependent_binding_is_a_value_not_an_address():
+    a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (64,), "float32")
+    k = L.Var("k")
+    as_index = L.LetStmt(k, V * 1, L.BufferStore(a, b[k], [V]))
+    as_value = L.LetStmt(L.Var("y", "float32"), b[V], L.BufferStore(a, b[V] * 2.0, [V]))
+    assert vector_width(loop(as_index), 512) == 0
+    assert vector_width(loop(as_value), 512) == 16
 
 
 def test_invariant_condition_and_copies_are_vectorized():

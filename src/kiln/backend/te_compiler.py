@@ -1,7 +1,8 @@
 """Lower a fused primitive function to a packed loop-IR kernel (TVM's TECompiler / CompileEngine).
 
 Steps, in the fixed order DESIGN.md names (``KILN_DUMP_IR=dir`` writes each stage):
-compute (topi) → tensor-level schedule → lower → Simplify → loop schedule → MakePackedAPI.
+compute (topi) → tensor-level schedule → lower → Simplify → loop schedule → FastExp (float32
+``exp`` as vectorizable arithmetic) → MakePackedAPI.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kiln.ir import te
 from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
 from kiln.ir.loop_verify import verify
 from kiln.ir.lower import Schedule, lower
+from kiln.passes.loop.fast_exp import lower_fast_exp
 from kiln.passes.loop.make_packed_api import make_packed_api
 from kiln.passes.loop.simplify import simplify
 from kiln.schedules import schedule_loops, schedule_te, small_extents
@@ -61,6 +63,7 @@ def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.Pr
                     "0_lower")
     func = _checked(simplify(func), "1_simplify")
     func = _checked(schedule_loops(func), "2_schedule")
+    func = _checked(lower_fast_exp(func), "3_fast_exp")
     arg_names = [p.name for p in call.body.params] + ["out"]
     return make_packed_api(func, arg_names)
 

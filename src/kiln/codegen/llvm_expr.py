@@ -53,17 +53,40 @@ _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 def may_trap(e: L.PrimExpr) -> bool:
     """True when evaluating ``e`` speculatively could fault: a load, an integer division, or a
     packed-argument read."""
-    stack = [e]
+    return any(isinstance(x, L.BufferLoad) or _traps_itself(x) for x in _walk(e))
+
+
+def _traps_itself(x: L.PrimExpr) -> bool:
+    """An integer division or a packed-argument read (loads aside)."""
+    if isinstance(x, L.Call) and x.name.startswith("kiln."):
+        return True
+    return isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype)
+
+
+def sides_may_trap(e: L.Select) -> bool:
+    """Whether evaluating both sides of ``e`` for any condition could fault: :func:`may_trap`,
+    except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
+    what its sides load; a guarded load, padding's ``inside ? data[y - 1] : 0``, stays a
+    branch)."""
+    made = {_load_key(x) for x in _walk(e.cond) if isinstance(x, L.BufferLoad)}
+    for side in (e.true_value, e.false_value):
+        for x in _walk(side):
+            if (isinstance(x, L.BufferLoad) and _load_key(x) not in made) or _traps_itself(x):
+                return True
+    return False
+
+
+def _walk(e: L.PrimExpr) -> list[L.PrimExpr]:
+    out, stack = [], [e]
     while stack:
         x = stack.pop()
-        if isinstance(x, L.BufferLoad):
-            return True
-        if isinstance(x, L.Call) and x.name.startswith("kiln."):
-            return True
-        if isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype):
-            return True
+        out.append(x)
         stack.extend(L.expr_children(x))
-    return False
+    return out
+
+
+def _load_key(e: L.BufferLoad) -> tuple[int, str]:
+    return id(e.buffer), repr(e.indices)
 
 
 class ExprCodegen:
@@ -132,8 +155,13 @@ class ExprCodegen:
     def binary(self, fr: Frame, e: L.Binary) -> ir.Value:
         if e.op in ("and", "or"):
             return self.logical(fr, e)
-        b, op, dt = fr.builder, e.op, e.a.dtype
-        x, y = self.expr(fr, e.a), self.expr(fr, e.b)
+        return self.apply_binary(fr.builder, e.op, e.a.dtype, self.expr(fr, e.a),
+                                 self.expr(fr, e.b))
+
+    def apply_binary(self, b: ir.IRBuilder, op: str, dt: str, x: ir.Value,
+                     y: ir.Value) -> ir.Value:
+        """``x op y`` for operands of loop-IR dtype ``dt``: scalars, or vectors of the same
+        lanes (the explicit vector path; it never asks for the float ``//`` and ``%``)."""
         if L.is_float(dt):
             fl = ("contract",)
             if op == "+":
@@ -229,7 +257,7 @@ class ExprCodegen:
     def select(self, fr: Frame, e: L.Select) -> ir.Value:
         b = fr.builder
         cond = self.to_bool(fr, self.expr(fr, e.cond), e.cond.dtype)
-        if not (may_trap(e.true_value) or may_trap(e.false_value)):
+        if not sides_may_trap(e):
             return b.select(cond, self.expr(fr, e.true_value), self.expr(fr, e.false_value))
         return self.branch_select(fr, cond, lambda: self.expr(fr, e.true_value),
                                   lambda: self.expr(fr, e.false_value))
@@ -263,16 +291,18 @@ class ExprCodegen:
         if dst == "bool":
             return self.to_bool(fr, v, src)
         to = value_type(dst)
+        if isinstance(v.type, ir.VectorType):  # the explicit vector path: lane-wise casts
+            to = ir.VectorType(to, v.type.count)
         if L.is_float(src):
             if L.is_float(dst):
                 return b.fpext(v, to) if dtype_bits(dst) > dtype_bits(src) else b.fptrunc(v, to)
             return b.fptoui(v, to) if is_unsigned(dst) else b.fptosi(v, to)
         if L.is_float(dst):
             return b.uitofp(v, to) if is_unsigned(src) else b.sitofp(v, to)
-        width = 1 if src == "bool" else v.type.width
-        if to.width == width:
+        width = 1 if src == "bool" else dtype_bits(src)
+        if dtype_bits(dst) == width:
             return v
-        if to.width < width:
+        if dtype_bits(dst) < width:
             return b.trunc(v, to)
         return b.zext(v, to) if is_unsigned(src) else b.sext(v, to)
 

@@ -50,7 +50,7 @@ from kiln.codegen.llvm_ir import (
     memory_type,
     value_type,
 )
-from kiln.codegen.llvm_vector import VectorLoopCodegen, vector_width
+from kiln.codegen.llvm_vector import VectorLoopCodegen
 from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.passes.loop.make_packed_api import dl_dtype
@@ -200,11 +200,9 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             raise CompileError(f"LLVM codegen: unknown statement {type(s).__name__}")
 
     def serial_for(self, fr: Frame, s: L.For) -> None:
-        if s.kind == "vectorized" and not self.mc.scalable:
-            width = vector_width(s, self.mc.vector_bits)
-            if width:
-                self.vector_for(fr, s, width)
-                return
+        if s.kind == "vectorized" and not self.mc.scalable \
+                and self.vector_for(fr, s, self.mc.vector_bits):
+            return
         lo = self.expr(fr, s.min)
         end = self.expr(fr, s.extent)
         if not (isinstance(s.min, L.IntImm) and s.min.value == 0):

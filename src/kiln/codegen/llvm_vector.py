@@ -1,13 +1,16 @@
 """Explicit SIMD code for ``vectorized`` loops (TVM's ``VectorizeLoop`` pass with its ``Ramp`` and
 ``Broadcast`` nodes, src/tir/transforms/vectorize_loop.cc, done here at code generation).
 
-A ``vectorized`` loop ``for v in [0, E)`` whose body is a sequence of stores is emitted as E / W
+A ``vectorized`` loop ``for v in [0, E)`` whose body is a sequence of stores (under ``LetStmt``
+bindings, which become vector values when they depend on ``v``) is emitted as E / W
 chunks of W-lane vector instructions when every access moves with ``v`` contiguously (flat offset
 ``base + v``) or not at all (a scalar, broadcast to all lanes): loads and stores become
-``<W x T>`` loads and stores, arithmetic becomes vector arithmetic. W is the target's lanes for
-the element type, or the largest power of two dividing E below that. Anything else (a strided or
-indirect access, ``v`` used as a value, a lane-dependent condition, bool or mixed-width elements)
-keeps the scalar loop with LLVM's vectorizer hints (:mod:`kiln.codegen.llvm_func`).
+``<W x T>`` loads and stores, arithmetic becomes vector arithmetic (float and integer, casts
+between float and integer lanes of the same width, bit reinterpretation, comparisons as lane
+masks and selects on them). W is the target's lanes for the element type, or the largest power
+of two dividing E below that. Anything else (a strided or indirect access, ``v`` used as a
+value, a lane-dependent select whose side may trap, bool or mixed-width elements, integer
+division) keeps the scalar loop with LLVM's vectorizer hints (:mod:`kiln.codegen.llvm_func`).
 
 Why not leave it all to LLVM's loop vectorizer: after full unrolling of the register block, its
 choices depend on the whole kernel. A 1×1 convolution with a fused residual add came out with
@@ -19,14 +22,19 @@ the same whatever the epilogue.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from llvmlite import ir
 
-from kiln.codegen.llvm_expr import _LLVM_INTRINSICS, may_trap
+from kiln.codegen.llvm_expr import _LLVM_INTRINSICS, sides_may_trap
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
 from kiln.ir import loop as L
 
 #: Float binary operators that have a lane-wise vector form here.
 _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
+#: Integer ones (no division: its scalar form guards against traps and rounds to the floor).
+_INT_OPS = ("+", "-", "*", "&", "|", "^", "<<", ">>", "min", "max")
+_CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 #: Chunks emitted as straight-line code (more become a loop).
 MAX_UNROLLED_CHUNKS = 8
 
@@ -57,14 +65,24 @@ def lane_coefficient(e: L.PrimExpr, v: L.Var) -> int | None:
     return 0 if not _uses(e, v) else None
 
 
-def _uses(e: L.PrimExpr, v: L.Var) -> bool:
+def _uses(e: L.PrimExpr, v: L.Var | frozenset[L.Var]) -> bool:
+    """Whether ``e`` reads ``v`` (a variable, or any of a set of them)."""
+    vs = v if isinstance(v, frozenset) else frozenset((v,))
     stack = [e]
     while stack:
         x = stack.pop()
-        if x is v:
+        if isinstance(x, L.Var) and x in vs:
             return True
         stack.extend(L.expr_children(x))
     return False
+
+
+class Lanes(NamedTuple):
+    """What varies across the lanes of a vectorized loop: its variable ``var``, and ``vars``:
+    it and the ``LetStmt`` variables bound (in the loop body) to lane-dependent values."""
+
+    var: L.Var
+    vars: frozenset[L.Var]
 
 
 def flat_coefficient(buf: L.Buffer, indices: list[L.PrimExpr], v: L.Var) -> int | None:
@@ -80,126 +98,190 @@ def flat_coefficient(buf: L.Buffer, indices: list[L.PrimExpr], v: L.Var) -> int 
     return total
 
 
-def _stores(body: L.Stmt) -> list[L.BufferStore] | None:
+def _lets_and_stores(body: L.Stmt) -> tuple[list[L.LetStmt], list[L.BufferStore]] | None:
+    """A loop body of ``LetStmt``s (FastExp's bindings) around a store or a sequence of
+    stores, split into the two; None for any other body."""
+    lets = []
+    while isinstance(body, L.LetStmt):
+        lets.append(body)
+        body = body.body
     if isinstance(body, L.BufferStore):
-        return [body]
+        return lets, [body]
     if isinstance(body, L.SeqStmt) and all(isinstance(s, L.BufferStore) for s in body.stmts):
-        return list(body.stmts)
+        return lets, list(body.stmts)
     return None
 
 
-def _lane_wise(e: L.PrimExpr, v: L.Var, bits: int) -> bool:
-    """Whether ``e`` has a vector form: lane-invariant, or built from contiguous loads of
-    ``bits``-wide elements with lane-wise float operators."""
-    if not _uses(e, v):
+def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
+    """Whether ``e`` has a vector form: lane-invariant, or built lane-wise from contiguous loads
+    of ``bits``-wide elements and lane-dependent ``LetStmt`` variables with operators of the
+    same width — float arithmetic, integer arithmetic and shifts, float/int casts and
+    ``reinterpret`` between ``bits``-wide types, comparisons (lane masks) and selects on them,
+    intrinsics. (What FastExp's expansion of ``exp`` needs: :mod:`kiln.passes.loop.fast_exp`.)"""
+    if not _uses(e, lanes.vars):
         return True
+    if isinstance(e, L.Var):  # a lane-dependent binding (the loop variable itself as a value:
+        return e is not lanes.var  # no)
     if isinstance(e, L.BufferLoad):
         return (e.dtype != "bool" and dtype_bits(e.dtype) == bits
-                and flat_coefficient(e.buffer, e.indices, v) == 1)
+                and _contiguous(e.buffer, e.indices, lanes))
     if isinstance(e, L.Binary):
-        return (L.is_float(e.dtype) and e.op in _FLOAT_OPS
-                and _lane_wise(e.a, v, bits) and _lane_wise(e.b, v, bits))
+        if e.op in _CMP_OPS:  # a mask: its operands must be lane values
+            ok = _lane_value(e.a, bits)
+        elif L.is_float(e.dtype):
+            ok = e.op in _FLOAT_OPS
+        else:
+            ok = e.op in _INT_OPS and _lane_value(e, bits)
+        return ok and _lane_wise(e.a, lanes, bits) and _lane_wise(e.b, lanes, bits)
     if isinstance(e, L.Select):
-        # A lane-invariant condition only: one branch for all lanes.
-        return (not _uses(e.cond, v) and _lane_wise(e.true_value, v, bits)
-                and _lane_wise(e.false_value, v, bits))
+        # A lane-dependent condition needs both sides evaluated (a vector select).
+        cond_ok = not _uses(e.cond, lanes.vars) or (
+            e.cond.dtype == "bool" and not sides_may_trap(e) and _lane_wise(e.cond, lanes, bits))
+        return (cond_ok and _lane_wise(e.true_value, lanes, bits)
+                and _lane_wise(e.false_value, lanes, bits))
+    if isinstance(e, L.Cast):
+        return (_lane_value(e, bits) and _lane_value(e.value, bits)
+                and L.is_float(e.dtype) != L.is_float(e.value.dtype)
+                and _lane_wise(e.value, lanes, bits))
+    if isinstance(e, L.Call) and e.name == "reinterpret":
+        return (_lane_value(e, bits) and _lane_value(e.args[0], bits)
+                and _lane_wise(e.args[0], lanes, bits))
     if isinstance(e, L.Call):
         return (e.name in _LLVM_INTRINSICS and L.is_float(e.dtype)
-                and all(_lane_wise(a, v, bits) for a in e.args))
+                and all(_lane_wise(a, lanes, bits) for a in e.args))
     return False
+
+
+def _contiguous(buf: L.Buffer, indices: list[L.PrimExpr], lanes: Lanes) -> bool:
+    """Whether ``buf[indices]`` moves by one element per lane (and its indices read no
+    lane-dependent binding: those are values, not addresses)."""
+    others = lanes.vars - {lanes.var}
+    return (flat_coefficient(buf, indices, lanes.var) == 1
+            and not any(_uses(i, others) for i in indices))
+
+
+def _lane_value(e: L.PrimExpr, bits: int) -> bool:
+    """Whether ``e``'s dtype can be a lane: a number (not bool) ``bits`` wide."""
+    return e.dtype != "bool" and dtype_bits(e.dtype) == bits
 
 
 def vector_width(s: L.For, vector_bits: int) -> int:
     """Lanes W for emitting loop ``s`` as explicit vectors, or 0 when it must stay scalar."""
+    plan = _vector_plan(s, vector_bits)
+    return plan[0] if plan else 0
+
+
+def _vector_plan(s: L.For, vector_bits: int) -> tuple[int, Lanes] | None:
+    """(W, lanes) for :func:`vector_width`, or None."""
     if vector_bits <= 0 or not (isinstance(s.min, L.IntImm) and s.min.value == 0
                                 and isinstance(s.extent, L.IntImm)):
-        return 0
-    stores = _stores(s.body)
-    if not stores or any(st.buffer.dtype == "bool" for st in stores):
-        return 0
+        return None
+    split = _lets_and_stores(s.body)
+    if not split:
+        return None
+    lets, stores = split
+    if any(st.buffer.dtype == "bool" for st in stores):
+        return None
     bits = dtype_bits(stores[0].buffer.dtype)
     if any(dtype_bits(st.buffer.dtype) != bits for st in stores):
-        return 0
+        return None
     width = vector_bits // bits
     while width > 1 and s.extent.value % width:
         width //= 2
     if width < 4:
-        return 0
+        return None
+    lanes = Lanes(s.var, frozenset((s.var,)))
+    for let in lets:
+        if _uses(let.value, lanes.vars):
+            if not (_lane_value(let.var, bits) and _lane_wise(let.value, lanes, bits)):
+                return None
+            lanes = Lanes(s.var, lanes.vars | {let.var})
     for st in stores:
-        if flat_coefficient(st.buffer, st.indices, s.var) != 1:
-            return 0
-        if not _lane_wise(st.value, s.var, bits):
-            return 0
-    return width
+        if not _contiguous(st.buffer, st.indices, lanes):
+            return None
+        if not _lane_wise(st.value, lanes, bits):
+            return None
+    return width, lanes
 
 
 class VectorLoopCodegen:
     """Mixin of :class:`~kiln.codegen.llvm_func.FuncCodegen`: the vector form of a loop that
     :func:`vector_width` accepted."""
 
-    def vector_for(self, fr: Frame, s: L.For, width: int) -> None:
+    def vector_for(self, fr: Frame, s: L.For, vector_bits: int) -> bool:
+        """Emit ``s`` as explicit vectors if :func:`vector_width` accepts it; whether it did."""
+        plan = _vector_plan(s, vector_bits)
+        if plan is None:
+            return False
+        width, lanes = plan
         chunks = s.extent.value // width
         var_type = value_type(s.var.dtype)
+        lets, stores = _lets_and_stores(s.body)
 
         def chunk(base: ir.Value) -> None:
             fr.vars[s.var] = base
-            for st in _stores(s.body):
-                value = self.vexpr(fr, st.value, s.var, width)
+            for let in lets:  # lane-dependent bindings hold vectors
+                fr.vars[let.var] = self.vexpr(fr, let.value, lanes, width)
+            for st in stores:
+                value = self.vexpr(fr, st.value, lanes, width)
                 value = self._splat(fr, value, width)
                 ptr = self.address(fr, st.buffer, st.indices)
                 fr.builder.store(value, ptr, align=dtype_bits(st.buffer.dtype) // 8)
-            del fr.vars[s.var]
+            for var in (s.var, *(let.var for let in lets)):
+                del fr.vars[var]
 
         if chunks <= MAX_UNROLLED_CHUNKS:
             for c in range(chunks):
                 chunk(ir.Constant(var_type, c * width))
-            return
+            return True
         c = L.Var(f"{s.var.name}_chunk", s.var.dtype)
         self.loop(fr, c, ir.Constant(var_type, 0), ir.Constant(var_type, chunks),
                   lambda: chunk(fr.builder.mul(fr.vars[c], ir.Constant(var_type, width))))
+        return True
 
-    def vexpr(self, fr: Frame, e: L.PrimExpr, v: L.Var, width: int) -> ir.Value:
-        """``e`` at lanes ``v .. v + width - 1``: a vector, or a scalar when ``e`` does not
-        depend on ``v`` (callers splat it where a vector is needed)."""
-        if not _uses(e, v):
+    def vexpr(self, fr: Frame, e: L.PrimExpr, lanes: Lanes, width: int) -> ir.Value:
+        """``e`` at lanes ``v .. v + width - 1`` (``v = lanes.var``): a vector, or a scalar when
+        ``e`` does not depend on the lanes (callers splat it where a vector is needed)."""
+        if not _uses(e, lanes.vars):
             return self.expr(fr, e)
         b = fr.builder
+        if isinstance(e, L.Var):
+            return fr.vars[e]
         if isinstance(e, L.BufferLoad):
             ty = ir.VectorType(memory_type(e.dtype), width)
             return b.load(self.address(fr, e.buffer, e.indices), typ=ty,
                           align=dtype_bits(e.dtype) // 8)
         if isinstance(e, L.Binary):
-            x = self._splat(fr, self.vexpr(fr, e.a, v, width), width)
-            y = self._splat(fr, self.vexpr(fr, e.b, v, width), width)
-            fl = ("contract",)
-            if e.op == "+":
-                return b.fadd(x, y, flags=fl)
-            if e.op == "-":
-                return b.fsub(x, y, flags=fl)
-            if e.op == "*":
-                return b.fmul(x, y, flags=fl)
-            if e.op == "/":
-                return b.fdiv(x, y)
-            cmp = "<" if e.op == "min" else ">"
-            return b.select(b.fcmp_ordered(cmp, x, y), x, y)
+            x = self._splat(fr, self.vexpr(fr, e.a, lanes, width), width)
+            y = self._splat(fr, self.vexpr(fr, e.b, lanes, width), width)
+            return self.apply_binary(b, e.op, e.a.dtype, x, y)
         if isinstance(e, L.Select):
-            return self._vselect(fr, e, v, width)
+            return self._vselect(fr, e, lanes, width)
+        if isinstance(e, L.Cast):
+            return self.cast(fr, self.vexpr(fr, e.value, lanes, width), e.value.dtype, e.dtype)
+        if isinstance(e, L.Call) and e.name == "reinterpret":
+            x = self.vexpr(fr, e.args[0], lanes, width)
+            return b.bitcast(x, ir.VectorType(value_type(e.dtype), width))
         if isinstance(e, L.Call):
-            args = [self._splat(fr, self.vexpr(fr, a, v, width), width) for a in e.args]
+            args = [self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args]
             fn = self.mc.vector_intrinsic(_LLVM_INTRINSICS[e.name], args[0].type, len(args))
             return b.call(fn, args)
         raise AssertionError(f"not lane-wise: {e!r}")  # vector_width() rules it out
 
-    def _vselect(self, fr: Frame, e: L.Select, v: L.Var, width: int) -> ir.Value:
+    def _vselect(self, fr: Frame, e: L.Select, lanes: Lanes, width: int) -> ir.Value:
         b = fr.builder
+        if _uses(e.cond, lanes.vars):  # a lane mask (_lane_wise: sides_may_trap is false)
+            return b.select(self.vexpr(fr, e.cond, lanes, width),
+                            self._splat(fr, self.vexpr(fr, e.true_value, lanes, width), width),
+                            self._splat(fr, self.vexpr(fr, e.false_value, lanes, width), width))
         cond = self.to_bool(fr, self.expr(fr, e.cond), e.cond.dtype)
-        if not (may_trap(e.true_value) or may_trap(e.false_value)):
-            tv = self._splat(fr, self.vexpr(fr, e.true_value, v, width), width)
-            fv = self._splat(fr, self.vexpr(fr, e.false_value, v, width), width)
+        if not sides_may_trap(e):
+            tv = self._splat(fr, self.vexpr(fr, e.true_value, lanes, width), width)
+            fv = self._splat(fr, self.vexpr(fr, e.false_value, lanes, width), width)
             return b.select(cond, tv, fv)
         return self.branch_select(
-            fr, cond, lambda: self._splat(fr, self.vexpr(fr, e.true_value, v, width), width),
-            lambda: self._splat(fr, self.vexpr(fr, e.false_value, v, width), width))
+            fr, cond, lambda: self._splat(fr, self.vexpr(fr, e.true_value, lanes, width), width),
+            lambda: self._splat(fr, self.vexpr(fr, e.false_value, lanes, width), width))
 
     @staticmethod
     def _splat(fr: Frame, x: ir.Value, width: int) -> ir.Value:

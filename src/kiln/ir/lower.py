@@ -155,6 +155,9 @@ class Schedule:
         self.order = order
         for t in order:
             self.stages[id(t)] = Stage(t)
+        #: directives for the loop-level schedule, copied to the PrimFunc's attrs
+        #: (``fuse_rows``: kiln.schedules.row_fusion)
+        self.attrs: dict[str, object] = {}
 
     def __getitem__(self, t: Tensor) -> Stage:
         return self.stages[id(t)]
@@ -231,7 +234,7 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str,
         buf = buffers[id(t)]
         if buf not in params:
             body = L.Allocate(buf, body)
-    return L.PrimFunc(name, params, body)
+    return L.PrimFunc(name, params, body, dict(sch.attrs))
 
 
 class _Epilogue:

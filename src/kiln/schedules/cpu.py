@@ -16,6 +16,7 @@ from kiln.ir import loop as L
 from kiln.ir.lower import Schedule
 from kiln.ir.te import Tensor
 from kiln.schedules import primitives as P
+from kiln.schedules.row_fusion import fuse_rows
 
 _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 
@@ -66,7 +67,11 @@ def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
 
 
 def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
-    """Parallelize every top-level loop nest of ``func`` over its (fused) outer loops."""
+    """Parallelize every top-level loop nest of ``func`` over its (fused) outer loops (after
+    fusing softmax-like nests row by row when the tensor-level schedule asked for it:
+    :func:`kiln.schedules.row_fusion.fuse_rows`)."""
+    if func.attrs.get("fuse_rows"):
+        func = fuse_rows(func)
     for nest in P.top_level_nests(func):
         if _work(nest) < MIN_PARALLEL_WORK:
             continue

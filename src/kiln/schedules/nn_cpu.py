@@ -55,8 +55,10 @@ def schedule_resize_table(sch: Schedule, t: Tensor) -> None:
 
 @register_schedule("softmax_exp")
 def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
-    # exp(x - max) is read twice (sum and division): compute it once.
+    # exp(x - max) is read twice (sum and division): compute it once, a row at a time into the
+    # output row (kiln.schedules.row_fusion, at the loop level).
     sch[t].compute_root()
+    sch.attrs["fuse_rows"] = True
 
 
 #: Output pixels of one register block: with a two-vector channel block (AlterOpLayout) this

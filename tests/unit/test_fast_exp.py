@@ -1,0 +1,47 @@
+"""FastExp (kiln.passes.loop.fast_exp) on the loop-IR interpreter: accuracy against float64 exp
+on a sweep of [-104, 89] and the special values, and where the pass leaves ``exp`` alone. The
+dense sweep through compiled C and LLVM code is tests/backend/test_fast_exp_compiled.py."""
+
+from __future__ import annotations
+
+import numpy as np
+from fast_exp_helpers import SPECIALS, check_exp, count_calls, exp_kernel
+
+from kiln.ir import loop as L
+from kiln.ir.loop_interp import run
+from kiln.passes.loop.fast_exp import lower_fast_exp
+
+
+def test_fast_exp_on_the_interpreter_matches_float64_exp():
+    sweep = np.linspace(-104.0, 89.0, 1200, dtype=np.float32)
+    x = np.concatenate([np.array(SPECIALS, np.float32), sweep])
+    func = lower_fast_exp(exp_kernel(len(x)))
+    assert count_calls(func, "exp") == 0
+    got = np.zeros_like(x)
+    run(func, x, got)
+    check_exp(x, got)
+
+
+def test_other_dtypes_keep_the_intrinsic():
+    assert count_calls(lower_fast_exp(exp_kernel(8, "float64")), "exp") == 1
+    assert count_calls(lower_fast_exp(exp_kernel(8, "float16")), "exp") == 1
+
+
+def test_exp_of_a_guarded_load_is_not_speculated():
+    """``inside ? exp(a[i - 1]) : 0`` must not load a[-1]: the intrinsic stays; an exp whose
+    loads the condition makes anyway (ELU's ``x > 0 ? x : exp(x) - 1``) is expanded."""
+    a, o = L.Buffer("a", (8,), "float32"), L.Buffer("o", (8,), "float32")
+    i = L.Var("i")
+    zero = L.FloatImm(0.0)
+    guarded = L.Select(i >= 1, L.call("exp", a[i - 1]), zero)
+    elu = L.Select(a[i] > zero, a[i], L.call("exp", a[i]) - L.FloatImm(1.0))
+    for value, expanded in ((guarded, False), (elu, True)):
+        func = L.PrimFunc("f", [a, o], L.For(i, L.IntImm(0), L.IntImm(8), "serial",
+                                             L.BufferStore(o, value, [i])))
+        lowered = lower_fast_exp(func)
+        assert (count_calls(lowered, "exp") == 0) == expanded
+        x = np.linspace(-3, 3, 8, dtype=np.float32)
+        want, got = np.zeros_like(x), np.zeros_like(x)
+        run(func, x, want)
+        run(lowered, x, got)
+        np.testing.assert_allclose(got, want, rtol=3e-7)
