@@ -64,7 +64,9 @@ def run(func: L.PrimFunc, *arrays: np.ndarray, symbols: dict[str, int] | None = 
             raise ValueError(f"{func.name}: {buf.name} expects {buf.shape} {buf.dtype}, "
                              f"got {arr.shape} {arr.dtype}")
         mem[id(buf)] = arr
-    interp.stmt(func.body, env)
+    # IEEE float arithmetic as the compiled code does it: overflow to inf and NaN are values
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        interp.stmt(func.body, env)
 
 
 class _Interp:
