@@ -280,7 +280,9 @@ def softmax(inputs, attrs, out_type):
     e = te.compute(x.shape, lambda *i: L.call("exp", x[i] - m[_at_axis0(i, axis)]),
                    name="softmax_exp", tag="softmax_exp")
     s = _axis_reduce(e, axis, "sum")
-    return te.compute(x.shape, lambda *i: e[i] / s[_at_axis0(i, axis)], name="softmax",
+    # times the row's reciprocal (one division a row, as MLAS): within 1 ulp of e / s
+    one = L.const(1.0, x.dtype)
+    return te.compute(x.shape, lambda *i: e[i] * (one / s[_at_axis0(i, axis)]), name="softmax",
                       tag="elemwise")
 
 
