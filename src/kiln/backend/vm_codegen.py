@@ -21,7 +21,13 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
    inline ``shape_compute`` after the binding, their slots valid only in the body that
    computed them; a kernel output sized by a late symbol gets an ``alloc_storage`` of its
    own right before the kernel (the arena is allocated before the op runs);
-7. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
+7. a run-time loop (:class:`~kiln.ir.graph.LoopCall`): its state (iteration, condition,
+   carried values) in storage of its own, the step and the body emitted like branches
+   between ``If``/``Goto``; each scan output collects a copy of its element every
+   iteration (``vm.builtin.list_new`` / ``list_append``) and is stacked after the loop
+   (``list_stack``) into a new ``[count, *elem]`` tensor whose shape binds the loop's late
+   count symbol (``bind_shape``), so the kernels after it see ``count`` like any late symbol;
+8. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
 
 A static model compiles the same way: every dim is an immediate and the heap program is empty.
 """

@@ -1,4 +1,4 @@
-"""ONNX control flow: If at compile time or at run time, Scan and Loop unrolled.
+"""ONNX control flow: If, Scan and Loop, at compile time or at run time.
 
 - ``If``: with a compile-time condition the chosen branch's nodes are converted in place; a
   condition on data becomes an :class:`~kiln.ir.graph.IfCall` with both branches closed over
@@ -7,8 +7,14 @@
   inputs sliced per step, scan outputs stacked along their axis); over a symbolic length it
   becomes a run-time :class:`~kiln.ir.graph.LoopCall` whose carried buffers collect the scan
   outputs.
-- ``Loop``: unrolled when the trip count is a compile-time constant and the condition folds
-  to a constant at every iteration.
+- ``Loop``: unrolled when the trip count is a compile-time constant (at most
+  ``_MAX_UNROLL``) and the condition folds to a constant at every iteration (a constant
+  count of 0 gives empty ``[0, *elem]`` scan outputs). Otherwise (a data trip count or
+  condition, no trip count, a sentinel count) a run-time :class:`~kiln.ir.graph.LoopCall`:
+  carried values keep their types, and each scan output is the iterations' elements stacked
+  along a new axis 0, ``[count, *elem_shape]`` over a late symbol ``loop_count_<output>``
+  (decision 016) the VM binds after the loop. An element whose shape depends on data the
+  body computes (it could change between iterations) is an ``UnsupportedOpError``.
 
 A subgraph sees the enclosing scope's values by name (ONNX's outer-scope references). Each
 iteration converts into its own copy of the scope, so body names never collide.
