@@ -24,8 +24,8 @@ def _model(nodes, inputs, outputs, inits=()):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
 
 
-def _out(name: str, dtype=F):
-    return helper.make_tensor_value_info(name, dtype, None)
+def _out(name: str, shape: list, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
 
 
 def _accumulate_body():
@@ -51,7 +51,7 @@ def trip_count_model():
                                     body=_accumulate_body())],
                   [helper.make_tensor_value_info("x", F, ["n"]),
                    helper.make_tensor_value_info("M", I64, [])],
-                  [_out("y"), _out("ss"), _out("vs")],
+                  [_out("y", ["n"]), _out("ss", ["M"]), _out("vs", ["M", "n"])],
                   [helper.make_tensor("t", B, [], [True])])
 
 
@@ -79,7 +79,8 @@ def threshold_model():
                   [helper.make_tensor_value_info("x", F, ["n", 2]),
                    helper.make_tensor_value_info("c0", B, []),
                    helper.make_tensor_value_info("limit", F, [])],
-                  [_out("y"), _out("ss"), _out("vs"), _out("its", I64)])
+                  [_out("y", ["n", 2]), _out("ss", ["k"]), _out("vs", ["k", "n", 2]),
+                   _out("its", ["k"], I64)])
 
 
 def downstream_model():
@@ -92,7 +93,7 @@ def downstream_model():
                    helper.make_node("Add", ["sq0", "one"], ["sq"])],
                   [helper.make_tensor_value_info("x", F, ["n"]),
                    helper.make_tensor_value_info("M", I64, [])],
-                  [_out("total"), _out("sq")],
+                  [_out("total", ["n"]), _out("sq", ["M"])],
                   [helper.make_tensor("t", B, [], [True]),
                    helper.make_tensor("axes0", I64, [1], [0]),
                    helper.make_tensor("one", F, [], [1.0])])
@@ -103,7 +104,7 @@ def constant_empty_model():
     return _model([helper.make_node("Loop", ["zero", "t", "x"], ["y", "ss", "vs"],
                                     body=_accumulate_body())],
                   [helper.make_tensor_value_info("x", F, [3])],
-                  [_out("y"), _out("ss"), _out("vs")],
+                  [_out("y", [3]), _out("ss", [0]), _out("vs", [0, 3])],
                   [helper.make_tensor("t", B, [], [True]),
                    helper.make_tensor("zero", I64, [], [0])])
 
@@ -125,7 +126,7 @@ def ragged_model():
     return _model([helper.make_node("Loop", ["M", "t", "x"], ["y", "nzs"], body=body)],
                   [helper.make_tensor_value_info("x", F, ["n"]),
                    helper.make_tensor_value_info("M", I64, [])],
-                  [_out("y"), _out("nzs", I64)],
+                  [_out("y", ["n"]), _out("nzs", ["M", 1, "k"], I64)],
                   [helper.make_tensor("t", B, [], [True])])
 
 

@@ -22,6 +22,7 @@ from kiln.backend.vm_codegen import compile_vm
 from kiln.build_module import optimize, primitive_calls
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
+from kiln.frontend.onnx.context import NotConstantError, static_values_only
 from kiln.ir.arith import SymVar
 from kiln.ir.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
 from kiln.ir.graph_eval import evaluate
@@ -133,3 +134,10 @@ def test_loop_without_trip_count_or_carried_values_still_needs_an_output():
                     [Constant(np.array(True))])
     with pytest.raises(ShapeError, match="neither carried values nor scan outputs"):
         LoopCall(Constant(np.array(1, np.int64)), Constant(np.array(True)), [], [], step, body)
+
+
+def test_static_values_only_asks_for_the_trip_count():
+    # the ONNX backend's fallback import: the count is data, so the trip count must be bound
+    # (then the loop unrolls) rather than the outputs getting a data-dependent shape
+    with static_values_only(), pytest.raises(NotConstantError, match="Loop trip count"):
+        from_onnx(trip_count_model())

@@ -30,7 +30,7 @@ from onnx import numpy_helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
-from kiln.frontend.onnx.converters.dynamic import late
+from kiln.frontend.onnx.converters.dynamic import fallback, late
 from kiln.ir.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.ir.graph import (
     CALL_NODES,
@@ -445,8 +445,16 @@ _MAX_UNROLL = 1024
 def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
     """A Loop unrolled when its trip count is a constant (up to ``_MAX_UNROLL``) and its
     condition folds to a constant at every iteration; otherwise a run-time
-    :class:`LoopCall` (:func:`_runtime_loop`), scan outputs included."""
+    :class:`LoopCall` (:func:`_runtime_loop`), scan outputs included.
+
+    Raises
+    ------
+    NotConstantError
+        Under :func:`~kiln.frontend.onnx.context.static_values_only`, for a Loop with scan
+        outputs whose trip count or condition is data (their count would be a data-dependent
+        shape): the ONNX backend then binds those inputs and unrolls."""
     args = ctx.inputs
+    k_scan = len(body.output) - 1 - len(args[2:])
     if args[0] is None:
         return _runtime_loop(ctx, body, run)  # runs while the condition holds
     try:
@@ -454,12 +462,13 @@ def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
         keep_going = True
         if len(args) > 1 and args[1] is not None:
             keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
-    except NotConstantError:
+    except NotConstantError as err:
+        if k_scan:  # stacked outputs over a data count: a data-dependent shape
+            fallback(err)
         return _runtime_loop(ctx, body, run)
     if not isinstance(trips, (int, np.integer)) or trips > _MAX_UNROLL:
         return _runtime_loop(ctx, body, run)  # a symbolic or sentinel trip count
     carried = [a for a in args[2:]]
-    k_scan = len(body.output) - 1 - len(carried)
     steps: list[list[Expr]] = []
     for i in range(int(trips)):
         if not keep_going:
@@ -467,7 +476,9 @@ def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
         outs = run(body, [Constant(np.array(i, np.int64)), Constant(np.array(True)), *carried])
         try:
             keep_going = bool(ctx.const_value(outs[0], "Loop condition").reshape(-1)[0])
-        except NotConstantError:
+        except NotConstantError as err:
+            if k_scan:
+                fallback(err)
             return _runtime_loop(ctx, body, run)
         carried = outs[1:1 + len(carried)]
         steps.append(outs[1 + len(carried):])
