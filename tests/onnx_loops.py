@@ -55,9 +55,10 @@ def trip_count_model():
                   [helper.make_tensor("t", B, [], [True])])
 
 
-def threshold_model():
-    """(b) No trip count: y' = 2 y + 1 while sum(y') < limit (a data condition; the first
-    condition is input c0); scan outputs sum(y'), y' and the iteration number."""
+def threshold_model(trip_count: int | None = None):
+    """(b) No trip count (or the constant ``trip_count``, e.g. a huge sentinel): y' = 2 y + 1
+    while sum(y') < limit (a data condition; the first condition is input c0); scan outputs
+    sum(y'), y' and the iteration number."""
     body = helper.make_graph(
         [helper.make_node("Mul", ["y_in", "two"], ["t"]),
          helper.make_node("Add", ["t", "one"], ["y_out"]),
@@ -74,13 +75,14 @@ def threshold_model():
          helper.make_tensor_value_info("v", F, ["n", 2]),
          helper.make_tensor_value_info("it", I64, [])],
         [helper.make_tensor("two", F, [], [2.0]), helper.make_tensor("one", F, [], [1.0])])
-    return _model([helper.make_node("Loop", ["", "c0", "x"], ["y", "ss", "vs", "its"],
-                                    body=body)],
+    trip = [] if trip_count is None else [helper.make_tensor("M", I64, [], [trip_count])]
+    return _model([helper.make_node("Loop", ["M" if trip else "", "c0", "x"],
+                                    ["y", "ss", "vs", "its"], body=body)],
                   [helper.make_tensor_value_info("x", F, ["n", 2]),
                    helper.make_tensor_value_info("c0", B, []),
                    helper.make_tensor_value_info("limit", F, [])],
                   [_out("y", ["n", 2]), _out("ss", ["k"]), _out("vs", ["k", "n", 2]),
-                   _out("its", ["k"], I64)])
+                   _out("its", ["k"], I64)], trip)
 
 
 def downstream_model():

@@ -141,3 +141,15 @@ def test_static_values_only_asks_for_the_trip_count():
     # (then the loop unrolls) rather than the outputs getting a data-dependent shape
     with static_values_only(), pytest.raises(NotConstantError, match="Loop trip count"):
         from_onnx(trip_count_model())
+
+
+@pytest.mark.parametrize("trips, hi", [(2**63 - 1, None), (6, 6)])
+def test_constant_trip_count_with_a_data_condition(trips, hi):
+    # a huge sentinel (loop until the condition fails) bounds nothing; a small one bounds
+    # the count symbol
+    model = threshold_model(trips)
+    mod, params = from_onnx(model)
+    loop = _loop_of(mod["main"])
+    assert loop.count.hi == hi and loop.count.lo == 0
+    for feed in threshold_feeds():
+        check_references(model, feed, evaluate(mod["main"], {**feed, **params}))

@@ -175,6 +175,8 @@ def _outputs(ctx: ConvertContext, make) -> list[Expr]:
 
 #: the trip count of a Loop without one (ONNX: run while the condition holds)
 _NO_LIMIT = np.iinfo(np.int64).max
+#: a larger constant trip count is a sentinel, not a bound of the count (no dim exceeds it)
+_MAX_COUNT = 1 << 40
 
 
 def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]:
@@ -222,8 +224,8 @@ def _count_symbol(ctx: ConvertContext, first_scan: int) -> SymVar:
             (hi,) = ctx.const_value(0, "Loop trip count").reshape(-1).tolist()
         except NotConstantError:
             pass
-    name, lo, hi = late(ctx, "loop_count", hi if isinstance(hi, int) and hi >= 0 else None,
-                        output=first_scan)
+    known = isinstance(hi, int) and 0 <= hi <= _MAX_COUNT  # not a "loop forever" sentinel
+    name, lo, hi = late(ctx, "loop_count", hi if known else None, output=first_scan)
     return SymVar(name, lo, hi)
 
 
