@@ -109,7 +109,7 @@ def _optimized_loop(node: LoopCall, args: list[Expr], mod_name: str) -> LoopCall
     # iteration, condition, carried values: the body's own parameters, never constants
     body, kept = _optimized_body(node.body, [*node.body.params[:n], *args[n:]], mod_name)
     step = optimize(node.step, None, (), mod_name)
-    return LoopCall(args[0], args[1], args[2:n], kept[n:], step, body)
+    return LoopCall(args[0], args[1], args[2:n], kept[n:], step, body, node.count)
 
 
 def _optimized_body(body: Function, args: list[Expr], mod_name: str

@@ -5,6 +5,7 @@ evaluator, on c and llvm, and through the ONNX backend."""
 from __future__ import annotations
 
 import numpy as np
+import onnx_loops
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -120,6 +121,43 @@ def test_loop_with_data_trip_count_and_condition(target, tmp_path):
                 "c0": np.array(cond)}
         got = vm["main"](feed["x"], feed["M"], feed["c0"]).numpy()
         np.testing.assert_allclose(got, ref.run(None, feed)[0], rtol=1e-6)
+
+
+LOOP_SCAN_CASES = [(onnx_loops.trip_count_model, onnx_loops.trip_count_feeds, "c"),
+                   (onnx_loops.trip_count_model, onnx_loops.trip_count_feeds, "llvm"),
+                   (onnx_loops.threshold_model, onnx_loops.threshold_feeds, "c"),
+                   (onnx_loops.downstream_model, onnx_loops.downstream_feeds, "c")]
+
+
+@pytest.mark.parametrize("make, feeds, target", LOOP_SCAN_CASES,
+                         ids=["trip_count-c", "trip_count-llvm", "threshold-c", "downstream-c"])
+def test_loop_stacks_scan_outputs_over_a_run_time_count(make, feeds, target, tmp_path):
+    """(a) a data trip count, (b) no trip count and a data condition, (c) no iteration
+    (in the feeds: M = 0, c0 false), (d) the stacked outputs feeding kernels."""
+    model = make()
+    vm = _vm(model, target, tmp_path / "loop_scan.so", "vm.builtin.list_stack")
+    for feed in feeds():
+        got = [o.numpy() for o in vm["main"](*feed.values())]
+        onnx_loops.check_references(model, feed, got)
+
+
+def test_loop_scan_outputs_are_empty_of_the_element_shape(tmp_path):
+    vm = _vm(onnx_loops.threshold_model(), "c", tmp_path / "empty.so", "list_new")
+    x = np.ones((3, 2), np.float32)
+    outs = [o.numpy() for o in vm["main"](x, np.array(False), np.array(1.0, np.float32))]
+    assert [o.shape for o in outs] == [(3, 2), (0,), (0, 3, 2), (0,)]
+    vm = _vm(onnx_loops.downstream_model(), "c", tmp_path / "down.so", "list_new")
+    total, sq = (o.numpy() for o in vm["main"](np.ones(4, np.float32), np.array(0, np.int64)))
+    np.testing.assert_array_equal(total, np.zeros(4, np.float32))
+    assert sq.shape == (0,)
+
+
+def test_onnx_backend_runs_the_loop_scan_model():
+    model = onnx_loops.trip_count_model()
+    rep = backend.prepare(model)
+    for feed in list(onnx_loops.trip_count_feeds())[:3]:
+        onnx_loops.check_references(model, feed, list(rep.run(list(feed.values()))))
+    assert not rep.bound, "the trip count stays an input (one VM artifact for every count)"
 
 
 def _squeeze_guard_model():

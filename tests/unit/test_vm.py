@@ -380,3 +380,41 @@ def test_inputs_are_not_kept_alive(vm):
         del x, y
         gc.collect()
         assert all(r() is None for r in refs)
+
+
+def _stack_program(dims: list[int]) -> VMExecutable:
+    """``main(x: f32[n])``: a list with x appended twice (then x overwritten, as a loop body's
+    arena would be), stacked with element ``dims``."""
+    a = P.Asm([Symbol("n", 0)])
+    f = a.begin("main", [("x", "float32", [Sym(0)])], [], num_regs=3, heap_size=1)
+    a.call(-1, P.B + "match_shape", P.R(0), P.I(0), a.spec(2, 32, [(1, 0)]))
+    a.call(1, P.B + "list_new")
+    a.call(-1, P.B + "list_append", P.R(1), P.R(0))
+    a.call(-1, P.B + "list_append", P.R(1), P.R(0))
+    a.call(-1, P.B + "copy", a.c(rt.array(np.zeros(3, np.float32))), P.R(0))
+    a.call(2, P.B + "list_stack", P.R(1), a.c("loop 'L' scan output 0"), a.c("float32"),
+           *dims)
+    a.emit(P.ret(2))
+    a.end(f)
+    return a.build()
+
+
+def test_scan_lists_stack_copies_of_their_elements():
+    x = np.arange(3, dtype=np.float32)
+    got = VirtualMachine(_stack_program([P.H(0)]))["main"](x).numpy()
+    np.testing.assert_array_equal(got, np.stack([x, x]))  # copies: not the zeros copied later
+    with pytest.raises(ShapeError, match=r"loop 'L' scan output 0: iteration 0 gave "
+                                         r"float32\[3\], expected float32\[4\]"):
+        VirtualMachine(_stack_program([P.I(4)]))["main"](x)
+
+
+@pytest.mark.parametrize("exe, message", [
+    (_one_builtin("list_new", P.R(0)), "expects 0 arguments"),
+    (_one_builtin("list_stack", P.R(0), P.const(0), P.const(0), constants=[np.zeros(1, np.int64)]),
+     "argument 1 must be a constant label"),
+    (_one_builtin("list_stack", P.R(0), P.const(0), P.const(1), P.R(0),
+                  constants=["label", "float32"]), "immediate or a heap slot"),
+])
+def test_scan_list_call_sites_checked_at_initialization(exe, message):
+    with pytest.raises(ModuleLoadError, match=message):
+        VirtualMachine(exe)

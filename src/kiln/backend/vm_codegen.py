@@ -21,7 +21,13 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
    inline ``shape_compute`` after the binding, their slots valid only in the body that
    computed them; a kernel output sized by a late symbol gets an ``alloc_storage`` of its
    own right before the kernel (the arena is allocated before the op runs);
-7. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
+7. a run-time loop (:class:`~kiln.ir.graph.LoopCall`): its state (iteration, condition,
+   carried values) in storage of its own, the step and the body emitted like branches
+   between ``If``/``Goto``; each scan output collects a copy of its element every
+   iteration (``vm.builtin.list_new`` / ``list_append``) and is stacked after the loop
+   (``list_stack``) into a new ``[count, *elem]`` tensor whose shape binds the loop's late
+   count symbol (``bind_shape``), so the kernels after it see ``count`` like any late symbol;
+8. ``Ret`` of the output (``vm.builtin.make_tuple`` of several).
 
 A static model compiles the same way: every dim is an immediate and the heap program is empty.
 """
@@ -500,7 +506,13 @@ def _emit_dynamic(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
     else:
         dst = value
     regs[node.uid] = dst
-    t = node.checked_type
+    _emit_bind_shape(em, dst, node.checked_type,
+                     f"{label(node)} output {node.attrs.get('output', 0)}")
+
+
+def _emit_bind_shape(em: _Emitter, value: int, t: TensorType, text: str) -> None:
+    """``bind_shape`` of register ``value`` (of type ``t``): bind each late symbol at its
+    first occurrence in scope, check every other dim; errors name ``text``."""
     code, bits = dl_dtype(t.dtype)
     spec = [code, bits, t.ndim]
     for d in t.shape:
@@ -511,8 +523,7 @@ def _emit_dynamic(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
             em.bound[-1].add(d.name)
         else:
             spec += [MATCH_CHECK, em.heap.slot(d)]
-    text = f"{label(node)} output {node.attrs.get('output', 0)}"
-    em.call(-1, "vm.builtin.bind_shape", [reg(dst), const(em.const(text, ("label", text))),
+    em.call(-1, "vm.builtin.bind_shape", [reg(value), const(em.const(text, ("label", text))),
                                           const(em.const(np.array(spec, dtype=np.int64)))])
 
 
@@ -536,15 +547,22 @@ def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
 
 
 def _emit_loop(em: _Emitter, node: LoopCall, regs: dict[int, int]) -> None:
-    """The loop's state (iteration, condition, carried values) in storage of its own, then:
-    run the step; leave when it says so; run the body; copy its results into the state;
-    jump back. The body's and the step's arenas are reused every iteration."""
+    """The loop's state (iteration, condition, carried values) in storage of its own and an
+    empty list per scan output (``vm.builtin.list_new``), then: run the step; leave when it
+    says so; run the body; append a copy of each scan element to its list; copy the body's
+    other results into the state; jump back. After the loop each list is stacked into a new
+    ``[count, *elem]`` tensor whose leading dim binds the count symbol. The body's and the
+    step's arenas are reused every iteration."""
     n = 2 + node.num_carried
-    types = [TensorType((), "int64"), TensorType((), "bool"), *node.output_types]
+    types = [TensorType((), "int64"), TensorType((), "bool"),
+             *node.output_types[:node.num_carried]]
     state = [_state_tensor(em, t) for t in types]
     zero = const(em.const(array(np.array(0, np.int64)), key=("zero", "int64")))
     for src, dst in zip([zero, *(_value_arg(a, regs, em) for a in node.args[1:n])], state):
         em.call(-1, "vm.builtin.copy", [src, reg(dst)])
+    lists = [em.reg() for _ in range(node.num_scan)]
+    for lst in lists:
+        em.call(lst, "vm.builtin.list_new", [])
     max_trip = _value_arg(node.args[0], regs, em)
     code = em.prog.code
     top = len(code)
@@ -554,15 +572,34 @@ def _emit_loop(em: _Emitter, node: LoopCall, regs: dict[int, int]) -> None:
     em.call(decide, "vm.builtin.read_bool", [reg(go)])
     at_if = len(code)
     code += if_(decide, 0)
-    results = [em.reg() for _ in range(n - 1)]
+    results = [em.reg() for _ in range(n - 1 + node.num_scan)]
     _emit_body_with(em, node.body, [reg(r) for r in state] +
                     [_value_arg(a, regs, em) for a in node.args[n:]], results)
-    for src, dst in zip([next_i, *results], state):
+    # append before the state is overwritten: an element may be a carried value itself
+    for lst, elem in zip(lists, results[n - 1:]):
+        em.call(-1, "vm.builtin.list_append", [reg(lst), reg(elem)])
+    for src, dst in zip([next_i, *results[:n - 1]], state):
         em.call(-1, "vm.builtin.copy", [reg(src), reg(dst)])
     code += goto(top - len(code))
     code[at_if + 2] = len(code) - at_if
-    em.if_results[node.uid] = state[2:]
-    regs[node.uid] = state[2]
+    outs = state[2:] + [_emit_stack(em, node, k, lst) for k, lst in enumerate(lists)]
+    em.if_results[node.uid] = outs
+    regs[node.uid] = outs[0]
+
+
+def _emit_stack(em: _Emitter, node: LoopCall, k: int, lst: int) -> int:
+    """Scan output ``k`` of ``node`` from its list (``vm.builtin.list_stack``, the element
+    dims from the heap), then ``bind_shape`` of its count; returns its register."""
+    t = node.output_types[node.num_carried + k]
+    assert node.count is not None, "a loop with scan outputs has a count symbol"
+    text = f"Loop scan output {k} (count {node.count.name})"
+    out = em.reg()
+    em.call(out, "vm.builtin.list_stack",
+            [reg(lst), const(em.const(text, ("label", text))),
+             const(em.const(t.dtype, ("dtype", t.dtype))),
+             *(em.heap.arg(d) for d in t.shape[1:])])
+    _emit_bind_shape(em, out, t, text)
+    return out
 
 
 def _state_tensor(em: _Emitter, t: TensorType) -> int:

@@ -74,8 +74,8 @@ def label(node: Call) -> str:
 
 
 def late_symbols_of(func: Function) -> list[SymVar]:
-    """Every late symbol the data-dependent ops of ``func`` bind (branches and loop bodies
-    included), once each, in order of appearance.
+    """Every late symbol the data-dependent ops of ``func`` and its loops' scan outputs bind
+    (branches and loop bodies included), once each, in order of appearance.
 
     Raises
     ------
@@ -86,8 +86,13 @@ def late_symbols_of(func: Function) -> list[SymVar]:
     for f in _functions(func):
         for node in post_order(f.outputs):
             if is_dynamic(node):
-                for s in late_symbols(node.attrs):
-                    if found.setdefault(s.name, s) != s:
+                made = late_symbols(node.attrs)
+            elif isinstance(node, LoopCall) and node.count is not None:
+                made = [node.count]  # the number of iterations a loop with scan outputs ran
+            else:
+                continue
+            for s in made:
+                if found.setdefault(s.name, s) != s:
                         raise CompileError(f"late symbol {s.name} has two definitions "
                                            f"({found[s.name]!r} bounds differ)")
     return list(found.values())

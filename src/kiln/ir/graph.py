@@ -22,7 +22,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.ir import arith
-from kiln.ir.arith import Dim
+from kiln.ir.arith import Dim, SymVar
 
 _ids = itertools.count()
 
@@ -263,30 +263,48 @@ class LoopCall(Expr):
 
     ``args`` is ``[max_trip, cond, *initial, *captures]`` (``max_trip`` an int64 scalar,
     ``cond`` a bool scalar). Each iteration runs ``step(i, max_trip, cond) -> (go, i + 1)``
-    and, while ``go``, ``body(i, cond, *carried, *captures) -> (cond, *carried)``. The outputs
-    are the final carried values, whose types the body must keep.
+    and, while ``go``, ``body(i, cond, *carried, *captures) -> (cond, *carried, *scan_elems)``.
+    The outputs are the final carried values, whose types the body must keep, then one per
+    scan element: the elements of every iteration run, stacked along a new axis 0, of type
+    ``[count, *elem_shape]``. ``count`` is a *late symbol* (decision 016: a :class:`SymVar`
+    with ``lo`` 0, bound where the loop has run); the caller makes it and every rebuild passes
+    the same one, so consumers keep their types.
 
     Raises
     ------
     ShapeError
-        If the body's outputs do not match the carried values' types (the message names both).
+        If the body's outputs do not match the carried values' types (the message names both),
+        or it returns scan elements without a ``count`` symbol (or a count with no element).
     """
 
     def __init__(self, max_trip: Expr, cond: Expr, initial: list[Expr], captures: list[Expr],
-                 step: Function, body: Function):
+                 step: Function, body: Function, count: SymVar | None = None):
         carried = [e.checked_type for e in initial]
         outs = [o.checked_type for o in body.outputs]
-        if outs[1:] != carried or outs[0] != TensorType((), "bool"):
+        n = 1 + len(carried)
+        if outs[1:n] != carried or outs[0] != TensorType((), "bool"):
             raise ShapeError(f"Loop: the body returns {list(map(str, outs))} for the condition "
                              f"and carried values {list(map(str, carried))}; a carried value "
                              "must keep its type")
+        scans = outs[n:]
+        if bool(scans) != (count is not None):
+            raise ShapeError(f"Loop: {len(scans)} scan output(s) and count symbol {count}: "
+                             "stacked outputs need exactly one count symbol")
+        if not carried and not scans:
+            raise ShapeError("Loop: the body returns neither carried values nor scan outputs")
         assert len(body.params) == 2 + len(initial) + len(captures), "Loop body arity"
         self.step, self.body = step, body
         self.num_carried = len(initial)
+        self.count = count
         self.args = [max_trip, cond, *initial, *captures]
-        self.output_types = carried
-        self.checked_type = carried[0]
+        self.output_types = carried + [TensorType((count, *t.shape), t.dtype) for t in scans]
+        self.checked_type = self.output_types[0]
         self.uid = next(_ids)
+
+    @property
+    def num_scan(self) -> int:
+        """How many stacked (scan) outputs follow the carried values."""
+        return len(self.output_types) - self.num_carried
 
     @property
     def num_outputs(self) -> int:
@@ -352,7 +370,7 @@ def with_args(node: Expr, new_args: list[Expr]) -> Expr:
     if isinstance(node, LoopCall):
         n = 2 + node.num_carried
         return LoopCall(new_args[0], new_args[1], new_args[2:n], new_args[n:], node.step,
-                        node.body)
+                        node.body, node.count)
     raise TypeError(f"with_args: {node!r} has no arguments")
 
 
@@ -521,7 +539,7 @@ def structural_key(func: Function) -> str:
         elif isinstance(node, LoopCall):
             args = ",".join(str(index[a.uid]) for a in node.args)
             body_key = structural_key(node.body).replace("\n", ";")
-            parts.append(f"loop({args}) {{{body_key}}}")
+            parts.append(f"loop({args}) count={node.count!r} {{{body_key}}}")
         elif isinstance(node, IfCall):
             args = ",".join(str(index[a.uid]) for a in node.args)
             then_key, else_key = (structural_key(b).replace("\n", ";")

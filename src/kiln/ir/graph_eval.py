@@ -115,10 +115,13 @@ def _bind_late(call: Call, out: np.ndarray, symbols: dict[str, int]) -> None:
 
 
 def _loop(node: LoopCall, args: list, symbols) -> np.ndarray | tuple:
-    """A run-time loop, run in numpy: the step decides, the body updates the carried values."""
+    """A run-time loop, run in numpy: the step decides, the body updates the carried values
+    and yields one element per scan output, stacked along a new axis 0 after the loop (an
+    empty ``[0, *elem_shape]`` when no iteration ran); binds the loop's count symbol."""
     max_trip, cond = args[0], args[1]
     n = 2 + node.num_carried
     carried, captures = list(args[2:n]), args[n:]
+    scans: list[list[np.ndarray]] = [[] for _ in range(node.num_scan)]
     i = np.array(0, np.int64)
     while True:
         step = {p.uid: v for p, v in zip(node.step.params, (i, max_trip, cond))}
@@ -126,9 +129,29 @@ def _loop(node: LoopCall, args: list, symbols) -> np.ndarray | tuple:
         if not bool(go):
             break
         inner = {p.uid: v for p, v in zip(node.body.params, (i, cond, *carried, *captures))}
-        cond, *carried = _run(node.body.outputs, inner, symbols)
+        cond, *outs = _run(node.body.outputs, inner, symbols)
+        carried = outs[:node.num_carried]
+        for acc, elem in zip(scans, outs[node.num_carried:]):
+            acc.append(np.asarray(elem))
         i = i_next
-    return carried[0] if len(carried) == 1 else tuple(carried)
+    results = carried + [_stacked(node, k, acc, symbols)
+                         for k, acc in enumerate(scans)]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _stacked(node: LoopCall, k: int, elems: list[np.ndarray], symbols) -> np.ndarray:
+    """Scan output ``k`` of ``node``: ``elems`` stacked along a new axis 0; binds the count
+    symbol (again each time the loop runs) and checks the elements' shape."""
+    t = node.output_types[node.num_carried + k]
+    elem_shape = tuple(arith.evaluate(d, symbols or {}) for d in t.shape[1:])
+    for it, e in enumerate(elems):
+        if e.shape != elem_shape:
+            raise ShapeError(f"loop: scan output {k} has shape {list(e.shape)} at iteration "
+                             f"{it}, expected {list(elem_shape)}")
+    out = (np.stack(elems) if elems else np.zeros((0, *elem_shape))).astype(t.dtype, copy=False)
+    if symbols is not None and node.count is not None:
+        symbols[node.count.name] = len(elems)
+    return out
 
 
 def _concrete(value, symbols: dict[str, int]):

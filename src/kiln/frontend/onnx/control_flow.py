@@ -1,4 +1,4 @@
-"""ONNX control flow: If at compile time or at run time, Scan and Loop unrolled.
+"""ONNX control flow: If, Scan and Loop, at compile time or at run time.
 
 - ``If``: with a compile-time condition the chosen branch's nodes are converted in place; a
   condition on data becomes an :class:`~kiln.ir.graph.IfCall` with both branches closed over
@@ -7,8 +7,14 @@
   inputs sliced per step, scan outputs stacked along their axis); over a symbolic length it
   becomes a run-time :class:`~kiln.ir.graph.LoopCall` whose carried buffers collect the scan
   outputs.
-- ``Loop``: unrolled when the trip count is a compile-time constant and the condition folds
-  to a constant at every iteration.
+- ``Loop``: unrolled when the trip count is a compile-time constant (at most
+  ``_MAX_UNROLL``) and the condition folds to a constant at every iteration (a constant
+  count of 0 gives empty ``[0, *elem]`` scan outputs). Otherwise (a data trip count or
+  condition, no trip count, a sentinel count) a run-time :class:`~kiln.ir.graph.LoopCall`:
+  carried values keep their types, and each scan output is the iterations' elements stacked
+  along a new axis 0, ``[count, *elem_shape]`` over a late symbol ``loop_count_<output>``
+  (decision 016) the VM binds after the loop. An element whose shape depends on data the
+  body computes (it could change between iterations) is an ``UnsupportedOpError``.
 
 A subgraph sees the enclosing scope's values by name (ONNX's outer-scope references). Each
 iteration converts into its own copy of the scope, so body names never collide.
@@ -24,7 +30,8 @@ from onnx import numpy_helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
-from kiln.ir.arith import SymExpr
+from kiln.frontend.onnx.converters.dynamic import fallback, late
+from kiln.ir.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.ir.graph import (
     CALL_NODES,
     Call,
@@ -39,6 +46,7 @@ from kiln.ir.graph import (
     uid_mark,
     with_args,
 )
+from kiln.ir.ops.dynamic import late_symbols
 
 # convert_node(node, index, opset, values, unavailable, param_values) from the importer
 ConvertNode = Callable[..., None]
@@ -167,16 +175,29 @@ def _outputs(ctx: ConvertContext, make) -> list[Expr]:
 
 #: the trip count of a Loop without one (ONNX: run while the condition holds)
 _NO_LIMIT = np.iinfo(np.int64).max
+#: a larger constant trip count is a sentinel, not a bound of the count (no dim exceeds it)
+_MAX_COUNT = 1 << 40
 
 
 def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]:
     """A :class:`LoopCall`: the body closed over the outer values it reads, with parameters
-    (iteration, condition, *carried, *captures); its carried values keep their types."""
+    (iteration, condition, *carried, *captures); its carried values keep their types. Scan
+    outputs (body outputs after the carried ones) become the loop's stacked outputs
+    ``[count, *elem_shape]`` over a late symbol ``loop_count_<output>`` (decision 016), bound
+    where the loop has run; their element type must be one for every iteration.
+
+    Raises
+    ------
+    UnsupportedOpError
+        No carried value and no scan output, a trip count or condition that is not one int64
+        / bool value, a carried value whose type the body changes, or a scan element whose
+        shape depends on data computed in the body (it may change between iterations)."""
     args = ctx.inputs
     max_trip = _scalar(ctx, args[0], Constant(np.array(_NO_LIMIT, np.int64)), "int64")
     cond = _scalar(ctx, args[1] if len(args) > 1 else None, Constant(np.array(True)), "bool")
     initial = list(args[2:])
-    if not initial:
+    k_scan = len(body.output) - 1 - len(initial)
+    if not initial and not k_scan:
         raise ctx.unsupported("a run-time Loop without carried values has no effect")
     iter_var = Var("iteration", TensorType((), "int64"))
     cond_var = Var("cond", TensorType((), "bool"))
@@ -184,12 +205,51 @@ def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]
     mark = uid_mark()
     outs = run(body, [iter_var, cond_var, *carried])
     outs = [_scalar(ctx, outs[0], None, "bool"), *outs[1:]]
+    _check_scan_elements(ctx, body, outs, len(initial), mark)
     own = {v.uid for v in (iter_var, cond_var, *carried)}
     captures = [e for e in _outer_refs(outs, mark) if e.uid not in own]
     closed = _closed(outs, mark, captures)
     loop_body = Function([iter_var, cond_var, *carried, *closed.params], closed.outputs)
+    count = _count_symbol(ctx, len(initial)) if k_scan else None
     return _outputs(ctx, lambda: LoopCall(max_trip, cond, initial, captures, _loop_step(),
-                                          loop_body))
+                                          loop_body, count))
+
+
+def _count_symbol(ctx: ConvertContext, first_scan: int) -> SymVar:
+    """The late symbol of a run-time Loop's iteration count, named after its first scan
+    output; bounded by the trip count when that is a constant."""
+    hi = None
+    if ctx.inputs[0] is not None:
+        try:
+            (hi,) = ctx.const_value(0, "Loop trip count").reshape(-1).tolist()
+        except NotConstantError:
+            pass
+    known = isinstance(hi, int) and 0 <= hi <= _MAX_COUNT  # not a "loop forever" sentinel
+    name, lo, hi = late(ctx, "loop_count", hi if known else None, output=first_scan)
+    return SymVar(name, lo, hi)
+
+
+def _check_scan_elements(ctx: ConvertContext, body: onnx.GraphProto, outs: list[Expr],
+                         num_carried: int, mark: int) -> None:
+    """Each scan element of a run-time Loop body has one type for every iteration: none of
+    its dims may be a late symbol bound inside the body (a NonZero's count...)."""
+    inner: set[str] = set()
+    for node in _inner_post_order(outs, mark):
+        if node.uid < mark:
+            continue
+        if isinstance(node, Call) and node.op.name.startswith("dyn."):
+            inner |= {s.name for s in late_symbols(node.attrs)}
+        elif isinstance(node, LoopCall) and node.count is not None:
+            inner.add(node.count.name)
+    for k, e in enumerate(outs[1 + num_carried:]):
+        shape = e.checked_type.shape
+        names = sorted({s.name for d in shape for s in free_symbols(d)} & inner)
+        if names:
+            where = body.output[1 + num_carried + k].name
+            raise ctx.unsupported(f"scan output '{where}' has shape {shape_str(shape)}, which "
+                                  f"depends on data computed in the body ({', '.join(names)}): "
+                                  "it may change between iterations, and a stacked output "
+                                  "needs one element shape")
 
 
 def _scalar(ctx: ConvertContext, e: Expr | None, default: Expr | None, dtype: str) -> Expr:
@@ -385,25 +445,32 @@ _MAX_UNROLL = 1024
 
 
 def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
+    """A Loop unrolled when its trip count is a constant (up to ``_MAX_UNROLL``) and its
+    condition folds to a constant at every iteration; otherwise a run-time
+    :class:`LoopCall` (:func:`_runtime_loop`), scan outputs included.
+
+    Raises
+    ------
+    NotConstantError
+        Under :func:`~kiln.frontend.onnx.context.static_values_only`, for a Loop with scan
+        outputs whose trip count or condition is data (their count would be a data-dependent
+        shape): the ONNX backend then binds those inputs and unrolls."""
     args = ctx.inputs
     k_scan = len(body.output) - 1 - len(args[2:])
-    if args[0] is None and not k_scan:
+    if args[0] is None:
         return _runtime_loop(ctx, body, run)  # runs while the condition holds
-    if args[0] is None:  # stacked per-iteration outputs of a data-dependent count: not yet
-        raise ctx.unsupported("Loop without a trip count cannot be unrolled")
     try:
         (trips,) = ctx.const_value(0, "Loop trip count").reshape(-1)
         keep_going = True
         if len(args) > 1 and args[1] is not None:
             keep_going = bool(ctx.const_value(1, "Loop condition").reshape(-1)[0])
-    except NotConstantError:
-        if k_scan:
-            raise
+    except NotConstantError as err:
+        if k_scan:  # stacked outputs over a data count: a data-dependent shape
+            fallback(err)
         return _runtime_loop(ctx, body, run)
-    if trips > _MAX_UNROLL:
-        raise ctx.unsupported(f"trip count {trips} is too large to unroll")
+    if not isinstance(trips, (int, np.integer)) or trips > _MAX_UNROLL:
+        return _runtime_loop(ctx, body, run)  # a symbolic or sentinel trip count
     carried = [a for a in args[2:]]
-    k_scan = len(body.output) - 1 - len(carried)
     steps: list[list[Expr]] = []
     for i in range(int(trips)):
         if not keep_going:
@@ -411,16 +478,27 @@ def _loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr | None]:
         outs = run(body, [Constant(np.array(i, np.int64)), Constant(np.array(True)), *carried])
         try:
             keep_going = bool(ctx.const_value(outs[0], "Loop condition").reshape(-1)[0])
-        except NotConstantError:
+        except NotConstantError as err:
             if k_scan:
-                raise ctx.unsupported("a loop whose condition depends on run-time values and "
-                                      "that stacks per-iteration outputs") from None
+                fallback(err)
             return _runtime_loop(ctx, body, run)
         carried = outs[1:1 + len(carried)]
         steps.append(outs[1 + len(carried):])
+    if k_scan and not steps:
+        return _empty_scans(ctx, body, run, carried)
     results: list[Expr | None] = list(carried)
     for j in range(k_scan):
-        if not steps:
-            raise ctx.unsupported("a loop with zero iterations has empty scan outputs")
         results.append(_stack(ctx, [s[j] for s in steps], 0))
     return results
+
+
+def _empty_scans(ctx: ConvertContext, body: onnx.GraphProto, run,
+                 carried: list[Expr]) -> list[Expr | None]:
+    """A constant Loop that runs no iteration: its carried inputs, and each scan output an
+    empty ``[0, *elem_shape]`` constant (the element types from converting the body once);
+    a run-time loop when an element shape is symbolic."""
+    outs = run(body, [Constant(np.array(0, np.int64)), Constant(np.array(True)), *carried])
+    types = [e.checked_type for e in outs[1 + len(carried):]]
+    if not all(t.is_static for t in types):
+        return _runtime_loop(ctx, body, run)
+    return [*carried, *(Constant(np.zeros((0, *t.shape), t.dtype)) for t in types)]
