@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from kiln.backend.te_compiler import lower_primitive
-from kiln.backend.vm_codegen import ShapeHeap, compile_vm, plan_arena
+from kiln.backend.vm_arena import plan_arena
+from kiln.backend.vm_codegen import compile_vm
+from kiln.backend.vm_shape_heap import ShapeHeap
 from kiln.build_module import optimize
 from kiln.errors import CompileError
 from kiln.ir import arith

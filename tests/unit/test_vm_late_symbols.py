@@ -10,7 +10,8 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from kiln.backend.vm_codegen import ShapeHeap, compile_vm
+from kiln.backend.vm_codegen import compile_vm
+from kiln.backend.vm_shape_heap import ShapeHeap
 from kiln.build_module import choose_executor, optimize
 from kiln.errors import CompileError, ShapeError
 from kiln.ir.arith import SymVar
