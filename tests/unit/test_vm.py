@@ -368,6 +368,25 @@ def test_checks_against_computed_slots_run_on_replay():
     assert vm.replay_stats()["replays"] == 2
 
 
+def test_shape_program_results_follow_the_symbols_between_calls():
+    """Shape programs remember their results by the values they read (``n``): alternating
+    ``n`` must still give ``3n`` for each (2n, then 2n + n: a slot written then read)."""
+    a = P.Asm([Symbol("n", 1)])
+    f = a.begin("main", [("x", "float32", [Sym(0)]), ("y", "float32", [Sym(0)])], [],
+                num_regs=2, heap_size=3)
+    a.call(-1, P.B + "match_shape", P.R(0), P.I(0), a.spec(2, 32, [(1, 0)]))
+    a.call(-1, P.B + "shape_compute", a.prog((2, 1, 0, 0, 1, 2), (0, 2, 0, 1, 0, 0)))
+    a.call(-1, P.B + "match_shape", P.R(1), P.I(1), a.spec(2, 32, [(2, 2)]))
+    a.emit(P.ret(1))
+    a.end(f)
+    vm = VirtualMachine(a.build())
+    for n in (2, 5, 2, 7, 5):
+        y = np.arange(3 * n, dtype=np.float32)
+        np.testing.assert_array_equal(vm["main"](np.zeros(n, np.float32), y).numpy(), y)
+        with pytest.raises(ShapeError, match=f"symbol n is {3 * n}"):
+            vm["main"](np.zeros(n, np.float32), np.zeros(2 * n, np.float32))
+
+
 def test_inputs_are_not_kept_alive(vm):
     import gc
     import weakref
