@@ -166,3 +166,56 @@ def test_simplify_folds_symbolic_reshape_indices():
         body = L.For(var, L.IntImm(0), extent, "serial", body)
     text = astext(simplify(L.PrimFunc("k", [x, y], body)))
     assert "x[((b * S) + s), ((h * 32) + d)]" in text, text
+
+
+def _matmuls() -> Function:
+    """Attention's two batched matmuls over a symbolic sequence ``s``: scores [2, s, s] of
+    q [2, s, 8] · kᵀ [2, 8, s], then scores · v [2, s, 8]."""
+    q = Var("q", TensorType((2, S, 8), "float32"))
+    kt = Var("kt", TensorType((2, 8, S), "float32"))
+    v = Var("v", TensorType((2, S, 8), "float32"))
+    scores = Call("nn.matmul", [q, kt])
+    return Function([q, kt, v], [Call("nn.matmul", [Call("nn.relu", [scores]), v])])
+
+
+def _interpret_versions(func: Function, values: dict) -> np.ndarray:
+    """As :func:`_interpret`, with each kernel's version for extents below its blocks
+    (``te_compiler``), as compiled kernels have it."""
+    from kiln.backend.te_compiler import _small_extent_version, to_te
+    from kiln.ir.lower import Schedule, lower
+    from kiln.passes.loop.simplify import simplify
+    from kiln.schedules import schedule_loops, schedule_te
+
+    env = {p.uid: values[p.name] for p in func.params}
+    symbols = _bindings(func, values)
+    fused = optimize(func, {})
+    for node in post_order(fused.outputs):
+        if not isinstance(node, PrimitiveCall):
+            continue
+        inputs, output = to_te(node.body)
+        sch = schedule_te(Schedule(output))
+        prim = _small_extent_version(node, lower(sch, inputs, "k"), sch, "cpu")
+        prim = schedule_loops(simplify(prim))
+        args = [a.data if isinstance(a, Constant) else env[a.uid] for a in node.args]
+        shape = tuple(arith.evaluate(d, symbols) for d in node.checked_type.shape)
+        out = np.zeros(shape, node.checked_type.dtype)
+        run(prim, *args, out, symbols=symbols)
+        env[node.uid] = out
+    return env[fused.outputs[0].uid]
+
+
+@pytest.mark.parametrize("s", [3, 16, 21])
+def test_matmul_blocks_over_symbolic_rows_and_columns(s):
+    """Register blocks of rows (a tail block) and of columns (the last block moved back to
+    end at the row's end, ``split(tail="shift")``), and the version for s below a block."""
+    func = _matmuls()
+    rng = np.random.default_rng(s)
+    values = {"q": rng.standard_normal((2, s, 8)).astype("float32"),
+              "kt": rng.standard_normal((2, 8, s)).astype("float32"),
+              "v": rng.standard_normal((2, s, 8)).astype("float32")}
+    np.testing.assert_allclose(_interpret_versions(func, values), evaluate(func, values)[0],
+                               rtol=1e-5, atol=1e-5)
+    (scores,) = [c for c in _fused_calls(func) if c.name.endswith("matmul_nn_relu") or
+                 c.name == "fused_nn_matmul_nn_relu"]
+    text = astext(lower_primitive(scores, "k"))
+    assert "(s - 16)" in text and "if ((s < 6) or (s < 16))" in text

@@ -75,7 +75,8 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
     func``: a block over fewer rows than it holds would compute its whole block for a few
     rows (MiniLM at one token: each dense 2.7x slower than the static kernel)."""
     tails = [(extent, stage.splits[k][1].extent)  # (the axis's extent, its block)
-             for stage in sch.stages.values() for k, extent in stage.tails.items()]
+             for stage in sch.stages.values()
+             for k, extent in (*stage.tails.items(), *stage.shifted.items())]
     if not tails:
         return func
     with small_extents():

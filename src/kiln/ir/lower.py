@@ -26,6 +26,7 @@ class Stage:
         self.order: list[IterVar] | None = None
         self.splits: dict[int, tuple[IterVar, IterVar]] = {}
         self.tails: dict[int, object] = {}  # split axes with a partial last block: their extent
+        self.shifted: dict[int, object] = {}  # split axes whose last block is moved back: extent
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
 
@@ -38,13 +39,19 @@ class Stage:
         """Materialize the stage in its own buffer (undo compute_inline)."""
         self.inline = False
 
-    def split(self, axis: IterVar, factor: int, tail: bool = False) -> tuple[IterVar, IterVar]:
+    def split(self, axis: IterVar, factor: int, tail: bool | str = False
+              ) -> tuple[IterVar, IterVar]:
         """Split ``axis`` into (outer, inner) with ``inner.extent == factor``.
 
         The factor must divide the extent, unless ``tail`` (a spatial axis, e.g. a symbolic
         row count): then the last block is partial — its reads are clamped to the last valid
         index (they stay in bounds and are cheap: the clamp is invariant in the inner loops)
-        and its stores are guarded. The new axes replace ``axis`` in place in the loop order.
+        and its stores are guarded. ``tail="shift"``: the last block is moved back to end at the
+        extent instead, overlapping the one before (its elements are computed twice, with the
+        same result): whole blocks only, no clamp, no guard — for a vectorized axis, where a
+        clamp would be per lane. It needs ``extent >= factor``: such kernels get a version for
+        smaller extents (``te_compiler``). The new axes replace ``axis`` in place in the loop
+        order.
         """
         leaves = self.all_axes()
         if not any(a is axis for a in leaves):
@@ -54,11 +61,12 @@ class Stage:
             if axis.kind != "spatial":
                 raise ScheduleError(f"split: a tail needs a spatial axis, {axis.name} is "
                                     f"{axis.kind}")
-            self.tails[id(axis)] = axis.extent
+            (self.shifted if tail == "shift" else self.tails)[id(axis)] = axis.extent
         elif not divides:
             raise ScheduleError(f"split: factor {factor} does not divide {axis.name} "
                                 f"(extent {axis.extent}) of {self.tensor.name}")
-        extent = arith.floordiv(axis.extent + factor - 1, factor) if id(axis) in self.tails \
+        partial = id(axis) in self.tails or id(axis) in self.shifted
+        extent = arith.floordiv(axis.extent + factor - 1, factor) if partial \
             else axis.extent // factor
         outer = IterVar(L.Var(f"{axis.name}_o"), extent, axis.kind)
         inner = IterVar(L.Var(f"{axis.name}_i"), factor, axis.kind)
@@ -119,8 +127,10 @@ class Stage:
         with a tail stays below its extent (the index reads use)."""
         if id(ax) in self.splits:
             outer, inner = self.splits[id(ax)]
-            index = self.index_of(outer, leaf_vars, clamp) * inner.extent + \
-                self.index_of(inner, leaf_vars, clamp)
+            start = self.index_of(outer, leaf_vars, clamp) * inner.extent
+            if id(ax) in self.shifted:  # the last block ends at the extent
+                start = L.minimum(start, L.as_index(self.shifted[id(ax)]) - inner.extent)
+            index = start + self.index_of(inner, leaf_vars, clamp)
             if clamp and id(ax) in self.tails:
                 index = L.minimum(index, L.as_index(self.tails[id(ax)]) - 1)
             return index
@@ -352,7 +362,7 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
     if stage.local_accumulator:
         return _loops(prefix, lv, _local_block(stage, buf, block, lv, vmap_for, source, init,
                                                epilogue), kinds)
-    if stage.tails:
+    if stage.tails or stage.shifted:  # (a shifted block accumulating in place would add twice)
         raise ScheduleError(f"{t.name}: a split with a tail needs the reduction accumulated "
                             "locally (cache_write_local)")
     # decompose_reduction: init under the leading spatial loops, then update in place.

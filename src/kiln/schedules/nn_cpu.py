@@ -38,13 +38,44 @@ def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
     sch[conv].reorder(*outer, *conv.body.axes, y, x)
 
 
+#: columns of a matmul register block: two AVX2 vectors, one AVX-512 vector (as dense_pack's
+#: packed weight block)
+MATMUL_COLS = 16
+
+
 @register_schedule("matmul")
 def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
-    # Batched products of activations (attention scores, weighted values): k outside j, so the
-    # inner loop runs along a row of B and of the output, contiguous (vectorizable).
-    *outer, j = mm.axes
+    """Batched products of activations (attention scores, weighted values), as dense_pack
+    without packing: ``i_o, j_o, k, i_i (unrolled), j_i (vectorized)`` with the
+    ``DENSE_ROWS × MATMUL_COLS`` block of accumulators in registers; each ``k`` loads one
+    contiguous piece of a row of B. Symbolic rows take a tail block (clamped reads, guarded
+    stores), symbolic columns a last block moved back to end at the row's end (whole vectors;
+    ``split(tail="shift")``); extents below a block run the version with ``k`` outside a
+    contiguous output row."""
+    *outer, i, j = mm.axes
     (k,) = mm.body.axes
-    sch[mm].reorder(*outer, k, j)
+    stage = sch[mm]
+    rows = DENSE_ROWS if _blockable(i.extent, DENSE_ROWS) else None
+    cols = MATMUL_COLS if _blockable(j.extent, MATMUL_COLS) else None
+    if rows is None or cols is None:
+        stage.reorder(*outer, i, k, j)
+        return
+    io, ii = stage.split(i, rows, tail=True)
+    jo, ji = stage.split(j, cols, tail="shift")
+    ko, ki = stage.split(k, max(_divisors(k.extent, DENSE_K_UNROLL)))
+    stage.reorder(*outer, io, jo, ko, ki, ii, ji)
+    stage.unroll(ki)
+    stage.unroll(ii)
+    stage.vectorize(ji)
+    stage.cache_write_local()
+
+
+def _blockable(extent: arith.Dim, block: int) -> bool:
+    """Whether an axis can be split in blocks of ``block``: a static extent of at least one
+    block, or a symbolic one while tails are allowed (the kernel's main version)."""
+    if isinstance(extent, int):
+        return extent >= block
+    return tails_allowed()
 
 
 @register_schedule("resize_table")
