@@ -218,4 +218,4 @@ def test_matmul_blocks_over_symbolic_rows_and_columns(s):
     (scores,) = [c for c in _fused_calls(func) if c.name.endswith("matmul_nn_relu") or
                  c.name == "fused_nn_matmul_nn_relu"]
     text = astext(lower_primitive(scores, "k"))
-    assert "(s - 16)" in text and "if ((s < 6) or (s < 16))" in text
+    assert "(s - 16)" in text and "if ((s < 2) or (s < 16))" in text
