@@ -82,6 +82,7 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
     tails = [(extent, 2) for stage in sch.stages.values() for extent in stage.tails.values()]
     tails += [(extent, stage.splits[k][1].extent) for stage in sch.stages.values()
               for k, extent in stage.shifted.items()]
+    tails = [(e, least) for e, least in tails if not isinstance(e, int)]  # static: no choice
     if not tails:
         return func
     with small_extents():

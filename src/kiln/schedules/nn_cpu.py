@@ -296,9 +296,11 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
     rows = max(_divisors(i.extent, DENSE_ROWS))  # symbolic rows: what their divisors allow
-    if rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed():
-        # symbolic rows (batch x sequence length): full blocks and a partial last one; the
-        # kernel's other version (fewer rows than a block) keeps `rows`
+    static_tail = isinstance(i.extent, int) and i.extent > DENSE_ROWS and 2 * rows < DENSE_ROWS
+    if static_tail or (rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed()):
+        # symbolic rows (batch x sequence length), or a static count whose divisors make
+        # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
+        # partial last one; the kernel's other version (one row) keeps `rows`
         io, ii = stage.split(i, DENSE_ROWS, tail=True)
     else:
         io, ii = stage.split(i, rows)
