@@ -87,6 +87,14 @@ class Site:
             raise self.fail(f"argument {i} must be a constant int64 array")
         return c.tolist()
 
+    def str_const(self, i: int, what: str) -> str:
+        """Argument ``i``, which must be a constant string (a label, a dtype, a message)."""
+        kind, value = self.args[i]
+        c = self.constants[value] if kind == CONST else None
+        if not isinstance(c, str):
+            raise self.fail(f"argument {i} must be a constant {what}")
+        return c
+
     def size_arg(self, i: int) -> None:
         if self.args[i][0] not in (IMM, HEAP):
             raise self.fail(f"argument {i} must be an immediate or a heap slot")
@@ -206,10 +214,7 @@ def bind_shape(site: Site) -> Run:
     (the op and node) and the symbol."""
     site.nargs(3, 3)
     dtype, checks = _parse_spec(site, -1)
-    kind, value = site.args[1]
-    label = site.constants[value] if kind == CONST else None
-    if not isinstance(label, str):
-        raise site.fail("argument 1 must be a constant label")
+    label = site.str_const(1, "label")
     ndim = len(checks)
 
     def run(frame: Frame, args: list) -> None:
@@ -335,10 +340,7 @@ def alloc_tensor(site: Site) -> Run:
     storage."""
     site.nargs(3)
     site.size_arg(1)
-    kind, value = site.args[2]
-    dtype_const = site.constants[value] if kind == CONST else None
-    if not isinstance(dtype_const, str):
-        raise site.fail("argument 2 must be a constant dtype string")
+    dtype_const = site.str_const(2, "dtype string")
     try:
         dtype = C.dtype_name(dtype_const)
     except KilnError as err:
@@ -428,9 +430,8 @@ def shape_to_tensor(site: Site) -> Run:
     """``shape_to_tensor(CONST dtype, CONST shape, values...)``: a new tensor of ``shape``
     holding the values (immediates or heap slots): shape arithmetic used as data."""
     site.nargs(2)
-    kind, value = site.args[0]
-    dtype = site.constants[value] if kind == CONST else None
-    if not isinstance(dtype, str) or np.dtype(dtype).kind not in "iu":
+    dtype = site.str_const(0, "integer dtype name")
+    if np.dtype(dtype).kind not in "iu":
         raise site.fail("argument 0 must be a constant integer dtype name")
     shape = tuple(site.int_array(1))
     _dims_args(site, 2)
@@ -447,10 +448,7 @@ def trap(site: Site) -> Run:
     """``trap(CONST message)``: raise ``message`` (a branch that cannot run at these
     shapes)."""
     site.nargs(1, 1)
-    kind, value = site.args[0]
-    message = site.constants[value] if kind == CONST else None
-    if not isinstance(message, str):
-        raise site.fail("argument 0 must be a constant message")
+    message = site.str_const(0, "message")
 
     def run(frame: Frame, args: list) -> None:
         raise ShapeError(message)

@@ -28,7 +28,7 @@ import numpy as np
 from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import NDArray, array
-from kiln.runtime.vm_bytecode import CONST, HEAP, IMM
+from kiln.runtime.vm_bytecode import HEAP, IMM
 
 Run = Callable[[Any, list], Any]
 
@@ -71,23 +71,15 @@ def list_append(site: Any) -> Run:
     return run
 
 
-def _const(site: Any, i: int, what: str) -> str:
-    kind, value = site.args[i]
-    c = site.constants[value] if kind == CONST else None
-    if not isinstance(c, str):
-        raise site.fail(f"argument {i} must be a constant {what}")
-    return c
-
-
 def list_stack(site: Any) -> Run:
     """``list_stack(list, CONST label, CONST dtype, dims...)``: the elements stacked along a
     new axis 0, a new tensor of shape ``[len(list), *dims]``. Raises ShapeError naming
     ``label`` (the loop's node and scan output) when an element's shape or dtype is not
     ``dims``/``dtype``."""
     site.nargs(3)
-    label = _const(site, 1, "label")
+    label = site.str_const(1, "label")
     try:
-        dtype = C.dtype_name(_const(site, 2, "dtype string"))
+        dtype = C.dtype_name(site.str_const(2, "dtype string"))
     except KilnError as err:
         raise site.fail(str(err)) from None
     for i in range(3, len(site.args)):
