@@ -49,6 +49,13 @@ from kiln.backend.vm_dynamic import (
     sibling_key,
 )
 from kiln.backend.vm_shape_heap import ShapeHeap
+from kiln.backend.vm_signature import (
+    input_symbols,
+    match_spec,
+    shape_spec,
+    signature,
+    symbol,
+)
 from kiln.errors import CompileError
 from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
@@ -65,7 +72,6 @@ from kiln.ir.graph import (
     Var,
     post_order,
 )
-from kiln.passes.loop.make_packed_api import dl_dtype
 from kiln.runtime.ndarray import array
 from kiln.runtime.vm_bytecode import (
     REG,
@@ -78,10 +84,7 @@ from kiln.runtime.vm_bytecode import (
     reg,
     ret,
 )
-from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, Sym, TensorSig, VMFunction
-
-#: match-spec dim kinds
-MATCH_EQUAL, MATCH_BIND, MATCH_CHECK = 0, 1, 2
+from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, VMFunction
 
 
 @dataclass
@@ -193,7 +196,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     CompileError
         For a node the VM cannot run yet (an external BYOC function) or a symbol no input binds.
     """
-    symbols = _input_symbols(func)
+    symbols = input_symbols(func)
     late = late_symbols_of(func)
     clash = {s.name for s in symbols} & {s.name for s in late}
     if clash:
@@ -206,12 +209,12 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     params = []
     for v in func.params:
         regs[v.uid] = em.reg()
-        params.append(_signature(v.name, v.checked_type, symbols))
+        params.append(signature(v.name, v.checked_type, symbols))
     head: list[int] = []
     em.prog.code = head
     bound: set[str] = set()
     for k, v in enumerate(func.params):
-        spec = _match_spec(v.checked_type, symbols, bound)
+        spec = match_spec(v.checked_type, symbols, bound)
         em.call(-1, "vm.builtin.match_shape", [reg(regs[v.uid]), imm(k), const(em.const(spec))])
     # Everything after the shape program is emitted into `tail`, so that the program (which
     # grows while the tail asks for dims) can be placed before it.
@@ -228,7 +231,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
         prog_const = em.const(np.array(em.heap.program, dtype=np.int64))
         code += call(-1, em.func("vm.builtin.shape_compute"), [const(prog_const)])
     code += tail  # jump offsets are relative: the tail moves as it is
-    outputs = [_signature(n, o.checked_type, symbols)
+    outputs = [signature(n, o.checked_type, symbols)
                for n, o in zip(func.output_names, func.outputs)]
     em.prog.functions.append(VMFunction(
         KIND_VM, "main", 0, len(code), em.num_regs, em.heap.size, tuple(params),
@@ -333,14 +336,12 @@ def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed
     out = regs.setdefault(call.uid, em.reg())
     if call.uid in placed:
         arena, offset = placed[call.uid]
+        em.alloc_tensor(out, arena, offset, call.checked_type)
     else:  # sized by late symbols: storage of its own, allocated now
-        arena, offset = em.reg(), 0
-        em.call(arena, "vm.builtin.alloc_storage",
-                [imm(em.storage_id()), em.heap.arg(_nbytes(call.checked_type))])
-    em.alloc_tensor(out, arena, offset, call.checked_type)
+        _own_storage_tensor(em, out, call.checked_type)
     name = em.kernel_names[call.uid]
     args = [_value_arg(a, regs, em) for a in call.args] + [reg(out)]
-    args += [em.heap.arg(_symbol(em.prog.symbols, s))
+    args += [em.heap.arg(symbol(em.prog.symbols, s))
              for s in em.kernel_symbol_args.get(name, [])]
     em.call(-1, name, args)
 
@@ -386,18 +387,15 @@ def _emit_dynamic(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
 def _emit_bind_shape(em: _Emitter, value: int, t: TensorType, text: str) -> None:
     """``bind_shape`` of register ``value`` (of type ``t``): bind each late symbol at its
     first occurrence in scope, check every other dim; errors name ``text``."""
-    code, bits = dl_dtype(t.dtype)
-    spec = [code, bits, t.ndim]
-    for d in t.shape:
-        if isinstance(d, int):
-            spec += [MATCH_EQUAL, d]
-        elif isinstance(d, SymVar) and d.name in em.heap.late and not em.is_bound(d.name):
-            spec += [MATCH_BIND, em.heap.slot(d)]
+    def binds(d: SymVar) -> bool:
+        if d.name in em.heap.late and not em.is_bound(d.name):
             em.bound[-1].add(d.name)
-        else:
-            spec += [MATCH_CHECK, em.heap.slot(d)]
+            return True
+        return False
+
+    spec = shape_spec(t, em.heap.slot, binds)
     em.call(-1, "vm.builtin.bind_shape", [reg(value), const(em.const(text, ("label", text))),
-                                          const(em.const(np.array(spec, dtype=np.int64)))])
+                                          const(em.const(spec))])
 
 
 def _emit_if(em: _Emitter, node: IfCall, regs: dict[int, int]) -> None:
@@ -477,10 +475,16 @@ def _emit_stack(em: _Emitter, node: LoopCall, k: int, lst: int) -> int:
 
 def _state_tensor(em: _Emitter, t: TensorType) -> int:
     """A tensor of type ``t`` in a storage of its own (a loop's state)."""
-    storage, out = em.reg(), em.reg()
-    em.call(storage, "vm.builtin.alloc_storage", [imm(em.storage_id()), em.heap.arg(_nbytes(t))])
-    em.alloc_tensor(out, storage, 0, t)
+    out = em.reg()
+    _own_storage_tensor(em, out, t)
     return out
+
+
+def _own_storage_tensor(em: _Emitter, dst: int, t: TensorType) -> None:
+    """Register ``dst`` = a tensor of type ``t`` in a storage of its own."""
+    storage = em.reg()
+    em.call(storage, "vm.builtin.alloc_storage", [imm(em.storage_id()), em.heap.arg(_nbytes(t))])
+    em.alloc_tensor(dst, storage, 0, t)
 
 
 def _emit_body_with(em: _Emitter, body: Function, words: list[int], results: list[int]) -> None:
@@ -554,48 +558,3 @@ def _frees(calls: list[PrimitiveCall], outputs: list[Expr],
         if t not in last and t not in keep:
             frees[t].append(t)
     return frees
-
-
-def _input_symbols(func: Function) -> list[SymVar]:
-    found: dict[str, SymVar] = {}
-    for v in func.params:
-        for d in v.checked_type.shape:
-            for s in arith.free_symbols(d):
-                found.setdefault(s.name, s)
-    return list(found.values())
-
-
-def _symbol(symbols: list[SymVar], name: str) -> SymVar:
-    for s in symbols:
-        if s.name == name:
-            return s
-    raise CompileError(f"kernel argument symbol {name} is not a symbol of the model's inputs")
-
-
-def _match_spec(t, symbols: list[SymVar], bound: set[str]) -> np.ndarray:
-    code, bits = dl_dtype(t.dtype)
-    spec = [code, bits, t.ndim]
-    for d in t.shape:
-        if isinstance(d, int):
-            spec += [MATCH_EQUAL, d]
-        elif isinstance(d, SymVar):
-            slot = symbols.index(d)
-            spec += [MATCH_CHECK if d.name in bound else MATCH_BIND, slot]
-            bound.add(d.name)
-        else:
-            raise CompileError(f"input dim {d} is an expression; inputs take symbols or ints")
-    return np.array(spec, dtype=np.int64)
-
-
-def _signature(name: str, t, symbols: list[SymVar]) -> TensorSig | None:
-    """A parameter's or output's signature; None for an output with a derived dim (the format
-    records ints and symbols only)."""
-    dims: list = []
-    for d in t.shape:
-        if isinstance(d, int):
-            dims.append(d)
-        elif isinstance(d, SymVar):
-            dims.append(Sym(symbols.index(d)))
-        else:
-            return None
-    return TensorSig(name, t.dtype, tuple(dims))
