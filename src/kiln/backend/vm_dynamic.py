@@ -16,7 +16,7 @@ import numpy as np
 from kiln.errors import CompileError
 from kiln.ir.arith import SymVar, free_symbols
 from kiln.ir.graph import Call, Expr, Function, IfCall, LoopCall, post_order
-from kiln.ir.ops.dynamic import late_symbols
+from kiln.ir.ops.dynamic import bound_by
 from kiln.runtime.ndarray import array
 from kiln.runtime.vm_bytecode import const, imm
 
@@ -85,16 +85,10 @@ def late_symbols_of(func: Function) -> list[SymVar]:
     found: dict[str, SymVar] = {}
     for f in _functions(func):
         for node in post_order(f.outputs):
-            if is_dynamic(node):
-                made = late_symbols(node.attrs)
-            elif isinstance(node, LoopCall) and node.count is not None:
-                made = [node.count]  # the number of iterations a loop with scan outputs ran
-            else:
-                continue
-            for s in made:
+            for s in bound_by(node):
                 if found.setdefault(s.name, s) != s:
-                        raise CompileError(f"late symbol {s.name} has two definitions "
-                                           f"({found[s.name]!r} bounds differ)")
+                    raise CompileError(f"late symbol {s.name} has two definitions "
+                                       f"({found[s.name]!r} bounds differ)")
     return list(found.values())
 
 

@@ -46,7 +46,7 @@ from kiln.ir.graph import (
     uid_mark,
     with_args,
 )
-from kiln.ir.ops.dynamic import late_symbols
+from kiln.ir.ops.dynamic import bound_by
 
 # convert_node(node, index, opset, values, unavailable, param_values) from the importer
 ConvertNode = Callable[..., None]
@@ -235,12 +235,8 @@ def _check_scan_elements(ctx: ConvertContext, body: onnx.GraphProto, outs: list[
     its dims may be a late symbol bound inside the body (a NonZero's count...)."""
     inner: set[str] = set()
     for node in _inner_post_order(outs, mark):
-        if node.uid < mark:
-            continue
-        if isinstance(node, Call) and node.op.name.startswith("dyn."):
-            inner |= {s.name for s in late_symbols(node.attrs)}
-        elif isinstance(node, LoopCall) and node.count is not None:
-            inner.add(node.count.name)
+        if node.uid >= mark:
+            inner |= {s.name for s in bound_by(node)}
     for k, e in enumerate(outs[1 + num_carried:]):
         shape = e.checked_type.shape
         names = sorted({s.name for d in shape for s in free_symbols(d)} & inner)

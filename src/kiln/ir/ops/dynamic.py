@@ -23,7 +23,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.ir.arith import Dim, SymVar
-from kiln.ir.graph import TensorType
+from kiln.ir.graph import Call, Expr, LoopCall, TensorType
 from kiln.ir.op_registry import OpPattern, register_op
 from kiln.runtime import dynamic_ops as D
 
@@ -47,6 +47,16 @@ def late_shape(attrs: dict) -> tuple[Dim, ...]:
 def late_symbols(attrs: dict) -> list[SymVar]:
     """The late symbols of a ``dyn.*`` call (those its builtin's result binds)."""
     return [d for d in late_shape(attrs) if isinstance(d, SymVar)]
+
+
+def bound_by(node: Expr) -> list[SymVar]:
+    """The late symbols ``node`` binds where it runs: a ``dyn.*`` call's output dims, a run-time
+    loop's iteration count (its scan outputs' length); none for other nodes."""
+    if isinstance(node, Call) and node.op.name.startswith("dyn."):
+        return late_symbols(node.attrs)
+    if isinstance(node, LoopCall) and node.count is not None:
+        return [node.count]
+    return []
 
 
 def _arity(op: str, types: list[TensorType], lo: int, hi: int) -> None:
