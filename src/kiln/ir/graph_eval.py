@@ -104,11 +104,10 @@ def evaluate_call(call: Call, args: list[np.ndarray],
 def _bind_late(call: Call, out: np.ndarray, symbols: dict[str, int]) -> None:
     """Bind the data-dependent dims of a ``dyn.*`` call's result (again each time it runs: in
     a loop body they change) and check the rest of its shape."""
-    if call.op.name.startswith("dyn."):
-        from kiln.ir.ops.dynamic import late_symbols
+    from kiln.ir.ops.dynamic import bound_by
 
-        for s in late_symbols(call.attrs):
-            symbols.pop(s.name, None)
+    for s in bound_by(call):
+        symbols.pop(s.name, None)
     if not _matches(call.checked_type.shape, out.shape, symbols):
         raise ShapeError(f"{call.op.name}: the result's shape {list(out.shape)} does not fit "
                          f"{shape_str(call.checked_type.shape)}")
