@@ -206,13 +206,20 @@ def _runtime_loop(ctx: ConvertContext, body: onnx.GraphProto, run) -> list[Expr]
     outs = run(body, [iter_var, cond_var, *carried])
     outs = [_scalar(ctx, outs[0], None, "bool"), *outs[1:]]
     _check_scan_elements(ctx, body, outs, len(initial), mark)
-    own = {v.uid for v in (iter_var, cond_var, *carried)}
-    captures = [e for e in _outer_refs(outs, mark) if e.uid not in own]
-    closed = _closed(outs, mark, captures)
-    loop_body = Function([iter_var, cond_var, *carried, *closed.params], closed.outputs)
+    loop_body, captures = _loop_body([iter_var, cond_var, *carried], outs, mark)
     count = _count_symbol(ctx, len(initial)) if k_scan else None
     return _outputs(ctx, lambda: LoopCall(max_trip, cond, initial, captures, _loop_step(),
                                           loop_body, count))
+
+
+def _loop_body(params: list[Var], outs: list[Expr], mark: int
+               ) -> tuple[Function, list[Expr]]:
+    """A loop body over its own ``params`` (iteration, condition, state) and one more
+    parameter per outer value its nodes read, and those outer values (the captures)."""
+    own = {v.uid for v in params}
+    captures = [e for e in _outer_refs(outs, mark) if e.uid not in own]
+    closed = _closed(outs, mark, captures)
+    return Function([*params, *closed.params], closed.outputs), captures
 
 
 def _count_symbol(ctx: ConvertContext, first_scan: int) -> SymVar:
@@ -416,12 +423,9 @@ def _runtime_scan(ctx: ConvertContext, body: onnx.GraphProto, run, states: list[
         updated.append(ctx.call("scatter_nd", [buf, row, ctx.reshape(elem, (1, *t.shape))],
                                 reduction="none"))
         buffers.append(buf)
-    own = {v.uid for v in (iter_var, cond_var, *state_vars, *buffers)}
     body_outs = [Constant(np.array(True)), *outs[:n], *updated]
-    captures = [e for e in _outer_refs(body_outs, mark) if e.uid not in own]
-    closed = _closed(body_outs, mark, captures)
-    loop_body = Function([iter_var, cond_var, *state_vars, *buffers, *closed.params],
-                         closed.outputs)
+    loop_body, captures = _loop_body([iter_var, cond_var, *state_vars, *buffers], body_outs,
+                                     mark)
     zeros = [ctx.call("expand", [Constant(np.zeros((), b.checked_type.dtype))],
                       newshape=b.checked_type.shape) for b in buffers]
     trips = Constant(np.array(length, dtype=object))
