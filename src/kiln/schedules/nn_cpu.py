@@ -55,13 +55,20 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
     *outer, i, j = mm.axes
     (k,) = mm.body.axes
     stage = sch[mm]
-    rows = DENSE_ROWS if _blockable(i.extent, DENSE_ROWS) else None
-    cols = MATMUL_COLS if _blockable(j.extent, MATMUL_COLS) else None
-    if rows is None or cols is None:
+    if not (_blockable(i.extent, DENSE_ROWS) and _blockable(j.extent, MATMUL_COLS)):
         stage.reorder(*outer, i, k, j)
         return
-    io, ii = stage.split(i, rows, tail=True)
-    jo, ji = stage.split(j, cols, tail="shift")
+    rows = stage.split(i, DENSE_ROWS, tail=True)
+    cols = stage.split(j, MATMUL_COLS, tail="shift")
+    _register_block(stage, outer, rows, cols, k)
+
+
+def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
+                    k: IterVar) -> None:
+    """``*outer, i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i (vectorized)`` over split
+    rows and columns, the ``i_i × j_i`` block of accumulators kept local (registers), the
+    reduction unrolled by up to DENSE_K_UNROLL (dense_pack, matmul)."""
+    (io, ii), (jo, ji) = rows, cols
     ko, ki = stage.split(k, max(_divisors(k.extent, DENSE_K_UNROLL)))
     stage.reorder(*outer, io, jo, ko, ki, ii, ji)
     stage.unroll(ki)
@@ -301,13 +308,7 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
         # symbolic rows (batch x sequence length), or a static count whose divisors make
         # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
         # partial last one; the kernel's other version (one row) keeps `rows`
-        io, ii = stage.split(i, DENSE_ROWS, tail=True)
+        row_split = stage.split(i, DENSE_ROWS, tail=True)
     else:
-        io, ii = stage.split(i, rows)
-    jo, ji = stage.split(j, block)
-    ko, ki = stage.split(k, max(d for d in _divisors(k.extent) if d <= DENSE_K_UNROLL))
-    stage.reorder(io, jo, ko, ki, ii, ji)
-    stage.unroll(ki)
-    stage.unroll(ii)
-    stage.vectorize(ji)
-    stage.cache_write_local()
+        row_split = stage.split(i, rows)
+    _register_block(stage, (), row_split, stage.split(j, block), k)
