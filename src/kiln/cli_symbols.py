@@ -118,16 +118,28 @@ def input_dims(model) -> dict[str, list[int | str]]:
         ``{input name: [dim, ...]}`` for the graph inputs that are not initializers and have a
         known rank.
     """
+    return {vi.name: [d.dim_value if _is_fixed(d) else _symbol_name(vi, k, d)
+                      for k, d in enumerate(vi.type.tensor_type.shape.dim)]
+            for vi in _shaped_inputs(model)}
+
+
+def _shaped_inputs(model):
+    """The graph inputs that are not initializers and have a known rank."""
     weights = {init.name for init in model.graph.initializer}
-    out: dict[str, list[int | str]] = {}
     for vi in model.graph.input:
         tt = vi.type.tensor_type
-        if vi.name in weights or not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
-            continue
-        out[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
-                        else (d.dim_param or f"{vi.name}_dim{k}")
-                        for k, d in enumerate(tt.shape.dim)]
-    return out
+        if vi.name not in weights and vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            yield vi
+
+
+def _is_fixed(d) -> bool:
+    return d.HasField("dim_value") and d.dim_value > 0
+
+
+def _symbol_name(vi, k: int, d) -> str:
+    """The symbol of dim ``k`` of input ``vi``: its ``dim_param``, else ``<input>_dim<k>`` (as
+    :func:`kiln.frontend.from_onnx` names it)."""
+    return d.dim_param or f"{vi.name}_dim{k}"
 
 
 def _symbol_values(dims: dict[str, list[int | str]], shapes: dict[str, tuple[int, ...]]
@@ -223,19 +235,20 @@ def name_symbols(model, shapes: dict[str, tuple[int | str, ...]]) -> None:
     ShapeError
         A name given to a dim the model fixes, or a shape of the wrong rank.
     """
-    dims = input_dims(model)
+    shaped = {vi.name for vi in _shaped_inputs(model)}
     for vi in model.graph.input:
         given = shapes.get(vi.name)
         if given is None or not any(isinstance(d, str) for d in given):
             continue
-        if vi.name not in dims or len(dims[vi.name]) != len(given):
+        dims = vi.type.tensor_type.shape.dim if vi.name in shaped else []
+        if len(dims) != len(given):
             raise ShapeError(f"--input-shape {vi.name}: {len(given)} dims for an input of rank "
-                             f"{len(dims.get(vi.name, []))}")
-        for k, (d, g) in enumerate(zip(vi.type.tensor_type.shape.dim, given)):
+                             f"{len(dims)}")
+        for k, (d, g) in enumerate(zip(dims, given)):
             if not isinstance(g, str):
                 continue
-            if isinstance(dims[vi.name][k], int):
-                raise ShapeError(f"--input-shape {vi.name}: dim {k} is {dims[vi.name][k]} in the "
+            if _is_fixed(d):
+                raise ShapeError(f"--input-shape {vi.name}: dim {k} is {d.dim_value} in the "
                                  f"model, it cannot be symbol {g!r}")
             d.dim_param = g
 
@@ -250,19 +263,10 @@ def fix_symbols(model, fixed: dict[str, int]) -> None:
     fixed : dict
         ``{symbol: value}`` (:func:`resolve_symbols`).
     """
-    if not fixed:
-        return
-    weights = {init.name for init in model.graph.initializer}
-    for vi in model.graph.input:
-        tt = vi.type.tensor_type
-        if vi.name in weights or not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
-            continue
-        for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                continue
-            name = d.dim_param or f"{vi.name}_dim{k}"
-            if name in fixed:
-                d.dim_value = fixed[name]  # clears dim_param (a oneof)
+    for vi in _shaped_inputs(model):
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if not _is_fixed(d) and _symbol_name(vi, k, d) in fixed:
+                d.dim_value = fixed[_symbol_name(vi, k, d)]  # clears dim_param (a oneof)
 
 
 def symbolic_inputs(dims: dict[str, list[int | str]], fixed: dict[str, int]) -> list[str]:
