@@ -38,6 +38,7 @@ from kiln.codegen.llvm_ir import (
 )
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.ir import loop_speculation as speculation
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
@@ -50,43 +51,13 @@ _LIBM = {(name, dtype): name + ("f" if dtype == "float32" else "")
 _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 
 
-def may_trap(e: L.PrimExpr) -> bool:
-    """True when evaluating ``e`` speculatively could fault: a load, an integer division, or a
-    packed-argument read."""
-    return any(isinstance(x, L.BufferLoad) or _traps_itself(x) for x in _walk(e))
-
-
-def _traps_itself(x: L.PrimExpr) -> bool:
-    """An integer division or a packed-argument read (loads aside)."""
-    if isinstance(x, L.Call) and x.name.startswith("kiln."):
-        return True
-    return isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype)
-
-
 def sides_may_trap(e: L.Select) -> bool:
-    """Whether evaluating both sides of ``e`` for any condition could fault: :func:`may_trap`,
-    except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
+    """Whether evaluating both sides of ``e`` for any condition could fault
+    (:func:`kiln.ir.loop_speculation.may_trap`), except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
     what its sides load; a guarded load, padding's ``inside ? data[y - 1] : 0``, stays a
     branch)."""
-    made = {_load_key(x) for x in _walk(e.cond) if isinstance(x, L.BufferLoad)}
-    for side in (e.true_value, e.false_value):
-        for x in _walk(side):
-            if (isinstance(x, L.BufferLoad) and _load_key(x) not in made) or _traps_itself(x):
-                return True
-    return False
-
-
-def _walk(e: L.PrimExpr) -> list[L.PrimExpr]:
-    out, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        out.append(x)
-        stack.extend(L.expr_children(x))
-    return out
-
-
-def _load_key(e: L.BufferLoad) -> tuple[int, str]:
-    return id(e.buffer), repr(e.indices)
+    made = speculation.loads_in(e.cond)
+    return any(speculation.may_trap(side, made) for side in (e.true_value, e.false_value))
 
 
 class ExprCodegen:
@@ -235,7 +206,7 @@ class ExprCodegen:
     def logical(self, fr: Frame, e: L.Binary) -> ir.Value:
         b = fr.builder
         x = self.to_bool(fr, self.expr(fr, e.a), e.a.dtype)
-        if not may_trap(e.b):
+        if not speculation.may_trap(e.b):
             y = self.to_bool(fr, self.expr(fr, e.b), e.b.dtype)
             return b.and_(x, y) if e.op == "and" else b.or_(x, y)
         # Short-circuit, as C's && and ||.

@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from kiln.ir import loop as L
+from kiln.ir.loop_speculation import eager_loads, may_trap
 
 F32, I32, U32 = "float32", "int32", "uint32"
 #: below this exp(x) rounds to 0 in float32; above the upper bound it overflows to +inf
@@ -125,7 +126,7 @@ def lower_fast_exp(func: L.PrimFunc) -> L.PrimFunc:
     """``func`` with the float32 ``exp`` calls of its stores computed by :func:`fast_exp`, in
     ``LetStmt``s around the store. Other dtypes keep the intrinsic (float64 needs more terms,
     float16 computes through float32 libm), and so does an ``exp`` whose argument could fault
-    where the store would not evaluate it (:func:`_speculable`)."""
+    where the store would not evaluate it (:func:`kiln.ir.loop_speculation.may_trap`)."""
     body = L.map_stmt(func.body, lambda e: e, _store_rewriter())
     return L.PrimFunc(func.name, func.params, body, dict(func.attrs))
 
@@ -134,12 +135,12 @@ def _store_rewriter():
     def rewrite(s: L.Stmt) -> L.Stmt:
         if not isinstance(s, L.BufferStore):
             return s
-        eager = _eager_loads(s.value)
+        eager = eager_loads(s.value)
         lets: list[Binding] = []
 
         def visit(e: L.PrimExpr) -> L.PrimExpr:
             if (isinstance(e, L.Call) and e.name == "exp" and e.dtype == F32
-                    and _speculable(e.args[0], eager)):
+                    and not may_trap(e.args[0], eager)):
                 bindings, result = fast_exp(e.args[0])
                 lets.extend(bindings)
                 return result
@@ -154,41 +155,3 @@ def _store_rewriter():
         return out
 
     return rewrite
-
-
-def _load_key(e: L.BufferLoad) -> tuple[int, str]:
-    return id(e.buffer), repr(e.indices)
-
-
-def _eager_loads(e: L.PrimExpr) -> set[tuple[int, str]]:
-    """The loads evaluating ``e`` always makes: not those under a select's sides or the right
-    operand of ``and``/``or`` alone (C's lazy ``?:``, ``&&``, ``||``)."""
-    found: set[tuple[int, str]] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.BufferLoad):
-            found.add(_load_key(x))
-        if isinstance(x, L.Select):
-            stack.append(x.cond)
-        elif isinstance(x, L.Binary) and x.op in ("and", "or"):
-            stack.append(x.a)
-        else:
-            stack.extend(L.expr_children(x))
-    return found
-
-
-def _speculable(arg: L.PrimExpr, eager: set[tuple[int, str]]) -> bool:
-    """Whether ``arg`` may be computed before its store, whatever the store's conditions: no
-    integer division or packed-argument read, and only loads the store makes anyway."""
-    stack = [arg]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.BufferLoad) and _load_key(x) not in eager:
-            return False
-        if isinstance(x, L.Call) and x.name.startswith("kiln."):
-            return False
-        if isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype):
-            return False
-        stack.extend(L.expr_children(x))
-    return True
