@@ -142,3 +142,14 @@ def pad(inputs, attrs, out_type):
         return L.Select(L.logical_and(*inside), x[safe], L.const(attrs["pad_value"], x.dtype))
 
     return te.compute(out_type.shape, body, name="pad", tag="injective")
+
+
+@register_compute("arange")
+def arange(inputs, attrs, out_type):
+    start, delta = inputs
+    dtype = out_type.dtype
+
+    def body(k: L.PrimExpr) -> L.PrimExpr:
+        return start[()] + (k if k.dtype == dtype else L.Cast(dtype, k)) * delta[()]
+
+    return te.compute(out_type.shape, body, name="arange", tag="injective")

@@ -45,7 +45,8 @@ def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
     name = _DTYPE_NAMES.get(value.dtype)  # (a dict lookup: dtype.name is slow)
     if copy or name is None:
         return array(value)
-    if value.flags.c_contiguous and (value.size == 0 or value.ctypes.data % ALIGNMENT == 0):
+    # (an empty array too: numpy may place it anywhere, and kernels check every pointer)
+    if value.flags.c_contiguous and value.ctypes.data % ALIGNMENT == 0:
         return NDArray._checked(value, name, _CPU)  # keeps ``value`` (its memory) alive
     return staging.stage(key, value, name) if staging is not None else array(value)
 

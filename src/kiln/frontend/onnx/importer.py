@@ -11,7 +11,7 @@ that ONNX defines as a function is converted through its function body
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +25,9 @@ from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Expr, Function, IRModule, TensorType, Var, post_order
+from kiln.ir import arith
+from kiln.ir.arith import Dim, SymVar
+from kiln.ir.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
 DimBound = tuple
@@ -149,10 +150,10 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
     for value_info in graph.input:
         if value_info.name in param_values:
             continue  # an initializer listed as input is a weight, not a model input
-        var = Var(value_info.name, _input_type(value_info, shape.pop(value_info.name, None), dtype,
-                                               symbols))
+        given = shape.pop(value_info.name, None)
+        var = Var(value_info.name, _input_type(value_info, given, dtype, symbols))
         input_vars.append(var)
-        values[value_info.name] = var
+        values[value_info.name] = _refined_input(var, given, symbols)
     if shape:
         raise ShapeError(f"shape given for unknown input(s) {sorted(shape)}; the model's inputs "
                          f"are {[v.name for v in input_vars]}")
@@ -224,7 +225,9 @@ def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int | str, ...] | 
     out = []
     for k, dim in enumerate(dims):
         fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
-        if given is not None and isinstance(given[k], str):  # a symbol named by the caller
+        if given is not None and isinstance(given[k], str) and not given[k].isidentifier():
+            out.append(symbols.get(f"{name}_dim{k}"))  # an expression: see _refined_input
+        elif given is not None and isinstance(given[k], str):  # a symbol named by the caller
             if fixed is not None:
                 raise ShapeError(f"graph input '{name}': dimension {k} is {fixed} in the model, "
                                  f"not symbol {given[k]!r}")
@@ -239,6 +242,49 @@ def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int | str, ...] | 
         else:
             out.append(symbols.get(dim.dim_param or f"{name}_dim{k}"))
     return TensorType(tuple(out), elem)
+
+
+def _refined_input(var: Var, given: tuple[int | str, ...] | None,
+                   symbols: SymbolTable) -> Expr:
+    """``var`` itself, or, when the caller gave a dim as an expression of other inputs' symbols
+    (``"past+sequence"`` for a decoder's attention mask), ``var`` cast to that shape by a
+    ``match_cast`` (the VM checks it at run time), so that ops broadcasting it against values of
+    that length type-check."""
+    if given is None or not any(isinstance(d, str) and not d.isidentifier() for d in given):
+        return var
+    shape = tuple(parse_dim(d, symbols.get, f"graph input '{var.name}'")
+                  if isinstance(d, str) and not d.isidentifier() else have
+                  for d, have in zip(given, var.checked_type.shape))
+    return Call("match_cast", [var], {"shape": shape}, span=var.name)
+
+
+def parse_dim(text: str, symbol: Callable[[str], Dim], where: str) -> Dim:
+    """The dim written ``text``: integers and symbol names joined by ``+``, ``-``, ``*`` and
+    parentheses (``"past+sequence"``, ``"2*n"``).
+
+    Raises
+    ------
+    ShapeError
+        For anything else, naming ``where``.
+    """
+    import ast
+
+    ops = {ast.Add: arith.add, ast.Sub: arith.sub, ast.Mult: arith.mul}
+
+    def walk(node: ast.AST) -> Dim:
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.Name):
+            return symbol(node.id)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        raise ShapeError(f"{where}: dim {text!r} is not a sum or product of symbols and ints")
+
+    try:
+        return walk(ast.parse(text, mode="eval").body)
+    except SyntaxError:
+        raise ShapeError(f"{where}: dim {text!r} is not a sum or product of symbols and "
+                         "ints") from None
 
 
 def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str, Expr],

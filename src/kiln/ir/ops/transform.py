@@ -175,3 +175,19 @@ def _pad_ref(x: np.ndarray, pad_width, pad_value: float, pad_mode: str) -> np.nd
 # nn.pad (TVM's name): pad_width ((before, after) per axis; negative values crop), pad_value
 # (constant mode), pad_mode "constant" | "edge" | "reflect" | "wrap" (ONNX Pad's modes).
 register_op("nn.pad", _pad_infer, OpPattern.INJECTIVE, _pad_ref)
+
+
+def _arange_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    start, delta = arg_types
+    if start.shape != () or delta.shape != () or start.dtype != delta.dtype:
+        raise ShapeError(f"arange needs scalar start and delta of one dtype, got {start} and "
+                         f"{delta}")
+    return TensorType((attrs["count"],), start.dtype)
+
+
+# ONNX Range whose bounds are shape values: ``count`` (a dim, possibly symbolic) values
+# start + k·delta. The causal masks of decoder exports are built this way (Range(past, total)).
+register_op("arange", _arange_infer, OpPattern.INJECTIVE,
+            lambda start, delta, count: (start + np.arange(count, dtype=start.dtype) * delta)
+            .astype(start.dtype))

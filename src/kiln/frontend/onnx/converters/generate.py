@@ -16,7 +16,8 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
+from kiln.ir import arith
+from kiln.ir.graph import Constant, Expr, symbolic_array
 
 
 @onnx_op("Range", since=11)
@@ -29,15 +30,29 @@ def range_(ctx: ConvertContext) -> Expr:
     except NotConstantError as err:
         dynamic.fallback(err)
         return dynamic.range_(ctx)
-    dtype = start.dtype
+    dtype = np.dtype("int64") if object in (start.dtype, limit.dtype, delta.dtype) \
+        else start.dtype  # shape values (symbolic constants) are int64
     if dtype.name not in ("float16", "float32", "float64", "int16", "int32", "int64"):
         raise ctx.unsupported(f"element type {dtype}")
     s, lim, d = (v.reshape(()).item() for v in (start, limit, delta))
     if d == 0:
         raise ctx.unsupported("delta 0")
+    if any(isinstance(v, arith.SymExpr) for v in (s, lim, d)):
+        return _symbolic_range(ctx, s, lim, d, dtype)
     count = max(math.ceil((lim - s) / d), 0)
     values = np.array([s + k * d for k in range(count)], dtype=dtype)
     return Constant(values.reshape(count), name=ctx.node.output[0])
+
+
+def _symbolic_range(ctx: ConvertContext, s, lim, d, dtype) -> Expr:
+    """Range over shape values (``Range(past, total)`` in a causal mask): ``arange`` with a
+    symbolic count; the step must be a static integer."""
+    if isinstance(d, arith.SymExpr) or dtype.kind != "i":
+        raise ctx.unsupported("a symbolic Range needs integer bounds and a static step")
+    span = arith.sub(lim, s) if d > 0 else arith.sub(s, lim)
+    count = arith.maximum(arith.floordiv(arith.add(span, abs(d) - 1), abs(d)), 0)
+    start = Constant(symbolic_array([s]).reshape(()), name=ctx.node.input[0])
+    return ctx.call("arange", [start, ctx.scalar(d, str(dtype))], count=count)
 
 
 @onnx_op("EyeLike", since=9)
