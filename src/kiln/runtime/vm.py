@@ -341,6 +341,14 @@ class VirtualMachine(Module):
             self.counters["replays"] += 1
             return rec.replay(args)
         self._exec(plan.derived, frame)
+        if key not in recs:
+            # First call at these shapes: interpret only. Recording costs more than
+            # interpreting, and a decoder's past length makes every call's shapes new.
+            recs[key] = None
+            while len(recs) > MAX_RECORDINGS:
+                recs.popitem(last=False)
+            self.counters["interpreted"] += 1
+            return self._exec(plan.body, frame)
         recorder = Recorder(args)
         frame.recorder = recorder if recorder.ok else None
         self.counters["interpreted"] += 1
@@ -420,7 +428,7 @@ class VirtualMachine(Module):
                     op[6][0] = op[6][1] = None
         self._reshapes.clear()
         for recs in self._recordings.values():
-            for key in [k for k, r in recs.items() if not r.valid()]:
+            for key in [k for k, r in recs.items() if r is not None and not r.valid()]:
                 del recs[key]
 
     # ---------------------------------------------------------------- stateful calls
@@ -506,7 +514,7 @@ class VirtualMachine(Module):
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
         ``recordings`` (made), ``interpreted``, and ``kept`` (recordings held now)."""
-        kept = sum(len(r) for r in self._recordings.values())
+        kept = sum(r is not None for recs in self._recordings.values() for r in recs.values())
         return {**self.counters, "kept": kept}
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ keeps its generation (:meth:`Recording.valid`).
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 from collections.abc import Callable
 from typing import Any
@@ -100,7 +101,11 @@ class Recorder:
         self.params = params
         self.ok = all(type(p) is NDArray for p in params) and not any(
             overlaps(a, b) for i, a in enumerate(params) for b in params[i + 1:])
-        self._ranges = [(p.data_ptr, p.data_ptr + p.nbytes) for p in params] if self.ok else []
+        # (sorted by address: a view's parameter is found by bisection, for many parameters)
+        self._ranges = sorted((p.data_ptr, p.data_ptr + p.nbytes, i)
+                              for i, p in enumerate(params) if p.nbytes) if self.ok else []
+        self._starts = [lo for lo, _, _ in self._ranges]
+        self._ids = {id(p): i for i, p in enumerate(params)} if self.ok else {}
         self._ops: list[Callable[[], Any]] = []
         self._rebinds: list[tuple[Any, int, int, Any]] = []  # struct, param, offset, shape
         self._proxies: dict[int, tuple[Any, ...]] = {}
@@ -109,13 +114,15 @@ class Recorder:
 
     # -- classification
     def _param_ref(self, t: NDArray) -> ParamRef | None:
-        for i, p in enumerate(self.params):
-            if t is p:
-                return (i, 0, tuple(t._arr.shape), t.dtype)
+        i = self._ids.get(id(t))
+        if i is not None:
+            return (i, 0, tuple(t._arr.shape), t.dtype)
         if t._arr.nbytes:
             ptr = t._dltensor.data  # the struct kernels get anyway; cheaper than arr.ctypes
-            for i, (lo, hi) in enumerate(self._ranges):
-                if lo <= ptr < hi:
+            k = bisect.bisect_right(self._starts, ptr) - 1  # params do not overlap
+            if k >= 0:
+                lo, hi, i = self._ranges[k]
+                if ptr < hi:
                     return (i, ptr - lo, tuple(t._arr.shape), t.dtype)
         return None
 
