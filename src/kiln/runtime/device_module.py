@@ -96,12 +96,14 @@ class _Remote:
         self._finalizer = weakref.finalize(self, self.server.close)
 
     def __call__(self, func: DeviceFunction, args: tuple[Any, ...]) -> None:
-        if len(args) != len(func.arg_dtypes):
-            raise KilnError(f"{func.name}: expects {len(func.arg_dtypes)} tensors, got "
-                            f"{len(args)}")
-        arrays = [_as_array(a, func, i) for i, a in enumerate(args)]
-        first_out = len(args) - func.num_outputs
-        self.server.call(func.name, arrays, [i >= first_out for i in range(len(args))])
+        n = len(func.arg_dtypes)
+        ints = args[n:]  # a symbolic kernel's shape values follow its tensors
+        if len(args) < n or not all(isinstance(v, int) for v in ints):
+            raise KilnError(f"{func.name}: expects {n} tensors (then integers), got "
+                            f"{len(args)} arguments")
+        arrays = [_as_array(a, func, i) for i, a in enumerate(args[:n])]
+        first_out = n - func.num_outputs
+        self.server.call(func.name, arrays, [i >= first_out for i in range(n)], ints)
 
 
 def _as_array(value: Any, func: DeviceFunction, i: int) -> np.ndarray:

@@ -46,6 +46,7 @@ PROTOCOL_VERSION = 1
 MSG_HELLO, MSG_LOAD, MSG_CALL, MSG_OK, MSG_ERROR, MSG_QUIT = 1, 2, 3, 4, 5, 6
 _HEADER = struct.Struct("<IQ")
 _ARG = struct.Struct("<IBBHI")
+ARG_INT = 2  # an argument that is an int64 value, not a tensor
 _STDERR_TAIL = 4000
 #: longest HELLO or ERROR payload accepted (a longer one is not from Kiln's server)
 _MAX_TEXT = 1 << 20
@@ -231,9 +232,11 @@ class DeviceServer:
         return self._broken
 
     # -- calls
-    def call(self, name: str, arrays: Sequence[np.ndarray], outputs: Sequence[bool]) -> None:
+    def call(self, name: str, arrays: Sequence[np.ndarray], outputs: Sequence[bool],
+             ints: Sequence[int] = ()) -> None:
         """Run ``name`` on the device: ``arrays`` (C-contiguous) are its tensors, those with
-        ``outputs[i]`` True are overwritten with the results.
+        ``outputs[i]`` True are overwritten with the results; ``ints`` follow them as integer
+        arguments (a symbolic kernel's shape values).
 
         Raises
         ------
@@ -248,8 +251,12 @@ class DeviceServer:
             parts.append(_ARG.pack(int(out), code, bits, lanes, arr.ndim))
             parts.append(struct.pack(f"<{arr.ndim}q", *arr.shape))
             parts.append(struct.pack("<Q", arr.nbytes))
-            if not out:
+            if not out and arr.nbytes:  # (memoryview cannot cast an empty array)
                 parts.append(memoryview(arr).cast("B"))
+        for value in ints:
+            parts.append(_ARG.pack(ARG_INT, 0, 64, 1, 0))
+            parts.append(struct.pack("<Qq", 8, int(value)))
+        parts[2] = struct.pack("<I", len(arrays) + len(ints))
         doing = f"running {name}"
         expect = sum(8 + a.nbytes for a, out in zip(arrays, outputs, strict=True) if out)
         with self._lock:

@@ -9,8 +9,10 @@
  *   HELLO   (server -> host, once at start)  u32 protocol version
  *   LOAD    (host -> server)  the kernel library's bytes; reply OK or ERROR
  *   CALL    (host -> server)  u64 name_len name  u32 nargs  nargs x arg; reply OK or ERROR
- *     arg   := u32 is_output  u8 dtype_code  u8 dtype_bits  u16 lanes  u32 ndim
+ *     arg   := u32 kind  u8 dtype_code  u8 dtype_bits  u16 lanes  u32 ndim
  *              i64 shape[ndim]  u64 nbytes  (nbytes of data, inputs only)
+ *              kind: 0 input tensor, 1 output tensor, 2 integer (a symbolic kernel's shape
+ *              value: ndim 0, nbytes 8, the i64 value as data; passed as kTVMArgInt)
  *   OK      (server -> host)  after CALL: for each output, u64 nbytes then its bytes
  *   ERROR   (server -> host)  the error text (dlopen/dlsym failure, the kernel's message)
  *   QUIT    (host -> server)  the server exits 0
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #define PROTOCOL_VERSION 1u
+enum { ARG_INPUT = 0, ARG_OUTPUT = 1, ARG_INT = 2 };
 enum { MSG_HELLO = 1, MSG_LOAD = 2, MSG_CALL = 3, MSG_OK = 4, MSG_ERROR = 5, MSG_QUIT = 6 };
 #define MAX_ARGS 256
 #define MAX_NDIM 16
@@ -167,6 +170,13 @@ static void handle_call(uint64_t length) {
     t->shape = shapes[i];
     t->device.device_type = kDLCPU;
     nbytes[i] = read_u64();
+    if (is_out[i] == ARG_INT) {
+      if (nbytes[i] != 8) die("an integer argument has 8 bytes");
+      read_all(&values[i].v_int64, 8);
+      codes[i] = kTVMArgInt;
+      is_out[i] = 0;
+      continue;
+    }
     t->data = aligned(nbytes[i]);
     if (!is_out[i]) read_all(t->data, nbytes[i]);
     values[i].v_handle = t;

