@@ -139,9 +139,9 @@ def test_pass_rewrites_large_constant_dense(mode, op):
     x = RNG.standard_normal((3, 128)).astype(np.float32)
     want = evaluate(func, {"x": x})[0] - x @ w.T + x @ weight.T
     np.testing.assert_allclose(evaluate(out, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
-    # quantization error against the float weight: a few percent of the output's scale
+    # quantization error against the float weight: int8 ~1%, q4 ~10% of the output's range
     err = np.abs(evaluate(out, {"x": x})[0] - evaluate(func, {"x": x})[0]).max()
-    assert err < 0.1 * np.abs(x @ w.T).max()
+    assert err < (0.03 if mode == "int8" else 0.3) * np.abs(x @ w.T).max()
 
 
 def test_pass_leaves_small_and_unblocked_weights_in_float():

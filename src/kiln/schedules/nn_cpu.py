@@ -65,14 +65,14 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
 
 def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
                     k: IterVar, outer_k: tuple[IterVar, ...] = (),
-                    col_blocks: IterVar | None = None) -> None:
+                    col_blocks: IterVar | None = None, k_unroll: int = 0) -> None:
     """``*outer, i_o, j_o, *outer_k, k_o, k_i (unrolled), [col_blocks (unrolled),] i_i
     (unrolled), j_i (vectorized)`` over split rows and columns, the ``[col_blocks ×] i_i × j_i``
     block of accumulators kept local (registers), the reduction unrolled by up to
-    DENSE_K_UNROLL (dense_pack, matmul; the quantized dense ops' block axis is ``outer_k``,
-    their single-row blocks take ``col_blocks`` column blocks)."""
+    DENSE_K_UNROLL or ``k_unroll`` (dense_pack, matmul; the quantized dense ops' block axis is
+    ``outer_k``, their single-row blocks take ``col_blocks`` column blocks)."""
     (io, ii), (jo, ji) = rows, cols
-    ko, ki = stage.split(k, max(_divisors(k.extent, DENSE_K_UNROLL)))
+    ko, ki = stage.split(k, max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
     blocks = () if col_blocks is None else (col_blocks,)
     stage.reorder(*outer, io, jo, *outer_k, ko, ki, *blocks, ii, ji)
     stage.unroll(ki)
@@ -316,6 +316,10 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
 #: float32; four blocks (eight chains) 43 us. q4 keeps each block's ``d`` and ``m`` vectors
 #: beside its accumulators: four blocks spilled them (docs/decisions/018).
 DENSE_COL_BLOCKS = {"dense_q8": 4, "dense_q4": 2}
+#: k steps of a quantized dense unrolled around its register block: q4 unrolls its whole block
+#: of 32 (no loop inside a block: 576x1536 GEMV 210 -> 167 us, LLVM; the 4 x 8 version's
+#: machine code had scalar byte loads and shuffles in its loop).
+DENSE_QUANT_K_UNROLL = {"dense_q8": DENSE_K_UNROLL, "dense_q4": 32}
 
 
 @register_schedule("dense_q8")
@@ -338,7 +342,8 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
         count = max(d for d in _divisors(jo.extent, DENSE_COL_BLOCKS[dense.tag])
                     if jo.extent // d >= groups)
         jo, col_blocks = stage.split(jo, count)
-    _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks)
+    _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks,
+                    DENSE_QUANT_K_UNROLL[dense.tag])
 
 
 def _dense_rows(stage, i: IterVar) -> tuple[IterVar, IterVar]:
