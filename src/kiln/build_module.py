@@ -1,7 +1,7 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
 The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference → FoldConstant → FoldScaleAxis →
-FoldConstant → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
+FoldConstant → [QuantizeWeights] → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
 PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
 schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
 their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
@@ -49,6 +49,7 @@ from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.promote_float16 import promote_float16
+from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dense_weights
 from kiln.passes.graph.split_concat import split_concat
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
@@ -63,9 +64,11 @@ KERNELS_PER_FILE = 4
 
 
 def optimize(func: Function, params: dict[str, np.ndarray] | None,
-             byoc: Sequence[str] = (), mod_name: str = "default") -> Function:
+             byoc: Sequence[str] = (), mod_name: str = "default",
+             quantize_weights: str | None = None) -> Function:
     """The graph-level pass pipeline up to (and including) FuseOps; with ``byoc``, the
-    partitioning for those external compilers after the folding passes."""
+    partitioning for those external compilers after the folding passes; with
+    ``quantize_weights``, QuantizeWeights in that mode after them."""
     if params:
         func = bind_params(func, params)
     func = promote_float16(func)
@@ -73,6 +76,8 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
     func = fold_constant(func)
     func = fold_scale_axis(func)
     func = fold_constant(func)
+    if quantize_weights:
+        func = quantize_dense_weights(func, quantize_weights)
     if byoc:
         from kiln.byoc import partition_for
 
@@ -140,7 +145,8 @@ def primitive_calls(func: Function) -> list[PrimitiveCall]:
 def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
           mod_name: str = "default", byoc: Sequence[str] = (), runtime: str | None = None,
-          executor: str | None = None, system_lib_prefix: str = ""):
+          executor: str | None = None, system_lib_prefix: str = "",
+          quantize_weights: str | None = None):
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -177,6 +183,12 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         With ``runtime="crt"``: a prefix for the kernels' symbols and the entry point, so
         several models can be linked into one program (the library then runs only with the
         C runtime: Python looks kernels up by their unprefixed names).
+    quantize_weights : str, optional
+        Weight-only quantization of dense layers (ONNX MatMul / Gemm with constant weights of
+        at least 64 × 64): ``"int8"`` (symmetric, per output channel) or ``"q4"`` (GGUF Q4_1
+        blocks of 32; weights whose K is not a multiple of 32 stay float32). The weights are
+        stored quantized in the artifact and dequantized inside the kernels
+        (:mod:`kiln.passes.graph.quantize_weights`, docs/decisions/018). Default: float32.
 
     Returns
     -------
@@ -188,7 +200,8 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     Raises
     ------
     CompileError
-        If an op cannot be lowered, the target is not supported, a BYOC compiler is not
+        If an op cannot be lowered, the target is not supported, an unknown
+        ``quantize_weights`` mode, a BYOC compiler is not
         registered or its codegen fails, an unknown runtime or executor, or (``runtime="crt"``,
         ``executor="aot"``) a module that cannot be linked statically (one needing constants
         or not DSO-exportable: the message lists them).
@@ -205,7 +218,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         byoc = [byoc]
     with tgt:
         with progress.stage("Optimizing graph"):
-            fused = optimize(func, params, byoc, mod_name)
+            fused = optimize(func, params, byoc, mod_name, quantize_weights)
         calls = primitive_calls(fused)
         kernels, kernel_names = _lower_kernels(calls)
     symbols = {k.name: prefix + k.name for k in kernels}

@@ -4,7 +4,8 @@
 
     kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
                  [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
-                 [--byoc cblas ...] [--target-host llvm] [--quiet]
+                 [--byoc cblas ...] [--target-host llvm] [--quantize-weights int8|q4]
+                 [--quiet]
     kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
                  [-o model.a] [--emit-c-project DIR]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
@@ -155,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "static shapes), vm (bytecode run by Kiln's VM, any shape the symbolic "
                         "dims allow; the default when symbolic dims remain) or aot (one "
                         "generated C function, static memory plan, linked params)")
+    p.add_argument("--quantize-weights", choices=["int8", "q4"], default=None,
+                   help="store the weights of MatMul/Gemm layers with constant weights (at "
+                        "least 64x64) quantized and dequantize them inside the kernels: int8 "
+                        "(per output channel) or q4 (GGUF Q4_1 blocks of 32); default float32")
     p.add_argument("--emit-c-project", metavar="DIR",
                    help="write a ready C project (sources, runtime, main.c, Makefile honouring "
                         "CC=) to DIR; with --executor aot or --system-lib")
@@ -234,7 +239,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   byoc=[name for names in args.byoc for name in names],
                   executor=args.executor, system_lib=args.system_lib,
                   system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project,
-                  dims=args.dims)
+                  dims=args.dims, quantize_weights=args.quantize_weights)
     return 0
 
 

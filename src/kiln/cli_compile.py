@@ -27,7 +27,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
                   echo=print, byoc: list[str] | None = None,
                   target_host: str | None = None, executor: str | None = None,
                   system_lib: bool = False, system_lib_prefix: str = "",
-                  c_project: str | None = None, dims: list[DimSpec] | None = None) -> Path:
+                  c_project: str | None = None, dims: list[DimSpec] | None = None,
+                  quantize_weights: str | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -61,6 +62,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
         Write a ready C project there (:mod:`kiln.crt.project`); needs ``system_lib`` or AOT.
     dims : list of DimSpec, optional
         ``--dim``: bounds (and divisibility) of symbols, or a symbol fixed to a value.
+    quantize_weights : str, optional
+        ``--quantize-weights``: ``"int8"`` or ``"q4"`` (``kiln.build``'s ``quantize_weights``).
 
     Returns
     -------
@@ -119,7 +122,7 @@ def compile_model(model: str, output: str | None, target: str = "c",
         echo(f"symbolic dims {', '.join(symbols.values())}: compiling for the VM executor")
     lib = kiln.build(mod, target=tgt, params=params, byoc=list(byoc or []),
                      runtime="crt" if crt else None, executor=executor,
-                     system_lib_prefix=system_lib_prefix,
+                     system_lib_prefix=system_lib_prefix, quantize_weights=quantize_weights,
                      # AOT names its entry kiln_<model>_run; graph builds keep TVM's "default"
                      mod_name=_model_name(model) if executor == "aot" else "default")
     with progress.stage(f"Exporting {out.name}"):
@@ -131,8 +134,9 @@ def compile_model(model: str, output: str | None, target: str = "c",
         f.stat().st_size for f in out.rglob("*") if f.is_file())
     offload = f", byoc {','.join(byoc)}" if byoc else ""
     host = f" (host {tgt.host})" if target_host else ""
+    quant = f", {quantize_weights} weights" if quantize_weights else ""
     vm = f", VM executor, symbolic {', '.join(symbols) or 'none'}" if executor == "vm" else ""
-    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}{vm}) "
+    echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}{quant}{vm}) "
          f"in {time.perf_counter() - start:.1f} s")
     return out
 

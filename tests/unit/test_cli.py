@@ -57,6 +57,15 @@ def test_byoc_arguments():
         parse(["compile", "m.onnx", "-o", "m.so", "--byoc", ","])
 
 
+def test_quantize_weights_argument():
+    parse = cli.build_parser().parse_args
+    assert parse(["compile", "m.onnx", "-o", "m.so"]).quantize_weights is None
+    assert parse(["compile", "m.onnx", "-o", "m.so", "--quantize-weights", "q4"]
+                 ).quantize_weights == "q4"
+    with pytest.raises(SystemExit):
+        parse(["compile", "m.onnx", "-o", "m.so", "--quantize-weights", "int4"])
+
+
 def test_run_arguments_and_defaults():
     args = cli.build_parser().parse_args(["run", "m.so"])
     assert (args.inputs, args.outputs, args.seed, args.repeat) == (None, None, 0, 1)

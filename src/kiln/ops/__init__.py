@@ -19,4 +19,5 @@ from kiln.ops import (  # noqa: F401
     reduce,
     sampling,
     transform,
+    weight_quant,
 )

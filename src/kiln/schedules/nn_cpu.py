@@ -64,14 +64,20 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
 
 
 def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
-                    k: IterVar) -> None:
-    """``*outer, i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i (vectorized)`` over split
-    rows and columns, the ``i_i × j_i`` block of accumulators kept local (registers), the
-    reduction unrolled by up to DENSE_K_UNROLL (dense_pack, matmul)."""
+                    k: IterVar, outer_k: tuple[IterVar, ...] = (),
+                    col_blocks: IterVar | None = None, k_unroll: int = 0) -> None:
+    """``*outer, i_o, j_o, *outer_k, k_o, k_i (unrolled), [col_blocks (unrolled),] i_i
+    (unrolled), j_i (vectorized)`` over split rows and columns, the ``[col_blocks ×] i_i × j_i``
+    block of accumulators kept local (registers), the reduction unrolled by up to
+    DENSE_K_UNROLL or ``k_unroll`` (dense_pack, matmul; the quantized dense ops' block axis is
+    ``outer_k``, their single-row blocks take ``col_blocks`` column blocks)."""
     (io, ii), (jo, ji) = rows, cols
-    ko, ki = stage.split(k, max(_divisors(k.extent, DENSE_K_UNROLL)))
-    stage.reorder(*outer, io, jo, ko, ki, ii, ji)
+    ko, ki = stage.split(k, max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
+    blocks = () if col_blocks is None else (col_blocks,)
+    stage.reorder(*outer, io, jo, *outer_k, ko, ki, *blocks, ii, ji)
     stage.unroll(ki)
+    for ax in blocks:
+        stage.unroll(ax)
     stage.unroll(ii)
     stage.vectorize(ji)
     stage.cache_write_local()
@@ -302,13 +308,51 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
+    _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k)
+
+
+#: Column blocks of a single-row quantized dense's register block, per op. One block (two
+#: vectors) is bound by the latency of its two FMA chains: 576x1536 int8 GEMV 87 us, as
+#: float32; four blocks (eight chains) 43 us. q4 keeps each block's ``d`` and ``m`` vectors
+#: beside its accumulators: four blocks spilled them (docs/decisions/018).
+DENSE_COL_BLOCKS = {"dense_q8": 4, "dense_q4": 2}
+#: k steps of a quantized dense unrolled around its register block: q4 unrolls its whole block
+#: of 32 (no loop inside a block: 576x1536 GEMV 210 -> 167 us, LLVM; the 4 x 8 version's
+#: machine code had scalar byte loads and shuffles in its loop).
+DENSE_QUANT_K_UNROLL = {"dense_q8": DENSE_K_UNROLL, "dense_q4": 32}
+
+
+@register_schedule("dense_q8")
+@register_schedule("dense_q4")
+def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
+    """The quantized dense ops (docs/decisions/018) as dense_pack, their weights widened to
+    float in the vectorized channel loop; a single row accumulates up to DENSE_COL_BLOCKS
+    column blocks at once (keeping MIN_PARALLEL_EXTENT parallel column groups where there
+    are that many blocks). ``nn.dense_q4`` reduces over (block, k in the block): the block's
+    ``d`` and ``m`` vectors are invariant in the inner loops."""
+    i, j = dense.axes
+    *outer_k, k = dense.body.axes
+    block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    stage = sch[dense]
+    rows = _dense_rows(stage, i)
+    jo, ji = stage.split(j, block)
+    col_blocks = None
+    if rows[1].extent == 1:
+        groups = min(MIN_PARALLEL_EXTENT, jo.extent)
+        count = max(d for d in _divisors(jo.extent, DENSE_COL_BLOCKS[dense.tag])
+                    if jo.extent // d >= groups)
+        jo, col_blocks = stage.split(jo, count)
+    _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks,
+                    DENSE_QUANT_K_UNROLL[dense.tag])
+
+
+def _dense_rows(stage, i: IterVar) -> tuple[IterVar, IterVar]:
+    """The rows of a dense split into register blocks of up to DENSE_ROWS."""
     rows = max(_divisors(i.extent, DENSE_ROWS))  # symbolic rows: what their divisors allow
     static_tail = isinstance(i.extent, int) and i.extent > DENSE_ROWS and 2 * rows < DENSE_ROWS
     if static_tail or (rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed()):
         # symbolic rows (batch x sequence length), or a static count whose divisors make
         # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
         # partial last one; the kernel's other version (one row) keeps `rows`
-        row_split = stage.split(i, DENSE_ROWS, tail=True)
-    else:
-        row_split = stage.split(i, rows)
-    _register_block(stage, (), row_split, stage.split(j, block), k)
+        return stage.split(i, DENSE_ROWS, tail=True)
+    return stage.split(i, rows)

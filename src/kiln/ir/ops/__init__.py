@@ -24,4 +24,5 @@ from kiln.ir.ops import (  # noqa: F401
     runtime,
     sampling,
     transform,
+    weight_quant,
 )

@@ -241,7 +241,7 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     if not isinstance(weight, Constant) or weight.checked_type.dtype not in BLOCKED_DTYPES:
         return Call("nn.dense", args, call.attrs, call.span)
     n = weight.checked_type.shape[0]
-    full = _dense_block_limit()
+    full = dense_block_limit()
     block = full
     while n % block:
         block //= 2
@@ -256,7 +256,7 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     return out if padded == n else _crop(out, call.checked_type.shape)
 
 
-def _dense_block_limit() -> int:
+def dense_block_limit() -> int:
     """Outputs of a packed dense block: DENSE_VECTORS float32 vectors of the current target
     (4 lanes when there is none: SSE/NEON width); a smaller power of two when it divides."""
     target = Target.current()
