@@ -46,8 +46,8 @@ def test_low_temperature_approaches_greedy():
     assert {int(next_tokens(logits, cold, rng)[0]) for _ in range(100)} == {1}
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=0), dict(top_k=-1), dict(top_p=0),
-                                 dict(top_p=1.5)])
+@pytest.mark.parametrize("bad", [{"temperature": 0}, {"top_k": -1}, {"top_p": 0},
+                                 {"top_p": 1.5}])
 def test_bad_sampling_settings_are_errors(bad):
     with pytest.raises(KilnError):
         SamplingConfig(**bad)

