@@ -17,7 +17,9 @@ graph executor's batch runner.
 
 Outputs. A function called by name returns **copies** of its result tensors: storage is reused
 by the next call, so views of it would change under the caller (the graph executor's
-``get_output`` copies for the same reason).
+``get_output`` copies for the same reason). Key/value caches (``vm.builtin.kv_append``,
+``vm_kv_cache``) are the exception: they are returned as read-only views of the VM's append
+buffers, which no later call overwrites, and are appended to in place when fed back.
 
 Threads: one VM holds mutable state (storage, registers of the running call, recordings); use
 it from one thread at a time. VMs created from one executable may run concurrently.
@@ -40,6 +42,7 @@ from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, O
 from kiln.runtime.vm_executable import VMExecutable
 from kiln.runtime.vm_format import VMFunction
 from kiln.runtime.vm_inputs import Staging, as_input
+from kiln.runtime.vm_kv_cache import AppendBuffer, KVCache
 from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
 from kiln.runtime.vm_replay import Recorder, Recording
 from kiln.runtime.vm_storage import Arena, Storage
@@ -74,8 +77,11 @@ class _Plan:
 
 
 def _copy_out(value: Any) -> Any:
+    """``value`` with each tensor in VM storage copied (the next call reuses that storage);
+    key/value cache views (``vm_kv_cache``) are returned as they are: no call writes rows
+    they can see."""
     if type(value) is NDArray:
-        return array(value)
+        return value if type(value._owner) is AppendBuffer else array(value)
     if type(value) is tuple:
         return tuple(_copy_out(v) for v in value)
     return value
@@ -112,6 +118,7 @@ class VirtualMachine(Module):
         self.exe = exe
         self.import_module(exe)  # keeps the executable and its library alive
         self.arena = Arena(self._on_storage_grow)
+        self.kv = KVCache()
         self._plans: dict[int, _Plan] = {}
         self._active: dict[int, int] = {}
         self._depth = 0
