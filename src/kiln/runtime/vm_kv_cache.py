@@ -147,7 +147,6 @@ def kv_append(site: Any) -> Callable[[Any, list], NDArray]:
                             f"{type(past).__name__} and {type(new).__name__}")
         return frame.vm.kv.append(past, new)
 
-    run.effect = "kv"  # type: ignore[attr-defined]  # runs on every call, replayed or not
     return run
 
 
