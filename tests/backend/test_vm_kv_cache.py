@@ -75,6 +75,7 @@ def test_appends_in_place_and_matches_onnxruntime(kv_vm):
         if step:
             addresses.add((pk.data_ptr, pv.data_ptr))
     assert len(addresses) == 1  # every step after the first appended into the same buffers
+    assert vm.module.replay_stats()["replays"] >= 5  # kv_append runs inside replays
     assert not pk._arr.flags.writeable  # read-only views: older steps share these rows
 
 

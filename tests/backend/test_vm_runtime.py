@@ -148,3 +148,41 @@ def test_failing_kernel_message(tmp_path):
 def test_vm_function_entry_names_are_validated():
     with pytest.raises(kiln.ModuleLoadError, match="appears twice"):
         VMExecutable([], [VMFunction(0, "k_add"), VMFunction(0, "k_add")], [], [])
+
+
+def _two_symbol_model():
+    """``y = Reshape(Transpose(Relu(MatMul(x, w) + b)), [-1])`` over ``x: [m, n]``,
+    ``w: [n, 3]``, ``b: [m, 1]``: two symbols, views and kernels with symbol arguments."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", f, ["m", "n"]),
+                       helper.make_tensor_value_info("w", f, ["n", 3]),
+                       helper.make_tensor_value_info("b", f, ["m", 1])],
+        [helper.make_tensor_value_info("y", f, [None])],
+        [helper.make_tensor("flat", TensorProto.INT64, [1], [-1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_replay_across_symbol_values_matches_interpretation(tmp_path):
+    from kiln.frontend import from_onnx
+
+    mod, params = from_onnx(_two_symbol_model(), dim_bounds={"m": (1, 64), "n": (1, 64)})
+    path = str(tmp_path / "two.so")
+    kiln.build(mod, target="llvm", params=params).export_library(path)
+    vm = kiln.vm.VirtualMachine(rt.load_module(path))
+    rng = np.random.default_rng(5)
+    for m, n in rng.integers(1, 65, (10, 2)):
+        x, w, b = (rng.standard_normal(s).astype("float32") for s in ((m, n), (n, 3), (m, 1)))
+        got = vm["main"](x, w, b).numpy()
+        np.testing.assert_allclose(got, np.maximum(x @ w + b, 0).T.reshape(-1), rtol=1e-4,
+                                   atol=1e-5)
+        vm.profile("main", x, w, b)  # interpreted: the same storage, the same result
+        np.testing.assert_array_equal(vm["main"](x, w, b).numpy(), got)
+    assert vm.replay_stats()["recordings"] == 1 and vm.replay_stats()["replays"] == 19

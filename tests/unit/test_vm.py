@@ -437,3 +437,43 @@ def test_scan_lists_stack_copies_of_their_elements():
 def test_scan_list_call_sites_checked_at_initialization(exe, message):
     with pytest.raises(ModuleLoadError, match=message):
         VirtualMachine(exe)
+
+
+def _fixed_storage_copy() -> VMExecutable:
+    """``main(x: f32[n]) = copy of x`` in a storage of a fixed 256 bytes: the view fits for
+    ``n <= 64`` only (a sloppy executable: the interpreter's check rejects larger ``n``)."""
+    a = P.Asm([Symbol("n", 1)])
+    f = a.begin("main", [("x", "float32", [Sym(0)])], [], num_regs=3, heap_size=1)
+    a.call(-1, P.B + "match_shape", P.R(0), P.I(0), a.spec(2, 32, [(1, 0)]))
+    a.call(1, P.B + "alloc_storage", P.I(0), P.I(256))
+    a.call(2, P.B + "alloc_tensor", P.R(1), P.I(0), a.c("float32"), P.H(0))
+    a.call(-1, P.B + "copy", P.R(0), P.R(2))
+    a.emit(P.ret(2))
+    a.end(f)
+    return a.build()
+
+
+def test_a_replay_whose_view_check_fails_is_interpreted():
+    vm = VirtualMachine(_fixed_storage_copy())
+    for n in (4, 8, 64):
+        x = RNG.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(vm["main"](x).numpy(), x)
+    with pytest.raises(KilnError, match="does not fit storage 0 of 256 bytes"):
+        vm["main"](np.zeros(65, np.float32))  # the replay's check fails: interpreted, raises
+    x = RNG.standard_normal(3).astype(np.float32)
+    np.testing.assert_array_equal(vm["main"](x).numpy(), x)
+    stats = vm.replay_stats()
+    assert stats["recordings"] == 1 and stats["replays"] == 3 and stats["interpreted"] == 2
+
+
+def test_replay_at_random_shapes_matches_the_interpreter():
+    """``add_mul`` over ``[n, 4]`` with random n, replayed, against numpy and an interpreted
+    VM (``profile`` interprets)."""
+    vm = VirtualMachine(P.add_mul(P.py_kernels()))
+    ref = VirtualMachine(P.add_mul(P.py_kernels()))
+    for n in RNG.integers(1, 65, 12):
+        x, y = _xy(int(n))
+        got = vm["main"](x, y).numpy()
+        ref.profile("main", x, y)
+        np.testing.assert_allclose(got, (x + y) * x, rtol=1e-6)
+    assert vm.replay_stats()["replays"] == 11
