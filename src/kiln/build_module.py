@@ -1,9 +1,15 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
 The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference → FoldConstant → FoldScaleAxis →
+<<<<<<< HEAD
 FoldConstant → [QuantizeWeights] → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
 PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
 schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
+=======
+FoldConstant → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
+PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → [VM: KVAppend] → FuseOps → per fused
+function: compute → schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
+>>>>>>> kv-replay
 their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
 one kernel. The target is the current one (``with target:``) while the graph is optimized and
 kernels are lowered, so passes and schedules can read it.
@@ -48,6 +54,7 @@ from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.passes.graph.kv_append import kv_append
 from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dense_weights
 from kiln.passes.graph.split_concat import split_concat
@@ -65,10 +72,11 @@ KERNELS_PER_FILE = 4
 
 def optimize(func: Function, params: dict[str, np.ndarray] | None,
              byoc: Sequence[str] = (), mod_name: str = "default",
-             quantize_weights: str | None = None) -> Function:
+             quantize_weights: str | None = None, vm: bool = False) -> Function:
     """The graph-level pass pipeline up to (and including) FuseOps; with ``byoc``, the
     partitioning for those external compilers after the folding passes; with
-    ``quantize_weights``, QuantizeWeights in that mode after them."""
+    ``quantize_weights``, QuantizeWeights in that mode after them; with ``vm`` (a VM build),
+    KVAppend before FuseOps (key/value caches that grow in place)."""
     if params:
         func = bind_params(func, params)
     func = promote_float16(func)
@@ -84,6 +92,8 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
         func = partition_for(func, byoc, mod_name)
     func = split_concat(func)
     func = alter_op_layout(func)
+    if vm:
+        func = kv_append(func)
     return optimize_branches(fuse_ops(func), mod_name)
 
 
@@ -218,7 +228,8 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         byoc = [byoc]
     with tgt:
         with progress.stage("Optimizing graph"):
-            fused = optimize(func, params, byoc, mod_name, quantize_weights)
+            fused = optimize(func, params, byoc, mod_name, quantize_weights,
+                             vm=executor == "vm")
         calls = primitive_calls(fused)
         kernels, kernel_names = _lower_kernels(calls)
     symbols = {k.name: prefix + k.name for k in kernels}

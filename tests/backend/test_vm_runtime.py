@@ -17,7 +17,6 @@ from executor_helpers import FUNCS, KERNELS
 import kiln
 import kiln.runtime as rt
 from kiln.ir.graph import Call, Function, TensorType, Var
-from kiln.runtime.call_batch import CallBatch
 from kiln.runtime.vm_executable import VMExecutable, VMFunction
 from kiln.runtime.vm_format import Symbol
 
@@ -96,9 +95,9 @@ def test_replay_fast_path_is_used(factory, tmp_path):
     np.testing.assert_array_equal(vm["main"](*inputs[0]).numpy(), first)
     stats = vm.replay_stats()
     assert stats["replays"] == 4 and stats["recordings"] == 1
-    (recs,) = vm.module._recordings.values()
-    (rec,) = recs.values()
-    assert rec.num_calls == 2 and [type(op) for op in rec.ops] == [CallBatch]
+    (trace,) = vm.module._traces.values()
+    assert trace.num_calls == 2 and [s[0] for s in trace.steps] == ["py", "batch"]  # storage, 2 kernels
+    assert trace.steps[1][1:3] == (0, 2)
     # inputs given as aligned NDArrays are used in place by the replayed kernels too, and the
     # VM keeps no reference to them after the call
     x, y = rt.array(inputs[1][0]), rt.array(inputs[1][1])
@@ -129,7 +128,7 @@ def test_symbolic_shapes_with_c_kernels(tmp_path):
     for n in (3, 64, 3, 17, 3, 1):
         x, y = (rng.standard_normal((n, 4)).astype("float32") for _ in range(2))
         np.testing.assert_allclose(vm["main"](x, y).numpy(), (x + y) * x, rtol=1e-6)
-    assert vm.replay_stats()["replays"] >= 1
+    assert vm.replay_stats()["replays"] == 5  # one trace for every n
     assert vm.memory_stats()["storage_bytes"] == 2 * 64 * 16
 
 
@@ -149,3 +148,41 @@ def test_failing_kernel_message(tmp_path):
 def test_vm_function_entry_names_are_validated():
     with pytest.raises(kiln.ModuleLoadError, match="appears twice"):
         VMExecutable([], [VMFunction(0, "k_add"), VMFunction(0, "k_add")], [], [])
+
+
+def _two_symbol_model():
+    """``y = Reshape(Transpose(Relu(MatMul(x, w) + b)), [-1])`` over ``x: [m, n]``,
+    ``w: [n, 3]``, ``b: [m, 1]``: two symbols, views and kernels with symbol arguments."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", f, ["m", "n"]),
+                       helper.make_tensor_value_info("w", f, ["n", 3]),
+                       helper.make_tensor_value_info("b", f, ["m", 1])],
+        [helper.make_tensor_value_info("y", f, [None])],
+        [helper.make_tensor("flat", TensorProto.INT64, [1], [-1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_replay_across_symbol_values_matches_interpretation(tmp_path):
+    from kiln.frontend import from_onnx
+
+    mod, params = from_onnx(_two_symbol_model(), dim_bounds={"m": (1, 64), "n": (1, 64)})
+    path = str(tmp_path / "two.so")
+    kiln.build(mod, target="llvm", params=params).export_library(path)
+    vm = kiln.vm.VirtualMachine(rt.load_module(path))
+    rng = np.random.default_rng(5)
+    for m, n in rng.integers(1, 65, (10, 2)):
+        x, w, b = (rng.standard_normal(s).astype("float32") for s in ((m, n), (n, 3), (m, 1)))
+        got = vm["main"](x, w, b).numpy()
+        np.testing.assert_allclose(got, np.maximum(x @ w + b, 0).T.reshape(-1), rtol=1e-4,
+                                   atol=1e-5)
+        vm.profile("main", x, w, b)  # interpreted: the same storage, the same result
+        np.testing.assert_array_equal(vm["main"](x, w, b).numpy(), got)
+    assert vm.replay_stats()["recordings"] == 1 and vm.replay_stats()["replays"] == 19

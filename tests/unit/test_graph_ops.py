@@ -35,11 +35,11 @@ VOCABULARY = {
                        "nn.layer_norm", "annotation.compiler_begin", "annotation.compiler_end",
                        "argmax", "argmin", "topk_indices", "scatter_elements", "scatter_nd",
                        "cumsum", "cumprod", "einsum", "image.grid_sample",
-                       "nn.max_pool2d_indices", "col2im", "match_cast", "trap", *[
+                       "nn.max_pool2d_indices", "col2im", "match_cast", "trap", "kv_append", *[
                            "dyn." + n for n in ("nonzero", "unique", "non_max_suppression",
                                                 "compress", "topk", "range", "reshape",
                                                 "expand", "constant_of_shape", "tile", "slice")]],
-    OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take",
+    OpPattern.INJECTIVE: ["reshape", "transpose", "concatenate", "strided_slice", "take", "arange",
                           "layout_transform", "image.resize2d", "gather", "gather_nd", "nn.pad"],
 }
 
@@ -53,7 +53,8 @@ def test_vocabulary_and_patterns():
 
 def test_runtime_ops_are_the_vms_own():
     dynamic = {n for n in list_ops() if n.startswith("dyn.")}
-    assert {n for n in list_ops() if get_op(n).runtime} == {"match_cast", "trap", *dynamic}
+    assert {n for n in list_ops() if get_op(n).runtime} == {"match_cast", "trap", "kv_append",
+                                                            *dynamic}
 
 
 def _t(*shape, dtype="float32"):

@@ -348,8 +348,9 @@ def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed
 
 def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
     """An op the VM runs itself (``OpDef.runtime``): ``match_cast`` is a view with the refined
-    shape; ``trap`` raises its message; a data-dependent op calls its builtin and binds its
-    late symbols (:func:`_emit_dynamic`)."""
+    shape; ``trap`` raises its message; ``kv_append`` appends to a key/value cache
+    (``vm.builtin.kv_append``); a data-dependent op calls its builtin and binds its late
+    symbols (:func:`_emit_dynamic`)."""
     if is_dynamic(node):
         _emit_dynamic(em, node, regs)
         return
@@ -357,6 +358,8 @@ def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
     if node.op.name == "match_cast":
         em.call(dst, "vm.builtin.reshape", [_value_arg(node.args[0], regs, em),
                                             *(em.heap.arg(d) for d in node.checked_type.shape)])
+    elif node.op.name == "kv_append":  # in place behind a past the VM returned earlier
+        em.call(dst, "vm.builtin.kv_append", [_value_arg(a, regs, em) for a in node.args])
     elif node.op.name == "trap":
         message = node.attrs["message"]
         em.call(dst, "vm.builtin.trap", [const(em.const(message, ("message", message)))])

@@ -13,7 +13,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 
 from kiln.runtime import c_types as C
-from kiln.runtime.packed_func import PreparedCall
+from kiln.runtime.packed_func import PackedFunc, PreparedCall
 
 RUNNER_SYMBOL = "KilnRunPackedCalls"
 
@@ -29,9 +29,9 @@ _RUNNER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(KilnPackedCall), ct
                                 ctypes.POINTER(ctypes.c_int64))
 
 
-def _runner_of(call: PreparedCall) -> Callable | None:
-    """``KilnRunPackedCalls`` of the library ``call``'s kernel lives in, if it has one."""
-    handle = getattr(call.func._keepalive, "handle", None)
+def runner_of(func: PackedFunc) -> Callable | None:
+    """``KilnRunPackedCalls`` of the library kernel ``func`` lives in, if it has one."""
+    handle = getattr(func._keepalive, "handle", None)
     if handle is None:
         return None
     try:
@@ -84,7 +84,7 @@ def batch_calls(ops: Sequence[Callable[[], None]]) -> list[Callable[[], None]]:
     for op in ops:
         if isinstance(op, PreparedCall):
             if not run:
-                runner = _runner_of(op)
+                runner = runner_of(op.func)
             run.append(op)
             if runner is None:
                 flush()

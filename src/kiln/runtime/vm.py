@@ -17,16 +17,17 @@ graph executor's batch runner.
 
 Outputs. A function called by name returns **copies** of its result tensors: storage is reused
 by the next call, so views of it would change under the caller (the graph executor's
-``get_output`` copies for the same reason).
+``get_output`` copies for the same reason). Key/value caches (``vm.builtin.kv_append``,
+``vm_kv_cache``) are the exception: they are returned as read-only views of the VM's append
+buffers, which no later call overwrites, and are appended to in place when fed back.
 
-Threads: one VM holds mutable state (storage, registers of the running call, recordings); use
+Threads: one VM holds mutable state (storage, registers of the running call, traces); use
 it from one thread at a time. VMs created from one executable may run concurrently.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -40,13 +41,12 @@ from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, O
 from kiln.runtime.vm_executable import VMExecutable
 from kiln.runtime.vm_format import VMFunction
 from kiln.runtime.vm_inputs import Staging, as_input
+from kiln.runtime.vm_kv_cache import AppendBuffer, KVCache
 from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
-from kiln.runtime.vm_replay import Recorder, Recording
+from kiln.runtime.vm_replay import Retrace, Trace, Tracer
 from kiln.runtime.vm_storage import Arena, Storage
 
 TYPE_KEY = "relax.VirtualMachine"
-#: recordings kept per function (least recently used dropped first)
-MAX_RECORDINGS = 8
 #: nested VM calls before a call is refused (runaway recursion)
 MAX_DEPTH = 128
 
@@ -74,8 +74,11 @@ class _Plan:
 
 
 def _copy_out(value: Any) -> Any:
+    """``value`` with each tensor in VM storage copied (the next call reuses that storage);
+    key/value cache views (``vm_kv_cache``) are returned as they are: no call writes rows
+    they can see."""
     if type(value) is NDArray:
-        return array(value)
+        return value if type(value._owner) is AppendBuffer else array(value)
     if type(value) is tuple:
         return tuple(_copy_out(v) for v in value)
     return value
@@ -112,11 +115,13 @@ class VirtualMachine(Module):
         self.exe = exe
         self.import_module(exe)  # keeps the executable and its library alive
         self.arena = Arena(self._on_storage_grow)
+        self.kv = KVCache()
         self._plans: dict[int, _Plan] = {}
         self._active: dict[int, int] = {}
         self._depth = 0
         self._initialized = False
-        self._recordings: dict[tuple[int, int], OrderedDict[tuple, Recording]] = {}
+        self._traces: dict[tuple[int, int], Trace] = {}
+        self._untraceable: set[tuple[int, int]] = set()
         self._reshapes: dict[object, tuple[NDArray, tuple[int, ...], NDArray]] = {}
         self._inputs: dict[str, list[NDArray]] = {}
         self._staging = Staging()
@@ -170,7 +175,8 @@ class VirtualMachine(Module):
                                 "2 pooled)")
         values = self._function_values()
         self._plans = {fidx: self._plan(fidx, values) for fidx in self.exe.decoded}
-        self._recordings.clear()  # made with the previous plans' prepared calls
+        self._traces.clear()  # made with the previous plans' calls
+        self._untraceable.clear()
         self._initialized = True
 
     def _function_values(self) -> list[Any]:
@@ -232,6 +238,7 @@ class VirtualMachine(Module):
         if callee.name.startswith(PREFIX):
             run = prepare_builtin(Site(callee.name, ins.args, func, self.exe.symbols,
                                        self.exe.constants, where))
+            run.builtin_name = callee.name  # type: ignore[attr-defined]  # (for traces)
             return (_BUILTIN, ins.dst, run, *fixed, getattr(run, "effect", None))
         return (_KERNEL, ins.dst, values[ins.func_idx], *fixed, [None, None, callee.name])
 
@@ -332,33 +339,34 @@ class VirtualMachine(Module):
             self._depth -= 1
 
     def _replay_or_record(self, plan: _Plan, frame: Frame, args: list[Any]) -> Any:
+        """Run the shape checks and programs, then the function's trace (``vm_replay``) when
+        it has one, else interpret the call while tracing it."""
         self._exec(plan.checks, frame)
-        key = tuple(frame.heap)
-        recs = self._recordings.setdefault((plan.fidx, frame.level), OrderedDict())
-        rec = recs.get(key)
-        if rec is not None and rec.valid():
-            recs.move_to_end(key)
-            self.counters["replays"] += 1
-            return rec.replay(args)
         self._exec(plan.derived, frame)
-        if key not in recs:
-            # First call at these shapes: interpret only. Recording costs more than
-            # interpreting, and a decoder's past length makes every call's shapes new.
-            recs[key] = None
-            while len(recs) > MAX_RECORDINGS:
-                recs.popitem(last=False)
+        key = (plan.fidx, frame.level)
+        trace = self._traces.get(key)
+        if trace is not None:
+            try:
+                result = trace.replay(frame, args)
+            except Retrace:  # interpreted (raising the interpreter's error, or traced again)
+                pass
+            else:
+                self.counters["replays"] += 1
+                return result
+        elif key in self._untraceable:
             self.counters["interpreted"] += 1
             return self._exec(plan.body, frame)
-        recorder = Recorder(args)
-        frame.recorder = recorder if recorder.ok else None
+        tracer = Tracer(args, plan.func.heap_size)
+        frame.recorder = tracer if tracer.ok else None
         self.counters["interpreted"] += 1
         result = self._exec(plan.body, frame)
-        rec = recorder.finish(result) if recorder.ok else None
-        if rec is not None:
-            recs[key] = rec
+        trace = tracer.finish(plan.body[-1][1])
+        if trace is None:
+            self._untraceable.add(key)
+            self._traces.pop(key, None)
+        else:
+            self._traces[key] = trace
             self.counters["recordings"] += 1
-            while len(recs) > MAX_RECORDINGS:
-                recs.popitem(last=False)
         return result
 
     def _exec(self, ops: list[tuple], frame: Frame) -> Any:
@@ -368,7 +376,8 @@ class VirtualMachine(Module):
         n = len(ops)
         pc = 0
         while pc < n:
-            kind, dst, target, template, regpos, heappos, extra = ops[pc]
+            op = ops[pc]
+            kind, dst, target, template, regpos, heappos, extra = op
             pc += 1
             if kind <= _VMCALL:
                 a = list(template)
@@ -377,10 +386,10 @@ class VirtualMachine(Module):
                 for p, s in heappos:
                     a[p] = heap[s]
                 if kind == _KERNEL:
-                    value = self._kernel(target, a, extra, rec)
+                    value = (self._kernel(target, a, extra) if rec is None
+                             else rec.kernel(op, a))
                 elif kind == _BUILTIN:
-                    value = (target(frame, a) if rec is None or extra is None
-                             else rec.builtin(target, frame, a, extra))
+                    value = target(frame, a) if rec is None else rec.builtin(op, frame, a)
                 else:  # the callee's storage is reused by its next call: copy its result
                     value = _copy_out(self._invoke(target, a))
                 if dst >= 0:
@@ -391,9 +400,7 @@ class VirtualMachine(Module):
                 pc = target
         return None
 
-    def _kernel(self, func: PackedFunc, a: list, cache: list, rec: Recorder | None) -> Any:
-        if rec is not None:
-            return rec.kernel(func, a)
+    def _kernel(self, func: PackedFunc, a: list, cache: list) -> Any:
         if self._profiler is not None:
             return self._profiler.kernel(cache[2], func, a)
         if func._cfunc is None:
@@ -421,15 +428,12 @@ class VirtualMachine(Module):
 
     def _on_storage_grow(self, st: Storage) -> None:
         # Drop every reference to the old buffer so it is freed now: prepared calls and
-        # reshapes over its views, and recordings made with it.
+        # reshapes over its views.
         for plan in self._plans.values():
             for op in plan.ops:
                 if op[0] == _KERNEL:
                     op[6][0] = op[6][1] = None
-        self._reshapes.clear()
-        for recs in self._recordings.values():
-            for key in [k for k, r in recs.items() if r is not None and not r.valid()]:
-                del recs[key]
+        self._reshapes.clear()  # (traces read each storage's address on every replay)
 
     # ---------------------------------------------------------------- stateful calls
     def set_input(self, name: str, *args: Any) -> None:
@@ -513,13 +517,12 @@ class VirtualMachine(Module):
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
-        ``recordings`` (made), ``interpreted``, and ``kept`` (recordings held now)."""
-        kept = sum(r is not None for recs in self._recordings.values() for r in recs.values())
-        return {**self.counters, "kept": kept}
+        ``recordings`` (traces made), ``interpreted``, and ``kept`` (traces held now)."""
+        return {**self.counters, "kept": len(self._traces)}
 
     def __repr__(self) -> str:
         return (f"<kiln.runtime.VirtualMachine functions={self.exe.vm_function_names()} "
                 f"initialized={self._initialized}>")
 
 
-__all__ = ["MAX_RECORDINGS", "TYPE_KEY", "VirtualMachine"]
+__all__ = ["TYPE_KEY", "VirtualMachine"]

@@ -28,6 +28,7 @@ from kiln.runtime.ndarray import NDArray, array, checked_nbytes
 from kiln.runtime.vm_bytecode import CONST, HEAP, IMM, REG
 from kiln.runtime.vm_dynamic_ops import DYNAMIC_BUILTINS
 from kiln.runtime.vm_format import Sym, Symbol, VMFunction
+from kiln.runtime.vm_kv_cache import KV_BUILTINS
 from kiln.runtime.vm_list_builtins import LIST_BUILTINS
 from kiln.runtime.vm_storage import Storage
 
@@ -502,6 +503,7 @@ BUILTINS: dict[str, Callable[[Site], Run]] = {
 }
 BUILTINS.update((PREFIX + name, f) for name, f in DYNAMIC_BUILTINS.items())
 BUILTINS.update((PREFIX + name, f) for name, f in LIST_BUILTINS.items())
+BUILTINS.update((PREFIX + name, f) for name, f in KV_BUILTINS.items())
 
 
 def prepare_builtin(site: Site) -> Run:

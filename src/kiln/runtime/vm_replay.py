@@ -1,22 +1,32 @@
-"""Recorded kernel sequences that the VM replays instead of interpreting (decision 014).
+"""A traced VM function that the VM replays for any values of its shape heap (decision 014).
 
-A VM function without ``Goto``/``If``, VM calls or data-dependent builtins computes the same
-storage plan, the same tensor views and the same kernel arguments whenever its shape heap holds
-the same values. The first call at a heap tuple is interpreted while a :class:`Recorder` turns
-each kernel call into a prepared C call (``PreparedCall``, arguments converted once); later calls
-at that tuple skip the interpreter and run the recording, whose runs of C calls go through one
-``KilnRunPackedCalls`` (``CallBatch``), as the graph executor's ``run`` does.
+A VM function without ``Goto``/``If``, VM calls or data-dependent builtins runs the same
+instructions whatever its inputs: only the shape heap's values (symbol values and what the shape
+programs derive from them) and the inputs' addresses change. The first call is interpreted
+while a :class:`Tracer` notes, per register, *where* each tensor lives, symbolically: a source
+(a parameter, a storage, or the result of a builtin that runs on every call such as
+``vm.builtin.kv_append``), a byte offset and dims, each an immediate or a heap slot. The
+:class:`Trace` it makes runs later calls without the interpreter:
 
-What changes between calls is only where the *inputs* live: every kernel argument that views a
-parameter (the parameter itself or a ``reshape`` of it) gets a ``DLTensor`` struct of the
-recording's own, whose ``data`` is re-pointed at the new input before each replay. Everything
-else is either a constant or a view of VM storage, whose address is fixed while its storage
-keeps its generation (:meth:`Recording.valid`).
+1. the heap (computed by the shape checks and programs, which run on every call) fills one
+   int64 vector ``vals`` = heap slots | immediates | dims of each source's value;
+2. every kernel argument is one ``DLTensor`` of one contiguous array (6 int64 words each), whose
+   shapes live in one int64 array: ``shape[:] = vals[shape_index]`` and
+   ``data = base[source] + vals[offset_index]`` are numpy index operations; integer arguments
+   of the kernels (symbols they cannot read from tensors) are patched the same way;
+3. the kernels run through one ``KilnRunPackedCalls`` per run between builtins that must run
+   every call (``alloc_storage``: it may grow and move a storage; ``kv_append``; ``copy``...);
+   after each, its result's address and dims are patched into the structs that depend on it.
+
+The views the interpreter would check (``alloc_tensor`` within its storage and 64-byte
+aligned, ``reshape`` keeping the byte size) are checked the same way, vectorized and
+remembered per heap tuple; a failing check, or a builtin whose result is not of the kind it
+had when traced, makes the VM interpret the call instead (which raises the error, or traces
+again).
 """
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 from collections.abc import Callable
 from typing import Any
@@ -24,194 +34,582 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import c_types as C
-from kiln.runtime.call_batch import batch_calls
-from kiln.runtime.graph_storage import overlaps
-from kiln.runtime.ndarray import NDArray
+from kiln.runtime.call_batch import KilnPackedCall, runner_of
+from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.vm_storage import Storage
 
-#: (param index, byte offset, shape, dtype): a tensor viewing a parameter
-ParamRef = tuple[int, int, tuple[int, ...], str]
+#: heap tuples whose static view checks passed, kept per trace
+MAX_CHECKED = 256
+#: builtins that only make views or tuples: followed symbolically, not run on replay
+_VIEWS = ("vm.builtin.alloc_tensor", "vm.builtin.reshape", "vm.builtin.make_tuple",
+          "vm.builtin.tuple_get")
+_TENSOR_CODE = C.kTVMDLTensorHandle
 
 
-def param_view(params: list[NDArray], ref: ParamRef) -> NDArray:
-    """The tensor ``ref`` describes, over the current ``params``."""
-    i, off, shape, dtype = ref
-    p = params[i]
-    if off == 0 and p._arr.shape == shape and p.dtype == dtype:
-        return p
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    arr = p._arr.reshape(-1).view(np.uint8)[off:off + nbytes].view(dtype).reshape(shape)
-    return NDArray._checked(arr, dtype, p.device)
+class Untraceable(Exception):
+    """A value or call the trace cannot follow (the function stays interpreted)."""
 
 
-class Recording:
-    """Kernel calls of one function at one heap tuple, ready to run again.
-
-    Attributes
-    ----------
-    ops : list of callable
-        Prepared C calls (runs of them batched) and Python calls, in order.
-    storages : list of (Storage, int)
-        Each storage used, with its generation when recorded.
-    """
-
-    def __init__(self, ops: list[Callable[[], Any]], rebinds: list[tuple[Any, int, int, Any]],
-                 box: list, storages: list[tuple[Storage, int]], output: Callable[[], Any]):
-        self.ops = batch_calls(ops)
-        self.num_calls = len(ops)
-        self._rebinds = rebinds
-        self._box = box
-        self.storages = storages
-        self._output = output
-
-    def valid(self) -> bool:
-        """True while every storage it uses still has the buffer it was recorded with."""
-        for st, gen in self.storages:
-            if st.generation != gen:
-                return False
-        return True
-
-    def replay(self, params: list[NDArray]) -> Any:
-        """Run the recorded calls over ``params`` (same shapes as when recorded); returns
-        the function's result (views of VM storage, or of ``params``)."""
-        for struct, i, off, _shape in self._rebinds:
-            struct.data = params[i].data_ptr + off
-        self._box[0] = params
-        try:
-            for op in self.ops:
-                op()
-            return self._output()
-        finally:
-            self._box[0] = None
+class Retrace(Exception):
+    """A replay met something the trace does not cover: interpret this call."""
 
 
-class Recorder:
-    """Runs one interpreted call's kernel calls while recording them.
+# ----------------------------------------------------------------------- descriptions
+# An expression is a key: ("h", slot) a heap slot, ("c", value) an immediate, ("d", src, k)
+# dim k of source src's value. They become indices into ``vals`` when the trace is finished.
+Expr = tuple
+
+
+class _Tensor:
+    """A tensor: ``dims`` of ``dtype`` at byte ``off`` of source ``src``'s memory."""
+
+    __slots__ = ("dims", "dtype", "off", "src")
+
+    def __init__(self, src: int, off: Expr, dims: tuple[Expr, ...], dtype: str):
+        self.src, self.off, self.dims, self.dtype = src, off, dims, dtype
+
+    def key(self) -> tuple:
+        return (self.src, self.off, self.dims, self.dtype)
+
+
+class _Storage:
+    __slots__ = ("size", "src")
+
+    def __init__(self, src: int, size: Expr):
+        self.src, self.size = src, size
+
+
+class _Tuple:
+    __slots__ = ("items",)
+
+    def __init__(self, items: list):
+        self.items = items
+
+
+class _Const:
+    """A value that is the same on every call (an immediate, a constant, None)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class _Int:
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: Expr):
+        self.expr = expr
+
+
+def _own_dims(src: int, ndim: int) -> tuple[Expr, ...]:
+    return tuple(("d", src, k) for k in range(ndim))
+
+
+# ---------------------------------------------------------------------------- tracing
+class Tracer:
+    """Follows one interpreted call of a replayable function (the VM hands it every kernel
+    and builtin call of the body) and builds its :class:`Trace`.
 
     Parameters
     ----------
-    params : list
-        The call's parameter values. Recording is off (:attr:`ok` False) unless all are
-        tensors whose memory does not overlap (an overlap would make "which parameter does this
-        argument view" ambiguous).
+    params : list of NDArray
+        The call's parameters (registers ``0 .. len - 1``).
+    heap_size : int
     """
 
-    def __init__(self, params: list[Any]):
-        self.params = params
-        self.ok = all(type(p) is NDArray for p in params) and not any(
-            overlaps(a, b) for i, a in enumerate(params) for b in params[i + 1:])
-        # (sorted by address: a view's parameter is found by bisection, for many parameters)
-        self._ranges = sorted((p.data_ptr, p.data_ptr + p.nbytes, i)
-                              for i, p in enumerate(params) if p.nbytes) if self.ok else []
-        self._starts = [lo for lo, _, _ in self._ranges]
-        self._ids = {id(p): i for i, p in enumerate(params)} if self.ok else {}
-        self._ops: list[Callable[[], Any]] = []
-        self._rebinds: list[tuple[Any, int, int, Any]] = []  # struct, param, offset, shape
-        self._proxies: dict[int, tuple[Any, ...]] = {}
-        self._box: list = [params]
-        self._storages: list[tuple[Storage, int]] = []
+    def __init__(self, params: list[Any], heap_size: int):
+        self.ok = True
+        self.why = ""
+        self.heap_size = heap_size
+        self.sources: list[tuple[str, int]] = []  # ("param", i) or ("step", step index)
+        self.src_ndim: list[int] = []
+        self.regs: dict[int, Any] = {}
+        for i, p in enumerate(params):
+            if type(p) is not NDArray:
+                self.fail(Untraceable(f"parameter {i} is not a tensor"))
+                return
+            src = self._source(("param", i), p.ndim)
+            self.regs[i] = _Tensor(src, ("c", 0), _own_dims(src, p.ndim), p.dtype)
+        self.steps: list[tuple] = []  # ("c", func, arg descs) | ("py", run, arg descs, src)
+        self.checks: list[tuple] = []  # ("alloc", tensor, storage) | ("reshape", new, old)
 
-    # -- classification
-    def _param_ref(self, t: NDArray) -> ParamRef | None:
-        i = self._ids.get(id(t))
-        if i is not None:
-            return (i, 0, tuple(t._arr.shape), t.dtype)
-        if t._arr.nbytes:
-            ptr = t._dltensor.data  # the struct kernels get anyway; cheaper than arr.ctypes
-            k = bisect.bisect_right(self._starts, ptr) - 1  # params do not overlap
-            if k >= 0:
-                lo, hi, i = self._ranges[k]
-                if ptr < hi:
-                    return (i, ptr - lo, tuple(t._arr.shape), t.dtype)
-        return None
+    def _source(self, kind: tuple[str, int], ndim: int) -> int:
+        self.sources.append(kind)
+        self.src_ndim.append(ndim)
+        return len(self.sources) - 1
 
-    def _c_arg(self, x: Any) -> Any:
-        if type(x) is not NDArray:
-            return x
-        ref = self._param_ref(x)
-        if ref is None:
-            return x
-        # (x is alive while the call runs, so its id names it; the recording keeps only the
-        # struct and its shape array, not the caller's memory)
-        hit = self._proxies.get(id(x))
-        if hit is None:
-            dl = x._dltensor
-            shape_arr = (ctypes.c_int64 * max(x.ndim, 1))(*x._arr.shape)
-            struct = C.DLTensor(dl.data, dl.device, dl.ndim, dl.dtype,
-                                ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
-            hit = (ctypes.pointer(struct), shape_arr, struct)
-            self._proxies[id(x)] = hit
-            self._rebinds.append((struct, ref[0], ref[1], shape_arr))
-        return hit[0]
-
-    def _py_args(self, args: list) -> Callable[[], list]:
-        refs = [self._param_ref(x) if type(x) is NDArray else None for x in args]
-        specs = [(ref, None if ref is not None else x) for ref, x in zip(refs, args)]
-        if all(ref is None for ref in refs):
-            fixed = list(args)
-            return lambda: fixed
-        box = self._box
-        return lambda: [x if ref is None else param_view(box[0], ref) for ref, x in specs]
-
-    # -- events from the interpreter
-    def kernel(self, func: PackedFunc, args: list) -> Any:
-        """Run kernel ``func`` on ``args`` and record the call."""
-        if func._cfunc is not None:
-            call = func.prepare(*[self._c_arg(x) for x in args])
-            call()
-            self._ops.append(call)
-            return None
-        get_args = self._py_args(args)
-        py = func._pyfunc
-        assert py is not None, "a PackedFunc wraps a C function or a Python callable"
-
-        def op() -> Any:
-            return py(*get_args())
-
-        out = op()
-        if out is not None:  # a result the replay could not reproduce: do not record
-            self.ok = False
-        self._ops.append(op)
+    def _args(self, op: tuple, a: list) -> list:
+        """The description of each argument of ``op`` (resolved values ``a``)."""
+        _, _, _, template, regpos, heappos, _ = op
+        out: list[Any] = [_Const(v) for v in template]
+        for p, r in regpos:
+            desc = self.regs.get(r)
+            if desc is None:
+                raise Untraceable(f"register {r} has a value from outside the trace")
+            out[p] = desc
+        for p, s in heappos:
+            out[p] = _Int(("h", s))
+        for p, d in enumerate(out):
+            if type(d) is _Const and type(d.value) is int:
+                out[p] = _Int(("c", d.value))
         return out
 
-    def builtin(self, run: Callable[..., Any], frame: Any, args: list, effect: str) -> Any:
-        """Run a builtin with a replay-relevant ``effect`` ("storage" or "copy")."""
-        out = run(frame, args)
-        if effect == "storage":
-            self._storages.append((out, out.generation))
-        elif effect == "copy":
-            get_args = self._py_args(args)
-            self._ops.append(lambda: run(None, get_args()))
+    def kernel(self, op: tuple, a: list) -> Any:
+        """Run kernel call ``op`` on ``a`` and trace it (while :attr:`ok`)."""
+        func: PackedFunc = op[2]
+        out = func(*a)
+        if self.ok:
+            try:
+                self._kernel(op, a, out)
+            except Untraceable as err:
+                self.fail(err)
+        return out
+
+    def builtin(self, op: tuple, frame: Any, a: list) -> Any:
+        """Run builtin call ``op`` on ``a`` and trace it (while :attr:`ok`)."""
+        value = op[2](frame, a)
+        if self.ok:
+            try:
+                self._builtin(op, a, value)
+            except Untraceable as err:
+                self.fail(err)
+        return value
+
+    def fail(self, err: Exception) -> None:
+        self.ok = False
+        self.why = str(err)
+
+    def _kernel(self, op: tuple, a: list, out: Any) -> None:
+        func: PackedFunc = op[2]
+        if out is not None:
+            raise Untraceable(f"kernel {func.name} returned a value")
+        args = self._args(op, a)
+        if func._cfunc is None:
+            self.steps.append(("py", lambda frame, x, f=func._pyfunc: f(*x), args, -1))
         else:
-            self.ok = False
+            self.steps.append(("c", func, args))
+        self._set(op[1], _Const(None))
+
+    def _builtin(self, op: tuple, a: list, value: Any) -> None:
+        run = op[2]
+        name = getattr(run, "builtin_name", "")
+        args = self._args(op, a)
+        if name in _VIEWS:
+            self._set(op[1], self._view(name, args, value))
+            return
+        if type(value) is NDArray:
+            src = self._source(("step", len(self.steps)), value.ndim)
+            desc: Any = _Tensor(src, ("c", 0), _own_dims(src, value.ndim), value.dtype)
+        elif type(value) is Storage:
+            src = self._source(("step", len(self.steps)), 0)
+            desc = _Storage(src, args[1].expr if type(args[1]) is _Int else ("c", 0))
+        elif value is None:
+            src, desc = -1, _Const(None)
+        else:
+            raise Untraceable(f"{name} returned a {type(value).__name__}")
+        self.steps.append(("py", run, args, src))
+        self._set(op[1], desc)
+
+    def _view(self, name: str, args: list, value: Any) -> Any:
+        if name == "vm.builtin.make_tuple":
+            return _Tuple(args)
+        if name == "vm.builtin.tuple_get":
+            if type(args[0]) is not _Tuple:
+                raise Untraceable("tuple_get of a value that is not a traced tuple")
+            return args[0].items[args[1].expr[1]]
+        dims = tuple(d.expr for d in args[3 if name == "vm.builtin.alloc_tensor" else 1:])
+        base = args[0]
+        if name == "vm.builtin.alloc_tensor":
+            if type(base) is not _Storage or type(args[1]) is not _Int:
+                raise Untraceable("alloc_tensor of a value that is not a traced storage")
+            out = _Tensor(base.src, args[1].expr, dims, value.dtype)
+            self.checks.append(("alloc", out, base))
+            return out
+        if type(base) is not _Tensor:
+            raise Untraceable("reshape of a value that is not a traced tensor")
+        out = _Tensor(base.src, base.off, dims, base.dtype)
+        self.checks.append(("reshape", out, base))
         return out
 
-    # -- result
-    def _capture(self, v: Any) -> Callable[[], Any]:
-        if type(v) is NDArray:
-            ref = self._param_ref(v)
-            if ref is None:
-                return lambda: v
-            box = self._box
-            return lambda: param_view(box[0], ref)
-        if type(v) is tuple:
-            parts = [self._capture(x) for x in v]
-            return lambda: tuple(p() for p in parts)
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return lambda: v
-        self.ok = False  # a storage or another object: not worth replaying
-        return lambda: v
+    def _set(self, dst: int, desc: Any) -> None:
+        if dst >= 0:
+            self.regs[dst] = desc
 
-    def finish(self, result: Any) -> Recording | None:
-        """The recording of this call, or None when it cannot be replayed."""
-        output = self._capture(result) if self.ok else None
-        if not self.ok or output is None:
+    def finish(self, result_reg: int) -> Trace | None:
+        """The trace of this call (whose result is register ``result_reg``), or None when
+        something could not be followed (:attr:`why`)."""
+        desc = self.regs.get(result_reg)
+        if not self.ok or desc is None:
             return None
-        if any(st.generation != gen for st, gen in self._storages):
-            return None  # a storage grew during the call: earlier calls saw another buffer
-        self._box[0] = None
-        return Recording(self._ops, self._rebinds, self._box, self._storages, output)
+        try:
+            return Trace(self, desc)
+        except Untraceable as err:
+            self.fail(err)
+            return None
 
 
-__all__ = ["Recorder", "Recording", "param_view"]
+# ---------------------------------------------------------------------------- replaying
+class _Layout:
+    """Expression keys → indices into ``vals``: heap slots, immediates, source dims."""
+
+    def __init__(self, heap_size: int, src_ndim: list[int]):
+        self.heap_size = heap_size
+        self.consts: dict[int, int] = {}
+        self.dim_start: list[int] = []
+        n = 0
+        for nd in src_ndim:
+            self.dim_start.append(n)
+            n += nd
+        self.num_dims = n
+
+    def index(self, e: Expr) -> int:
+        if e[0] == "h":
+            return e[1]
+        if e[0] == "d":
+            return self.heap_size + self.dim_start[e[1]] + e[2]
+        return -1 - self.consts.setdefault(e[1], len(self.consts))  # fixed in finalize
+
+    def vals(self) -> tuple[np.ndarray, int]:
+        """The ``vals`` vector (constants in place) and where the constants start."""
+        start = self.heap_size + self.num_dims
+        out = np.zeros(start + len(self.consts) + 1, np.int64)
+        for v, k in self.consts.items():
+            out[start + k] = v
+        return out, start
+
+    def fix(self, idx: np.ndarray, start: int) -> np.ndarray:
+        """Indices with the constants' placeholders (negative) moved to ``start``."""
+        idx = np.asarray(idx, np.int64)
+        return np.where(idx < 0, start + (-1 - idx), idx)
+
+
+class Trace:
+    """A replayable function's calls, valid for any heap values (module doc)."""
+
+    def __init__(self, tr: Tracer, result: Any):
+        self.num_sources = len(tr.sources)
+        self.params = [(src, kind[1]) for src, kind in enumerate(tr.sources)
+                       if kind[0] == "param"]
+        lay = _Layout(tr.heap_size, tr.src_ndim)
+        lay.index(("c", 0))  # (the checks' padding, before the constants are laid out)
+        lay.index(("c", 1))
+        self._lay = lay
+        self.heap_size = tr.heap_size
+        self._build_structs(tr, lay)
+        self._build_calls(tr, lay)
+        self._build_checks(tr, lay)
+        self.vals, start = lay.vals()
+        self._fix(start)
+        self._output = self._materializer(result)
+        self._checked: set[tuple] = set()
+        self.num_calls = sum(1 for s in tr.steps if s[0] == "c")
+
+    # -- structs: one DLTensor per distinct tensor argument of a C kernel
+    def _build_structs(self, tr: Tracer, lay: _Layout) -> None:
+        index: dict[tuple, int] = {}
+        descs: list[_Tensor] = []
+        for step in tr.steps:
+            if step[0] == "c":
+                for d in step[2]:
+                    if type(d) is _Tensor and d.key() not in index:
+                        index[d.key()] = len(descs)
+                        descs.append(d)
+        self._struct_index = index
+        n = len(descs)
+        self.structs = np.zeros((max(n, 1), 6), np.int64)
+        seg = [0]
+        for d in descs:
+            seg.append(seg[-1] + max(len(d.dims), 1))
+        self.shapes = np.zeros(max(seg[-1], 1), np.int64)
+        shape_idx = np.zeros(len(self.shapes), np.int64)
+        shape_ptr = self.shapes.ctypes.data
+        self._struct_src = np.array([d.src for d in descs] or [0], np.int64)
+        self._struct_off = np.array([lay.index(d.off) for d in descs] or [0], np.int64)
+        ones = lay.index(("c", 1))
+        for k, d in enumerate(descs):
+            code, bits, lanes = C.dl_dtype(d.dtype)
+            self.structs[k, 1] = C.kDLCPU
+            self.structs[k, 2] = len(d.dims) | (code << 32) | (bits << 40) | (lanes << 48)
+            self.structs[k, 3] = shape_ptr + 8 * seg[k]
+            shape_idx[seg[k]:seg[k + 1]] = [lay.index(e) for e in d.dims] or [ones]
+        self._shape_idx = shape_idx
+        # per source: its structs and the shape entries holding its dims
+        entry_src = np.full(len(shape_idx), -1, np.int64)
+        for k, d in enumerate(descs):
+            for j, e in enumerate(d.dims):
+                if e[0] == "d":
+                    entry_src[seg[k] + j] = e[1]
+        self._src_structs = [np.flatnonzero(self._struct_src[:n] == s)
+                             for s in range(self.num_sources)]
+        self._src_entries = [np.flatnonzero(entry_src == s) for s in range(self.num_sources)]
+        pstr = [self._src_structs[s] for s, _ in self.params]
+        self._param_structs = np.concatenate(pstr) if pstr else np.zeros(0, np.int64)
+
+    # -- the kernels' packed arguments, and the run of steps
+    def _build_calls(self, tr: Tracer, lay: _Layout) -> None:
+        cargs = [s[2] for s in tr.steps if s[0] == "c"]
+        total = sum(len(a) for a in cargs) or 1
+        self._argv = (ctypes.c_int64 * total)()
+        self._codes = (ctypes.c_int32 * total)()
+        argv = np.frombuffer(self._argv, np.int64)
+        self._argv_np = argv
+        self._keep: list[Any] = []
+        self.calls = (KilnPackedCall * max(len(cargs), 1))()
+        self._funcs: list[PackedFunc] = []
+        int_pos: list[int] = []
+        int_idx: list[int] = []
+        base = self.structs.ctypes.data
+        pos = 0
+        self.steps: list[tuple] = []  # ("batch", start, count, runner) | ("py", ...)
+        ci = 0
+        runners: dict[int, Any] = {}
+        for step in tr.steps:
+            if step[0] == "py":
+                _, run, args, src = step
+                self.steps.append(("py", run, [self._materializer(d) for d in args], src))
+                continue
+            _, func, args = step
+            for j, d in enumerate(args):
+                self._codes[pos + j] = self._pack(d, argv, pos + j, base, int_pos, int_idx, lay)
+            slot = self.calls[ci]
+            slot.func = func._cfunc
+            slot.args = ctypes.addressof(self._argv) + 8 * pos
+            slot.type_codes = ctypes.addressof(self._codes) + 4 * pos
+            slot.num_args = len(args)
+            self._funcs.append(func)
+            owner = id(func._keepalive)
+            if owner not in runners:
+                runners[owner] = runner_of(func)
+            runner = runners[owner]
+            last = self.steps[-1] if self.steps else None
+            if last is not None and last[0] == "batch" and last[3] is runner is not None:
+                self.steps[-1] = ("batch", last[1], last[2] + 1, runner)
+            else:
+                self.steps.append(("batch", ci, 1, runner))
+            pos += len(args)
+            ci += 1
+        self._int_pos = np.array(int_pos, np.int64)
+        self._int_idx = int_idx
+        self._failed = ctypes.c_int64(-1)
+        self._call_size = ctypes.sizeof(KilnPackedCall)
+
+    def _pack(self, d: Any, argv: np.ndarray, at: int, base: int, int_pos: list[int],
+              int_idx: list[int], lay: _Layout) -> int:
+        """Write argument ``d`` at ``argv[at]``; returns its type code."""
+        if type(d) is _Tensor:
+            argv[at] = base + 48 * self._struct_index[d.key()]
+            return _TENSOR_CODE
+        if type(d) is _Int:
+            int_pos.append(at)
+            int_idx.append(lay.index(d.expr))
+            return C.kTVMArgInt
+        v = d.value if type(d) is _Const else None
+        if type(v) is NDArray:  # a constant of the executable: its own DLTensor, for good
+            self._keep.append(v)
+            argv[at] = v.handle_address
+            return _TENSOR_CODE
+        if v is None:
+            return C.kTVMNullptr
+        if type(v) is float:
+            argv[at] = np.float64(v).view(np.int64)
+            return C.kTVMArgFloat
+        raise Untraceable(f"a kernel argument of type {type(d).__name__}")
+
+    # -- checks the interpreter's builtins would make
+    def _build_checks(self, tr: Tracer, lay: _Layout) -> None:
+        """Rows ``(nbytes dims, itemsize, bound dims or offset)`` grouped by the last source
+        whose value they depend on (-1: the heap and parameters only)."""
+        params = {s for s, _ in self.params}
+        groups: dict[int, list[tuple]] = {}
+        for kind, t, other in tr.checks:
+            deps = [e[1] for e in (*t.dims, *getattr(other, "dims", ())) if e[0] == "d"
+                    and e[1] not in params]
+            groups.setdefault(max(deps, default=-1), []).append((kind, t, other))
+        self._checks = {g: self._check_arrays(rows) for g, rows in groups.items()}
+
+    def _fix(self, start: int) -> None:
+        lay = self._lay
+        self._struct_off = lay.fix(self._struct_off, start)
+        self._shape_idx = lay.fix(self._shape_idx, start)
+        self._int_idx = lay.fix(self._int_idx, start)
+        for g, (new, size, is_alloc, old, old_size, off, cap) in self._checks.items():
+            self._checks[g] = (lay.fix(new, start), size, is_alloc, lay.fix(old, start),
+                               old_size, lay.fix(off, start), lay.fix(cap, start))
+
+    def _check_arrays(self, rows: list[tuple]) -> tuple:
+        """Index arrays of the checks ``rows`` (constants as placeholders, see ``_fix``)."""
+        at = self._lay.index
+        width = max([len(t.dims) for _, t, _ in rows] +
+                    [len(o.dims) for k, _, o in rows if k == "reshape"] + [1])
+
+        one = at(("c", 1))
+
+        def dims(t: _Tensor) -> list[int]:
+            return [at(e) for e in t.dims] + [one] * (width - len(t.dims))
+
+        new = np.array([dims(t) for _, t, _ in rows], np.int64).reshape(len(rows), width)
+        size = np.array([np.dtype(t.dtype).itemsize for _, t, _ in rows], np.int64)
+        is_alloc = np.array([k == "alloc" for k, _, _ in rows])
+        old = np.array([dims(o) if k == "reshape" else [one] * width for k, _, o in rows],
+                       np.int64).reshape(len(rows), width)
+        old_size = np.array([np.dtype(o.dtype).itemsize if k == "reshape" else 0
+                             for k, _, o in rows], np.int64)
+        off = np.array([at(t.off) if k == "alloc" else at(("c", 0)) for k, t, _ in rows])
+        cap = np.array([at(o.size) if k == "alloc" else at(("c", 0)) for k, _, o in rows])
+        return new, size, is_alloc, old, old_size, off, cap
+
+    def _check(self, group: int) -> None:
+        arrays = self._checks.get(group)
+        if arrays is None:
+            return
+        new, size, is_alloc, old, old_size, off, cap = arrays
+        v = self.vals
+        dims = v[new]
+        if (dims < 0).any():
+            raise Retrace
+        nbytes = dims.prod(axis=1) * size
+        o = v[off]
+        alloc_ok = (o >= 0) & (o % ALIGNMENT == 0) & (o + nbytes <= v[cap])
+        view_ok = nbytes == v[old].prod(axis=1) * old_size
+        if not np.where(is_alloc, alloc_ok, view_ok).all():
+            raise Retrace
+
+    # -- values for Python steps and the result
+    def _materializer(self, d: Any) -> Callable[[list], Any]:
+        if type(d) is _Const:
+            v = d.value
+            return lambda objs: v
+        if type(d) is _Int:
+            return self._int_of(d.expr)
+        if type(d) is _Tuple:
+            parts = [self._materializer(x) for x in d.items]
+            return lambda objs: tuple(p(objs) for p in parts)
+        if type(d) is _Storage:
+            src = d.src
+            return lambda objs: objs[src]
+        return self._tensor_of(d)
+
+    def _int_of(self, e: Expr) -> Callable[[list], int]:
+        lay, vals = self._lay, lambda: self.vals
+        if e[0] == "c":
+            v = e[1]
+            return lambda objs: v
+        i = lay.index(e)
+        return lambda objs: int(vals()[i])
+
+    def _tensor_of(self, d: _Tensor) -> Callable[[list], NDArray]:
+        src, dtype = d.src, d.dtype
+        if d.off == ("c", 0) and d.dims == _own_dims(src, len(d.dims)):
+            return lambda objs: objs[src]
+        off = self._int_of(d.off)
+        dims = [self._int_of(e) for e in d.dims]
+
+        def view(objs: list) -> NDArray:
+            obj, o, shape = objs[src], off(objs), tuple(f(objs) for f in dims)
+            if type(obj) is Storage:
+                return obj.view(o, dtype, shape)
+            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            arr = obj._arr.reshape(-1).view(np.uint8)[o:o + n].view(dtype).reshape(shape)
+            return NDArray._checked(arr, dtype, obj.device)
+
+        return view
+
+    # -- running
+    def replay(self, frame: Any, params: list[NDArray]) -> Any:
+        """Run the traced calls at the heap of ``frame`` over ``params``; returns the
+        function's result (views of VM storage or of ``params``).
+
+        Raises
+        ------
+        Retrace
+            A view check fails or a builtin's result is not of its traced kind (nothing was
+            written that the interpreter would not write again).
+        KilnError
+            A kernel fails.
+        """
+        vals = self.vals
+        vals[:self.heap_size] = frame.heap
+        objs: list[Any] = [None] * self.num_sources
+        bases = np.zeros(max(self.num_sources, 1), np.int64)
+        dim0 = self.heap_size
+        lay = self._lay
+        for src, i in self.params:
+            p = params[i]
+            objs[src] = p
+            bases[src] = p._dltensor.data or 0
+            s = dim0 + lay.dim_start[src]
+            vals[s:s + p._arr.ndim] = p._arr.shape
+        key = tuple(frame.heap)
+        if key not in self._checked:
+            self._check(-1)
+            if len(self._checked) >= MAX_CHECKED:
+                self._checked.clear()
+            self._checked.add(key)
+        self.shapes[:] = vals[self._shape_idx]
+        ps = self._param_structs
+        structs = self.structs
+        structs[ps, 0] = bases[self._struct_src[ps]] + vals[self._struct_off[ps]]
+        if len(self._int_pos):
+            self._argv_np[self._int_pos] = vals[self._int_idx]
+        try:
+            for step in self.steps:
+                if step[0] == "batch":
+                    self._run_batch(step)
+                else:
+                    self._run_py(step, frame, objs, bases)
+            return self._output(objs)
+        finally:
+            objs.clear()
+
+    def _run_batch(self, step: tuple) -> None:
+        _, start, count, runner = step
+        if runner is not None:
+            addr = ctypes.addressof(self.calls) + start * self._call_size
+            rc = runner(ctypes.cast(addr, ctypes.POINTER(KilnPackedCall)), count,
+                        ctypes.byref(self._failed))
+            if rc != 0:
+                self._funcs[start + self._failed.value]._raise(rc)
+            return
+        for k in range(start, start + count):
+            c = self.calls[k]
+            ret, ret_code = C.TVMValue(), ctypes.c_int32(0)
+            rc = c.func(ctypes.cast(c.args, ctypes.POINTER(C.TVMValue)),
+                        ctypes.cast(c.type_codes, ctypes.POINTER(ctypes.c_int32)),
+                        c.num_args, ctypes.byref(ret), ctypes.byref(ret_code), None)
+            if rc != 0:
+                self._funcs[k]._raise(rc)
+
+    def _run_py(self, step: tuple, frame: Any, objs: list, bases: np.ndarray) -> None:
+        _, run, args, src = step
+        value = run(frame, [m(objs) for m in args])
+        if src < 0:
+            if value is not None:
+                raise Retrace
+            return
+        if type(value) is Storage:
+            ptr = value.buf._dltensor.data if value.buf is not None else 0
+        elif type(value) is NDArray and value._arr.ndim == self._ndim(src):
+            ptr = value._dltensor.data
+            s = self.heap_size + self._lay.dim_start[src]
+            self.vals[s:s + value._arr.ndim] = value._arr.shape
+        else:
+            raise Retrace
+        objs[src] = value
+        bases[src] = ptr or 0
+        k = self._src_structs[src]
+        if len(k):
+            self.structs[k, 0] = (ptr or 0) + self.vals[self._struct_off[k]]
+        e = self._src_entries[src]
+        if len(e):
+            self.shapes[e] = self.vals[self._shape_idx[e]]
+        self._check(src)
+
+    def _ndim(self, src: int) -> int:
+        start = self._lay.dim_start
+        end = start[src + 1] if src + 1 < len(start) else self._lay.num_dims
+        return end - start[src]
+
+
+__all__ = ["Retrace", "Trace", "Tracer", "Untraceable"]

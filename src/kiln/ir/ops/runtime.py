@@ -7,6 +7,10 @@
 - ``trap``: a value that cannot exist (a branch that does not type-check at the model's
   symbolic shapes); running it raises the error it carries (``message``), as onnxruntime
   would fail on taking that branch.
+- ``kv_append``: ``concatenate([past, new], axis=0)`` of a key/value cache whose past is a
+  graph input (docs/decisions/018-kv-cache.md): past ``[P, ...]``, new ``[S, ...]`` with equal
+  trailing dims and dtype give ``[P + S, ...]``. The VM appends ``new`` in place behind a past
+  that it returned from an earlier call (``vm.builtin.kv_append``), else copies both.
 """
 
 from __future__ import annotations
@@ -48,5 +52,22 @@ def _trap_ref(message: str, shape, dtype) -> np.ndarray:
     raise KilnError(message)
 
 
+def _kv_append_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    past, new = arg_types
+    if past.dtype != new.dtype:
+        raise ShapeError(f"kv_append of a {past.dtype} past and a {new.dtype} new value")
+    if past.ndim < 1 or past.ndim != new.ndim or any(
+            a != b for a, b in zip(past.shape[1:], new.shape[1:])):
+        raise ShapeError(f"kv_append of {arith.shape_str(past.shape)} and "
+                         f"{arith.shape_str(new.shape)}: the rows differ")
+    return TensorType((arith.add(past.shape[0], new.shape[0]), *past.shape[1:]), past.dtype)
+
+
+def _kv_append_ref(past: np.ndarray, new: np.ndarray) -> np.ndarray:
+    return np.concatenate([past, new], axis=0)
+
+
 register_op("match_cast", _match_cast_infer, OpPattern.OPAQUE, _match_cast_ref, runtime=True)
 register_op("trap", _trap_infer, OpPattern.OPAQUE, _trap_ref, runtime=True)
+register_op("kv_append", _kv_append_infer, OpPattern.OPAQUE, _kv_append_ref, runtime=True)
