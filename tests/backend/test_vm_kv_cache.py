@@ -1,4 +1,4 @@
-"""Key/value caches in the VM (docs/decisions/018-kv-cache.md): a small decoder-like ONNX model
+"""Key/value caches in the VM (docs/decisions/019-kv-cache.md): a small decoder-like ONNX model
 whose ``present = Concat(past, new, axis=0)`` becomes ``vm.builtin.kv_append``, run over
 several steps against onnxruntime: the cache is appended in place when the returned
 ``present`` is fed back (same buffer address, no copy), a stale or foreign past takes the copy

@@ -1,5 +1,5 @@
 """The ``kv_append`` runtime op (type rule, numpy reference) and the KVAppend pass: which
-concatenations become cache appends (docs/decisions/018-kv-cache.md)."""
+concatenations become cache appends (docs/decisions/019-kv-cache.md)."""
 
 from __future__ import annotations
 

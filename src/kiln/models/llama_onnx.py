@@ -18,7 +18,7 @@ Inputs and outputs (``G`` key/value heads, ``D`` head dim, ``V`` vocabulary):
 The key/value cache is **sequence-major** (Megatron-LM's ``[s, b, h, d]`` layout) rather than
 Hugging Face's ``[b, h, s, d]``: the past is then a contiguous prefix of the present, so a runtime
 that owns the cache buffer appends the new tokens in place instead of copying the whole cache per
-token (docs/decisions/018-kv-cache.md). Attention reads that layout directly through two
+token (docs/decisions/019-kv-cache.md). Attention reads that layout directly through two
 ``Einsum`` nodes, with no transpose of the cache.
 """
 

@@ -1,4 +1,4 @@
-"""Key/value caches that grow in place: ``vm.builtin.kv_append`` (docs/decisions/018-kv-cache.md).
+"""Key/value caches that grow in place: ``vm.builtin.kv_append`` (docs/decisions/019-kv-cache.md).
 
 A decoder's ``present = concatenate([past, new], axis=0)`` (graph op ``kv_append``, made by the
 KVAppend pass) would copy the whole cache every token. Here the result lives in an

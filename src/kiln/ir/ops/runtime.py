@@ -8,7 +8,7 @@
   symbolic shapes); running it raises the error it carries (``message``), as onnxruntime
   would fail on taking that branch.
 - ``kv_append``: ``concatenate([past, new], axis=0)`` of a key/value cache whose past is a
-  graph input (docs/decisions/018-kv-cache.md): past ``[P, ...]``, new ``[S, ...]`` with equal
+  graph input (docs/decisions/019-kv-cache.md): past ``[P, ...]``, new ``[S, ...]`` with equal
   trailing dims and dtype give ``[P + S, ...]``. The VM appends ``new`` in place behind a past
   that it returned from an earlier call (``vm.builtin.kv_append``), else copies both.
 """

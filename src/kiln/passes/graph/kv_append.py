@@ -1,4 +1,4 @@
-"""KVAppend: a key/value cache that grows in place (VM builds; docs/decisions/018-kv-cache.md).
+"""KVAppend: a key/value cache that grows in place (VM builds; docs/decisions/019-kv-cache.md).
 
 A decoder exported with a sequence-major cache writes ``present = concatenate([past, new],
 axis=0)``, where ``past`` is a graph input. As a kernel, that copies the whole cache every
