@@ -3,14 +3,16 @@
 
 A ``vectorized`` loop ``for v in [0, E)`` whose body is a sequence of stores (under ``LetStmt``
 bindings, which become vector values when they depend on ``v``) is emitted as E / W
-chunks of W-lane vector instructions when every access moves with ``v`` contiguously (flat offset
-``base + v``) or not at all (a scalar, broadcast to all lanes): loads and stores become
-``<W x T>`` loads and stores, arithmetic becomes vector arithmetic (float and integer, casts
+chunks of W-lane vector instructions when every store moves with ``v`` contiguously (flat offset
+``base + v``) and every load does, or does not move at all (a scalar, broadcast to all lanes), or
+moves otherwise (one scalar load per lane, inserted into a vector: a gather): loads and stores
+become ``<W x T>`` loads and stores, arithmetic becomes vector arithmetic (float and integer, casts
 between float and integer lanes of the same width, bit reinterpretation, comparisons as lane
 masks and selects on them). W is the target's lanes for the element type, or the largest power
-of two dividing E below that. Anything else (a strided or indirect access, ``v`` used as a
-value, a lane-dependent select whose side may trap, bool or mixed-width elements, integer
-division) keeps the scalar loop with LLVM's vectorizer hints (:mod:`kiln.codegen.llvm_func`).
+of two dividing E below that. Anything else (a store that is not contiguous, ``v`` used as a
+value, a load indexed by a lane-dependent binding, a lane-dependent select whose side may
+trap, bool or mixed-width elements, integer division) keeps the scalar loop with LLVM's
+vectorizer hints (:mod:`kiln.codegen.llvm_func`).
 
 Why not leave it all to LLVM's loop vectorizer: after full unrolling of the register block, its
 choices depend on the whole kernel. A 1×1 convolution with a fused residual add came out with
@@ -122,9 +124,9 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
         return True
     if isinstance(e, L.Var):  # a lane-dependent binding (the loop variable itself as a value:
         return e is not lanes.var  # no)
-    if isinstance(e, L.BufferLoad):
+    if isinstance(e, L.BufferLoad):  # contiguous, or one element per lane (a gather)
         return (e.dtype != "bool" and dtype_bits(e.dtype) == bits
-                and _contiguous(e.buffer, e.indices, lanes))
+                and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
     if isinstance(e, L.Binary):
         if e.op in _CMP_OPS:  # a mask: its operands must be lane values
             ok = _lane_value(e.a, bits)
@@ -239,6 +241,23 @@ class VectorLoopCodegen:
                   lambda: chunk(fr.builder.mul(fr.vars[c], ir.Constant(var_type, width))))
         return True
 
+    def _gather(self, fr: Frame, e: L.BufferLoad, lanes: Lanes, width: int) -> ir.Value:
+        """A load that is not contiguous across lanes (attention's keys, read a sequence
+        position per lane): one scalar load per lane, its address at that lane's value of the
+        loop variable, inserted into a vector (the backend may fuse them into a gather)."""
+        b = fr.builder
+        base = fr.vars[lanes.var]
+        vec: ir.Value = ir.Constant(ir.VectorType(memory_type(e.dtype), width), ir.Undefined)
+        try:
+            for k in range(width):
+                fr.vars[lanes.var] = b.add(base, ir.Constant(base.type, k))
+                value = b.load(self.address(fr, e.buffer, e.indices), typ=memory_type(e.dtype),
+                               align=dtype_bits(e.dtype) // 8)
+                vec = b.insert_element(vec, value, ir.Constant(ir.IntType(32), k))
+        finally:
+            fr.vars[lanes.var] = base
+        return vec
+
     def vexpr(self, fr: Frame, e: L.PrimExpr, lanes: Lanes, width: int) -> ir.Value:
         """``e`` at lanes ``v .. v + width - 1`` (``v = lanes.var``): a vector, or a scalar when
         ``e`` does not depend on the lanes (callers splat it where a vector is needed)."""
@@ -248,9 +267,11 @@ class VectorLoopCodegen:
         if isinstance(e, L.Var):
             return fr.vars[e]
         if isinstance(e, L.BufferLoad):
-            ty = ir.VectorType(memory_type(e.dtype), width)
-            return b.load(self.address(fr, e.buffer, e.indices), typ=ty,
-                          align=dtype_bits(e.dtype) // 8)
+            if _contiguous(e.buffer, e.indices, lanes):
+                ty = ir.VectorType(memory_type(e.dtype), width)
+                return b.load(self.address(fr, e.buffer, e.indices), typ=ty,
+                              align=dtype_bits(e.dtype) // 8)
+            return self._gather(fr, e, lanes, width)
         if isinstance(e, L.Binary):
             x = self._splat(fr, self.vexpr(fr, e.a, lanes, width), width)
             y = self._splat(fr, self.vexpr(fr, e.b, lanes, width), width)

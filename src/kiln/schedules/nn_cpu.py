@@ -63,6 +63,40 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
     _register_block(stage, outer, rows, cols, k)
 
 
+@register_schedule("einsum")
+def schedule_einsum(sch: Schedule, t: Tensor) -> None:
+    """A matmul-like einsum (``kiln.ops.einsum.matmul_roles``) register-blocked as
+    ``nn.matmul``: columns are its last output axis, rows an operand-A axis: a symbolic one
+    (the sequence) with a tail block, or the largest static one taken whole (the three query
+    heads per key head of grouped attention) when the columns are symbolic or no symbolic
+    row axis can be blocked (one decoded token). Other einsums keep the default loop nest."""
+    roles = getattr(t, "matmul_roles", None)
+    if roles is None or len(t.body.axes) != 1:
+        return
+    axes = list(t.axes)
+    j = axes[roles.col]
+    if not _blockable(j.extent, MATMUL_COLS):
+        return
+    stage = sch[t]
+    candidates = [axes[p] for p in roles.rows]
+    static = [ax for ax in candidates if isinstance(ax.extent, int) and ax.extent >= 2]
+    symbolic = [ax for ax in candidates if not isinstance(ax.extent, int)
+                and _blockable(ax.extent, DENSE_ROWS)]
+    # Symbolic columns (the cache length) take a shifted last block: rows with a tail too
+    # would send one decoded token to the version without blocks, so static rows go first.
+    if static and (not isinstance(j.extent, int) or not symbolic):
+        i = max(static, key=lambda ax: ax.extent)
+        rows = stage.split(i, max(_divisors(i.extent, DENSE_ROWS)))
+    elif symbolic:
+        i = symbolic[0]
+        rows = stage.split(i, DENSE_ROWS, tail=True)
+    else:
+        return
+    cols = stage.split(j, MATMUL_COLS, tail="shift")
+    _register_block(stage, [ax for ax in axes if ax is not i and ax is not j], rows, cols,
+                    t.body.axes[0])
+
+
 def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
                     k: IterVar, outer_k: tuple[IterVar, ...] = (),
                     col_blocks: IterVar | None = None, k_unroll: int = 0) -> None:
