@@ -97,9 +97,21 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
                     t.body.axes[0])
 
 
+#: a packed weight larger than this (a core's L2) is streamed once, its column panels outside
+#: the row blocks, rather than once per block of rows (SmolLM2's 576x49152 LM head over 128
+#: prompt tokens: the 113 MB weight read 22 times from memory)
+L2_WEIGHT_BYTES = 1 << 20
+
+
+def _weight_bytes(dense: Tensor) -> int:
+    packed = next(t for t in dense.inputs() if len(t.shape) == 3)
+    return math.prod(packed.shape) * np.dtype(packed.dtype).itemsize
+
+
 def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
                     k: IterVar, outer_k: tuple[IterVar, ...] = (),
-                    col_blocks: IterVar | None = None, k_unroll: int = 0) -> None:
+                    col_blocks: IterVar | None = None, k_unroll: int = 0,
+                    cols_first: bool = False) -> None:
     """``*outer, i_o, j_o, *outer_k, k_o, k_i (unrolled), [col_blocks (unrolled),] i_i
     (unrolled), j_i (vectorized)`` over split rows and columns, the ``[col_blocks ×] i_i × j_i``
     block of accumulators kept local (registers), the reduction unrolled by up to
@@ -108,7 +120,8 @@ def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[Ite
     (io, ii), (jo, ji) = rows, cols
     ko, ki = stage.split(k, max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
     blocks = () if col_blocks is None else (col_blocks,)
-    stage.reorder(*outer, io, jo, *outer_k, ko, ki, *blocks, ii, ji)
+    panels = (jo, io) if cols_first else (io, jo)
+    stage.reorder(*outer, *panels, *outer_k, ko, ki, *blocks, ii, ji)
     stage.unroll(ki)
     for ax in blocks:
         stage.unroll(ax)
@@ -342,7 +355,8 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
-    _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k)
+    _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k,
+                    cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
 
 
 #: Column blocks of a single-row quantized dense's register block, per op. One block (two

@@ -1,0 +1,159 @@
+"""SmolLM2-135M-Instruct: prefill and decode speed, Kiln vs onnxruntime, in one process.
+
+Engines, each on the same ONNX decoder (``kiln.models.smollm2``): onnxruntime fp32, Kiln fp32,
+Kiln with int8 weights and Kiln with q4 (Q4_1) weights (``kiln.llm.kiln_decoder``, VM artifact,
+compiled once and cached). Per engine:
+
+- prefill: one call on a prompt of N random tokens (past 0), median of ``--repeat`` calls;
+- decode: a cache of P positions (random values), then ``--steps`` single-token steps, each
+  feeding back the cache the previous step returned (Kiln appends in place; onnxruntime's
+  Concat copies), median step time → tokens/s;
+- memory: peak RSS of the process after the engine ran (it only grows) and the RSS then.
+
+The engines are timed in alternating rounds (all engines at one shape, then the next shape,
+``--rounds`` times, best round reported) so that load on a shared machine hits them alike.
+Ratios are onnxruntime's time over the engine's (above 1: faster than onnxruntime fp32).
+
+    .venv/bin/python benchmarks/llm.py [--threads 1] [--engines ort,fp32,int8,q4]
+                                       [--prefill 16,128,512] [--past 16,256,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENGINES = ("ort", "fp32", "int8", "q4")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--prefill", default="16,128,512", help="prompt lengths")
+    p.add_argument("--past", default="16,256,1024", help="cache lengths for decode")
+    p.add_argument("--steps", type=int, default=16, help="decode steps per measurement")
+    p.add_argument("--repeat", type=int, default=3, help="prefill calls per measurement")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--target", default="llvm -mcpu=native")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    return p.parse_args(argv)
+
+
+def _rss_mib() -> tuple[float, float]:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/statm") as f:
+        now = int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    return peak, now
+
+
+def _load(name: str, path: Path, args) -> object:
+    from kiln.llm import kiln_decoder, ort_decoder
+
+    if name == "ort":
+        return ort_decoder(path, args.threads)
+    return kiln_decoder(path, args.target, None if name == "fp32" else name)
+
+
+def prefill_ms(dec, n: int, repeat: int, rng) -> float:
+    ids = rng.integers(100, 40000, (1, n)).astype(np.int64)
+    feeds = (ids, np.ones((1, n), np.int64), np.arange(n)[None])
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        dec(*feeds, dec.empty_cache(1))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def decode_tokens_per_s(dec, past_len: int, steps: int, rng) -> float:
+    g, d = dec.kv_shape
+    past = [rng.standard_normal((past_len, 1, g, d)).astype(np.float32)
+            for _ in range(dec.num_cache_tensors)]
+    token = np.array([[1234]])
+    times = []
+    for s in range(steps + 1):
+        total = past_len + s + 1
+        start = time.perf_counter()
+        logits, past = dec(token, np.ones((1, total), np.int64), np.array([[total - 1]]), past)
+        times.append(time.perf_counter() - start)
+        token = logits[:, -1:].argmax(-1)
+    return 1.0 / statistics.median(times[1:])  # the first step copies a foreign cache
+
+
+def main(argv=None) -> int:
+    import os
+
+    args = parse_args(argv)
+    os.environ["KILN_NUM_THREADS"] = str(args.threads)
+    from kiln.models import smollm2
+
+    path = smollm2()
+    engines = [e for e in args.engines.split(",") if e]
+    prefills = [int(x) for x in args.prefill.split(",") if x]
+    pasts = [int(x) for x in args.past.split(",") if x]
+    decoders, memory = {}, {}
+    for name in engines:
+        decoders[name] = _load(name, path, args)
+        prefill_ms(decoders[name], 8, 1, np.random.default_rng(0))  # warm up
+        memory[name] = _rss_mib()
+    rng = np.random.default_rng(0)
+    best: dict[tuple, float] = {}
+    for _ in range(args.rounds):
+        for n in prefills:
+            for name in engines:
+                ms = prefill_ms(decoders[name], n, args.repeat, rng)
+                best[(name, "prefill", n)] = min(best.get((name, "prefill", n), ms), ms)
+        for p in pasts:
+            for name in engines:
+                tps = decode_tokens_per_s(decoders[name], p, args.steps, rng)
+                best[(name, "decode", p)] = max(best.get((name, "decode", p), tps), tps)
+    for name in engines:
+        memory[name] = memory[name] + (_rss_mib()[0],)
+    report = _table(engines, prefills, pasts, best, memory, args)
+    print(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"llm-{args.threads}t.md").write_text(report + "\n")
+    (out / f"llm-{args.threads}t.json").write_text(json.dumps(
+        {f"{k[0]}:{k[1]}:{k[2]}": v for k, v in best.items()}, indent=1))
+    return 0
+
+
+def _table(engines, prefills, pasts, best, memory, args) -> str:
+    names = {"ort": "onnxruntime fp32", "fp32": "Kiln fp32", "int8": "Kiln int8 weights",
+             "q4": "Kiln q4 weights"}
+    lines = [f"SmolLM2-135M-Instruct, {args.threads} thread(s), target '{args.target}'", "",
+             "| engine | " + " | ".join(f"prefill {n} (ms)" for n in prefills) + " | "
+             + " | ".join(f"decode @{p} (tok/s)" for p in pasts)
+             + " | RSS after load / peak (MiB) |",
+             "|---" * (2 + len(prefills) + len(pasts)) + "|"]
+    ref = "ort" if "ort" in engines else None
+    for name in engines:
+        cells = []
+        for n in prefills:
+            ms = best[(name, "prefill", n)]
+            ratio = f" ({best[(ref, 'prefill', n)] / ms:.2f}×)" if ref and name != ref else ""
+            cells.append(f"{ms:.0f}{ratio}")
+        for p in pasts:
+            tps = best[(name, "decode", p)]
+            ratio = f" ({tps / best[(ref, 'decode', p)]:.2f}×)" if ref and name != ref else ""
+            cells.append(f"{tps:.1f}{ratio}")
+        cells.append(f"{memory[name][1]:.0f} / {memory[name][2]:.0f}")
+        lines.append(f"| {names[name]} | " + " | ".join(cells) + " |")
+    if "fp32" in engines and len(pasts) > 1:
+        growth = best[("fp32", "decode", pasts[0])] / best[("fp32", "decode", pasts[-1])]
+        lines += ["", f"Kiln fp32 decode step at past {pasts[-1]} / at past {pasts[0]}: "
+                  + f"{growth:.2f}"]
+    lines += ["", "(×: speed relative to onnxruntime fp32; above 1 is faster)"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
