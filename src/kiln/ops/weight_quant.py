@@ -31,20 +31,34 @@ def dense_q8(inputs, attrs, out_type):
 
 @register_compute("nn.dense_q4")
 def dense_q4(inputs, attrs, out_type):
-    """``out[i, j] = Σ_{kb, ki} data[i, k] · (d[j // b, kb, j % b] · q + m[j // b, kb, j % b])``
-    with ``k = 32 kb + ki`` and ``q`` the nibble ``ki % 2`` of byte ``[j // b, k // 2, j % b]``;
-    the reduction runs over the block ``kb`` and its 32 values ``ki``."""
+    """``out[i, j] = Σ_kb (d[j // b, kb, j % b] · Σ_ki xq[i, k] · float(byte & mask) +
+    m[j // b, kb, j % b] · xsum[i, kb])`` with ``k = 32 kb + ki``, ``byte`` the byte
+    ``[j // b, k // 2, j % b]`` holding ``q[j, k]`` in its nibble ``k % 2``, ``mask`` that nibble
+    in place (15 or 240) and ``xq[i, k] = data[i, k] / 16^(k % 2)`` (the high nibble is read as
+    ``16 q`` without a shift, exactly compensated), ``xsum[i, kb] = Σ_ki data[i, k]``: per
+    weight one mask, one widening and one multiply-add into the block's partial sum; ``d`` and
+    ``m`` once per block (:func:`kiln.ir.te.block_sum`). ``xq`` and ``xsum`` are per row, shared
+    by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``)."""
     data, qweight, d, m = inputs
-    kb = te.reduce_axis(data.shape[1] // Q4_BLOCK, "kb")
+    rows, k = data.shape
+    r = te.reduce_axis(Q4_BLOCK, "r")
+    xsum = te.compute((rows, k // Q4_BLOCK), lambda i, kb: te.sum(
+        data[i, kb * Q4_BLOCK + r.var], [r]), name="dense_q4_xsum", tag="dense_q4_xsum")
+    # 1 for even k, 1/16 for odd k (exact: a power of two)
+    xq = te.compute((rows, k), lambda i, kk: data[i, kk] * (
+        L.Cast("float32", kk % 2) * L.const(-15 / 16, "float32") + L.const(1.0, "float32")),
+        name="dense_q4_x", tag="dense_q4_x")
+    kb = te.reduce_axis(k // Q4_BLOCK, "kb")
     ki = te.reduce_axis(Q4_BLOCK, "ki")
     b = qweight.shape[2]
 
     def body(i, j):
         byte = qweight[j // b, kb.var * (Q4_BLOCK // 2) + ki.var // 2, j % b]
-        shift = L.Cast("int32", (ki.var % 2) * 4)
-        nibble = L.Binary("&", L.Binary(">>", L.Cast("int32", byte), shift),
-                          L.const(15, "int32"))
-        w = d[j // b, kb.var, j % b] * L.Cast("float32", nibble) + m[j // b, kb.var, j % b]
-        return te.sum(data[i, kb.var * Q4_BLOCK + ki.var] * w, [kb, ki])
+        mask = L.Binary("<<", L.const(15, "int32"), L.Cast("int32", (ki.var % 2) * 4))
+        nibble = L.Binary("&", L.Cast("int32", byte), mask)
+        x = xq[i, kb.var * Q4_BLOCK + ki.var]
+        block = (j // b, kb.var, j % b)
+        return te.block_sum(x * L.Cast("float32", nibble), [kb], [ki],
+                            lambda part: d[block] * part + m[block] * xsum[i, kb.var])
 
     return te.compute(out_type.shape, body, name="dense_q4", tag="dense_q4")
