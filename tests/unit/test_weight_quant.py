@@ -19,9 +19,11 @@ from kiln.ir.ops.weight_quant import (
     dense_q4_weight,
     dense_q8_weight,
     dequantize_q4_1,
+    pack_nibble_words,
     pack_nibbles,
     quantize_int8,
     quantize_q4_1,
+    unpack_nibble_words,
     unpack_nibbles,
 )
 from kiln.passes.graph.quantize_weights import quantize_weights
@@ -112,6 +114,16 @@ def test_packing_round_trips(block):
     np.testing.assert_array_equal(unpack_nibbles(packed), q)
     q8, _ = quantize_int8(_weight(32, 64))
     np.testing.assert_array_equal(unpack_dense_weight(pack_dense_weight(q8, block)), q8)
+
+
+@pytest.mark.parametrize("block", [4, 16])
+def test_nibble_words_round_trip(block):
+    q = RNG.integers(0, 16, (32, 64), dtype=np.uint8)
+    packed = pack_nibble_words(q, block)
+    assert packed.shape == (32 // block, 8, block) and packed.dtype == np.uint32
+    # channel 1, k = 8..15: k % 8 in bits 4 (k % 8)
+    assert packed[0, 1, 1] == sum(int(q[1, 8 + p]) << (4 * p) for p in range(8))
+    np.testing.assert_array_equal(unpack_nibble_words(packed), q)
 
 
 def _dense_model(n: int, k: int, rows=3, bias: bool = True) -> tuple[Function, np.ndarray]:

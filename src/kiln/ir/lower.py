@@ -8,6 +8,10 @@ A :class:`Schedule` holds one :class:`Stage` per computed tensor. Stage primitiv
   *decomposed* (TVM's ``decompose_reduction``): the output is initialized under the leading spatial
   loops, then updated in place in the requested order.
 
+A nested sum (:func:`kiln.ir.te.block_sum`) accumulates each block's partial sum in a second
+local accumulator of the same shape, initialized under the block's outer reduce loops and added
+to the first through the block step after its inner loops; it needs the accumulator forms.
+
 Loop-level primitives (parallel, fuse, unroll, ...) act on the lowered PrimFunc (kiln.schedules).
 """
 
@@ -120,6 +124,12 @@ class Stage:
         for ax in self.root_axes():
             leaves(ax)
         return out
+
+    def leaves_of(self, ax: IterVar) -> list[IterVar]:
+        """The leaf axes that ``ax`` was split into (``[ax]`` when it was not split)."""
+        if id(ax) not in self.splits:
+            return [ax]
+        return [leaf for sub in self.splits[id(ax)] for leaf in self.leaves_of(sub)]
 
     def index_of(self, ax: IterVar, leaf_vars: dict[int, L.Var],
                  clamp: bool = False) -> L.PrimExpr:
@@ -349,19 +359,25 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
     if all(ax.kind == "reduce" for ax in rest):
         # Accumulate in a register-like local scalar; store once.
         acc = L.Buffer(f"{t.name}_acc", (1,), t.dtype, scope="local")
-        update = L.BufferStore(acc, _combine(red.combiner, acc[0], source), [L.IntImm(0)])
+        if red.block is not None:
+            update = _block_update(stage, acc, [], rest, lv, vmap_for, source, expand)
+        else:
+            update = L.BufferStore(acc, _combine(red.combiner, acc[0], source), [L.IntImm(0)])
+            update = _loops(rest, lv, update, kinds)
         if epilogue is not None:
             store = L.BufferStore(epilogue.out_buf, epilogue.apply(acc[0], out_idx), out_idx)
         else:
             store = L.BufferStore(buf, acc[0], out_idx)
         store = guarded(store)
-        inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]), _loops(rest, lv, update, kinds),
-                      store)
+        inner = L.seq(L.BufferStore(acc, init, [L.IntImm(0)]), update, store)
         return _loops(prefix, lv, L.Allocate(acc, inner), kinds)
     block = [ax for ax in rest if ax.kind == "spatial"]
     if stage.local_accumulator:
         return _loops(prefix, lv, _local_block(stage, buf, block, lv, vmap_for, source, init,
-                                               epilogue), kinds)
+                                               epilogue, expand), kinds)
+    if red.block is not None:
+        raise ScheduleError(f"{t.name}: a nested sum needs its reduction accumulated locally "
+                            "(all reduce loops innermost, or cache_write_local)")
     if stage.tails or stage.shifted:  # (a shifted block accumulating in place would add twice)
         raise ScheduleError(f"{t.name}: a split with a tail needs the reduction accumulated "
                             "locally (cache_write_local)")
@@ -387,7 +403,7 @@ def _stage_nest(stage: Stage, buf: L.Buffer, expand, epilogue: _Epilogue | None 
 
 
 def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for, source,
-                 init, epilogue: _Epilogue | None) -> L.Stmt:
+                 init, epilogue: _Epilogue | None, expand) -> L.Stmt:
     """Init a local accumulator block, reduce into it, write it out (through the epilogue)."""
     t = stage.tensor
     red = t.body
@@ -395,8 +411,12 @@ def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for
     order = stage.all_axes()
     rest = order[next(i for i, ax in enumerate(order) if ax.kind == "reduce"):]
     acc_idx = [lv[id(ax)] for ax in block]
-    update = L.BufferStore(acc, _combine(red.combiner, L.BufferLoad(acc, acc_idx), source),
-                           acc_idx)
+    if red.block is not None:
+        reduction = _block_update(stage, acc, block, rest, lv, vmap_for, source, expand)
+    else:
+        update = L.BufferStore(acc, _combine(red.combiner, L.BufferLoad(acc, acc_idx), source),
+                               acc_idx)
+        reduction = _loops(rest, lv, update, stage.kinds)
 
     def block_nest(suffix: str, make_store, guard: bool = False) -> L.Stmt:
         bv = dict(lv)
@@ -420,4 +440,49 @@ def _local_block(stage: Stage, buf: L.Buffer, block: list[IterVar], lv, vmap_for
     else:
         store = block_nest("store", lambda o, a: L.BufferStore(buf, L.BufferLoad(acc, a), o),
                            guard=True)
-    return L.Allocate(acc, L.seq(init_nest, _loops(rest, lv, update, stage.kinds), store))
+    return L.Allocate(acc, L.seq(init_nest, reduction, store))
+
+
+def _block_update(stage: Stage, acc: L.Buffer, block: list[IterVar], rest: list[IterVar], lv,
+                  vmap_for, source: L.PrimExpr, expand) -> L.Stmt:
+    """The loops ``rest`` of a nested sum (:func:`kiln.ir.te.block_sum`) adding into ``acc``
+    (over the spatial ``block`` axes, ``[]`` for a scalar): under the outer reduce loops, a
+    second accumulator of ``acc``'s shape sums the source over the inner loops, then ``acc``
+    takes the block step of it.
+
+    Raises
+    ------
+    ScheduleError
+        An inner reduce loop or a spatial loop runs outside an outer reduce loop.
+    """
+    t = stage.tensor
+    red = t.body
+    inner_ids = {id(leaf) for ax in red.block.inner for leaf in stage.leaves_of(ax)}
+    outer_ids = {id(leaf) for ax in red.axes if all(ax is not i for i in red.block.inner)
+                 for leaf in stage.leaves_of(ax)}
+    cut = max((k + 1 for k, ax in enumerate(rest) if id(ax) in outer_ids), default=0)
+    if any(id(ax) not in outer_ids for ax in rest[:cut]):
+        raise ScheduleError(f"{t.name}: the loops of a nested sum's inner axes and of the "
+                            "accumulator block must run inside its outer reduce loops, got "
+                            f"{[ax.name for ax in rest]}")
+    assert all(id(ax) in inner_ids or ax.kind == "spatial" for ax in rest[cut:]), \
+        "a nested sum's loops are its outer, inner and spatial axes"
+    part = L.Buffer(f"{t.name}_part", acc.shape, t.dtype, scope="local")
+
+    def block_nest(suffix: str, make_store) -> L.Stmt:
+        bv = dict(lv)
+        bv.update({id(ax): L.Var(f"{t.name}_{ax.name}_{suffix}") for ax in block})
+        idx = [bv[id(ax)] for ax in block] or [L.IntImm(0)]
+        return _loops(block, bv, make_store(bv, idx), stage.kinds)
+
+    init = block_nest("part", lambda _, a: L.BufferStore(part, L.const(0, t.dtype), a))
+    part_idx = [lv[id(ax)] for ax in block] or [L.IntImm(0)]
+    update = L.BufferStore(part, L.BufferLoad(part, part_idx) + source, part_idx)
+
+    def step(bv, a) -> L.Stmt:
+        value = L.substitute(expand(red.block.expr), vmap_for(bv, clamp=True))
+        value = L.substitute(value, {red.block.var: L.BufferLoad(part, a)})
+        return L.BufferStore(acc, L.BufferLoad(acc, a) + value, a)
+
+    body = L.seq(init, _loops(rest[cut:], lv, update, stage.kinds), block_nest("step", step))
+    return _loops(rest[:cut], lv, L.Allocate(part, body), stage.kinds)

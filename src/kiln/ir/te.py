@@ -3,7 +3,8 @@
 A :class:`Tensor` is produced by a placeholder or by :func:`compute`, whose body is a scalar loop-IR
 expression over the tensor's axis variables; ``T[i, j]`` inside a body reads another tensor.
 Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`prod_reduce` / :func:`max_reduce` /
-:func:`min_reduce` at the top of a body. ``kiln.ir.lower`` turns a schedule over these stages into
+:func:`min_reduce` at the top of a body; :func:`block_sum` nests one sum in another (a partial sum
+per block of the reduction, scaled once per block). ``kiln.ir.lower`` turns a schedule over these stages into
 a :class:`~kiln.ir.loop.PrimFunc`.
 """
 
@@ -103,13 +104,25 @@ class TensorLoad(L.PrimExpr):
 
 
 @dataclass(eq=False)
+class BlockStep:
+    """The per-block step of a :func:`block_sum`: the reduction adds ``expr`` once per value of
+    its outer axes, with ``var`` standing for the partial sum over ``inner`` of the source."""
+
+    inner: list[IterVar]
+    var: L.Var
+    expr: L.PrimExpr
+
+
+@dataclass(eq=False)
 class Reduce:
-    """A reduction at the top of a compute body: ``combiner`` in {"sum", "prod", "max", "min"}."""
+    """A reduction at the top of a compute body: ``combiner`` in {"sum", "prod", "max", "min"};
+    ``block`` makes a sum nested (:func:`block_sum`)."""
 
     combiner: str
     source: L.PrimExpr
     axes: list[IterVar]
     init: L.PrimExpr
+    block: BlockStep | None = None
 
     @property
     def dtype(self) -> str:
@@ -154,6 +167,8 @@ class Tensor:
         if isinstance(self.body, Reduce):
             L.map_expr(self.body.source, visit)
             L.map_expr(self.body.init, visit)
+            if self.body.block is not None:
+                L.map_expr(self.body.block.expr, visit)
         elif self.body is not None:
             L.map_expr(self.body, visit)
         return list(found.values())
@@ -183,6 +198,23 @@ def _reduce(combiner: str, source: L.PrimExpr, axis, init: float) -> Reduce:
 
 def sum(source: L.PrimExpr, axis) -> Reduce:
     return _reduce("sum", source, axis, 0)
+
+
+def block_sum(source: L.PrimExpr, outer: list[IterVar], inner: list[IterVar],
+              step: Callable[[L.PrimExpr], L.PrimExpr]) -> Reduce:
+    """``Σ_outer step(Σ_inner source)``: a sum over blocks of a reduction, each block's partial
+    sum over the ``inner`` axes passed through ``step`` (a scale and an offset per block: the
+    Q4_1 dense's ``d · Σ x·q + m · Σ x``) before it is added.
+
+    The lowering (:mod:`kiln.ir.lower`) keeps the partial sums in a second accumulator: the
+    ``inner`` axes' loops must all run inside the ``outer`` ones, with no spatial loop between
+    the first reduce loop and the last outer one. ``axes`` of the result lists ``outer`` then
+    ``inner``.
+    """
+    var = L.Var("block_sum", source.dtype)
+    expr = step(var)
+    return Reduce("sum", source, list(outer) + list(inner), L.const(0, source.dtype),
+                  BlockStep(list(inner), var, expr))
 
 
 def prod_reduce(source: L.PrimExpr, axis) -> Reduce:

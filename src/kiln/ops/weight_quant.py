@@ -13,7 +13,7 @@ from __future__ import annotations
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
-from kiln.ir.ops.weight_quant import Q4_BLOCK
+from kiln.ir.ops.weight_quant import Q4_BLOCK, Q4_WORD
 
 
 @register_compute("nn.dense_q8")
@@ -29,22 +29,49 @@ def dense_q8(inputs, attrs, out_type):
                       name="dense_q8_scale", tag="elemwise")
 
 
+def _nibble_scale(p: L.PrimExpr) -> L.PrimExpr:
+    """``16^-p`` for ``p`` in 0..6, exact (float32), as a chain of selects."""
+    value: L.PrimExpr = L.const(1.0, "float32")
+    for s in range(1, Q4_WORD - 1):
+        value = L.Select(L.eq(p, s), L.const(16.0 ** -s, "float32"), value)
+    return value
+
+
 @register_compute("nn.dense_q4")
 def dense_q4(inputs, attrs, out_type):
-    """``out[i, j] = Σ_{kb, ki} data[i, k] · (d[j // b, kb, j % b] · q + m[j // b, kb, j % b])``
-    with ``k = 32 kb + ki`` and ``q`` the nibble ``ki % 2`` of byte ``[j // b, k // 2, j % b]``;
-    the reduction runs over the block ``kb`` and its 32 values ``ki``."""
+    """``out[i, j] = Σ_kb (d[j // b, kb, j % b] · Σ_ki xq[i, k] · float(nib) + m[j // b, kb,
+    j % b] · xsum[i, kb])`` with ``k = 32 kb + ki``, ``p = k % 8``, ``word`` the uint32
+    ``[j // b, k // 8, j % b]`` holding ``q[j, k]`` at bits ``4 p``:
+
+    - ``nib = word & (15 << 4 p) = 16^p q`` for ``p < 7`` (no shift: the weight's power of 16
+      is compensated by ``xq[i, k] = data[i, k] / 16^p``, exactly), ``nib = word >> 28 = q``
+      for ``p = 7`` (``xq = data``);
+    - ``xsum[i, kb] = Σ_ki data[i, k]``.
+
+    Per weight one mask, one int→float conversion and one multiply-add into the block's partial
+    sum (:func:`kiln.ir.te.block_sum`); ``d`` and ``m`` once per block. ``xq`` and ``xsum`` are
+    per row, shared by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``)."""
     data, qweight, d, m = inputs
-    kb = te.reduce_axis(data.shape[1] // Q4_BLOCK, "kb")
+    rows, k = data.shape
+    r = te.reduce_axis(Q4_BLOCK, "r")
+    xsum = te.compute((rows, k // Q4_BLOCK), lambda i, kb: te.sum(
+        data[i, kb * Q4_BLOCK + r.var], [r]), name="dense_q4_xsum", tag="dense_q4_xsum")
+    xq = te.compute((rows, k), lambda i, kk: data[i, kk] * _nibble_scale(kk % Q4_WORD),
+                    name="dense_q4_x", tag="dense_q4_x")
+    kb = te.reduce_axis(k // Q4_BLOCK, "kb")
     ki = te.reduce_axis(Q4_BLOCK, "ki")
     b = qweight.shape[2]
+    words = Q4_BLOCK // Q4_WORD
 
     def body(i, j):
-        byte = qweight[j // b, kb.var * (Q4_BLOCK // 2) + ki.var // 2, j % b]
-        shift = L.Cast("int32", (ki.var % 2) * 4)
-        nibble = L.Binary("&", L.Binary(">>", L.Cast("int32", byte), shift),
-                          L.const(15, "int32"))
-        w = d[j // b, kb.var, j % b] * L.Cast("float32", nibble) + m[j // b, kb.var, j % b]
-        return te.sum(data[i, kb.var * Q4_BLOCK + ki.var] * w, [kb, ki])
+        word = qweight[j // b, kb.var * words + ki.var // Q4_WORD, j % b]
+        p = ki.var % Q4_WORD
+        shift = L.Cast("uint32", (p // (Q4_WORD - 1)) * 28)  # 28 for the top nibble, else 0
+        mask = L.Binary("<<", L.const(15, "uint32"), L.Cast("uint32", (p % (Q4_WORD - 1)) * 4))
+        nibble = L.Cast("int32", L.Binary("&", L.Binary(">>", word, shift), mask))
+        x = xq[i, kb.var * Q4_BLOCK + ki.var]
+        block = (j // b, kb.var, j % b)
+        return te.block_sum(x * L.Cast("float32", nibble), [kb], [ki],
+                            lambda part: d[block] * part + m[block] * xsum[i, kb.var])
 
     return te.compute(out_type.shape, body, name="dense_q4", tag="dense_q4")

@@ -381,6 +381,9 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
     i, j = dense.axes
     *outer_k, k = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    for t in dense.inputs():
+        if t.tag == "dense_q4_x":  # the rescaled activations: once per row, not per weight
+            sch[t].compute_root()
     stage = sch[dense]
     rows = _dense_rows(stage, i)
     jo, ji = stage.split(j, block)

@@ -9,9 +9,11 @@ dequantized inside the kernel (the activations stay float32):
   ``dense_pack`` layout); ``scale`` float32 ``[N]``.
   ``y[m, n] = scale[n] · Σ_k x[m, k] · float(q[n, k])``.
 - ``nn.dense_q4(data, qweight, d, m)``: GGUF's Q4_1 blocks (32 consecutive ``k`` of one output
-  channel, ``w ≈ d · q + m`` with ``q`` in 0..15). ``qweight`` uint8 ``[N/b, K/2, b]``: the byte
-  at ``[n // b, k // 2, n % b]`` holds ``q[n, k]`` in its low nibble for even ``k`` and in its
-  high nibble for odd ``k``; ``d`` and ``m`` float32 ``[N/b, K/32, b]`` (block ``k // 32``).
+  channel, ``w ≈ d · q + m`` with ``q`` in 0..15). ``qweight`` uint32 ``[N/b, K/8, b]``: the
+  word at ``[n // b, k // 8, n % b]`` holds ``q[n, k]`` in its bits ``4 (k % 8)`` to
+  ``4 (k % 8) + 3`` (:func:`pack_nibble_words`: one 32-bit lane per output channel, so a
+  vector load brings eight ``k`` of ``b`` channels and a mask isolates one ``k``); ``d`` and
+  ``m`` float32 ``[N/b, K/32, b]`` (block ``k // 32``).
   ``y[m, n] = Σ_k x[m, k] · (d[n, k // 32] · q[n, k] + m[n, k // 32])``.
 
 The Q4_1 format is ggml's (llama.cpp ``ggml/src/ggml-quants.c``, ``quantize_row_q4_1_ref`` and
@@ -125,6 +127,26 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
     return q
 
 
+#: nibbles of one ``nn.dense_q4`` weight word (``k`` of one output channel)
+Q4_WORD = 8
+
+
+def pack_nibble_words(q: np.ndarray, block: int) -> np.ndarray:
+    """uint8 ``[N, K]`` in 0..15 → uint32 ``[N/b, K/8, b]``, ``q[n, k]`` at bits ``4 (k % 8)``
+    of word ``[n // b, k // 8, n % b]`` (``nn.dense_q4``'s ``qweight``)."""
+    n, k = q.shape
+    nib = q.reshape(n, k // Q4_WORD, Q4_WORD).astype(np.uint32)
+    words = np.bitwise_or.reduce(nib << (4 * np.arange(Q4_WORD, dtype=np.uint32)), axis=2)
+    return pack_dense_weight(words.astype(np.uint32), block)
+
+
+def unpack_nibble_words(packed: np.ndarray) -> np.ndarray:
+    """uint32 ``[N/b, K/8, b]`` → uint8 ``[N, K]`` (the inverse of :func:`pack_nibble_words`)."""
+    words = unpack_dense_weight(packed)
+    nib = (words[..., None] >> (4 * np.arange(Q4_WORD, dtype=np.uint32))) & 15
+    return nib.reshape(words.shape[0], -1).astype(np.uint8)
+
+
 def dense_q8_weight(qweight: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """The float32 ``[N, K]`` weight that ``nn.dense_q8`` operands stand for."""
     return unpack_dense_weight(qweight).astype(np.float32) * scale[:, None]
@@ -132,7 +154,7 @@ def dense_q8_weight(qweight: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 def dense_q4_weight(qweight: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:
     """The float32 ``[N, K]`` weight that ``nn.dense_q4`` operands stand for."""
-    return dequantize_q4_1(unpack_nibbles(qweight), unpack_dense_weight(d),
+    return dequantize_q4_1(unpack_nibble_words(qweight), unpack_dense_weight(d),
                            unpack_dense_weight(m))
 
 
@@ -179,7 +201,7 @@ def _dense_q4_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     k = data.shape[1]
     if not isinstance(k, int) or k % Q4_BLOCK:
         raise ShapeError(f"dense_q4: K must be a multiple of {Q4_BLOCK}, got {k}")
-    _expect(qweight, "uint8", (nb, k // 2, b), "qweight")
+    _expect(qweight, "uint32", (nb, k // Q4_WORD, b), "qweight")
     _expect(d, "float32", (nb, k // Q4_BLOCK, b), "d")
     _expect(m, "float32", (nb, k // Q4_BLOCK, b), "m")
     return TensorType((data.shape[0], nb * b), "float32")

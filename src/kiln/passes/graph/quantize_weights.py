@@ -24,7 +24,7 @@ from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.ops.nn import pack_dense_weight
 from kiln.ir.ops.weight_quant import (
     Q4_BLOCK,
-    pack_nibbles,
+    pack_nibble_words,
     quantize_int8,
     quantize_q4_1,
 )
@@ -92,6 +92,6 @@ def _quantized_dense(call: Call, args: list[Expr], mode: str) -> Call:
         operands = [const(pack_dense_weight(q, block), "q8"), const(scale, "scale")]
         return Call("nn.dense_q8", [data, *operands], {}, call.span)
     q, d, m = quantize_q4_1(w)
-    operands = [const(pack_nibbles(q, block), "q4"), const(pack_dense_weight(d, block), "d"),
+    operands = [const(pack_nibble_words(q, block), "q4"), const(pack_dense_weight(d, block), "d"),
                 const(pack_dense_weight(m, block), "m")]
     return Call("nn.dense_q4", [data, *operands], {}, call.span)
