@@ -39,7 +39,7 @@ def test_contiguous_register_block_update_is_vectorized():
 
 def test_what_stays_scalar():
     a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (64,), "float32")
-    strided = L.BufferStore(a, b[V * 2], [V])
+    strided_store = L.BufferStore(b, a[V], [V * 2])
     value_of_v = L.BufferStore(a, L.Cast("float32", V), [V])
     lane_cond = L.BufferStore(a, L.Select(V < 3, b[V], L.FloatImm(0.0)), [V])
     ints = L.Buffer("n", (32,), "int32")
@@ -50,8 +50,16 @@ def test_what_stays_scalar():
     guarded_load = L.BufferStore(a, L.Select(b[V] > 0.0, b[V * 2], L.FloatImm(0.0)), [V])
     longs = L.Buffer("l", (64,), "int64")
     widening = L.BufferStore(longs, L.Cast("int64", a[V]), [V])  # float32 lanes → int64
-    for body in (strided, value_of_v, lane_cond, int_div, bools, guarded_load, widening):
+    for body in (strided_store, value_of_v, lane_cond, int_div, bools, guarded_load, widening):
         assert vector_width(loop(body), 512) == 0, body
+
+
+def test_strided_loads_become_lane_by_lane_gathers():
+    """A load that does not move contiguously with the lanes (attention's keys read one
+    sequence position per lane) is loaded lane by lane into a vector; the store stays
+    contiguous."""
+    a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (128,), "float32")
+    assert vector_width(loop(L.BufferStore(a, b[V * 2] * 2.0, [V])), 512) == 16
 
 
 def test_fast_exp_lane_vocabulary_is_vectorized():
