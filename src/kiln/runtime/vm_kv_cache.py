@@ -67,19 +67,21 @@ class AppendBuffer:
         return {"shape": (self.capacity, *self.row_shape), "typestr": np.dtype(self.dtype).str,
                 "data": (self.address, False), "version": 3}
 
-    def rows(self, n: int) -> NDArray:
-        """A read-only NDArray of rows ``[0, n)`` (``_owner``: this buffer)."""
-        arr = np.asarray(self)[:n]
+    def rows(self, n: int, full: np.ndarray | None = None) -> NDArray:
+        """A read-only NDArray of rows ``[0, n)`` (``_owner``: this buffer); ``full`` is
+        ``np.asarray(self)`` when the caller has it."""
+        arr = (np.asarray(self) if full is None else full)[:n]
         arr.flags.writeable = False
         out = NDArray._checked(arr, self.dtype, _CPU)
         out._owner = self
         return out
 
-    def holds(self, t: NDArray) -> bool:
-        """True when ``t`` is exactly the rows ``[0, filled)`` of this buffer."""
+    def holds(self, t: NDArray, address: int) -> bool:
+        """True when ``t`` (at ``address``) is exactly the rows ``[0, filled)`` of this
+        buffer."""
         arr = t._arr
         return (arr.shape[0] == self.filled and arr.shape[1:] == self.row_shape
-                and t.dtype == self.dtype and t.data_ptr == self.address)
+                and t.dtype == self.dtype and address == self.address)
 
 
 class KVCache:
@@ -114,14 +116,16 @@ class KVCache:
             raise ShapeError(f"vm.builtin.kv_append: cannot append {new.dtype}"
                              f"{list(n_arr.shape)} to {past.dtype}{list(p_arr.shape)}")
         rows, extra = p_arr.shape[0], n_arr.shape[0]
-        buf = self._buffers.get(past.data_ptr) if p_arr.size else None
-        if buf is None or not buf.holds(past) or rows + extra > buf.capacity:
+        address = past.data_ptr if p_arr.size else 0
+        buf = self._buffers.get(address) if p_arr.size else None
+        if buf is None or not buf.holds(past, address) or rows + extra > buf.capacity:
             buf = self._grown(past, rows + extra)
         else:
             self.appends += 1
-        np.asarray(buf)[rows:rows + extra] = n_arr
+        full = np.asarray(buf)
+        full[rows:rows + extra] = n_arr
         buf.filled = rows + extra
-        return buf.rows(rows + extra)
+        return buf.rows(rows + extra, full)
 
     def _grown(self, past: NDArray, need: int) -> AppendBuffer:
         """A new buffer with room for ``need`` rows, holding a copy of ``past``."""
