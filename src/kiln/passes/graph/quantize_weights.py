@@ -6,7 +6,10 @@ at least :data:`MIN_DIM` becomes
 
 - mode ``"int8"``: ``nn.dense_q8(x, q, scale)``, symmetric int8 per output channel;
 - mode ``"q4"``: ``nn.dense_q4(x, q, d, m)``, GGUF Q4_1 blocks of 32 ``k`` (a weight whose ``K``
-  is not a multiple of 32 stays float32: no padding);
+  is not a multiple of 32 stays float32: no padding). A vocabulary projection (at least
+  :data:`Q4_HEAD_CHANNELS` output channels) gets int8 instead, as llama.cpp's 4-bit files keep
+  their output head at 6 or 8 bits: SmolLM2 with a 4-bit head answered "What is the capital of
+  France?" with "L'Étoile", with an int8 head "Paris", as onnxruntime on the float model;
 
 with the quantized weight packed here, in numpy, in blocks of output channels as
 AlterOpLayout packs float ones (``dense_pack``: two SIMD vectors of the current target). ONNX
@@ -37,6 +40,9 @@ MODES = ("int8", "q4")
 #: Weights with fewer output channels or reduction steps stay float32: the bytes saved are few
 #: and the quantization error of small layers (heads, gates) weighs more.
 MIN_DIM = 64
+#: in mode "q4", weights with this many output channels or more (an LM head over a vocabulary)
+#: are quantized to int8
+Q4_HEAD_CHANNELS = 16384
 
 
 def quantize_weights(func: Function, mode: str) -> Function:
@@ -87,7 +93,7 @@ def _quantized_dense(call: Call, args: list[Expr], mode: str) -> Call:
     def const(value, suffix: str) -> Constant:
         return Constant(value, f"{weight.name}_{suffix}" if weight.name else None)
 
-    if mode == "int8":
+    if mode == "int8" or w.shape[0] >= Q4_HEAD_CHANNELS:
         q, scale = quantize_int8(w)
         operands = [const(pack_dense_weight(q, block), "q8"), const(scale, "scale")]
         return Call("nn.dense_q8", [data, *operands], {}, call.span)
