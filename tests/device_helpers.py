@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,19 @@ def riscv_missing() -> str | None:
         if shutil.which(tool) is None:
             return tool
     return None if os.path.isdir(SYSROOT) else SYSROOT
+
+
+def use_riscv_device(monkeypatch, cache: Path) -> None:
+    """Skip unless the riscv64 device path is installed; else make ``jit`` kernels compile
+    with :data:`RISCV_CC` into the fresh cache ``cache`` (no launcher, flags or cache opt-out
+    from the environment)."""
+    missing = riscv_missing()
+    if missing:
+        pytest.skip(f"the riscv64 device path needs {missing} (make test installs it)")
+    for var in ("KILN_DEVICE_CFLAGS", "KILN_DEVICE_LAUNCHER", "KILN_NO_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("KILN_DEVICE_CC", RISCV_CC)
 
 
 def device_module(loaded: rt.Module) -> SourceDeviceModule:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from device_helpers import RISCV_CC, device_module, riscv_missing, vector_ops
+from device_helpers import device_module, use_riscv_device, vector_ops
 
 import kiln
 from kiln.frontend import from_onnx
@@ -95,13 +95,7 @@ def test_tiny_llama_logits_and_cache_match_onnxruntime(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_tiny_llama_generates_on_riscv64_rvv_under_qemu(tiny, tmp_path, monkeypatch):
-    missing = riscv_missing()
-    if missing:
-        pytest.skip(f"the riscv64 device path needs {missing} (make test installs it)")
-    for var in ("KILN_DEVICE_CFLAGS", "KILN_DEVICE_LAUNCHER", "KILN_NO_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KILN_DEVICE_CC", RISCV_CC)
+    use_riscv_device(monkeypatch, tmp_path / "cache")
     loaded: list = []
     ours = _kiln(tiny, "jit", tmp_path, loaded)
     got = generate(ours, [PROMPTS[0]], max_new_tokens=3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from device_helpers import RISCV_CC, riscv_missing
+from device_helpers import use_riscv_device
 from onnx.reference import ReferenceEvaluator
 from test_vm_control_flow import _cases, _if_model
 
@@ -17,13 +17,7 @@ from kiln.vm import VirtualMachine
 
 @pytest.mark.slow
 def test_symbolic_if_model_on_riscv64_rvv_under_qemu(tmp_path, monkeypatch):
-    missing = riscv_missing()
-    if missing:
-        pytest.skip(f"the riscv64 device path needs {missing} (make test installs it)")
-    for var in ("KILN_DEVICE_CFLAGS", "KILN_DEVICE_LAUNCHER", "KILN_NO_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KILN_DEVICE_CC", RISCV_CC)
+    use_riscv_device(monkeypatch, tmp_path / "cache")
     model = _if_model()
     mod, params = from_onnx(model)
     kiln.build(mod, target="jit", params=params).export_library(str(tmp_path / "if.so"))

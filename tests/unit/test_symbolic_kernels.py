@@ -178,9 +178,10 @@ def _matmuls() -> Function:
     return Function([q, kt, v], [Call("nn.matmul", [Call("nn.relu", [scores]), v])])
 
 
-def _interpret_versions(func: Function, values: dict) -> np.ndarray:
+def _interpret_versions(func: Function, values: dict, **options) -> np.ndarray:
     """As :func:`_interpret`, with each kernel's version for extents below its blocks
-    (``te_compiler``), as compiled kernels have it."""
+    (``te_compiler``), as compiled kernels have it; ``options`` go to ``optimize``
+    (``quantize_weights=``)."""
     from kiln.backend.te_compiler import _small_extent_version, to_te
     from kiln.ir.lower import Schedule, lower
     from kiln.passes.loop.simplify import simplify
@@ -188,7 +189,7 @@ def _interpret_versions(func: Function, values: dict) -> np.ndarray:
 
     env = {p.uid: values[p.name] for p in func.params}
     symbols = _bindings(func, values)
-    fused = optimize(func, {})
+    fused = optimize(func, {}, **options)
     for node in post_order(fused.outputs):
         if not isinstance(node, PrimitiveCall):
             continue

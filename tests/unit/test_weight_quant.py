@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_symbolic_kernels import _interpret_versions
 
 from kiln.build_module import optimize
 from kiln.errors import CompileError
-from kiln.ir import arith
 from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
 from kiln.ir.graph_eval import evaluate
-from kiln.ir.loop_interp import run
 from kiln.ir.ops.nn import pack_dense_weight, unpack_dense_weight
 from kiln.ir.ops.weight_quant import (
     dense_q4_weight,
@@ -177,29 +176,7 @@ def test_pass_rejects_unknown_modes():
 def _interpret(func: Function, values: dict, mode: str) -> np.ndarray:
     """Every fused kernel of ``func`` (weights quantized) on the loop-IR interpreter, each with
     its version for extents below its blocks, as compiled kernels have it."""
-    from kiln.backend.te_compiler import _small_extent_version, to_te
-    from kiln.ir.lower import Schedule, lower
-    from kiln.passes.loop.simplify import simplify
-    from kiln.schedules import schedule_loops, schedule_te
-
-    symbols = {d.name: int(n) for p in func.params
-               for d, n in zip(p.checked_type.shape, values[p.name].shape)
-               if isinstance(d, SymVar)}
-    env = {p.uid: values[p.name] for p in func.params}
-    fused = optimize(func, {}, quantize_weights=mode)
-    for node in post_order(fused.outputs):
-        if not isinstance(node, PrimitiveCall):
-            continue
-        inputs, output = to_te(node.body)
-        sch = schedule_te(Schedule(output))
-        prim = schedule_loops(simplify(_small_extent_version(node, lower(sch, inputs, "k"),
-                                                             sch, "cpu")))
-        args = [a.data if isinstance(a, Constant) else env[a.uid] for a in node.args]
-        shape = tuple(arith.evaluate(d, symbols) for d in node.checked_type.shape)
-        out = np.zeros(shape, node.checked_type.dtype)
-        run(prim, *args, out, symbols=symbols)
-        env[node.uid] = out
-    return env[fused.outputs[0].uid]
+    return _interpret_versions(func, values, quantize_weights=mode)
 
 
 @pytest.mark.parametrize("mode", ["int8", "q4"])
