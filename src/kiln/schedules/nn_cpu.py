@@ -92,7 +92,11 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
         rows = stage.split(i, DENSE_ROWS, tail=True)
     else:
         return
-    cols = stage.split(j, MATMUL_COLS, tail="shift")
+    # Three rows (grouped heads) leave registers for four column vectors: each pass over
+    # the cache then reads two adjacent lines of a row, half the passes of a 16-column block
+    # (its rows are 768 bytes apart: a latency-bound stride once the cache is out of L2).
+    wide = isinstance(j.extent, int) and rows[1].extent <= 3 and j.extent % (2 * MATMUL_COLS) == 0
+    cols = stage.split(j, 2 * MATMUL_COLS if wide else MATMUL_COLS, tail="shift")
     _register_block(stage, [ax for ax in axes if ax is not i and ax is not j], rows, cols,
                     t.body.axes[0])
 
