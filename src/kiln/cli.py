@@ -38,6 +38,8 @@ DEMOS = {"orientation": "orientation", "embed": "embed", "ocr": "ocr", "chat": "
 
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a dim written as a sum or product of symbols and ints (``past+sequence``)
+_DIM_EXPR = re.compile(r"[A-Za-z0-9_+\-*() ]*[+\-*][A-Za-z0-9_+\-*() ]*")
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
@@ -46,8 +48,10 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
     The split is at the last colon, so names holding a colon (``input:0``) work. A scalar
     input is written with an empty shape (``NAME:``). A dim may be a symbol's name instead of
     a size (``state:2xbatchx128``: ``kiln compile`` gives that dim the symbol ``batch``, so
-    that unnamed dims of several inputs become one variable); dims holding an ``x`` are written
-    with commas (``ids:1,max_len``).
+    that unnamed dims of several inputs become one variable), or a sum or product of symbols
+    and ints (``attention_mask:batchxpast+sequence``: a decoder's mask spans the past and the
+    new tokens; checked at run time); dims holding an ``x`` are written with commas
+    (``ids:1,max_len``).
 
     Parameters
     ----------
@@ -75,12 +79,13 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
     for d in dims.split(",") if "," in dims else re.split("[xX]", dims):
         if d.isdigit() and int(d) > 0:
             shape.append(int(d))
-        elif _SYMBOL.fullmatch(d) and not d.isdigit():
+        elif (_SYMBOL.fullmatch(d) and not d.isdigit()) or (
+                _DIM_EXPR.fullmatch(d) and re.search("[A-Za-z_]", d)):
             shape.append(d)
         else:
             raise argparse.ArgumentTypeError(
-                f"bad dimension {d!r} in {text!r}: dimensions are positive integers or symbol "
-                "names joined by 'x' (or by ',')")
+                f"bad dimension {d!r} in {text!r}: dimensions are positive integers, symbol "
+                "names or sums of them (past+sequence), joined by 'x' (or by ',')")
     return name, tuple(shape)
 
 

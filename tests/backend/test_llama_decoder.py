@@ -102,3 +102,29 @@ def test_tiny_llama_generates_on_riscv64_rvv_under_qemu(tiny, tmp_path, monkeypa
     assert got.tokens == generate(ort_decoder(tiny), [PROMPTS[0]], max_new_tokens=3).tokens
     assert any(op.startswith(("vfmacc", "vfmadd"))
                for op in vector_ops(device_module(loaded[0]).library_path))
+
+
+def test_tiny_llama_compiles_from_the_command_line_with_a_mask_over_past_and_sequence(
+        tiny, tmp_path):
+    """``kiln compile --input-shape attention_mask:batchxpast+sequence``: the mask's length is
+    the past plus the new tokens (else the attention's broadcast cannot be decided), checked at
+    run time."""
+    import subprocess
+    import sys
+
+    so = tmp_path / "tiny_cli.so"
+    cli = "import sys; from kiln.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", cli, "compile", str(tiny), "--target", "llvm",
+                           "-o", str(so), "-q", "--input-shape",
+                           "attention_mask:batchxpast+sequence", "--dim", "past=0..4096"],
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    ref = ort_decoder(tiny)
+    ids = np.array([PROMPTS[0]])
+    feeds = (ids, np.ones((1, 6), np.int64), np.arange(6)[None])
+    got = vm["main"](*feeds, *ref.empty_cache(1))
+    np.testing.assert_allclose(got[0].numpy(), ref(*feeds, ref.empty_cache(1))[0],
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(kiln.errors.KilnError):  # a mask one shorter than past + sequence
+        vm["main"](ids, np.ones((1, 5), np.int64), np.arange(6)[None], *ref.empty_cache(1))

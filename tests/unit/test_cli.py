@@ -24,6 +24,8 @@ from kiln.errors import KilnError, ModuleLoadError, ShapeError
     ("scalar:", "scalar", ()),
     ("state:2xbatchx128", "state", (2, "batch", 128)),
     ("ids:1,max_len", "ids", (1, "max_len")),
+    ("attention_mask:batchxpast+sequence", "attention_mask", ("batch", "past+sequence")),
+    ("y:2*n", "y", ("2*n",)),
 ])
 def test_parse_input_shape(text, name, shape):
     assert cli.parse_input_shape(text) == (name, shape)
