@@ -77,6 +77,12 @@ def test_appends_in_place_and_matches_onnxruntime(kv_vm):
     assert len(addresses) == 1  # every step after the first appended into the same buffers
     assert vm.module.replay_stats()["replays"] >= 5  # kv_append runs inside replays
     assert not pk._arr.flags.writeable  # read-only views: older steps share these rows
+    # replays reserve both appends ahead and write their rows in the kernels' batch: no
+    # Python step for them between the kernels
+    (trace,) = vm.module._traces.values()
+    assert len(trace._hoisted) == 2
+    assert not any(step[0] == "py" and step[1].builtin_name == "vm.builtin.kv_append"
+                   for step in trace.steps)
 
 
 def test_stale_and_foreign_pasts_take_the_copy_path(kv_vm):

@@ -41,6 +41,23 @@ def runner_of(func: PackedFunc) -> Callable | None:
     return _RUNNER_TYPE(addr) if addr else None
 
 
+COPY_SYMBOL = "KilnCopyTensor"
+
+
+def copier_of(func: PackedFunc) -> PackedFunc | None:
+    """``KilnCopyTensor(src, dst)`` (support/backend.c: copy one tensor's bytes into another)
+    of the library kernel ``func`` lives in, as a packed function of that library; None for
+    a library without it (one built before it existed, or not by Kiln)."""
+    handle = getattr(func._keepalive, "handle", None)
+    if handle is None:
+        return None
+    try:
+        addr = ctypes.cast(getattr(handle, COPY_SYMBOL), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+    return PackedFunc(addr, COPY_SYMBOL, func._get_last_error, func._keepalive) if addr else None
+
+
 class CallBatch:
     """Prepared C calls run in order by one ``KilnRunPackedCalls`` call.
 

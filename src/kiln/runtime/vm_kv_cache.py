@@ -116,16 +116,39 @@ class KVCache:
             raise ShapeError(f"vm.builtin.kv_append: cannot append {new.dtype}"
                              f"{list(n_arr.shape)} to {past.dtype}{list(p_arr.shape)}")
         rows, extra = p_arr.shape[0], n_arr.shape[0]
+        buf, full = self._reserved(past, extra)
+        full[rows:rows + extra] = n_arr
+        return buf.rows(rows + extra, full)
+
+    def reserve(self, past: NDArray, extra: int) -> tuple[NDArray, int]:
+        """:meth:`append` without writing the new rows: the view of rows ``[0, P + extra)``
+        and the address of row ``P``, where the caller writes the ``extra`` new rows (the
+        VM's replay does, in C, once the kernel computing them ran).
+
+        Raises
+        ------
+        ShapeError
+            A rank-0 ``past``.
+        """
+        if past._arr.ndim < 1:
+            raise ShapeError(f"vm.builtin.kv_append: cannot append to a scalar {past.dtype}")
+        rows = past._arr.shape[0]
+        buf, full = self._reserved(past, extra)
+        return buf.rows(rows + extra, full), buf.address + rows * full[0].nbytes
+
+    def _reserved(self, past: NDArray, extra: int) -> tuple[AppendBuffer, np.ndarray]:
+        """The buffer whose rows ``[P, P + extra)`` take the new rows (``past`` in place, or
+        a grown copy of it), marked filled up to ``P + extra``, and its full array."""
+        p_arr = past._arr
+        rows = p_arr.shape[0]
         address = past.data_ptr if p_arr.size else 0
         buf = self._buffers.get(address) if p_arr.size else None
         if buf is None or not buf.holds(past, address) or rows + extra > buf.capacity:
             buf = self._grown(past, rows + extra)
         else:
             self.appends += 1
-        full = np.asarray(buf)
-        full[rows:rows + extra] = n_arr
         buf.filled = rows + extra
-        return buf.rows(rows + extra, full)
+        return buf, np.asarray(buf)
 
     def _grown(self, past: NDArray, need: int) -> AppendBuffer:
         """A new buffer with room for ``need`` rows, holding a copy of ``past``."""

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import c_types as C
-from kiln.runtime.call_batch import KilnPackedCall, runner_of
+from kiln.runtime.call_batch import KilnPackedCall, copier_of, runner_of
 from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.vm_storage import Storage
@@ -297,6 +297,7 @@ class Trace:
         lay.index(("c", 1))
         self._lay = lay
         self.heap_size = tr.heap_size
+        self._hoists = self._hoist_appends(tr)
         self._build_structs(tr, lay)
         self._build_calls(tr, lay)
         self._build_checks(tr, lay)
@@ -305,6 +306,53 @@ class Trace:
         self._output = self._materializer(result)
         self._checked: set[tuple] = set()
         self.num_calls = sum(1 for s in tr.steps if s[0] == "c")
+
+    # -- key/value appends run ahead, their rows written by the batch
+    def _hoist_appends(self, tr: Tracer) -> list[tuple]:
+        """Each ``kv_append`` of a parameter (a decoder's past) becomes a reservation made
+        before the kernels run (``KVCache.reserve``: the present's view and where its new rows
+        go, known from the parameter and the heap alone) and a ``KilnCopyTensor`` call in the
+        batch that writes the new rows once their kernel ran: one batch of C calls instead of
+        one per layer, split by a Python step each. Returns ``(source, parameter index, new
+        rows' dim, the copy's destination tensor)`` per hoisted append; ``tr.steps`` is
+        rewritten in place. Nothing is hoisted when the kernels' library lacks the copy."""
+        kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
+        copy = copier_of(kernel) if kernel is not None else None
+        if copy is None:
+            return []
+        params = {src: i for src, i in self.params}
+        hoists = []
+        for k, step in enumerate(tr.steps):
+            if step[0] != "py" or getattr(step[1], "builtin_name", "") != "vm.builtin.kv_append":
+                continue
+            _, _, (past, new), src = step
+            if (type(past) is not _Tensor or type(new) is not _Tensor or past.src not in params
+                    or past.off != ("c", 0) or past.dims != _own_dims(past.src, len(past.dims))
+                    or src < 0 or not new.dims):
+                continue
+            # (a destination of its own: its address is set per replay, not derived)
+            dst = _Tensor(src, ("c", -1 - len(hoists)), new.dims, new.dtype)
+            tr.steps[k] = ("c", copy, [new, dst])
+            hoists.append((src, params[past.src], new.dims[0], dst))
+        return hoists
+
+    def _reserve_appends(self, frame: Any, params: list[NDArray], objs: list,
+                         bases: np.ndarray) -> None:
+        """The reservations of the hoisted appends (:meth:`_hoist_appends`) for this call:
+        each present's view becomes its source's value, its address and dims go where the
+        kernels read them, and the copy's destination points at the new rows."""
+        vals, lay = self.vals, self._lay
+        kv = frame.vm.kv
+        for src, param, rows, dst in self._hoisted:
+            present, address = kv.reserve(params[param], int(vals[rows]))
+            objs[src] = present
+            base = bases[src] = present.data_ptr
+            s = self.heap_size + lay.dim_start[src]
+            vals[s:s + present._arr.ndim] = present._arr.shape
+            k = self._src_structs[src]
+            self.structs[k, 0] = base + vals[self._struct_off[k]]
+            self.structs[dst, 0] = address
+            self._check(src)
 
     # -- structs: one DLTensor per distinct tensor argument of a C kernel
     def _build_structs(self, tr: Tracer, lay: _Layout) -> None:
@@ -431,6 +479,9 @@ class Trace:
 
     def _fix(self, start: int) -> None:
         lay = self._lay
+        self._hoisted = [(src, param, int(lay.fix([lay.index(rows)], start)[0]),
+                          self._struct_index[dst.key()])
+                         for src, param, rows, dst in self._hoists]
         self._struct_off = lay.fix(self._struct_off, start)
         self._shape_idx = lay.fix(self._shape_idx, start)
         self._int_idx = lay.fix(self._int_idx, start)
@@ -541,6 +592,8 @@ class Trace:
             bases[src] = (p._dl.data if p._dl is not None else p.data_ptr) or 0
             s = dim0 + lay.dim_start[src]
             vals[s:s + p._arr.ndim] = p._arr.shape
+        if self._hoisted:
+            self._reserve_appends(frame, params, objs, bases)
         key = tuple(frame.heap)
         if key not in self._checked:
             self._check(-1)

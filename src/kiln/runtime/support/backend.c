@@ -87,6 +87,27 @@ KILN_EXPORT int KilnRunPackedCalls(const KilnPackedCall* calls, int64_t count, i
   return 0;
 }
 
+/* Packed function: copy the bytes of tensor args[0] into tensor args[1] (same size). The VM's
+ * replay writes a decoder's new key/value rows behind its cache with it, inside a batch of
+ * KilnRunPackedCalls (kiln/runtime/vm_replay.py). */
+KILN_EXPORT int KilnCopyTensor(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
+                               int* ret_code, void* resource) {
+  (void)ret;
+  (void)ret_code;
+  (void)resource;
+  if (num_args != 2 || type_codes[0] != kTVMDLTensorHandle ||
+      type_codes[1] != kTVMDLTensorHandle) {
+    TVMAPISetLastError("KilnCopyTensor: expects two tensors");
+    return -1;
+  }
+  const DLTensor* src = (const DLTensor*)args[0].v_handle;
+  DLTensor* dst = (DLTensor*)args[1].v_handle;
+  uint64_t n = (uint64_t)(src->dtype.bits * src->dtype.lanes + 7) / 8;
+  for (int i = 0; i < src->ndim; ++i) n *= (uint64_t)src->shape[i];
+  if (n) memcpy(dst->data, src->data, n);
+  return 0;
+}
+
 /* KILN_NUM_THREADS (0: unset), read once at load time. */
 static int kiln_num_threads = 0;
 
