@@ -161,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "static shapes), vm (bytecode run by Kiln's VM, any shape the symbolic "
                         "dims allow; the default when symbolic dims remain) or aot (one "
                         "generated C function, static memory plan, linked params)")
+    p.add_argument("--cross-compiler", metavar="CC",
+                   help="link a library for a foreign -mtriple with this compiler, e.g. "
+                        "riscv64-linux-gnu-gcc (default: <triple>-gcc when on PATH)")
+    p.add_argument("--cross-compiler-options", default="", metavar="FLAGS",
+                   help="extra flags for --cross-compiler, e.g. \"-march=rv64gcv\"")
     p.add_argument("--quantize-weights", choices=["int8", "q4"], default=None,
                    help="store the weights of MatMul/Gemm layers with constant weights (at "
                         "least 64x64) quantized and dequantize them inside the kernels: int8 "
@@ -244,7 +249,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   byoc=[name for names in args.byoc for name in names],
                   executor=args.executor, system_lib=args.system_lib,
                   system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project,
-                  dims=args.dims, quantize_weights=args.quantize_weights)
+                  dims=args.dims, quantize_weights=args.quantize_weights,
+                  cross_compiler=args.cross_compiler,
+                  cross_compiler_options=args.cross_compiler_options)
     return 0
 
 

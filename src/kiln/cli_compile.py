@@ -28,7 +28,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
                   target_host: str | None = None, executor: str | None = None,
                   system_lib: bool = False, system_lib_prefix: str = "",
                   c_project: str | None = None, dims: list[DimSpec] | None = None,
-                  quantize_weights: str | None = None) -> Path:
+                  quantize_weights: str | None = None, cross_compiler: str | None = None,
+                  cross_compiler_options: str = "") -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -64,6 +65,10 @@ def compile_model(model: str, output: str | None, target: str = "c",
         ``--dim``: bounds (and divisibility) of symbols, or a symbol fixed to a value.
     quantize_weights : str, optional
         ``--quantize-weights``: ``"int8"`` or ``"q4"`` (``kiln.build``'s ``quantize_weights``).
+    cross_compiler, cross_compiler_options : str, optional
+        ``--cross-compiler`` (tvmc's option): the compiler that links a library for a foreign
+        ``-mtriple`` (``riscv64-linux-gnu-gcc``), with extra flags; without it, a foreign
+        target links with ``<triple>-gcc`` when that is on PATH (and says so).
 
     Returns
     -------
@@ -129,7 +134,8 @@ def compile_model(model: str, output: str | None, target: str = "c",
         if crt:
             _export_for_c(lib, output, c_project)
         else:
-            lib.export_library(str(out))
+            lib.export_library(str(out), fcompile=_cross_fcompile(
+                tgt, cross_compiler, cross_compiler_options, echo))
     size = out.stat().st_size if out.is_file() else sum(
         f.stat().st_size for f in out.rglob("*") if f.is_file())
     offload = f", byoc {','.join(byoc)}" if byoc else ""
@@ -224,3 +230,33 @@ def _export_for_c(lib, output: str | None, c_project: str | None) -> None:
     else:
         lib.export_library(str(out))
 
+
+def _cross_fcompile(tgt, compiler: str | None, options: str, echo):
+    """The fcompile linking the library: ``compiler`` (with ``options``) when given; for a
+    foreign ``-mtriple`` without one, ``<triple>-gcc`` (Debian's cross compilers; the triple's
+    vendor part dropped) when it is on PATH; else None (the host's compiler).
+
+    Raises
+    ------
+    KilnError
+        Options without a compiler.
+    """
+    import shlex
+    import shutil
+
+    from kiln.runtime import cross_compiler
+
+    if compiler is None:
+        if options:
+            raise KilnError("--cross-compiler-options needs --cross-compiler")
+        if tgt.is_native or tgt.kind == "jit":
+            return None
+        parts = tgt.triple.split("-")
+        names = [tgt.triple + "-gcc"]
+        if len(parts) == 4:  # riscv64-unknown-linux-gnu -> riscv64-linux-gnu-gcc
+            names.append("-".join([parts[0], *parts[2:]]) + "-gcc")
+        compiler = next((n for n in names if shutil.which(n)), None)
+        if compiler is None:
+            return None  # export_library says to pass a cross compiler
+        echo(f"linking for {tgt.triple} with {compiler} (--cross-compiler to choose another)")
+    return cross_compiler(compiler, options=shlex.split(options))

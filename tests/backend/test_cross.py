@@ -140,3 +140,41 @@ def test_cross_export_of_a_large_blob_uses_the_assembler(tmp_path):
     size = next(int(line.split()[1], 16) for line in syms.splitlines()
                 if line.endswith(" __tvm_dev_mblob"))
     assert size > 4 * n
+
+
+def _tiny_model(path: Path) -> Path:
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("Add", ["r", "x"], ["y"])], "g", [x], [y])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+         path)
+    return path
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["auto", "cross-compiler"])
+def test_cli_cross_exports_with_the_triples_gcc(explicit, tmp_path):
+    """``kiln compile --target "llvm -mtriple=riscv64-linux-gnu ..."`` links with
+    ``riscv64-linux-gnu-gcc``: named by ``--cross-compiler`` (tvmc's option), or found on PATH
+    and announced; the library is a RISC-V ELF."""
+    if shutil.which("riscv64-linux-gnu-gcc") is None:
+        pytest.skip("needs riscv64-linux-gnu-gcc (make toolchain installs it)")
+    from kiln.cli import main
+
+    so = tmp_path / "m.so"
+    extra = ["--cross-compiler", "riscv64-linux-gnu-gcc", "--cross-compiler-options=-O2"] \
+        if explicit else []
+    lines: list[str] = []
+    from kiln import cli_compile
+
+    cli_compile.compile_model(str(_tiny_model(tmp_path / "m.onnx")), str(so),
+                              target="llvm -mtriple=riscv64-linux-gnu -mattr=+v",
+                              echo=lines.append,
+                              **({"cross_compiler": "riscv64-linux-gnu-gcc",
+                                  "cross_compiler_options": "-O2"} if explicit else {}))
+    assert so.read_bytes()[18:20] == (243).to_bytes(2, "little")  # e_machine EM_RISCV
+    assert any("riscv64-linux-gnu-gcc" in line for line in lines) != explicit
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "n.so"), "-q",
+                 "--target", "llvm -mtriple=riscv64-linux-gnu", *extra]) == 0
