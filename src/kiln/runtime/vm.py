@@ -43,8 +43,9 @@ from kiln.runtime.vm_format import VMFunction
 from kiln.runtime.vm_inputs import Staging, as_input
 from kiln.runtime.vm_kv_cache import AppendBuffer, KVCache
 from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
-from kiln.runtime.vm_replay import Retrace, Trace, Tracer
+from kiln.runtime.vm_replay import Retrace, Trace
 from kiln.runtime.vm_storage import Arena, Storage
+from kiln.runtime.vm_trace import Tracer
 
 TYPE_KEY = "relax.VirtualMachine"
 #: nested VM calls before a call is refused (runaway recursion)

@@ -24,7 +24,6 @@ remembered per heap tuple; a failing check, or a builtin whose result is not of 
 had when traced, makes the VM interpret the call instead (which raises the error, or traces
 again).
 """
-
 from __future__ import annotations
 
 import ctypes
@@ -38,216 +37,25 @@ from kiln.runtime.call_batch import KilnPackedCall, copier_of, runner_of
 from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.vm_storage import Storage
+from kiln.runtime.vm_trace import (
+    Expr,
+    Tracer,
+    Untraceable,
+    _Const,
+    _Int,
+    _own_dims,
+    _Storage,
+    _Tensor,
+    _Tuple,
+)
 
 #: heap tuples whose static view checks passed, kept per trace
 MAX_CHECKED = 256
-#: builtins that only make views or tuples: followed symbolically, not run on replay
-_VIEWS = ("vm.builtin.alloc_tensor", "vm.builtin.reshape", "vm.builtin.make_tuple",
-          "vm.builtin.tuple_get")
 _TENSOR_CODE = C.kTVMDLTensorHandle
-
-
-class Untraceable(Exception):
-    """A value or call the trace cannot follow (the function stays interpreted)."""
 
 
 class Retrace(Exception):
     """A replay met something the trace does not cover: interpret this call."""
-
-
-# ----------------------------------------------------------------------- descriptions
-# An expression is a key: ("h", slot) a heap slot, ("c", value) an immediate, ("d", src, k)
-# dim k of source src's value. They become indices into ``vals`` when the trace is finished.
-Expr = tuple
-
-
-class _Tensor:
-    """A tensor: ``dims`` of ``dtype`` at byte ``off`` of source ``src``'s memory."""
-
-    __slots__ = ("dims", "dtype", "off", "src")
-
-    def __init__(self, src: int, off: Expr, dims: tuple[Expr, ...], dtype: str):
-        self.src, self.off, self.dims, self.dtype = src, off, dims, dtype
-
-    def key(self) -> tuple:
-        return (self.src, self.off, self.dims, self.dtype)
-
-
-class _Storage:
-    __slots__ = ("size", "src")
-
-    def __init__(self, src: int, size: Expr):
-        self.src, self.size = src, size
-
-
-class _Tuple:
-    __slots__ = ("items",)
-
-    def __init__(self, items: list):
-        self.items = items
-
-
-class _Const:
-    """A value that is the same on every call (an immediate, a constant, None)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-
-class _Int:
-    __slots__ = ("expr",)
-
-    def __init__(self, expr: Expr):
-        self.expr = expr
-
-
-def _own_dims(src: int, ndim: int) -> tuple[Expr, ...]:
-    return tuple(("d", src, k) for k in range(ndim))
-
-
-# ---------------------------------------------------------------------------- tracing
-class Tracer:
-    """Follows one interpreted call of a replayable function (the VM hands it every kernel
-    and builtin call of the body) and builds its :class:`Trace`.
-
-    Parameters
-    ----------
-    params : list of NDArray
-        The call's parameters (registers ``0 .. len - 1``).
-    heap_size : int
-    """
-
-    def __init__(self, params: list[Any], heap_size: int):
-        self.ok = True
-        self.why = ""
-        self.heap_size = heap_size
-        self.sources: list[tuple[str, int]] = []  # ("param", i) or ("step", step index)
-        self.src_ndim: list[int] = []
-        self.regs: dict[int, Any] = {}
-        for i, p in enumerate(params):
-            if type(p) is not NDArray:
-                self.fail(Untraceable(f"parameter {i} is not a tensor"))
-                return
-            src = self._source(("param", i), p.ndim)
-            self.regs[i] = _Tensor(src, ("c", 0), _own_dims(src, p.ndim), p.dtype)
-        self.steps: list[tuple] = []  # ("c", func, arg descs) | ("py", run, arg descs, src)
-        self.checks: list[tuple] = []  # ("alloc", tensor, storage) | ("reshape", new, old)
-
-    def _source(self, kind: tuple[str, int], ndim: int) -> int:
-        self.sources.append(kind)
-        self.src_ndim.append(ndim)
-        return len(self.sources) - 1
-
-    def _args(self, op: tuple, a: list) -> list:
-        """The description of each argument of ``op`` (resolved values ``a``)."""
-        _, _, _, template, regpos, heappos, _ = op
-        out: list[Any] = [_Const(v) for v in template]
-        for p, r in regpos:
-            desc = self.regs.get(r)
-            if desc is None:
-                raise Untraceable(f"register {r} has a value from outside the trace")
-            out[p] = desc
-        for p, s in heappos:
-            out[p] = _Int(("h", s))
-        for p, d in enumerate(out):
-            if type(d) is _Const and type(d.value) is int:
-                out[p] = _Int(("c", d.value))
-        return out
-
-    def kernel(self, op: tuple, a: list) -> Any:
-        """Run kernel call ``op`` on ``a`` and trace it (while :attr:`ok`)."""
-        func: PackedFunc = op[2]
-        out = func(*a)
-        if self.ok:
-            try:
-                self._kernel(op, a, out)
-            except Untraceable as err:
-                self.fail(err)
-        return out
-
-    def builtin(self, op: tuple, frame: Any, a: list) -> Any:
-        """Run builtin call ``op`` on ``a`` and trace it (while :attr:`ok`)."""
-        value = op[2](frame, a)
-        if self.ok:
-            try:
-                self._builtin(op, a, value)
-            except Untraceable as err:
-                self.fail(err)
-        return value
-
-    def fail(self, err: Exception) -> None:
-        self.ok = False
-        self.why = str(err)
-
-    def _kernel(self, op: tuple, a: list, out: Any) -> None:
-        func: PackedFunc = op[2]
-        if out is not None:
-            raise Untraceable(f"kernel {func.name} returned a value")
-        args = self._args(op, a)
-        if func._cfunc is None:
-            self.steps.append(("py", lambda frame, x, f=func._pyfunc: f(*x), args, -1))
-        else:
-            self.steps.append(("c", func, args))
-        self._set(op[1], _Const(None))
-
-    def _builtin(self, op: tuple, a: list, value: Any) -> None:
-        run = op[2]
-        name = getattr(run, "builtin_name", "")
-        args = self._args(op, a)
-        if name in _VIEWS:
-            self._set(op[1], self._view(name, args, value))
-            return
-        if type(value) is NDArray:
-            src = self._source(("step", len(self.steps)), value.ndim)
-            desc: Any = _Tensor(src, ("c", 0), _own_dims(src, value.ndim), value.dtype)
-        elif type(value) is Storage:
-            src = self._source(("step", len(self.steps)), 0)
-            desc = _Storage(src, args[1].expr if type(args[1]) is _Int else ("c", 0))
-        elif value is None:
-            src, desc = -1, _Const(None)
-        else:
-            raise Untraceable(f"{name} returned a {type(value).__name__}")
-        self.steps.append(("py", run, args, src))
-        self._set(op[1], desc)
-
-    def _view(self, name: str, args: list, value: Any) -> Any:
-        if name == "vm.builtin.make_tuple":
-            return _Tuple(args)
-        if name == "vm.builtin.tuple_get":
-            if type(args[0]) is not _Tuple:
-                raise Untraceable("tuple_get of a value that is not a traced tuple")
-            return args[0].items[args[1].expr[1]]
-        dims = tuple(d.expr for d in args[3 if name == "vm.builtin.alloc_tensor" else 1:])
-        base = args[0]
-        if name == "vm.builtin.alloc_tensor":
-            if type(base) is not _Storage or type(args[1]) is not _Int:
-                raise Untraceable("alloc_tensor of a value that is not a traced storage")
-            out = _Tensor(base.src, args[1].expr, dims, value.dtype)
-            self.checks.append(("alloc", out, base))
-            return out
-        if type(base) is not _Tensor:
-            raise Untraceable("reshape of a value that is not a traced tensor")
-        out = _Tensor(base.src, base.off, dims, base.dtype)
-        self.checks.append(("reshape", out, base))
-        return out
-
-    def _set(self, dst: int, desc: Any) -> None:
-        if dst >= 0:
-            self.regs[dst] = desc
-
-    def finish(self, result_reg: int) -> Trace | None:
-        """The trace of this call (whose result is register ``result_reg``), or None when
-        something could not be followed (:attr:`why`)."""
-        desc = self.regs.get(result_reg)
-        if not self.ok or desc is None:
-            return None
-        try:
-            return Trace(self, desc)
-        except Untraceable as err:
-            self.fail(err)
-            return None
 
 
 # ---------------------------------------------------------------------------- replaying
@@ -666,4 +474,4 @@ class Trace:
         return end - start[src]
 
 
-__all__ = ["Retrace", "Trace", "Tracer", "Untraceable"]
+__all__ = ["Retrace", "Trace"]
