@@ -35,28 +35,26 @@ def may_trap(e: L.PrimExpr, made: set[LoadKey] = frozenset()) -> bool:
 
 def loads_in(e: L.PrimExpr) -> set[LoadKey]:
     """Every load in ``e``."""
-    found: set[LoadKey] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.BufferLoad):
-            found.add(load_key(x))
-        stack.extend(L.expr_children(x))
-    return found
+    return _loads(e, lazy=False)
 
 
 def eager_loads(e: L.PrimExpr) -> set[LoadKey]:
     """The loads evaluating ``e`` always makes: not those under a select's sides or the right
     operand of ``and``/``or`` alone (C's lazy ``?:``, ``&&``, ``||``)."""
+    return _loads(e, lazy=True)
+
+
+def _loads(e: L.PrimExpr, lazy: bool) -> set[LoadKey]:
+    """The loads in ``e``; with ``lazy``, only down the operands always evaluated."""
     found: set[LoadKey] = set()
     stack = [e]
     while stack:
         x = stack.pop()
         if isinstance(x, L.BufferLoad):
             found.add(load_key(x))
-        if isinstance(x, L.Select):
+        if lazy and isinstance(x, L.Select):
             stack.append(x.cond)
-        elif isinstance(x, L.Binary) and x.op in ("and", "or"):
+        elif lazy and isinstance(x, L.Binary) and x.op in ("and", "or"):
             stack.append(x.a)
         else:
             stack.extend(L.expr_children(x))
