@@ -14,7 +14,6 @@ again takes a second. :func:`ort_decoder` is the onnxruntime reference on the sa
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,6 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError
-
-log = logging.getLogger("kiln")
 
 #: the symbolic dims of the decoder's inputs and their bounds (``from_onnx``'s dim_bounds);
 #: ``past`` starts at 0 (the prompt), ``attention_mask`` spans past + sequence
