@@ -11,8 +11,9 @@
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
 #                   bench extra (matplotlib); then SmolLM2 prefill/decode speed, Kiln fp32,
-#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); writes
-#                   benchmarks/results/
+#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); then
+#                   MiniLM and PP-OCRv4 at fixed shapes (benchmarks/encoders.py,
+#                   ENCODER_BENCH_ARGS); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
 #   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
@@ -30,6 +31,7 @@ BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
+ENCODER_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -146,6 +148,7 @@ test-fast: $(STAMP)
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
+	$(PY) benchmarks/encoders.py $(ENCODER_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
