@@ -52,6 +52,7 @@ from kiln.ir.graph import (
 )
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
+from kiln.passes.graph.eliminate_common_subexpr import eliminate_common_subexpr
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.kv_append import kv_append
@@ -84,6 +85,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
     func = fold_constant(func)
     func = fold_scale_axis(func)
     func = fold_constant(func)
+    func = eliminate_common_subexpr(func)
     if quantize_weights:
         func = quantize_dense_weights(func, quantize_weights)
     if byoc:
