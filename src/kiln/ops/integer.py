@@ -1,0 +1,102 @@
+"""Computes of the integer convolutions and dense ops (formulas on :mod:`kiln.ir.ops.integer`;
+docs/decisions/021).
+
+Products are ``int32(u) · int32(w)`` of an unsigned activation ``u`` in 0..255 (uint8 data as
+it is, int8 data ``x + 128`` written ``zext(uint8(x)) ^ 128``: the bits say it is below 2^8)
+and a sign-extended int8 weight, summed in int32. The blocked kernels vectorize over output
+channels: a broadcast activation times a vector of widened weights. LLVM's x86 backend turns
+such an int32 multiply of operands known to fit in 16 bits into ``vpmaddwd`` (its
+``combineMulToPMADDWD``: one operand's upper 17 bits zero, the other's sign bits) — exact,
+where ``vpmaddubsw``'s int16 pair sums would saturate; with AVX-VNNI / AVX512-VNNI the
+multiply-add becomes ``vpdpwssd``. The unsigned form is also what VNNI's ``vpdpbusd`` (u8 × s8)
+takes; the compensation ``u(zx) · Σ w`` (a constant per output channel) is subtracted in a
+second stage, fused with the requantizing epilogue.
+"""
+
+from __future__ import annotations
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+from kiln.ops.nn import pad_hw
+
+
+def unsigned(x: L.PrimExpr) -> L.PrimExpr:
+    """int32 ``u(x)``: ``x`` for uint8, ``x + 128`` for int8 (as ``zext(uint8(x)) ^ 128``)."""
+    if x.dtype == "uint8":
+        return L.Cast("int32", x)
+    return L.Binary("^", L.Cast("int32", L.Cast("uint8", x)), L.const(128, "int32"))
+
+
+def _widen(w: L.PrimExpr) -> L.PrimExpr:
+    return L.Cast("int32", w)
+
+
+@register_compute("qnn.conv2d")
+def conv2d(inputs, attrs, out_type):
+    """NCHW, any groups: ``Σ (int32(x_pad) - zx) · int32(w)``, ``x_pad`` padded with ``zx``."""
+    data, weight = inputs
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilation"]
+    groups = attrs["groups"]
+    zx = attrs["input_zero_point"]
+    out_c, in_per_group, kh, kw = weight.shape
+    out_per_group = out_c // groups
+    padded = pad_hw(data, attrs["padding"], zx)
+    rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
+                  te.reduce_axis(kw, "rx"))
+
+    def body(n, o, y, x):
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw])
+        return te.sum((value - L.const(zx, "int32")) * _widen(weight[o, rc.var, ry.var, rx.var]),
+                      [rc, ry, rx])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d", tag="conv2d")
+
+
+@register_compute("qnn.conv2d_NCHWc")
+def conv2d_nchwc(inputs, attrs, out_type):
+    """``Σ u(x_pad) · w`` (tag ``conv2d_NCHWc``: the float conv's register-blocked schedule),
+    then ``- compensation`` per output channel (an elementwise stage)."""
+    data, weight, comp = inputs
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"])
+    _, icc, kh, kw, ib, _ = weight.shape
+    rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
+    nchw = len(data.shape) == 4
+
+    def body(n, o, y, x, b):
+        lane = () if nchw else (ri.var,)
+        value = padded[(n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, *lane)]
+        return te.sum(unsigned(value) * _widen(weight[o, rc.var, ry.var, rx.var, ri.var, b]),
+                      [rc, ry, rx, ri])
+
+    acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+    return te.compute(out_type.shape, lambda n, o, y, x, b: acc[n, o, y, x, b] - comp[o, b],
+                      name="qnn_compensate", tag="elemwise")
+
+
+@register_compute("qnn.dense")
+def dense(inputs, attrs, out_type):
+    """``Σ_k (int32(x) - zx) · int32(w)``."""
+    data, weight = inputs
+    zx = L.const(attrs["input_zero_point"], "int32")
+    k = te.reduce_axis(data.shape[1], "k")
+    return te.compute(out_type.shape, lambda i, j: te.sum(
+        (L.Cast("int32", data[i, k.var]) - zx) * _widen(weight[j, k.var]), [k]),
+        name="qnn_dense", tag="dense")
+
+
+@register_compute("qnn.dense_pack")
+def dense_pack(inputs, attrs, out_type):
+    """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``."""
+    data, weight, comp = inputs
+    k = te.reduce_axis(data.shape[1], "k")
+    b = weight.shape[2]
+    acc = te.compute(out_type.shape, lambda i, j: te.sum(
+        unsigned(data[i, k.var]) * _widen(weight[j // b, k.var, j % b]), [k]),
+        name="qnn_dense_pack", tag="dense_pack")
+    return te.compute(out_type.shape, lambda i, j: acc[i, j] - comp[j],
+                      name="qnn_compensate", tag="elemwise")
