@@ -11,6 +11,13 @@ where ``vpmaddubsw``'s int16 pair sums would saturate; with AVX-VNNI / AVX512-VN
 multiply-add becomes ``vpdpwssd``. The unsigned form is also what VNNI's ``vpdpbusd`` (u8 × s8)
 takes; the compensation ``u(zx) · Σ w`` (a constant per output channel) is subtracted in a
 second stage, fused with the requantizing epilogue.
+
+With quad-packed weights (int32 words of four int8 weights along the reduction) the activations
+are first packed the same way, four unsigned bytes a word (stage ``qnn_quads``, materialized
+once per call: tag ``pad`` for the conv schedule, which computes it at the root), and each
+reduction step is one ``dot_u8i8x4`` of a broadcast activation word and a vector of weight
+words: ``vpdpbusd`` with VNNI, two exact ``vpmaddwd`` on AVX2 (``kiln.codegen.llvm_vector``),
+a quarter of the reduction steps of the one-byte form.
 """
 
 from __future__ import annotations
@@ -30,6 +37,20 @@ def unsigned(x: L.PrimExpr) -> L.PrimExpr:
 
 def _widen(w: L.PrimExpr) -> L.PrimExpr:
     return L.Cast("int32", w)
+
+
+def _unsigned_word(values: list[L.PrimExpr]) -> L.PrimExpr:
+    """int32 word of four unsigned bytes ``u(values[j])`` at bits ``8j`` (built in uint32,
+    read as int32)."""
+    word = None
+    for j, v in enumerate(values):
+        u = L.Cast("uint32", v if v.dtype == "uint8" else L.Cast("uint8", v))
+        if v.dtype == "int8":
+            u = L.Binary("^", u, L.const(128, "uint32"))
+        if j:
+            u = L.Binary("<<", u, L.const(8 * j, "uint32"))
+        word = u if word is None else L.Binary("|", word, u)
+    return L.reinterpret(word, "int32")
 
 
 @register_compute("qnn.conv2d")
@@ -61,6 +82,10 @@ def conv2d_nchwc(inputs, attrs, out_type):
     then ``- compensation`` per output channel (an elementwise stage)."""
     data, weight, comp = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    if weight.dtype == "int32":
+        acc = _conv2d_quads(data, weight, attrs, out_type)
+        return te.compute(out_type.shape, lambda n, o, y, x, b: acc[n, o, y, x, b] - comp[o, b],
+                          name="qnn_compensate", tag="elemwise")
     padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"])
     _, icc, kh, kw, ib, _ = weight.shape
     rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
@@ -78,6 +103,25 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
+def _conv2d_quads(data, weight, attrs, out_type):
+    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q)."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    words = data.shape[4] // 4
+    quads = te.compute(padded.shape[:4] + (words,), lambda n, c, y, x, q: _unsigned_word(
+        [padded[n, c, y, x, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="pad")
+    _, icc, kh, kw, _, _ = weight.shape
+    rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
+
+    def body(n, o, y, x, b):
+        a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
+        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
+                      [rc, ry, rx, rq])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+
+
 @register_compute("qnn.dense")
 def dense(inputs, attrs, out_type):
     """``Σ_k (int32(x) - zx) · int32(w)``."""
@@ -93,10 +137,19 @@ def dense(inputs, attrs, out_type):
 def dense_pack(inputs, attrs, out_type):
     """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``."""
     data, weight, comp = inputs
-    k = te.reduce_axis(data.shape[1], "k")
     b = weight.shape[2]
-    acc = te.compute(out_type.shape, lambda i, j: te.sum(
-        unsigned(data[i, k.var]) * _widen(weight[j // b, k.var, j % b]), [k]),
-        name="qnn_dense_pack", tag="dense_pack")
+    if weight.dtype == "int32":  # quads along K
+        rows, words = data.shape[0], weight.shape[1]
+        quads = te.compute((rows, words), lambda i, q: _unsigned_word(
+            [data[i, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="qnn_quads")
+        k = te.reduce_axis(words, "k")
+        acc = te.compute(out_type.shape, lambda i, j: te.sum(
+            L.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
+            name="qnn_dense_pack", tag="dense_pack")
+    else:
+        k = te.reduce_axis(data.shape[1], "k")
+        acc = te.compute(out_type.shape, lambda i, j: te.sum(
+            unsigned(data[i, k.var]) * _widen(weight[j // b, k.var, j % b]), [k]),
+            name="qnn_dense_pack", tag="dense_pack")
     return te.compute(out_type.shape, lambda i, j: acc[i, j] - comp[j],
                       name="qnn_compensate", tag="elemwise")

@@ -27,6 +27,13 @@ number of consumers of ``x``), and a compensation per output channel,
 - ``qnn.dense_pack(data, weight, compensation)``: ``weight`` int8 ``[N/b, K, b]``
   (``dense_pack``'s layout), ``compensation`` int32 ``[N]`` → ``Σ_k u(x) · w - compensation``.
 
+Quads (VNNI's ``vpdpbusd`` layout): with the input block (conv) or K (dense) a multiple of 4, the
+weight is int32 words of four int8 weights consecutive along the reduction, byte ``j`` of a word
+(bits ``8j .. 8j+7``, :func:`pack_quads`) the reduction index ``4q + j``: conv
+``[O/ob, C/ib, KH, KW, ib/4, ob]``, dense ``[N/b, K/4, b]`` — still one byte per weight. The
+kernels read the activations as words of four unsigned bytes and multiply-add a word pair with
+the ``dot_u8i8x4`` loop intrinsic.
+
 Sums are exact in int32 while ``K · 255 · 128 < 2^31`` (K up to 65 000 reduction steps).
 """
 
@@ -59,11 +66,43 @@ def compensation(weight: np.ndarray, input_zero_point: int, data_dtype: str) -> 
     return (uz * sums).astype(np.int32)
 
 
-def _check(data: TensorType, weight: TensorType) -> None:
+def pack_quads(weight: np.ndarray, axis: int) -> np.ndarray:
+    """int8 ``weight`` → int32 words of four weights consecutive along ``axis`` (its extent a
+    multiple of 4), byte ``j`` of word ``q`` the weight at ``4q + j``; ``axis`` shrinks by 4."""
+    w = np.moveaxis(weight.astype(np.int8), axis, -1)
+    w = np.ascontiguousarray(w).reshape(*w.shape[:-1], w.shape[-1] // 4, 4)
+    words = w.view(np.uint8).astype(np.uint32)
+    words = words[..., 0] | words[..., 1] << 8 | words[..., 2] << 16 | words[..., 3] << 24
+    return np.ascontiguousarray(np.moveaxis(words.view(np.int32), -1, axis))
+
+
+def unpack_quads(words: np.ndarray, axis: int) -> np.ndarray:
+    """The inverse of :func:`pack_quads`: int32 words → int8 weights, ``axis`` grows by 4."""
+    w = np.moveaxis(words.astype(np.int32), axis, -1).view(np.uint32)
+    parts = np.stack([(w >> (8 * j)) & 255 for j in range(4)], axis=-1).astype(np.uint8)
+    parts = parts.view(np.int8).reshape(*w.shape[:-1], 4 * w.shape[-1])
+    return np.ascontiguousarray(np.moveaxis(parts, -1, axis))
+
+
+#: the reduction axis of a blocked op's quad-packed weight: conv (ib/4), dense (K/4)
+CONV_QUAD_AXIS, DENSE_QUAD_AXIS = 4, 1
+
+
+def _check(data: TensorType, weight: TensorType, quads_ok: bool = False) -> None:
     if data.dtype not in DATA_DTYPES:
         raise ShapeError(f"data must be uint8 or int8, got {data.dtype}")
-    if weight.dtype != "int8":
-        raise ShapeError(f"weight must be int8, got {weight.dtype}")
+    if weight.dtype != "int8" and not (quads_ok and weight.dtype == "int32"):
+        raise ShapeError(f"weight must be int8{' (or int32 quads)' if quads_ok else ''}, got "
+                         f"{weight.dtype}")
+
+
+def _logical(weight: TensorType, axis: int) -> TensorType:
+    """The int8 weight type a quad-packed one stands for."""
+    if weight.dtype != "int32":
+        return weight
+    shape = list(weight.shape)
+    shape[axis] *= 4
+    return TensorType(tuple(shape), "int8")
 
 
 def _conv2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -90,7 +129,8 @@ register_op("qnn.conv2d", _conv2d_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _conv2d
 def _conv2d_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 3)
     data, weight, comp = arg_types
-    _check(data, weight)
+    _check(data, weight, quads_ok=True)
+    weight = _logical(weight, CONV_QUAD_AXIS)
     out = get_op("nn.conv2d_NCHWc").infer([TensorType(data.shape, "int32"),
                                            TensorType(weight.shape, "int32")],
                                           {k: attrs[k] for k in ("strides", "padding",
@@ -103,6 +143,8 @@ def _conv2d_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 def _conv2d_nchwc_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray, strides, padding,
                       dilation, input_zero_point) -> np.ndarray:
+    if weight.dtype == np.int32:
+        weight = unpack_quads(weight, CONV_QUAD_AXIS)
     dl, wl = block_layouts(TensorType(data.shape, str(data.dtype)),
                            TensorType(weight.shape, str(weight.dtype)))
     offset = unsigned_offset(str(data.dtype))
@@ -141,7 +183,8 @@ register_op("qnn.dense", _dense_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_re
 def _dense_pack_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 3)
     data, weight, comp = arg_types
-    _check(data, weight)
+    _check(data, weight, quads_ok=True)
+    weight = _logical(weight, DENSE_QUAD_AXIS)
     expect_rank(data, 2, "data")
     expect_rank(weight, 3, "weight")
     if data.shape[1] != weight.shape[1]:
@@ -153,6 +196,8 @@ def _dense_pack_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _dense_pack_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray) -> np.ndarray:
+    if weight.dtype == np.int32:
+        weight = unpack_quads(weight, DENSE_QUAD_AXIS)
     x = data.astype(np.int64) + unsigned_offset(str(data.dtype))
     y = np.matmul(x, unpack_dense_weight(weight).astype(np.int64).T)
     return (y - comp.astype(np.int64)).astype(np.int32)

@@ -38,7 +38,13 @@ from kiln.ir import arith
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern
-from kiln.ir.ops.integer import DATA_DTYPES, compensation
+from kiln.ir.ops.integer import (
+    CONV_QUAD_AXIS,
+    DATA_DTYPES,
+    DENSE_QUAD_AXIS,
+    compensation,
+    pack_quads,
+)
 from kiln.ir.ops.nn import pack_dense_weight
 from kiln.target import Target
 
@@ -214,6 +220,8 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     if integer:
         zx = call.attrs["input_zero_point"]
         comp = compensation(_pad_rows(weight.data, padded), zx, data.checked_type.dtype)
+        if ib % 4 == 0:  # words of four input channels: the dot_u8i8x4 kernel
+            operands[1] = Constant(pack_quads(w, CONV_QUAD_AXIS), weight.name)
         operands.append(Constant(comp.reshape(-1, ob)))
         op, attrs = "qnn.conv2d_NCHWc", dict(attrs, input_zero_point=zx)
     out = Call(op, operands, attrs, call.span)
@@ -272,6 +280,8 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     packed = Constant(pack_dense_weight(full_weight, block), weight.name)
     if integer:
         comp = compensation(full_weight, call.attrs["input_zero_point"], data.checked_type.dtype)
+        if full_weight.shape[1] % 4 == 0:  # words of four k: the dot_u8i8x4 kernel
+            packed = Constant(pack_quads(packed.data, DENSE_QUAD_AXIS), weight.name)
         out = Call("qnn.dense_pack", [data, packed, Constant(comp)], {}, call.span)
     else:
         out = Call("nn.dense_pack", [data, packed], {}, call.span)
