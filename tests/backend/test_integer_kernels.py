@@ -3,7 +3,8 @@
 ``qnn.conv2d_NCHWc`` / ``qnn.dense_pack``, int8 weights, unsigned products and a compensation),
 their int32 outputs equal to a numpy int64 reference exactly — extreme operands included
 (activations 0 and 255, weights -128 and 127: where ``vpmaddubsw``'s int16 pair sums would
-saturate) — and, on x86, the LLVM kernel's multiply-adds are ``vpmaddwd``."""
+saturate) — and, on x86, the LLVM kernel's multiply-adds are ``vpmaddwd`` (AVX2) or
+``vpdpbusd`` (VNNI: assembly checked for Ice Lake and Alder Lake; run where the CPU has it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.target import Target
 
 RNG = np.random.default_rng(21)
 
@@ -93,19 +95,56 @@ def _x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64")
 
 
-@pytest.mark.skipif(not _x86(), reason="x86 assembly")
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_llvm_conv_uses_pmaddwd(dtype):
-    """The int8 conv's products become ``vpmaddwd`` (AVX2: exact int16 x int16 -> int32 pair
-    sums; never ``vpmaddubsw``, which saturates) and no float multiply-add is left."""
-    x = Var("x", TensorType((1, 32, 8, 8), dtype))
-    w = Constant(_weight((32, 32, 3, 3), False))
+def _conv_asm(dtype: str, target: str, cin: int = 32) -> str:
+    x = Var("x", TensorType((1, cin, 8, 8), dtype))
+    w = Constant(_weight((32, cin, 3, 3), False))
     attrs = {"strides": (1, 1), "padding": (1,) * 4, "dilation": (1, 1), "groups": 1,
              "input_zero_point": 1}
-    lib = kiln.build(Function([x], [Call("qnn.conv2d", [x, w], attrs)]),
-                     target="llvm -mcpu=haswell")
-    asm = "".join(m.get_source("asm") for m in lib.get_lib().imported_modules
-                  if m.type_key == "llvm") if lib.get_lib().type_key != "llvm" else \
-        lib.get_lib().get_source("asm")
-    ops = set(re.findall(r"\b(vpmaddwd|vpmaddubsw|vfmadd\w+)\b", asm))
-    assert ops == {"vpmaddwd"}, ops
+    lib = kiln.build(Function([x], [Call("qnn.conv2d", [x, w], attrs)]), target=target).get_lib()
+    mods = [lib, *lib.imported_modules]
+    return "".join(m.get_source("asm") for m in mods if m.type_key == "llvm")
+
+
+def _ops(asm: str) -> set[str]:
+    return set(re.findall(r"\b(vpmaddwd|vpmaddubsw|vpdpbusd|vpdpwssd|vfmadd\w+|vpmulld)\b", asm))
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_avx2_conv_uses_pmaddwd(dtype):
+    """AVX2: the quads' products are two ``vpmaddwd`` (exact int16 x int16 -> int32 pair sums;
+    never ``vpmaddubsw``, which saturates); no float multiply-add, no ``vpmulld``."""
+    assert _ops(_conv_asm(dtype, "llvm -mcpu=haswell")) == {"vpmaddwd"}
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("cpu,register", [("icelake-server", "zmm"), ("alderlake", "ymm")])
+def test_vnni_conv_uses_vpdpbusd(cpu, register):
+    """AVX512-VNNI (512-bit vectors) and AVX-VNNI (256): one ``vpdpbusd`` per weight vector
+    and activation word, accumulating in place. Checked in the assembly LLVM emits for those
+    CPUs; this machine need not have them (the run-time test below skips without)."""
+    asm = _conv_asm("int8", f"llvm -mcpu={cpu}")
+    assert "vpdpbusd" in _ops(asm) and "vpmaddubsw" not in _ops(asm), _ops(asm)
+    assert re.search(rf"vpdpbusd\s+[^\n]*%{register}", asm)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {w for line in f if line.startswith("flags") for w in line.split()[2:]}
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not {"avx512_vnni", "avx_vnni"} & _cpu_flags(),
+                    reason="the CPU has no AVX512-VNNI / AVX-VNNI (/proc/cpuinfo flags)")
+@pytest.mark.parametrize("dtype,zx", [("uint8", 128), ("int8", -3)])
+def test_vnni_conv_exact(dtype, zx):
+    x = _data((1, 32, 7, 7), dtype, extreme=True)
+    w = _weight((16, 32, 3, 3), extreme=True)
+    attrs = {"strides": (1, 1), "padding": (1,) * 4, "dilation": (1, 1), "groups": 1,
+             "input_zero_point": zx}
+    xv = Var("x", TensorType(x.shape, dtype))
+    func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
+    assert Target("llvm -mcpu=native").int8_dot().startswith("vnni")
+    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), _conv_ref(x, w, zx, 1, 1))
