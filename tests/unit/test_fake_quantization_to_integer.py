@@ -123,3 +123,19 @@ def test_dense_group_and_its_packed_form(dtype, zx):
     packed = alter_op_layout(new)
     assert "qnn.dense_pack" in _ops(packed)
     np.testing.assert_array_equal(evaluate(packed, {"x": xv})[0], got)
+
+
+@pytest.mark.parametrize("dtype,zx,wz", [("uint8", 131, 0), ("int8", -4, 2)])
+def test_qlinearconv_int32_conv_becomes_integer(dtype, zx, wz):
+    """QLinearConv / ConvInteger as the frontend writes them: ``nn.conv2d`` of
+    ``int32(x) - zx`` by ``int32(w) - wz`` (a constant in int8 range) → ``qnn.conv2d``."""
+    x = Var("x", TensorType((1, 8, 6, 6), dtype))
+    w = RNG.integers(-100, 100, (16, 8, 3, 3)).astype(np.int8)
+    xi = Call("subtract", [Call("cast", [x], {"dtype": "int32"}), _c(zx, "int32")])
+    wi = Call("subtract", [Call("cast", [Constant(w)], {"dtype": "int32"}), _c(wz, "int32")])
+    func = Function([x], [Call("nn.conv2d", [xi, wi], CONV)])
+    new = fake_quantization_to_integer(func)
+    assert "qnn.conv2d" in _ops(new) and "nn.conv2d" not in _ops(new)
+    info = np.iinfo(dtype)
+    xv = RNG.integers(info.min, info.max + 1, (1, 8, 6, 6)).astype(dtype)
+    np.testing.assert_array_equal(evaluate(new, {"x": xv})[0], evaluate(func, {"x": xv})[0])

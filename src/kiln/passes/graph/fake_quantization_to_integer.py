@@ -28,6 +28,10 @@ for a clip, exact since quantization is monotonic and ``Q(0) = zy``. The integer
 int32 with int8 weights; AlterOpLayout blocks it for the int8 kernels. int8 activations are
 exact whatever the number of consumers of ``xq`` (nothing is rewritten upstream of the group).
 
+QLinearConv and ConvInteger (operator format: the frontend's ``nn.conv2d`` over operands widened
+to int32, zero points subtracted) become ``qnn.conv2d`` as well when the weight is constant and,
+less its zero point, fits in int8, and the input zero point is a per-tensor constant.
+
 Groups that do not match (weights with a zero point, a bias in float or at another scale,
 grouped convolutions) stay as they are: float ops between the quantization ops
 (docs/decisions/011). Run after BindParams (weights are constants) and before FoldConstant
@@ -51,11 +55,12 @@ def fake_quantization_to_integer(func: Function) -> Function:
     """``func`` with its QDQ convolution and dense groups computed in integers (module doc)."""
 
     def visit(call: Call, args: list[Expr]) -> Expr:
+        new = None
         if call.op.name == "qnn.quantize":
             new = _integer_group(call, args)
-            if new is not None:
-                return new
-        return same_call(call, args)
+        elif call.op.name == "nn.conv2d":
+            new = _widened_conv(call, args)
+        return same_call(call, args) if new is None else new
 
     return rewrite(func, visit)
 
@@ -189,6 +194,29 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
     if act is not None:
         q = _quantized_activation(act, q, sy, zy, out_dtype)
     return q
+
+
+def _widened_conv(conv: Call, args: list[Expr]) -> Expr | None:
+    """QLinearConv / ConvInteger as the frontend writes them (docs/decisions/011), an int32
+    conv of ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose
+    values fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d(xq, w; zx)``, the same sums."""
+    data, weight = args
+    if conv.checked_type.dtype != "int32" or conv.attrs["groups"] != 1:
+        return None
+    zx = 0
+    if (sub := _call(data, "subtract")) is not None:
+        zp = _const(sub.args[1])
+        if zp is None or zp.size != 1:
+            return None
+        data, zx = sub.args[0], int(zp.reshape(()))
+    cast = _call(data, "cast")
+    w = _const(weight)
+    if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None or \
+            w.min(initial=0) < -128 or w.max(initial=0) > 127:
+        return None
+    attrs = {k: conv.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
+    return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
+                dict(attrs, input_zero_point=zx), conv.span)
 
 
 def _bias_axis_ok(bias_call: Call, conv: bool) -> bool:
