@@ -57,7 +57,8 @@ def _run(func: Function, x: np.ndarray, target: str) -> np.ndarray:
 
 CONVS = [  # (dtype, input zero point, cin, cout, size, kernel, stride, extreme operands)
     ("int8", -7, 16, 32, 9, 3, 1, False),
-    ("uint8", 3, 3, 16, 11, 3, 2, False),    # an image input: NCHW read as NCHW1c
+    ("uint8", 3, 3, 16, 11, 3, 2, False),    # an image input: NCHW, words along the width
+    ("int8", 5, 3, 16, 15, 7, 2, True),      # resnet's stem: 7x7 (8 taps a row), stride 2
     ("int8", 0, 32, 24, 6, 1, 1, False),     # 1x1, an output block of 8
     ("uint8", 0, 64, 16, 5, 3, 1, True),
     ("int8", 5, 64, 16, 5, 3, 1, True),

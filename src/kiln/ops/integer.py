@@ -83,7 +83,8 @@ def conv2d_nchwc(inputs, attrs, out_type):
     data, weight, comp = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     if weight.dtype == "int32":
-        acc = _conv2d_quads(data, weight, attrs, out_type)
+        quads = _conv2d_width_quads if len(data.shape) == 4 else _conv2d_quads
+        acc = quads(data, weight, attrs, out_type)
         return te.compute(out_type.shape, lambda n, o, y, x, b: acc[n, o, y, x, b] - comp[o, b],
                           name="qnn_compensate", tag="elemwise")
     padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"])
@@ -118,6 +119,31 @@ def _conv2d_quads(data, weight, attrs, out_type):
         a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
         return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
                       [rc, ry, rx, rq])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+
+
+def _conv2d_width_quads(data, weight, attrs, out_type):
+    """NCHW data: ``Σ dot_u8i8x4(row_words[n, c, y', x' + 4q], w[o, c, ry, q, 0, b])`` over
+    (c, ry, q), ``row_words[.., x']`` the four padded input pixels from ``x'`` (a sliding
+    window, materialized once per call), ``x' = x · sw``, ``y' = y · sh + ry`` (dilation 1)."""
+    sh, sw = attrs["strides"]
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    n_, c_, hp, wp = padded.shape
+
+    def word(n, c, y, x):
+        return _unsigned_word([padded[n, c, y, L.minimum(x + j, L.const(wp - 1, x.dtype))]
+                               for j in range(4)])
+
+    words = te.compute((n_, c_, hp, wp), word, name="qnn_quads", tag="pad")
+    _, icc, kh, kq, _, _ = weight.shape
+    rc, ry, rq, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kq, "rx"), te.reduce_axis(1, "ri"))
+
+    def body(n, o, y, x, b):
+        a = words[n, rc.var, y * sh + ry.var, x * sw + rq.var * 4 + ri.var]
+        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]),
+                      [rc, ry, rq, ri])
 
     return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
 

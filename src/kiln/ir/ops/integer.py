@@ -32,7 +32,11 @@ weight is int32 words of four int8 weights consecutive along the reduction, byte
 (bits ``8j .. 8j+7``, :func:`pack_quads`) the reduction index ``4q + j``: conv
 ``[O/ob, C/ib, KH, KW, ib/4, ob]``, dense ``[N/b, K/4, b]`` — still one byte per weight. The
 kernels read the activations as words of four unsigned bytes and multiply-add a word pair with
-the ``dot_u8i8x4`` loop intrinsic.
+the ``dot_u8i8x4`` loop intrinsic. An image input (NCHW data, input block 1: three channels has
+no four to pack) is packed along the kernel width instead: weight
+``[O/ob, C, KH, KW/4, 1, ob]`` (KW a multiple of 4, AlterOpLayout pads it with zero taps), a word
+``q`` holding taps ``4q .. 4q + 3`` of a kernel row, multiplied with the four consecutive input
+pixels they meet (dilation 1).
 
 Sums are exact in int32 while ``K · 255 · 128 < 2^31`` (K up to 65 000 reduction steps).
 """
@@ -84,8 +88,15 @@ def unpack_quads(words: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(parts, -1, axis))
 
 
-#: the reduction axis of a blocked op's quad-packed weight: conv (ib/4), dense (K/4)
-CONV_QUAD_AXIS, DENSE_QUAD_AXIS = 4, 1
+#: the reduction axis of a blocked op's quad-packed weight: conv (ib/4), dense (K/4), conv over
+#: NCHW data (the kernel width, KW/4)
+CONV_QUAD_AXIS, DENSE_QUAD_AXIS, WIDTH_QUAD_AXIS = 4, 1, 3
+
+
+def conv_quad_axis(data: TensorType | np.ndarray) -> int:
+    """The packed axis of a ``qnn.conv2d_NCHWc`` int32 weight: the kernel width for NCHW
+    (4-D) data, the input block otherwise."""
+    return WIDTH_QUAD_AXIS if len(data.shape) == 4 else CONV_QUAD_AXIS
 
 
 def _check(data: TensorType, weight: TensorType, quads_ok: bool = False) -> None:
@@ -130,7 +141,7 @@ def _conv2d_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 3)
     data, weight, comp = arg_types
     _check(data, weight, quads_ok=True)
-    weight = _logical(weight, CONV_QUAD_AXIS)
+    weight = _logical(weight, conv_quad_axis(data))
     out = get_op("nn.conv2d_NCHWc").infer([TensorType(data.shape, "int32"),
                                            TensorType(weight.shape, "int32")],
                                           {k: attrs[k] for k in ("strides", "padding",
@@ -144,7 +155,7 @@ def _conv2d_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 def _conv2d_nchwc_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray, strides, padding,
                       dilation, input_zero_point) -> np.ndarray:
     if weight.dtype == np.int32:
-        weight = unpack_quads(weight, CONV_QUAD_AXIS)
+        weight = unpack_quads(weight, conv_quad_axis(data))
     dl, wl = block_layouts(TensorType(data.shape, str(data.dtype)),
                            TensorType(weight.shape, str(weight.dtype)))
     offset = unsigned_offset(str(data.dtype))

@@ -42,6 +42,7 @@ from kiln.ir.ops.integer import (
     CONV_QUAD_AXIS,
     DATA_DTYPES,
     DENSE_QUAD_AXIS,
+    WIDTH_QUAD_AXIS,
     compensation,
     pack_quads,
 )
@@ -222,6 +223,14 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         comp = compensation(_pad_rows(weight.data, padded), zx, data.checked_type.dtype)
         if ib % 4 == 0:  # words of four input channels: the dot_u8i8x4 kernel
             operands[1] = Constant(pack_quads(w, CONV_QUAD_AXIS), weight.name)
+        elif blocked_data is data and w.shape[3] >= 3 and attrs["dilation"] == (1, 1):
+            # an image: words of four taps along the kernel width, zero taps up to a multiple
+            # of 4 (and as much more padding on the right: the output width is unchanged)
+            extra = -w.shape[3] % 4
+            w = np.pad(w, [(0, 0)] * 3 + [(0, extra)] + [(0, 0)] * 2)
+            operands[1] = Constant(pack_quads(w, WIDTH_QUAD_AXIS), weight.name)
+            pt, pl, pb, pr = attrs["padding"]
+            attrs = dict(attrs, padding=(pt, pl, pb, pr + extra))
         operands.append(Constant(comp.reshape(-1, ob)))
         op, attrs = "qnn.conv2d_NCHWc", dict(attrs, input_zero_point=zx)
     out = Call(op, operands, attrs, call.span)
