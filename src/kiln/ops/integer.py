@@ -1,16 +1,16 @@
 """Computes of the integer convolutions and dense ops (formulas on :mod:`kiln.ir.ops.integer`;
 docs/decisions/021).
 
-Products are ``int32(u) · int32(w)`` of an unsigned activation ``u`` in 0..255 (uint8 data as
-it is, int8 data ``x + 128`` written ``zext(uint8(x)) ^ 128``: the bits say it is below 2^8)
-and a sign-extended int8 weight, summed in int32. The blocked kernels vectorize over output
-channels: a broadcast activation times a vector of widened weights. LLVM's x86 backend turns
-such an int32 multiply of operands known to fit in 16 bits into ``vpmaddwd`` (its
-``combineMulToPMADDWD``: one operand's upper 17 bits zero, the other's sign bits) — exact,
-where ``vpmaddubsw``'s int16 pair sums would saturate; with AVX-VNNI / AVX512-VNNI the
-multiply-add becomes ``vpdpwssd``. The unsigned form is also what VNNI's ``vpdpbusd`` (u8 × s8)
-takes; the compensation ``u(zx) · Σ w`` (a constant per output channel) is subtracted in a
-second stage, fused with the requantizing epilogue.
+Products are of an unsigned activation ``u`` in 0..255 (uint8 data as it is, int8 data
+``x + 128`` written ``zext(uint8(x)) ^ 128``) and a signed int8 weight, summed exactly in int32;
+the compensation ``u(zx) · Σ w`` (a constant per output channel) is subtracted in a second stage,
+fused with the requantizing epilogue. The u8 × s8 form is what VNNI's ``vpdpbusd`` takes.
+
+The one-byte form (``int32(u) · int32(w)`` per reduction step; layouts the quads below do not
+cover) leaves the vectorization to LLVM's loop vectorizer (int8 loads are not lanes of the
+explicit vector codegen): on x86 it turns the multiply of a zero-extended byte by a
+sign-extended one into ``vpmaddwd`` (``combineMulToPMADDWD``), but the register block came out
+partly scalar — about Kiln fp32's speed.
 
 With quad-packed weights (int32 words of four int8 weights along the reduction) the activations
 are first packed the same way, four unsigned bytes a word (stage ``qnn_quads``, materialized
