@@ -139,3 +139,17 @@ def test_qlinearconv_int32_conv_becomes_integer(dtype, zx, wz):
     info = np.iinfo(dtype)
     xv = RNG.integers(info.min, info.max + 1, (1, 8, 6, 6)).astype(dtype)
     np.testing.assert_array_equal(evaluate(new, {"x": xv})[0], evaluate(func, {"x": xv})[0])
+
+
+def test_qlinearmatmul_int32_dense_becomes_integer():
+    """QLinearMatMul / MatMulInteger with a constant B: ``nn.dense`` of ``int32(a) - za`` by
+    ``transpose(int32(B) - zb)`` → ``qnn.dense``."""
+    a = Var("a", TensorType((3, 32), "uint8"))
+    b = RNG.integers(-100, 100, (32, 24)).astype(np.int8)
+    ai = Call("subtract", [Call("cast", [a], {"dtype": "int32"}), _c(120, "int32")])
+    bi = Call("subtract", [Call("cast", [Constant(b)], {"dtype": "int32"}), _c(-3, "int32")])
+    func = Function([a], [Call("nn.dense", [ai, Call("transpose", [bi], {"axes": (1, 0)})])])
+    new = fake_quantization_to_integer(func)
+    assert "qnn.dense" in _ops(new) and "nn.dense" not in _ops(new)
+    av = RNG.integers(0, 256, (3, 32)).astype(np.uint8)
+    np.testing.assert_array_equal(evaluate(new, {"a": av})[0], evaluate(func, {"a": av})[0])

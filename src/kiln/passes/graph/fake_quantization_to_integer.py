@@ -28,9 +28,11 @@ for a clip, exact since quantization is monotonic and ``Q(0) = zy``. The integer
 int32 with int8 weights; AlterOpLayout blocks it for the int8 kernels. int8 activations are
 exact whatever the number of consumers of ``xq`` (nothing is rewritten upstream of the group).
 
-QLinearConv and ConvInteger (operator format: the frontend's ``nn.conv2d`` over operands widened
-to int32, zero points subtracted) become ``qnn.conv2d`` as well when the weight is constant and,
-less its zero point, fits in int8, and the input zero point is a per-tensor constant.
+QLinearConv, ConvInteger, QLinearMatMul and MatMulInteger (operator format: the frontend's
+``nn.conv2d`` / ``nn.dense`` over operands widened to int32, zero points subtracted) become
+``qnn.conv2d`` / ``qnn.dense`` as well when the weight is constant and, less its zero point,
+fits in int8, and the input zero point is a per-tensor constant (not DynamicQuantizeLinear's
+run-time one).
 
 Groups that do not match (weights with a zero point, a bias in float or at another scale,
 grouped convolutions) stay as they are: float ops between the quantization ops
@@ -58,8 +60,8 @@ def fake_quantization_to_integer(func: Function) -> Function:
         new = None
         if call.op.name == "qnn.quantize":
             new = _integer_group(call, args)
-        elif call.op.name == "nn.conv2d":
-            new = _widened_conv(call, args)
+        elif call.op.name in ("nn.conv2d", "nn.dense"):
+            new = _widened(call, args)
         return same_call(call, args) if new is None else new
 
     return rewrite(func, visit)
@@ -196,12 +198,15 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
     return q
 
 
-def _widened_conv(conv: Call, args: list[Expr]) -> Expr | None:
-    """QLinearConv / ConvInteger as the frontend writes them (docs/decisions/011), an int32
-    conv of ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose
-    values fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d(xq, w; zx)``, the same sums."""
+def _widened(op: Call, args: list[Expr]) -> Expr | None:
+    """QLinearConv / ConvInteger / QLinearMatMul / MatMulInteger as the frontend writes them
+    (docs/decisions/011): an int32 ``nn.conv2d`` (groups 1) or ``nn.dense`` of
+    ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose values
+    fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d`` / ``qnn.dense(xq, w; zx)``, the same
+    sums."""
     data, weight = args
-    if conv.checked_type.dtype != "int32" or conv.attrs["groups"] != 1:
+    conv = op.op.name == "nn.conv2d"
+    if op.checked_type.dtype != "int32" or (conv and op.attrs["groups"] != 1):
         return None
     zx = 0
     if (sub := _call(data, "subtract")) is not None:
@@ -214,9 +219,12 @@ def _widened_conv(conv: Call, args: list[Expr]) -> Expr | None:
     if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None or \
             w.min(initial=0) < -128 or w.max(initial=0) > 127:
         return None
-    attrs = {k: conv.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
+    if not conv:
+        return Call("qnn.dense", [cast.args[0], Constant(w.astype(np.int8))],
+                    {"input_zero_point": zx}, op.span)
+    attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
     return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
-                dict(attrs, input_zero_point=zx), conv.span)
+                dict(attrs, input_zero_point=zx), op.span)
 
 
 def _bias_axis_ok(bias_call: Call, conv: bool) -> bool:
