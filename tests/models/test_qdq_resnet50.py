@@ -19,6 +19,8 @@ ops) about a quarter of its outputs differ by one step from its int8 run.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -60,6 +62,12 @@ def test_qdq_resnet50_matches_onnxruntime(qdq_models, variant, target, reference
     name = model.graph.input[0].name
     x = np.random.default_rng(SEED + 1).standard_normal((1, 3, 224, 224)).astype("float32")
     compiled = compile_to_library(model, {name: x.shape}, tmp_path / "qdq.so", target)
+    # every convolution is an integer kernel (FakeQuantizationToInteger, docs/decisions/021):
+    # no float convolution is left, S8S8 included
+    nodes = json.loads(compiled.loaded["get_graph_json"]())["nodes"]
+    kernels = [n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"]
+    assert sum("qnn_conv2d_NCHWc" in k for k in kernels) == 53, kernels
+    assert not any("nn_conv2d" in k.replace("qnn_conv2d", "") for k in kernels), kernels
     (got,) = run_compiled(compiled, {name: x})
     (want,) = reference(model, {name: x})
     assert got.shape == want.shape and got.dtype == want.dtype
