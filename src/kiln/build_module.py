@@ -3,10 +3,9 @@
 The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference →
 FakeQuantizationToInteger (QDQ groups → integer ops) → FoldConstant → FoldScaleAxis →
 FoldConstant → EliminateCommonSubexpr → [QuantizeWeights] → [BYOC: MergeComposite →
-AnnotateTarget →
-MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → [VM: KVAppend] →
-FuseOps → per fused function: compute → schedule → lower → loop passes → MakePackedAPI → C or
-LLVM codegen; external functions go to
+AnnotateTarget → MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) →
+[VM: KVAppend] → FuseOps → per fused function: compute → schedule → lower → loop passes →
+MakePackedAPI → C or LLVM codegen; external functions go to
 their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
 one kernel. The target is the current one (``with target:``) while the graph is optimized and
 kernels are lowered, so passes and schedules can read it.
