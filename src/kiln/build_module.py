@@ -236,7 +236,12 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     graph_kernels = kernels  # named as the graph calls them
     if prefix:
         kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
-    if tgt.kind == "llvm":
+    if tgt.kind == "llvm" and tgt.levels:
+        from kiln.codegen.multi_level import build_multi_level
+
+        with progress.stage(f"Generating code with LLVM for {', '.join(tgt.levels)}"):
+            lib = build_multi_level(kernels, tgt)
+    elif tgt.kind == "llvm":
         from kiln.codegen.llvm import build_llvm
 
         with progress.stage("Generating code with LLVM"):

@@ -1,0 +1,222 @@
+"""Multi-level libraries: every kernel compiled once per x86-64 microarchitecture level, the
+level chosen on the CPU when the library is loaded (``llvm -mcpu=portable`` or
+``-mcpu=x86-64-v2,x86-64-v3,x86-64-v4``; docs/decisions/023-default-target-and-multi-level.md).
+
+How it works:
+
+- The graph (layouts, NCHWc channel blocks, packed weights) and the loop IR are built once, for
+  the widest level (:meth:`kiln.target.Target.vector_bits` of a multi-level target), so all
+  levels share the params and the graph JSON.
+- Each level compiles the same kernels, renamed ``<name>__<level>`` (``fused_conv2d__x86_64_v3``),
+  with :func:`kiln.codegen.llvm.build_llvm` for ``llvm -mcpu=<level>`` (that level's vector width
+  in the codegen, its ISA in LLVM's instruction selection; the compile cache keys each level).
+- A small C dispatcher defines every public kernel name as a GNU indirect function (GCC manual,
+  "Common Function Attributes": ``ifunc``; the resolver runs when the dynamic linker binds the
+  symbol, so ``dlsym`` by name keeps working for the Python loader and C loaders, and a call costs
+  what any call into a shared library costs). Its resolver picks the highest level the CPU has
+  (``__builtin_cpu_supports`` over the features of each level in the x86-64 psABI,
+  "Micro-Architecture Levels"; libgcc checks that the OS saves the AVX / AVX-512 state), as
+  onnxruntime's MLAS picks its kernels from ``cpuid`` once at start-up (MLAS_PLATFORM,
+  onnxruntime/core/mlas/lib/platform.cpp).
+- ``KILN_CPU_LEVEL=x86-64-v2`` (any of :data:`kiln.target.X86_LEVELS`) lowers the level for
+  tests and comparisons; it never raises it above the CPU's. It is read with ``getenv`` in the
+  resolver: it applies to libraries opened with ``dlopen`` (the Python runtime, C loaders); a
+  library linked into a program at start-up resolves before the C library has set up the
+  environment and uses the CPU's level.
+- On a CPU below the library's lowest level, every kernel is a stub that fails with a message
+  naming the levels (never an illegal instruction). ``__kiln_cpu_level()`` (a plain C function)
+  returns the level chosen.
+- The level objects and the dispatcher are merged into one relocatable object (``cc -r``):
+  the result is one :class:`~kiln.runtime.object_module.ObjectModule` like any ``llvm`` build,
+  exported and run (also before export) the same way. The variants have hidden visibility:
+  only the public names are exported, and the resolvers take their addresses without dynamic
+  relocations.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kiln.codegen.llvm import build_llvm
+from kiln.codegen.llvm_module import LLVMModule
+from kiln.errors import CompileError
+from kiln.ir import loop as L
+from kiln.runtime.toolchain import compile_objects, link_relocatable
+from kiln.target import X86_LEVELS, Target
+
+#: the symbol that tells which level the dispatcher chose (``const char* __kiln_cpu_level()``)
+LEVEL_SYMBOL = "__kiln_cpu_level"
+#: the environment variable that lowers the level (tests, comparisons)
+LEVEL_ENV = "KILN_CPU_LEVEL"
+
+#: ``__builtin_cpu_supports`` names of each level's features beyond the previous level (x86-64
+#: psABI; the names GCC and clang both know; CMPXCHG16B and LAHF of v2, F16C, LZCNT and MOVBE of
+#: v3 are not emitted by float kernels and have no portable name there)
+LEVEL_FEATURES = {
+    "x86-64": (),
+    "x86-64-v2": ("popcnt", "sse3", "ssse3", "sse4.1", "sse4.2"),
+    "x86-64-v3": ("avx", "avx2", "bmi", "bmi2", "fma"),
+    "x86-64-v4": ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+}
+
+
+def variant_name(name: str, level: str) -> str:
+    """The symbol of ``name`` compiled for ``level``: ``f__x86_64_v3``."""
+    return f"{name}__{level.replace('-', '_')}"
+
+
+class MultiLevelModule(LLVMModule):
+    """An ``llvm`` module whose kernels dispatch on the CPU at load time.
+
+    Parameters
+    ----------
+    obj : bytes
+        The merged object (every level's kernels and the dispatcher).
+    func_names : list of str
+        The public kernel names (the ifuncs).
+    target : Target
+        The multi-level target.
+    variants : dict of str to LLVMModule
+        Each level's modules (for ``get_source``: IR and assembly of every level).
+    """
+
+    def __init__(self, obj: bytes, func_names: Sequence[str], target: Target,
+                 variants: dict[str, list[LLVMModule]]):
+        self.variants = variants
+        super().__init__(obj, func_names, target, self._joined(""))
+
+    def _joined(self, fmt: str) -> str:
+        parts = []
+        for level, mods in self.variants.items():
+            for m in mods:
+                parts.append(f"; ---- level {level}\n{m.get_source(fmt)}")
+        return "\n".join(parts)
+
+    def get_source(self, fmt: str = "") -> str:
+        """``""``/``"ll"``: every level's optimized IR; ``"asm"``: every level's assembly
+        (each part headed ``; ---- level <name>``); ``"c"``: the dispatcher's C source."""
+        if fmt in ("asm", "s", "S", "", "ll"):
+            return self._joined(fmt)
+        return super().get_source(fmt)
+
+
+def dispatcher_source(names: Sequence[str], levels: Sequence[str]) -> str:
+    """C source defining each of ``names`` as an ifunc over its ``levels`` variants."""
+    ranks = {level: X86_LEVELS.index(level) for level in levels}
+    checks = []
+    for rank, level in enumerate(X86_LEVELS[1:], 1):
+        cond = " && ".join(f'__builtin_cpu_supports("{f}")' for f in LEVEL_FEATURES[level])
+        checks.append(f"  if (rank == {rank - 1} && {cond}) rank = {rank};")
+    lines = [
+        "/* Generated by Kiln (kiln.codegen.multi_level): CPU dispatch of a multi-level",
+        "   library. Every kernel is a GNU ifunc choosing its variant for the CPU's x86-64",
+        "   level (x86-64 psABI), lowered by $" + LEVEL_ENV + ". */",
+        "#include <stdint.h>",
+        "#include <stdlib.h>",
+        "#include <string.h>",
+        "void TVMAPISetLastError(const char* msg);",
+        "typedef int32_t (*kiln_packed)(void*, int32_t*, int32_t, void*, int32_t*, void*);",
+        f"static const char* const kiln_all_levels[] = {{{', '.join(map(_q, X86_LEVELS))}}};",
+        f"static const int kiln_have[] = {{{', '.join(str(ranks[v]) for v in levels)}}};",
+        f"#define KILN_NUM_LEVELS {len(levels)}",
+        "static int kiln_choice = -2; /* index into kiln_have; -1: the CPU has none */",
+        "static int kiln_cpu_rank(void) {",
+        "  int rank = 0;",
+        "  __builtin_cpu_init();",
+        *checks,
+        "  return rank;",
+        "}",
+        "static int kiln_pick(void) {",
+        "  if (kiln_choice != -2) return kiln_choice;",
+        "  int rank = kiln_cpu_rank();",
+        f'  const char* want = getenv("{LEVEL_ENV}");',
+        "  if (want != NULL)",
+        "    for (int r = 0; r < 4; ++r)",
+        "      if (strcmp(want, kiln_all_levels[r]) == 0 && r < rank) rank = r;",
+        "  kiln_choice = -1;",
+        "  for (int i = 0; i < KILN_NUM_LEVELS; ++i)",
+        "    if (kiln_have[i] <= rank) kiln_choice = i;",
+        "  return kiln_choice;",
+        "}",
+        f"const char* {LEVEL_SYMBOL}(void) {{",
+        "  int i = kiln_pick();",
+        '  return i < 0 ? "none" : kiln_all_levels[kiln_have[i]];',
+        "}",
+        "static int32_t kiln_unsupported(void* a, int32_t* t, int32_t n, void* r, int32_t* rt,",
+        "                                void* h) {",
+        "  (void)a; (void)t; (void)n; (void)r; (void)rt; (void)h;",
+        f'  TVMAPISetLastError("this library has kernels for {", ".join(levels)} only; this "',
+        '                     "CPU has a lower x86-64 level");',
+        "  return -1;",
+        "}",
+    ]
+    lines.append('#define KILN_VARIANT __attribute__((visibility("hidden")))')
+    for name in names:
+        variants = [variant_name(name, level) for level in levels]
+        lines += [f"KILN_VARIANT int32_t {v}(void*, int32_t*, int32_t, void*, int32_t*, void*);"
+                  for v in variants]
+        lines += [
+            f"static kiln_packed kiln_resolve_{name}(void) {{",
+            "  switch (kiln_pick()) {",
+            *[f"  case {i}: return {v};" for i, v in enumerate(variants)],
+            "  default: return kiln_unsupported;",
+            "  }",
+            "}",
+            (f"int32_t {name}(void*, int32_t*, int32_t, void*, int32_t*, void*) "
+             f'__attribute__((ifunc("kiln_resolve_{name}")));'),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _q(text: str) -> str:
+    return f'"{text}"'
+
+
+def build_multi_level(funcs: Sequence[L.PrimFunc], target: Target) -> MultiLevelModule:
+    """Compile packed PrimFuncs for every level of a multi-level ``llvm`` target.
+
+    Parameters
+    ----------
+    funcs : list of PrimFunc
+        Kernels after MakePackedAPI (distinct names), lowered for the target's widest level.
+    target : Target
+        An ``llvm`` target with :attr:`~kiln.target.Target.levels`.
+
+    Returns
+    -------
+    MultiLevelModule
+        One module: the public names dispatch to the level variants.
+
+    Raises
+    ------
+    CompileError
+        A target without levels, or a kernel the codegen cannot handle.
+    ToolchainError
+        The C compiler cannot build the dispatcher or merge the objects (it needs GNU ifunc
+        support: glibc or musl on x86-64 Linux with GCC or clang).
+    """
+    if not target.levels:
+        raise CompileError(f"build_multi_level: target '{target}' has no levels")
+    names = [f.name for f in funcs]
+    variants: dict[str, list[LLVMModule]] = {}
+    for level in target.levels:
+        renamed = [L.PrimFunc(variant_name(f.name, level), f.params, f.body, f.attrs)
+                   for f in funcs]
+        root = build_llvm(renamed, target.level(level))
+        variants[level] = [root, *root.imported_modules]
+    with tempfile.TemporaryDirectory(prefix="kiln-multi-") as work:
+        objs = []
+        for level, mods in variants.items():
+            for i, m in enumerate(mods):
+                path = Path(work) / f"{level}_{i}.o"
+                path.write_bytes(m.obj)
+                objs.append(str(path))
+        src = Path(work) / "dispatch.c"
+        src.write_text(dispatcher_source(names, target.levels))
+        objs += compile_objects([str(src)], options=["-march=x86-64"])
+        merged = Path(work) / "merged.o"
+        link_relocatable(objs, str(merged))
+        obj = merged.read_bytes()
+    return MultiLevelModule(obj, names, target, variants)
