@@ -231,7 +231,15 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
             fused = optimize(func, params, byoc, mod_name, quantize_weights,
                              vm=executor == "vm")
         calls = primitive_calls(fused)
-        kernels, kernel_names = _lower_kernels(calls)
+        if not tgt.levels:
+            kernels, kernel_names = _lower_kernels(calls)
+    # A multi-level target: one graph (its widest level's layouts), each level's schedules.
+    per_level = {}
+    for level in tgt.levels:
+        with tgt.level(level):
+            per_level[level], kernel_names = _lower_kernels(calls, f" for {level}")
+    if per_level:
+        kernels = per_level[tgt.levels[-1]]
     symbols = {k.name: prefix + k.name for k in kernels}
     graph_kernels = kernels  # named as the graph calls them
     if prefix:
@@ -239,8 +247,11 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     if tgt.kind == "llvm" and tgt.levels:
         from kiln.codegen.multi_level import build_multi_level
 
+        if prefix:
+            per_level = {level: [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs)
+                                 for k in ks] for level, ks in per_level.items()}
         with progress.stage(f"Generating code with LLVM for {', '.join(tgt.levels)}"):
-            lib = build_multi_level(kernels, tgt)
+            lib = build_multi_level(per_level, tgt)
     elif tgt.kind == "llvm":
         from kiln.codegen.llvm import build_llvm
 
@@ -363,12 +374,12 @@ def _deployable(graph, lib, consts, mod_name, tgt, kernels, symbols, prefix, exe
     return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
 
 
-def _lower_kernels(calls: list[PrimitiveCall]):
+def _lower_kernels(calls: list[PrimitiveCall], what: str = ""):
     names: dict[int, str] = {}
     by_key: dict[str, str] = {}
     kernels = []
     used: set[str] = set()
-    with progress.task("Lowering kernels", total=len(calls)) as advance:
+    with progress.task(f"Lowering kernels{what}", total=len(calls)) as advance:
         for call in calls:
             key = structural_key(call.body)
             if key not in by_key:

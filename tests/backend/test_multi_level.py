@@ -212,3 +212,16 @@ def test_graph_is_shared_by_all_levels(portable):
     if name == "conv":  # NCHW32c: the channel block of the widest level (2 zmm vectors)
         shapes = graph["attrs"]["shape"][1]
         assert [1, 1, 14, 14, 32] in shapes, shapes
+
+
+@pytest.mark.parametrize("spec, scale", [
+    ("llvm -mcpu=x86-64-v4", 1), ("llvm -mcpu=x86-64-v3", 2), ("llvm -mcpu=x86-64-v2", 4),
+    ("llvm -mtriple=riscv64-linux-gnu", 1),
+])
+def test_register_blocks_shrink_with_the_level_over_shared_layouts(spec, scale):
+    from kiln.schedules.nn_cpu import wide_block_scale
+
+    with Target(spec):
+        assert wide_block_scale(32) == scale  # the AVX-512 level's 32-float channel block
+        assert wide_block_scale(Target.current().vector_lanes() * 2) == 1  # its own layouts
+    assert wide_block_scale(32) == 1  # no current target

@@ -174,13 +174,16 @@ def _q(text: str) -> str:
     return f'"{text}"'
 
 
-def build_multi_level(funcs: Sequence[L.PrimFunc], target: Target) -> MultiLevelModule:
+def build_multi_level(funcs: dict[str, Sequence[L.PrimFunc]] | Sequence[L.PrimFunc],
+                      target: Target) -> MultiLevelModule:
     """Compile packed PrimFuncs for every level of a multi-level ``llvm`` target.
 
     Parameters
     ----------
-    funcs : list of PrimFunc
-        Kernels after MakePackedAPI (distinct names), lowered for the target's widest level.
+    funcs : dict of level to list of PrimFunc, or list of PrimFunc
+        Kernels after MakePackedAPI (distinct names, the same in every level), scheduled for
+        each level (``kiln.build`` lowers them under ``with target.level(name):``), or one
+        list used for every level.
     target : Target
         An ``llvm`` target with :attr:`~kiln.target.Target.levels`.
 
@@ -199,11 +202,18 @@ def build_multi_level(funcs: Sequence[L.PrimFunc], target: Target) -> MultiLevel
     """
     if not target.levels:
         raise CompileError(f"build_multi_level: target '{target}' has no levels")
-    names = [f.name for f in funcs]
+    per_level = funcs if isinstance(funcs, dict) else {lv: funcs for lv in target.levels}
+    if sorted(per_level) != sorted(target.levels):
+        raise CompileError(f"build_multi_level: kernels for {sorted(per_level)}, target "
+                           f"levels {list(target.levels)}")
+    names = [f.name for f in per_level[target.levels[0]]]
     variants: dict[str, list[LLVMModule]] = {}
     for level in target.levels:
+        if [f.name for f in per_level[level]] != names:
+            raise CompileError(f"build_multi_level: the kernels of {level} are not those of "
+                               f"{target.levels[0]}")
         renamed = [L.PrimFunc(variant_name(f.name, level), f.params, f.body, f.attrs)
-                   for f in funcs]
+                   for f in per_level[level]]
         root = build_llvm(renamed, target.level(level))
         variants[level] = [root, *root.imported_modules]
     with tempfile.TemporaryDirectory(prefix="kiln-multi-") as work:

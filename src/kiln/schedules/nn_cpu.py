@@ -167,14 +167,28 @@ REG_BLOCK = 14
 POINTWISE_BLOCK = 8
 
 
-def _row_block(extent: arith.Dim, taps: int = 9) -> int:
+def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
+    """How many times a channel (or packed column) block holds the two vectors of the current
+    target that REG_BLOCK, POINTWISE_BLOCK and DENSE_ROWS were measured with: 1 for layouts
+    chosen for this target; 2 (4) for the AVX2 (SSE) kernels of a multi-level library, whose
+    layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Register blocks are
+    divided by it so the accumulators take the same number of registers: 7 pixels of four ymm
+    vectors on AVX2, like MLAS's AVX NCHWc kernels' 3 outputs of four filter blocks."""
+    target = Target.current()
+    if target is None or not isinstance(block, int) or target.vector_bits() < 128:
+        return 1
+    return max(1, block // (2 * target.vector_lanes(dtype)))
+
+
+def _row_block(extent: arith.Dim, taps: int = 9, scale: int = 1) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
-    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
-    A symbolic ``extent`` has the divisors its symbols' divisors guarantee (1 at least): splits
-    have no tail loop."""
-    divisors = _divisors(extent, REG_BLOCK)
+    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK
+    (both divided by ``scale``, :func:`wide_block_scale`). A symbolic ``extent`` has the
+    divisors its symbols' divisors guarantee (1 at least): splits have no tail loop."""
+    divisors = _divisors(extent, max(1, REG_BLOCK // scale))
     if taps == 1:
-        small = [d for d in divisors if 4 <= d <= POINTWISE_BLOCK]
+        small = [d for d in divisors if min(4, POINTWISE_BLOCK // scale) <= d
+                 <= POINTWISE_BLOCK // scale]
         if small:
             return max(small)
     return max(divisors)
@@ -198,11 +212,12 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     n, c, y, x, b = conv.axes
     stage = sch[conv]
     rows_outer = _rows_outer(conv)
-    pixels = _row_block(x.extent, taps)
-    if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
+    scale = wide_block_scale(b.extent, conv.dtype)
+    pixels = _row_block(x.extent, taps, scale)
+    if pixels == 1 and k_block is None and _row_block(y.extent, taps, scale) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
-        yo, yi = stage.split(y, _row_block(y.extent, taps))
+        yo, yi = stage.split(y, _row_block(y.extent, taps, scale))
         stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *reduce_order, yi, b)
         stage.unroll(yi)
         stage.vectorize(b)
@@ -359,7 +374,8 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
     stage = sch[dense]
-    _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k,
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    _register_block(stage, (), rows, stage.split(j, block), k,
                     cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
 
 
@@ -389,7 +405,7 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
         if t.tag == "dense_q4_x":  # the rescaled activations: once per row, not per weight
             sch[t].compute_root()
     stage = sch[dense]
-    rows = _dense_rows(stage, i)
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
     jo, ji = stage.split(j, block)
     col_blocks = None
     if rows[1].extent == 1:
@@ -401,13 +417,15 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
                     DENSE_QUANT_K_UNROLL[dense.tag])
 
 
-def _dense_rows(stage, i: IterVar) -> tuple[IterVar, IterVar]:
-    """The rows of a dense split into register blocks of up to DENSE_ROWS."""
-    rows = max(_divisors(i.extent, DENSE_ROWS))  # symbolic rows: what their divisors allow
-    static_tail = isinstance(i.extent, int) and i.extent > DENSE_ROWS and 2 * rows < DENSE_ROWS
-    if static_tail or (rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed()):
+def _dense_rows(stage, i: IterVar, scale: int = 1) -> tuple[IterVar, IterVar]:
+    """The rows of a dense split into register blocks of up to DENSE_ROWS // ``scale``
+    (:func:`wide_block_scale`)."""
+    most = max(1, DENSE_ROWS // scale)
+    rows = max(_divisors(i.extent, most))  # symbolic rows: what their divisors allow
+    static_tail = isinstance(i.extent, int) and i.extent > most and 2 * rows < most
+    if static_tail or (rows < most and not isinstance(i.extent, int) and tails_allowed()):
         # symbolic rows (batch x sequence length), or a static count whose divisors make
         # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
         # partial last one; the kernel's other version (one row) keeps `rows`
-        return stage.split(i, DENSE_ROWS, tail=True)
+        return stage.split(i, most, tail=True)
     return stage.split(i, rows)
