@@ -60,7 +60,7 @@ from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dens
 from kiln.passes.graph.split_concat import split_concat
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
-from kiln.target import Target
+from kiln.target import Target, default_target
 
 log = logging.getLogger("kiln")
 
@@ -167,8 +167,12 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
         LLVM, see :class:`kiln.target.Target`) or ``"jit"`` (every kernel as C source kept in
         the artifact and compiled on first call where the model runs, by
-        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`); default:
-        ``Target.current()``, else ``"c"``.
+        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`);
+        ``"llvm -mcpu=portable"`` builds one library for every x86-64 CPU (kernels per
+        x86-64 level, chosen at load time: :mod:`kiln.codegen.multi_level`). Default:
+        ``Target.current()``, else :func:`kiln.target.default_target` — the fastest target for
+        this host, ``"llvm -mcpu=native"`` when llvmlite is installed, as ``kiln compile``
+        (docs/decisions/023-default-target-and-multi-level.md).
     params : weights by name (``from_onnx``'s second result); bound as constants.
     mod_name : name of the factory function that creates executors (TVM: "default"); also
         the model name in external symbols (``kiln_<mod_name>_<compiler>_main_<i>``).
@@ -219,7 +223,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         A BYOC codegen's library is missing (cblas: OpenBLAS).
     """
     if target is None:
-        target = Target.current() or "c"
+        target = Target.current() or default_target()
     tgt = Target(target)
     func = mod["main"] if isinstance(mod, IRModule) else mod
     executor = choose_executor(func, executor)
