@@ -2,7 +2,8 @@
 # to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras once (stamp
 # file), installs a C compiler with apt-get when `cc` is missing, then runs.
 #
-#   make demo       compile the text-orientation model and check it against onnxruntime
+#   make demo       compile the text-orientation model for the host's fastest target (llvm
+#                   -mcpu=native) and check it against onnxruntime (prints both latencies)
 #   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
 #                   toolchains and qemu-user for tests/backend/test_cross.py, clang/lld/llvm 14
 #                   for the jit device's riscv64 RVV tests, and OpenBLAS with pkg-config for the
@@ -11,8 +12,9 @@
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
 #                   bench extra (matplotlib); then SmolLM2 prefill/decode speed, Kiln fp32,
-#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); writes
-#                   benchmarks/results/
+#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); then a
+#                   portable (-mcpu=portable, multi-level) library vs -mcpu=native at 1 thread
+#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
 #   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
@@ -30,6 +32,7 @@ BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
+PORTABLE_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -146,6 +149,7 @@ test-fast: $(STAMP)
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
+	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
