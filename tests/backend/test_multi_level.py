@@ -53,19 +53,23 @@ def host_level() -> str:
 
 
 def conv_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A 3×3 conv (sub-blocks of two vectors below AVX-512) and a 1×1 conv (3-pixel blocks of
-    the whole 32-channel block, the last shifted: 14 = 3 · 4 + 2) on NCHW32c."""
+    """A 3×3 conv (sub-blocks of two vectors below AVX-512), a depthwise 3×3 and a 1×1 conv
+    (3-pixel blocks of the whole 32-channel block, the last shifted: 14 = 3 · 4 + 2), on
+    NCHW32c."""
     rng = np.random.default_rng(0)
     w1 = rng.standard_normal((32, 8, 3, 3)).astype("float32") * 0.2
     w2 = rng.standard_normal((32, 32, 1, 1)).astype("float32") * 0.2
     b1 = rng.standard_normal(32).astype("float32")
+    wd = rng.standard_normal((32, 1, 3, 3)).astype("float32") * 0.2
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["y"])]
+             helper.make_node("Conv", ["r1", "wd"], ["d1"], pads=[1, 1, 1, 1], group=32),
+             helper.make_node("Conv", ["d1", "w2"], ["y"])]
     graph = helper.make_graph(
         nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 14, 14])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
-        [onnx.numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"))])
+        [onnx.numpy_helper.from_array(a, n)
+         for a, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"), (wd, "wd"))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     return model, {"x": rng.standard_normal((1, 8, 14, 14)).astype("float32")}
 

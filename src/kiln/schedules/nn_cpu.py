@@ -202,7 +202,8 @@ def _row_block(extent: arith.Dim, taps: int = 9) -> int:
 
 
 def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
-                      materialize_pad: bool = True, k_block: KBlock | None = None) -> None:
+                      materialize_pad: bool = True, k_block: KBlock | None = None,
+                      depthwise: bool = False) -> None:
     """Order a blocked conv as n, c, y, x_o, <reduce>, x_i (unrolled), b (vectorized), with
     the x_i × b block of accumulators kept local (registers) and written once; n, y, c, ...
     when the input is larger than the weights (:func:`_rows_outer`).
@@ -225,7 +226,7 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     # AVX2: 1.32 of native with 7-pixel blocks of four vectors, 1x1 convs 20 % slower).
     scale = wide_block_scale(b.extent, conv.dtype)
     sub: tuple[IterVar, ...] = ()
-    wide_pointwise = scale > 1 and taps == 1 and isinstance(x.extent, int)
+    wide_pointwise = scale > 1 and (taps == 1 or depthwise) and isinstance(x.extent, int)
     if scale > 1 and not wide_pointwise:
         bo, b = stage.split(b, b.extent // scale)
         sub = (bo,)
@@ -354,7 +355,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent,
+    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent, depthwise=True,
                       materialize_pad=target is None or target.kind != "llvm")
 
 
