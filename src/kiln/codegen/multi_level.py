@@ -4,10 +4,12 @@ level chosen on the CPU when the library is loaded (``llvm -mcpu=portable`` or
 
 How it works:
 
-- The graph (layouts, NCHWc channel blocks, packed weights) and the loop IR are built once, for
-  the widest level (:meth:`kiln.target.Target.vector_bits` of a multi-level target), so all
-  levels share the params and the graph JSON.
-- Each level compiles the same kernels, renamed ``<name>__<level>`` (``fused_conv2d__x86_64_v3``),
+- The graph (layouts, NCHWc channel blocks, packed weights) is built once, for the widest
+  level (:meth:`kiln.target.Target.vector_bits` of a multi-level target), so all levels share
+  the params and the graph JSON. ``kiln.build`` then lowers (schedules) the kernels once per
+  level, under ``with target.level(name):`` (register blocks for that level's vectors:
+  :func:`kiln.schedules.nn_cpu.wide_block_scale`).
+- Each level compiles its kernels, renamed ``<name>__<level>`` (``fused_conv2d__x86_64_v3``),
   with :func:`kiln.codegen.llvm.build_llvm` for ``llvm -mcpu=<level>`` (that level's vector width
   in the codegen, its ISA in LLVM's instruction selection; the compile cache keys each level).
 - A small C dispatcher defines every public kernel name as a GNU indirect function (GCC manual,
