@@ -109,11 +109,13 @@ RUNNER = textwrap.dedent("""
 """).format(sym=LEVEL_SYMBOL)
 
 
-def run_in_process(so, inputs, tmp_path, level: str | None) -> tuple[dict, np.ndarray | None]:
-    """Load ``so`` in a fresh Python with ``KILN_CPU_LEVEL=level``; (report, output)."""
+def run_in_process(so, inputs, tmp_path, level: str | None,
+                   **extra: str) -> tuple[dict, np.ndarray | None]:
+    """Load ``so`` in a fresh Python with ``KILN_CPU_LEVEL=level`` (and ``extra`` variables);
+    (report, output)."""
     np.savez(tmp_path / "in.npz", **inputs)
     out = tmp_path / f"out_{level}.npy"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **extra)
     env.pop("KILN_CPU_LEVEL", None)
     if level is not None:
         env["KILN_CPU_LEVEL"] = level
@@ -145,6 +147,14 @@ def test_override_forces_the_baseline_and_is_correct(portable, tmp_path):
     report, got = run_in_process(so, inputs, tmp_path, "x86-64-v2")
     assert report == {"level": "x86-64-v2"}
     assert_close_to_reference([got], want)
+
+
+def test_override_needs_the_exact_name(portable, tmp_path):
+    """The dispatcher parses /proc/self/environ itself (no C library in a resolver)."""
+    _, _, so, _, inputs = portable
+    report, _ = run_in_process(so, inputs, tmp_path, "x86-64-v2x", XKILN_CPU_LEVEL="x86-64",
+                               KILN_CPU_LEVELS="x86-64")
+    assert report == {"level": max(host_level(), "x86-64-v2")}
 
 
 def test_override_never_raises_the_level_above_the_cpu(portable, tmp_path):
