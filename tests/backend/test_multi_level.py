@@ -241,3 +241,20 @@ def test_register_blocks_shrink_with_the_level_over_shared_layouts(spec, scale):
         assert wide_block_scale(32) == scale  # the AVX-512 level's 32-float channel block
         assert wide_block_scale(Target.current().vector_lanes() * 2) == 1  # its own layouts
     assert wide_block_scale(32) == 1  # no current target
+
+
+def test_vm_executor_over_a_portable_library(tmp_path):
+    """Symbolic rows (the VM executor, kernels with tail blocks) on the dispatched kernels."""
+    model, _ = dense_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    mod, params = from_onnx(model)
+    exe = kiln.build(mod, target="llvm -mcpu=portable", params=params)
+    exe.export_library(str(tmp_path / "vm.so"))
+    vm = kiln.vm.VirtualMachine(kiln.runtime.load_module(str(tmp_path / "vm.so")), kiln.cpu())
+    rng = np.random.default_rng(2)
+    for n in (1, 7):
+        x = rng.standard_normal((n, 96)).astype("float32")
+        out = vm["main"](x)
+        got = out.numpy() if hasattr(out, "numpy") else out[0].numpy()
+        assert_close_to_reference([got], run_onnxruntime(model, {"x": x}))
