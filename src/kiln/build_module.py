@@ -238,14 +238,15 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         if not tgt.levels:
             kernels, kernel_names = _lower_kernels(calls)
     # A multi-level target: one graph (its widest level's layouts), each level's schedules.
-    per_level = {}
+    per_level: dict[str, list[L.PrimFunc]] = {}
     for level in tgt.levels:
         with tgt.level(level):
             per_level[level], kernel_names = _lower_kernels(calls, f" for {level}")
     if per_level:
         kernels = per_level[tgt.levels[-1]]
     symbols = {k.name: prefix + k.name for k in kernels}
-    graph_kernels = kernels  # named as the graph calls them
+    # named as the graph calls them; every level's, for the C runtime's workspace size
+    graph_kernels = [k for ks in per_level.values() for k in ks] or kernels
     if prefix:
         kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
     if tgt.kind == "llvm" and tgt.levels:
