@@ -258,3 +258,14 @@ def test_vm_executor_over_a_portable_library(tmp_path):
         out = vm["main"](x)
         got = out.numpy() if hasattr(out, "numpy") else out[0].numpy()
         assert_close_to_reference([got], run_onnxruntime(model, {"x": x}))
+
+
+def test_inspect_names_the_levels(portable):
+    from kiln.cli_inspect import inspect_library
+
+    _, _, so, _, _ = portable
+    lines: list[str] = []
+    inspect_library(str(so), echo=lines.append)
+    level = max(host_level(), "x86-64-v2")
+    assert (f"cpu dispatch: kernels for x86-64-v2, x86-64-v3, x86-64-v4; this CPU runs {level}"
+            in lines)

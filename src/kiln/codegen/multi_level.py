@@ -51,6 +51,9 @@ from kiln.target import X86_LEVELS, Target
 
 #: the symbol that tells which level the dispatcher chose (``const char* __kiln_cpu_level()``)
 LEVEL_SYMBOL = "__kiln_cpu_level"
+#: the symbol that lists the library's levels (``const char* __kiln_cpu_levels()``: "x86-64-v2,
+#: x86-64-v3,x86-64-v4"; ``kiln inspect`` prints both)
+LEVELS_SYMBOL = "__kiln_cpu_levels"
 #: the environment variable that lowers the level (tests, comparisons)
 LEVEL_ENV = "KILN_CPU_LEVEL"
 
@@ -180,6 +183,9 @@ def dispatcher_source(names: Sequence[str], levels: Sequence[str]) -> str:
         "  return kiln_choice;",
         "}",
         "/* weak: several multi-level models may be linked into one C program */",
+        f"__attribute__((weak)) const char* {LEVELS_SYMBOL}(void) {{",
+        f'  return "{",".join(levels)}";',
+        "}",
         f"__attribute__((weak)) const char* {LEVEL_SYMBOL}(void) {{",
         "  int i = kiln_pick();",
         '  return i < 0 ? "none" : kiln_all_levels[kiln_have[i]];',
