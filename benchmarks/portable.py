@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child)
         return 0
+    if platform.machine() not in ("x86_64", "AMD64"):
+        print(f"[portable] skipped: multi-level libraries are for x86-64 (this host: "
+              f"{platform.machine()})", file=sys.stderr)
+        return 0
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
