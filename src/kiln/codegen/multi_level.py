@@ -244,7 +244,7 @@ def build_multi_level(funcs: dict[str, Sequence[L.PrimFunc]] | Sequence[L.PrimFu
         A target without levels, or a kernel the codegen cannot handle.
     ToolchainError
         The C compiler cannot build the dispatcher or merge the objects (it needs GNU ifunc
-        support: glibc or musl on x86-64 Linux with GCC or clang).
+        support: x86-64 Linux with glibc, GCC or clang; musl has no ifuncs).
     """
     if not target.levels:
         raise CompileError(f"build_multi_level: target '{target}' has no levels")
