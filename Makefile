@@ -2,7 +2,8 @@
 # to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras once (stamp
 # file), installs a C compiler with apt-get when `cc` is missing, then runs.
 #
-#   make demo       compile the text-orientation model and check it against onnxruntime
+#   make demo       compile the text-orientation model for the host's fastest target (llvm
+#                   -mcpu=native) and check it against onnxruntime (prints both latencies)
 #   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
 #                   toolchains and qemu-user for tests/backend/test_cross.py, clang/lld/llvm 14
 #                   for the jit device's riscv64 RVV tests, and OpenBLAS with pkg-config for the
@@ -15,8 +16,9 @@
 #                   resnet50s (U8S8, S8S8) beside float resnet50 (INT8_BENCH_ARGS, into
 #                   benchmarks/results/int8) and int8 conv GOP/s (benchmarks/int8_conv.py,
 #                   INT8_CONV_BENCH_ARGS); then MiniLM and PP-OCRv4 at fixed
-#                   shapes (benchmarks/encoders.py, ENCODER_BENCH_ARGS); writes
-#                   benchmarks/results/
+#                   shapes (benchmarks/encoders.py, ENCODER_BENCH_ARGS); then a
+#                   portable (-mcpu=portable, multi-level) library vs -mcpu=native at 1 thread
+#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
 #   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
@@ -37,6 +39,7 @@ LLM_BENCH_ARGS ?=
 ENCODER_BENCH_ARGS ?=
 INT8_BENCH_ARGS ?=
 INT8_CONV_BENCH_ARGS ?=
+PORTABLE_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -157,6 +160,7 @@ bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
 	$(PY) benchmarks/encoders.py $(ENCODER_BENCH_ARGS)
+	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)

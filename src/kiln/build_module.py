@@ -58,7 +58,7 @@ from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dens
 from kiln.passes.graph.split_concat import split_concat
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
-from kiln.target import Target
+from kiln.target import Target, default_target
 
 log = logging.getLogger("kiln")
 
@@ -167,8 +167,12 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         ``"llvm [-mtriple=...] [-mcpu=...] [-mattr=...]"`` (objects compiled in-process by
         LLVM, see :class:`kiln.target.Target`) or ``"jit"`` (every kernel as C source kept in
         the artifact and compiled on first call where the model runs, by
-        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`); default:
-        ``Target.current()``, else ``"c"``.
+        ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`);
+        ``"llvm -mcpu=portable"`` builds one library for every x86-64 CPU (kernels per
+        x86-64 level, chosen at load time: :mod:`kiln.codegen.multi_level`). Default:
+        ``Target.current()``, else :func:`kiln.target.default_target` — the fastest target for
+        this host, ``"llvm -mcpu=native"`` when llvmlite is installed, as ``kiln compile``
+        (docs/decisions/023-default-target-and-multi-level.md).
     params : weights by name (``from_onnx``'s second result); bound as constants.
     mod_name : name of the factory function that creates executors (TVM: "default"); also
         the model name in external symbols (``kiln_<mod_name>_<compiler>_main_<i>``).
@@ -219,7 +223,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         A BYOC codegen's library is missing (cblas: OpenBLAS).
     """
     if target is None:
-        target = Target.current() or "c"
+        target = Target.current() or default_target()
     tgt = Target(target)
     func = mod["main"] if isinstance(mod, IRModule) else mod
     executor = choose_executor(func, executor)
@@ -231,12 +235,29 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
             fused = optimize(func, params, byoc, mod_name, quantize_weights,
                              vm=executor == "vm")
         calls = primitive_calls(fused)
-        kernels, kernel_names = _lower_kernels(calls)
+        if not tgt.levels:
+            kernels, kernel_names = _lower_kernels(calls)
+    # A multi-level target: one graph (its widest level's layouts), each level's schedules.
+    per_level: dict[str, list[L.PrimFunc]] = {}
+    for level in tgt.levels:
+        with tgt.level(level):
+            per_level[level], kernel_names = _lower_kernels(calls, f" for {level}")
+    if per_level:
+        kernels = per_level[tgt.levels[-1]]
     symbols = {k.name: prefix + k.name for k in kernels}
-    graph_kernels = kernels  # named as the graph calls them
+    # named as the graph calls them; every level's, for the C runtime's workspace size
+    graph_kernels = [k for ks in per_level.values() for k in ks] or kernels
     if prefix:
         kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
-    if tgt.kind == "llvm":
+    if tgt.kind == "llvm" and tgt.levels:
+        from kiln.codegen.multi_level import build_multi_level
+
+        if prefix:
+            per_level = {level: [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs)
+                                 for k in ks] for level, ks in per_level.items()}
+        with progress.stage(f"Generating code with LLVM for {', '.join(tgt.levels)}"):
+            lib = build_multi_level(per_level, tgt)
+    elif tgt.kind == "llvm":
         from kiln.codegen.llvm import build_llvm
 
         with progress.stage("Generating code with LLVM"):
@@ -358,12 +379,12 @@ def _deployable(graph, lib, consts, mod_name, tgt, kernels, symbols, prefix, exe
     return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
 
 
-def _lower_kernels(calls: list[PrimitiveCall]):
+def _lower_kernels(calls: list[PrimitiveCall], what: str = ""):
     names: dict[int, str] = {}
     by_key: dict[str, str] = {}
     kernels = []
     used: set[str] = set()
-    with progress.task("Lowering kernels", total=len(calls)) as advance:
+    with progress.task(f"Lowering kernels{what}", total=len(calls)) as advance:
         for call in calls:
             key = structural_key(call.body)
             if key not in by_key:

@@ -2,7 +2,7 @@
 
 ::
 
-    kiln compile model.onnx --target c -o model.so [--input-shape NAME:1x3x224x224 ...]
+    kiln compile model.onnx [--target llvm -mcpu=native] -o model.so [--input-shape NAME:1x3x224x224 ...]
                  [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
                  [--byoc cblas ...] [--target-host llvm] [--quantize-weights int8|q4]
                  [--quiet]
@@ -129,10 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output",
                    help="the library to write: .so or .tar; with --system-lib or --executor "
                         "aot also .a (a static library for the C runtime)")
-    p.add_argument("--target", default="c",
-                   help='compilation target: "c" (default), "llvm [-mcpu=native] '
-                        '[-mtriple=...] [-mattr=...]" or "jit" (kernels kept as C source, '
-                        'compiled where the model runs by $KILN_DEVICE_CC)')
+    p.add_argument("--target", default=None,
+                   help='compilation target (default: the fastest for this host, "llvm '
+                        '-mcpu=native"; "c -mcpu=native" without llvmlite): "llvm [-mcpu=CPU] '
+                        '[-mtriple=...] [-mattr=...]", "llvm -mcpu=portable" (x86-64: kernels '
+                        'for x86-64-v2, v3 and v4 in one library, chosen on the CPU at load '
+                        'time; or a list, -mcpu=x86-64-v3,x86-64-v4), "c [-mcpu=CPU]" (the '
+                        'system C compiler; "c" alone: its generic baseline) or "jit" (kernels '
+                        'kept as C source, compiled where the model runs by $KILN_DEVICE_CC)')
     p.add_argument("--target-host", default=None, metavar="TARGET",
                    help='the host target of --target jit: "c" (default) or "llvm"')
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],

@@ -22,7 +22,7 @@ from kiln.cli_symbols import (
 from kiln.errors import CompileError, KilnError
 
 
-def compile_model(model: str, output: str | None, target: str = "c",
+def compile_model(model: str, output: str | None, target: str | None = None,
                   input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
                   echo=print, byoc: list[str] | None = None,
                   target_host: str | None = None, executor: str | None = None,
@@ -41,8 +41,10 @@ def compile_model(model: str, output: str | None, target: str = "c",
         atomically by ``export_library``. With ``system_lib`` or the AOT executor also ``.a``:
         a static library for C programs (with the graph executor, the graph JSON and params
         are written beside it as ``<stem>.json`` and ``<stem>.params``).
-    target : str
-        Kiln target string, e.g. ``"c"``, ``"llvm -mcpu=native"`` or ``"jit"``.
+    target : str, optional
+        Kiln target string, e.g. ``"c"``, ``"llvm -mcpu=native"``, ``"llvm -mcpu=portable"``
+        or ``"jit"``; default: :func:`kiln.target.default_target` (the fastest for this host,
+        ``"llvm -mcpu=native"`` when llvmlite is installed).
     input_shapes : list of (name, shape), optional
         Static shapes for graph inputs (``--input-shape``). A name the model does not have, or
         a shape that contradicts a fixed-shape input, raises :class:`~kiln.errors.ShapeError`.
@@ -89,8 +91,10 @@ def compile_model(model: str, output: str | None, target: str = "c",
     import kiln
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
-    from kiln.target import Target
+    from kiln.target import Target, default_target
 
+    if target is None:
+        target = default_target()
     tgt = Target(target, host=target_host)
 
     shapes: dict[str, tuple[int, ...]] = {}

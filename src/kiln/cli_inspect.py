@@ -44,6 +44,23 @@ def module_tree_lines(root) -> list[str]:
     return lines
 
 
+def cpu_dispatch_line(library: str) -> str | None:
+    """``cpu dispatch: x86-64-v2, x86-64-v3, x86-64-v4; this CPU runs x86-64-v3`` for a
+    multi-level library (``llvm -mcpu=portable``: the ``__kiln_cpu_levels`` and
+    ``__kiln_cpu_level`` functions of :mod:`kiln.codegen.multi_level`'s dispatcher), else
+    None."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(library)
+        levels, chosen = lib["__kiln_cpu_levels"], lib["__kiln_cpu_level"]
+    except (OSError, AttributeError):
+        return None
+    levels.restype = chosen.restype = ctypes.c_char_p
+    names = levels().decode().replace(",", ", ")
+    return f"cpu dispatch: kernels for {names}; this CPU runs {chosen().decode()}"
+
+
 def inspect_library(library: str, echo=print, graph_out: str | None = None,
                     params_out: str | None = None, bytecode: bool = False) -> None:
     """Print the module tree, graph inputs/outputs (shape, dtype) and param count/size (and
@@ -98,6 +115,9 @@ def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str
     echo("modules:")
     for line in module_tree_lines(root):
         echo(f"  {line}")
+    dispatch = cpu_dispatch_line(library)
+    if dispatch:
+        echo(dispatch)
     for line in inspect_vm_lines(root):
         echo(line)
     if bytecode:
@@ -114,6 +134,9 @@ def _inspect_graph(library: str, root, echo, graph_out: str | None,
     echo("modules:")
     for line in module_tree_lines(root):
         echo(f"  {line}")
+    dispatch = cpu_dispatch_line(library)
+    if dispatch:
+        echo(dispatch)
     echo(f"graph: {info.num_ops} kernel calls")
     for kind, items in (("inputs", info.inputs), ("outputs", info.outputs)):
         echo(f"{kind}:")

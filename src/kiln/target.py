@@ -18,6 +18,11 @@ Options of the ``llvm`` kind (LLVM's names):
 
 - ``-mtriple``: the target triple (default: the host's, from LLVM);
 - ``-mcpu``: the CPU name; ``native`` is the host CPU, and also enables the host's features;
+  on x86-64 a comma-separated list of psABI microarchitecture levels (``x86-64``,
+  ``x86-64-v2``, ``x86-64-v3``, ``x86-64-v4``) or ``portable`` (= ``x86-64-v2,x86-64-v3,
+  x86-64-v4``) asks for a multi-level library: every kernel compiled once per level and chosen
+  on the CPU when the library is loaded (:mod:`kiln.codegen.multi_level`,
+  docs/decisions/023-default-target-and-multi-level.md);
 - ``-mattr``: comma-separated features, ``+avx2,-avx512f`` (applied after the CPU's own);
 - ``-mabi``: the ABI name (RISC-V: default ``lp64d`` when the D extension is on);
 - ``-opt-level``: 0-3 (default 3).
@@ -71,6 +76,15 @@ _X86_AVX_VNNI = frozenset((
 # default for riscv64 Linux triples (clang/lib/Driver/ToolChains/Arch/RISCV.cpp).
 _RISCV_LINUX_BASE = ("+m", "+a", "+f", "+d", "+c")
 
+#: x86-64 microarchitecture levels, lowest first (the x86-64 psABI, "Micro-Architecture Levels";
+#: LLVM and GCC know them as CPU names): baseline (SSE2), v2 (+SSE4.2, POPCNT), v3 (+AVX2, FMA,
+#: BMI2), v4 (+AVX-512 F/BW/CD/DQ/VL)
+X86_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+#: what ``-mcpu=portable`` means: the levels of a library that runs on every x86-64-v2 CPU
+#: (the baseline of RHEL 9 and other current distributions) at its best level
+PORTABLE_LEVELS = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
+_LEVEL_BITS = {"x86-64": 128, "x86-64-v2": 128, "x86-64-v3": 256, "x86-64-v4": 512}
+
 _ARCH_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 
@@ -112,6 +126,43 @@ def triple_arch(triple: str) -> str:
     """The architecture part of a triple, normalized (``x86_64``, ``aarch64``, ``riscv64``)."""
     arch = triple.split("-", 1)[0].lower()
     return _ARCH_ALIASES.get(arch, arch)
+
+
+def default_target() -> str:
+    """The fastest target for this host, the default of ``kiln compile`` and ``kiln.build``:
+    ``"llvm -mcpu=native"`` when llvmlite is installed (in-process LLVM, the host's CPU and
+    features), else ``"c -mcpu=native"`` (the system compiler with ``-march=native``) on x86-64
+    and aarch64, else ``"c"``. The library runs on CPUs with this host's features; for an
+    artifact that runs on any x86-64-v2 CPU at its best speed, use
+    ``"llvm -mcpu=portable"`` (docs/decisions/023-default-target-and-multi-level.md)."""
+    try:
+        import llvmlite.binding  # noqa: F401
+    except ImportError:
+        arch = triple_arch(host_triple())
+        return "c -mcpu=native" if arch in ("x86_64", "aarch64") else "c"
+    return "llvm -mcpu=native"
+
+
+def parse_levels(cpu: str) -> tuple[str, ...]:
+    """The x86-64 levels of a multi-level ``-mcpu`` (``"portable"`` or a comma-separated list
+    of :data:`X86_LEVELS`), lowest first, without duplicates; () for a single CPU name.
+
+    Raises
+    ------
+    KilnError
+        A list naming something that is not an x86-64 level.
+    """
+    if cpu == "portable":
+        return PORTABLE_LEVELS
+    if "," not in cpu:
+        return ()
+    names = [c.strip() for c in cpu.split(",") if c.strip()]
+    bad = [n for n in names if n not in X86_LEVELS]
+    if bad:
+        raise KilnError(f"-mcpu={cpu}: {bad[0]!r} is not an x86-64 level; a multi-level "
+                        f"library takes levels from {', '.join(X86_LEVELS)} (or "
+                        "-mcpu=portable)")
+    return tuple(level for level in X86_LEVELS if level in names)
 
 
 class Target:
@@ -160,6 +211,13 @@ class Target:
         if kind == "jit" and self.host is not None and self.host.kind not in JIT_HOSTS:
             raise KilnError(f"target 'jit': host must be one of {', '.join(JIT_HOSTS)}, got "
                             f"'{self.host}'")
+        if self.levels:
+            if kind != "llvm":
+                raise KilnError(f"target '{self}': a multi-level -mcpu needs the llvm target "
+                                f"(llvm -mcpu={options['mcpu']})")
+            if self.arch != "x86_64" or self.options.get("mattr"):
+                raise KilnError(f"target '{self}': multi-level libraries are for x86_64 "
+                                f"(triple {self.triple}) and take no -mattr")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Target is immutable")
@@ -220,12 +278,38 @@ class Target:
         return self.arch == triple_arch(host_triple())
 
     @property
+    def levels(self) -> tuple[str, ...]:
+        """The x86-64 levels of a multi-level target (``-mcpu=portable`` or a list), lowest
+        first; () for a single-CPU target (``-mcpu=native`` pins one)."""
+        cpu = self.options.get("mcpu")
+        return parse_levels(cpu) if isinstance(cpu, str) else ()
+
+    def level(self, name: str) -> Target:
+        """This target pinned to one of its :attr:`levels` (``-mcpu=<name>``): the target each
+        level's kernels are compiled for.
+
+        Raises
+        ------
+        KilnError
+            If ``name`` is not one of :attr:`levels`.
+        """
+        if name not in self.levels:
+            raise KilnError(f"target '{self}' has no level {name!r} (levels: "
+                            f"{', '.join(self.levels) or 'none'})")
+        spec = " ".join([self.kind] + [f"-{k}={name if k == 'mcpu' else v}"
+                                       for k, v in self.options.items()])
+        return Target(spec, host=self.host)
+
+    @property
     def mcpu(self) -> str:
-        """The CPU name for LLVM: ``-mcpu`` with ``native`` resolved; else the triple's generic
-        CPU (``generic-rv64`` on riscv64, "" = LLVM's default elsewhere)."""
+        """The CPU name for LLVM: ``-mcpu`` with ``native`` resolved, the lowest level of a
+        multi-level target (what code outside the kernels is built for); else the triple's
+        generic CPU (``generic-rv64`` on riscv64, "" = LLVM's default elsewhere)."""
         cpu = str(self.options.get("mcpu") or "")
         if cpu == "native":
             return host_cpu()[0]
+        if self.levels:
+            return self.levels[0]
         if not cpu and self.arch == "riscv64":
             return "generic-rv64"
         return cpu
@@ -276,10 +360,13 @@ class Target:
         aarch64: 128 (NEON); riscv64: the ``zvl<N>b`` minimum VLEN with V (128 for plain
         ``+v``), 0 without; the ``c`` kind without ``-mcpu``: 128 on x86_64 and aarch64 (the
         system compiler's default baseline), with ``-mcpu`` (``-march``) as for ``llvm``;
-        ``jit``: 128 (its device is chosen at run time; SSE, NEON and RVV all have 128 bits).
+        ``jit``: 128 (its device is chosen at run time; SSE, NEON and RVV all have 128 bits);
+        a multi-level target: its widest level's (graph layouts are shared by all levels).
         """
         if self.kind == "jit":
             return 128
+        if self.levels:  # layouts are decided once, for the widest level
+            return _LEVEL_BITS[self.levels[-1]]
         arch = self.arch
         if self.kind == "c" and not self.options.get("mcpu"):
             return 128 if arch in ("x86_64", "aarch64") else 0

@@ -167,13 +167,19 @@ int main(int argc, char** argv) {
 """
 
 
-def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path):
+@pytest.mark.parametrize("b_target", [
+    "llvm",
+    # kernels for three x86-64 levels behind ifuncs, linked statically into the program
+    pytest.param("llvm -mcpu=portable", marks=pytest.mark.skipif(
+        platform.machine() not in ("x86_64", "AMD64"), reason="multi-level is x86-64 only")),
+])
+def test_two_graph_models_and_an_aot_model_in_one_program(tmp_path, b_target):
     """Prefixed system libraries (a_ from C, b_ from LLVM objects) and an AOT model share one
     program and one CRT; kernels of the same name in the three do not collide."""
     fa, fb, fc = _conv_relu(), _dense_sigmoid(), _conv_relu()
     x = RNG.standard_normal((1, 4, 8, 8)).astype("float32")
     a = kiln.build(fa, "c", runtime="crt", system_lib_prefix="a_")
-    b = kiln.build(fb, "llvm", runtime="crt", system_lib_prefix="b_")  # LLVM objects
+    b = kiln.build(fb, b_target, runtime="crt", system_lib_prefix="b_")  # LLVM objects
     c = kiln.build(fc, "c", executor="aot", mod_name="third")
     dirs = [write_project(graph_project(a), tmp_path / "a"),
             write_project(graph_project(b), tmp_path / "b"), c.emit_c_project(tmp_path / "c")]

@@ -30,7 +30,7 @@ from kiln.ir import loop_interp
 from kiln.passes.loop.make_packed_api import make_packed_api
 from kiln.runtime import c_types
 from kiln.runtime.object_module import object_machine
-from kiln.target import Target
+from kiln.target import Target, default_target
 
 HOST = Target("llvm -mcpu=native")
 
@@ -241,6 +241,9 @@ def test_build_uses_the_current_target():
     gm = GraphModule(lib["default"](rt.cpu()))
     gm.run(x=-x["x"])
     np.testing.assert_array_equal(gm.get_output(0).numpy(), 0 * x["x"])
+    lib = kiln.build(mod, params=params)  # no target, none current: the host's fastest
+    assert [m.type_key for m in lib.imported_modules] == ["llvm"]
+    assert lib.imported_modules[0].target == default_target() == "llvm -mcpu=native"
 
 
 def test_cli_compile_llvm_native(tmp_path, capsys):

