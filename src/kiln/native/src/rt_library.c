@@ -168,7 +168,10 @@ int kiln_library_open(const char* path, KilnModule** out, const uint8_t** blob, 
   lib->base.get_own = kiln_library_get_own;
   lib->base.destroy = kiln_library_destroy;
   if ((lib->path = kiln_strndup(path, strlen(path))) == NULL) goto fail;
-  if ((lib->handle = dlopen(path, RTLD_LAZY | RTLD_LOCAL)) == NULL) {
+  /* RTLD_NODELETE: kernels of a library may have started OpenMP worker threads (libgomp, a
+     dependency of the library); unmapping them at dlclose would crash those threads. The
+     Python runtime (ctypes) never unloads a library either. */
+  if ((lib->handle = dlopen(path, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) == NULL) {
     kiln_fail("cannot dlopen %s: %s", path, dlerror());
     goto fail;
   }
