@@ -115,6 +115,7 @@ static const struct {
     {"GraphExecutorFactory", kiln_load_graph_factory},
     {"const_loader", kiln_load_const_loader},
     {"metadata", kiln_load_const_loader},
+    {"kiln_jit", kiln_load_jit},
 };
 #define KILN_NUM_LOADERS (sizeof(kiln_loaders) / sizeof(kiln_loaders[0]))
 
@@ -127,8 +128,8 @@ static int kiln_load_binary(const char* key, const uint8_t* data, size_t n, Kiln
     }
   }
   return kiln_fail("no loader for module type_key '%s' (this runtime loads GraphExecutorFactory,"
-                   " const_loader, metadata; kiln_json and the VM executable need the Python "
-                   "runtime)", key);
+                   " const_loader, metadata, kiln_jit; kiln_json and the VM executable need "
+                   "the Python runtime)", key);
 }
 
 /* Iterative depth-first search over the edges between distinct modules (node[i]: the first

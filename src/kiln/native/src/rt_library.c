@@ -158,6 +158,7 @@ static void kiln_library_destroy(KilnModule* self) {
 int kiln_library_open(const char* path, KilnModule** out, const uint8_t** blob, size_t* blob_n) {
   KilnLibrary* lib;
   const uint8_t* sym;
+  char* real;
   void* names;
   uint64_t nbytes = 0;
   size_t avail, i;
@@ -171,7 +172,14 @@ int kiln_library_open(const char* path, KilnModule** out, const uint8_t** blob, 
   /* RTLD_NODELETE: kernels of a library may have started OpenMP worker threads (libgomp, a
      dependency of the library); unmapping them at dlclose would crash those threads. The
      Python runtime (ctypes) never unloads a library either. */
-  if ((lib->handle = dlopen(path, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) == NULL) {
+  /* an absolute name: dlopen searches the library path for a name without a slash */
+  if ((real = realpath(path, NULL)) == NULL) {
+    kiln_fail("cannot load module: %s cannot be resolved", path);
+    goto fail;
+  }
+  lib->handle = dlopen(real, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
+  free(real);
+  if (lib->handle == NULL) {
     kiln_fail("cannot dlopen %s: %s", path, dlerror());
     goto fail;
   }
