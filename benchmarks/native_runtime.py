@@ -4,8 +4,10 @@ latency per run, start-up to the first result, and the runtime library's size.
 For each model (default: the five of ``models.py``): compile it as ``models.py`` does (seeded
 weights, ``--target``, one ``.so``), then, one thread (``KILN_NUM_THREADS=1``), alternately
 ``--rounds`` times: a fresh Python process (``load_module`` + ``default(cpu)`` + ``set_input`` +
-first ``run``, timed from before the load, then ``--repeat`` runs) and ``kiln_run model.so
---repeat N`` (the same phases, timed in C). Reports the median over rounds of each figure.
+first ``run``, timed from before the load, then ``--repeat`` runs, each timed) and ``kiln_run model.so
+--repeat N`` (the same phases, timed in C), the order alternating between rounds. Reports, per
+side, the median over rounds of: load + executor creation, start-up to the first result, and
+the median and minimum of the runs (on a busy machine the minimum is the fairer figure).
 Interpreter start-up and imports are not counted on either side (the Python figure starts at
 ``load_module``). Builds the runtime with ``make -C $(kiln runtime-dir)`` in a temp folder.
 
@@ -44,11 +46,14 @@ for k, v in arrays.items():
     gm.set_input(k, v)
 gm.run()
 t2 = time.perf_counter()
+times = []
 for _ in range(repeat):
+    t = time.perf_counter()
     gm.run()
-t3 = time.perf_counter()
+    times.append((time.perf_counter() - t) * 1e3)
+times.sort()
 print(json.dumps({"load_ms": (t1 - t0) * 1e3, "startup_ms": (t2 - t0) * 1e3,
-                  "mean_ms": (t3 - t2) * 1e3 / max(repeat, 1)}))
+                  "median_ms": times[len(times) // 2], "min_ms": times[0]}))
 """
 
 
@@ -67,10 +72,10 @@ def parse_args(argv=None):
 def kiln_run(runtime: Path, so: str, files: list[str], repeat: int, env: dict) -> dict:
     proc = subprocess.run([str(runtime / "kiln_run"), so, "--repeat", str(repeat), *files],
                           capture_output=True, text=True, check=True, env=env)
-    val = {k: float(v) for k, v in re.findall(r"^(load|start-up to first result|mean): "
+    val = {k: float(v) for k, v in re.findall(r"^(load|start-up to first result|median|min): "
                                               r"([0-9.]+) ms", proc.stdout, re.MULTILINE)}
     return {"load_ms": val["load"], "startup_ms": val["start-up to first result"],
-            "mean_ms": val["mean"]}
+            "median_ms": val["median"], "min_ms": val["min"]}
 
 
 def main(argv=None) -> int:
@@ -99,15 +104,18 @@ def main(argv=None) -> int:
         n_out = len(onnx.load(built["onnx"], load_external_data=False).graph.output)
         files += [str(work / f"{name}-out{k}.bin") for k in range(n_out)]
         py, c = [], []
-        for _ in range(args.rounds):
-            proc = subprocess.run([sys.executable, "-c", PY_CHILD, built["so"],
-                                   json.dumps(inputs), str(args.repeat)], capture_output=True,
-                                  text=True, check=True, env=env)
-            py.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            c.append(kiln_run(runtime, built["so"], files, args.repeat, env))
+        for r in range(args.rounds):  # alternate which goes first: a busy machine drifts
+            for side in ("py", "c") if r % 2 == 0 else ("c", "py"):
+                if side == "c":
+                    c.append(kiln_run(runtime, built["so"], files, args.repeat, env))
+                    continue
+                proc = subprocess.run([sys.executable, "-c", PY_CHILD, built["so"],
+                                       json.dumps(inputs), str(args.repeat)],
+                                      capture_output=True, text=True, check=True, env=env)
+                py.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         med = {f"{side}_{k}": statistics.median(r[k] for r in runs)
-               for side, runs in (("py", py), ("c", c)) for k in ("load_ms", "startup_ms",
-                                                                  "mean_ms")}
+               for side, runs in (("py", py), ("c", c))
+               for k in ("load_ms", "startup_ms", "median_ms", "min_ms")}
         rows.append({"model": name, **med})
         print(json.dumps(rows[-1]), flush=True)
     size = stripped.stat().st_size
@@ -115,12 +123,14 @@ def main(argv=None) -> int:
     lines = [(f"libkiln_runtime.so: {size / 1024:.0f} KiB stripped ({built_kib:.0f} KiB built); "
               f"target {args.target!r}, 1 thread, median of {args.rounds} rounds, "
               f"{args.repeat} runs each"), "",
-             ("| model | Python run (ms) | kiln_run (ms) | C/Python | Python load+create (ms) "
-              "| C load+create (ms) | Python start-up to 1st result (ms) | C start-up (ms) |"),
+             ("| model | Python run median / min (ms) | kiln_run median / min (ms) | C/Python "
+              "(min) | Python load+create (ms) | C load+create (ms) | Python start-up to 1st "
+              "result (ms) | C start-up (ms) |"),
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['py_mean_ms']:.2f} | {r['c_mean_ms']:.2f} | "
-                     f"{r['c_mean_ms'] / r['py_mean_ms']:.3f} | {r['py_load_ms']:.1f} | "
+        lines.append(f"| {r['model']} | {r['py_median_ms']:.2f} / {r['py_min_ms']:.2f} | "
+                     f"{r['c_median_ms']:.2f} / {r['c_min_ms']:.2f} | "
+                     f"{r['c_min_ms'] / r['py_min_ms']:.3f} | {r['py_load_ms']:.1f} | "
                      f"{r['c_load_ms']:.1f} | {r['py_startup_ms']:.1f} | "
                      f"{r['c_startup_ms']:.1f} |")
     text = "\n".join(lines)
