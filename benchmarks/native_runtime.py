@@ -7,7 +7,8 @@ weights, ``--target``, one ``.so``), then, one thread (``KILN_NUM_THREADS=1``), 
 first ``run``, timed from before the load, then ``--repeat`` runs, each timed) and ``kiln_run model.so
 --repeat N`` (the same phases, timed in C), the order alternating between rounds. Reports, per
 side, the median over rounds of: load + executor creation, start-up to the first result, and
-the median and minimum of the runs (on a busy machine the minimum is the fairer figure).
+the median and minimum of the runs' wall time, and the median of their CPU time (one kernel
+thread: on a busy machine the CPU time is the figure that compares the two runtimes).
 Interpreter start-up and imports are not counted on either side (the Python figure starts at
 ``load_module``). Builds the runtime with ``make -C $(kiln runtime-dir)`` in a temp folder.
 
@@ -46,14 +47,17 @@ for k, v in arrays.items():
     gm.set_input(k, v)
 gm.run()
 t2 = time.perf_counter()
-times = []
+times, cpu = [], []
 for _ in range(repeat):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     gm.run()
     times.append((time.perf_counter() - t) * 1e3)
+    cpu.append((time.thread_time() - c) * 1e3)
 times.sort()
+cpu.sort()
 print(json.dumps({"load_ms": (t1 - t0) * 1e3, "startup_ms": (t2 - t0) * 1e3,
-                  "median_ms": times[len(times) // 2], "min_ms": times[0]}))
+                  "median_ms": times[len(times) // 2], "min_ms": times[0],
+                  "cpu_median_ms": cpu[len(cpu) // 2], "cpu_min_ms": cpu[0]}))
 """
 
 
@@ -72,10 +76,12 @@ def parse_args(argv=None):
 def kiln_run(runtime: Path, so: str, files: list[str], repeat: int, env: dict) -> dict:
     proc = subprocess.run([str(runtime / "kiln_run"), so, "--repeat", str(repeat), *files],
                           capture_output=True, text=True, check=True, env=env)
-    val = {k: float(v) for k, v in re.findall(r"^(load|start-up to first result|median|min): "
-                                              r"([0-9.]+) ms", proc.stdout, re.MULTILINE)}
+    val = {k: float(v) for k, v in re.findall(
+        r"^(load|start-up to first result|median|min|cpu median|cpu min): ([0-9.]+) ms",
+        proc.stdout, re.MULTILINE)}
     return {"load_ms": val["load"], "startup_ms": val["start-up to first result"],
-            "median_ms": val["median"], "min_ms": val["min"]}
+            "median_ms": val["median"], "min_ms": val["min"],
+            "cpu_median_ms": val["cpu median"], "cpu_min_ms": val["cpu min"]}
 
 
 def main(argv=None) -> int:
@@ -115,7 +121,8 @@ def main(argv=None) -> int:
                 py.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         med = {f"{side}_{k}": statistics.median(r[k] for r in runs)
                for side, runs in (("py", py), ("c", c))
-               for k in ("load_ms", "startup_ms", "median_ms", "min_ms")}
+               for k in ("load_ms", "startup_ms", "median_ms", "min_ms", "cpu_median_ms",
+                         "cpu_min_ms")}
         rows.append({"model": name, **med})
         print(json.dumps(rows[-1]), flush=True)
     size = stripped.stat().st_size
@@ -123,16 +130,17 @@ def main(argv=None) -> int:
     lines = [(f"libkiln_runtime.so: {size / 1024:.0f} KiB stripped ({built_kib:.0f} KiB built); "
               f"target {args.target!r}, 1 thread, median of {args.rounds} rounds, "
               f"{args.repeat} runs each"), "",
-             ("| model | Python run median / min (ms) | kiln_run median / min (ms) | C/Python "
-              "(min) | Python load+create (ms) | C load+create (ms) | Python start-up to 1st "
-              "result (ms) | C start-up (ms) |"),
+             ("| model | Python run: wall median / min, CPU median (ms) | kiln_run: wall median "
+              "/ min, CPU median (ms) | C/Python (CPU median) | Python load+create (ms) | C "
+              "load+create (ms) | Python start-up to 1st result (ms) | C start-up (ms) |"),
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['py_median_ms']:.2f} / {r['py_min_ms']:.2f} | "
-                     f"{r['c_median_ms']:.2f} / {r['c_min_ms']:.2f} | "
-                     f"{r['c_min_ms'] / r['py_min_ms']:.3f} | {r['py_load_ms']:.1f} | "
-                     f"{r['c_load_ms']:.1f} | {r['py_startup_ms']:.1f} | "
-                     f"{r['c_startup_ms']:.1f} |")
+        lines.append(f"| {r['model']} | {r['py_median_ms']:.2f} / {r['py_min_ms']:.2f}, "
+                     f"{r['py_cpu_median_ms']:.2f} | {r['c_median_ms']:.2f} / "
+                     f"{r['c_min_ms']:.2f}, {r['c_cpu_median_ms']:.2f} | "
+                     f"{r['c_cpu_median_ms'] / r['py_cpu_median_ms']:.3f} | "
+                     f"{r['py_load_ms']:.1f} | {r['c_load_ms']:.1f} | "
+                     f"{r['py_startup_ms']:.1f} | {r['c_startup_ms']:.1f} |")
     text = "\n".join(lines)
     print(text)
     out = Path(args.out)
