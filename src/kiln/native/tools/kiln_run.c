@@ -2,7 +2,7 @@
  * kiln_run: run a model library exported by Kiln with the native runtime, no Python (the native
  * twin of `kiln run`).
  *
- *     kiln_run model.so [--repeat N] [--threads N] IN.bin... OUT.bin...
+ *     kiln_run model.so [--repeat N] IN.bin... OUT.bin...   (KILN_NUM_THREADS: kernel threads)
  *
  * Inputs and outputs are raw tensors (C order, the graph's dtype) in the graph's input order
  * (get_input_name) and output order; each input file must hold exactly the input's bytes.
