@@ -8,7 +8,8 @@
  * (get_input_name) and output order; each input file must hold exactly the input's bytes.
  * Prints the load time, the first inference (start-up to first result) and the mean, min and
  * median latency of N further runs, and the min and median of their CPU time (this thread's:
- * with one kernel thread, what the run costs whatever else the machine does). Exit status 0, or 1 with the runtime's message on stderr.
+ * with one kernel thread, what the run costs whatever else the machine does). Exit status 0, or
+ * 1 with the runtime's message on stderr (2: usage).
  */
 #include <kiln/runtime.h>
 #include <stdio.h>
