@@ -1,13 +1,16 @@
 """libkiln_runtime's C API in detail (tests/backend/native_api_test.c): the factory's and the
 executor's functions (inputs by name and index, params after the inputs, zero-copy binding and
 its refusals, load_params, get_output into a tensor), handle errors, the import-cycle check,
-global functions, and a const_loader module feeding an external kernel's ``__init_<symbol>``.
+global functions, and a const_loader module feeding an external kernel's ``__init_<symbol>``
+— all under AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,20 +43,34 @@ EXPORT int32_t ext_bias(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret
 """
 
 
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer"]
+
+
 @pytest.fixture(scope="module")
 def api_test(native_rt, tmp_path_factory):
+    """native_api_test.c linked with the runtime built by its Makefile under ASan + UBSan (leaks
+    checked at exit)."""
+    from kiln.native import RUNTIME_DIR
+
     folder = tmp_path_factory.mktemp("native-api")
+    build = folder / "rt-asan"
+    flags = " ".join(["-g", "-O1", *SANITIZE])
+    subprocess.run(["make", "-s", "-C", str(RUNTIME_DIR), f"BUILD={build}", f"CFLAGS={flags}",
+                    f"{build}/libkiln_runtime.a", f"{build}/include"],
+                   check=True, capture_output=True, text=True, timeout=300)
     exe = folder / "native_api_test"
-    subprocess.run(["cc", "-std=gnu11", "-O1", "-g", f"-I{native_rt / 'include'}", "-o",
-                    str(exe), str(__file__).replace("test_native_api.py", "native_api_test.c"),
-                    str(native_rt / "libkiln_runtime.a"), "-ldl", "-lpthread"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}", "-o",
+                    str(exe), str(Path(__file__).with_name("native_api_test.c")),
+                    str(build / "libkiln_runtime.a"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True, text=True, timeout=300)
     return folder, exe
 
 
 def _run(exe, *args) -> str:
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=120, check=False, env=env)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
