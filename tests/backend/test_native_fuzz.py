@@ -6,8 +6,8 @@ tests/backend/native_fuzz_driver.c. A case passes when loading returns (an error
 damaged file should give); any sanitizer report, crash or hang (10 s) fails the run, naming the
 case.
 
-Targets: ``blob`` — payloads (the real library's, and the generic corpus of blobs), mutated with
-resizing, unpacked in-process over the real library's kernels, then executor creation;
+Targets: ``blob`` — payloads (the real library's, the generic corpus of blobs, and blobs with a
+``const_loader`` and a ``kiln_jit`` module), mutated with resizing, unpacked in-process over the real library's kernels, then executor creation;
 ``file`` — whole libraries (in-place blob damage, truncation at any length) loaded by
 ``TVMModLoadFromFile`` in a child process each. Default suite: :data:`QUICK` cases per target;
 ``make fuzz``: ``$KILN_FUZZ_CASES`` (default 5000) per target, twice that for ``blob``.
@@ -15,6 +15,7 @@ resizing, unpacked in-process over the real library's kernels, then executor cre
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -22,11 +23,15 @@ import struct
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
-from fuzz_mutators import blob_corpus, mutate_bytes
+from fuzz_mutators import blob_corpus, graph_docs, graph_params, mutate_bytes
 from fuzz_runtime import SoCorpus, build_so, so_file_mutation
 
+import kiln.runtime as rt
 from kiln.native import RUNTIME_DIR
+from kiln.runtime.blob import pack_imports
+from kiln.runtime.device_module import DeviceFunction
 
 QUICK = {"blob": 300, "file": 100}
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "0"))
@@ -58,8 +63,25 @@ def fuzz_setup(tmp_path_factory):
     return folder, so, driver
 
 
+def native_blob_corpus() -> list[bytes]:
+    """Payloads with the other modules the native runtime loads: a const_loader in front of
+    the kernels, and a kiln_jit device module (parsed and linked; nothing is compiled before a
+    call, and the fuzz driver makes none)."""
+    doc = graph_docs()[0]
+    lib = rt.CSourceModule("", ["fused_add", "fused_mul"])
+    consts = rt.ConstLoaderModule({"w": np.ones((2, 3), "float32"), "v": np.zeros(4, "int8")},
+                                  {"fused_add": ["w"], "fused_mul": ["w", "v"]})
+    consts.import_module(lib)
+    jit = rt.SourceDeviceModule(["int kiln_fuzz;\n", "/* two units */\n"], [
+        DeviceFunction("fused_add", ("float32", "float32", "float32"), 1),
+        DeviceFunction("fused_mul", ("float32", "float32", "float32"), 1)])
+    return [pack_imports(rt.GraphExecutorFactoryModule(json.dumps(doc), m,
+                                                       graph_params(doc)))[8:]
+            for m in (consts, jit)]
+
+
 def _cases(kind: str, so: SoCorpus, count: int) -> list[bytes]:
-    corpus = [so.payload, *blob_corpus()]
+    corpus = [so.payload, *blob_corpus(), *native_blob_corpus()]
     out = []
     for i in range(count):
         rng = random.Random(f"native_{kind}:{SEED}:{i}")
