@@ -55,33 +55,62 @@ static int kiln_write_file(const char* path, const char* data, size_t n) {
   return ok ? 0 : kiln_fail("kiln_jit: cannot write %s", path);
 }
 
-/* cc flags -I<work>/include -c src -o src.o; the compiler's stderr in the error. */
-static int kiln_jit_compile(const KilnDeviceToolchain* t, const char* work, const char* src,
-                            KilnArgs* objs) {
-  KilnArgs a = {0};
-  char inc[4200], obj[4300], *err = NULL, *cmd;
-  int i, rc;
-  snprintf(inc, sizeof(inc), "-I%s/include", work);
-  snprintf(obj, sizeof(obj), "%s.o", src);
-  for (i = 0; i < t->cc.argc; ++i) kiln_args_push(&a, t->cc.argv[i]);
-  for (i = 0; i < t->flags.argc; ++i) kiln_args_push(&a, t->flags.argv[i]);
-  kiln_args_push(&a, inc);
-  kiln_args_push(&a, "-c");
-  kiln_args_push(&a, src);
-  kiln_args_push(&a, "-o");
-  kiln_args_push(&a, obj);
-  rc = kiln_run_command(a.argv, NULL, &err);
-  if (rc != 0) {
-    cmd = kiln_args_join(&a, 0);
-    kiln_fail("kiln_jit: the device compiler failed (exit %d): %s\n%s", rc, cmd ? cmd : "",
-              err ? err : "");
+/* cc flags -I<work>/include -c src -o src.o for every source, up to one compiler per CPU at a
+   time (as the Python side's compile_objects); the first failure's stderr in the error. */
+static int kiln_jit_compile_all(const KilnDeviceToolchain* t, const char* work,
+                                const KilnArgs* srcs, KilnArgs* objs) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int jobs = cpus > 0 ? (int)cpus : 1, next = 0, running = 0, failed = 0, i, k;
+  KilnChild* child = (KilnChild*)kiln_calloc((size_t)srcs->argc + 1, sizeof(KilnChild));
+  KilnArgs* cmd = (KilnArgs*)kiln_calloc((size_t)srcs->argc + 1, sizeof(KilnArgs));
+  char inc[4200], obj[4300];
+  if (child == NULL || cmd == NULL) {
+    free(child);
     free(cmd);
-  } else {
-    rc = kiln_args_push(objs, obj);
+    return -1;
   }
-  free(err);
-  kiln_args_free(&a);
-  return rc ? -1 : 0;
+  snprintf(inc, sizeof(inc), "-I%s/include", work);
+  for (k = 0; k < srcs->argc; ++k) {
+    snprintf(obj, sizeof(obj), "%s.o", srcs->argv[k]);
+    for (i = 0; i < t->cc.argc; ++i) kiln_args_push(&cmd[k], t->cc.argv[i]);
+    for (i = 0; i < t->flags.argc; ++i) kiln_args_push(&cmd[k], t->flags.argv[i]);
+    kiln_args_push(&cmd[k], inc);
+    kiln_args_push(&cmd[k], "-c");
+    kiln_args_push(&cmd[k], srcs->argv[k]);
+    kiln_args_push(&cmd[k], "-o");
+    kiln_args_push(&cmd[k], obj);
+    kiln_args_push(objs, obj);
+  }
+  /* start in order, wait in order: at most `jobs` compilers run at once */
+  for (k = 0; k < srcs->argc; ++k) {
+    while (!failed && next < srcs->argc && running < jobs) {
+      if (kiln_spawn(cmd[next].argv, 0, 1, &child[next]) != 0) {
+        failed = 1;
+        break;
+      }
+      ++next;
+      ++running;
+    }
+    if (k >= next) break;
+    {
+      char* err = NULL;
+      int rc = kiln_wait(&child[k], NULL, &err);
+      --running;
+      if (rc != 0 && !failed) {
+        char* line = kiln_args_join(&cmd[k], 0);
+        kiln_fail("kiln_jit: the device compiler failed (exit %d): %s\n%s", rc,
+                  line ? line : "", err ? err : "");
+        free(line);
+        failed = 1;
+      }
+      free(err);
+    }
+  }
+  for (; k < next; ++k) kiln_wait(&child[k], NULL, NULL); /* after a failure: reap the rest */
+  for (k = 0; k < srcs->argc; ++k) kiln_args_free(&cmd[k]);
+  free(cmd);
+  free(child);
+  return failed ? -1 : 0;
 }
 
 static int kiln_jit_link(const KilnDeviceToolchain* t, const KilnArgs* objs, const char* target) {
@@ -123,7 +152,7 @@ static void kiln_hash_part(KilnSha256* h, const char* data, size_t n) {
 static int kiln_jit_build(KilnJit* jit, char* target, size_t target_n) {
   KilnDeviceToolchain t;
   KilnSha256 h;
-  KilnArgs all = {0}, objs = {0};
+  KilnArgs all = {0}, objs = {0}, srcs = {0};
   char dir[4096], hex[65], work[] = "/tmp/kiln-jit-XXXXXX", path[4200], *cc_words, *flag_words;
   size_t i, backend_n = (size_t)(kiln_embedded_backend_c_end - kiln_embedded_backend_c);
   int rc = -1;
@@ -176,10 +205,10 @@ static int kiln_jit_build(KilnJit* jit, char* target, size_t target_n) {
     else snprintf(path, sizeof(path), "%s/device%zu.c", work, i);
     if (kiln_write_file(path, last ? kiln_embedded_backend_c : jit->sources[i],
                         last ? backend_n : jit->source_len[i]) != 0 ||
-        kiln_jit_compile(&t, work, path, &objs) != 0)
+        kiln_args_push(&srcs, path) != 0)
       goto clean;
   }
-  rc = kiln_jit_link(&t, &objs, target);
+  if (kiln_jit_compile_all(&t, work, &srcs, &objs) == 0) rc = kiln_jit_link(&t, &objs, target);
 clean:
   for (i = 0; i < (size_t)objs.argc; ++i) unlink(objs.argv[i]);
   for (i = 0; i <= jit->num_sources; ++i) {
@@ -196,6 +225,7 @@ clean:
   rmdir(work);
 done:
   kiln_args_free(&objs);
+  kiln_args_free(&srcs);
   kiln_device_toolchain_free(&t);
   return rc;
 }

@@ -33,6 +33,14 @@ void kiln_args_free(KilnArgs* a);
 /* " ".join(words[from:]) into a new string */
 char* kiln_args_join(const KilnArgs* a, int from);
 
+/* A started command: kiln_spawn(argv, capture stdout?, capture stderr?) then kiln_wait (its
+   exit status; the captured text in new strings). */
+typedef struct {
+  int pid, fd_out, fd_err;
+} KilnChild;
+int kiln_spawn(char* const* argv, int want_out, int want_err, KilnChild* child);
+int kiln_wait(KilnChild* child, char** out, char** err);
+
 /* Run argv (fork/execvp, no shell); stdout and stderr each into a new string when the pointers
    are given. Returns the exit status (or -1 when it could not run, with the error set). */
 int kiln_run_command(char* const* argv, char** out, char** err);

@@ -96,27 +96,39 @@ static int kiln_tmpfile(void) {
   return fd;
 }
 
-int kiln_run_command(char* const* argv, char** out, char** err) {
-  int fd_out = out ? kiln_tmpfile() : -1, fd_err = err ? kiln_tmpfile() : -1, status;
-  pid_t pid;
-  if ((out && fd_out < 0) || (err && fd_err < 0)) return kiln_fail("cannot create a temp file");
-  if ((pid = fork()) < 0) return kiln_fail("fork failed: %s", strerror(errno));
-  if (pid == 0) {
+int kiln_spawn(char* const* argv, int want_out, int want_err, KilnChild* child) {
+  child->fd_out = want_out ? kiln_tmpfile() : -1;
+  child->fd_err = want_err ? kiln_tmpfile() : -1;
+  if ((want_out && child->fd_out < 0) || (want_err && child->fd_err < 0))
+    return kiln_fail("cannot create a temp file");
+  if ((child->pid = fork()) < 0) return kiln_fail("fork failed: %s", strerror(errno));
+  if (child->pid == 0) {
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0);
-    dup2(fd_out >= 0 ? fd_out : null, 1);
-    dup2(fd_err >= 0 ? fd_err : null, 2);
+    dup2(child->fd_out >= 0 ? child->fd_out : null, 1);
+    dup2(child->fd_err >= 0 ? child->fd_err : null, 2);
     execvp(argv[0], argv);
     dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  return 0;
+}
+
+int kiln_wait(KilnChild* child, char** out, char** err) {
+  int status = 0;
+  while (waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (out) *out = kiln_read_fd(fd_out);
-  if (err) *err = kiln_read_fd(fd_err);
-  if (fd_out >= 0) close(fd_out);
-  if (fd_err >= 0) close(fd_err);
+  if (out) *out = child->fd_out >= 0 ? kiln_read_fd(child->fd_out) : NULL;
+  if (err) *err = child->fd_err >= 0 ? kiln_read_fd(child->fd_err) : NULL;
+  if (child->fd_out >= 0) close(child->fd_out);
+  if (child->fd_err >= 0) close(child->fd_err);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int kiln_run_command(char* const* argv, char** out, char** err) {
+  KilnChild child;
+  if (kiln_spawn(argv, out != NULL, err != NULL, &child) != 0) return -1;
+  return kiln_wait(&child, out, err);
 }
 
 /* on PATH (execvp's search) */
