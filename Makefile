@@ -20,7 +20,8 @@
 #                   portable (-mcpu=portable, multi-level) library vs -mcpu=native at 1 thread
 #                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
-#                   KILN_FUZZ_SEED picks another sequence); not part of make test
+#                   KILN_FUZZ_SEED picks another sequence), the native runtime's loader
+#                   (ASan + UBSan) included; not part of make test
 #   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
 #                   backend on CONFORMANCE_WORKERS processes (default: all cores); writes a table
 #                   per op type to conformance/results/kiln.{md,json}; CONFORMANCE_ARGS="--backend
@@ -167,7 +168,7 @@ conformance: $(STAMP) toolchain
 
 fuzz: $(STAMP) toolchain
 	$(PY) -m pytest tests/unit/test_runtime_fuzz.py tests/backend/test_runtime_fuzz_so.py \
-	  -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
+	  tests/backend/test_native_fuzz.py -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -216,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "instructions)")
     p.set_defaults(func=_cmd_inspect)
 
+    p = sub.add_parser("runtime-dir", help="print where the native runtime's sources are",
+                       description="Print the folder of libkiln_runtime's C sources and "
+                                   "Makefile (the native runtime: load a Kiln .so from C/C++ "
+                                   "without Python). Build it with: make -C \"$(kiln "
+                                   "runtime-dir)\" BUILD=/tmp/kiln-rt [CC=riscv64-linux-gnu-gcc]")
+    p.set_defaults(func=_cmd_runtime_dir)
+
     p = sub.add_parser("demo", help="compile a real model and check it against onnxruntime",
                        description="orientation (default): PP-LCNet text orientation on a "
                                    "rendered page turned 0/90/180/270°; embed: MiniLM-L3 "
@@ -325,6 +332,13 @@ def _silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):  # no file descriptor (an embedding, a test's capture)
         pass
+
+
+def _cmd_runtime_dir(args: argparse.Namespace) -> int:
+    from kiln.native import RUNTIME_DIR
+
+    print(RUNTIME_DIR)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

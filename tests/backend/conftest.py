@@ -85,3 +85,16 @@ def build_kernels(funcs, target: str):
     from kiln.codegen.llvm import build_llvm
 
     return build_llvm(funcs, target)
+
+
+@pytest.fixture(scope="session")
+def native_rt(tmp_path_factory):
+    """libkiln_runtime, kiln_run and the headers, built once from the shipped sources with the
+    host compiler (tests/backend/test_native_*.py)."""
+    import shutil
+
+    from test_native_runtime import build_runtime
+
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        pytest.skip("the native runtime needs make and cc")
+    return build_runtime(tmp_path_factory.mktemp("native-rt"))

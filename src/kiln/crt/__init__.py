@@ -15,7 +15,7 @@ from pathlib import Path
 
 CRT_DIR = Path(__file__).resolve().parent
 #: the backend callbacks: every CRT program and every AOT program needs them
-BACKEND_SOURCES = ("kiln_crt.h", "kiln_crt_backend.c")
+BACKEND_SOURCES = ("kiln_crt.h", "kiln_crt_graph.h", "kiln_crt_backend.c", "kiln_crt_arena.c")
 #: the graph executor and system-library lookup, on top of the backend
 GRAPH_SOURCES = (*BACKEND_SOURCES, "kiln_crt_registry.c", "kiln_crt_json.h", "kiln_crt_json.c",
                  "kiln_crt_graph_executor.c")

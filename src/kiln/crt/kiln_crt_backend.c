@@ -2,7 +2,7 @@
  * The backend callbacks that generated kernels call (shared reference, section 3; TVM's
  * include/tvm/runtime/c_backend_api.h and src/runtime/crt/common/crt_backend_api.c), for
  * programs without Python: the error string, workspaces from a caller-given stack, a serial
- * parallel launch. Also the arena of kiln_crt.h. Used by the graph executor and by AOT code.
+ * parallel launch (the arena: kiln_crt_arena.c). Used by the graph executor and by AOT code.
  * No allocation, no threads, no stdio.
  */
 #include "kiln_crt.h"
@@ -24,30 +24,8 @@ void TVMAPISetLastError(const char* msg) {
 
 const char* TVMGetLastError(void) { return kiln_crt_last_error; }
 
-/* -- arena */
 static size_t kiln_align_up(size_t n) {
   return (n + KILN_CRT_ALIGN - 1) & ~(size_t)(KILN_CRT_ALIGN - 1);
-}
-
-void KilnArena_Init(KilnArena* arena, void* base, size_t size) {
-  /* Start at the first aligned byte so every block is aligned whatever `base` is. */
-  uintptr_t start = (uintptr_t)base;
-  uintptr_t aligned = (start + KILN_CRT_ALIGN - 1) & ~(uintptr_t)(KILN_CRT_ALIGN - 1);
-  size_t skip = (size_t)(aligned - start);
-  arena->base = (uint8_t*)aligned;
-  arena->size = size > skip ? size - skip : 0;
-  arena->used = 0;
-}
-
-void* KilnArena_Alloc(KilnArena* arena, size_t nbytes) {
-  size_t need = kiln_align_up(nbytes == 0 ? 1 : nbytes);
-  if (need < nbytes || arena->size - arena->used < need) {
-    TVMAPISetLastError("KilnArena_Alloc: the arena is too small");
-    return NULL;
-  }
-  void* ptr = arena->base + arena->used;
-  arena->used += need;
-  return ptr;
 }
 
 /* -- workspace stack: [header | data] blocks; the header keeps the previous top */

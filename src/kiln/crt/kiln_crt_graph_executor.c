@@ -3,11 +3,13 @@
  * reads the graph JSON (shared reference, section 4), plans storage as the JSON says (a pool per
  * storage id, of the largest entry using it), prepares every kernel call once (SetupOpExecs) and
  * runs them in order; params come from a params blob (section 5). Everything lives in the
- * caller's arena; at each run the arena's free bytes become the kernels' workspace stack.
+ * caller's arena. Kernels are found through a lookup callback (KilnGraphExecutor_CreateWithLookup),
+ * so the CRT (system-library registry, kiln_crt_registry.c) and the native runtime (dlopen'ed
+ * libraries, kiln/native/src/rt_graph.c) share this one executor.
  */
 #include <string.h>
 
-#include "kiln_crt.h"
+#include "kiln_crt_graph.h"
 #include "kiln_crt_json.h"
 
 #define KILN_MAX_NDIM 8
@@ -15,7 +17,8 @@
 #define KILN_NDARRAY_MAGIC 0xDD5E40F096B4A13FULL
 
 typedef struct {
-  TVMFunctionHandle func;
+  TVMBackendPackedCFunc func;
+  void* resource;
   TVMValue* args;
   int* type_codes;
   int num_args;
@@ -166,7 +169,7 @@ static int kiln_entry_id(const KilnGraphExecutor* ge, const char* js, const Kiln
 
 /* SetupOpExecs: args = input entries then output entries, each a DLTensor handle. */
 static int kiln_setup_ops(KilnGraphExecutor* ge, const char* js, const KilnJsonToken* t, int nodes,
-                          const TVMModule* mod) {
+                          KilnGraphLookup lookup, void* lookup_ctx) {
   int nid, node = nodes + 1;
   ge->ops = (KilnOpExec*)kiln_alloc(ge->arena, (size_t)ge->num_nodes, sizeof(KilnOpExec));
   if (ge->ops == NULL) return -1;
@@ -190,7 +193,7 @@ static int kiln_setup_ops(KilnGraphExecutor* ge, const char* js, const KilnJsonT
     memcpy(name, js + t[fname].start, (size_t)(t[fname].end - t[fname].start));
     name[t[fname].end - t[fname].start] = '\0';
     exec = &ge->ops[ge->num_ops++];
-    if (TVMModGetFunction(mod, name, &exec->func) != 0) return -1;
+    if (lookup(lookup_ctx, name, &exec->func, &exec->resource) != 0) return -1;
     num_in = t[inputs].size;
     exec->num_args = num_in + num_out;
     exec->args = (TVMValue*)kiln_alloc(ge->arena, (size_t)exec->num_args, sizeof(TVMValue));
@@ -241,8 +244,9 @@ static int kiln_setup_io(KilnGraphExecutor* ge, const char* js, const KilnJsonTo
   return 0;
 }
 
-int KilnGraphExecutor_Create(const char* json, size_t json_len, const TVMModule* mod,
-                             KilnArena* arena, KilnGraphExecutor** out) {
+int KilnGraphExecutor_CreateWithLookup(const char* json, size_t json_len, KilnGraphLookup lookup,
+                                       void* lookup_ctx, KilnArena* arena,
+                                       KilnGraphExecutor** out) {
   KilnGraphExecutor* ge;
   KilnJsonToken* t;
   int ntok, nodes, arg_nodes, heads, row_ptr, attrs, i, tok;
@@ -277,7 +281,7 @@ int KilnGraphExecutor_Create(const char* json, size_t json_len, const TVMModule*
   }
   ge->num_entries = ge->node_row_ptr[ge->num_nodes];
   if (kiln_setup_entries(ge, json, t, attrs) != 0 ||
-      kiln_setup_ops(ge, json, t, nodes, mod) != 0 ||
+      kiln_setup_ops(ge, json, t, nodes, lookup, lookup_ctx) != 0 ||
       kiln_setup_io(ge, json, t, nodes, arg_nodes, heads) != 0)
     return -1;
   *out = ge;
@@ -382,19 +386,29 @@ int KilnGraphExecutor_SetInput(KilnGraphExecutor* ge, const char* name, const vo
   return 0;
 }
 
-int KilnGraphExecutor_Run(KilnGraphExecutor* ge) {
-  KilnArena* a = ge->arena;
+int KilnGraphExecutor_RunOps(KilnGraphExecutor* ge) {
   int i;
-  KilnWorkspace_Init(a->base + a->used, a->size - a->used);
   for (i = 0; i < ge->num_ops; ++i) {
     KilnOpExec* op = &ge->ops[i];
     TVMValue ret;
-    int ret_code;
-    if (TVMFuncCall(op->func, op->args, op->type_codes, op->num_args, &ret, &ret_code) != 0)
+    int ret_code = kTVMNullptr;
+    if (op->func(op->args, op->type_codes, op->num_args, &ret, &ret_code, op->resource) != 0)
       return -1;
   }
   return 0;
 }
+
+const char* KilnGraphExecutor_GetInputName(const KilnGraphExecutor* ge, int index) {
+  if (index < 0 || index >= ge->num_inputs) return NULL;
+  return ge->input_names[index];
+}
+
+DLTensor* KilnGraphExecutor_Entries(KilnGraphExecutor* ge, int* count) {
+  *count = ge->num_entries;
+  return ge->entries;
+}
+
+KilnArena* KilnGraphExecutor_Arena(KilnGraphExecutor* ge) { return ge->arena; }
 
 const DLTensor* KilnGraphExecutor_GetOutput(const KilnGraphExecutor* ge, int index) {
   if (index < 0 || index >= ge->num_outputs) return NULL;

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "kiln_crt.h"
+#include <kiln/c_runtime_api.h>
 
 #define KILN_JSON_MAX_DEPTH 32
 

@@ -1,7 +1,8 @@
 /*
  * Function lookup in a system library's TVMFuncRegistry and packed calls (TVM's
  * src/runtime/crt/common/func_registry.c and crt_runtime_api.c). Names blob: shared reference,
- * section 8.
+ * section 8. Also the graph executor over a system library: its kernel lookup and its run with
+ * the arena's free bytes as the kernels' workspace stack.
  */
 #include "kiln_crt.h"
 
@@ -57,4 +58,25 @@ int TVMFuncCall(TVMFunctionHandle func, TVMValue* args, int* type_codes, int num
   }
   *ret_type_code = kTVMNullptr;
   return (*func)(args, type_codes, num_args, ret_val, ret_type_code, NULL);
+}
+
+static int kiln_registry_lookup(void* ctx, const char* name, TVMBackendPackedCFunc* func,
+                                void** resource) {
+  TVMFunctionHandle handle;
+  if (TVMModGetFunction((const TVMModule*)ctx, name, &handle) != 0) return -1;
+  *func = *handle;
+  *resource = NULL;
+  return 0;
+}
+
+int KilnGraphExecutor_Create(const char* json, size_t json_len, const TVMModule* mod,
+                             KilnArena* arena, KilnGraphExecutor** out) {
+  return KilnGraphExecutor_CreateWithLookup(json, json_len, kiln_registry_lookup, (void*)mod,
+                                            arena, out);
+}
+
+int KilnGraphExecutor_Run(KilnGraphExecutor* ge) {
+  KilnArena* a = KilnGraphExecutor_Arena(ge);
+  KilnWorkspace_Init(a->base + a->used, a->size - a->used);
+  return KilnGraphExecutor_RunOps(ge);
 }

