@@ -10,7 +10,9 @@
 #   make test-fast  tests/unit only
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
-#                   bench extra (matplotlib); then SmolLM2 prefill/decode speed, Kiln fp32,
+#                   bench extra (matplotlib); then latency under load (two busy processes:
+#                   p50/p99/max vs onnxruntime, benchmarks/load.py, LOAD_BENCH_ARGS); then
+#                   SmolLM2 prefill/decode speed, Kiln fp32,
 #                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); writes
 #                   benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
@@ -30,6 +32,7 @@ BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
+LOAD_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -145,6 +148,7 @@ test-fast: $(STAMP)
 
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
+	$(PY) benchmarks/load.py $(LOAD_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain
