@@ -18,9 +18,10 @@ compiles the sources with the device compiler and flags (:mod:`kiln.runtime.devi
 ``$KILN_DEVICE_CC``, default the host C compiler; ``-O3 -fPIC``, RVV flags for riscv64,
 ``-fopenmp-simd`` when accepted, ``$KILN_DEVICE_CFLAGS``), linked ``-shared -pthread`` with the
 backend support code (its thread pool runs the kernels' parallel loops), and cached by a hash of
-the sources, the compiler's identity and the flags in ``$KILN_CACHE_DIR/device`` (default ``~/.cache/kiln/device``, private, ``0700``), written to a
-temp name and renamed (``source_module.build_cached_library``), so processes share it and two
-compiling at once are safe.
+the sources, the compiler's identity and the flags in ``$KILN_CACHE_DIR/device`` (default
+``~/.cache/kiln/device``, private, ``0700``), written to a temp name and renamed
+(``source_module.build_cached_library``), so processes share it and two compiling at once are
+safe.
 
 When the compiler builds for this host's machine the library is ``dlopen``\\ ed and called
 through ctypes. When it builds for another ISA (or ``$KILN_DEVICE_LAUNCHER`` is set) the
