@@ -6,7 +6,7 @@ shared with two busy processes had a median of 5.6 ms but spikes of 300 ms on a 
 max of every inference, and the target: Kiln's p99 <= 1.5x onnxruntime's.
 
 How a run goes: compile the model once (``models.py``'s models and settings), start ``--busy``
-background processes that spin in a Python loop (``while True: pass``), then in this process
+background processes that spin in a Python loop, then in this process
 load the Kiln library and an onnxruntime session side by side (``--threads`` each:
 ``KILN_NUM_THREADS`` set before the library's first launch, ``intra_op_num_threads``), warm both
 up and run ``--blocks`` alternating blocks of ``--runs`` inferences (Kiln, ORT, Kiln, ...), each
@@ -55,9 +55,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: the load: spin until stopped, or until this process is gone (it was killed)
+BUSY = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
+
+
 def start_busy(n: int) -> list[subprocess.Popen]:
-    """``n`` processes that spin forever (the load); stopped by :func:`stop_busy`."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` processes that spin (the load); stopped by :func:`stop_busy`."""
+    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
 
 
 def stop_busy(procs: list[subprocess.Popen]) -> None:

@@ -1,11 +1,13 @@
 /* Packed functions that drive the support code's thread pool directly (TVMBackendParallelLaunch,
  * TVMBackendParallelBarrier) for tests/backend/test_thread_pool.py. */
 #include <kiln/c_runtime_api.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #define EXPORT __attribute__((visibility("default")))
 #define MAXT 64
@@ -23,13 +25,27 @@ typedef struct {
   int64_t tids[MAXT];
   int32_t hits[MAXT];
   int num_task;
+  int wait_all; /* task 0 waits (up to 100 ms) for the others to start */
 } Ids;
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static int ids_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
   Ids* ids = (Ids*)cdata;
   ids->tids[task_id] = tid();
-  __atomic_fetch_add(&ids->hits[task_id], 1, __ATOMIC_RELAXED);
-  if (task_id == 0) ids->num_task = penv->num_task;
+  __atomic_fetch_add(&ids->hits[task_id], 1, __ATOMIC_SEQ_CST);
+  if (task_id != 0) return 0;
+  ids->num_task = penv->num_task;
+  /* Else the caller, done with its own task, may run a worker's task that has not started
+   * (the pool does that instead of waiting for a descheduled worker). */
+  int64_t start = now_us();
+  for (int t = 1; ids->wait_all && t < penv->num_task; ++t)
+    while (__atomic_load_n(&ids->hits[t], __ATOMIC_SEQ_CST) == 0 && now_us() - start < 100000)
+      sched_yield();
   return 0;
 }
 
@@ -39,6 +55,7 @@ EXPORT int32_t pool_tids(TVMValue* args, int32_t* codes, int32_t n, TVMValue* re
                          int32_t* ret_code, void* h) {
   Ids ids;
   memset(&ids, 0, sizeof ids);
+  ids.wait_all = 1;
   if (TVMBackendParallelLaunch(ids_task, &ids, (int)args[1].v_int64) != 0) return -1;
   int64_t* out = ARG_DATA(0);
   out[0] = tid();

@@ -139,10 +139,12 @@ KILN_EXPORT int KilnCopyTensor(TVMValue* args, int* type_codes, int num_args, TV
 #define KILN_CACHE_LINE 64
 
 /* A word some threads wait on for a change, and how many of them are asleep on it (so the
- * writer makes the wake syscall only when someone sleeps). */
+ * writer makes the wake syscall only when someone sleeps); in a worker's mailbox, ``claim`` is
+ * set by whichever thread runs the worker's task of the current job. */
 typedef struct {
   uint32_t word;
   uint32_t sleepers;
+  uint32_t claim;
 } __attribute__((aligned(KILN_CACHE_LINE))) KilnWaitWord;
 
 typedef struct {
@@ -245,6 +247,18 @@ static void kiln_task_failed(void) {
     memcpy(kiln_pool.message, kiln_last_error, KILN_ERROR_SIZE);
 }
 
+/* Claim task_id of the current job: true for the one thread that gets to run it. */
+static int kiln_claim(int task_id) {
+  return __atomic_exchange_n(&kiln_pool.mailbox[task_id].claim, 1, __ATOMIC_ACQ_REL) == 0;
+}
+
+static void kiln_run_task(int task_id) {
+  TVMParallelGroupEnv env = {&kiln_pool.barrier, kiln_pool.num_task};
+  if (kiln_pool.flambda(task_id, &env, kiln_pool.cdata) != 0) kiln_task_failed();
+  if (__atomic_sub_fetch(&kiln_pool.pending.word, 1, __ATOMIC_SEQ_CST) == 0)
+    kiln_publish(&kiln_pool.pending);
+}
+
 static void* kiln_worker_main(void* arg) {
   int task_id = (int)(intptr_t)arg;
   KilnWaitWord* box = &kiln_pool.mailbox[task_id];
@@ -254,10 +268,7 @@ static void* kiln_worker_main(void* arg) {
     kiln_wait(box, kiln_changed, seen);
     seen = __atomic_load_n(&box->word, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&kiln_pool.shutdown, __ATOMIC_ACQUIRE)) return NULL;
-    TVMParallelGroupEnv env = {&kiln_pool.barrier, kiln_pool.num_task};
-    if (kiln_pool.flambda(task_id, &env, kiln_pool.cdata) != 0) kiln_task_failed();
-    if (__atomic_sub_fetch(&kiln_pool.pending.word, 1, __ATOMIC_SEQ_CST) == 0)
-      kiln_publish(&kiln_pool.pending);
+    if (kiln_claim(task_id)) kiln_run_task(task_id); /* else the launcher ran it */
   }
 }
 
@@ -346,12 +357,19 @@ KILN_EXPORT int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata
   kiln_pool.barrier.arrived = 0;
   __atomic_store_n(&kiln_pool.pending.word, (uint32_t)(num_task - 1), __ATOMIC_SEQ_CST);
   for (int i = 1; i < num_task; ++i) {
+    __atomic_store_n(&kiln_pool.mailbox[i].claim, 0, __ATOMIC_RELEASE); /* after the job */
     __atomic_fetch_add(&kiln_pool.mailbox[i].word, 1, __ATOMIC_SEQ_CST);
     kiln_publish(&kiln_pool.mailbox[i]);
   }
   TVMParallelGroupEnv env = {&kiln_pool.barrier, num_task};
   kiln_in_task = 1;
   if (flambda(0, &env, cdata) != 0) kiln_task_failed();
+  /* Run the tasks of workers that have not started yet (descheduled by other processes, or
+   * still waking up) instead of waiting for them, as onnxruntime's pool revokes unstarted
+   * work. Safe with barriers: task 0 passes a barrier only when every task has arrived, so
+   * if the lambda uses barriers, every task was claimed before task 0 could return. */
+  for (int i = num_task - 1; i >= 1; --i)
+    if (kiln_claim(i)) kiln_run_task(i);
   kiln_in_task = 0;
   kiln_wait(&kiln_pool.pending, kiln_is_zero, 0);
   int failed = (int)__atomic_load_n(&kiln_pool.failed, __ATOMIC_ACQUIRE);
