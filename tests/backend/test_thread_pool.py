@@ -3,8 +3,8 @@
 Its semantics through a small C harness (``pool_harness.c``) calling ``TVMBackendParallelLaunch``
 and ``TVMBackendParallelBarrier`` directly: thread ids per task, many launches of every
 ``num_task``, barriers, nested launches (serial, on the task's own thread), a failing worker's
-message reaching the caller, ``fork`` with workers running, and the team size from
-``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
+message reaching the caller, ``fork`` with workers running, a second library in the same
+process (its own pool), and the team size from ``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
 and 2 threads, equal to each other and to onnxruntime. Each setting runs in its own process
 (the team is fixed at a library's first launch).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,15 +67,19 @@ for first in (team - 1, 0):
         msgs.append(str(err))
 out["fail"] = msgs
 out["fork_status"] = lib["pool_fork"]()
+other = rt.load_module(sys.argv[2])  # a second library: its own pool, its own workers
+n = other["pool_tids"](ids, 0)
+out["other_library"] = [n, len(set(ids.numpy()[2:1 + n].tolist()) & seen)]
 print(json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> str:
-    path = str(tmp_path_factory.mktemp("pool") / "pool.so")
-    rt.CSourceModule(HARNESS.read_text(), FUNCS).export_library(path)
-    return path
+    path = tmp_path_factory.mktemp("pool") / "pool.so"
+    rt.CSourceModule(HARNESS.read_text(), FUNCS).export_library(str(path))
+    shutil.copyfile(path, path.with_name("pool2.so"))  # loaded again as another library
+    return str(path)
 
 
 def _run(script: str, *args: str, threads: str | None, cpus: set[int] | None = None) -> str:
@@ -91,7 +96,8 @@ def _run(script: str, *args: str, threads: str | None, cpus: set[int] | None = N
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_pool_semantics(harness, threads):
-    res = json.loads(_run(_POOL_SCRIPT, harness, threads=threads))
+    other = str(Path(harness).with_name("pool2.so"))
+    res = json.loads(_run(_POOL_SCRIPT, harness, other, threads=threads))
     team = int(threads)
     assert res["team"] == team
     assert res["distinct_threads"] == team  # the caller and team - 1 persistent workers
@@ -104,6 +110,7 @@ def test_pool_semantics(harness, threads):
     assert f"pool test: task {team - 1} of {team} failed" in last  # a worker's message
     assert "pool test: task" in first and f"of {team} failed" in first
     assert res["fork_status"] == 0
+    assert res["other_library"] == [team, 0]  # shares no worker with the first library
 
 
 def test_team_defaults_to_the_affinity_mask(harness):
