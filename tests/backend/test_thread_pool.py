@@ -171,6 +171,10 @@ def test_conv_net_same_on_1_and_2_threads_and_onnxruntime(tmp_path, target):
     assert any("TVMBackendParallelLaunch" in s for s in sources), "no parallel loop to test"
     path = str(tmp_path / "net.so")
     lib.export_library(path)
+    if shutil.which("readelf"):  # no OpenMP runtime is linked any more
+        dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "libgomp" not in dynamic and "libomp" not in dynamic, dynamic
     np.save(tmp_path / "x.npy", x)
     got = []
     for threads in ("1", "2"):
