@@ -123,9 +123,10 @@ KILN_EXPORT int KilnCopyTensor(TVMValue* args, int* type_codes, int num_args, TV
  * worker i runs task i, each worker has its own mailbox (TVM: one SPSC queue per worker) so a
  * launch touches only the workers it uses, and a waiting thread spins a bounded time before it
  * sleeps. Unlike TVM's launcher, which yields in a loop until the tasks are done, every wait
- * here (worker for a job, launcher for the workers, barrier) ends asleep on a futex: on cores
- * shared with other processes no thread burns its time slice waiting for a descheduled one
- * (issue 17: OpenMP's default busy-wait gave 300 ms spikes on a 1.3 ms model under load).
+ * here (worker for a job, launcher for the workers, barrier) ends asleep on a futex, and the
+ * launcher runs the tasks of workers that have not started yet itself: on cores shared with
+ * other processes no thread burns its time slice waiting for a descheduled one (issue 17:
+ * OpenMP's default busy-wait gave 300 ms spikes on a 1.3 ms model under load).
  *
  * Each exported library holds its own pool (the kernels bind to their library's symbols with
  * -Bsymbolic); idle workers sleep, so several libraries in one process cost threads, not CPU.
@@ -139,8 +140,8 @@ KILN_EXPORT int KilnCopyTensor(TVMValue* args, int* type_codes, int num_args, TV
 #define KILN_CACHE_LINE 64
 
 /* A word some threads wait on for a change, and how many of them are asleep on it (so the
- * writer makes the wake syscall only when someone sleeps); in a worker's mailbox, ``claim`` is
- * set by whichever thread runs the worker's task of the current job. */
+ * writer makes the wake syscall only when someone sleeps); in a worker's mailbox, claim is set
+ * by whichever thread runs the worker's task of the current job (the worker or the launcher). */
 typedef struct {
   uint32_t word;
   uint32_t sleepers;
@@ -165,7 +166,7 @@ static struct {
   void* cdata;
   int num_task;
   int shutdown;
-  KilnWaitWord pending; /* tasks of workers not yet finished; the launcher waits for 0 */
+  KilnWaitWord pending; /* tasks 1.. not yet finished; the launcher waits for 0 */
   KilnBarrier barrier;
   uint32_t failed;
   char message[KILN_ERROR_SIZE]; /* the first failing task's error */
