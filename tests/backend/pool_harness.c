@@ -1,6 +1,7 @@
 /* Packed functions that drive the support code's thread pool directly (TVMBackendParallelLaunch,
  * TVMBackendParallelBarrier) for tests/backend/test_thread_pool.py. */
 #include <kiln/c_runtime_api.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -177,4 +178,45 @@ EXPORT int32_t pool_fork(TVMValue* args, int32_t* codes, int32_t n, TVMValue* re
   if (pid < 0 || waitpid(pid, &status, 0) != pid) return ret_int(ret, ret_code, -1);
   return ret_int(ret, ret_code, WIFEXITED(status) ? WEXITSTATUS(status)
                                                   : 128 + WTERMSIG(status));
+}
+
+typedef struct {
+  int started, released, other_num_task;
+} Concurrent;
+
+static int hold_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  Concurrent* c = (Concurrent*)cdata;
+  if (task_id != 0) return 0;
+  __atomic_store_n(&c->started, 1, __ATOMIC_SEQ_CST);
+  int64_t start = now_us();
+  while (!__atomic_load_n(&c->released, __ATOMIC_SEQ_CST) && now_us() - start < 10000000)
+    sched_yield();
+  return 0;
+}
+
+static int probe_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  if (task_id == 0) ((Concurrent*)cdata)->other_num_task = penv->num_task;
+  return 0;
+}
+
+static void* other_launcher(void* arg) {
+  Concurrent* c = (Concurrent*)arg;
+  while (!__atomic_load_n(&c->started, __ATOMIC_SEQ_CST)) sched_yield();
+  TVMBackendParallelLaunch(probe_task, c, 0);
+  __atomic_store_n(&c->released, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* pool_concurrent(): while this thread's launch holds the pool, another thread launches; returns
+ * that launch's num_task (1: it ran serially instead of waiting). */
+EXPORT int32_t pool_concurrent(TVMValue* args, int32_t* codes, int32_t n, TVMValue* ret,
+                               int32_t* ret_code, void* h) {
+  Concurrent c;
+  memset(&c, 0, sizeof c);
+  pthread_t other;
+  if (pthread_create(&other, NULL, other_launcher, &c) != 0) return -1;
+  int rc = TVMBackendParallelLaunch(hold_task, &c, 0);
+  pthread_join(other, NULL);
+  if (rc != 0) return -1;
+  return ret_int(ret, ret_code, c.other_num_task);
 }

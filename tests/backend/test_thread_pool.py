@@ -3,8 +3,8 @@
 Its semantics through a small C harness (``pool_harness.c``) calling ``TVMBackendParallelLaunch``
 and ``TVMBackendParallelBarrier`` directly: thread ids per task, many launches of every
 ``num_task``, barriers, nested launches (serial, on the task's own thread), a failing worker's
-message reaching the caller, ``fork`` with workers running, a second library in the same
-process (its own pool), and the team size from ``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
+message reaching the caller, ``fork`` with workers running, a launch from a second thread
+during one (serial), a second library in the same process (its own pool), and the team size from ``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
 and 2 threads, equal to each other and to onnxruntime. Each setting runs in its own process
 (the team is fixed at a library's first launch).
 """
@@ -30,7 +30,8 @@ from kiln.frontend import from_onnx
 from kiln.runtime.module import modules_dfs
 
 HARNESS = Path(__file__).with_name("pool_harness.c")
-FUNCS = ["pool_tids", "pool_stress", "pool_barrier", "pool_nested", "pool_fail", "pool_fork"]
+FUNCS = ["pool_tids", "pool_stress", "pool_barrier", "pool_nested", "pool_fail", "pool_fork",
+         "pool_concurrent"]
 MAXT = 64
 
 _POOL_SCRIPT = r"""
@@ -51,7 +52,7 @@ for _ in range(200):
 out["team"], out["distinct_threads"] = team, len(seen)
 out["one_task"] = lib["pool_tids"](ids, 1)
 out["over_team"] = lib["pool_tids"](ids, team + 5)
-out["stress_bad"] = lib["pool_stress"](20000)
+out["stress_bad"] = lib["pool_stress"](10000)
 out["barrier_bad"] = lib["pool_barrier"]()
 nest = rt.empty((4 * 64,), "int64")
 n = lib["pool_nested"](nest)
@@ -67,6 +68,7 @@ for first in (team - 1, 0):
         msgs.append(str(err))
 out["fail"] = msgs
 out["fork_status"] = lib["pool_fork"]()
+out["concurrent"] = lib["pool_concurrent"]()
 other = rt.load_module(sys.argv[2])  # a second library: its own pool, its own workers
 n = other["pool_tids"](ids, 0)
 out["other_library"] = [n, len(set(ids.numpy()[2:1 + n].tolist()) & seen)]
@@ -110,6 +112,7 @@ def test_pool_semantics(harness, threads):
     assert f"pool test: task {team - 1} of {team} failed" in last  # a worker's message
     assert "pool test: task" in first and f"of {team} failed" in first
     assert res["fork_status"] == 0
+    assert res["concurrent"] == 1  # a second thread's launch during one runs serially
     assert res["other_library"] == [team, 0]  # shares no worker with the first library
 
 
