@@ -13,7 +13,11 @@
 #                   bench extra (matplotlib); then latency under load (two busy processes:
 #                   p50/p99/max vs onnxruntime, benchmarks/load.py, LOAD_BENCH_ARGS); then
 #                   SmolLM2 prefill/decode speed, Kiln fp32,
-#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); writes
+#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); the QDQ
+#                   resnet50s (U8S8, S8S8) beside float resnet50 (INT8_BENCH_ARGS, into
+#                   benchmarks/results/int8) and int8 conv GOP/s (benchmarks/int8_conv.py,
+#                   INT8_CONV_BENCH_ARGS); then MiniLM and PP-OCRv4 at fixed
+#                   shapes (benchmarks/encoders.py, ENCODER_BENCH_ARGS); writes
 #                   benchmarks/results/
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence); not part of make test
@@ -33,6 +37,9 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
 LOAD_BENCH_ARGS ?=
+ENCODER_BENCH_ARGS ?=
+INT8_BENCH_ARGS ?=
+INT8_CONV_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -149,7 +156,11 @@ test-fast: $(STAMP)
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
 	$(PY) benchmarks/load.py $(LOAD_BENCH_ARGS)
+	$(PY) benchmarks/models.py --models resnet50_qdq,resnet50_qdq_per_channel,resnet50 \
+	  --out benchmarks/results/int8 $(INT8_BENCH_ARGS)
+	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
+	$(PY) benchmarks/encoders.py $(ENCODER_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)

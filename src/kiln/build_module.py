@@ -1,15 +1,11 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
-The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference → FoldConstant → FoldScaleAxis →
-<<<<<<< HEAD
-FoldConstant → [QuantizeWeights] → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
-PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → FuseOps → per fused function: compute →
-schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
-=======
-FoldConstant → [BYOC: MergeComposite → AnnotateTarget → MergeCompilerRegions →
-PartitionGraph] → AlterOpLayout (NCHW → NCHWc) → [VM: KVAppend] → FuseOps → per fused
-function: compute → schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
->>>>>>> kv-replay
+The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference →
+FakeQuantizationToInteger (QDQ groups → integer ops) → FoldConstant → FoldScaleAxis →
+FoldConstant → EliminateCommonSubexpr → [QuantizeWeights] → [BYOC: MergeComposite →
+AnnotateTarget → MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) →
+[VM: KVAppend] → FuseOps → per fused function: compute → schedule → lower → loop passes →
+MakePackedAPI → C or LLVM codegen; external functions go to
 their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
 one kernel. The target is the current one (``with target:``) while the graph is optimized and
 kernels are lowered, so passes and schedules can read it.
@@ -52,6 +48,8 @@ from kiln.ir.graph import (
 )
 from kiln.passes.graph import bind_params, fold_constant, simplify_inference
 from kiln.passes.graph.alter_op_layout import alter_op_layout
+from kiln.passes.graph.eliminate_common_subexpr import eliminate_common_subexpr
+from kiln.passes.graph.fake_quantization_to_integer import fake_quantization_to_integer
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.kv_append import kv_append
@@ -81,9 +79,11 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
         func = bind_params(func, params)
     func = promote_float16(func)
     func = simplify_inference(func)
+    func = fake_quantization_to_integer(func)
     func = fold_constant(func)
     func = fold_scale_axis(func)
     func = fold_constant(func)
+    func = eliminate_common_subexpr(func)
     if quantize_weights:
         func = quantize_dense_weights(func, quantize_weights)
     if byoc:

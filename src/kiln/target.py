@@ -56,6 +56,17 @@ _X86_AVX = frozenset((
     "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest", "znver1",
     "znver2", "znver3", "bdver1", "bdver2", "bdver3", "bdver4", "btver2", "x86-64-v3",
 ))
+# x86 CPU names with AVX512-VNNI (``vpdpbusd`` on 512-bit vectors, and with AVX512VL on 256) and
+# with AVX-VNNI only (the VEX form, 256 bits); same sources.
+_X86_AVX512_VNNI = frozenset((
+    "cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake", "rocketlake",
+    "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
+    "znver4", "znver5",
+))
+_X86_AVX_VNNI = frozenset((
+    "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake",
+    "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest",
+))
 # Features Debian/Ubuntu's riscv64 port (the psABI's RV64GC) assumes; clang enables them by
 # default for riscv64 Linux triples (clang/lib/Driver/ToolChains/Arch/RISCV.cpp).
 _RISCV_LINUX_BASE = ("+m", "+a", "+f", "+d", "+c")
@@ -297,6 +308,34 @@ class Target:
                     vlen = max(vlen, int(name[3:-1]))
             return vlen
         return 0
+
+    def _x86_feature(self, name: str, cpus: frozenset) -> bool:
+        """Whether x86 feature ``name`` is on: implied by the CPU name unless ``-name``, or
+        ``+name`` in :attr:`mattr` (``native`` lists the host's)."""
+        on = self.mcpu in cpus
+        for f in self.mattr:
+            if f[1:] == name:
+                on = f[0] == "+"
+        return on
+
+    def int8_dot(self) -> str:
+        """How the LLVM codegen emits vectors of the ``dot_u8i8x4`` intrinsic (u8 × s8 quads,
+        docs/decisions/021): "vnni512" / "vnni256" (``vpdpbusd``: AVX512-VNNI, or AVX-VNNI
+        on 256-bit vectors), "avx512bw" / "avx2" (exact ``vpmaddwd`` pairs), "" elsewhere
+        (plain integer IR)."""
+        if self.kind != "llvm" or self.arch != "x86_64":
+            return ""
+        bits = self.vector_bits()
+        if self._x86_feature("avx512vnni", _X86_AVX512_VNNI):
+            return "vnni512" if bits == 512 else "vnni256" if bits == 256 else ""
+        if bits == 256 and self._x86_feature("avxvnni", _X86_AVX_VNNI):
+            return "vnni256"
+        if bits == 512:
+            return "avx512bw" if self._x86_feature("avx512bw", _X86_AVX512 - {"knl", "knm"}) \
+                else ""
+        return "avx2" if bits == 256 and self._x86_feature("avx2", _X86_AVX - {
+            "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1", "bdver2",
+            "btver2"}) else ""
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Elements of ``dtype`` per SIMD register (at least 1)."""

@@ -24,7 +24,11 @@ import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive, to_te
 from kiln.codegen.llvm import build_llvm
 from kiln.ir import loop_interp
+from kiln.ir.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.ir.lower import Schedule, lower
+from kiln.ir.op_registry import get_op
+from kiln.ir.ops.integer import pack_quads
+from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.loop.make_packed_api import dl_dtype, make_packed_api
 from kiln.passes.loop.simplify import simplify
 from kiln.runtime import toolchain
@@ -52,7 +56,8 @@ def _missing(isa: str) -> str | None:
 
 def _cases():
     """(packed func, inputs, oracle outputs) for a few kernels: conv with workspace, parallel
-    dense + sigmoid (exp), a vectorized add and a parallel kernel with scratch buffers."""
+    dense + sigmoid (exp), a vectorized add, a parallel kernel with scratch buffers and an
+    int8 convolution on quads (``dot_u8i8x4``: plain integer vectors off x86)."""
     cases = []
     for name in ("conv_bias_relu", "dense_sigmoid"):
         call, arrays = _kernel(name)
@@ -69,7 +74,24 @@ def _cases():
     want = out.copy()
     loop_interp.run(func, *inputs, want)
     cases.append((make_packed_api(func), inputs, [want]))
+    cases.append(_qnn_conv_case())
     return cases
+
+
+def _qnn_conv_case():
+    """An int8 ``qnn.conv2d_NCHWc`` (int8 data, quad-packed int8 weights, 3x3, zero-point
+    padding), its exact int32 output from the op's numpy reference (docs/decisions/021)."""
+    rng = np.random.default_rng(21)
+    arrays = [rng.integers(-128, 128, (1, 2, 5, 5, 8)).astype(np.int8),
+              pack_quads(rng.integers(-128, 128, (2, 2, 3, 3, 8, 8)).astype(np.int8), 4),
+              rng.integers(-1000, 1000, (2, 8)).astype(np.int32)]
+    attrs = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1),
+             "input_zero_point": -3}
+    params = [Var(f"x{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(arrays)]
+    fused = fuse_ops(Function(params, [Call("qnn.conv2d_NCHWc", params, attrs)]))
+    (call,) = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+    want = get_op("qnn.conv2d_NCHWc").ref(*arrays, **attrs)
+    return lower_primitive(call, "qnn_conv_int8"), arrays, [want]
 
 
 def _spec_line(kind: str, path: Path, arr: np.ndarray) -> str:
@@ -114,8 +136,11 @@ def test_cross_compiled_kernels_run_under_qemu(isa, tmp_path):
         assert proc.returncode == 0, f"{func.name} on {isa}: {proc.stderr or proc.stdout}"
         for p, want in zip(outs, wants):
             got = np.frombuffer(p.read_bytes(), want.dtype).reshape(want.shape)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{func.name} on {isa}")
+            if want.dtype.kind == "i":  # integer kernels are exact
+                np.testing.assert_array_equal(got, want, err_msg=f"{func.name} on {isa}")
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{func.name} on {isa}")
 
 
 def test_cross_export_of_a_large_blob_uses_the_assembler(tmp_path):

@@ -44,6 +44,7 @@ def _reference(op: str, x: np.ndarray, axis: int) -> np.ndarray:
     ((2, 5, 48), 2, None),
     ((SymVar("n"), 3, SymVar("s")), 2, {"n": 2, "s": 37}),  # symbolic rows, a tail of 5
     ((3, 20, 5), 1, None),            # a middle axis: fused per batch, reduced across rows
+    ((1, 3, 1, 40), 3, None),         # unit dims have no loops (MiniLM's static batch of 1)
 ])
 def test_fused_softmax_matches_numpy(op, shape, axis, symbols):
     kernel = _kernel(op, shape, axis)
@@ -55,10 +56,11 @@ def test_fused_softmax_matches_numpy(op, shape, axis, symbols):
     np.testing.assert_allclose(out, _reference(op, x, axis), rtol=2e-6, atol=2e-6)
 
 
-def test_softmax_rows_stay_in_the_output():
+@pytest.mark.parametrize("shape", [(4, 6, 40), (1, 24, 40)])
+def test_softmax_rows_stay_in_the_output(shape):
     """No tensor-sized intermediate: exp lives in the output row, max and sum are one value
-    per row, the row loops are the kernel's only top-level nest."""
-    kernel = _kernel("nn.softmax", (4, 6, 40), 2)
+    per row, the row loops are the kernel's only top-level nest (also under a batch of 1)."""
+    kernel = _kernel("nn.softmax", shape, len(shape) - 1)
     allocs = [s.buffer for s in L.walk_stmts(kernel.body) if isinstance(s, L.Allocate)]
     assert all(b.scope == "local" and b.size <= 16 for b in allocs), allocs
     assert isinstance(kernel.body, L.For) and kernel.body.kind == "parallel"

@@ -4,6 +4,8 @@ interpreter (symbolic rows, both kernel versions)."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 from test_symbolic_kernels import _interpret_versions
@@ -28,6 +30,14 @@ from kiln.ir.ops.weight_quant import (
 from kiln.passes.graph.quantize_weights import quantize_weights
 
 RNG = np.random.default_rng(18)
+
+
+@pytest.fixture(autouse=True)
+def _reseed(request):
+    """Each test draws from its own seed, so its inputs do not depend on which tests ran before
+    it on the same xdist worker."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def _weight(n: int, k: int) -> np.ndarray:
@@ -185,4 +195,7 @@ def test_kernels_over_symbolic_rows_match_the_references(mode, rows):
     func, _ = _dense_model(64, 64, rows=SymVar("M"))
     x = RNG.standard_normal((rows, 64)).astype(np.float32)
     want = evaluate(optimize(func, {}, quantize_weights=mode), {"x": x})[0]
-    np.testing.assert_allclose(_interpret(func, {"x": x}, mode), want, rtol=1e-5, atol=1e-5)
+    # The kernel sums in another order than the reference (q4: d·Σxq + m·Σx per block), so
+    # they may differ by a few float32 ulps of the largest output (|y| ~ 30: 2e-6 an ulp).
+    atol = 2e-6 * float(np.abs(want).max())
+    np.testing.assert_allclose(_interpret(func, {"x": x}, mode), want, rtol=1e-5, atol=atol)

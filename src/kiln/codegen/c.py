@@ -92,6 +92,14 @@ KILN_MINMAX(float, float32) KILN_MINMAX(double, float64) KILN_MINMAX(int64_t, in
 KILN_MINMAX(int32_t, int32) KILN_MINMAX(int16_t, int16) KILN_MINMAX(int8_t, int8)
 KILN_MINMAX(uint64_t, uint64) KILN_MINMAX(uint32_t, uint32) KILN_MINMAX(uint16_t, uint16)
 KILN_MINMAX(uint8_t, uint8) KILN_MINMAX(uint8_t, bool)
+/* dot_u8i8x4: the bytes of a unsigned, of b signed, multiplied in pairs and summed (VNNI's
+   vpdpbusd lane without the accumulator). */
+static inline int32_t kiln_dot_u8i8x4(int32_t a, int32_t b) {
+  int32_t s = 0;
+  for (int j = 0; j < 4; ++j)
+    s += (int32_t)(uint8_t)((uint32_t)a >> (8 * j)) * (int32_t)(int8_t)((uint32_t)b >> (8 * j));
+  return s;
+}
 """
 
 
@@ -442,6 +450,8 @@ class _FuncWriter:
             (v,) = e.args
             return (f"({{ union {{ {c_type(v.dtype)} a; {c_type(e.dtype)} b; }} kiln_u; "
                     f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
+        if e.name == L.DOT_U8I8X4:
+            return f"kiln_dot_u8i8x4({self.expr(e.args[0])}, {self.expr(e.args[1])})"
         table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS
         if e.name not in table or not L.is_float(e.dtype):
             raise CompileError(f"C codegen: intrinsic {e.name} on {e.dtype} is not supported")

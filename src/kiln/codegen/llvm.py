@@ -138,7 +138,7 @@ def codegen_ir(funcs: Sequence[L.PrimFunc], target: Target, name: str = "kiln",
     scalable = (target.arch == "riscv64" and target.vector_bits() > 0) or (
         target.arch == "aarch64" and target.has_feature("sve"))
     mc = ModuleCodegen(name, target.triple, data_layout, target.vector_bits(), scalable,
-                       function_attributes(target))
+                       function_attributes(target), target.int8_dot())
     for f in funcs:
         mc.add_function(f)
     return str(mc.module)

@@ -289,6 +289,9 @@ class ExprCodegen:
             return self.accessor(fr, e)
         if e.name == "reinterpret":
             return fr.builder.bitcast(self.expr(fr, e.args[0]), value_type(e.dtype))
+        if e.name == L.DOT_U8I8X4:
+            return dot_u8i8x4_generic(fr.builder, self.expr(fr, e.args[0]),
+                                      self.expr(fr, e.args[1]))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
             raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
                                "supported")
@@ -378,3 +381,20 @@ class ExprCodegen:
     @staticmethod
     def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """:func:`kiln.ir.loop.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
+    byte ``j``, ``(x >> 8j) & 255`` times ``(y << (24 - 8j)) >>s 24``, summed."""
+    def splat(v: int) -> ir.Constant:
+        if isinstance(x.type, ir.VectorType):
+            return ir.Constant(x.type, [v] * x.type.count)
+        return ir.Constant(x.type, v)
+
+    total = None
+    for j in range(4):
+        u = b.and_(b.lshr(x, splat(8 * j)) if j else x, splat(255))
+        s = b.ashr(b.shl(y, splat(24 - 8 * j)) if j < 3 else y, splat(24))
+        term = b.mul(u, s)
+        total = term if total is None else b.add(total, term)
+    return total

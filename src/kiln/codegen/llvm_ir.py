@@ -115,16 +115,21 @@ class ModuleCodegen:
         LLVM may pick a scalable factor (a fixed width would disable scalable vectorization).
     function_attrs : sequence of str
         Attributes for every defined function (e.g. ``"prefer-vector-width"="512"``).
+    int8_dot : str
+        How vectors of ``dot_u8i8x4`` are emitted (:meth:`kiln.target.Target.int8_dot`): "vnni256",
+        "vnni512", "avx512bw", "avx2" or "" (plain integer IR).
     """
 
     def __init__(self, name: str, triple: str, data_layout: str, vector_bits: int = 0,
-                 scalable: bool = False, function_attrs: Sequence[str] = ()):
+                 scalable: bool = False, function_attrs: Sequence[str] = (),
+                 int8_dot: str = ""):
         self.module = ir.Module(name=name)
         self.module.triple = triple
         self.module.data_layout = data_layout
         self.vector_bits = vector_bits
         self.scalable = scalable
         self.function_attrs = tuple(function_attrs)
+        self.int8_dot = int8_dot
         self._strings: dict[bytes, ir.GlobalVariable] = {}
         self._is_compact: ir.Function | None = None
         self.func_names: list[str] = []

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
-from kiln.codegen.llvm_expr import _LLVM_INTRINSICS, sides_may_trap
+from kiln.codegen.llvm_expr import _LLVM_INTRINSICS, dot_u8i8x4_generic, sides_may_trap
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
 from kiln.ir import loop as L
 
@@ -148,6 +148,8 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
     if isinstance(e, L.Call) and e.name == "reinterpret":
         return (_lane_value(e, bits) and _lane_value(e.args[0], bits)
                 and _lane_wise(e.args[0], lanes, bits))
+    if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+        return bits == 32 and all(_lane_wise(a, lanes, bits) for a in e.args)
     if isinstance(e, L.Call):
         return (e.name in _LLVM_INTRINSICS and L.is_float(e.dtype)
                 and all(_lane_wise(a, lanes, bits) for a in e.args))
@@ -273,6 +275,9 @@ class VectorLoopCodegen:
                               align=dtype_bits(e.dtype) // 8)
             return self._gather(fr, e, lanes, width)
         if isinstance(e, L.Binary):
+            fused = self._accumulated_dot(fr, e, lanes, width)
+            if fused is not None:
+                return fused
             x = self._splat(fr, self.vexpr(fr, e.a, lanes, width), width)
             y = self._splat(fr, self.vexpr(fr, e.b, lanes, width), width)
             return self.apply_binary(b, e.op, e.a.dtype, x, y)
@@ -283,11 +288,60 @@ class VectorLoopCodegen:
         if isinstance(e, L.Call) and e.name == "reinterpret":
             x = self.vexpr(fr, e.args[0], lanes, width)
             return b.bitcast(x, ir.VectorType(value_type(e.dtype), width))
+        if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+            x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args)
+            return self._dot_u8i8x4(fr, None, x, y)
         if isinstance(e, L.Call):
             args = [self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args]
             fn = self.mc.vector_intrinsic(_LLVM_INTRINSICS[e.name], args[0].type, len(args))
             return b.call(fn, args)
         raise AssertionError(f"not lane-wise: {e!r}")  # vector_width() rules it out
+
+    def _accumulated_dot(self, fr: Frame, e: L.Binary, lanes: Lanes,
+                         width: int) -> ir.Value | None:
+        """``acc + dot_u8i8x4(x, y)`` as one ``vpdpbusd`` with the accumulator, on x86 with
+        VNNI; None elsewhere (the sum is emitted as an add)."""
+        if e.op != "+" or not self.mc.int8_dot.startswith("vnni"):
+            return None
+        for dot, acc in ((e.b, e.a), (e.a, e.b)):
+            if isinstance(dot, L.Call) and dot.name == L.DOT_U8I8X4 and _uses(dot, lanes.vars):
+                x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
+                        for a in dot.args)
+                if width * 32 not in (256, 512):
+                    return None
+                c = self._splat(fr, self.vexpr(fr, acc, lanes, width), width)
+                return self._dot_u8i8x4(fr, c, x, y)
+        return None
+
+    def _dot_u8i8x4(self, fr: Frame, acc: ir.Value | None, x: ir.Value,
+                    y: ir.Value) -> ir.Value:
+        """Vector ``[acc +] dot_u8i8x4(x, y)`` on ``<W x i32>``: x86 VNNI ``vpdpbusd`` (256 or
+        512 bits); AVX2 / AVX-512BW: the even and odd bytes widened to 16 bits in their lanes
+        (unsigned ``x``: masks; signed ``y``: 16-bit shifts) and two ``vpmaddwd``, exact (never
+        ``vpmaddubsw``, whose 16-bit pair sums saturate); else plain integer IR."""
+        b = fr.builder
+        bits = x.type.count * 32
+        kind = self.mc.int8_dot
+        if kind.startswith("vnni") and bits in (256, 512):
+            fn = self.mc.declare(f"llvm.x86.avx512.vpdpbusd.{bits}", x.type,
+                                 [x.type, x.type, x.type])
+            zero = ir.Constant(x.type, [0] * x.type.count)
+            return b.call(fn, [zero if acc is None else acc, x, y])
+        name = {256: "llvm.x86.avx2.pmadd.wd", 512: "llvm.x86.avx512.pmaddw.d.512"}.get(bits)
+        if kind and name and (bits == 256 or kind in ("avx512bw", "vnni512")):
+            half = ir.VectorType(ir.IntType(16), 2 * x.type.count)
+            mask = ir.Constant(x.type, [0x00FF00FF] * x.type.count)
+            eight = ir.Constant(half, [8] * half.count)
+            x_even = b.bitcast(b.and_(x, mask), half)
+            x_odd = b.bitcast(b.and_(b.lshr(x, ir.Constant(x.type, [8] * x.type.count)), mask),
+                              half)
+            yh = b.bitcast(y, half)
+            y_even, y_odd = b.ashr(b.shl(yh, eight), eight), b.ashr(yh, eight)
+            fn = self.mc.declare(name, x.type, [half, half])
+            value = b.add(b.call(fn, [x_even, y_even]), b.call(fn, [x_odd, y_odd]))
+        else:
+            value = dot_u8i8x4_generic(b, x, y)
+        return value if acc is None else b.add(acc, value)
 
     def _vselect(self, fr: Frame, e: L.Select, lanes: Lanes, width: int) -> ir.Value:
         b = fr.builder

@@ -15,7 +15,8 @@ Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, 
 nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, the
 trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
 dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
-:func:`reinterpret`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+:func:`reinterpret`), ``dot_u8i8x4`` (a 4-byte integer dot product, x86 VNNI's ``vpdpbusd``
+lane: :func:`dot_u8i8x4`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -258,6 +259,28 @@ def call(name: str, *args: PrimExpr) -> PrimExpr:
 def reinterpret(value: PrimExpr, dtype: str) -> PrimExpr:
     """The bits of ``value`` read as ``dtype`` (same width; C: a union, LLVM: bitcast)."""
     return Call("reinterpret", [value], dtype)
+
+
+#: the 4-byte dot product intrinsic (:func:`dot_u8i8x4`)
+DOT_U8I8X4 = "dot_u8i8x4"
+
+
+def dot_u8i8x4(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """int32 ``Σ_{j<4} ubyte_j(a) · sbyte_j(b)``: the four bytes of int32 ``a`` read as
+    unsigned and of int32 ``b`` as signed (byte ``j`` = bits ``8j .. 8j+7``), multiplied in
+    pairs and summed exactly (at most 4 · 255 · 128 in magnitude). One lane of x86 VNNI's
+    ``vpdpbusd`` without its accumulator (Intel intrinsics guide, ``_mm512_dpbusd_epi32``);
+    emulated exactly elsewhere (AVX2: two ``vpmaddwd`` on the even and odd bytes widened to 16
+    bits)."""
+    assert a.dtype == b.dtype == "int32", f"dot_u8i8x4 of {a.dtype}, {b.dtype}"
+    return Call(DOT_U8I8X4, [a, b], "int32")
+
+
+def dot_u8i8x4_value(a: int, b: int) -> int:
+    """:func:`dot_u8i8x4` on Python ints (the interpreter's and the tests' definition)."""
+    ua = [(a >> (8 * j)) & 255 for j in range(4)]
+    sb = [((b >> (8 * j)) & 255) - (256 if (b >> (8 * j)) & 128 else 0) for j in range(4)]
+    return sum(x * y for x, y in zip(ua, sb))
 
 
 @dataclass(eq=False)

@@ -98,6 +98,9 @@ class _Interp:
         if isinstance(e, L.Call) and e.name == "reinterpret":
             value = np.array(self.expr(e.args[0], env), dtype=e.args[0].dtype)
             return value.view(e.dtype)[()]
+        if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+            a, b = (int(self.expr(x, env)) for x in e.args)
+            return np.int32(L.dot_u8i8x4_value(a, b))
         if isinstance(e, L.Call):
             args = [self.expr(a, env) for a in e.args]
             return np.dtype(e.dtype).type(_INTRINSICS[e.name](*args))

@@ -17,17 +17,21 @@ def load_key(e: L.BufferLoad) -> LoadKey:
 
 
 def may_trap(e: L.PrimExpr, made: set[LoadKey] = frozenset()) -> bool:
-    """Whether evaluating ``e`` speculatively could fault: an integer division, a
-    packed-argument read, or a load other than those in ``made`` (loads known to happen
-    anyway)."""
+    """Whether evaluating ``e`` speculatively could fault: an integer division by anything but
+    a nonzero constant, a packed-argument read, or a load other than those in ``made`` (loads
+    known to happen anyway, their index arithmetic included: fused loops index rows with
+    ``f // 128``)."""
     stack = [e]
     while stack:
         x = stack.pop()
-        if isinstance(x, L.BufferLoad) and load_key(x) not in made:
+        if isinstance(x, L.BufferLoad):
+            if load_key(x) in made:
+                continue
             return True
         if isinstance(x, L.Call) and x.name.startswith("kiln."):
             return True
-        if isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype):
+        if isinstance(x, L.Binary) and x.op in ("/", "//", "%") and not L.is_float(x.dtype) \
+                and not (isinstance(x.b, L.IntImm) and x.b.value != 0):
             return True
         stack.extend(L.expr_children(x))
     return False

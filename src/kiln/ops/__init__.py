@@ -11,6 +11,7 @@ from kiln.ops import (  # noqa: F401
     elemwise,
     image,
     indexing,
+    integer,
     logical,
     nn,
     nn_nchwc,

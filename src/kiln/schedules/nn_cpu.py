@@ -358,6 +358,9 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     i, j = dense.axes
     (k,) = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    for t in dense.inputs():
+        if t.tag == "qnn_quads":  # the integer dense's activation words: once per row
+            sch[t].compute_root()
     stage = sch[dense]
     _register_block(stage, (), _dense_rows(stage, i), stage.split(j, block), k,
                     cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)

@@ -56,8 +56,8 @@ def fuse_rows(func: L.PrimFunc) -> L.PrimFunc:
             allocs.remove(buf)
     for buf in reversed(allocs):
         row = _row_buffer(buf, depth)
-        body = L.Allocate(row, _retarget(body, buf, row, lambda idx: idx[depth:] or
-                                         [L.IntImm(0)]))
+        body = L.Allocate(row, _retarget(body, buf, row, lambda idx, buf=buf:
+                                         _squeeze(buf, idx)[depth:] or [L.IntImm(0)]))
     body = _vectorize_rows(body)
     for lp in reversed(loops):
         body = L.For(lp.var, lp.min, lp.extent, lp.kind, body)
@@ -105,10 +105,29 @@ def _row_local(loops: list[L.For], tracked: list[L.Buffer]) -> bool:
     row = [lp.var for lp in loops]
     ids = {id(b) for b in tracked}
     for buf, idx in _accesses(loops[-1].body):
-        if id(buf) in ids and (len(idx) < len(row)
-                               or any(i is not v for i, v in zip(idx, row))):
+        if id(buf) not in ids:
+            continue
+        if any(not _is_zero(i) for k, i in enumerate(idx) if k in _unit_dims(buf)):
+            return False
+        idx = _squeeze(buf, idx)
+        if len(idx) < len(row) or any(i is not v for i, v in zip(idx, row)):
             return False
     return True
+
+
+def _unit_dims(buf: L.Buffer) -> set[int]:
+    """The positions of ``buf``'s static extent-1 dims, which have no loop (a batch of 1)."""
+    return {k for k, d in enumerate(buf.shape) if isinstance(d, int) and d == 1}
+
+
+def _squeeze(buf: L.Buffer, items: list) -> list:
+    """``items`` (indices or dims of ``buf``) without its unit dims."""
+    unit = _unit_dims(buf)
+    return [x for k, x in enumerate(items) if k not in unit]
+
+
+def _is_zero(e: L.PrimExpr) -> bool:
+    return isinstance(e, L.IntImm) and e.value == 0
 
 
 def _accesses(s: L.Stmt) -> list[tuple[L.Buffer, list[L.PrimExpr]]]:
@@ -152,7 +171,7 @@ def _in_place(buf: L.Buffer, out: L.Buffer, nests: list[L.Stmt]) -> bool:
 
 
 def _row_buffer(buf: L.Buffer, depth: int) -> L.Buffer:
-    shape = tuple(buf.shape[depth:]) or (1,)
+    shape = tuple(_squeeze(buf, list(buf.shape))[depth:]) or (1,)
     static = all(isinstance(d, int) for d in shape)
     return L.Buffer(buf.name, shape, buf.dtype, "local" if static else buf.scope)
 

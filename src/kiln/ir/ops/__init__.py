@@ -15,6 +15,7 @@ from kiln.ir.ops import (  # noqa: F401
     elemwise,
     image,
     indexing,
+    integer,
     layout,
     logical,
     nn,

@@ -12,8 +12,11 @@ AlterOpLayout): :mod:`merge_composite` (patterns → composite functions), :mod:
 (grow regions, never into a cycle; regions: :mod:`annotated_regions`), :mod:`partition_graph`
 (regions → external functions with ``Compiler`` and ``global_symbol``).
 
-The usual order after import is bind_params → simplify_inference → fold_constant. Then
-(``kiln.build_module.optimize``): fold_scale_axis, fold_constant, BYOC partitioning,
+The usual order after import is bind_params → simplify_inference →
+:mod:`fake_quantization_to_integer` (QDQ groups → integer ops, before the weights' dequantize
+folds) → fold_constant. Then
+(``kiln.build_module.optimize``): fold_scale_axis, fold_constant,
+:mod:`eliminate_common_subexpr`, BYOC partitioning,
 :mod:`split_concat`, :mod:`alter_op_layout`, (VM builds) :mod:`kv_append`, :mod:`fuse_ops`. May import kiln.ir and
 kiln.errors.
 """

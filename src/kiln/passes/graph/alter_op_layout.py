@@ -22,7 +22,9 @@ elementwise ops, bias and scale constants — padded too — and pools); everyth
 their real channels, cropped in NCHW.
 
 ``nn.dense`` with constant weights becomes ``nn.dense_pack`` with weights packed at compile time
-to ``[N/b, K, b]`` (TVM's x86 ``dense_pack``).
+to ``[N/b, K, b]`` (TVM's x86 ``dense_pack``). The integer ops ``qnn.conv2d`` (groups 1) and
+``qnn.dense`` get the same blocking as ``qnn.conv2d_NCHWc`` / ``qnn.dense_pack``, int8 weights
+and a compensation constant (kiln/ir/ops/integer.py, docs/decisions/021).
 
 NCHW versions that no consumer needs disappear with the dead nodes. Run after FoldScaleAxis and
 FoldConstant (weights must be constants), before FuseOps.
@@ -36,6 +38,14 @@ from kiln.ir import arith
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.layout import transform_array
 from kiln.ir.op_registry import OpPattern
+from kiln.ir.ops.integer import (
+    CONV_QUAD_AXIS,
+    DATA_DTYPES,
+    DENSE_QUAD_AXIS,
+    WIDTH_QUAD_AXIS,
+    compensation,
+    pack_quads,
+)
 from kiln.ir.ops.nn import pack_dense_weight
 from kiln.target import Target
 
@@ -142,9 +152,9 @@ def alter_op_layout(func: Function) -> Function:
 
     def visit(call: Call, args: list[Expr]) -> Expr:
         op = call.op.name
-        if op == "nn.conv2d":
+        if op in ("nn.conv2d", "qnn.conv2d"):
             return _conv(call, args, blocked, as_blocked, to_nchw)
-        if op == "nn.dense":
+        if op in ("nn.dense", "qnn.dense"):
             return _dense(call, args)
         if call.checked_type.ndim != 4:
             return same_call(call, args)
@@ -175,10 +185,15 @@ def alter_op_layout(func: Function) -> Function:
 
 
 def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
+    """``nn.conv2d`` → ``nn.conv2d_NCHWc`` / ``nn.depthwise_conv2d_NCHWc``; ``qnn.conv2d``
+    (groups 1) → ``qnn.conv2d_NCHWc`` with its int8 weight blocked the same way and the
+    compensation of its unsigned products (kiln/ir/ops/integer.py)."""
     data, weight = args
+    integer = call.op.name == "qnn.conv2d"
     if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
-            data.checked_type.dtype not in BLOCKED_DTYPES:
-        return Call("nn.conv2d", args, call.attrs, call.span)
+            data.checked_type.dtype not in (DATA_DTYPES if integer else BLOCKED_DTYPES) or \
+            (integer and call.attrs["groups"] != 1):
+        return same_call(call, args)
     channels = data.checked_type.shape[1]
     out_channels = weight.checked_type.shape[0]
     groups = call.attrs["groups"]
@@ -198,11 +213,27 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
     else:
-        return Call("nn.conv2d", args, call.attrs, call.span)
+        return same_call(call, args)
     # NCHW data is NCHW1c: a conv with input block 1 reads it directly (4-D).
     blocked_data = data if form is None and ib == 1 and op == "nn.conv2d_NCHWc" else \
         as_blocked(data, ib)
-    out = Call(op, [blocked_data, Constant(w, weight.name)], attrs, call.span)
+    operands = [blocked_data, Constant(w, weight.name)]
+    if integer:
+        zx = call.attrs["input_zero_point"]
+        comp = compensation(_pad_rows(weight.data, padded), zx, data.checked_type.dtype)
+        if ib % 4 == 0:  # words of four input channels: the dot_u8i8x4 kernel
+            operands[1] = Constant(pack_quads(w, CONV_QUAD_AXIS), weight.name)
+        elif blocked_data is data and w.shape[3] >= 3 and attrs["dilation"] == (1, 1):
+            # an image: words of four taps along the kernel width, zero taps up to a multiple
+            # of 4 (and as much more padding on the right: the output width is unchanged)
+            extra = -w.shape[3] % 4
+            w = np.pad(w, [(0, 0)] * 3 + [(0, extra)] + [(0, 0)] * 2)
+            operands[1] = Constant(pack_quads(w, WIDTH_QUAD_AXIS), weight.name)
+            pt, pl, pb, pr = attrs["padding"]
+            attrs = dict(attrs, padding=(pt, pl, pb, pr + extra))
+        operands.append(Constant(comp.reshape(-1, ob)))
+        op, attrs = "qnn.conv2d_NCHWc", dict(attrs, input_zero_point=zx)
+    out = Call(op, operands, attrs, call.span)
     if padded != out_channels:
         # The padded channels stay inside: consumers see the NCHW slice of real channels, and
         # per-channel consumers (_padded_channel_op) the padded blocked value.
@@ -236,10 +267,13 @@ def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_
 
 
 def _dense(call: Call, args: list[Expr]) -> Expr:
-    """``nn.dense`` with constant weights → ``nn.dense_pack`` (weights packed here)."""
+    """``nn.dense`` with constant weights → ``nn.dense_pack`` (weights packed here);
+    ``qnn.dense`` → ``qnn.dense_pack`` (int8 weight packed, compensation per output)."""
     data, weight = args
-    if not isinstance(weight, Constant) or weight.checked_type.dtype not in BLOCKED_DTYPES:
-        return Call("nn.dense", args, call.attrs, call.span)
+    integer = call.op.name == "qnn.dense"
+    if not isinstance(weight, Constant) or \
+            weight.checked_type.dtype not in (("int8",) if integer else BLOCKED_DTYPES):
+        return same_call(call, args)
     n = weight.checked_type.shape[0]
     full = dense_block_limit()
     block = full
@@ -251,8 +285,15 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     padded = _padded_outputs(n, full, block) if many else n
     if padded != n:
         block = full
-    packed = Constant(pack_dense_weight(_pad_rows(weight.data, padded), block), weight.name)
-    out = Call("nn.dense_pack", [data, packed], {}, call.span)
+    full_weight = _pad_rows(weight.data, padded)
+    packed = Constant(pack_dense_weight(full_weight, block), weight.name)
+    if integer:
+        comp = compensation(full_weight, call.attrs["input_zero_point"], data.checked_type.dtype)
+        if full_weight.shape[1] % 4 == 0:  # words of four k: the dot_u8i8x4 kernel
+            packed = Constant(pack_quads(packed.data, DENSE_QUAD_AXIS), weight.name)
+        out = Call("qnn.dense_pack", [data, packed, Constant(comp)], {}, call.span)
+    else:
+        out = Call("nn.dense_pack", [data, packed], {}, call.span)
     return out if padded == n else _crop(out, call.checked_type.shape)
 
 

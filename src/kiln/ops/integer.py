@@ -1,0 +1,181 @@
+"""Computes of the integer convolutions and dense ops (formulas on :mod:`kiln.ir.ops.integer`;
+docs/decisions/021).
+
+Products are of an unsigned activation ``u`` in 0..255 (uint8 data as it is, int8 data
+``x + 128`` written ``zext(uint8(x)) ^ 128``) and a signed int8 weight, summed exactly in int32;
+the compensation ``u(zx) · Σ w`` (a constant per output channel) is subtracted in a second stage,
+fused with the requantizing epilogue. The u8 × s8 form is what VNNI's ``vpdpbusd`` takes.
+
+The one-byte form (``int32(u) · int32(w)`` per reduction step; layouts the quads below do not
+cover) leaves the vectorization to LLVM's loop vectorizer (int8 loads are not lanes of the
+explicit vector codegen): on x86 it turns the multiply of a zero-extended byte by a
+sign-extended one into ``vpmaddwd`` (``combineMulToPMADDWD``), but the register block came out
+partly scalar — about Kiln fp32's speed.
+
+With quad-packed weights (int32 words of four int8 weights along the reduction) the activations
+are first packed the same way, four unsigned bytes a word (stage ``qnn_quads``, materialized
+once per call: tag ``pad`` for the conv schedule, which computes it at the root), and each
+reduction step is one ``dot_u8i8x4`` of a broadcast activation word and a vector of weight
+words: ``vpdpbusd`` with VNNI, two exact ``vpmaddwd`` on AVX2 (``kiln.codegen.llvm_vector``),
+a quarter of the reduction steps of the one-byte form.
+"""
+
+from __future__ import annotations
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+from kiln.ops.nn import pad_hw
+
+
+def unsigned(x: L.PrimExpr) -> L.PrimExpr:
+    """int32 ``u(x)``: ``x`` for uint8, ``x + 128`` for int8 (as ``zext(uint8(x)) ^ 128``)."""
+    if x.dtype == "uint8":
+        return L.Cast("int32", x)
+    return L.Binary("^", L.Cast("int32", L.Cast("uint8", x)), L.const(128, "int32"))
+
+
+def _widen(w: L.PrimExpr) -> L.PrimExpr:
+    return L.Cast("int32", w)
+
+
+def _unsigned_word(values: list[L.PrimExpr]) -> L.PrimExpr:
+    """int32 word of four unsigned bytes ``u(values[j])`` at bits ``8j`` (built in uint32,
+    read as int32)."""
+    word = None
+    for j, v in enumerate(values):
+        u = L.Cast("uint32", v if v.dtype == "uint8" else L.Cast("uint8", v))
+        if v.dtype == "int8":
+            u = L.Binary("^", u, L.const(128, "uint32"))
+        if j:
+            u = L.Binary("<<", u, L.const(8 * j, "uint32"))
+        word = u if word is None else L.Binary("|", word, u)
+    return L.reinterpret(word, "int32")
+
+
+@register_compute("qnn.conv2d")
+def conv2d(inputs, attrs, out_type):
+    """NCHW, any groups: ``Σ (int32(x_pad) - zx) · int32(w)``, ``x_pad`` padded with ``zx``."""
+    data, weight = inputs
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilation"]
+    groups = attrs["groups"]
+    zx = attrs["input_zero_point"]
+    out_c, in_per_group, kh, kw = weight.shape
+    out_per_group = out_c // groups
+    padded = pad_hw(data, attrs["padding"], zx)
+    rc, ry, rx = (te.reduce_axis(in_per_group, "rc"), te.reduce_axis(kh, "ry"),
+                  te.reduce_axis(kw, "rx"))
+
+    def body(n, o, y, x):
+        c = (o // out_per_group) * in_per_group + rc.var if groups > 1 else rc.var
+        value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw])
+        return te.sum((value - L.const(zx, "int32")) * _widen(weight[o, rc.var, ry.var, rx.var]),
+                      [rc, ry, rx])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d", tag="conv2d")
+
+
+@register_compute("qnn.conv2d_NCHWc")
+def conv2d_nchwc(inputs, attrs, out_type):
+    """``Σ u(x_pad) · w`` (tag ``conv2d_NCHWc``: the float conv's register-blocked schedule),
+    then ``- compensation`` per output channel (an elementwise stage)."""
+    data, weight, comp = inputs
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    if weight.dtype == "int32":
+        quads = _conv2d_width_quads if len(data.shape) == 4 else _conv2d_quads
+        acc = quads(data, weight, attrs, out_type)
+        return te.compute(out_type.shape, lambda n, o, y, x, b: acc[n, o, y, x, b] - comp[o, b],
+                          name="qnn_compensate", tag="elemwise")
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"])
+    _, icc, kh, kw, ib, _ = weight.shape
+    rc, ry, rx, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
+    nchw = len(data.shape) == 4
+
+    def body(n, o, y, x, b):
+        lane = () if nchw else (ri.var,)
+        value = padded[(n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, *lane)]
+        return te.sum(unsigned(value) * _widen(weight[o, rc.var, ry.var, rx.var, ri.var, b]),
+                      [rc, ry, rx, ri])
+
+    acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+    return te.compute(out_type.shape, lambda n, o, y, x, b: acc[n, o, y, x, b] - comp[o, b],
+                      name="qnn_compensate", tag="elemwise")
+
+
+def _conv2d_quads(data, weight, attrs, out_type):
+    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q)."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    words = data.shape[4] // 4
+    quads = te.compute(padded.shape[:4] + (words,), lambda n, c, y, x, q: _unsigned_word(
+        [padded[n, c, y, x, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="pad")
+    _, icc, kh, kw, _, _ = weight.shape
+    rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
+
+    def body(n, o, y, x, b):
+        a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
+        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
+                      [rc, ry, rx, rq])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+
+
+def _conv2d_width_quads(data, weight, attrs, out_type):
+    """NCHW data: ``Σ dot_u8i8x4(row_words[n, c, y', x' + 4q], w[o, c, ry, q, 0, b])`` over
+    (c, ry, q), ``row_words[.., x']`` the four padded input pixels from ``x'`` (a sliding
+    window, materialized once per call), ``x' = x · sw``, ``y' = y · sh + ry`` (dilation 1)."""
+    sh, sw = attrs["strides"]
+    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    n_, c_, hp, wp = padded.shape
+
+    def word(n, c, y, x):
+        return _unsigned_word([padded[n, c, y, L.minimum(x + j, L.const(wp - 1, x.dtype))]
+                               for j in range(4)])
+
+    words = te.compute((n_, c_, hp, wp), word, name="qnn_quads", tag="pad")
+    _, icc, kh, kq, _, _ = weight.shape
+    rc, ry, rq, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
+                      te.reduce_axis(kq, "rx"), te.reduce_axis(1, "ri"))
+
+    def body(n, o, y, x, b):
+        a = words[n, rc.var, y * sh + ry.var, x * sw + rq.var * 4 + ri.var]
+        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]),
+                      [rc, ry, rq, ri])
+
+    return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+
+
+@register_compute("qnn.dense")
+def dense(inputs, attrs, out_type):
+    """``Σ_k (int32(x) - zx) · int32(w)``."""
+    data, weight = inputs
+    zx = L.const(attrs["input_zero_point"], "int32")
+    k = te.reduce_axis(data.shape[1], "k")
+    return te.compute(out_type.shape, lambda i, j: te.sum(
+        (L.Cast("int32", data[i, k.var]) - zx) * _widen(weight[j, k.var]), [k]),
+        name="qnn_dense", tag="dense")
+
+
+@register_compute("qnn.dense_pack")
+def dense_pack(inputs, attrs, out_type):
+    """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``."""
+    data, weight, comp = inputs
+    b = weight.shape[2]
+    if weight.dtype == "int32":  # quads along K
+        rows, words = data.shape[0], weight.shape[1]
+        quads = te.compute((rows, words), lambda i, q: _unsigned_word(
+            [data[i, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="qnn_quads")
+        k = te.reduce_axis(words, "k")
+        acc = te.compute(out_type.shape, lambda i, j: te.sum(
+            L.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
+            name="qnn_dense_pack", tag="dense_pack")
+    else:
+        k = te.reduce_axis(data.shape[1], "k")
+        acc = te.compute(out_type.shape, lambda i, j: te.sum(
+            unsigned(data[i, k.var]) * _widen(weight[j // b, k.var, j % b]), [k]),
+            name="qnn_dense_pack", tag="dense_pack")
+    return te.compute(out_type.shape, lambda i, j: acc[i, j] - comp[j],
+                      name="qnn_compensate", tag="elemwise")

@@ -1,0 +1,150 @@
+"""Integer convolution and dense kernels (docs/decisions/021), compiled for ``c`` and ``llvm``:
+``qnn.conv2d`` / ``qnn.dense`` graphs built directly (AlterOpLayout blocks them into
+``qnn.conv2d_NCHWc`` / ``qnn.dense_pack``, int8 weights, unsigned products and a compensation),
+their int32 outputs equal to a numpy int64 reference exactly — extreme operands included
+(activations 0 and 255, weights -128 and 127: where ``vpmaddubsw``'s int16 pair sums would
+saturate) — and, on x86, the LLVM kernel's multiply-adds are ``vpmaddwd`` (AVX2) or
+``vpdpbusd`` (VNNI: assembly checked for Ice Lake and Alder Lake; run where the CPU has it)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.target import Target
+
+RNG = np.random.default_rng(21)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:
+    """``Σ (x - zx) · w`` over NCHW / OIHW windows, padding contributing 0 (int64 loops)."""
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, _, kh, kw = w.shape
+    oh = (xs.shape[2] - kh) // stride + 1
+    ow = (xs.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            win = xs[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
+    return out
+
+
+def _data(shape, dtype: str, extreme: bool) -> np.ndarray:
+    info = np.iinfo(dtype)
+    if extreme:
+        return RNG.choice([info.min, info.max], shape).astype(dtype)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _weight(shape, extreme: bool) -> np.ndarray:
+    if extreme:
+        return RNG.choice([-128, 127], shape).astype(np.int8)
+    return RNG.integers(-128, 128, shape).astype(np.int8)
+
+
+def _run(func: Function, x: np.ndarray, target: str) -> np.ndarray:
+    lib = kiln.build(func, target=target)
+    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+    gm.set_input("x", x)
+    gm.run()
+    return gm.get_output(0).numpy()
+
+
+CONVS = [  # (dtype, input zero point, cin, cout, size, kernel, stride, extreme operands)
+    ("int8", -7, 16, 32, 9, 3, 1, False),
+    ("uint8", 3, 3, 16, 11, 3, 2, False),    # an image input: NCHW, words along the width
+    ("int8", 5, 3, 16, 15, 7, 2, True),      # resnet's stem: 7x7 (8 taps a row), stride 2
+    ("int8", 0, 32, 24, 6, 1, 1, False),     # 1x1, an output block of 8
+    ("uint8", 0, 64, 16, 5, 3, 1, True),
+    ("int8", 5, 64, 16, 5, 3, 1, True),
+]
+
+
+@pytest.mark.parametrize("dtype,zx,cin,cout,size,kernel,stride,extreme", CONVS)
+def test_conv2d_exact(dtype, zx, cin, cout, size, kernel, stride, extreme, target):
+    x = _data((1, cin, size, size), dtype, extreme)
+    w = _weight((cout, cin, kernel, kernel), extreme)
+    pad = kernel // 2
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1),
+             "groups": 1, "input_zero_point": zx}
+    xv = Var("x", TensorType(x.shape, dtype))
+    func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
+    got = _run(func, x, target)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _conv_ref(x, w, zx, stride, pad))
+
+
+@pytest.mark.parametrize("dtype,zx,rows,k,n", [("uint8", 131, 1, 64, 40), ("int8", -2, 3, 200, 16)])
+def test_dense_exact(dtype, zx, rows, k, n, target):
+    x = _data((rows, k), dtype, extreme=False)
+    w = _weight((n, k), extreme=False)
+    xv = Var("x", TensorType(x.shape, dtype))
+    func = Function([xv], [Call("qnn.dense", [xv, Constant(w)], {"input_zero_point": zx})])
+    got = _run(func, x, target)
+    np.testing.assert_array_equal(got, (x.astype(np.int64) - zx) @ w.astype(np.int64).T)
+
+
+def _x86() -> bool:
+    import platform
+
+    return platform.machine() in ("x86_64", "AMD64")
+
+
+def _conv_asm(dtype: str, target: str, cin: int = 32) -> str:
+    x = Var("x", TensorType((1, cin, 8, 8), dtype))
+    w = Constant(_weight((32, cin, 3, 3), False))
+    attrs = {"strides": (1, 1), "padding": (1,) * 4, "dilation": (1, 1), "groups": 1,
+             "input_zero_point": 1}
+    lib = kiln.build(Function([x], [Call("qnn.conv2d", [x, w], attrs)]), target=target).get_lib()
+    mods = [lib, *lib.imported_modules]
+    return "".join(m.get_source("asm") for m in mods if m.type_key == "llvm")
+
+
+def _ops(asm: str) -> set[str]:
+    return set(re.findall(r"\b(vpmaddwd|vpmaddubsw|vpdpbusd|vpdpwssd|vfmadd\w+|vpmulld)\b", asm))
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_avx2_conv_uses_pmaddwd(dtype):
+    """AVX2: the quads' products are two ``vpmaddwd`` (exact int16 x int16 -> int32 pair sums;
+    never ``vpmaddubsw``, which saturates); no float multiply-add, no ``vpmulld``."""
+    assert _ops(_conv_asm(dtype, "llvm -mcpu=haswell")) == {"vpmaddwd"}
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("cpu,register", [("icelake-server", "zmm"), ("alderlake", "ymm")])
+def test_vnni_conv_uses_vpdpbusd(cpu, register):
+    """AVX512-VNNI (512-bit vectors) and AVX-VNNI (256): one ``vpdpbusd`` per weight vector
+    and activation word, accumulating in place. Checked in the assembly LLVM emits for those
+    CPUs; this machine need not have them (the run-time test below skips without)."""
+    asm = _conv_asm("int8", f"llvm -mcpu={cpu}")
+    assert "vpdpbusd" in _ops(asm) and "vpmaddubsw" not in _ops(asm), _ops(asm)
+    assert re.search(rf"vpdpbusd\s+[^\n]*%{register}", asm)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {w for line in f if line.startswith("flags") for w in line.split()[2:]}
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not {"avx512_vnni", "avx_vnni"} & _cpu_flags(),
+                    reason="the CPU has no AVX512-VNNI / AVX-VNNI (/proc/cpuinfo flags)")
+@pytest.mark.parametrize("dtype,zx", [("uint8", 128), ("int8", -3)])
+def test_vnni_conv_exact(dtype, zx):
+    x = _data((1, 32, 7, 7), dtype, extreme=True)
+    w = _weight((16, 32, 3, 3), extreme=True)
+    attrs = {"strides": (1, 1), "padding": (1,) * 4, "dilation": (1, 1), "groups": 1,
+             "input_zero_point": zx}
+    xv = Var("x", TensorType(x.shape, dtype))
+    func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
+    assert Target("llvm -mcpu=native").int8_dot().startswith("vnni")
+    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), _conv_ref(x, w, zx, 1, 1))
