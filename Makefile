@@ -11,7 +11,9 @@
 #   make test-fast  tests/unit only
 #   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
 #                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
-#                   bench extra (matplotlib); then SmolLM2 prefill/decode speed, Kiln fp32,
+#                   bench extra (matplotlib); then latency under load (two busy processes:
+#                   p50/p99/max vs onnxruntime, benchmarks/load.py, LOAD_BENCH_ARGS); then
+#                   SmolLM2 prefill/decode speed, Kiln fp32,
 #                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); the QDQ
 #                   resnet50s (U8S8, S8S8) beside float resnet50 (INT8_BENCH_ARGS, into
 #                   benchmarks/results/int8) and int8 conv GOP/s (benchmarks/int8_conv.py,
@@ -37,6 +39,7 @@ BENCH_STAMP := $(VENV)/.kiln-bench-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
+LOAD_BENCH_ARGS ?=
 ENCODER_BENCH_ARGS ?=
 INT8_BENCH_ARGS ?=
 INT8_CONV_BENCH_ARGS ?=
@@ -156,6 +159,7 @@ test-fast: $(STAMP)
 
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
+	$(PY) benchmarks/load.py $(LOAD_BENCH_ARGS)
 	$(PY) benchmarks/models.py --models resnet50_qdq,resnet50_qdq_per_channel,resnet50 \
 	  --out benchmarks/results/int8 $(INT8_BENCH_ARGS)
 	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)

@@ -27,7 +27,7 @@ from pathlib import Path
 #: Alternating timed blocks per engine (see :func:`interleaved_medians_ms`).
 ROUNDS = 3
 #: seconds of idleness before each timed block: both engines' worker threads spin for a while
-#: after their last run (onnxruntime's intra-op pool for tens of ms, OpenMP's team briefly), and
+#: after their last run (onnxruntime's intra-op pool for tens of ms, Kiln's pool 100 us), and
 #: on 2 cores the other engine's spinning threads would take a core from the block being timed
 #: (measured: Kiln's squeezenet at 2 threads 7.5 ms instead of 3.3 ms for the first runs after an
 #: onnxruntime block; onnxruntime 4.7-7 ms instead of 2.9 after a Kiln block)

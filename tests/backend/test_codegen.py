@@ -111,8 +111,8 @@ def _failing_parallel_kernels():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_failure_inside_parallel_loop_sets_the_callers_error(target):
-    """A failure on any OpenMP/pool thread reaches the caller as -1 with its message (the C
-    target cannot ``return`` from inside ``#pragma omp parallel for``)."""
+    """A failure on any pool thread reaches the caller as -1 with its message (the task's
+    ``return -1`` ends its chunk; the pool copies the first failing task's message)."""
     lib = build_kernels(_failing_parallel_kernels(), target)
     x = np.arange(8, dtype="float32")
     out = kiln.runtime.empty((8,), "float32")

@@ -29,7 +29,6 @@ from kiln.runtime.elf import host_elf, machine_name
 
 KERNELS = r"""
 #include <kiln/c_runtime_api.h>
-#include <omp.h>
 #include <stdio.h>
 #define EXPORT __attribute__((visibility("default")))
 
@@ -57,7 +56,6 @@ static int check3(const char* name, int32_t num_args, int32_t* codes) {
     const float* pa = (const float*)a->data;                                             \
     const float* pb = (const float*)b->data;                                             \
     float* pc = (float*)c->data;                                                         \
-    _Pragma("omp parallel for")                                                          \
     for (int64_t i = 0; i < n; ++i) pc[i] = pa[i] OP pb[i];                              \
     return 0;                                                                            \
   }
@@ -89,9 +87,17 @@ EXPORT int32_t use_workspace(TVMValue* args, int32_t* codes, int32_t num_args, T
   return TVMBackendFreeWorkspace(kDLCPU, 0, p);
 }
 
+static int team_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  if (task_id == 0) *(int64_t*)cdata = penv->num_task;
+  return 0;
+}
+
+/* The number of tasks a launch gets by default: the support code's team size. */
 EXPORT int32_t max_threads(TVMValue* args, int32_t* codes, int32_t num_args, TVMValue* ret,
                            int32_t* ret_code, void* handle) {
-  ret->v_int64 = omp_get_max_threads();
+  int64_t team = 0;
+  if (TVMBackendParallelLaunch(team_task, &team, 0) != 0) return -1;
+  ret->v_int64 = team;
   *ret_code = kTVMArgInt;
   return 0;
 }

@@ -4,6 +4,7 @@
 C compiler at export time). ``llvm`` (+ ``llvm_func``, ``llvm_module``): LLVM IR built with
 llvmlite, optimized and emitted in-process as an ELF object per group (an ``LLVMModule``, linked
 as ``.o``), for any triple LLVM knows. Both map the same loop-IR vocabulary and the same packed
-ABI (``kiln.passes.loop.make_packed_api``). May import kiln.ir, kiln.passes, kiln.target,
+ABI (``kiln.passes.loop.make_packed_api``), and both outline parallel loops into lambdas for
+``TVMBackendParallelLaunch`` (``outline``: what a lambda captures). May import kiln.ir, kiln.passes, kiln.target,
 kiln.runtime and kiln.errors; llvmlite is imported only by the llvm files.
 """

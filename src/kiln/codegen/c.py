@@ -2,15 +2,21 @@
 
 Each expression node maps to a C expression through one table per concern (operators,
 intrinsics, types), so a new intrinsic is one table entry. Buffers are flattened row-major with
-constant strides. Parallel loops become ``#pragma omp parallel for``; intermediate buffers above
-1 KiB come from ``TVMBackendAllocWorkspace``, smaller ones live on the stack.
+constant strides. Intermediate buffers above 1 KiB come from ``TVMBackendAllocWorkspace``,
+smaller ones live on the stack.
 
-A failure (a workspace allocation, an assertion) returns -1 with ``TVMAPISetLastError``. Inside
-a parallel loop a ``return`` would leave the OpenMP structured block (ill-formed), and the error
-buffer is per thread, so there the first failure copies its message into the function's
-``kiln_err`` under ``#pragma omp critical``, sets ``kiln_failed`` and skips the rest of its
-iteration; after the outermost parallel loop the calling thread sets the message and returns -1
-(as the support code's ``TVMBackendParallelLaunch`` does for the LLVM target).
+Parallel loops are outlined, as TVM's C host codegen and Kiln's LLVM target do
+(``CodeGenCPU::CreateParallelLaunch``): the loop becomes a ``static`` ``FTVMParallelLambda``
+``<f>_parallel<k>`` running a static chunk of the iterations (``ceil(extent / num_task)`` each)
+and a closure struct holding what the body uses (:func:`kiln.codegen.outline.free_refs`, plus
+hoisted shape arithmetic), launched with ``TVMBackendParallelLaunch(lambda, &closure, 0)``. So C
+and LLVM kernels share the support code's thread pool (docs/decisions/020-thread-pool.md) and no
+OpenMP runtime is linked; ``#pragma omp simd`` stays as a vectorization hint (``-fopenmp-simd``).
+A parallel loop inside an outlined body is a serial loop (a nested launch would run serially).
+
+A failure (a workspace allocation, an assertion) sets ``TVMAPISetLastError`` and returns -1, in
+the kernel or in a lambda's task alike: the pool hands the first failing task's message to the
+launching thread, whose kernel then returns -1.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 
+from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.ir import loop as L
 
@@ -124,10 +131,12 @@ class _FuncWriter:
         self.func = func
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
-        self.used: set[str] = {"kiln_err", "kiln_failed"}
+        self.used: set[str] = {"kiln_err", "kiln_c", "kiln_cl", "kiln_task", "kiln_penv",
+                               "kiln_cdata", "kiln_chunk", "kiln_begin", "kiln_end", "kiln_lo",
+                               "kiln_n"}
         self.indent = 1
-        self.parallel_depth = 0  # > 0 inside an OpenMP parallel loop
-        self.uses_failed_flag = False
+        self.outlined: list[str] = []  # the parallel lambdas and their closure structs
+        self.captured_dims: dict[str, None] | None = None  # hoisted names a lambda uses
         # Symbolic shapes: index arithmetic over the shape symbols alone (strides, extents,
         # `W // 32 * 8 + 2`) is computed once, in consts after the prologue, not per element;
         # and floor division of operands known non-negative is C's `/` (vectorizable).
@@ -181,52 +190,29 @@ class _FuncWriter:
         self.stmt(body)
         self.lines[hoist_at:hoist_at] = self.hoist_lines
         self.line("return 0;")
-        if self.uses_failed_flag:
-            self.lines.insert(2, "  int kiln_failed = 0;")
-        return header + "\n" + "\n".join(self.lines) + "\n}\n"
+        return "".join(self.outlined) + header + "\n" + "\n".join(self.lines) + "\n}\n"
 
     def fail(self, message: str, args: list[str] | tuple[str, ...] = ()) -> None:
         """Lines reporting a failure: set the error ``message`` (a ``printf`` format for the C
         expressions ``args``, printed as ``long long``; as the LLVM target, a message without
-        args or ``%`` is taken verbatim) and return -1; inside a parallel loop, record the
-        first failure for the caller's thread instead (see the module docstring)."""
+        args or ``%`` is taken verbatim) and return -1 (from the kernel, or from a parallel
+        lambda's task: the pool passes its message on)."""
         lit = '"' + message.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        formatted = bool(args) or "%" in message
-        fmt = lit + "".join(f", (long long)({a})" for a in args) if formatted else f'"%s", {lit}'
-        if self.parallel_depth == 0:
-            if formatted:
-                self.line(f"  snprintf(kiln_err, sizeof(kiln_err), {fmt});")
-                self.line("  TVMAPISetLastError(kiln_err);")
-            else:
-                self.line(f"  TVMAPISetLastError({lit});")
-            self.line("  return -1;")
-            return
-        self.uses_failed_flag = True
-        self.line("#pragma omp critical(kiln_parallel_error)")
-        self.line("  {")
-        self.line("    if (!kiln_failed) {")
-        self.line("      kiln_failed = 1;")
-        self.line(f"      snprintf(kiln_err, sizeof(kiln_err), {fmt});")
-        self.line("    }")
-        self.line("  }")
+        if args or "%" in message:
+            fmt = lit + "".join(f", (long long)({a})" for a in args)
+            self.line(f"  snprintf(kiln_err, sizeof(kiln_err), {fmt});")
+            self.line("  TVMAPISetLastError(kiln_err);")
+        else:
+            self.line(f"  TVMAPISetLastError({lit});")
+        self.line("  return -1;")
 
     def assert_stmt(self, s: L.AssertStmt, body: L.Stmt | None = None) -> None:
-        """``if (!cond) fail;`` then ``body``; in a parallel loop ``body`` goes in the
-        ``else`` branch (the failing iteration stops there)."""
+        """``if (!cond) fail;`` then ``body``."""
         self.line(f"if (!({self.expr(s.cond)})) {{")
         self.fail(s.message, [self.expr(a) for a in s.args])
-        if body is None:
-            self.line("}")
-            return
-        if self.parallel_depth == 0:
-            self.line("}")
-            self.stmt(body)
-            return
-        self.line("} else {")
-        self.indent += 1
-        self.stmt(body)
-        self.indent -= 1
         self.line("}")
+        if body is not None:
+            self.stmt(body)
 
     # -- statements
     def stmt(self, s: L.Stmt) -> None:
@@ -265,12 +251,13 @@ class _FuncWriter:
             raise CompileError(f"C codegen: unknown statement {type(s).__name__}")
 
     def for_loop(self, s: L.For) -> None:
+        if s.kind == "parallel" and self.captured_dims is None:
+            self.parallel_for(s)
+            return
         v = self.name(s.var, s.var.name)
         if self._nonneg(s.min):
             self.nonneg.add(id(s.var))
-        if s.kind == "parallel":
-            self.line("#pragma omp parallel for schedule(static)")
-        elif s.kind == "unrolled":
+        if s.kind == "unrolled":
             unroll = s.extent.value if isinstance(s.extent, L.IntImm) else 16
             self.line(f"#pragma GCC unroll {min(unroll, 64)}")
         elif s.kind == "vectorized":
@@ -279,18 +266,55 @@ class _FuncWriter:
         end = ext if _is_zero(s.min) else f"{lo} + {ext}"
         self.line(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v}) {{")
         self.indent += 1
-        parallel = s.kind == "parallel"
-        self.parallel_depth += parallel
         self.stmt(s.body)
-        self.parallel_depth -= parallel
         self.indent -= 1
         self.line("}")
-        if parallel and self.parallel_depth == 0 and self.uses_failed_flag:
-            # The region's implicit barrier has flushed kiln_failed and kiln_err.
-            self.line("if (kiln_failed) {")
-            self.line("  TVMAPISetLastError(kiln_err);")
-            self.line("  return -1;")
-            self.line("}")
+
+    def parallel_for(self, s: L.For) -> None:
+        """Outline the parallel loop ``s`` into a lambda + closure and launch it (see the
+        module docstring); the lambda's text goes to ``self.outlined``."""
+        name = f"{self.func.name}_parallel{len(self.outlined)}"
+        bufs, vars_ = free_refs(s.body)
+        vars_ = [x for x in vars_ if x is not s.var]
+        lo, ext = self.expr(s.min), self.expr(s.extent)
+        # The body, written with the kernel's names into the lambda's lines.
+        outer_lines, outer_indent = self.lines, self.indent
+        self.lines, self.indent, self.captured_dims = [], 1, {}
+        v = self.name(s.var, s.var.name)
+        if self._nonneg(s.min):
+            self.nonneg.add(id(s.var))
+        self.line(f"for (int64_t {v} = kiln_c->kiln_lo + kiln_begin; "
+                  f"{v} < kiln_c->kiln_lo + kiln_end; ++{v}) {{")
+        self.indent += 1
+        self.stmt(s.body)
+        self.indent -= 1
+        self.line("}")
+        body, dims = self.lines, list(self.captured_dims)
+        self.lines, self.indent, self.captured_dims = outer_lines, outer_indent, None
+        fields = ([(f"{c_type(b.dtype)}*", self.name(b, b.name)) for b in bufs]
+                  + [(c_type(x.dtype), self.name(x, x.name)) for x in vars_]
+                  + [("int64_t", d) for d in dims])
+        unpack = [f"  {t} restrict {n} = kiln_c->{n};" if t.endswith("*") else
+                  f"  const {t} {n} = kiln_c->{n}; (void){n};" for t, n in fields]
+        members = "".join(f"  {t} {n};\n" for t, n in fields)
+        self.outlined.append(
+            f"struct {name}_closure {{\n{members}  int64_t kiln_lo;\n  int64_t kiln_n;\n}};\n"
+            f"static int32_t {name}(int kiln_task, TVMParallelGroupEnv* kiln_penv, "
+            "void* kiln_cdata) {\n"
+            f"  const struct {name}_closure* kiln_c = (const struct {name}_closure*)kiln_cdata;\n"
+            "  char kiln_err[512];\n  (void)kiln_err;\n" + "".join(u + "\n" for u in unpack)
+            + "  const int64_t kiln_chunk = (kiln_c->kiln_n + kiln_penv->num_task - 1) / "
+            "kiln_penv->num_task;\n"
+            "  const int64_t kiln_begin = kiln_min_int64((int64_t)kiln_task * kiln_chunk, "
+            "kiln_c->kiln_n);\n"
+            "  const int64_t kiln_end = kiln_min_int64(kiln_begin + kiln_chunk, kiln_c->kiln_n);\n"
+            + "\n".join(body) + "\n  return 0;\n}\n\n")
+        inits = "".join(f".{n} = {n}, " for _, n in fields)
+        self.line("{")
+        self.line(f"  struct {name}_closure kiln_cl = {{{inits}.kiln_lo = {lo}, "
+                  f".kiln_n = (int64_t)({ext})}};")
+        self.line(f"  if (TVMBackendParallelLaunch({name}, &kiln_cl, 0) != 0) return -1;")
+        self.line("}")
 
     def let(self, s: L.LetStmt) -> None:
         self.line(f"const {c_type(s.var.dtype)} {self.name(s.var, s.var.name)} = "
@@ -378,6 +402,8 @@ class _FuncWriter:
             if text not in self.hoisted:  # (the key string stays alive: its id names it)
                 self.hoisted[text] = name = self.name(text, "kiln_dim")
                 self.hoist_lines.append(f"  const int64_t {name} = {text};")
+            if self.captured_dims is not None:  # computed in the kernel, passed to the lambda
+                self.captured_dims[self.hoisted[text]] = None
             return self.hoisted[text]
         return self._binary(e)
 

@@ -51,39 +51,10 @@ from kiln.codegen.llvm_ir import (
     value_type,
 )
 from kiln.codegen.llvm_vector import VectorLoopCodegen
+from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.passes.loop.make_packed_api import dl_dtype
-
-
-def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:
-    """Buffers and variables ``body`` uses but does not define (first use first)."""
-    bufs: dict[L.Buffer, None] = {}
-    vars_: dict[L.Var, None] = {}
-    defined_bufs: set[int] = set()
-    defined_vars: set[int] = set()
-    for s in L.walk_stmts(body):
-        if isinstance(s, (L.For, L.LetStmt)):
-            defined_vars.add(id(s.var))
-        elif isinstance(s, L.Allocate):
-            defined_bufs.add(id(s.buffer))
-        elif isinstance(s, L.BufferStore):
-            bufs.setdefault(s.buffer)
-        stack = L.stmt_exprs(s)
-        while stack:
-            x = stack.pop()
-            if isinstance(x, L.Var):
-                vars_.setdefault(x)
-            elif isinstance(x, L.BufferLoad):
-                bufs.setdefault(x.buffer)
-            stack.extend(L.expr_children(x))
-    for buf in list(bufs):  # symbolic shapes: their variables are used by the addressing
-        for d in buf.shape:
-            if isinstance(d, L.PrimExpr):
-                for v in L.expr_vars(d):
-                    vars_.setdefault(v)
-    return ([b for b in bufs if id(b) not in defined_bufs],
-            [v for v in vars_ if id(v) not in defined_vars])
 
 
 def _max_bits(body: L.Stmt) -> int:

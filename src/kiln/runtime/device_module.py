@@ -16,11 +16,12 @@ target) so that the first call compiles them in parallel, one per CPU.
 ``get_function(name)`` returns a packed function; its first call (of any function of the module)
 compiles the sources with the device compiler and flags (:mod:`kiln.runtime.device_toolchain`:
 ``$KILN_DEVICE_CC``, default the host C compiler; ``-O3 -fPIC``, RVV flags for riscv64,
-OpenMP when available, ``$KILN_DEVICE_CFLAGS``), linked ``-shared`` with the backend support
-code, and cached by a hash of the sources, the compiler's identity and the flags in
-``$KILN_CACHE_DIR/device`` (default ``~/.cache/kiln/device``, private, ``0700``), written to a
-temp name and renamed (``source_module.build_cached_library``), so processes share it and two
-compiling at once are safe.
+``-fopenmp-simd`` when accepted, ``$KILN_DEVICE_CFLAGS``), linked ``-shared -pthread`` with the
+backend support code (its thread pool runs the kernels' parallel loops), and cached by a hash of
+the sources, the compiler's identity and the flags in ``$KILN_CACHE_DIR/device`` (default
+``~/.cache/kiln/device``, private, ``0700``), written to a temp name and renamed
+(``source_module.build_cached_library``), so processes share it and two compiling at once are
+safe.
 
 When the compiler builds for this host's machine the library is ``dlopen``\\ ed and called
 through ctypes. When it builds for another ISA (or ``$KILN_DEVICE_LAUNCHER`` is set) the

@@ -5,9 +5,10 @@ device server for a foreign ISA (used by :mod:`kiln.runtime.device_module`).
   default the host C compiler (``$CC``, ``cc``);
 - the flags: ``-O3 -fPIC -std=gnu99``; ``-march=rv64gcv -mabi=lp64d`` when the compiler targets
   riscv64 (its ``-dumpmachine``), and with clang ``-mllvm -riscv-v-vector-bits-min=128`` so
-  loops vectorize for RVV; ``-fopenmp`` when the compiler can build and link OpenMP code (the
-  kernels' ``#pragma omp parallel for``), else ``-fopenmp-simd`` (serial kernels, SIMD pragmas
-  kept); then ``$KILN_DEVICE_CFLAGS``; linked ``-shared``;
+  loops vectorize for RVV; ``-fopenmp-simd`` when the compiler accepts it (the kernels'
+  ``#pragma omp simd`` hints; no OpenMP runtime is needed: parallel loops run on the support
+  code's own thread pool, so a compiler without libgomp/libomp builds parallel kernels too);
+  then ``$KILN_DEVICE_CFLAGS``; linked ``-shared -pthread``;
 - foreign ISA (the compiler's ELF machine is not this host's) or ``$KILN_DEVICE_LAUNCHER`` set:
   the kernels run in the device server (``support/device_server.c``, built by the same compiler
   and cached), started under ``$KILN_DEVICE_LAUNCHER`` or ``qemu-<arch>`` user mode with the
@@ -81,34 +82,26 @@ def _is_clang(cc: tuple[str, ...]) -> bool:
         return False
 
 
-#: probes of the OpenMP flags: the runtime (omp.h, a parallel region, linked), SIMD pragmas only
-_OMP_PROBES = (
-    (("-fopenmp", "-shared"), ("#include <omp.h>\nint kiln_probe(void) { int n = 0;\n"
-                             "#pragma omp parallel reduction(+:n)\n"
-                             "n += omp_get_num_threads(); return n; }\n")),
-    (("-fopenmp-simd", "-c"), ("void kiln_probe(float* a) {\n#pragma omp simd\n"
-                              "for (int i = 0; i < 64; ++i) a[i] += 1.0f; }\n")),
-)
+_SIMD_PROBE = ("void kiln_probe(float* a) {\n#pragma omp simd\n"
+               "for (int i = 0; i < 64; ++i) a[i] += 1.0f; }\n")
 
 
 @functools.lru_cache(maxsize=16)
 def openmp_flags(cc: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, ...]:
-    """``("-fopenmp",)`` when ``cc flags`` compiles and links a shared library using OpenMP
-    (``omp.h`` and the runtime library are there: gcc, or clang with libomp), else
-    ``("-fopenmp-simd",)`` when that flag is accepted (kernels run serially, their SIMD
-    pragmas still apply), else ``()``."""
+    """``("-fopenmp-simd",)`` when ``cc flags`` accepts it (the kernels' SIMD pragmas apply;
+    it needs no OpenMP runtime), else ``()``."""
     work = tempfile.mkdtemp(prefix="kiln-omp-probe-")
     try:
         src = os.path.join(work, "probe.c")
-        for (flag, mode), code in _OMP_PROBES:
-            with open(src, "w") as f:
-                f.write(code)
-            try:
-                toolchain.run([*cc, *flags, flag, mode, src, "-o", os.path.join(work, "probe")])
-                return (flag,)
-            except ToolchainError as err:
-                log.debug("device compiler: %s unusable: %s", flag, err)
-        return ()
+        with open(src, "w") as f:
+            f.write(_SIMD_PROBE)
+        try:
+            toolchain.run([*cc, *flags, "-fopenmp-simd", "-c", src, "-o",
+                           os.path.join(work, "probe.o")])
+            return ("-fopenmp-simd",)
+        except ToolchainError as err:
+            log.debug("device compiler: -fopenmp-simd unusable: %s", err)
+            return ()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -131,7 +124,7 @@ def device_flags(cc: Sequence[str]) -> tuple[list[str], list[str]]:
     except ValueError as err:
         raise KilnError(f"$KILN_DEVICE_CFLAGS: {err}") from None
     omp = list(openmp_flags(tuple(cc), tuple(flags + extra)))
-    return flags + omp + extra, ["-shared", *omp, "-Wl,-Bsymbolic", *extra]
+    return flags + omp + extra, ["-shared", "-pthread", "-Wl,-Bsymbolic", *extra]
 
 
 def is_foreign(cc: Sequence[str]) -> bool:

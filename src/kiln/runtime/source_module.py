@@ -1,9 +1,11 @@
 """``CSourceModule``: generated C source, DSO-exportable (TVM's ``CSourceModuleNode``,
 src/target/source/source_module.cc, type_key ``c``).
 
-The code is one complete C translation unit that includes ``<kiln/c_runtime_api.h>`` and may use
-``#pragma omp parallel for``. ``export_library`` compiles it into the shared object. Before export
-``get_function`` still works: the source (plus the backend support file) is compiled into a
+The code is one complete C translation unit that includes ``<kiln/c_runtime_api.h>``; it runs
+parallel work with ``TVMBackendParallelLaunch`` (the support code's thread pool) and may use
+``#pragma omp simd`` (compiled with ``-fopenmp-simd``: no OpenMP runtime is linked, so
+``#pragma omp parallel`` is ignored). ``export_library`` compiles it into the shared object.
+Before export ``get_function`` still works: the source (plus the backend support file) is compiled into a
 private shared library cached by content hash, so a freshly built module runs immediately.
 """
 

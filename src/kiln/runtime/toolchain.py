@@ -31,11 +31,13 @@ RUNTIME_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = RUNTIME_DIR / "include"
 BACKEND_C = RUNTIME_DIR / "support" / "backend.c"
 
-#: flags for each translation unit (the OpenMP pragmas of generated code need -fopenmp)
-COMPILE_FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu99")
-#: -Bsymbolic binds the kernels' TVMAPISetLastError to *this* library's error buffer even if
-#: another loaded library exports the same name
-LINK_FLAGS = ("-shared", "-fopenmp", "-Wl,-Bsymbolic")
+#: flags for each translation unit: -fopenmp-simd makes the codegen's `#pragma omp simd` loops
+#: vectorize without any OpenMP runtime (parallel loops run on the support code's own pool)
+COMPILE_FLAGS = ("-O3", "-fPIC", "-fopenmp-simd", "-std=gnu99")
+#: -Bsymbolic binds the kernels' TVMAPISetLastError and TVMBackendParallelLaunch to *this*
+#: library's error buffer and thread pool even if another loaded library exports the same names;
+#: -pthread for the pool's threads (a separate libpthread before glibc 2.34)
+LINK_FLAGS = ("-shared", "-pthread", "-Wl,-Bsymbolic")
 #: libraries every kernel library needs, after the objects (kernels call libm: expf, erff...;
 #: without it a library loads into Python, which has libm, but not into a plain C program)
 LINK_LIBS = ("-lm",)

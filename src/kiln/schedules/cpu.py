@@ -3,7 +3,8 @@
 Tensor-level (per fused function, chosen by its master op's tag, registered with
 :func:`register_schedule`): which stages are inlined, the loop order of reductions. Loop-level
 (every function): each top-level loop nest gets its outer loops fused until there is enough
-parallel work, and that loop runs in parallel (OpenMP on the C target).
+parallel work, and that loop runs in parallel (outlined and launched on the support code's
+thread pool, both targets).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 # Fuse outer loops until a parallel loop has at least this many iterations (so both cores, and
 # more, get balanced work), but stop before fusing into tiny inner loops.
 MIN_PARALLEL_EXTENT = 16
-# Nests with fewer scalar iterations than this run serially (OpenMP fork/join costs ~1 us).
+# Nests with fewer scalar iterations than this run serially (a pool launch costs ~1 us).
 MIN_PARALLEL_WORK = 4096
 
 

@@ -56,15 +56,45 @@ static void* kiln_cblas_arg(TVMValue* args, int32_t* type_codes, int i, int ndim
 
 static int kiln_cblas_ceil_div(int a, int b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
+/* body(ctx, begin, end) over static chunks of [0, n) on the support code's thread pool
+ * (TVMBackendParallelLaunch, the kernels' own; no OpenMP runtime is linked). */
+typedef struct {
+  int64_t n;
+  void (*body)(const void* ctx, int64_t begin, int64_t end);
+  const void* ctx;
+} KilnCblasFor;
+
+static int kiln_cblas_for_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  const KilnCblasFor* f = (const KilnCblasFor*)cdata;
+  int64_t chunk = (f->n + penv->num_task - 1) / penv->num_task;
+  int64_t begin = (int64_t)task_id * chunk, end = begin + chunk;
+  if (end > f->n) end = f->n;
+  if (begin < end) f->body(f->ctx, begin, end);
+  return 0;
+}
+
+static void kiln_cblas_parallel_for(int64_t n, void (*body)(const void*, int64_t, int64_t),
+                                    const void* ctx) {
+  KilnCblasFor f = {n, body, ctx};
+  TVMBackendParallelLaunch(kiln_cblas_for_task, &f, 0); /* the tasks cannot fail */
+}
+
+typedef struct {
+  const float* x;
+  float* col;
+  int c_n, h, w, kh_n, kw_n, sh, sw, pt, pl, dh, dw, oh_n, ow_n;
+} KilnIm2col;
+
 /* col[(c*kh_n + kh)*kw_n + kw][oh*ow_n + ow] = x[c][oh*sh - pt + kh*dh][ow*sw - pl + kw*dw],
  * 0 outside x. The valid output columns of each kernel column are computed once, so the copy
  * has no per-element test (a memcpy at stride 1). */
-static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w, int kh_n,
-                              int kw_n, int sh, int sw, int pt, int pl, int dh, int dw, int oh_n,
-                              int ow_n) {
-  int rows = c_n * kh_n * kw_n;
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; ++r) {
+static void kiln_cblas_im2col_rows(const void* ctx, int64_t begin, int64_t end) {
+  const KilnIm2col* a = (const KilnIm2col*)ctx;
+  const float* x = a->x;
+  float* col = a->col;
+  int h = a->h, w = a->w, kh_n = a->kh_n, kw_n = a->kw_n, sh = a->sh, sw = a->sw, pt = a->pt;
+  int pl = a->pl, dh = a->dh, dw = a->dw, oh_n = a->oh_n, ow_n = a->ow_n;
+  for (int r = (int)begin; r < (int)end; ++r) {
     int kw = r % kw_n, kh = (r / kw_n) % kh_n, c = r / (kw_n * kh_n);
     const float* xc = x + (int64_t)c * h * w;
     float* out = col + (int64_t)r * oh_n * ow_n;
@@ -89,6 +119,13 @@ static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w,
       if (hi < ow_n) memset(o + hi, 0, sizeof(float) * (size_t)(ow_n - hi));
     }
   }
+}
+
+static void kiln_cblas_im2col(const float* x, float* col, int c_n, int h, int w, int kh_n,
+                              int kw_n, int sh, int sw, int pt, int pl, int dh, int dw, int oh_n,
+                              int ow_n) {
+  KilnIm2col a = {x, col, c_n, h, w, kh_n, kw_n, sh, sw, pt, pl, dh, dw, oh_n, ow_n};
+  kiln_cblas_parallel_for((int64_t)c_n * kh_n * kw_n, kiln_cblas_im2col_rows, &a);
 }
 
 /* out[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C/groups, KH, KW]) */
@@ -170,20 +207,40 @@ static void kiln_cblas_span(float* restrict o, int64_t n, const float* bv,
   }
 }
 
+typedef struct {
+  float* out;
+  int64_t channels, inner;
+  const float *bias, *residual;
+  int act;
+  float lo, hi;
+} KilnEpilogue;
+
+/* Rows [begin, end) of ``channels`` (inner == 1: dense / matmul, a bias vector per row). */
+static void kiln_cblas_epilogue_rows(const void* ctx, int64_t begin, int64_t end) {
+  const KilnEpilogue* e = (const KilnEpilogue*)ctx;
+  for (int64_t r = begin; r < end; ++r)
+    kiln_cblas_span(e->out + r * e->channels, e->channels, NULL, e->bias,
+                    e->residual != NULL ? e->residual + r * e->channels : NULL, e->act, e->lo,
+                    e->hi);
+}
+
+/* Rows [begin, end) of ``inner``, row r of channel r % channels (a scalar bias). */
+static void kiln_cblas_epilogue_planes(const void* ctx, int64_t begin, int64_t end) {
+  const KilnEpilogue* e = (const KilnEpilogue*)ctx;
+  for (int64_t r = begin; r < end; ++r)
+    kiln_cblas_span(e->out + r * e->inner, e->inner,
+                    e->bias != NULL ? e->bias + r % e->channels : NULL, NULL,
+                    e->residual != NULL ? e->residual + r * e->inner : NULL, e->act, e->lo,
+                    e->hi);
+}
+
 /* out viewed as [outer, channels, inner]: out = act((out + bias[c]) + residual) in place. */
 static void kiln_cblas_epilogue(float* out, int64_t outer, int64_t channels, int64_t inner,
                                 const float* bias, const float* residual, int act, float lo,
                                 float hi) {
-  if (inner == 1) { /* dense / matmul: rows of ``channels`` with a bias vector */
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < outer; ++r)
-      kiln_cblas_span(out + r * channels, channels, NULL, bias,
-                      residual != NULL ? residual + r * channels : NULL, act, lo, hi);
-    return;
-  }
-  int64_t rows = outer * channels;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    kiln_cblas_span(out + r * inner, inner, bias != NULL ? bias + r % channels : NULL, NULL,
-                    residual != NULL ? residual + r * inner : NULL, act, lo, hi);
+  KilnEpilogue e = {out, channels, inner, bias, residual, act, lo, hi};
+  if (inner == 1)
+    kiln_cblas_parallel_for(outer, kiln_cblas_epilogue_rows, &e);
+  else
+    kiln_cblas_parallel_for(outer * channels, kiln_cblas_epilogue_planes, &e);
 }
