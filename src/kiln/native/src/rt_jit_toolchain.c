@@ -3,9 +3,9 @@
  * toolchain.compiler_identity (same flags, same probes, same report text, so the cache key is
  * the same): the compiler ($KILN_DEVICE_CC, else $CC, else cc/gcc/clang on PATH), the flags
  * (-O3 -fPIC -std=gnu99; -march=rv64gcv -mabi=lp64d for riscv64, plus -mllvm
- * -riscv-v-vector-bits-min=128 with clang; -fopenmp when it builds and links, else
- * -fopenmp-simd; then $KILN_DEVICE_CFLAGS), commands run by fork/execvp with an argument list,
- * never a shell. Words of the environment variables are split on whitespace (no shell quoting).
+ * -riscv-v-vector-bits-min=128 with clang; -fopenmp-simd when accepted; then
+ * $KILN_DEVICE_CFLAGS; linked -shared -pthread), commands run by fork/execvp with an argument
+ * list, never a shell. Words of the environment variables are split on whitespace (no shell quoting).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -208,35 +208,32 @@ static char* kiln_blank_temp_names(const char* s) {
   return out;
 }
 
-/* openmp_flags: -fopenmp when a shared library using OpenMP builds, else -fopenmp-simd. */
+/* openmp_flags: -fopenmp-simd when the compiler accepts it (the kernels' SIMD pragmas; no
+ * OpenMP runtime: parallel loops run on the support code's own pool), else nothing. */
 static const char* kiln_openmp_flag(const KilnDeviceToolchain* t) {
-  static const char* probes[2][3] = {
-      {"-fopenmp", "-shared",
-       "#include <omp.h>\nint kiln_probe(void) { int n = 0;\n#pragma omp parallel "
-       "reduction(+:n)\nn += omp_get_num_threads(); return n; }\n"},
-      {"-fopenmp-simd", "-c",
-       "void kiln_probe(float* a) {\n#pragma omp simd\nfor (int i = 0; i < 64; ++i) a[i] += "
-       "1.0f; }\n"}};
+  static const char probe[] =
+      "void kiln_probe(float* a) {\n#pragma omp simd\nfor (int i = 0; i < 64; ++i) a[i] += "
+      "1.0f; }\n";
   char dir[] = "/tmp/kiln-omp-probe-XXXXXX", src[64], obj[64];
   const char* found = NULL;
-  int k, i;
+  KilnArgs a = {0};
+  FILE* f;
+  int i;
   if (mkdtemp(dir) == NULL) return NULL;
   snprintf(src, sizeof(src), "%s/probe.c", dir);
-  snprintf(obj, sizeof(obj), "%s/probe", dir);
-  for (k = 0; k < 2 && found == NULL; ++k) {
-    KilnArgs a = {0};
-    FILE* f = fopen(src, "w");
-    if (f == NULL) break;
-    fputs(probes[k][2], f);
+  snprintf(obj, sizeof(obj), "%s/probe.o", dir);
+  f = fopen(src, "w");
+  if (f != NULL) {
+    fputs(probe, f);
     fclose(f);
     for (i = 0; i < t->cc.argc; ++i) kiln_args_push(&a, t->cc.argv[i]);
     for (i = 0; i < t->flags.argc; ++i) kiln_args_push(&a, t->flags.argv[i]);
-    kiln_args_push(&a, probes[k][0]);
-    kiln_args_push(&a, probes[k][1]);
+    kiln_args_push(&a, "-fopenmp-simd");
+    kiln_args_push(&a, "-c");
     kiln_args_push(&a, src);
     kiln_args_push(&a, "-o");
     kiln_args_push(&a, obj);
-    if (kiln_run_command(a.argv, NULL, NULL) == 0) found = probes[k][0];
+    if (kiln_run_command(a.argv, NULL, NULL) == 0) found = "-fopenmp-simd";
     kiln_args_free(&a);
   }
   unlink(src);
@@ -292,11 +289,9 @@ int kiln_device_toolchain(KilnDeviceToolchain* t) {
     while (t->flags.argc > base) free(t->flags.argv[--t->flags.argc]);
     t->flags.argv[base] = NULL;
   }
+  if (omp) kiln_args_push(&t->flags, omp);
   kiln_args_push(&t->link_flags, "-shared");
-  if (omp) {
-    kiln_args_push(&t->flags, omp);
-    kiln_args_push(&t->link_flags, omp);
-  }
+  kiln_args_push(&t->link_flags, "-pthread");
   kiln_args_push(&t->link_flags, "-Wl,-Bsymbolic");
   if (kiln_args_split(&t->flags, extra) != 0 || kiln_args_split(&t->link_flags, extra) != 0)
     return -1;
