@@ -5,7 +5,8 @@
  * (-O3 -fPIC -std=gnu99; -march=rv64gcv -mabi=lp64d for riscv64, plus -mllvm
  * -riscv-v-vector-bits-min=128 with clang; -fopenmp-simd when accepted; then
  * $KILN_DEVICE_CFLAGS; linked -shared -pthread), commands run by fork/execvp with an argument
- * list, never a shell. Words of the environment variables are split on whitespace (no shell quoting).
+ * list, never a shell. Words of the environment variables are split on whitespace (no shell
+ * quoting).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
