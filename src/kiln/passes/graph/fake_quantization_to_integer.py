@@ -6,8 +6,8 @@ A group, as onnxruntime's ``quantize_static`` writes it (QDQ format, U8S8 or S8S
 
     qnn.quantize(act(bias(op(qnn.dequantize(xq, sx, zx), qnn.dequantize(wq, sw, 0)))), sy, zy)
 
-- ``op``: ``nn.conv2d`` (groups = 1) or ``nn.dense`` (Gemm; MatMul's weight arrives
-  transposed, ``transpose(qnn.dequantize(wq[K, N], sw; axis 1))``);
+- ``op``: ``nn.conv2d`` (any groups: depthwise and grouped too) or ``nn.dense`` (Gemm;
+  MatMul's weight arrives transposed, ``transpose(qnn.dequantize(wq[K, N], sw; axis 1))``);
 - ``xq`` uint8 or int8, ``sx``, ``zx``, ``sy``, ``zy`` per-tensor constants; ``wq`` a constant
   int8 weight with zero point 0, ``sw`` per tensor or per output channel;
 - ``bias`` optional: ``nn.bias_add`` (or ``add`` for a dense) of ``qnn.dequantize(bq, sb, 0)``
@@ -34,8 +34,8 @@ QLinearConv, ConvInteger, QLinearMatMul and MatMulInteger (operator format: the 
 fits in int8, and the input zero point is a per-tensor constant (not DynamicQuantizeLinear's
 run-time one).
 
-Groups that do not match (weights with a zero point, a bias in float or at another scale,
-grouped convolutions) stay as they are: float ops between the quantization ops
+Groups that do not match (weights with a zero point, a bias in float or at another scale)
+stay as they are: float ops between the quantization ops
 (docs/decisions/011). Run after BindParams (weights are constants) and before FoldConstant
 (which would fold the weight's DequantizeLinear into a float constant).
 """
@@ -153,7 +153,7 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
     elif (b := _call(y, "add")) is not None:
         y, bias = b.args if _call(b.args[0], "nn.dense") else b.args[::-1]
     op = _call(y, "nn.conv2d", "nn.dense")
-    if op is None or (op.op.name == "nn.conv2d" and op.attrs["groups"] != 1):
+    if op is None:
         return None
     conv = op.op.name == "nn.conv2d"
     if bias is not None and not _bias_axis_ok(b, conv):
@@ -200,13 +200,13 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
 
 def _widened(op: Call, args: list[Expr]) -> Expr | None:
     """QLinearConv / ConvInteger / QLinearMatMul / MatMulInteger as the frontend writes them
-    (docs/decisions/011): an int32 ``nn.conv2d`` (groups 1) or ``nn.dense`` of
+    (docs/decisions/011): an int32 ``nn.conv2d`` (any groups) or ``nn.dense`` of
     ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose values
     fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d`` / ``qnn.dense(xq, w; zx)``, the same
     sums."""
     data, weight = args
     conv = op.op.name == "nn.conv2d"
-    if op.checked_type.dtype != "int32" or (conv and op.attrs["groups"] != 1):
+    if op.checked_type.dtype != "int32":
         return None
     zx = 0
     if (sub := _call(data, "subtract")) is not None:
