@@ -31,8 +31,9 @@ exact whatever the number of consumers of ``xq`` (nothing is rewritten upstream 
 QLinearConv, ConvInteger, QLinearMatMul and MatMulInteger (operator format: the frontend's
 ``nn.conv2d`` / ``nn.dense`` over operands widened to int32, zero points subtracted) become
 ``qnn.conv2d`` / ``qnn.dense`` as well when the weight is constant and, less its zero point,
-fits in int8, and the input zero point is a per-tensor constant (not DynamicQuantizeLinear's
-run-time one).
+fits in int8, and the input zero point is a per-tensor constant — or, for the matrix products,
+a run-time scalar (DynamicQuantizeLinear's, ``quantize_dynamic``'s models): its term
+``zx · colsum(w)`` is subtracted after the sum, ``colsum`` a compile-time constant.
 
 Groups that do not match (weights with a zero point, a bias in float or at another scale)
 stay as they are: float ops between the quantization ops
@@ -203,25 +204,47 @@ def _widened(op: Call, args: list[Expr]) -> Expr | None:
     (docs/decisions/011): an int32 ``nn.conv2d`` (any groups) or ``nn.dense`` of
     ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose values
     fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d`` / ``qnn.dense(xq, w; zx)``, the same
-    sums."""
+    sums.
+
+    A dense's ``zx`` may also be a run-time scalar (DynamicQuantizeLinear's zero point, as
+    ``quantize_dynamic`` feeds MatMulInteger), and its data a reshape of ``int32(xq) - zx``
+    (MatMul's leading axes folded into rows): ``qnn.dense(reshape(xq), w; 0) - zx · colsum(w)``,
+    ``colsum(w)[n] = Σ_k w[n, k]`` an int32 ``[N]`` constant, the subtraction fused into the
+    dense kernel's epilogue — the same sums."""
     data, weight = args
     conv = op.op.name == "nn.conv2d"
     if op.checked_type.dtype != "int32":
         return None
-    zx = 0
+    rows = None
+    if not conv and (reshape := _call(data, "reshape")) is not None:
+        rows, data = reshape.checked_type.shape, reshape.args[0]
+    zx: int | Expr = 0
     if (sub := _call(data, "subtract")) is not None:
         zp = _const(sub.args[1])
-        if zp is None or zp.size != 1:
+        if zp is not None and zp.size == 1:
+            zx = int(zp.reshape(()))
+        elif zp is None and not conv and sub.args[1].checked_type.size == 1 and \
+                sub.args[1].checked_type.dtype == "int32":
+            zx = sub.args[1]  # a run-time scalar
+        else:
             return None
-        data, zx = sub.args[0], int(zp.reshape(()))
+        data = sub.args[0]
     cast = _call(data, "cast")
     w = _const(weight)
     if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None or \
             w.min(initial=0) < -128 or w.max(initial=0) > 127:
         return None
+    xq = cast.args[0]
     if not conv:
-        return Call("qnn.dense", [cast.args[0], Constant(w.astype(np.int8))],
-                    {"input_zero_point": zx}, op.span)
+        if rows is not None:
+            xq = Call("reshape", [xq], {"newshape": tuple(rows)}, op.span)
+        w8 = w.astype(np.int8)
+        if isinstance(zx, int):
+            return Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": zx}, op.span)
+        acc = Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": 0}, op.span)
+        colsum = Constant(w8.astype(np.int64).sum(axis=1).astype(np.int32))
+        zx = Call("reshape", [zx], {"newshape": ()})
+        return Call("subtract", [acc, Call("multiply", [zx, colsum])], {}, op.span)
     attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
     return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
                 dict(attrs, input_zero_point=zx), op.span)
