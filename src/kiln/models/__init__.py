@@ -30,7 +30,12 @@ from kiln.models.fetch import (
     wheel_file_path,
 )
 from kiln.models.mobilenet import MOBILENET_V2_STAGES, mobilenet_v2
-from kiln.models.qdq import QDQ_CALIBRATION_SAMPLES, qdq_mobilenet_v2, qdq_resnet50
+from kiln.models.qdq import (
+    QDQ_CALIBRATION_SAMPLES,
+    dynamic_int8,
+    qdq_mobilenet_v2,
+    qdq_resnet50,
+)
 from kiln.models.smollm2 import smollm2, smollm2_gguf_path, smollm2_tokenizer
 from kiln.models.weights import randomize_weights
 
@@ -42,6 +47,7 @@ __all__ = [
     "WHEEL_FILES",
     "WheelFile",
     "cache_dir",
+    "dynamic_int8",
     "light_model_path",
     "mobilenet_v2",
     "qdq_mobilenet_v2",

@@ -138,3 +138,37 @@ def _quantize_static(model, folder: Path, stem: str, per_channel: bool, seed: in
                     activation_type=QuantType.QInt8 if per_channel else QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     return out
+
+
+def dynamic_int8(path: str | Path, folder: str | Path) -> Path:
+    """An ONNX model quantized dynamically by onnxruntime's tool
+    (``onnxruntime.quantization.quantize_dynamic``, int8 weights): each MatMul with a constant
+    weight becomes DynamicQuantizeLinear (uint8 activations, scale and zero point computed at
+    run time) → MatMulInteger (int8 weight, per tensor) → Cast → Mul by the two scales. The
+    integer products run on Kiln's int8 dense kernel with the run-time zero point
+    (docs/decisions/021).
+
+    Parameters
+    ----------
+    path : str or Path
+        The float model (e.g. ``wheel_file_path("minilm_l3")``, paraphrase-MiniLM-L3-v2).
+    folder : str or Path
+        Where ``{stem}_dynamic_int8.onnx`` is written.
+
+    Returns
+    -------
+    Path
+        The quantized model (same inputs and outputs as ``path``).
+
+    Raises
+    ------
+    KilnError
+        If onnxruntime (its quantization tool) is not installed.
+    """
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as err:
+        raise KilnError(f"dynamic_int8 needs onnxruntime's quantization tool: {err}") from None
+    out = Path(folder) / f"{Path(path).stem}_dynamic_int8.onnx"
+    quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8)
+    return out
