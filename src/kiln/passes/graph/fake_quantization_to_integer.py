@@ -78,9 +78,12 @@ def _const(expr: Expr) -> np.ndarray | None:
         return None if expr.is_symbolic else expr.data
     if not isinstance(expr, Call) or not expr.checked_type.is_static:
         return None
-    values = [_const(a) for a in expr.args]
-    if any(v is None for v in values):
-        return None
+    values = []
+    for a in expr.args:  # stop at the first non-constant: no walk of the whole graph above
+        value = _const(a)
+        if value is None:
+            return None
+        values.append(value)
     return evaluate_call(expr, values)
 
 
