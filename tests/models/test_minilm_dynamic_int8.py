@@ -5,16 +5,16 @@ dense kernel (``qnn.dense_pack``, the zero-point term ``zp · colsum(w)`` in its
 docs/decisions/021), no int32 ``nn.dense`` left, and the output close to onnxruntime's int8
 run.
 
-Tolerance, and why: the integer products are exact on both sides, but the float ops around
-them (LayerNorm, GELU, softmax, DynamicQuantizeLinear's min/max and scale) round differently,
-and an activation near a quantization boundary then lands one step apart in the next
-MatMulInteger. Measured at this input: hidden states (magnitude up to 2.8) at most 0.104 and
-on average 0.018 from onnxruntime's int8 run (the pooled embedding 0.024 / 0.005) — while the
-int8 model itself is 0.47 (hidden states) / 0.19 (pooled) from the float model. The gap is
-not the integer kernels': Kiln without FakeQuantizationToInteger (011's int32 dense) gives the
-same outputs to 4 digits; where it comes from (the float ops between, DynamicQuantizeLinear) is
-not found yet. Bounds: ``MAX_ABS`` (half the quantization error) on every element,
-``MEAN_ABS`` on the mean. Integer outputs (ids and mask passed through) are equal.
+Tolerance, and why: Kiln's integer products are exact; onnxruntime's are not on AVX2 (its U8S8
+GEMM sums u8 × s8 pairs in int16 with saturation, ``vpmaddubsw``). At this input, with the
+intermediate tensors exposed, both engines' first DynamicQuantizeLinear outputs are equal, the
+Q and K MatMulIntegers equal a numpy int64 product on both sides, and onnxruntime's V
+MatMulInteger is 47 off the exact sum at one element (Kiln's: exact); that one error flips
+activations in the next quantizations and spreads through the three layers. The hidden states
+(magnitude up to 2.8) end at most 0.104 and on average 0.018 from onnxruntime's int8 run (the
+pooled embedding 0.024 / 0.005) — while the int8 model itself is 0.47 (hidden states) / 0.19
+(pooled) from the float model. Bounds: ``MAX_ABS`` (half the quantization error) on every
+element, ``MEAN_ABS`` on the mean. Integer outputs (ids and mask passed through) are equal.
 """
 
 from __future__ import annotations
