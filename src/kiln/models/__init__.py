@@ -14,6 +14,10 @@ Two sources, both reachable with nothing but PyPI:
   is 0.02); :func:`randomize_weights` replaces them with seeded random initializers so that
   outputs are discriminative.
 
+Quantized forms are made from these with onnxruntime's tools (``kiln.models.qdq``):
+:func:`qdq_resnet50` and :func:`qdq_mobilenet_v2` (``quantize_static``, QDQ, U8S8 or S8S8),
+:func:`dynamic_int8` (``quantize_dynamic``: MatMulInteger with run-time zero points).
+
 The cache directory is ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created with mode 0700). Writes
 are atomic (temporary file + ``os.replace``) and serialized by a file lock, so concurrent test
 workers can ask for the same model.
