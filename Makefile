@@ -160,7 +160,8 @@ test-fast: $(STAMP)
 bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/models.py $(BENCH_ARGS)
 	$(PY) benchmarks/load.py $(LOAD_BENCH_ARGS)
-	$(PY) benchmarks/models.py --models resnet50_qdq,resnet50_qdq_per_channel,resnet50 \
+	$(PY) benchmarks/models.py \
+	  --models resnet50_qdq,resnet50_qdq_per_channel,resnet50,mobilenet_v2_qdq,mobilenet_v2_qdq_per_channel,mobilenet_v2 \
 	  --out benchmarks/results/int8 $(INT8_BENCH_ARGS)
 	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)

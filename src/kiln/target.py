@@ -408,8 +408,11 @@ class Target:
     def int8_dot(self) -> str:
         """How the LLVM codegen emits vectors of the ``dot_u8i8x4`` intrinsic (u8 × s8 quads,
         docs/decisions/021): "vnni512" / "vnni256" (``vpdpbusd``: AVX512-VNNI, or AVX-VNNI
-        on 256-bit vectors), "avx512bw" / "avx2" (exact ``vpmaddwd`` pairs), "" elsewhere
-        (plain integer IR)."""
+        on 256-bit vectors), "avx512bw" / "avx2" (exact ``vpmaddwd`` pairs), "i8mm" (aarch64
+        with ``+i8mm`` in ``-mattr``: NEON ``usdot``, u8 × s8 quads as they are), "" elsewhere
+        (plain integer IR; aarch64 ``+dotprod`` alone has only same-sign ``sdot`` / ``udot``)."""
+        if self.kind == "llvm" and self.arch == "aarch64":
+            return "i8mm" if self.has_feature("i8mm") else ""
         if self.kind != "llvm" or self.arch != "x86_64":
             return ""
         bits = self.vector_bits()

@@ -114,6 +114,12 @@ def test_cross_compiled_kernels_run_under_qemu(isa, tmp_path):
         assert "vsetvli" in asm and re.search(r"\bvle32\.v\b", asm), "no RVV code"
     else:
         assert re.search(r"\bv\d+\.4s\b", asm), "no NEON code"
+    _run_under_qemu(lib, cases, cfg, isa, tmp_path)
+
+
+def _run_under_qemu(lib, cases, cfg: dict, isa: str, tmp_path: Path) -> None:
+    """Export ``lib`` with the cross compiler, run each case's function under qemu-user through
+    the C harness, compare with its wanted outputs (integers exactly)."""
     so = tmp_path / f"kernels_{isa}.so"
     lib.export_library(str(so), fcompile=rt.cross_compiler(cfg["cc"]))
     harness = tmp_path / "harness"
@@ -141,6 +147,21 @@ def test_cross_compiled_kernels_run_under_qemu(isa, tmp_path):
             else:
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
                                            err_msg=f"{func.name} on {isa}")
+
+
+def test_aarch64_i8mm_int8_conv_uses_usdot(tmp_path):
+    """aarch64 with ``+i8mm``: the quads' products are NEON ``usdot`` (u8 × s8, accumulating;
+    docs/decisions/021), run under ``qemu-aarch64 -cpu max`` (which has FEAT_I8MM), exact."""
+    missing = _missing("aarch64")
+    if missing:
+        pytest.skip(f"aarch64 cross test needs {missing} (make toolchain installs it)")
+    target = "llvm -mtriple=aarch64-linux-gnu -mattr=+i8mm"
+    assert Target(target).int8_dot() == "i8mm"
+    cases = [_qnn_conv_case()]
+    lib = build_llvm([c[0] for c in cases], target)
+    assert re.search(r"\busdot\s+v\d+\.4s", lib.get_source("asm")), "no usdot"
+    cfg = dict(CROSS["aarch64"], qemu=[*CROSS["aarch64"]["qemu"], "-cpu", "max"])
+    _run_under_qemu(lib, cases, cfg, "aarch64", tmp_path)
 
 
 def test_cross_export_of_a_large_blob_uses_the_assembler(tmp_path):

@@ -27,20 +27,21 @@ def _dq(x, scale, zp, axis: int = 0):
 
 
 def _group(dtype: str, zx: int, per_channel: bool, act: str | None = "relu",
-           w_zp: int = 0, bias_scale_factor: float = 1.0, groups: int = 1):
-    """A QDQ conv group over 8 -> 16 channels; (function, integer operands for the reference)."""
+           w_zp: int = 0, bias_scale_factor: float = 1.0, groups: int = 1, cout: int = 16):
+    """A QDQ conv group over 8 -> ``cout`` channels; (function, integer operands for the
+    reference)."""
     x = Var("x", TensorType((1, 8, 6, 6), dtype))
     sx, sy = np.float32(0.02), np.float32(0.05)
-    w = RNG.integers(-127, 128, (16, 8 // groups, 3, 3)).astype(np.int8)
-    sw = (RNG.uniform(0.5, 1.5, 16 if per_channel else ()) * 0.01).astype(np.float32)
-    b = RNG.integers(-500, 500, 16).astype(np.int32)
+    w = RNG.integers(-127, 128, (cout, 8 // groups, 3, 3)).astype(np.int8)
+    sw = (RNG.uniform(0.5, 1.5, cout if per_channel else ()) * 0.01).astype(np.float32)
+    b = RNG.integers(-500, 500, cout).astype(np.int32)
     wzp = np.full(sw.shape, w_zp, np.int8)
     conv = Call("nn.conv2d", [_dq(x, _c(sx, "float32"), _c(zx, dtype)),
                               _dq(Constant(w), Constant(sw), Constant(wzp))],
                 dict(CONV, groups=groups))
     bias = _dq(Constant(b), Constant(np.broadcast_to(sx * sw * np.float32(bias_scale_factor),
-                                                     (16,)).astype(np.float32)),
-               Constant(np.zeros(16, np.int32)))
+                                                     (cout,)).astype(np.float32)),
+               Constant(np.zeros(cout, np.int32)))
     y = Call("nn.bias_add", [conv, bias], {"axis": 1})
     if act == "relu":
         y = Call("nn.relu", [y])
@@ -55,11 +56,16 @@ def _reference(x: np.ndarray, w, sw, b, sx, sy, zy, act) -> np.ndarray:
     """onnxruntime's QLinearConv: exact int32 sum, ``rint(float(acc) · (sx·sw/sy)) + zy``,
     saturate; then the activation's range."""
     xs = np.pad(x.astype(np.int64) - zy, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    acc = np.zeros((1, 16, 6, 6), np.int64)
-    for ky in range(3):
-        for kx in range(3):
-            acc += np.einsum("nchw,oc->nohw", xs[:, :, ky:ky + 6, kx:kx + 6],
-                             w[:, :, ky, kx].astype(np.int64))
+    cout, cg = w.shape[:2]
+    groups = x.shape[1] // cg
+    og = cout // groups
+    acc = np.zeros((1, cout, 6, 6), np.int64)
+    for g in range(groups):
+        for ky in range(3):
+            for kx in range(3):
+                acc[:, g * og:(g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", xs[:, g * cg:(g + 1) * cg, ky:ky + 6, kx:kx + 6],
+                    w[g * og:(g + 1) * og, :, ky, kx].astype(np.int64))
     acc += b[None, :, None, None]
     m = (np.float32(sx) * sw) / np.float32(sy)
     m = m.reshape(-1, 1, 1) if m.ndim else m
@@ -75,11 +81,15 @@ def _ops(func: Function) -> set[str]:
     return {n.op.name for n in post_order(func.outputs) if isinstance(n, Call)}
 
 
-@pytest.mark.parametrize("dtype,zx,per_channel,act", [
-    ("uint8", 128, False, "relu"), ("int8", -3, True, "relu"), ("int8", 0, True, "clip"),
-    ("uint8", 7, True, None)])
-def test_conv_group_becomes_integer(dtype, zx, per_channel, act):
-    func, (w, sw, b, sx, sy, zy) = _group(dtype, zx, per_channel, act)
+@pytest.mark.parametrize("dtype,zx,per_channel,act,groups,cout,blocked_op", [
+    ("uint8", 128, False, "relu", 1, 16, "qnn.conv2d_NCHWc"),
+    ("int8", -3, True, "relu", 1, 16, "qnn.conv2d_NCHWc"),
+    ("int8", 0, True, "clip", 1, 16, "qnn.conv2d_NCHWc"),
+    ("uint8", 7, True, None, 1, 16, "qnn.conv2d_NCHWc"),
+    ("int8", 5, True, "clip", 8, 8, "qnn.depthwise_conv2d_NCHWc"),  # MobileNetV2's depthwise
+    ("uint8", 9, False, "relu", 2, 16, "qnn.conv2d")])  # grouped: stays NCHW
+def test_conv_group_becomes_integer(dtype, zx, per_channel, act, groups, cout, blocked_op):
+    func, (w, sw, b, sx, sy, zy) = _group(dtype, zx, per_channel, act, groups=groups, cout=cout)
     new = fake_quantization_to_integer(func)
     assert "nn.conv2d" not in _ops(new) and "qnn.conv2d" in _ops(new)
     info = np.iinfo(dtype)
@@ -88,10 +98,10 @@ def test_conv_group_becomes_integer(dtype, zx, per_channel, act):
     np.testing.assert_array_equal(got, _reference(x, w, sw, b, sx, sy, zy, act))
     (blocked,) = evaluate(alter_op_layout(new), {"x": x})
     np.testing.assert_array_equal(blocked, got)
-    assert "qnn.conv2d_NCHWc" in _ops(alter_op_layout(new))
+    assert blocked_op in _ops(alter_op_layout(new))
 
 
-@pytest.mark.parametrize("change", [{"w_zp": 1}, {"bias_scale_factor": 1.5}, {"groups": 2}])
+@pytest.mark.parametrize("change", [{"w_zp": 1}, {"bias_scale_factor": 1.5}])
 def test_groups_that_do_not_match_stay_float(change):
     func, _ = _group("uint8", 128, True, **change)
     assert "qnn.conv2d" not in _ops(fake_quantization_to_integer(func))

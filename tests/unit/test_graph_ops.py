@@ -30,7 +30,7 @@ VOCABULARY = {
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
                                      "nn.depthwise_conv2d_NCHWc", "nn.conv2d_transpose",
                                      "nn.dense_q8", "nn.dense_q4", "qnn.conv2d", "qnn.conv2d_NCHWc",
-                                     "qnn.dense", "qnn.dense_pack"],
+                                     "qnn.dense", "qnn.dense_pack", "qnn.depthwise_conv2d_NCHWc"],
     OpPattern.COMM_REDUCE: ["sum", "prod", "mean", "max", "min"],
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
                        "nn.layer_norm", "annotation.compiler_begin", "annotation.compiler_end",

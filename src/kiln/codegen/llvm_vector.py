@@ -300,14 +300,16 @@ class VectorLoopCodegen:
     def _accumulated_dot(self, fr: Frame, e: L.Binary, lanes: Lanes,
                          width: int) -> ir.Value | None:
         """``acc + dot_u8i8x4(x, y)`` as one ``vpdpbusd`` with the accumulator, on x86 with
-        VNNI; None elsewhere (the sum is emitted as an add)."""
-        if e.op != "+" or not self.mc.int8_dot.startswith("vnni"):
+        VNNI (``usdot`` per 128 bits on aarch64 with i8mm); None elsewhere (the sum is emitted
+        as an add)."""
+        kind = self.mc.int8_dot
+        if e.op != "+" or not (kind.startswith("vnni") or kind == "i8mm"):
             return None
         for dot, acc in ((e.b, e.a), (e.a, e.b)):
             if isinstance(dot, L.Call) and dot.name == L.DOT_U8I8X4 and _uses(dot, lanes.vars):
                 x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
                         for a in dot.args)
-                if width * 32 not in (256, 512):
+                if width * 32 not in ((128, 256, 512) if kind == "i8mm" else (256, 512)):
                     return None
                 c = self._splat(fr, self.vexpr(fr, acc, lanes, width), width)
                 return self._dot_u8i8x4(fr, c, x, y)
@@ -327,6 +329,8 @@ class VectorLoopCodegen:
                                  [x.type, x.type, x.type])
             zero = ir.Constant(x.type, [0] * x.type.count)
             return b.call(fn, [zero if acc is None else acc, x, y])
+        if kind == "i8mm" and bits % 128 == 0:
+            return self._usdot(fr, acc, x, y)
         name = {256: "llvm.x86.avx2.pmadd.wd", 512: "llvm.x86.avx512.pmaddw.d.512"}.get(bits)
         if kind and name and (bits == 256 or kind in ("avx512bw", "vnni512")):
             half = ir.VectorType(ir.IntType(16), 2 * x.type.count)
@@ -342,6 +346,29 @@ class VectorLoopCodegen:
         else:
             value = dot_u8i8x4_generic(b, x, y)
         return value if acc is None else b.add(acc, value)
+
+    def _usdot(self, fr: Frame, acc: ir.Value | None, x: ir.Value, y: ir.Value) -> ir.Value:
+        """aarch64 i8mm: ``llvm.aarch64.neon.usdot.v4i32.v16i8(acc, u8 bytes, s8 bytes)`` per
+        128 bits (lane ``i`` += Σ_j ``u8(x)[4i+j] · s8(y)[4i+j]``: ``dot_u8i8x4`` per lane)."""
+        b = fr.builder
+        v4, v16 = ir.VectorType(ir.IntType(32), 4), ir.VectorType(ir.IntType(8), 16)
+        fn = self.mc.declare("llvm.aarch64.neon.usdot.v4i32.v16i8", v4, [v4, v16, v16])
+        n = x.type.count
+        zero = ir.Constant(v4, [0] * 4)
+
+        def part(v: ir.Value, k: int) -> ir.Value:
+            if n == 4:
+                return v
+            return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                    ir.Constant(v4, list(range(4 * k, 4 * k + 4))))
+
+        parts = [b.call(fn, [zero if acc is None else part(acc, k), b.bitcast(part(x, k), v16),
+                             b.bitcast(part(y, k), v16)]) for k in range(n // 4)]
+        while len(parts) > 1:  # concatenate pairs back to <n x i32>
+            parts = [b.shuffle_vector(parts[i], parts[i + 1], ir.Constant(
+                ir.VectorType(ir.IntType(32), 2 * parts[i].type.count),
+                list(range(2 * parts[i].type.count)))) for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def _vselect(self, fr: Frame, e: L.Select, lanes: Lanes, width: int) -> ir.Value:
         b = fr.builder

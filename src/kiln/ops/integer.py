@@ -148,6 +148,28 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
     return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
 
 
+@register_compute("qnn.depthwise_conv2d_NCHWc")
+def depthwise_conv2d_nchwc(inputs, attrs, out_type):
+    """``Σ_taps (int32(x_pad) - zx) · int32(w)`` per channel lane, ``x_pad`` padded with ``zx``
+    (tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule, ``b`` lanes of int32
+    multiply-adds)."""
+    data, weight = inputs
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    zx = attrs["input_zero_point"]
+    padded = pad_hw(data, attrs["padding"], zx)
+    kh, kw = weight.shape[2], weight.shape[3]
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    zero = L.IntImm(0)
+
+    def body(n, c, y, x, b):
+        value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw, b])
+        return te.sum((value - L.const(zx, "int32")) * _widen(weight[c, zero, ry.var, rx.var,
+                                                                      zero, b]), [ry, rx])
+
+    return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
+                      tag="depthwise_conv2d_NCHWc")
+
+
 @register_compute("qnn.dense")
 def dense(inputs, attrs, out_type):
     """``Σ_k (int32(x) - zx) · int32(w)``."""

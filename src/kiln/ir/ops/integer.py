@@ -24,6 +24,12 @@ number of consumers of ``x``), and a compensation per output channel,
   ``[O/ob, C/ib, KH, KW, ib, ob]``, ``compensation`` int32 ``[O/ob, ob]`` → int32
   ``[N, O/ob, OH, OW, ob]``, ``Σ u(x_pad) · w - compensation`` with ``x_pad`` padded with ``zx``;
   equal to ``qnn.conv2d`` when ``compensation`` is :func:`compensation` of the weight.
+- ``qnn.depthwise_conv2d_NCHWc(data, weight; strides, padding, dilation, input_zero_point)``:
+  ``data`` uint8/int8 ``[N, C/b, H, W, b]``, ``weight`` int8 ``[C/b, 1, KH, KW, 1, b]``
+  (channel multiplier 1, ``nn.depthwise_conv2d_NCHWc``'s layout) → int32
+  ``[N, C/b, OH, OW, b]``, ``Σ_taps (int32(x_pad) - zx) · int32(w)`` with ``x_pad`` padded with
+  ``zx``: no reduction over channels, so no quads and no compensation (signed int32
+  multiply-adds over the ``b`` lanes).
 - ``qnn.dense_pack(data, weight, compensation)``: ``weight`` int8 ``[N/b, K, b]``
   (``dense_pack``'s layout), ``compensation`` int32 ``[N]`` → ``Σ_k u(x) · w - compensation``.
 
@@ -215,3 +221,26 @@ def _dense_pack_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray) -> n
 
 
 register_op("qnn.dense_pack", _dense_pack_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_pack_ref)
+
+
+def _depthwise_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
+    expect_arity(arg_types, 2)
+    data, weight = arg_types
+    _check(data, weight)
+    out = get_op("nn.depthwise_conv2d_NCHWc").infer(
+        [TensorType(data.shape, "int32"), TensorType(weight.shape, "int32")],
+        {k: attrs[k] for k in ("strides", "padding", "dilation")})
+    return TensorType(out.shape, "int32")
+
+
+def _depthwise_nchwc_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation,
+                         input_zero_point) -> np.ndarray:
+    dl, wl = block_layouts(TensorType(data.shape, str(data.dtype)),
+                           TensorType(weight.shape, str(weight.dtype)))
+    x, w = transform_array(data, dl, "NCHW"), transform_array(weight, wl, "OIHW")
+    y = _conv2d_ref(x, w, strides, padding, dilation, x.shape[1], input_zero_point)
+    return transform_array(y, "NCHW", f"NCHW{weight.shape[5]}c")
+
+
+register_op("qnn.depthwise_conv2d_NCHWc", _depthwise_nchwc_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
+            _depthwise_nchwc_ref)

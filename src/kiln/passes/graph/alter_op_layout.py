@@ -24,7 +24,9 @@ their real channels, cropped in NCHW.
 ``nn.dense`` with constant weights becomes ``nn.dense_pack`` with weights packed at compile time
 to ``[N/b, K, b]`` (TVM's x86 ``dense_pack``). The integer ops ``qnn.conv2d`` (groups 1) and
 ``qnn.dense`` get the same blocking as ``qnn.conv2d_NCHWc`` / ``qnn.dense_pack``, int8 weights
-and a compensation constant (kiln/ir/ops/integer.py, docs/decisions/021).
+and a compensation constant (kiln/ir/ops/integer.py, docs/decisions/021); a depthwise
+``qnn.conv2d`` becomes ``qnn.depthwise_conv2d_NCHWc`` (int8 weight, no compensation); other
+grouped ``qnn.conv2d`` stay NCHW.
 
 NCHW versions that no consumer needs disappear with the dead nodes. Run after FoldScaleAxis and
 FoldConstant (weights must be constants), before FuseOps.
@@ -187,12 +189,12 @@ def alter_op_layout(func: Function) -> Function:
 def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     """``nn.conv2d`` → ``nn.conv2d_NCHWc`` / ``nn.depthwise_conv2d_NCHWc``; ``qnn.conv2d``
     (groups 1) → ``qnn.conv2d_NCHWc`` with its int8 weight blocked the same way and the
-    compensation of its unsigned products (kiln/ir/ops/integer.py)."""
+    compensation of its unsigned products, depthwise → ``qnn.depthwise_conv2d_NCHWc``
+    (kiln/ir/ops/integer.py)."""
     data, weight = args
     integer = call.op.name == "qnn.conv2d"
     if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
-            data.checked_type.dtype not in (DATA_DTYPES if integer else BLOCKED_DTYPES) or \
-            (integer and call.attrs["groups"] != 1):
+            data.checked_type.dtype not in (DATA_DTYPES if integer else BLOCKED_DTYPES):
         return same_call(call, args)
     channels = data.checked_type.shape[1]
     out_channels = weight.checked_type.shape[0]
@@ -212,6 +214,10 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         ib = ob = form[1] if form else _out_block(channels)
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
+        if integer:
+            out = Call("qnn.depthwise_conv2d_NCHWc", [as_blocked(data, ib), Constant(w, weight.name)],
+                       dict(attrs, input_zero_point=call.attrs["input_zero_point"]), call.span)
+            return to_nchw(out, ob)
     else:
         return same_call(call, args)
     # NCHW data is NCHW1c: a conv with input block 1 reads it directly (4-D).

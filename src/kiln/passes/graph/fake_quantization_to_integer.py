@@ -6,8 +6,8 @@ A group, as onnxruntime's ``quantize_static`` writes it (QDQ format, U8S8 or S8S
 
     qnn.quantize(act(bias(op(qnn.dequantize(xq, sx, zx), qnn.dequantize(wq, sw, 0)))), sy, zy)
 
-- ``op``: ``nn.conv2d`` (groups = 1) or ``nn.dense`` (Gemm; MatMul's weight arrives
-  transposed, ``transpose(qnn.dequantize(wq[K, N], sw; axis 1))``);
+- ``op``: ``nn.conv2d`` (any groups: depthwise and grouped too) or ``nn.dense`` (Gemm;
+  MatMul's weight arrives transposed, ``transpose(qnn.dequantize(wq[K, N], sw; axis 1))``);
 - ``xq`` uint8 or int8, ``sx``, ``zx``, ``sy``, ``zy`` per-tensor constants; ``wq`` a constant
   int8 weight with zero point 0, ``sw`` per tensor or per output channel;
 - ``bias`` optional: ``nn.bias_add`` (or ``add`` for a dense) of ``qnn.dequantize(bq, sb, 0)``
@@ -31,11 +31,12 @@ exact whatever the number of consumers of ``xq`` (nothing is rewritten upstream 
 QLinearConv, ConvInteger, QLinearMatMul and MatMulInteger (operator format: the frontend's
 ``nn.conv2d`` / ``nn.dense`` over operands widened to int32, zero points subtracted) become
 ``qnn.conv2d`` / ``qnn.dense`` as well when the weight is constant and, less its zero point,
-fits in int8, and the input zero point is a per-tensor constant (not DynamicQuantizeLinear's
-run-time one).
+fits in int8, and the input zero point is a per-tensor constant — or, for the matrix products,
+a run-time scalar (DynamicQuantizeLinear's, ``quantize_dynamic``'s models): its term
+``zx · colsum(w)`` is subtracted after the sum, ``colsum`` a compile-time constant.
 
-Groups that do not match (weights with a zero point, a bias in float or at another scale,
-grouped convolutions) stay as they are: float ops between the quantization ops
+Groups that do not match (weights with a zero point, a bias in float or at another scale)
+stay as they are: float ops between the quantization ops
 (docs/decisions/011). Run after BindParams (weights are constants) and before FoldConstant
 (which would fold the weight's DequantizeLinear into a float constant).
 """
@@ -77,9 +78,12 @@ def _const(expr: Expr) -> np.ndarray | None:
         return None if expr.is_symbolic else expr.data
     if not isinstance(expr, Call) or not expr.checked_type.is_static:
         return None
-    values = [_const(a) for a in expr.args]
-    if any(v is None for v in values):
-        return None
+    values = []
+    for a in expr.args:  # stop at the first non-constant: no walk of the whole graph above
+        value = _const(a)
+        if value is None:
+            return None
+        values.append(value)
     return evaluate_call(expr, values)
 
 
@@ -153,7 +157,7 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
     elif (b := _call(y, "add")) is not None:
         y, bias = b.args if _call(b.args[0], "nn.dense") else b.args[::-1]
     op = _call(y, "nn.conv2d", "nn.dense")
-    if op is None or (op.op.name == "nn.conv2d" and op.attrs["groups"] != 1):
+    if op is None:
         return None
     conv = op.op.name == "nn.conv2d"
     if bias is not None and not _bias_axis_ok(b, conv):
@@ -200,28 +204,50 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
 
 def _widened(op: Call, args: list[Expr]) -> Expr | None:
     """QLinearConv / ConvInteger / QLinearMatMul / MatMulInteger as the frontend writes them
-    (docs/decisions/011): an int32 ``nn.conv2d`` (groups 1) or ``nn.dense`` of
+    (docs/decisions/011): an int32 ``nn.conv2d`` (any groups) or ``nn.dense`` of
     ``int32(xq) - zx`` (``zx`` a per-tensor constant, or absent) by a constant whose values
     fit in int8 (``int32(wq) - zw``) → ``qnn.conv2d`` / ``qnn.dense(xq, w; zx)``, the same
-    sums."""
+    sums.
+
+    A dense's ``zx`` may also be a run-time scalar (DynamicQuantizeLinear's zero point, as
+    ``quantize_dynamic`` feeds MatMulInteger), and its data a reshape of ``int32(xq) - zx``
+    (MatMul's leading axes folded into rows): ``qnn.dense(reshape(xq), w; 0) - zx · colsum(w)``,
+    ``colsum(w)[n] = Σ_k w[n, k]`` an int32 ``[N]`` constant, the subtraction fused into the
+    dense kernel's epilogue — the same sums."""
     data, weight = args
     conv = op.op.name == "nn.conv2d"
-    if op.checked_type.dtype != "int32" or (conv and op.attrs["groups"] != 1):
+    if op.checked_type.dtype != "int32":
         return None
-    zx = 0
+    rows = None
+    if not conv and (reshape := _call(data, "reshape")) is not None:
+        rows, data = reshape.checked_type.shape, reshape.args[0]
+    zx: int | Expr = 0
     if (sub := _call(data, "subtract")) is not None:
         zp = _const(sub.args[1])
-        if zp is None or zp.size != 1:
+        if zp is not None and zp.size == 1:
+            zx = int(zp.reshape(()))
+        elif zp is None and not conv and sub.args[1].checked_type.size == 1 and \
+                sub.args[1].checked_type.dtype == "int32":
+            zx = sub.args[1]  # a run-time scalar
+        else:
             return None
-        data, zx = sub.args[0], int(zp.reshape(()))
+        data = sub.args[0]
     cast = _call(data, "cast")
     w = _const(weight)
     if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None or \
             w.min(initial=0) < -128 or w.max(initial=0) > 127:
         return None
+    xq = cast.args[0]
     if not conv:
-        return Call("qnn.dense", [cast.args[0], Constant(w.astype(np.int8))],
-                    {"input_zero_point": zx}, op.span)
+        if rows is not None:
+            xq = Call("reshape", [xq], {"newshape": tuple(rows)}, op.span)
+        w8 = w.astype(np.int8)
+        if isinstance(zx, int):
+            return Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": zx}, op.span)
+        acc = Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": 0}, op.span)
+        colsum = Constant(w8.astype(np.int64).sum(axis=1).astype(np.int32))
+        zx = Call("reshape", [zx], {"newshape": ()})
+        return Call("subtract", [acc, Call("multiply", [zx, colsum])], {}, op.span)
     attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
     return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
                 dict(attrs, input_zero_point=zx), op.span)

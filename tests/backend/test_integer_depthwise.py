@@ -1,0 +1,82 @@
+"""Depthwise and grouped integer convolutions (docs/decisions/021), compiled for ``c`` and
+``llvm``: ``qnn.conv2d`` with ``groups = C`` (AlterOpLayout: ``qnn.depthwise_conv2d_NCHWc``,
+int8 weights ``[C/b, 1, KH, KW, 1, b]``) and with other groups (NCHW, unblocked), int32 outputs
+equal to a numpy int64 reference exactly, extreme operands included."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+
+RNG = np.random.default_rng(2117)
+
+
+def _grouped_ref(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int,
+                 groups: int) -> np.ndarray:
+    """``Σ (x - zx) · w`` per group over NCHW / OIHW windows, padding contributing 0 (int64)."""
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    oh = (xs.shape[2] - kh) // stride + 1
+    ow = (xs.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for g in range(groups):
+        xg = xs[:, g * cg:(g + 1) * cg]
+        wg = w[g * og:(g + 1) * og].astype(np.int64)
+        for ky in range(kh):
+            for kx in range(kw):
+                win = xg[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", win, wg[:, :, ky, kx])
+    return out
+
+
+def _operands(shape_x, shape_w, dtype: str, extreme: bool):
+    info = np.iinfo(dtype)
+    if extreme:
+        return (RNG.choice([info.min, info.max], shape_x).astype(dtype),
+                RNG.choice([-128, 127], shape_w).astype(np.int8))
+    return (RNG.integers(info.min, info.max + 1, shape_x).astype(dtype),
+            RNG.integers(-128, 128, shape_w).astype(np.int8))
+
+
+def _build(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int, groups: int,
+           target: str):
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1),
+             "groups": groups, "input_zero_point": zx}
+    xv = Var("x", TensorType(x.shape, str(x.dtype)))
+    return kiln.build(Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)]),
+                      target=target)
+
+
+def _run(lib, x: np.ndarray) -> np.ndarray:
+    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+    gm.set_input("x", x)
+    gm.run()
+    return gm.get_output(0).numpy()
+
+
+CASES = [  # (dtype, zx, channels, out channels, groups, size, kernel, stride, extreme)
+    ("uint8", 3, 32, 32, 32, 9, 3, 1, False),    # depthwise, two channel blocks
+    ("int8", -5, 24, 24, 24, 11, 3, 2, True),    # depthwise stride 2, an 8-channel block
+    ("uint8", 255, 16, 16, 16, 6, 5, 1, True),   # depthwise 5x5, zero point at the top
+    ("int8", 7, 16, 32, 4, 7, 3, 1, False),      # grouped: stays NCHW
+]
+
+
+@pytest.mark.parametrize("dtype,zx,cin,cout,groups,size,kernel,stride,extreme", CASES)
+def test_grouped_conv_exact(dtype, zx, cin, cout, groups, size, kernel, stride, extreme, target):
+    x, w = _operands((1, cin, size, size), (cout, cin // groups, kernel, kernel), dtype, extreme)
+    pad = kernel // 2
+    lib = _build(x, w, zx, stride, pad, groups, target)
+    got = _run(lib, x)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _grouped_ref(x, w, zx, stride, pad, groups))
+    kernels = [n["attrs"]["func_name"] for n in json.loads(lib.get_graph_json())["nodes"]
+               if n["op"] == "tvm_op"]
+    depthwise = groups == cin == cout
+    assert any("qnn_depthwise_conv2d_NCHWc" in k for k in kernels) == depthwise, kernels
