@@ -86,6 +86,8 @@ typedef struct {
 
 /* DLPack dtype of a name ("float32", "int64", "bool"...): 0, or -1 with the error set. */
 int kiln_vm_dtype_from_name(const char* name, DLDataType* out);
+/* Its name, or "an unsupported dtype". */
+const char* kiln_vm_dtype_name(DLDataType t);
 
 /* -- values held in registers */
 enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE };

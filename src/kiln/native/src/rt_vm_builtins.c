@@ -136,10 +136,12 @@ static int kiln_match_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, K
            (s->param >= 0 && (uint64_t)s->param < f->num_params) ? f->params[s->param].name : "?");
   if (args[0].kind != KV_TENSOR) return kiln_fail("ShapeError: %s: expected a tensor", label);
   t = args[0].u.t;
-  if (t->dtype.code != spec[0] || t->dtype.bits != spec[1] || t->dtype.lanes != 1)
-    return kiln_fail("ShapeError: %s: expected dtype (code %lld, bits %lld), got (code %d, "
-                     "bits %d, lanes %d)", label, (long long)spec[0], (long long)spec[1],
-                     t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  if (t->dtype.code != spec[0] || t->dtype.bits != spec[1] || t->dtype.lanes != 1) {
+    DLDataType want;
+    want.code = (uint8_t)spec[0], want.bits = (uint8_t)spec[1], want.lanes = 1;
+    return kiln_fail("ShapeError: %s: expected dtype %s, got %s", label,
+                     kiln_vm_dtype_name(want), kiln_vm_dtype_name(t->dtype));
+  }
   if (t->ndim != ndim)
     return kiln_fail("ShapeError: %s: expected rank %d, got rank %d", label, ndim, t->ndim);
   for (i = 0; i < ndim; ++i) {

@@ -7,7 +7,8 @@
  * range, jumps onto instructions of the function). TVM: src/runtime/relax_vm/executable.cc
  * (LoadFromBinary, the section readers) and include/tvm/runtime/relax_vm/bytecode.h.
  *
- * Functions: vm_load_executable() -> a VM module (rt_vm.c).
+ * Functions: vm_load_executable() -> a VM module (rt_vm.c); native extra: get_lib() -> the
+ * kernel library (its first import), as the graph executor factory's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,14 @@ int kiln_vm_dtype_from_name(const char* name, DLDataType* out) {
       return 0;
     }
   return kiln_fail("dtype '%s' is not supported by the Kiln runtime", name);
+}
+
+const char* kiln_vm_dtype_name(DLDataType t) {
+  size_t i;
+  for (i = 0; i < sizeof(kiln_vm_dtypes) / sizeof(kiln_vm_dtypes[0]); ++i)
+    if (kiln_vm_dtypes[i].code == t.code && kiln_vm_dtypes[i].bits == t.bits && t.lanes == 1)
+      return kiln_vm_dtypes[i].name;
+  return "an unsupported dtype";
 }
 
 static int kiln_read_i64(KilnStream* s, int64_t* out, const char* field) {
@@ -327,10 +336,24 @@ static int kiln_vm_load_method(KilnModule* self, TVMValue* args, int* codes, int
   return 0;
 }
 
+static int kiln_vm_get_lib(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
+                           int* ret_code) {
+  (void)args, (void)codes, (void)n;
+  if (self->num_imports == 0) return kiln_fail("the VM executable has no library imported");
+  kiln_module_retain(self->imports[0]);
+  ret->v_handle = self->imports[0];
+  *ret_code = kTVMModuleHandle;
+  return 0;
+}
+
 static int kiln_vm_exec_get_own(KilnModule* self, const char* name, KilnFunc** out) {
   *out = NULL;
-  if (strcmp(name, "vm_load_executable") != 0) return 0;
-  *out = kiln_func_method(self, "vm_load_executable", kiln_vm_load_method);
+  if (strcmp(name, "vm_load_executable") == 0)
+    *out = kiln_func_method(self, "vm_load_executable", kiln_vm_load_method);
+  else if (strcmp(name, "get_lib") == 0)
+    *out = kiln_func_method(self, "get_lib", kiln_vm_get_lib);
+  else
+    return 0;
   return *out ? 0 : -1;
 }
 
