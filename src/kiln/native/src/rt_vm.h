@@ -185,4 +185,13 @@ int kiln_vm_read_bool_value(const DLTensor* t, int* out);
 int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int64_t nbytes,
                     KilnVMStorage** out);
 
+/* -- rt_vm_memory.c */
+/* Append item to a growing array of pointers. */
+int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item);
+/* Copy a result into VM-owned tensors and tuples (freed by kiln_vm_free_value). */
+int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
+void kiln_vm_free_value(KilnVMValue* v);
+/* A value as the C API returns it. */
+int kiln_vm_return(const KilnVMValue* v, TVMValue* ret, int* ret_code);
+
 #endif /* KILN_RT_VM_H_ */
