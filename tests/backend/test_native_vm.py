@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -151,6 +152,49 @@ def test_tiny_kiln_run_under_sanitizers(asan, tiny, tmp_path):
     got, _ = kiln_run_vm(asan / "kiln_run", tiny[0], {"x": x}, want, tmp_path, env=_env())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+CPP_SOURCE = r"""
+#include <kiln/runtime.hpp>
+#include <cstdio>
+int main(int argc, char** argv) {
+  kiln::Module exe = kiln::Module::LoadFromFile(argv[1]);
+  kiln::Module vm = exe["vm_load_executable"]().AsModule();
+  vm["vm_initialization"](int64_t(kDLCPU), int64_t(0), int64_t(2));
+  kiln::NDArray x = kiln::NDArray::Empty({3, 4}, kiln::Float(32));
+  float* p = static_cast<float*>(x->data);
+  for (int i = 0; i < 12; ++i) p[i] = float(i) - 5;
+  kiln::RetValue r = vm["main"](x);
+  for (int k = 0; k < r.TupleSize(); ++k) {
+    DLTensor* y = r.TupleItem(k).AsTensor();
+    for (int i = 0; i < 12; ++i) std::printf("%g ", static_cast<float*>(y->data)[i]);
+  }
+  try {
+    vm["main"]();
+  } catch (const kiln::Error& e) {
+    std::printf("| %s", e.what());
+  }
+  return 0;
+}
+"""
+
+
+def test_cpp_wrapper_tuple(native_rt, tiny, tmp_path):
+    """The header-only C++ wrapper: a VM's tuple result through RetValue::TupleItem."""
+    if shutil.which("c++") is None:
+        pytest.skip("needs a C++ compiler")
+    src = tmp_path / "vm.cc"
+    src.write_text(CPP_SOURCE)
+    subprocess.run(["c++", "-std=c++17", f"-I{native_rt / 'include'}", "-o",
+                    str(tmp_path / "vm"), str(src), str(native_rt / "libkiln_runtime.a"),
+                    "-ldl", "-lpthread"], check=True, capture_output=True, timeout=300)
+    out = subprocess.run([str(tmp_path / "vm"), str(tiny[0])], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    values, error = out.split("|")
+    x = np.arange(12, dtype="float32").reshape(3, 4) - 5
+    want = np.concatenate([np.maximum(x + np.array([1, -2, 3, -4], "float32"), 0), x * x])
+    np.testing.assert_allclose(np.array(values.split(), "float32"), want.reshape(-1))
+    assert "takes 1 inputs (x), got 0" in error
 
 
 def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
