@@ -68,6 +68,50 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
             _export(tiny_model(True), "c", folder / "nonzero.so"))
 
 
+def control_flow_executable():
+    """A VM executable by hand, no kernels: ``main(x: float32[n, 4], flag: bool[])`` returns
+    ``reshape(x, [4, n])`` (through make_tuple / tuple_get) when ``flag``, else a copy of ``x``
+    in an arena tensor (alloc_storage of a shape-program size, alloc_tensor, copy, goto)."""
+    from kiln.runtime.vm_executable import (
+        Symbol,
+        VMExecutable,
+        VMFunction,
+        call,
+        const,
+        goto,
+        heap,
+        if_,
+        imm,
+        reg,
+        ret,
+    )
+
+    names = ["match_shape", "read_bool", "reshape", "make_tuple", "tuple_get", "alloc_storage",
+             "alloc_tensor", "copy", "shape_compute"]
+    fns = [None, *(VMFunction(0, "vm.builtin." + n) for n in names)]
+    consts = [np.array([2, 32, 2, 1, 0, 0, 4]), np.array([6, 8, 0]), "float32",
+              np.array([2, 1, 0, 0, 1, 16])]  # heap[1] = n * 16
+    code = [*call(-1, 1, [reg(0), imm(0), const(0)]), *call(-1, 1, [reg(1), imm(1), const(1)]),
+            *call(-1, 9, [const(3)]), *call(2, 2, [reg(1)])]
+    at_if = len(code)
+    code += [*if_(2, 0), *call(3, 3, [reg(0), imm(4), heap(0)]), *call(4, 4, [reg(3), reg(0)]),
+             *call(5, 5, [reg(4), imm(0)]), *ret(5)]
+    code[at_if + 2] = len(code) - at_if
+    code += [*call(6, 6, [imm(0), heap(1)]), *call(7, 7, [reg(6), imm(0), const(2), heap(0),
+                                                          imm(4)]),
+             *call(-1, 8, [reg(0), reg(7)]), *goto(2), *ret(7)]
+    fns[0] = VMFunction(1, "main", 0, len(code), 8, 2,
+                        params=[("x", "float32", ["n", 4]), ("flag", "bool", [])])
+    return VMExecutable([Symbol("n", 1, 100)], fns, consts, code)
+
+
+@pytest.fixture(scope="module")
+def hand_so(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hand-vm") / "hand.so"
+    control_flow_executable().export_library(str(out))
+    return out
+
+
 @pytest.fixture(scope="module")
 def minilm_so(wheel_file, tmp_path_factory) -> Path:
     """The MiniLM VM library (compiled once for this module, as benchmarks/dynamic.py does)."""
@@ -197,6 +241,19 @@ def test_cpp_wrapper_tuple(native_rt, tiny, tmp_path):
     assert "takes 1 inputs (x), got 0" in error
 
 
+@pytest.mark.parametrize("flag", [True, False])
+def test_control_flow_and_builtins_under_sanitizers(asan, hand_so, flag, tmp_path):
+    """If / Goto, read_bool, reshape, make_tuple / tuple_get, shape_compute, alloc_storage /
+    alloc_tensor and copy: the C VM under the sanitizers gives what the Python VM gives."""
+    x = np.arange(12, dtype="float32").reshape(3, 4)
+    want = VirtualMachine(kiln.runtime.load_module(str(hand_so)), kiln.cpu())["main"](
+        x, np.array(flag)).numpy()
+    assert want.shape == ((4, 3) if flag else (3, 4))
+    got, _ = kiln_run_vm(asan / "kiln_run", hand_so, {"x": x, "flag": np.array(flag)}, [want],
+                         tmp_path, env=_env())
+    np.testing.assert_array_equal(got[0], want)
+
+
 def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
     proc = subprocess.run([str(native_rt / "kiln_run"), str(tiny[1]), "--shape", "x=2x4",
                            "--random"], capture_output=True, text=True, timeout=60, check=False)
@@ -271,8 +328,9 @@ def run_vm_fuzz(asan: Path, so: Path, folder: Path, count: int) -> str:
     return proc.stdout
 
 
-def test_damaged_vm_executables_under_sanitizers(asan, tiny, tmp_path):
+def test_damaged_vm_executables_under_sanitizers(asan, tiny, hand_so, tmp_path):
     run_vm_fuzz(asan, tiny[0], tmp_path, QUICK_FUZZ)
+    run_vm_fuzz(asan, hand_so, tmp_path, QUICK_FUZZ // 2)
 
 
 @pytest.mark.fuzz

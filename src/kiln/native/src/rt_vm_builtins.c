@@ -336,15 +336,23 @@ static int kiln_prep_alloc_tensor(const KilnVMExec* e, const KilnVMFunction* f, 
 static int kiln_reshape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   DLTensor* t = NULL;
   int64_t nbytes;
+  size_t have;
+  char* data;
+  DLDevice dev;
   (void)fr;
-  if (kiln_tensor(&args[0], "reshape", 0, &t) != 0 ||
-      kiln_view_shape(s, args, 1, t->dtype, "reshape", &nbytes) != 0)
-    return -1;
-  if (t->strides != NULL || nbytes != (int64_t)KilnArrayNumBytes(t))
+  if (kiln_tensor(&args[0], "reshape", 0, &t) != 0) return -1;
+  if (t->strides != NULL)
+    return kiln_fail("vm.builtin.reshape: the tensor is not C-contiguous");
+  /* read the input first: in a loop it may be this site's own view */
+  have = KilnArrayNumBytes(t);
+  data = (char*)t->data + t->byte_offset;
+  dev = t->device;
+  if (kiln_view_shape(s, args, 1, t->dtype, "reshape", &nbytes) != 0) return -1;
+  if (nbytes < 0 || (uint64_t)nbytes != have)
     return kiln_fail("ShapeError: vm.builtin.reshape: cannot view a tensor of %zu bytes as "
-                     "one of %lld bytes", KilnArrayNumBytes(t), (long long)nbytes);
-  s->view.data = (char*)t->data + t->byte_offset;
-  s->view.device = t->device;
+                     "one of %lld bytes", have, (long long)nbytes);
+  s->view.data = data;
+  s->view.device = dev;
   out->kind = KV_TENSOR;
   out->u.t = &s->view;
   return 0;
@@ -507,6 +515,7 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
   }
   if (strcmp(b, "tuple_get") == 0) {
     if (kiln_nargs(s, 2, 2) != 0 || kiln_imm(s, 1, &s->param) != 0) return -1;
+    if (s->param < 0) return kiln_site_fail(s, "item %lld", (long long)s->param);
     s->run = kiln_tuple_get;
     return 0;
   }
