@@ -8,7 +8,10 @@ process (``VirtualMachine(load_module(so))``, a first call, then ``--repeat`` ca
 on the same inputs, each timed) and ``kiln_run so --shape ... --repeat N`` (the same, timed in
 C). One kernel thread (``KILN_NUM_THREADS=1``): on a shared machine the per-run CPU time is the
 stable figure. Reports the median over rounds of each side's median and minimum wall time and
-median CPU time per run.
+median CPU time per run. Then, in one process (``--inprocess``, the default too), the two
+VMs alternate call by call on the same inputs: the Python VM over the library and the C VM
+(``libkiln_runtime.so`` through ctypes) over a copy of the file (its own ``dlopen``), each
+call's thread CPU time recorded: the fairest comparison on a shared machine.
 
     python benchmarks/native_vm.py [--so minilm_vm.so] [--shapes 1x7,1x32,2x77] [--repeat 20]
 """
@@ -51,6 +54,67 @@ print(json.dumps({"median_ms": times[len(times) // 2], "min_ms": times[0],
 """
 
 
+INPROC_CHILD = r"""
+import ctypes as C, json, sys, time
+import numpy as np
+import kiln
+from kiln.vm import VirtualMachine
+rt_so, so, so_copy, files, shape, repeat = (sys.argv[1], sys.argv[2], sys.argv[3],
+                                            sys.argv[4:6], json.loads(sys.argv[6]),
+                                            int(sys.argv[7]))
+ids, mask = (np.fromfile(f, "int64").reshape(shape) for f in files)
+
+
+class Value(C.Union):
+    _fields_ = [("v_int64", C.c_int64), ("v_handle", C.c_void_p), ("v_str", C.c_char_p)]
+
+
+class DLTensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("device_type", C.c_int32), ("device_id", C.c_int32),
+                ("ndim", C.c_int32), ("code", C.c_uint8), ("bits", C.c_uint8),
+                ("lanes", C.c_uint16), ("shape", C.POINTER(C.c_int64)),
+                ("strides", C.c_void_p), ("byte_offset", C.c_uint64)]
+
+
+rt = C.CDLL(rt_so)
+def check(rc):
+    if rc != 0:
+        raise RuntimeError(rt.TVMGetLastError and C.c_char_p(rt.TVMGetLastError()).value)
+rt.TVMGetLastError.restype = C.c_void_p
+def call(f, vals, codes):
+    n = len(vals)
+    args, tc = (Value * max(n, 1))(*vals), (C.c_int * max(n, 1))(*codes)
+    ret, code = Value(), C.c_int()
+    check(rt.TVMFuncCall(f, args, tc, n, C.byref(ret), C.byref(code)))
+    return ret
+def get(m, name):
+    f = C.c_void_p()
+    check(rt.TVMModGetFunction(m, name.encode(), 0, C.byref(f)))
+    return f
+exe = C.c_void_p()
+check(rt.TVMModLoadFromFile(so_copy.encode(), b"so", C.byref(exe)))
+cvm = C.c_void_p(call(get(exe, "vm_load_executable"), [], []).v_handle)
+call(get(cvm, "vm_initialization"), [Value(v_int64=1), Value(v_int64=0), Value(v_int64=2)],
+     [0, 0, 0])
+cmain = get(cvm, "main")
+dims = (C.c_int64 * 2)(*shape)
+tensors = [DLTensor(a.ctypes.data, 1, 0, 2, 0, 64, 1, dims, None, 0) for a in (ids, mask)]
+cargs = [Value(v_handle=C.addressof(t)) for t in tensors]
+pvm = VirtualMachine(kiln.runtime.load_module(so), kiln.cpu())
+run = {"python": lambda: pvm["main"](ids, mask), "c": lambda: call(cmain, cargs, [7, 7])}
+for f in run.values():
+    f()
+cpu = {"python": [], "c": []}
+for i in range(repeat):
+    for side in (("python", "c") if i % 2 == 0 else ("c", "python")):
+        c = time.thread_time()
+        run[side]()
+        cpu[side].append((time.thread_time() - c) * 1e3)
+print(json.dumps({k: {"cpu_median_ms": sorted(v)[len(v) // 2], "cpu_min_ms": min(v)}
+                  for k, v in cpu.items()}))
+"""
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--so", help="a MiniLM VM library (default: compile one)")
@@ -58,6 +122,8 @@ def parse_args(argv=None):
     p.add_argument("--shapes", default="1x7,1x32,2x77")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--inprocess-only", action="store_true",
+                   help="only the one-process alternation")
     return p.parse_args(argv)
 
 
@@ -90,6 +156,28 @@ def main(argv=None) -> int:
         so = str(compile_vm(models.wheel_file_path("minilm_l3"), args.target,
                             work / "minilm_vm.so"))
     env = {**os.environ, "KILN_NUM_THREADS": "1"}
+    so_copy = work / "minilm_vm_c.so"  # the C runtime's own dlopen of the same bytes
+    so_copy.write_bytes(Path(so).read_bytes())
+    inproc = []
+    for text in args.shapes.split(","):
+        shape = [int(d) for d in text.split("x")]
+        files = [str(work / "ids.bin"), str(work / "mask.bin")]
+        np.random.default_rng(0).integers(1000, 30000, shape).astype("int64").tofile(files[0])
+        np.ones(shape, "int64").tofile(files[1])
+        out = subprocess.run([sys.executable, "-c", INPROC_CHILD,
+                              str(runtime / "libkiln_runtime.so"), so, str(so_copy), *files,
+                              json.dumps(shape), str(2 * args.repeat)],
+                             capture_output=True, text=True, env=env, check=True)
+        inproc.append((text, json.loads(out.stdout)))
+        print(text, out.stdout.strip(), flush=True)
+    print("\n| shape (one process, alternating) | Python VM CPU median / min (ms) | "
+          "C VM CPU median / min (ms) |")
+    print("|---|---|---|")
+    for text, r in inproc:
+        print(f"| {text} | {r['python']['cpu_median_ms']:.2f} / {r['python']['cpu_min_ms']:.2f} "
+              f"| {r['c']['cpu_median_ms']:.2f} / {r['c']['cpu_min_ms']:.2f} |")
+    if args.inprocess_only:
+        return 0
     rows = []
     for text in args.shapes.split(","):
         shape = tuple(int(d) for d in text.split("x"))
