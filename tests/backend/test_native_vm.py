@@ -336,3 +336,39 @@ def test_damaged_vm_executables_under_sanitizers(asan, tiny, hand_so, tmp_path):
 @pytest.mark.fuzz
 def test_damaged_vm_executables_large(asan, tiny, tmp_path):
     run_vm_fuzz(asan, tiny[0], tmp_path, int(os.environ.get("KILN_FUZZ_CASES", "5000")) * 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
+def test_vm_cross_under_qemu(isa, tmp_path):
+    """The C VM on other machines: the tiny VM library exported with ``llvm -mtriple=...``
+    (riscv64 with RVV) and the runtime built by the cross GCC, run by kiln_run under qemu-user
+    at a shape chosen at run time."""
+    from test_native_cross import CROSS
+    from test_native_runtime import build_runtime
+
+    import kiln.runtime as rt
+
+    cfg = CROSS[isa]
+    for tool in ("make", cfg["cc"], cfg["qemu"][0]):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{isa} needs {tool} (make cross-toolchain installs it)")
+    if not os.path.isdir(cfg["qemu"][2]):
+        pytest.skip(f"{isa} needs {cfg['qemu'][2]}")
+    runtime = build_runtime(tmp_path / "rt", cc=cfg["cc"])
+    from kiln.frontend import from_onnx
+
+    mod, params = from_onnx(tiny_model())
+    so = tmp_path / "tiny.so"
+    kiln.build(mod, target=cfg["target"], params=params).export_library(
+        str(so), fcompile=rt.cross_compiler(cfg["cc"]))
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype("float32")
+    want = [np.maximum(x + np.array([1, -2, 3, -4], "float32"), 0), x * x]
+    files = [tmp_path / f"{n}.bin" for n in ("x", "y", "z")]
+    x.tofile(files[0])
+    proc = subprocess.run([*cfg["qemu"], str(runtime / "kiln_run"), str(so), "--repeat", "1",
+                           "--shape", "x=5x4", *map(str, files)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    for f, w in zip(files[1:], want):
+        np.testing.assert_allclose(np.fromfile(f, "float32").reshape(w.shape), w, rtol=1e-6)
