@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   run_tiny(main_fn, 50, 0);
   run_tiny(main_fn, 2, 4);
   run_tiny(main_fn, 1, 0);
+  CHECK(init(vm, kDLCPU) == 0); /* again: the call sites are prepared anew */
+  run_tiny(main_fn, 4, 4);
   TVMArrayFree(x);
   TVMFuncFree(main_fn);
   TVMModFree(vm);

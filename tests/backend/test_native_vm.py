@@ -254,6 +254,23 @@ def test_control_flow_and_builtins_under_sanitizers(asan, hand_so, flag, tmp_pat
     np.testing.assert_array_equal(got[0], want)
 
 
+def test_jit_device_vm(native_rt, tmp_path):
+    """A VM library whose kernels are the source-embedded ``jit`` device's: compiled by the C
+    runtime at the first call (into ``$KILN_CACHE_DIR``), then run by the C VM."""
+    from kiln.frontend import from_onnx
+
+    mod, params = from_onnx(tiny_model())
+    so = tmp_path / "tiny_jit.so"
+    kiln.build(mod, target="jit", params=params).export_library(str(so))
+    x = np.random.default_rng(2).standard_normal((6, 4)).astype("float32")
+    want = [np.maximum(x + np.array([1, -2, 3, -4], "float32"), 0), x * x]
+    got, _ = kiln_run_vm(native_rt / "kiln_run", so, {"x": x}, want, tmp_path, repeat=1,
+                         env={**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert list((tmp_path / "cache" / "device").glob("device-*.so"))
+
+
 def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
     proc = subprocess.run([str(native_rt / "kiln_run"), str(tiny[1]), "--shape", "x=2x4",
                            "--random"], capture_output=True, text=True, timeout=60, check=False)
