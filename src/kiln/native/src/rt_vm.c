@@ -13,7 +13,9 @@
  * KilnTuple read with KilnTupleSize / KilnTupleGetItem, an integer as kTVMArgInt.
  *
  * Not in the native VM (errors at vm_initialization naming them): calls between VM functions,
- * functions passed as values, the builtins listed in rt_vm_builtins.c. No replay of recorded
+ * functions passed as values, backward jumps (run-time loops: each call site keeps one view
+ * and one tuple, which equals vm.py's fresh objects only when every site runs at most once per
+ * call), the builtins listed in rt_vm_builtins.c. No replay of recorded
  * calls (vm_replay.py): the interpreter's per-call cost is a few microseconds in C.
  */
 #include <stdlib.h>
@@ -238,6 +240,12 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
   int i, n = ins->nargs;
   s->where_func = f->name;
   s->storage_idx = -1;
+  /* Only forward jumps: then every call site runs at most once per call, and the views and
+     tuples a site keeps (one each) are exactly the fresh objects vm.py makes. */
+  if ((ins->op == KILN_OP_GOTO || ins->op == KILN_OP_IF) && ins->target <= (int64_t)(ins - f->instrs))
+    return kiln_fail("VM: function '%s' instruction at word %lld jumps back (a run-time loop), "
+                     "which the native runtime's VM does not implement; run this model with the "
+                     "Python runtime", f->name, (long long)ins->pc);
   if (ins->op != KILN_OP_CALL) return 0;
   callee = &e->funcs[ins->func_idx];
   if ((s->vals = (KilnVMValue*)kiln_calloc((size_t)n + 1, sizeof(KilnVMValue))) == NULL)
