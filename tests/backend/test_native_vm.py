@@ -278,6 +278,38 @@ def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
     assert "builtin 'vm.builtin.nonzero'" in proc.stderr and "Python runtime" in proc.stderr
 
 
+def test_shape_to_tensor(asan, tmp_path):
+    """``shape_to_tensor`` (a shape used as data, e.g. an If on ``Shape(x)[0] == 1``): the C VM
+    under the sanitizers gives what the Python VM gives."""
+    from kiln.runtime.vm_executable import (
+        Symbol,
+        VMExecutable,
+        VMFunction,
+        call,
+        const,
+        heap,
+        imm,
+        reg,
+        ret,
+    )
+
+    code = [*call(-1, 1, [reg(0), imm(0), const(0)]),
+            *call(1, 2, [const(1), const(2), heap(0), imm(4)]), *ret(1)]
+    exe = VMExecutable([Symbol("n", 1, 100)],
+                       [VMFunction(1, "main", 0, len(code), 2, 1,
+                                   params=[("x", "float32", ["n", 4])]),
+                        VMFunction(0, "vm.builtin.match_shape"),
+                        VMFunction(0, "vm.builtin.shape_to_tensor")],
+                       [np.array([2, 32, 2, 1, 0, 0, 4]), "int32", np.array([2])], code)
+    so = tmp_path / "shape.so"
+    exe.export_library(str(so))
+    x = np.zeros((7, 4), "float32")
+    want = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())["main"](x).numpy()
+    np.testing.assert_array_equal(want, np.array([7, 4], "int32"))
+    got, _ = kiln_run_vm(asan / "kiln_run", so, {"x": x}, [want], tmp_path, env=_env())
+    np.testing.assert_array_equal(got[0], want)
+
+
 def test_loop_is_refused_by_name(native_rt, tmp_path):
     """A backward jump (a run-time loop) is refused at vm_initialization, naming it: the C VM
     keeps one view and one tuple per call site, which is what vm.py does only when every site

@@ -223,6 +223,7 @@ static void kiln_vm_free_sites(KilnVM* vm) {
       free(vm->sites[i][k].kcodes);
       free(vm->sites[i][k].vals);
       free(vm->sites[i][k].tuple.items);
+      free(vm->sites[i][k].buf);
     }
     free(vm->sites[i]);
   }

@@ -146,6 +146,7 @@ struct KilnVMSite {
   DLDataType dtype;
   int64_t storage_idx; /* alloc_storage: index into the VM's storages, -1 before */
   const char* text;    /* trap: the message */
+  void* buf;           /* shape_to_tensor: the tensor's data (owned) */
 };
 
 /* The VM module (rt_vm.c). */

@@ -6,8 +6,8 @@
  * and messages of kiln/runtime/vm_builtins.py and vm_storage.py.
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
- * tensor_to_heap, read_bool, trap, make_tuple, tuple_get. The others of the Python runtime
- * (bind_shape, shape_to_tensor, the data-dependent ops of decision 016 done in numpy, the list
+ * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get. The others of the
+ * Python runtime (bind_shape, the data-dependent ops of decision 016 done in numpy, the list
  * builtins of decision 015, kv_append of decision 019) fail at vm_initialization, naming the
  * builtin and the call site.
  */
@@ -21,7 +21,7 @@
 #define KILN_ALIGN 64
 
 static const char* const kiln_python_only[] = {
-    "bind_shape", "shape_to_tensor", "nonzero", "unique", "non_max_suppression", "compress",
+    "bind_shape", "nonzero", "unique", "non_max_suppression", "compress",
     "topk", "range", "reshape_to", "expand", "constant_of_shape", "tile", "slice", "list_new",
     "list_append", "list_stack", "kv_append",
 };
@@ -475,6 +475,57 @@ static int kiln_tuple_get(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Kil
   return 0;
 }
 
+/* shape_to_tensor(CONST dtype, CONST shape, values...): shape arithmetic as data (an If on a
+   shape); the tensor lives in the site's buffer, sized at vm_initialization */
+static int kiln_shape_to_tensor(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
+                                KilnVMValue* out) {
+  int i, n = s->ins->nargs - 2;
+  (void)fr;
+  for (i = 0; i < n; ++i) {
+    int64_t v = args[2 + i].u.i;
+    switch (s->dtype.bits) {
+      case 8: ((uint8_t*)s->buf)[i] = (uint8_t)v; break;
+      case 16: ((uint16_t*)s->buf)[i] = (uint16_t)v; break;
+      case 32: ((uint32_t*)s->buf)[i] = (uint32_t)v; break;
+      default: ((int64_t*)s->buf)[i] = v; break;
+    }
+  }
+  out->kind = KV_TENSOR;
+  out->u.t = &s->view;
+  return 0;
+}
+
+static int kiln_prep_shape_to_tensor(const KilnVMExec* e, KilnVMSite* s) {
+  const char* dtype;
+  int64_t count = 1;
+  size_t i;
+  if (kiln_nargs(s, 2, -1) != 0) return -1;
+  if ((dtype = kiln_str_const(e, s, 0)) == NULL || kiln_vm_dtype_from_name(dtype, &s->dtype) != 0 ||
+      (s->dtype.code != kDLInt && s->dtype.code != kDLUInt))
+    return kiln_site_fail(s, "argument 0 must be a constant integer dtype name");
+  if (kiln_int_array(e, s, 1) != 0 || kiln_size_args(s, 2) != 0) return -1;
+  if (s->spec_n > KILN_VM_MAX_NDIM) return kiln_site_fail(s, "rank %zu", s->spec_n);
+  for (i = 0; i < s->spec_n; ++i) {
+    if (s->spec[i] < 0 || __builtin_mul_overflow(count, s->spec[i], &count))
+      return kiln_site_fail(s, "bad shape");
+    s->shape[i] = s->spec[i];
+  }
+  if (count != s->ins->nargs - 2)
+    return kiln_site_fail(s, "%d values for a shape of %lld elements", s->ins->nargs - 2,
+                          (long long)count);
+  if (posix_memalign(&s->buf, KILN_ALIGN, (size_t)(count * 8 + KILN_ALIGN)) != 0) {
+    s->buf = NULL;
+    return kiln_fail("out of memory");
+  }
+  s->view.data = s->buf;
+  s->view.ndim = (int)s->spec_n;
+  s->view.shape = s->shape;
+  s->view.dtype = s->dtype;
+  s->view.device.device_type = kDLCPU;
+  s->run = kiln_shape_to_tensor;
+  return 0;
+}
+
 /* -- the table */
 int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunction* f,
                             const char* name, KilnVMSite* s) {
@@ -487,6 +538,7 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
   if (strcmp(b, "alloc_storage") == 0) return kiln_prep_alloc_storage(e, f, s);
   if (strcmp(b, "alloc_tensor") == 0) return kiln_prep_alloc_tensor(e, f, s);
   if (strcmp(b, "tensor_to_heap") == 0) return kiln_prep_tensor_to_heap(e, f, s);
+  if (strcmp(b, "shape_to_tensor") == 0) return kiln_prep_shape_to_tensor(e, s);
   if (strcmp(b, "reshape") == 0) {
     if (kiln_nargs(s, 1, -1) != 0 || kiln_size_args(s, 1) != 0) return -1;
     s->run = kiln_reshape;
