@@ -400,8 +400,10 @@ def test_damaged_vm_executables_under_sanitizers(asan, tiny, hand_so, tmp_path):
 
 
 @pytest.mark.fuzz
-def test_damaged_vm_executables_large(asan, tiny, tmp_path):
-    run_vm_fuzz(asan, tiny[0], tmp_path, int(os.environ.get("KILN_FUZZ_CASES", "5000")) * 2)
+def test_damaged_vm_executables_large(asan, tiny, hand_so, tmp_path):
+    count = int(os.environ.get("KILN_FUZZ_CASES", "5000"))
+    run_vm_fuzz(asan, tiny[0], tmp_path, 2 * count)
+    run_vm_fuzz(asan, hand_so, tmp_path, count)
 
 
 @pytest.mark.slow
