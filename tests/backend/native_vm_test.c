@@ -153,6 +153,26 @@ int main(int argc, char** argv) {
   run_tiny(main_fn, 50, 0);
   run_tiny(main_fn, 2, 4);
   run_tiny(main_fn, 1, 0);
+  { /* a result fed back as the input: relu(y + c) and y * y of the old y */
+    TVMValue r, item;
+    int rc2, c2 = kTVMDLTensorHandle;
+    float y0[8];
+    DLTensor* y;
+    CHECK(TVMArrayAlloc((int64_t[]){2, 4}, 2, kDLFloat, 32, 1, kDLCPU, 0, &xi) == 0);
+    for (int i = 0; i < 8; ++i) ((float*)xi->data)[i] = (float)i - 4.0f;
+    args[0].v_handle = xi;
+    CHECK(TVMFuncCall(main_fn, args, &c2, 1, &r, &rc2) == 0);
+    CHECK(KilnTupleGetItem(r.v_handle, 0, &item, &c2) == 0);
+    y = (DLTensor*)item.v_handle;
+    memcpy(y0, y->data, sizeof(y0));
+    args[0].v_handle = y;
+    c2 = kTVMDLTensorHandle;
+    CHECK(TVMFuncCall(main_fn, args, &c2, 1, &r, &rc2) == 0);
+    CHECK(KilnTupleGetItem(r.v_handle, 1, &item, &c2) == 0);
+    for (int i = 0; i < 8; ++i)
+      CHECK(((float*)((DLTensor*)item.v_handle)->data)[i] == y0[i] * y0[i]);
+    TVMArrayFree(xi);
+  }
   CHECK(init(vm, kDLCPU) == 0); /* again: the call sites are prepared anew */
   run_tiny(main_fn, 4, 4);
   TVMArrayFree(x);

@@ -113,7 +113,7 @@ static int kiln_vm_input(KilnVM* vm, const KilnVMFunction* f, size_t i, const TV
   DLTensor* view = &vm->in_views[i];
   char* data;
   size_t nbytes;
-  int d;
+  int d, alias;
   if ((code != kTVMDLTensorHandle && code != kTVMNDArrayHandle) || t == NULL)
     return kiln_fail("VM function '%s': input %zu ('%s') must be a tensor (type code %d)",
                      f->name, i, f->params[i].name, code);
@@ -143,7 +143,13 @@ static int kiln_vm_input(KilnVM* vm, const KilnVMFunction* f, size_t i, const TV
   view->byte_offset = 0;
   data = (char*)t->data + t->byte_offset;
   view->data = data;
-  if ((uintptr_t)data % KILN_ALIGN != 0) {
+  /* a result of the last call fed back as an input is copied too: this call's results are
+     written over (or replace) those tensors */
+  for (d = 0, alias = 0; (size_t)d < vm->cap_out && !alias; ++d) {
+    const char* o = vm->out_tensors[d] ? (const char*)vm->out_tensors[d]->data : NULL;
+    alias = o != NULL && data >= o && data < o + KilnArrayNumBytes(vm->out_tensors[d]);
+  }
+  if ((uintptr_t)data % KILN_ALIGN != 0 || alias) {
     nbytes = KilnArrayNumBytes(t);
     if (vm->staging_n[i] < nbytes || vm->staging[i] == NULL) {
       void* buf;

@@ -118,7 +118,7 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
       return -1;
     ++vm->num_out;
     if (KilnArrayNumBytes(t))
-      memcpy((*slot)->data, (const char*)t->data + t->byte_offset, KilnArrayNumBytes(t));
+      memmove((*slot)->data, (const char*)t->data + t->byte_offset, KilnArrayNumBytes(t));
     out->kind = KV_TENSOR;
     out->u.t = *slot;
   } else if (v->kind == KV_TUPLE) {
