@@ -6,6 +6,7 @@
  *   native_fuzz_driver blob GOOD.so CORPUS   each record is a __tvm_dev_mblob payload, unpacked
  *                                            in this process over GOOD.so's library module
  *                                            (KilnModLoadFromBlob), then the executor created
+ *                                            (graphs) or the VM initialized (VM executables)
  *   native_fuzz_driver file GOOD.so CORPUS   each record is a whole .so file, written to a file
  *                                            and loaded (TVMModLoadFromFile) in a child process
  *
@@ -37,11 +38,36 @@ static void on_death(void) {
   fprintf(stderr, "native_fuzz_driver: case %ld: sanitizer report above\n", current_case);
 }
 
-/* Load, create an executor with the factory's "default" (when it has one), free all. */
+/* Create an executor with the factory's "default" (when it has one), or a VM with the VM
+   executable's vm_load_executable and vm_initialization(cpu) (the bytecode is decoded at load
+   and every call site prepared at initialization; nothing runs: kernels trust the shapes the
+   bytecode gives them, as TVM's do), and free all. */
+static int try_vm(TVMModuleHandle root, TVMFunctionHandle load) {
+  TVMFunctionHandle init = NULL;
+  TVMValue args[3], ret, out;
+  int codes[3] = {kTVMArgInt, kTVMArgInt, kTVMArgInt}, code, rc;
+  if (TVMFuncCall(load, NULL, NULL, 0, &ret, &code) != 0) return -1;
+  (void)root;
+  rc = TVMModGetFunction(ret.v_handle, "vm_initialization", 0, &init);
+  if (rc == 0 && init != NULL) {
+    args[0].v_int64 = kDLCPU, args[1].v_int64 = 0, args[2].v_int64 = 2;
+    rc = TVMFuncCall(init, args, codes, 3, &out, &code);
+    TVMFuncFree(init);
+  }
+  TVMModFree(ret.v_handle);
+  return rc;
+}
+
 static int try_root(TVMModuleHandle root) {
   TVMFunctionHandle f = NULL;
   TVMValue args[1], ret;
   int codes[1], code, rc = 0;
+  if (TVMModGetFunction(root, "vm_load_executable", 0, &f) != 0) return -1;
+  if (f != NULL) {
+    rc = try_vm(root, f);
+    TVMFuncFree(f);
+    return rc;
+  }
   if (TVMModGetFunction(root, "default", 0, &f) != 0) return -1;
   if (f != NULL) {
     args[0].v_device.device_type = kDLCPU;
@@ -79,17 +105,17 @@ int main(int argc, char** argv) {
   file_mode = strcmp(argv[1], "file") == 0;
   signal(SIGALRM, on_signal);
   __sanitizer_set_death_callback(on_death);
-  if (!file_mode) { /* the good library's module stands for _lib in every case */
+  if (!file_mode) { /* the good library's module stands for _lib in every case (none when
+                       its root has no library: a VM executable without kernels) */
     TVMFunctionHandle get_lib = NULL;
     TVMValue ret;
     int code;
     if (TVMModLoadFromFile(argv[2], "so", &good) != 0 ||
-        TVMModGetFunction(good, "get_lib", 0, &get_lib) != 0 || get_lib == NULL ||
-        TVMFuncCall(get_lib, NULL, NULL, 0, &ret, &code) != 0) {
+        TVMModGetFunction(good, "get_lib", 0, &get_lib) != 0 || get_lib == NULL) {
       fprintf(stderr, "cannot load the good library: %s\n", TVMGetLastError());
       return 2;
     }
-    lib = ret.v_handle;
+    lib = TVMFuncCall(get_lib, NULL, NULL, 0, &ret, &code) == 0 ? ret.v_handle : NULL;
     TVMFuncFree(get_lib);
     TVMModFree(good);
   }

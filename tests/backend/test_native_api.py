@@ -48,17 +48,11 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 
 
 @pytest.fixture(scope="module")
-def api_test(native_rt, tmp_path_factory):
+def api_test(native_rt, native_rt_asan, tmp_path_factory):
     """native_api_test.c linked with the runtime built by its Makefile under ASan + UBSan (leaks
     checked at exit)."""
-    from kiln.native import RUNTIME_DIR
-
     folder = tmp_path_factory.mktemp("native-api")
-    build = folder / "rt-asan"
-    flags = " ".join(["-g", "-O1", *SANITIZE])
-    subprocess.run(["make", "-s", "-C", str(RUNTIME_DIR), f"BUILD={build}", f"CFLAGS={flags}",
-                    f"{build}/libkiln_runtime.a", f"{build}/include"],
-                   check=True, capture_output=True, text=True, timeout=300)
+    build = native_rt_asan
     exe = folder / "native_api_test"
     subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}", "-o",
                     str(exe), str(Path(__file__).with_name("native_api_test.c")),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -29,7 +28,6 @@ from fuzz_mutators import blob_corpus, graph_docs, graph_params, mutate_bytes
 from fuzz_runtime import SoCorpus, build_so, so_file_mutation
 
 import kiln.runtime as rt
-from kiln.native import RUNTIME_DIR
 from kiln.runtime.blob import pack_imports
 from kiln.runtime.device_module import DeviceFunction
 
@@ -41,25 +39,15 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 
 
 @pytest.fixture(scope="module")
-def fuzz_setup(tmp_path_factory):
-    if shutil.which("cc") is None:
-        pytest.skip("needs cc")
+def fuzz_setup(native_rt_asan, tmp_path_factory):
     folder = tmp_path_factory.mktemp("native-fuzz")
     so = build_so(str(folder / "model.so"))
-    build = folder / "rt-asan"  # the runtime's own Makefile, instrumented
-    flags = " ".join(["-g", "-O1", *SANITIZE])
-    proc = subprocess.run(["make", "-s", "-C", str(RUNTIME_DIR), f"BUILD={build}",
-                           f"CFLAGS={flags}", f"{build}/libkiln_runtime.a", f"{build}/include"],
-                          capture_output=True, text=True, timeout=300, check=False)
-    if proc.returncode == 0:
-        driver = folder / "native_fuzz_driver"
-        proc = subprocess.run(
-            ["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}", "-o",
-             str(driver), str(HERE / "native_fuzz_driver.c"), str(build / "libkiln_runtime.a"),
-             "-ldl", "-lpthread"], capture_output=True, text=True, timeout=300, check=False)
-    if proc.returncode != 0 and "sanitize" in proc.stderr:
-        pytest.skip(f"the compiler lacks the sanitizers: {proc.stderr[:200]}")
-    assert proc.returncode == 0, proc.stderr
+    build = native_rt_asan  # the runtime's own Makefile, instrumented
+    driver = folder / "native_fuzz_driver"
+    subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}", "-o",
+                    str(driver), str(HERE / "native_fuzz_driver.c"),
+                    str(build / "libkiln_runtime.a"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True, text=True, timeout=300)
     return folder, so, driver
 
 

@@ -116,6 +116,8 @@ static const struct {
     {"const_loader", kiln_load_const_loader},
     {"metadata", kiln_load_const_loader},
     {"kiln_jit", kiln_load_jit},
+    {"relax.VMExecutable", kiln_load_vm_executable},
+    {"relax.Executable", kiln_load_vm_executable}, /* TVM v0.18's name */
 };
 #define KILN_NUM_LOADERS (sizeof(kiln_loaders) / sizeof(kiln_loaders[0]))
 
@@ -128,7 +130,7 @@ static int kiln_load_binary(const char* key, const uint8_t* data, size_t n, Kiln
     }
   }
   return kiln_fail("no loader for module type_key '%s' (this runtime loads GraphExecutorFactory,"
-                   " const_loader, metadata, kiln_jit; kiln_json and the VM executable need "
+                   " relax.VMExecutable, const_loader, metadata, kiln_jit; kiln_json needs "
                    "the Python runtime)", key);
 }
 

@@ -98,6 +98,7 @@ typedef int (*KilnModuleLoader)(const uint8_t* data, size_t n, KilnModule** out)
 int kiln_load_graph_factory(const uint8_t* data, size_t n, KilnModule** out);  /* rt_graph.c */
 int kiln_load_const_loader(const uint8_t* data, size_t n, KilnModule** out);   /* rt_const_loader.c */
 int kiln_load_jit(const uint8_t* data, size_t n, KilnModule** out);            /* rt_jit.c */
+int kiln_load_vm_executable(const uint8_t* data, size_t n, KilnModule** out);  /* rt_vm_exec.c */
 int kiln_unpack_imports(const uint8_t* payload, size_t n, KilnModule* lib, KilnModule** out);
 
 /* -- library module (rt_library.c) */

@@ -3,9 +3,14 @@
  * twin of `kiln run`).
  *
  *     kiln_run model.so [--repeat N] IN.bin... OUT.bin...   (KILN_NUM_THREADS: kernel threads)
+ *     kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] [IN.bin...] [OUT.bin...]
  *
  * Inputs and outputs are raw tensors (C order, the graph's dtype) in the graph's input order
  * (get_input_name) and output order; each input file must hold exactly the input's bytes.
+ * A VM library (symbolic dims, decision 014) runs its function main: --shape gives each input's
+ * shape; the inputs are read from the first files, or with --random made up (integers in
+ * [0, 100), floats in [-1, 1)); the result's tensors (a tuple flattened in order) are written
+ * to the remaining files, when given (kiln_run_vm.c).
  * Prints the load time, the first inference (start-up to first result) and the mean, min and
  * median latency of N further runs, and the min and median of their CPU time (this thread's:
  * with one kernel thread, what the run costs whatever else the machine does). Exit status 0, or
@@ -73,27 +78,44 @@ static int read_file(const char* path, DLTensor* t) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n");
+  fprintf(stderr, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n"
+                  "       kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] "
+                  "[IN.bin...] [OUT.bin...]\n");
   return 2;
 }
+
+#include "kiln_run_vm.c"
+
 
 int main(int argc, char** argv) {
   TVMModuleHandle factory, gm;
   TVMFunctionHandle f_default, f_set, f_run, f_out, f_nin, f_nout, f_name, f_in;
   TVMValue args[2], ret;
   int codes[2], code, i, k, repeat = 10, nin, nout, nfiles;
-  char** files;
+  char **files, **shapes;
+  int nshapes = 0, random_inputs = 0;
   double t0, t_load, t_first, t_total, *times, *cpu;
   if (argc < 2) return usage();
   files = (char**)calloc((size_t)argc, sizeof(char*));
+  shapes = (char**)calloc((size_t)argc, sizeof(char*));
   for (i = 2, nfiles = 0; i < argc; ++i) {
     if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) shapes[nshapes++] = argv[++i];
+    else if (strcmp(argv[i], "--random") == 0) random_inputs = 1;
     else if (strncmp(argv[i], "--", 2) == 0) return usage();
     else files[nfiles++] = argv[i];
   }
   if (repeat < 0) return usage();
   t0 = now_ms();
   if (TVMModLoadFromFile(argv[1], "so", &factory) != 0) return die("load");
+  if (strcmp(KilnModTypeKey(factory), "relax.VMExecutable") == 0) {
+    int rc = run_vm(factory, t0, repeat, shapes, nshapes, random_inputs, files, nfiles);
+    TVMModFree(factory);
+    free(files);
+    free(shapes);
+    return rc;
+  }
+  if (nshapes || random_inputs) return usage();
   if ((f_default = get(factory, "default")) == NULL) return 1;
   args[0].v_device.device_type = kDLCPU;
   args[0].v_device.device_id = 0;
@@ -169,5 +191,6 @@ int main(int argc, char** argv) {
   TVMModFree(gm);
   TVMModFree(factory);
   free(files);
+  free(shapes);
   return 0;
 }

@@ -83,6 +83,17 @@ int KilnModLoadFromBlob(const void* payload, size_t nbytes, TVMModuleHandle lib,
 /* Bytes of a tensor's data. */
 size_t KilnArrayNumBytes(const DLTensor* t);
 
+/* -- the VM (decision 014 / 022): exe = TVMModLoadFromFile(...) (type_key relax.VMExecutable);
+   vm = exe["vm_load_executable"](); vm["vm_initialization"](1, 0, 2) (kDLCPU, 0, pooled);
+   vm["main"](tensors...). A VM function returns copies of its results, owned by the VM and
+   valid until its next call: one tensor as kTVMDLTensorHandle, a tuple as kTVMObjectHandle
+   (a KilnTuple), an integer as kTVMArgInt. Also get_function_arity(name),
+   get_function_param_name(name, i), get_function_param_dtype(name, i) (kTVMDataType). */
+/* Items of a KilnTuple (-1 for NULL). */
+int KilnTupleSize(void* tuple);
+/* Item `index` (a tensor, a nested tuple or an integer, with its type code). */
+int KilnTupleGetItem(void* tuple, int index, TVMValue* out, int* type_code);
+
 #ifdef __cplusplus
 }
 #endif

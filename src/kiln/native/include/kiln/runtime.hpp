@@ -64,6 +64,16 @@ class RetValue {
     return static_cast<DLTensor*>(value_.v_handle);
   }
   inline Module AsModule();
+  /* A tuple (kTVMObjectHandle: a VM function's several results): its size and items
+     (borrowed, like the tuple: valid until the VM's next call). */
+  int TupleSize() const { return Expect(kTVMObjectHandle), KilnTupleSize(value_.v_handle); }
+  RetValue TupleItem(int i) const {
+    TVMValue v;
+    int code;
+    Expect(kTVMObjectHandle);
+    Check(KilnTupleGetItem(value_.v_handle, i, &v, &code));
+    return RetValue(v, code == kTVMModuleHandle ? kTVMNullptr : code);
+  }
 
  private:
   void Expect(int code) const {

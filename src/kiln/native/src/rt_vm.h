@@ -1,0 +1,198 @@
+/*
+ * The VM of libkiln_runtime: the executable (type_key relax.VMExecutable, decision 014's byte
+ * format, rt_vm_exec.c), the builtins (rt_vm_builtins.c) and the VM module with its
+ * interpreter (rt_vm.c). TVM's src/runtime/relax_vm/executable.cc, vm.cc and builtin.cc; Kiln's
+ * kiln/runtime/vm_format.py, vm_bytecode.py, vm_executable.py, vm.py and vm_builtins.py, whose
+ * checks and messages these files mirror (the executable is untrusted input: decision 004).
+ */
+#ifndef KILN_RT_VM_H_
+#define KILN_RT_VM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_internal.h"
+
+#define KILN_VM_TYPE_KEY "relax.VMExecutable"
+#define KILN_VM_MAX_REGS (1 << 20)
+#define KILN_VM_MAX_HEAP (1 << 20)
+#define KILN_VM_MAX_STORAGE_ID (1 << 16)
+#define KILN_VM_MAX_NDIM 32
+
+enum { KILN_VM_KIND_PACKED = 0, KILN_VM_KIND_VM = 1 };
+enum { KILN_OP_CALL = 1, KILN_OP_RET = 2, KILN_OP_GOTO = 3, KILN_OP_IF = 4 };
+enum { KILN_ARG_REG = 0, KILN_ARG_IMM = 1, KILN_ARG_CONST = 2, KILN_ARG_FUNC = 3, KILN_ARG_HEAP = 4 };
+enum { KILN_TAG_NDARRAY = 0, KILN_TAG_INT_ARRAY = 1, KILN_TAG_STRING = 2, KILN_TAG_INT = 3 };
+
+typedef struct {
+  char* name;
+  int64_t lo, hi, divisor; /* hi -1: unbounded */
+} KilnVMSymbol;
+
+typedef struct {
+  char* name;
+  DLDataType dtype;
+  int ndim;
+  int64_t* dims; /* >= 0: the dim; < 0: symbol -1 - d */
+} KilnVMSig;
+
+typedef struct {
+  int64_t value;
+  int kind;
+} KilnVMArg;
+
+typedef struct {
+  int op;
+  int64_t pc;       /* word index of its first word */
+  int64_t dst;      /* Call: destination (-1: none); Ret / If: the register read */
+  int64_t func_idx; /* Call */
+  int nargs;
+  KilnVMArg* args; /* into the function's argument array */
+  int64_t target;  /* Goto / If: the instruction index jumped to */
+} KilnVMInstr;
+
+typedef struct {
+  int kind;
+  char* name;
+  int64_t start, end, num_regs, heap_size;
+  KilnVMSig* params;
+  size_t num_params;
+  KilnVMSig* outputs;
+  size_t num_outputs;
+  KilnVMInstr* instrs; /* VM functions: decoded */
+  size_t num_instrs;
+  KilnVMArg* arg_words;
+} KilnVMFunction;
+
+typedef struct {
+  int tag;
+  DLTensor tensor; /* NDARRAY: owned, 64-byte aligned data */
+  int64_t shape[KILN_VM_MAX_NDIM];
+  int64_t* ints; /* INT_ARRAY */
+  size_t num_ints;
+  char* str; /* STRING */
+  int64_t value; /* INT */
+} KilnVMConst;
+
+typedef struct {
+  KilnModule base;
+  KilnVMSymbol* symbols;
+  size_t num_symbols;
+  KilnVMFunction* funcs;
+  size_t num_funcs;
+  KilnVMConst* consts;
+  size_t num_consts;
+} KilnVMExec;
+
+/* DLPack dtype of a name ("float32", "int64", "bool"...): 0, or -1 with the error set. */
+int kiln_vm_dtype_from_name(const char* name, DLDataType* out);
+/* Its name, or "an unsupported dtype". */
+const char* kiln_vm_dtype_name(DLDataType t);
+
+/* -- values held in registers */
+enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE };
+typedef struct KilnVMStorage KilnVMStorage;
+typedef struct KilnVMTuple KilnVMTuple;
+typedef struct {
+  int kind;
+  union {
+    int64_t i;
+    DLTensor* t;
+    KilnVMStorage* s;
+    KilnVMTuple* tup;
+  } u;
+} KilnVMValue;
+
+struct KilnVMTuple {
+  int n;
+  KilnVMValue* items;
+};
+
+struct KilnVMStorage {
+  int64_t fidx, sid;
+  uint8_t* data; /* 64-byte aligned */
+  int64_t nbytes;
+};
+
+/* -- builtins (rt_vm_builtins.c): prepared once per call site at vm_initialization */
+typedef struct KilnVM KilnVM;
+typedef struct KilnVMSite KilnVMSite;
+typedef struct {
+  KilnVM* vm;
+  const KilnVMFunction* func;
+  int64_t fidx;
+  KilnVMValue* regs;
+  int64_t* heap;
+} KilnVMFrame;
+typedef int (*KilnVMBuiltinRun)(KilnVMSite* site, KilnVMFrame* fr, KilnVMValue* args,
+                                KilnVMValue* out);
+
+struct KilnVMSite {
+  const KilnVMInstr* ins;
+  const char* where_func; /* the calling function's name */
+  KilnVMBuiltinRun run;  /* builtins */
+  const char* builtin;   /* its name */
+  KilnFunc* kernel;      /* kernels */
+  TVMValue* kargs;       /* kernels: the prepared argument array */
+  int* kcodes;
+  KilnVMValue* vals; /* the resolved arguments */
+  /* per-site state of builtins */
+  DLTensor view;
+  int64_t shape[KILN_VM_MAX_NDIM];
+  KilnVMTuple tuple;
+  const int64_t* spec; /* match_shape spec / shape program / slot list */
+  size_t spec_n;
+  int64_t param; /* match_shape: the parameter index */
+  DLDataType dtype;
+  int64_t storage_idx; /* alloc_storage: index into the VM's storages, -1 before */
+  const char* text;    /* trap: the message */
+  void* buf;           /* shape_to_tensor: the tensor's data (owned) */
+};
+
+/* The VM module (rt_vm.c). */
+struct KilnVM {
+  KilnModule base;
+  KilnVMExec* exe;
+  int initialized;
+  int running;
+  KilnVMSite** sites; /* per function table entry: one per instruction (VM functions) */
+  KilnFunc** kernels; /* per function table entry: the kernel (packed, not builtins) */
+  KilnVMStorage** storages;
+  size_t num_storages, cap_storages;
+  void** retired; /* buffers replaced during a call, freed when it ends */
+  size_t num_retired, cap_retired;
+  int64_t mem_limit;
+  /* inputs: per parameter, a view of the caller's tensor and an aligned staging buffer */
+  DLTensor* in_views;
+  int64_t (*in_shapes)[KILN_VM_MAX_NDIM];
+  void** staging;
+  size_t* staging_n;
+  size_t max_params;
+  /* the result of the last call: copies of its tensors, owned by the VM */
+  KilnVMValue result;
+  DLTensor** out_tensors;
+  size_t num_out, cap_out;
+  KilnVMTuple* out_tuples;
+  size_t num_out_tuples, cap_out_tuples;
+};
+
+/* Prepare builtin `name` at a call site (static checks): 0, or -1 with the error set (an
+   unknown or unimplemented builtin is named). */
+int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* exe, const KilnVMFunction* func,
+                            const char* name, KilnVMSite* site);
+/* A one-element tensor's truth value (read_bool's rule). */
+int kiln_vm_read_bool_value(const DLTensor* t, int* out);
+/* The storage (fidx, sid) with at least nbytes (kept across calls, grown when needed). */
+int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int64_t nbytes,
+                    KilnVMStorage** out);
+
+/* -- rt_vm_memory.c */
+/* Append item to a growing array of pointers. */
+int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item);
+/* Copy a result into VM-owned tensors and tuples (freed by kiln_vm_free_value). */
+int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
+void kiln_vm_free_value(KilnVMValue* v);
+/* A value as the C API returns it. */
+int kiln_vm_return(const KilnVMValue* v, TVMValue* ret, int* ret_code);
+
+#endif /* KILN_RT_VM_H_ */
