@@ -1,7 +1,8 @@
 """The conv register blocks fit the target's vector registers (docs/decisions/003): no
 accumulator spilled to the stack in a 3×3 or a 1×1 conv's machine code, with AVX2's 16 ymm
-(at most 6 pixels × 2 vectors: 4 over a 28-pixel row) and AVX-512's 32 zmm (14 pixels × 2 vectors, unchanged). Checked in the
-assembly LLVM emits for the named CPU (no need to run it on one)."""
+(at most 6 pixels × 2 vectors: 4 over a 28-pixel row) and AVX-512's 32 zmm (14 pixels × 2
+vectors, unchanged). Checked in the assembly LLVM emits for the named CPU (no need to run it
+on one)."""
 
 from __future__ import annotations
 
