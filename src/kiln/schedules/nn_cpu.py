@@ -269,7 +269,10 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
         sub = (bo,)
     # 16 vector registers (AVX2, SSE): blocks of at most max_block_pixels, a static row's last
     # block shifted back (14 = 5 + 5 + 5 - 1) rather than a divisor (14 -> 2 pixels)
-    most = None if wide_pointwise else max_block_pixels()
+    target = Target.current()
+    vectors = b.extent // target.vector_lanes(conv.dtype) \
+        if target is not None and isinstance(b.extent, int) else 2
+    most = None if wide_pointwise else max_block_pixels(max(1, vectors))
     shift = wide_pointwise or (most is not None and isinstance(x.extent, int))
     pixels = _row_block(x.extent, taps, most)
     if wide_pointwise:
