@@ -58,3 +58,14 @@ def test_thirty_two_registers_keep_the_measured_blocks():
     assert _row_block(56) == 14 and _row_block(56, taps=1) == 8
     assert _row_block(7) == 7 and _row_block(14, taps=1) == 7
     assert _row_block(56, most=6) == 4  # symbolic-width fallback: divisors up to the cap
+
+
+def test_sixteen_registers_pad_one_vector_output_blocks():
+    from kiln.passes.graph.alter_op_layout import _padded_outputs
+
+    with Target(f"{X86} -mcpu=haswell"):  # blocks of 8 = one ymm: 1000 classes as 1008
+        assert _padded_outputs(1000, 16, 8) == 1008
+        assert _padded_outputs(24, 16, 8) == 24  # a third more work: not padded
+    with Target(f"{X86} -mcpu=skylake-avx512"):  # unchanged: only blocks under half a block
+        assert _padded_outputs(1000, 32, 8) == 1024
+        assert _padded_outputs(528, 32, 16) == 528
