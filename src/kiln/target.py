@@ -427,6 +427,17 @@ class Target:
             "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1", "bdver2",
             "btver2"}) else ""
 
+    def vector_registers(self) -> int:
+        """SIMD registers the register-blocked schedules may fill: 16 on x86 below AVX-512
+        (``xmm``/``ymm0``–``15``), 32 with AVX-512 (``zmm0``–``31``) and on aarch64 / RISC-V
+        (``v0``–``v31``) and for the other kinds (no register file is assumed there); a
+        multi-level target counts its widest level's, as :meth:`vector_bits` does (its kernels
+        are scheduled under :meth:`level`)."""
+        if self.kind != "jit" and self.arch in ("x86_64", "i686", "i386") \
+                and 0 < self.vector_bits() < 512:
+            return 16
+        return 32
+
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Elements of ``dtype`` per SIMD register (at least 1)."""
         bits = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 32,

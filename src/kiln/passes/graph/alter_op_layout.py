@@ -95,8 +95,13 @@ def _out_block(channels: int) -> int:
 
 def _padded_outputs(n: int, full: int, block: int) -> int:
     """``n`` outputs rounded up to a multiple of ``full`` when that pays (MAX_PAD_FRACTION)
-    for an op whose exact block is ``block``; else ``n``."""
-    if 2 * block >= full:
+    for an op whose exact block is ``block`` under half of ``full`` — or under ``full`` with 16
+    vector registers (AVX2, SSE): there a one-vector block's register block was
+    latency-bound (squeezenet's 512 -> 1000 1x1 conv at 13x13, blocks of 8: 4.25 ms vs
+    onnxruntime's 2.39, 1008 channels in blocks of 16: see docs/decisions/003); else ``n``."""
+    target = Target.current()
+    least = full if target is not None and target.vector_registers() < 32 else full // 2
+    if block >= least:
         return n
     padded = -(-n // full) * full
     return padded if padded - n <= n * MAX_PAD_FRACTION else n

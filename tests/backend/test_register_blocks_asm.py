@@ -1,0 +1,47 @@
+"""The conv register blocks fit the target's vector registers (docs/decisions/003): no
+accumulator spilled to the stack in a 3×3 or a 1×1 conv's machine code, with AVX2's 16 ymm
+(at most 6 pixels × 2 vectors: 4 over a 28-pixel row) and AVX-512's 32 zmm (14 pixels × 2
+vectors, unchanged). Checked in the assembly LLVM emits for the named CPU (no need to run it
+on one)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+
+X86 = "llvm -mtriple=x86_64-linux-gnu"
+
+
+def _conv_asm(target: str, cin: int, cout: int, hw: int, k: int) -> str:
+    x = Var("x", TensorType((1, cin, hw, hw), "float32"))
+    w = Constant(np.random.default_rng(0).standard_normal((cout, cin, k, k)).astype(np.float32))
+    attrs = {"strides": (1, 1), "padding": (k // 2,) * 4, "dilation": (1, 1), "groups": 1}
+    lib = kiln.build(Function([x], [Call("nn.conv2d", [x, w], attrs)]), target=target).get_lib()
+    mods = [lib, *lib.imported_modules]
+    return "".join(m.get_source("asm") for m in mods if m.type_key == "llvm")
+
+
+def _spills(asm: str, reg: str) -> int:
+    """Vector stores to and loads from the stack."""
+    return len(re.findall(rf"\bvmov\w+\s+%{reg}\d+, -?\w*\(%rsp\)", asm)) + \
+        len(re.findall(rf"\bvmov\w+\s+-?\w*\(%rsp\), %{reg}\d+", asm))
+
+
+@pytest.mark.parametrize("cpu,reg,fmas", [("haswell", "ymm", 4 * 2 * 4),
+                                          ("skylake-avx512", "zmm", 14 * 2 * 4)])
+def test_3x3_block_fits_the_registers(cpu, reg, fmas):
+    # 64 -> 64 channels at 28x28: blocks of 2 vectors (16 / 32 channels), input channels
+    # unrolled by 4 (INPUT_UNROLL): FMAs = pixels x 2 x 4 in the unrolled inner loop
+    asm = _conv_asm(f"{X86} -mcpu={cpu}", 64, 64, 28, 3)
+    assert _spills(asm, reg) == 0
+    assert len(re.findall(rf"\bvfmadd\w+\s+.*%{reg}", asm)) == fmas
+
+
+def test_avx2_pointwise_block_fits_the_registers():
+    asm = _conv_asm(f"{X86} -mcpu=haswell", 128, 128, 14, 1)
+    assert _spills(asm, "ymm") == 0
