@@ -21,10 +21,10 @@ import os
 import re
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from weight_quant import _mean_us, _ort_session
 
 DEFAULT_SHAPES = "3x64x224k7s2,64x64x56k3,64x256x56k1,256x64x56k1,128x128x28k3,512x512x7k3,256x512x56k1s2"
 
@@ -102,22 +102,6 @@ def _kiln(model, target: str, path: Path):
         kiln.cpu()))
 
 
-def _ort(model, threads: int):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-
-
-def _mean_us(fn, repeat: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    return (time.perf_counter() - start) / repeat * 1e6
-
-
 def bench_shape(shape: tuple[int, ...], act: str, args, folder: Path) -> list[tuple]:
     """(engine, median µs, GOP/s, steps from onnxruntime) per engine."""
     cin, _, h, _, _ = shape
@@ -127,7 +111,7 @@ def bench_shape(shape: tuple[int, ...], act: str, args, folder: Path) -> list[tu
     if act == "s8":
         x = (x.astype(np.int16) - 128).astype(np.int8)
     xf = ((x.astype(np.float32) - (128 if act == "u8" else 0)) * 4 / 255).astype(np.float32)
-    sess = _ort(qdq, args.threads)
+    sess = _ort_session(qdq, args.threads)
     want = sess.run(None, {"x": x})[0]
     int8 = _kiln(qdq, args.target, folder / f"q_{act}.so")
     int8.set_input("x", x)
@@ -135,7 +119,7 @@ def bench_shape(shape: tuple[int, ...], act: str, args, folder: Path) -> list[tu
     steps = int(np.abs(int8.get_output(0).numpy().astype(np.int32) - want).max())
     fp32 = _kiln(fmodel, args.target, folder / "f.so")
     fp32.set_input("x", xf)
-    fsess = _ort(fmodel, args.threads)
+    fsess = _ort_session(fmodel, args.threads)
     calls = {"onnxruntime int8": lambda: sess.run(None, {"x": x}), "kiln int8": int8.run,
              "kiln fp32": fp32.run, "onnxruntime fp32": lambda: fsess.run(None, {"x": xf})}
     times: dict[str, list[float]] = {name: [] for name in calls}
