@@ -190,6 +190,8 @@ int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int
 /* Append item to a growing array of pointers. */
 int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item);
 /* Copy a result into VM-owned tensors and tuples (freed by kiln_vm_free_value). */
+/* Whether a and b have the same dtype and shape (rt_vm_memory.c). */
+int kiln_vm_same_type(const DLTensor* a, const DLTensor* b);
 int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
 void kiln_vm_free_value(KilnVMValue* v);
 /* A value as the C API returns it. */

@@ -358,22 +358,12 @@ static int kiln_reshape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnV
   return 0;
 }
 
-static int kiln_same_type(const DLTensor* a, const DLTensor* b) {
-  int i;
-  if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
-      a->dtype.lanes != b->dtype.lanes)
-    return 0;
-  for (i = 0; i < a->ndim; ++i)
-    if (a->shape[i] != b->shape[i]) return 0;
-  return 1;
-}
-
 static int kiln_copy(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   DLTensor *src = NULL, *dst = NULL;
   (void)s, (void)fr, (void)out;
   if (kiln_tensor(&args[0], "copy", 0, &src) != 0 || kiln_tensor(&args[1], "copy", 1, &dst) != 0)
     return -1;
-  if (!kiln_same_type(src, dst))
+  if (!kiln_vm_same_type(src, dst))
     return kiln_fail("ShapeError: vm.builtin.copy: the tensors differ in shape or dtype");
   if (KilnArrayNumBytes(src))
     memmove((char*)dst->data + dst->byte_offset, (char*)src->data + src->byte_offset,

@@ -81,7 +81,8 @@ void kiln_vm_free_value(KilnVMValue* v) {
   v->kind = KV_NONE;
 }
 
-static int kiln_same_shape(const DLTensor* a, const DLTensor* b) {
+/* Same dtype and shape. */
+int kiln_vm_same_type(const DLTensor* a, const DLTensor* b) {
   int i;
   if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
       a->dtype.lanes != b->dtype.lanes)
@@ -109,7 +110,7 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
       vm->cap_out = c;
     }
     slot = &vm->out_tensors[vm->num_out];
-    if (*slot != NULL && !kiln_same_shape(*slot, t)) {
+    if (*slot != NULL && !kiln_vm_same_type(*slot, t)) {
       TVMArrayFree(*slot);
       *slot = NULL;
     }
