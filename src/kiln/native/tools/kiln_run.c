@@ -77,6 +77,17 @@ static int read_file(const char* path, DLTensor* t) {
   return 0;
 }
 
+/* The latency report: load, first run, and over `repeat` sorted runs (wall and CPU ms). */
+static void print_times(double t_load, double t_first, double t_total, const double* times,
+                        const double* cpu, int repeat) {
+  printf("load: %.3f ms\nfirst run: %.3f ms\nstart-up to first result: %.3f ms\n", t_load,
+         t_first, t_load + t_first);
+  if (repeat > 0)
+    printf("mean: %.3f ms over %d runs\nmin: %.3f ms\nmedian: %.3f ms\n"
+           "cpu min: %.3f ms\ncpu median: %.3f ms\n", t_total / repeat, repeat, times[0],
+           times[repeat / 2], cpu[0], cpu[repeat / 2]);
+}
+
 static int usage(void) {
   fprintf(stderr, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n"
                   "       kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] "
@@ -173,12 +184,7 @@ int main(int argc, char** argv) {
     }
     fclose(f);
   }
-  printf("load: %.3f ms\nfirst run: %.3f ms\nstart-up to first result: %.3f ms\n", t_load,
-         t_first, t_load + t_first);
-  if (repeat > 0)
-    printf("mean: %.3f ms over %d runs\nmin: %.3f ms\nmedian: %.3f ms\n"
-           "cpu min: %.3f ms\ncpu median: %.3f ms\n", t_total / repeat, repeat, times[0],
-           times[repeat / 2], cpu[0], cpu[repeat / 2]);
+  print_times(t_load, t_first, t_total, times, cpu, repeat);
   free(times);
   TVMFuncFree(f_default);
   TVMFuncFree(f_set);

@@ -154,12 +154,7 @@ static int run_vm(TVMModuleHandle exe, double t0, int repeat, char** shapes, int
     }
     fclose(f);
   }
-  printf("load: %.3f ms\nfirst run: %.3f ms\nstart-up to first result: %.3f ms\n", t_load,
-         t_first, t_load + t_first);
-  if (repeat > 0)
-    printf("mean: %.3f ms over %d runs\nmin: %.3f ms\nmedian: %.3f ms\n"
-           "cpu min: %.3f ms\ncpu median: %.3f ms\n", t_total / repeat, repeat, times[0],
-           times[repeat / 2], cpu[0], cpu[repeat / 2]);
+  print_times(t_load, t_first, t_total, times, cpu, repeat);
   rc = 0;
 done:
   free(times);
