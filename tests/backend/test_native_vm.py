@@ -412,18 +412,11 @@ def test_vm_cross_under_qemu(isa, tmp_path):
     """The C VM on other machines: the tiny VM library exported with ``llvm -mtriple=...``
     (riscv64 with RVV) and the runtime built by the cross GCC, run by kiln_run under qemu-user
     at a shape chosen at run time."""
-    from test_native_cross import CROSS
-    from test_native_runtime import build_runtime
+    from test_native_cross import cross_runtime
 
     import kiln.runtime as rt
 
-    cfg = CROSS[isa]
-    for tool in ("make", cfg["cc"], cfg["qemu"][0]):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{isa} needs {tool} (make cross-toolchain installs it)")
-    if not os.path.isdir(cfg["qemu"][2]):
-        pytest.skip(f"{isa} needs {cfg['qemu'][2]}")
-    runtime = build_runtime(tmp_path / "rt", cc=cfg["cc"])
+    cfg, runtime = cross_runtime(isa, tmp_path / "rt")
     from kiln.frontend import from_onnx
 
     mod, params = from_onnx(tiny_model())
