@@ -1,0 +1,14 @@
+"""Auto-tuning (issue 19): schedules declare knobs, a search measures candidates, records
+apply them at compile time. See docs/decisions/024-tuner.md.
+
+Modules (one concept each):
+
+- :mod:`kiln.tune.space` — ``Knob`` / ``Config`` / ``Task``: the contract every other module uses;
+- ``knobs`` — how a schedule declares a knob and reads the value of the config being applied;
+- ``tasks`` — task extraction from a model (unique kernels, weight = occurrences);
+- ``measure`` — build one candidate, check it against the default schedule's output, time it;
+- ``records`` — JSON-lines records, CPU fingerprint, apply at compile time;
+- ``features`` / ``cost_model`` / ``search`` — loop-nest features, the learned cost model,
+  evolutionary search and the task scheduler;
+- :mod:`kiln.tune.executor` — where builds and measurements run: local worker processes, or Ray.
+"""
