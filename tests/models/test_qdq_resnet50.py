@@ -53,6 +53,7 @@ def _output_step(model: onnx.ModelProto) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("qdq-resnet50")  # quantize once: the fixture is per worker
 @pytest.mark.parametrize("variant,target", [("per_tensor", "c"),
                                             ("per_channel", "llvm -mcpu=native")])
 def test_qdq_resnet50_matches_onnxruntime(qdq_models, variant, target, reference, tmp_path):

@@ -14,7 +14,8 @@ import pytest
 PROMPTS = ("What is the capital of France?", "Write a haiku about compilers.",
            "List three prime numbers.")
 
-pytestmark = pytest.mark.slow
+# one worker builds the decoder once (the module fixture is per worker)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2")]
 
 
 @pytest.fixture(scope="module")
