@@ -126,5 +126,7 @@ def test_tiny_llama_compiles_from_the_command_line_with_a_mask_over_past_and_seq
     got = vm["main"](*feeds, *ref.empty_cache(1))
     np.testing.assert_allclose(got[0].numpy(), ref(*feeds, ref.empty_cache(1))[0],
                                rtol=1e-4, atol=1e-4)
-    with pytest.raises(kiln.errors.KilnError):  # a mask one shorter than past + sequence
+    with pytest.raises(kiln.errors.ShapeError, match="attention_mask.*past"):  # one short
         vm["main"](ids, np.ones((1, 5), np.int64), np.arange(6)[None], *ref.empty_cache(1))
+    with pytest.raises(kiln.errors.ShapeError, match="attention_mask. dim 0"):  # same size
+        vm["main"](ids, np.ones((2, 3), np.int64), np.arange(6)[None], *ref.empty_cache(1))

@@ -355,8 +355,14 @@ def _emit_runtime_op(em: _Emitter, node: Call, regs: dict[int, int]) -> None:
         _emit_dynamic(em, node, regs)
         return
     dst = regs.setdefault(node.uid, em.reg())
-    if node.op.name == "match_cast":
-        em.call(dst, "vm.builtin.reshape", [_value_arg(node.args[0], regs, em),
+    if node.op.name == "match_cast":  # check every dim (errors name the value), then view
+        value = _value_arg(node.args[0], regs, em)
+        what = (f"match_cast of {node.span or 'a value'} to "
+                f"{arith.shape_str(node.checked_type.shape)}")
+        spec = shape_spec(node.checked_type, em.heap.slot, lambda d: False)
+        em.call(-1, "vm.builtin.bind_shape", [value, const(em.const(what, ("label", what))),
+                                              const(em.const(spec))])
+        em.call(dst, "vm.builtin.reshape", [value,
                                             *(em.heap.arg(d) for d in node.checked_type.shape)])
     elif node.op.name == "kv_append":  # in place behind a past the VM returned earlier
         em.call(dst, "vm.builtin.kv_append", [_value_arg(a, regs, em) for a in node.args])

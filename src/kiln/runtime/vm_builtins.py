@@ -229,7 +229,9 @@ def bind_shape(site: Site) -> Run:
                 check_bounds(f"{label} dim {i}", c.symbol, d, c.lo, c.hi, c.divisor)
                 heap[c.value] = d
             elif d != (c.value if c.kind == 0 else heap[c.value]):
-                want = c.value if c.kind == 0 else f"{c.symbol} = {heap[c.value]}"
+                want = c.value if c.kind == 0 else heap[c.value]
+                if c.kind == 2 and not c.symbol.startswith("heap["):  # a named symbol
+                    want = f"{c.symbol} = {want}"
                 raise ShapeError(f"{label} dim {i}: expected {want} but got {d}")
 
     run.effect = "data"  # type: ignore[attr-defined]
