@@ -68,6 +68,9 @@ _X86_AVX512_VNNI = frozenset((
     "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
     "znver4", "znver5",
 ))
+#: x86 CPUs with AMX-TILE and AMX-INT8 (Intel SDM, CPUID.(EAX=07H,ECX=0):EDX[24, 25])
+_X86_AMX_INT8 = frozenset(("sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+                           "diamondrapids"))
 _X86_AVX_VNNI = frozenset((
     "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake",
     "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest",
@@ -426,6 +429,15 @@ class Target:
         return "avx2" if bits == 256 and self._x86_feature("avx2", _X86_AVX - {
             "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1", "bdver2",
             "btver2"}) else ""
+
+    def amx_int8(self) -> bool:
+        """Whether integer dense kernels try the support library's AMX ``tdpbusd`` kernel first
+        (docs/decisions/026-amx.md): an x86-64 ``llvm`` or ``c`` target whose CPU has AMX-INT8
+        (Sapphire Rapids and later by name, ``+amx-int8`` in ``-mattr``, or ``-mcpu=native`` on
+        such a host). ``KILN_AMX=0`` or a CPU / kernel without AMX still run the VNNI / AVX2
+        loops at run time."""
+        return self.kind in ("llvm", "c") and self.arch == "x86_64" and \
+            self._x86_feature("amx-int8", _X86_AMX_INT8)
 
     def vector_registers(self) -> int:
         """SIMD registers the register-blocked schedules may fill: 16 on x86 below AVX-512

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kiln.ir import arith
+from kiln.ir import loop as L
 from kiln.ir.lower import Schedule
 from kiln.ir.te import IterVar, Tensor
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
@@ -434,6 +435,41 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
     _register_block(stage, (), rows, stage.split(j, block), k,
                     cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
+    stage.try_first = amx_dense_call(dense)
+
+
+#: the AMX kernel's tile: 16 rows, 16 quads (64 bytes) of K, 16 int32 columns
+AMX_TILE = 16
+
+
+def amx_dense_call(dense: Tensor):
+    """The :attr:`kiln.ir.lower.Stage.try_first` of an integer dense on quads
+    (``qnn.dense_pack``: ``Σ dot_u8i8x4(quads[i, q], w[j // b, q, j % b])``) for a target with
+    AMX-INT8 (:meth:`kiln.target.Target.amx_int8`): support/amx.c's ``KilnAMXDenseU8S8`` on the
+    stage's buffers, when the shape fills a tile (static, at least 16 rows, K at least 64, the
+    weight block a multiple of 16 columns); else None (docs/decisions/026-amx.md)."""
+    target = Target.current()
+    if target is None or not target.amx_int8():
+        return None
+    inputs = dense.inputs()
+    quads = next((t for t in inputs if t.tag == "qnn_quads"), None)
+    weight = next((t for t in inputs if len(t.shape) == 3 and t.dtype == "int32"), None)
+    if quads is None or weight is None or dense.dtype != "int32":
+        return None
+    (m, n), (_, words), block = dense.shape, quads.shape, weight.shape[2]
+    if not all(isinstance(d, int) for d in (m, n, words, block)) or m < AMX_TILE or \
+            words < AMX_TILE or block % AMX_TILE:
+        return None
+
+    def call(buffer_of) -> L.PrimExpr:
+        def first(t: Tensor) -> L.PrimExpr:
+            buf = buffer_of(t)
+            return L.address_of(L.BufferLoad(buf, [L.IntImm(0)] * len(buf.shape)))
+
+        return L.call_extern("KilnAMXDenseU8S8", first(dense), first(quads), first(weight),
+                             *(L.IntImm(v) for v in (m, n, words, block, 4 * words, n)))
+
+    return call
 
 
 #: Column blocks of a single-row quantized dense's register block, per op. One block (two
