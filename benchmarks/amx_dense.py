@@ -1,5 +1,6 @@
-"""The integer dense with and without AMX (docs/decisions/026-amx.md): ``qnn.dense`` of int8
-data [M, K] and an int8 weight [N, K] compiled once for ``--target``; two copies of the library
+"""The integer dense and 1×1 convolution with and without AMX (docs/decisions/026-amx.md):
+``qnn.dense`` of int8 data [M, K] and an int8 weight [N, K] (or ``qnn.conv2d`` 1×1 of int8 data
+[1, CIN, H, H]) compiled once for ``--target``; two copies of the library
 in one process, one running the AMX kernel (support/amx.c) and one told ``KILN_AMX=0`` (its
 VNNI / AVX2 loops), timed in alternating rounds, each output checked against numpy's int64
 product.
@@ -7,7 +8,8 @@ product.
     python benchmarks/amx_dense.py [--shapes 256x1024x1024,...] [--threads 1]
         [--target "llvm -mcpu=native"] [--rounds 7] [--repeat 20]
 
-A shape ``MxKxN``. Prints per shape the AMX status of this process (``KilnAMXStatus``), the
+A shape ``MxKxN`` (dense) or ``conv:CINxCOUTxH`` (1×1 convolution, stride 1: M = H², K = CIN,
+N = COUT). Prints per shape the AMX status of this process (``KilnAMXStatus``), the
 median time of one call in µs for each library, GOP/s (2 · M · K · N / time) and the ratio.
 """
 
@@ -27,7 +29,8 @@ import numpy as np
 
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", default="128x768x768,256x1024x1024,512x2048x512,16x4096x4096")
+    p.add_argument("--shapes", default="128x768x768,256x1024x1024,512x2048x512,16x4096x4096,"
+                   "conv:64x256x56,conv:256x64x56,conv:512x128x28,conv:1024x256x14")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--target", default="llvm -mcpu=native")
     p.add_argument("--rounds", type=int, default=7)
@@ -45,16 +48,25 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kiln-amx-bench-"))
     print(f"target {args.target!r}, {args.threads} thread(s)")
     for shape in args.shapes.split(","):
-        m, k, n = (int(v) for v in shape.split("x"))
-        x = rng.integers(-128, 128, (m, k)).astype(np.int8)
+        conv = shape.startswith("conv:")
+        a, b, c = (int(v) for v in shape.removeprefix("conv:").split("x"))
+        m, k, n = (c * c, a, b) if conv else (a, b, c)
+        x = rng.integers(-128, 128, (1, k, c, c) if conv else (m, k)).astype(np.int8)
         w = rng.integers(-128, 128, (n, k)).astype(np.int8)
         xv = Var("x", TensorType(x.shape, "int8"))
-        func = Function([xv], [Call("qnn.dense", [xv, Constant(w)],
-                                    {"input_zero_point": -3})])
+        if conv:
+            attrs = {"strides": (1, 1), "padding": (0,) * 4, "dilation": (1, 1), "groups": 1,
+                     "input_zero_point": -3}
+            op = Call("qnn.conv2d", [xv, Constant(w.reshape(n, k, 1, 1))], attrs)
+            ref = np.einsum("kp,nk->np", x.reshape(k, m).astype(np.int64) + 3,
+                            w.astype(np.int64)).reshape(1, n, c, c)
+        else:
+            op = Call("qnn.dense", [xv, Constant(w)], {"input_zero_point": -3})
+            ref = (x.astype(np.int64) + 3) @ w.astype(np.int64).T
+        func = Function([xv], [op])
         paths = [work / f"{shape}_amx.so", work / f"{shape}_loops.so"]
         kiln.build(func, target=args.target).export_library(str(paths[0]))
         shutil.copyfile(paths[0], paths[1])
-        ref = (x.astype(np.int64) + 3) @ w.astype(np.int64).T
         mods = []
         for path, amx in zip(paths, ("", "0")):
             os.environ["KILN_AMX"] = amx  # read at the library's first AMX call

@@ -1,6 +1,6 @@
-"""The AMX int8 dense kernel (docs/decisions/026-amx.md): support/amx.c's ``KilnAMXDenseU8S8``
+"""The AMX int8 kernel (docs/decisions/026-amx.md): support/amx.c's ``KilnAMXGemmU8S8``
 (``ldtilecfg``, ``tileloadd``, ``tdpbusd``, ``tilestored``, ``tilerelease``) and the integer
-dense kernels that try it first on targets with AMX-INT8, then run their own VNNI / AVX2 loops
+dense and 1×1 convolution kernels that try it first on targets with AMX-INT8, then run their own VNNI / AVX2 loops
 when it declines (no AMX in cpuid, ``arch_prctl(ARCH_REQ_XCOMP_PERM)`` refused, ``KILN_AMX=0``,
 a shape below one tile).
 
@@ -54,8 +54,8 @@ def support(tmp_path_factory):
                     *toolchain.LINK_FLAGS, "-o", str(so), str(toolchain.AMX_C),
                     str(toolchain.BACKEND_C), *toolchain.LINK_LIBS], check=True)
     lib = ctypes.CDLL(str(so))
-    lib.KilnAMXDenseU8S8.restype = ctypes.c_int
-    lib.KilnAMXDenseU8S8.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 6
+    lib.KilnAMXGemmU8S8.restype = ctypes.c_int
+    lib.KilnAMXGemmU8S8.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 13
     return lib
 
 
@@ -74,15 +74,15 @@ def _operands(m: int, k: int, n: int, extreme: bool):
 
 
 def _call(lib, a: np.ndarray, w: np.ndarray, block: int) -> tuple[int, np.ndarray]:
-    """``KilnAMXDenseU8S8`` on ``a`` [m, k] u8 and ``w`` [n, k] s8 packed as the integer dense
+    """``KilnAMXGemmU8S8`` on ``a`` [m, k] u8 and ``w`` [n, k] s8 packed as the integer dense
     packs them: [n / block, k / 4, block] int32 quads."""
     m, k = a.shape
     n = w.shape[0]
     packed = np.ascontiguousarray(pack_quads(pack_dense_weight(w, block), DENSE_QUAD_AXIS))
     out = np.full((m, n), -12345, np.int32)  # poison: every element must be written
     a = np.ascontiguousarray(a)
-    rc = lib.KilnAMXDenseU8S8(out.ctypes.data, a.ctypes.data, packed.ctypes.data, m, n,
-                              k // 4, block, k, n)
+    rc = lib.KilnAMXGemmU8S8(out.ctypes.data, a.ctypes.data, packed.ctypes.data, 1, m, n,
+                             k // 4, block, k, k // 4, 0, 0, n, n, 0, 0)
     return rc, out
 
 
@@ -191,13 +191,13 @@ def _kernel_source(target: str, rows: int) -> str:
 
 @pytest.mark.skipif(not X86, reason="x86-64 targets")
 def test_amx_call_only_where_it_can_apply():
-    """The kernel calls KilnAMXDenseU8S8 (weakly: a library without it runs the loops) on AMX
+    """The kernel calls KilnAMXGemmU8S8 (weakly: a library without it runs the loops) on AMX
     targets with a tile's worth of rows, and nowhere else."""
-    assert re.search(r"declare extern_weak i32 @KilnAMXDenseU8S8\(ptr, ptr, ptr, i64",
+    assert re.search(r"declare extern_weak i32 @KilnAMXGemmU8S8\(ptr, ptr, ptr, i64",
                      _kernel_source("llvm -mcpu=sapphirerapids", 32))
     assert "__attribute__((weak))" in _kernel_source("c -mcpu=sapphirerapids", 32)
-    assert "KilnAMXDenseU8S8" not in _kernel_source("llvm -mcpu=sapphirerapids", 8)
-    assert "KilnAMXDenseU8S8" not in _kernel_source("llvm -mcpu=icelake-server", 32)
+    assert "KilnAMXGemmU8S8" not in _kernel_source("llvm -mcpu=sapphirerapids", 8)
+    assert "KilnAMXGemmU8S8" not in _kernel_source("llvm -mcpu=icelake-server", 32)
     assert not Target("llvm -mcpu=sapphirerapids -mattr=-amx-int8").amx_int8()
     assert not Target("llvm -mtriple=aarch64-linux-gnu -mattr=+amx-int8").amx_int8()
 
@@ -211,3 +211,59 @@ def test_dense_uses_amx_exact(support, target, tmp_path, monkeypatch):
     w = RNG.choice(np.array([-128, 127], np.int8), (72, 320))
     got = _dense(x, w, -5, target, tmp_path)
     np.testing.assert_array_equal(got, (x.astype(np.int64) + 5) @ w.astype(np.int64).T)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, _, kh, kw = w.shape
+    oh, ow = (xs.shape[2] - kh) // stride + 1, (xs.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            win = xs[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
+    return out
+
+
+def _conv(x, w, zx, stride, pad, target, tmp_path, source=False):
+    xv = Var("x", TensorType(x.shape, str(x.dtype)))
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1),
+             "groups": 1, "input_zero_point": zx}
+    lib = kiln.build(Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)]),
+                     target=target)
+    if source:
+        mods = [lib.get_lib(), *lib.get_lib().imported_modules]
+        return "".join(m.get_source("ll") for m in mods if m.type_key == "llvm")
+    path = tmp_path / "conv.so"
+    lib.export_library(str(path))
+    gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
+        kiln.cpu()))
+    gm.set_input("x", x)
+    gm.run()
+    return gm.get_output(0).numpy()
+
+
+CONVS = [  # (dtype, zx, batch, cin, cout, size, kernel, stride, pad, AMX call compiled)
+    ("int8", -3, 1, 64, 32, 7, 1, 1, 0, True),    # 49 pixels: three row tiles and a tail
+    ("uint8", 9, 2, 128, 48, 5, 1, 1, 0, True),   # two images, 25 pixels each
+    ("int8", 1, 1, 64, 32, 8, 1, 2, 0, False),    # stride 2: not a product over pixels
+    ("int8", 1, 1, 64, 32, 6, 3, 1, 1, False),    # 3x3
+]
+
+
+@pytest.mark.skipif(not X86, reason="x86-64 targets")
+@pytest.mark.parametrize("dtype,zx,batch,cin,cout,size,kernel,stride,pad,amx", CONVS)
+def test_conv_amx_call_and_exact(support, dtype, zx, batch, cin, cout, size, kernel, stride,
+                                 pad, amx, tmp_path, monkeypatch):
+    """1×1 stride-1 unpadded convolutions call the AMX kernel on an AMX target (over pixels,
+    the channel blocks as K); others do not. Exact either way (AMX where it runs, else the
+    loops)."""
+    monkeypatch.setenv("KILN_AMX", "")
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, (batch, cin, size, size)).astype(dtype)
+    w = RNG.integers(-128, 128, (cout, cin, kernel, kernel)).astype(np.int8)
+    target = AMX_TARGETS[0]
+    assert ("KilnAMXGemmU8S8" in _conv(x, w, zx, stride, pad, "llvm -mcpu=sapphirerapids",
+                                       tmp_path, source=True)) == amx
+    got = _conv(x, w, zx, stride, pad, target, tmp_path)
+    np.testing.assert_array_equal(got, _conv_ref(x, w, zx, stride, pad))

@@ -99,68 +99,76 @@ typedef struct {
   uint8_t rows[16];
 } KilnTileConfig;
 
+/* KilnAMXGemmU8S8's operands (see there) */
 typedef struct {
   int32_t* out;
   const uint8_t* a;
   const int32_t* w;
-  int64_t m, n, kq, b, lda, ldo;
-} KilnAMXDense;
+  int64_t batch, m, n, kq, b;
+  int64_t lda, a_kblock, a_kstride, a_batch;
+  int64_t ldo, o_block, o_bstride, o_batch;
+  int64_t kstep, kt; /* quads per full tile step, quads of an A block's tail step */
+} KilnAMXGemm;
 
 #define KILN_AMX_ATTR __attribute__((target("amx-tile,amx-int8"), noinline))
 
-/* One 16-row × 32-column block: C0, C1 (tmm0, tmm1) += A (tmm2) · B0, B1 (tmm3, tmm4) over
- * every 16-quad step of K; a K tail of kt < 16 quads goes through zero-padded copies in tmm5
- * (A: 16 × 4kt bytes) and tmm6, tmm7 (B: kt × 64 bytes). Rows past m and columns past n read
- * zero-padded copies / are not stored. */
-KILN_AMX_ATTR static void kiln_amx_block(const KilnAMXDense* p, int64_t i0, int64_t j0) {
+/* A tile of `rows` rows (< 16: a zero-padded copy) and `bytes` bytes a row into tmm`t` */
+#define KILN_LOAD_A(t, src, bytes)                                                     \
+  do {                                                                                 \
+    if (rows == 16) {                                                                  \
+      _tile_loadd(t, (src), p->lda);                                                   \
+    } else {                                                                           \
+      memset(apad, 0, sizeof apad);                                                    \
+      for (int64_t r = 0; r < rows; ++r) memcpy(apad + r * 64, (src) + r * p->lda, (bytes)); \
+      __asm__ volatile("" ::: "memory");                                               \
+      _tile_loadd(t, apad, 64);                                                        \
+    }                                                                                  \
+  } while (0)
+
+/* One block of 16 rows × 32 columns of image `bt`: C0, C1 (tmm0, tmm1) += A (tmm2) · B0, B1
+ * (tmm3, tmm4) per step of `kstep` quads; an A block's tail of kt quads uses tmm5 (A) and
+ * tmm6, tmm7 (B), configured kt quads deep. Rows past m read zero-padded copies; rows and
+ * columns past the output go through a 16 × 16 buffer. */
+KILN_AMX_ATTR static void kiln_amx_block(const KilnAMXGemm* p, int64_t bt, int64_t i0,
+                                         int64_t j0) {
   int64_t rows = p->m - i0 < 16 ? p->m - i0 : 16;
   int tiles = p->n - j0 > 16 ? 2 : 1;
-  int64_t full = p->kq / 16, kt = p->kq % 16;
-  const uint8_t* a = p->a + i0 * p->lda;
+  const uint8_t* a = p->a + bt * p->a_batch + i0 * p->lda;
   /* column j of the packed weight, quad q: w[(j / b) * kq * b + q * b + j % b] */
   const int32_t* w0 = p->w + (j0 / p->b) * p->kq * p->b + j0 % p->b;
   const int32_t* w1 = p->w + ((j0 + 16) / p->b) * p->kq * p->b + (j0 + 16) % p->b;
   long wstride = (long)p->b * 4;
+  int64_t steps = p->a_kblock / p->kstep;
   uint8_t apad[16 * 64] __attribute__((aligned(64)));
-  int32_t bpad[2][16 * 16] __attribute__((aligned(64)));
   int32_t cbuf[16 * 16] __attribute__((aligned(64)));
   _tile_zero(0);
   _tile_zero(1);
-  for (int64_t s = 0; s < full; ++s) {
-    if (rows == 16) {
-      _tile_loadd(2, a + s * 64, p->lda);
-    } else {
-      memset(apad, 0, sizeof apad);
-      for (int64_t r = 0; r < rows; ++r) memcpy(apad + r * 64, a + r * p->lda + s * 64, 64);
-      __asm__ volatile("" ::: "memory");
-      _tile_loadd(2, apad, 64);
+  for (int64_t blk = 0; blk < p->kq / p->a_kblock; ++blk) {
+    const uint8_t* ab = a + blk * p->a_kstride;
+    int64_t q = blk * p->a_kblock;
+    for (int64_t s = 0; s < steps; ++s, q += p->kstep) {
+      KILN_LOAD_A(2, ab + s * p->kstep * 4, p->kstep * 4);
+      _tile_loadd(3, w0 + q * p->b, wstride);
+      _tile_dpbusd(0, 2, 3);
+      if (tiles == 2) {
+        _tile_loadd(4, w1 + q * p->b, wstride);
+        _tile_dpbusd(1, 2, 4);
+      }
     }
-    _tile_loadd(3, w0 + s * 16 * p->b, wstride);
-    _tile_dpbusd(0, 2, 3);
-    if (tiles == 2) {
-      _tile_loadd(4, w1 + s * 16 * p->b, wstride);
-      _tile_dpbusd(1, 2, 4);
-    }
-  }
-  if (kt > 0) {
-    memset(apad, 0, sizeof apad);
-    for (int64_t r = 0; r < rows; ++r) memcpy(apad + r * 64, a + r * p->lda + full * 64, kt * 4);
-    for (int t = 0; t < tiles; ++t) {
-      const int32_t* w = (t ? w1 : w0) + full * 16 * p->b;
-      for (int64_t q = 0; q < kt; ++q) memcpy(bpad[t] + q * 16, w + q * p->b, 64);
-    }
-    __asm__ volatile("" ::: "memory");
-    _tile_loadd(5, apad, 64);
-    _tile_loadd(6, bpad[0], 64);
-    _tile_dpbusd(0, 5, 6);
-    if (tiles == 2) {
-      _tile_loadd(7, bpad[1], 64);
-      _tile_dpbusd(1, 5, 7);
+    if (p->kt > 0) {
+      KILN_LOAD_A(5, ab + steps * p->kstep * 4, p->kt * 4);
+      _tile_loadd(6, w0 + q * p->b, wstride);
+      _tile_dpbusd(0, 5, 6);
+      if (tiles == 2) {
+        _tile_loadd(7, w1 + q * p->b, wstride);
+        _tile_dpbusd(1, 5, 7);
+      }
     }
   }
   for (int t = 0; t < tiles; ++t) {
     int64_t j = j0 + 16 * t, cols = p->n - j < 16 ? p->n - j : 16;
-    int32_t* out = p->out + i0 * p->ldo + j;
+    int32_t* out = p->out + bt * p->o_batch + (j / p->o_block) * p->o_bstride + i0 * p->ldo +
+                   j % p->o_block;
     if (rows == 16 && cols == 16) {
       if (t == 0) _tile_stored(0, out, p->ldo * 4);
       else _tile_stored(1, out, p->ldo * 4);
@@ -174,8 +182,7 @@ KILN_AMX_ATTR static void kiln_amx_block(const KilnAMXDense* p, int64_t i0, int6
 }
 
 KILN_AMX_ATTR static int kiln_amx_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
-  const KilnAMXDense* p = (const KilnAMXDense*)cdata;
-  int64_t kt = p->kq % 16;
+  const KilnAMXGemm* p = (const KilnAMXGemm*)cdata;
   KilnTileConfig cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette_id = 1;
@@ -183,42 +190,64 @@ KILN_AMX_ATTR static int kiln_amx_task(int task_id, TVMParallelGroupEnv* penv, v
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  if (kt > 0) { /* the K tail: A 16 × 4kt bytes, B kt × 64 bytes */
-    cfg.colsb[5] = (uint16_t)(kt * 4);
-    cfg.rows[6] = cfg.rows[7] = (uint8_t)kt;
+  cfg.colsb[2] = (uint16_t)(p->kstep * 4); /* A: 16 × 4·kstep bytes; B: kstep × 64 bytes */
+  cfg.rows[3] = cfg.rows[4] = (uint8_t)p->kstep;
+  if (p->kt > 0) { /* an A block's tail: A 16 × 4·kt bytes, B kt × 64 bytes */
+    cfg.colsb[5] = (uint16_t)(p->kt * 4);
+    cfg.rows[6] = cfg.rows[7] = (uint8_t)p->kt;
   }
   _tile_loadconfig(&cfg);
   int64_t row_blocks = (p->m + 15) / 16, col_blocks = (p->n + 31) / 32;
-  int64_t items = row_blocks * col_blocks, tasks = penv->num_task;
+  int64_t per_image = row_blocks * col_blocks, items = p->batch * per_image;
+  int64_t tasks = penv->num_task;
   int64_t first = items * task_id / tasks, last = items * (task_id + 1) / tasks;
-  for (int64_t it = first; it < last; ++it)
-    kiln_amx_block(p, (it % row_blocks) * 16, (it / row_blocks) * 32);
+  for (int64_t it = first; it < last; ++it) {
+    int64_t rest = it % per_image;
+    kiln_amx_block(p, it / per_image, (rest % row_blocks) * 16, (rest / row_blocks) * 32);
+  }
   _tile_release();
   return 0;
 }
 #endif
 
 /*
- * out[i, j] = Σ_q dot_u8i8x4(a_words[i, q], w[j / b, q, j % b]) for i < m, j < n: the integer
- * dense's accumulator (kiln/ops/integer.py, qnn.dense_pack) with AMX TDPBUSD tiles.
- *   out: int32 [m, ldo], row stride ldo >= n elements;
- *   a:   uint8 [m, lda] (the activation quads: 4·kq bytes of row i at a + i·lda);
- *   w:   int32 [ceil(n / b), kq, b], four int8 along K per word (VNNI-4: byte j of word q is
- *        k = 4q + j), b a multiple of 16 (16 columns of one word row are one 64-byte B row).
- * Returns 0 when done; non-zero when AMX is not usable here (KilnAMXStatus() <= 0), the shape
- * is below one tile (m < 16 or K = 4·kq < 64) or b is not a multiple of 16: the caller then
- * runs its own loops. Row × 32-column blocks run on the thread pool (each task loads the tile
- * configuration and releases the tiles).
+ * out[bt, i, j] = Σ_q dot_u8i8x4(A[bt, i, q], W[q, j]) for bt < batch, i < m, j < n: the
+ * integer kernels' accumulator (kiln/ops/integer.py: qnn.dense_pack, and qnn.conv2d_NCHWc of a
+ * 1×1 stride-1 unpadded conv, rows = pixels) with AMX TDPBUSD tiles. Strides in bytes for A,
+ * int32 elements for out:
+ *   A: the word of four u8 (k = 4q .. 4q+3) at a + bt·a_batch + (q / a_kblock)·a_kstride +
+ *      i·lda + 4·(q % a_kblock): blocks of a_kblock quads (dense: one block of kq quads, rows
+ *      lda = 4·kq bytes apart; NCHW{c}c quads: blocks of c/4 quads, one per channel block);
+ *   W: int32 [ceil(n / b), kq, b], four s8 along K a word (VNNI-4: byte j of word q is
+ *      k = 4q + j), b a multiple of 16: 16 columns of one word row are one 64-byte B row;
+ *   out: out + bt·o_batch + (j / o_block)·o_bstride + i·ldo + j % o_block (dense: one block,
+ *      ldo = row length; NCHW{o}c: blocks of o channels, ldo = o).
+ * Returns 0 when done; non-zero, without writing out, when AMX is not usable here
+ * (KilnAMXStatus() <= 0), the shape is below one tile (m < 16 or K = 4·kq < 64), or the blocks
+ * do not fit the tiles (b or o_block not a multiple of 16 with o_block < n, kq not a multiple
+ * of a_kblock, a_kblock < 16 not dividing 16). Blocks of 16 rows × 32 columns of every image
+ * run on the thread pool; each task loads the tile configuration and releases the tiles.
  */
-KILN_EXPORT int KilnAMXDenseU8S8(int32_t* out, const uint8_t* a, const int32_t* w, int64_t m,
-                                 int64_t n, int64_t kq, int64_t b, int64_t lda, int64_t ldo) {
+KILN_EXPORT int KilnAMXGemmU8S8(int32_t* out, const uint8_t* a, const int32_t* w, int64_t batch,
+                                int64_t m, int64_t n, int64_t kq, int64_t b, int64_t lda,
+                                int64_t a_kblock, int64_t a_kstride, int64_t a_batch,
+                                int64_t ldo, int64_t o_block, int64_t o_bstride,
+                                int64_t o_batch) {
 #ifdef KILN_HAVE_AMX
-  if (m < 16 || kq < 16 || b % 16 != 0 || KilnAMXStatus() != KILN_AMX_OK) return 1;
-  KilnAMXDense p = {out, a, w, m, n, kq, b, lda, ldo};
-  int64_t items = ((m + 15) / 16) * ((n + 31) / 32);
+  if (batch < 1 || m < 16 || kq < 16 || n < 1 || b < 16 || b % 16 != 0 || a_kblock < 1 ||
+      kq % a_kblock != 0 || (a_kblock < 16 && 16 % a_kblock != 0) ||
+      (o_block % 16 != 0 && o_block < n) || KilnAMXStatus() != KILN_AMX_OK)
+    return 1;
+  int64_t kstep = a_kblock < 16 ? a_kblock : 16;
+  KilnAMXGemm p = {out,  a,         w,         batch, m,   n,       kq,        b,
+                   lda,  a_kblock,  a_kstride, a_batch, ldo, o_block, o_bstride, o_batch,
+                   kstep, a_kblock % kstep};
+  int64_t items = batch * ((m + 15) / 16) * ((n + 31) / 32);
   return TVMBackendParallelLaunch(kiln_amx_task, &p, items < 64 ? (int)items : 0) == 0 ? 0 : 1;
 #else
-  (void)out, (void)a, (void)w, (void)m, (void)n, (void)kq, (void)b, (void)lda, (void)ldo;
+  (void)out, (void)a, (void)w, (void)batch, (void)m, (void)n, (void)kq, (void)b, (void)lda;
+  (void)a_kblock, (void)a_kstride, (void)a_batch, (void)ldo, (void)o_block, (void)o_bstride;
+  (void)o_batch;
   return 1;
 #endif
 }
