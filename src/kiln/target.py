@@ -450,9 +450,13 @@ class Target:
         (docs/decisions/026-amx.md): an x86-64 ``llvm`` or ``c`` target whose CPU has AMX-INT8
         (Sapphire Rapids and later by name, ``+amx-int8`` in ``-mattr``, or ``-mcpu=native`` on
         such a host). ``KILN_AMX=0`` or a CPU / kernel without AMX still run the VNNI / AVX2
-        loops at run time."""
-        return self.kind in ("llvm", "c") and self.arch == "x86_64" and \
-            self._x86_feature("amx-int8", _X86_AMX_INT8)
+        loops at run time. ``c -mcpu=native`` without llvmlite (no host feature list): False."""
+        if self.kind not in ("llvm", "c") or self.arch != "x86_64":
+            return False
+        try:
+            return self._x86_feature("amx-int8", _X86_AMX_INT8)
+        except KilnError:  # -mcpu=native needs llvmlite to list the host's features
+            return False
 
     def vector_registers(self) -> int:
         """SIMD registers the register-blocked schedules may fill: 16 on x86 below AVX-512
