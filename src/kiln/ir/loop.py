@@ -283,24 +283,16 @@ def dot_u8i8x4_value(a: int, b: int) -> int:
     return sum(x * y for x, y in zip(ua, sb))
 
 
-#: ``address_of(BufferLoad)``: the address of one buffer element (TVM's ``tvm_address_of``)
-ADDRESS_OF = "address_of"
-#: prefix of calls to C functions of the library's support code (:func:`call_extern`)
-EXTERN = "extern."
+ADDRESS_OF, EXTERN = "address_of", "extern."  # :func:`address_of`, :func:`call_extern`
 
 
 def address_of(load: BufferLoad) -> PrimExpr:
-    """The address of the element ``load`` reads (dtype ``handle``: C ``void*``, LLVM ``ptr``);
-    only as an argument of :func:`call_extern`."""
+    """The address ``load`` reads (``tvm_address_of``; ``handle``: ``void*`` / ``ptr``)."""
     return Call(ADDRESS_OF, [load], "handle")
 
 
 def call_extern(name: str, *args: PrimExpr) -> PrimExpr:
-    """int32 ``name(args...)``, a C function of the library's support code (``handle`` and
-    ``int64`` arguments), referenced weakly: where the library lacks it the call is 1. By
-    convention 0 means "done" and non-zero "not done here, run the loops instead" (the
-    interpreter's answer: it runs the fallback). Used as ``IfThenElse(call != 0, loops)``
-    (:attr:`kiln.ir.lower.Stage.try_first`)."""
+    """int32 ``name(args)`` of the support code, weak (absent: 1); 0 = done (Stage.try_first)."""
     return Call(EXTERN + name, list(args), "int32")
 
 
