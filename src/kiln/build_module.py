@@ -56,6 +56,7 @@ from kiln.passes.graph.kv_append import kv_append
 from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dense_weights
 from kiln.passes.graph.split_concat import split_concat
+from kiln.passes.graph.split_groups import split_groups
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target, default_target
@@ -91,6 +92,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
 
         func = partition_for(func, byoc, mod_name)
     func = split_concat(func)
+    func = split_groups(func)
     func = alter_op_layout(func)
     if vm:
         func = kv_append(func)

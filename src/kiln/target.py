@@ -68,6 +68,16 @@ _X86_AVX512_VNNI = frozenset((
     "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
     "znver4", "znver5",
 ))
+#: aarch64 CPUs with FEAT_DotProd (SDOT / UDOT), by LLVM name; i8mm is read from -mattr only
+_AARCH64_DOTPROD = frozenset((
+    "cortex-a55", "cortex-a65", "cortex-a75", "cortex-a76", "cortex-a76ae", "cortex-a77",
+    "cortex-a78", "cortex-a78c", "cortex-x1", "cortex-a510", "cortex-a710", "cortex-x2",
+    "neoverse-n1", "neoverse-e1", "neoverse-v1", "neoverse-n2", "neoverse-v2", "apple-m1",
+    "apple-m2",
+))
+#: x86 CPUs with AMX-TILE and AMX-INT8 (Intel SDM, CPUID.(EAX=07H,ECX=0):EDX[24, 25])
+_X86_AMX_INT8 = frozenset(("sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+                           "diamondrapids"))
 _X86_AVX_VNNI = frozenset((
     "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake",
     "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest",
@@ -409,10 +419,18 @@ class Target:
         """How the LLVM codegen emits vectors of the ``dot_u8i8x4`` intrinsic (u8 × s8 quads,
         docs/decisions/021): "vnni512" / "vnni256" (``vpdpbusd``: AVX512-VNNI, or AVX-VNNI
         on 256-bit vectors), "avx512bw" / "avx2" (exact ``vpmaddwd`` pairs), "i8mm" (aarch64
-        with ``+i8mm`` in ``-mattr``: NEON ``usdot``, u8 × s8 quads as they are), "" elsewhere
-        (plain integer IR; aarch64 ``+dotprod`` alone has only same-sign ``sdot`` / ``udot``)."""
+        with ``+i8mm`` in ``-mattr``: NEON ``usdot``, u8 × s8 quads as they are), "dotprod"
+        (aarch64 with ``+dotprod`` or a CPU that has it, no i8mm: same-sign ``sdot`` on the
+        unsigned bytes offset by -128, and the offset's products subtracted), "" elsewhere
+        (plain integer IR)."""
         if self.kind == "llvm" and self.arch == "aarch64":
-            return "i8mm" if self.has_feature("i8mm") else ""
+            if self.has_feature("i8mm"):
+                return "i8mm"
+            dotprod = self.mcpu in _AARCH64_DOTPROD
+            for f in self.mattr:
+                if f[1:] == "dotprod":
+                    dotprod = f[0] == "+"
+            return "dotprod" if dotprod else ""
         if self.kind != "llvm" or self.arch != "x86_64":
             return ""
         bits = self.vector_bits()
@@ -426,6 +444,19 @@ class Target:
         return "avx2" if bits == 256 and self._x86_feature("avx2", _X86_AVX - {
             "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1", "bdver2",
             "btver2"}) else ""
+
+    def amx_int8(self) -> bool:
+        """Whether integer dense kernels try the support library's AMX ``tdpbusd`` kernel first
+        (docs/decisions/026-amx.md): an x86-64 ``llvm`` or ``c`` target whose CPU has AMX-INT8
+        (Sapphire Rapids and later by name, ``+amx-int8`` in ``-mattr``, or ``-mcpu=native`` on
+        such a host). ``KILN_AMX=0`` or a CPU / kernel without AMX still run the VNNI / AVX2
+        loops at run time. ``c -mcpu=native`` without llvmlite (no host feature list): False."""
+        if self.kind not in ("llvm", "c") or self.arch != "x86_64":
+            return False
+        try:
+            return self._x86_feature("amx-int8", _X86_AMX_INT8)
+        except KilnError:  # -mcpu=native needs llvmlite to list the host's features
+            return False
 
     def vector_registers(self) -> int:
         """SIMD registers the register-blocked schedules may fill: 16 on x86 below AVX-512

@@ -78,12 +78,18 @@ def _cases():
     return cases
 
 
-def _qnn_conv_case():
+def _qnn_conv_case(extreme: bool = False):
     """An int8 ``qnn.conv2d_NCHWc`` (int8 data, quad-packed int8 weights, 3x3, zero-point
-    padding), its exact int32 output from the op's numpy reference (docs/decisions/021)."""
+    padding), its exact int32 output from the op's numpy reference (docs/decisions/021);
+    ``extreme``: data and weights only -128 and 127."""
     rng = np.random.default_rng(21)
-    arrays = [rng.integers(-128, 128, (1, 2, 5, 5, 8)).astype(np.int8),
-              pack_quads(rng.integers(-128, 128, (2, 2, 3, 3, 8, 8)).astype(np.int8), 4),
+
+    def ints(shape):
+        if extreme:
+            return rng.choice(np.array([-128, 127], np.int8), shape)
+        return rng.integers(-128, 128, shape).astype(np.int8)
+
+    arrays = [ints((1, 2, 5, 5, 8)), pack_quads(ints((2, 2, 3, 3, 8, 8)), 4),
               rng.integers(-1000, 1000, (2, 8)).astype(np.int32)]
     attrs = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1),
              "input_zero_point": -3}
@@ -91,7 +97,8 @@ def _qnn_conv_case():
     fused = fuse_ops(Function(params, [Call("qnn.conv2d_NCHWc", params, attrs)]))
     (call,) = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
     want = get_op("qnn.conv2d_NCHWc").ref(*arrays, **attrs)
-    return lower_primitive(call, "qnn_conv_int8"), arrays, [want]
+    name = "qnn_conv_int8_extreme" if extreme else "qnn_conv_int8"
+    return lower_primitive(call, name), arrays, [want]
 
 
 def _spec_line(kind: str, path: Path, arr: np.ndarray) -> str:
@@ -224,3 +231,26 @@ def test_cli_cross_exports_with_the_triples_gcc(explicit, tmp_path):
     assert any("riscv64-linux-gnu-gcc" in line for line in lines) != explicit
     assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "n.so"), "-q",
                  "--target", "llvm -mtriple=riscv64-linux-gnu", *extra]) == 0
+
+
+@pytest.mark.parametrize("target,cpu", [
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+dotprod", "cortex-a76"),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "neoverse-n1"),
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+dotprod", "max"),
+])
+def test_aarch64_dotprod_int8_conv_uses_sdot(target, cpu, tmp_path):
+    """aarch64 with ``+dotprod`` and no i8mm: u8 × s8 quads as ``sdot`` of the bytes offset by
+    -128 minus ``sdot`` of the offset (Arm ARM SDOT (vector)); no ``usdot``. Run under qemu on
+    a CPU without FEAT_I8MM (Cortex-A76, Neoverse N1: an i8mm instruction would trap) and on
+    ``-cpu max``; exact, extreme operands included."""
+    missing = _missing("aarch64")
+    if missing:
+        pytest.skip(f"aarch64 cross test needs {missing} (make toolchain installs it)")
+    assert Target(target).int8_dot() == "dotprod"
+    cases = [_qnn_conv_case(), _qnn_conv_case(extreme=True)]
+    lib = build_llvm([c[0] for c in cases], target)
+    asm = lib.get_source("asm")
+    assert re.search(r"\bsdot\s+v\d+\.4s", asm), "no sdot"
+    assert not re.search(r"\busdot\b", asm)
+    cfg = dict(CROSS["aarch64"], qemu=[*CROSS["aarch64"]["qemu"], "-cpu", cpu])
+    _run_under_qemu(lib, cases, cfg, "aarch64", tmp_path)

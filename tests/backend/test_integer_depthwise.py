@@ -1,7 +1,9 @@
 """Depthwise and grouped integer convolutions (docs/decisions/021), compiled for ``c`` and
 ``llvm``: ``qnn.conv2d`` with ``groups = C`` (AlterOpLayout: ``qnn.depthwise_conv2d_NCHWc``,
-int8 weights ``[C/b, 1, KH, KW, 1, b]``) and with other groups (NCHW, unblocked), int32 outputs
-equal to a numpy int64 reference exactly, extreme operands included."""
+int8 weights ``[C/b, 1, KH, KW, 1, b]``) and with other groups (SplitGroups: one blocked
+``qnn.conv2d_NCHWc`` per group of at least MIN_GROUP_CHANNELS channels, up to MAX_GROUPS
+groups; NCHW unblocked otherwise), int32 outputs equal to a numpy int64 reference exactly,
+extreme operands included."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.passes.graph.split_groups import MAX_GROUPS, MIN_GROUP_CHANNELS
 
 RNG = np.random.default_rng(2117)
 
@@ -64,7 +67,10 @@ CASES = [  # (dtype, zx, channels, out channels, groups, size, kernel, stride, e
     ("uint8", 3, 32, 32, 32, 9, 3, 1, False),    # depthwise, two channel blocks
     ("int8", -5, 24, 24, 24, 11, 3, 2, True),    # depthwise stride 2, an 8-channel block
     ("uint8", 255, 16, 16, 16, 6, 5, 1, True),   # depthwise 5x5, zero point at the top
-    ("int8", 7, 16, 32, 4, 7, 3, 1, False),      # grouped: stays NCHW
+    ("int8", 7, 16, 32, 4, 7, 3, 1, False),      # 4 in-channels a group: stays NCHW
+    ("uint8", 0, 64, 64, 2, 8, 3, 1, True),      # grouped: two groups of 32 channels (quads)
+    ("int8", -1, 48, 48, 3, 9, 1, 2, False),     # grouped 1x1 stride 2, three groups of 16
+    ("int8", 2, 512, 512, 32, 5, 1, 1, False),   # 32 groups (> MAX_GROUPS): stays NCHW
 ]
 
 
@@ -80,3 +86,6 @@ def test_grouped_conv_exact(dtype, zx, cin, cout, groups, size, kernel, stride, 
                if n["op"] == "tvm_op"]
     depthwise = groups == cin == cout
     assert any("qnn_depthwise_conv2d_NCHWc" in k for k in kernels) == depthwise, kernels
+    split = 1 < groups <= MAX_GROUPS and not depthwise and \
+        min(cin, cout) // groups >= MIN_GROUP_CHANNELS  # SplitGroups: blocked per group
+    assert any("qnn_conv2d_NCHWc" in k for k in kernels) == split, kernels

@@ -117,8 +117,12 @@ def test_avx2_conv_uses_pmaddwd(dtype):
     assert _ops(_conv_asm(dtype, "llvm -mcpu=haswell")) == {"vpmaddwd"}
 
 
+VNNI_CPUS = [("icelake-server", "zmm"), ("sapphirerapids", "zmm"), ("znver4", "zmm"),
+             ("alderlake", "ymm")]
+
+
 @pytest.mark.skipif(not _x86(), reason="x86 assembly")
-@pytest.mark.parametrize("cpu,register", [("icelake-server", "zmm"), ("alderlake", "ymm")])
+@pytest.mark.parametrize("cpu,register", VNNI_CPUS)
 def test_vnni_conv_uses_vpdpbusd(cpu, register):
     """AVX512-VNNI (512-bit vectors) and AVX-VNNI (256): one ``vpdpbusd`` per weight vector
     and activation word, accumulating in place. Checked in the assembly LLVM emits for those
@@ -148,3 +152,20 @@ def test_vnni_conv_exact(dtype, zx):
     func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
     assert Target("llvm -mcpu=native").int8_dot().startswith("vnni")
     np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), _conv_ref(x, w, zx, 1, 1))
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("cpu,register", VNNI_CPUS)
+@pytest.mark.parametrize("rows", [4, 64])
+def test_vnni_dense_uses_vpdpbusd(cpu, register, rows):
+    """The packed integer dense: every ``vpdpbusd`` on the CPU's widest vectors (zmm with
+    AVX512-VNNI, ymm with AVX-VNNI alone), none of the AVX2 pair products (on Sapphire Rapids
+    with 64 rows these are the loops behind the AMX call, docs/decisions/026)."""
+    x = Var("x", TensorType((rows, 256), "int8"))
+    w = Constant(_weight((64, 256), False))
+    lib = kiln.build(Function([x], [Call("qnn.dense", [x, w], {"input_zero_point": 1})]),
+                     target=f"llvm -mcpu={cpu}").get_lib()
+    asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
+                  if m.type_key == "llvm")
+    assert _ops(asm) & {"vpdpbusd", "vpmaddwd", "vpmaddubsw"} == {"vpdpbusd"}, _ops(asm)
+    assert set(re.findall(r"vpdpbusd\s+[^\n]*%(zmm|ymm|xmm)", asm)) == {register}

@@ -56,7 +56,7 @@ def test_tar_export_and_load(tmp_path, private_tmp):
     make_factory().export_library(str(path))
     assert path.read_bytes()[:2] == b"\x1f\x8b"  # gzip
     with tarfile.open(path) as t:
-        assert sorted(t.getnames()) == ["devc.c", "kiln_backend.c", "lib0.c"]
+        assert sorted(t.getnames()) == ["devc.c", "kiln_amx.c", "kiln_backend.c", "lib0.c"]
         assert b"fused_add" in t.extractfile("lib0.c").read()
     check_runs(path)
     assert list(private_tmp.iterdir()) == []  # the relink folder is gone

@@ -443,6 +443,16 @@ class _FuncWriter:
         raise CompileError(f"C codegen: unknown operator {e.op}")
 
     def call(self, e: L.Call) -> str:
+        if e.name.startswith(L.EXTERN):  # a weak block-scope declaration: absent means 1
+            fn = e.name[len(L.EXTERN):]
+            types = ", ".join("void*" if a.dtype == "handle" else c_type(a.dtype)
+                              for a in e.args)
+            args = ", ".join(self.expr(a) for a in e.args)
+            return (f"({{ extern int32_t {fn}({types}) __attribute__((weak)); "
+                    f"{fn} ? {fn}({args}) : 1; }})")
+        if e.name == L.ADDRESS_OF:
+            (load,) = e.args
+            return f"((void*)&{self.access(load.buffer, load.indices)})"
         if e.name.startswith("kiln."):
             template = _ACCESSORS[e.name[5:]]
             return template.format(*(a.value for a in e.args))

@@ -97,6 +97,24 @@ class ExprCodegen:
             return self.call(fr, e)
         raise CompileError(f"LLVM codegen: unknown expression {type(e).__name__}")
 
+    def call_extern(self, fr: Frame, e: L.Call) -> ir.Value:
+        """:func:`kiln.ir.loop.call_extern`: an ``extern_weak`` declaration, called when the
+        library defines it, else 1 (``handle`` arguments are pointers, the rest their type)."""
+        b = fr.builder
+        args = [self.expr(fr, a) for a in e.args]
+        fn = self.mc.declare(e.name[len(L.EXTERN):], I32, [a.type for a in args])
+        fn.linkage = "extern_weak"
+        defined = b.icmp_unsigned("!=", b.ptrtoint(fn, I64), I64(0))
+        with b.if_else(defined) as (then, otherwise):
+            with then:
+                value, called = b.call(fn, args), b.block
+            with otherwise:
+                absent = b.block
+        result = b.phi(I32)
+        result.add_incoming(value, called)
+        result.add_incoming(I32(1), absent)
+        return result
+
     def address(self, fr: Frame, buf: L.Buffer, indices: list[L.PrimExpr]) -> ir.Value:
         """Row-major element address (C codegen's ``access``)."""
         base = fr.bufs.get(buf)
@@ -287,6 +305,11 @@ class ExprCodegen:
     def call(self, fr: Frame, e: L.Call) -> ir.Value:
         if e.name.startswith("kiln."):
             return self.accessor(fr, e)
+        if e.name.startswith(L.EXTERN):
+            return self.call_extern(fr, e)
+        if e.name == L.ADDRESS_OF:
+            (load,) = e.args
+            return self.address(fr, load.buffer, load.indices)
         if e.name == "reinterpret":
             return fr.builder.bitcast(self.expr(fr, e.args[0]), value_type(e.dtype))
         if e.name == L.DOT_U8I8X4:

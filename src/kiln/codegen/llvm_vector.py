@@ -303,13 +303,14 @@ class VectorLoopCodegen:
         VNNI (``usdot`` per 128 bits on aarch64 with i8mm); None elsewhere (the sum is emitted
         as an add)."""
         kind = self.mc.int8_dot
-        if e.op != "+" or not (kind.startswith("vnni") or kind == "i8mm"):
+        if e.op != "+" or not (kind.startswith("vnni") or kind in ("i8mm", "dotprod")):
             return None
         for dot, acc in ((e.b, e.a), (e.a, e.b)):
             if isinstance(dot, L.Call) and dot.name == L.DOT_U8I8X4 and _uses(dot, lanes.vars):
                 x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
                         for a in dot.args)
-                if width * 32 not in ((128, 256, 512) if kind == "i8mm" else (256, 512)):
+                if width * 32 not in ((256, 512) if kind.startswith("vnni") else
+                                      (128, 256, 512)):
                     return None
                 c = self._splat(fr, self.vexpr(fr, acc, lanes, width), width)
                 return self._dot_u8i8x4(fr, c, x, y)
@@ -329,7 +330,7 @@ class VectorLoopCodegen:
                                  [x.type, x.type, x.type])
             zero = ir.Constant(x.type, [0] * x.type.count)
             return b.call(fn, [zero if acc is None else acc, x, y])
-        if kind == "i8mm" and bits % 128 == 0:
+        if kind in ("i8mm", "dotprod") and bits % 128 == 0:
             return self._usdot(fr, acc, x, y)
         name = {256: "llvm.x86.avx2.pmadd.wd", 512: "llvm.x86.avx512.pmaddw.d.512"}.get(bits)
         if kind and name and (bits == 256 or kind in ("avx512bw", "vnni512")):
@@ -349,12 +350,29 @@ class VectorLoopCodegen:
 
     def _usdot(self, fr: Frame, acc: ir.Value | None, x: ir.Value, y: ir.Value) -> ir.Value:
         """aarch64 i8mm: ``llvm.aarch64.neon.usdot.v4i32.v16i8(acc, u8 bytes, s8 bytes)`` per
-        128 bits (lane ``i`` += Σ_j ``u8(x)[4i+j] · s8(y)[4i+j]``: ``dot_u8i8x4`` per lane)."""
+        128 bits (lane ``i`` += Σ_j ``u8(x)[4i+j] · s8(y)[4i+j]``: ``dot_u8i8x4`` per lane).
+
+        ``+dotprod`` without i8mm has only same-sign ``sdot`` / ``udot`` (Arm ARM, SDOT (vector):
+        signed bytes, four products a 32-bit lane, accumulating). Then, exactly,
+        ``Σ u·s = Σ (u - 128)·s + 128·Σ s = sdot(acc, u ^ 0x80, s) - sdot(0, -128, s)``: the
+        unsigned bytes offset into int8 by flipping their top bit, and the offset's products
+        (-128 is an int8; +128 is not) subtracted; every partial sum fits int32
+        (|4 · 128 · 128| per lane and step)."""
         b = fr.builder
         v4, v16 = ir.VectorType(ir.IntType(32), 4), ir.VectorType(ir.IntType(8), 16)
-        fn = self.mc.declare("llvm.aarch64.neon.usdot.v4i32.v16i8", v4, [v4, v16, v16])
+        signed = self.mc.int8_dot == "dotprod"
+        name = "sdot" if signed else "usdot"
+        fn = self.mc.declare(f"llvm.aarch64.neon.{name}.v4i32.v16i8", v4, [v4, v16, v16])
         n = x.type.count
         zero = ir.Constant(v4, [0] * 4)
+        flip = ir.Constant(v16, [0x80] * 16)  # as int8: -128
+
+        def dot(a: ir.Value | None, u: ir.Value, s: ir.Value) -> ir.Value:
+            u, s = b.bitcast(u, v16), b.bitcast(s, v16)
+            if not signed:
+                return b.call(fn, [zero if a is None else a, u, s])
+            value = b.call(fn, [zero if a is None else a, b.xor(u, flip), s])
+            return b.sub(value, b.call(fn, [zero, flip, s]))
 
         def part(v: ir.Value, k: int) -> ir.Value:
             if n == 4:
@@ -362,8 +380,8 @@ class VectorLoopCodegen:
             return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
                                     ir.Constant(v4, list(range(4 * k, 4 * k + 4))))
 
-        parts = [b.call(fn, [zero if acc is None else part(acc, k), b.bitcast(part(x, k), v16),
-                             b.bitcast(part(y, k), v16)]) for k in range(n // 4)]
+        parts = [dot(None if acc is None else part(acc, k), part(x, k), part(y, k))
+                 for k in range(n // 4)]
         while len(parts) > 1:  # concatenate pairs back to <n x i32>
             parts = [b.shuffle_vector(parts[i], parts[i + 1], ir.Constant(
                 ir.VectorType(ir.IntType(32), 2 * parts[i].type.count),

@@ -283,6 +283,19 @@ def dot_u8i8x4_value(a: int, b: int) -> int:
     return sum(x * y for x, y in zip(ua, sb))
 
 
+ADDRESS_OF, EXTERN = "address_of", "extern."  # :func:`address_of`, :func:`call_extern`
+
+
+def address_of(load: BufferLoad) -> PrimExpr:
+    """The address ``load`` reads (``tvm_address_of``; ``handle``: ``void*`` / ``ptr``)."""
+    return Call(ADDRESS_OF, [load], "handle")
+
+
+def call_extern(name: str, *args: PrimExpr) -> PrimExpr:
+    """int32 ``name(args)`` of the support code, weak (absent: 1); 0 = done (Stage.try_first)."""
+    return Call(EXTERN + name, list(args), "int32")
+
+
 @dataclass(eq=False)
 class Buffer:
     """A row-major buffer: ``shape`` (ints, or index expressions over shape symbols), ``dtype``;

@@ -33,6 +33,11 @@ class Stage:
         self.shifted: dict[int, object] = {}  # split axes whose last block is moved back: extent
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
+        #: ``f(buffer_of) -> int32 PrimExpr`` (a :func:`kiln.ir.loop.call_extern`; ``buffer_of``
+        #: maps a Tensor to its Buffer): the stage's nest runs only when that call returns
+        #: non-zero (the AMX dense kernel, docs/decisions/026-amx.md). The stage keeps its own
+        #: buffer: it is never an epilogue's producer.
+        self.try_first = None
 
     def compute_inline(self) -> None:
         if self.tensor.is_reduction:
@@ -248,7 +253,11 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str,
             buffers[id(t)] = buffers[id(out)]
             nests.append(_stage_nest(sch[t], buffers[id(t)], expand, epilogue))
         else:
-            nests.append(_stage_nest(sch[t], buffers[id(t)], expand))
+            nest = _stage_nest(sch[t], buffers[id(t)], expand)
+            if sch[t].try_first is not None:
+                call = sch[t].try_first(lambda x: buffers[id(x)])
+                nest = L.IfThenElse(L.ne(call, L.IntImm(0, "int32")), nest, None)
+            nests.append(nest)
     body: L.Stmt = L.seq(*nests)
     for t in reversed(materialized):
         buf = buffers[id(t)]
@@ -282,7 +291,8 @@ def _find_epilogue(sch: Schedule, materialized: list[Tensor], buffers, expand):
     if len(materialized) < 2 or out.is_reduction:
         return None, None
     producer = materialized[-2]
-    if not producer.is_reduction or producer.shape != out.shape:
+    if not producer.is_reduction or producer.shape != out.shape or \
+            sch[producer].try_first is not None:
         return None, None
     pbuf = buffers[id(producer)]
     body = expand(out.body)

@@ -120,7 +120,12 @@ def _conv2d_quads(data, weight, attrs, out_type):
         return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
                       [rc, ry, rx, rq])
 
-    return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+    acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
+    # output pixel = input pixel (1×1, stride 1, no padding): a matrix product over pixels, the
+    # AMX kernel's case (kiln.schedules.nn_cpu.amx_call)
+    acc.pixel_gemm = (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and \
+        not any(attrs["padding"])
+    return acc
 
 
 def _conv2d_width_quads(data, weight, attrs, out_type):

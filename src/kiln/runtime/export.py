@@ -216,9 +216,9 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
         files = [_save_dso_module(m, i, workdir) for i, m in enumerate(index.dso_modules)]
         files += _write_blob(index, workdir, blob, func_names, relocatable=fmt == "tar")
         del blob  # large params: do not hold a second copy while the compiler runs
-        backend = os.path.join(workdir, "kiln_backend.c")
-        shutil.copyfile(toolchain.BACKEND_C, backend)
-        files.append(backend)
+        for source, support_name in toolchain.SUPPORT_SOURCES:
+            files.append(os.path.join(workdir, support_name))
+            shutil.copyfile(source, files[-1])
         if fmt == "tar":
             data = os.path.join(workdir, "devc.bin")
             files += [data] if os.path.exists(data) else []

@@ -71,7 +71,8 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     cc = list(cc) if cc else toolchain.find_cc()
     ident = toolchain.compiler_identity(tuple(cc), tuple(flags)) or ""
     key = hashlib.sha256()
-    for part in (*key_parts, toolchain.BACKEND_C.read_bytes(), " ".join(cc).encode(),
+    for part in (*key_parts, *(src.read_bytes() for src, _ in toolchain.SUPPORT_SOURCES),
+                 " ".join(cc).encode(),
                  ident.encode(), " ".join([*flags, *link_flags, *toolchain.LINK_LIBS]).encode(),
                  " ".join(link_options).encode()):
         key.update(part)
@@ -81,9 +82,10 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
         return str(target)
     work = Path(tempfile.mkdtemp(prefix="kiln-jit-"))
     try:
-        backend = work / "backend.c"
-        shutil.copyfile(toolchain.BACKEND_C, backend)
-        objs = objects(work) + toolchain.compile_objects([backend], cc, flags=flags)
+        support = [work / name for _, name in toolchain.SUPPORT_SOURCES]
+        for (source, _), copy in zip(toolchain.SUPPORT_SOURCES, support):
+            shutil.copyfile(source, copy)
+        objs = objects(work) + toolchain.compile_objects(support, cc, flags=flags)
         toolchain.link_shared_atomic(objs, target, cc, link_options, link_flags)
     finally:
         shutil.rmtree(work, ignore_errors=True)

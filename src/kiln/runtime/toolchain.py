@@ -30,6 +30,10 @@ log = logging.getLogger("kiln")
 RUNTIME_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = RUNTIME_DIR / "include"
 BACKEND_C = RUNTIME_DIR / "support" / "backend.c"
+#: the AMX int8 kernel (docs/decisions/026-amx.md), linked beside backend.c
+AMX_C = RUNTIME_DIR / "support" / "amx.c"
+#: the support sources every library links: (source, file name in the build folder)
+SUPPORT_SOURCES = ((BACKEND_C, "kiln_backend.c"), (AMX_C, "kiln_amx.c"))
 
 #: flags for each translation unit: -fopenmp-simd makes the codegen's `#pragma omp simd` loops
 #: vectorize without any OpenMP runtime (parallel loops run on the support code's own pool)

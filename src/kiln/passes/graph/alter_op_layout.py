@@ -294,6 +294,8 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     rows = data.checked_type.shape[0]
     many = arith.bounds(rows)[1] >= DENSE_MIN_PAD_ROWS  # symbolic rows: as many as they may be
     padded = _padded_outputs(n, full, block) if many else n
+    if integer and block % 16 and full % 16 == 0 and _amx_rows(rows, weight.data.shape[1]):
+        padded = -(-n // full) * full  # AMX tiles are 16 columns wide (docs/decisions/026)
     if padded != n:
         block = full
     full_weight = _pad_rows(weight.data, padded)
@@ -306,6 +308,15 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     else:
         out = Call("nn.dense_pack", [data, packed], {}, call.span)
     return out if padded == n else _crop(out, call.checked_type.shape)
+
+
+def _amx_rows(rows, k) -> bool:
+    """Whether an integer dense of ``rows`` × ``k`` data tries the AMX kernel (a target with
+    AMX-INT8, static rows filling a tile, K a multiple of 4 and at least 64): its weight blocks
+    are then padded to a multiple of 16 columns, one tile row (docs/decisions/026-amx.md)."""
+    target = Target.current()
+    return target is not None and target.amx_int8() and isinstance(rows, int) and \
+        rows >= 16 and k % 4 == 0 and k >= 64
 
 
 def dense_block_limit() -> int:
