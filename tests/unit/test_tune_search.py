@@ -176,3 +176,50 @@ def test_bad_arguments():
         TaskScheduler([Task("x", "x", 1, ())], Recorder())
     with pytest.raises(KilnError, match="2 results for 1"):
         TaskScheduler([_task()], lambda b: [1.0, 2.0], batch_size=1).tune(trials=1)
+
+
+def _lower_matmul(task, config):
+    """A real lowering per config: the matmul's column loop split by ``split``, the row loop
+    parallel if ``parallel``; ``vectorize`` = 1 asks to vectorize the split loop, which holds
+    the reduction, so the schedule primitive refuses (ScheduleError)."""
+    from kiln.ir import te
+    from kiln.ir.lower import Schedule, lower
+    from kiln.passes.loop.simplify import simplify
+    from kiln.schedules import primitives as P
+
+    a = te.placeholder((32, 16), "float32", "a")
+    b = te.placeholder((16, 32), "float32", "b")
+    r = te.reduce_axis(16, "k")
+    c = te.compute((32, 32), lambda i, j: te.sum(a[i, r.var] * b[r.var, j], [r]), name="c")
+    func = simplify(lower(Schedule(c), [a, b], "mm"))
+    rows = P.top_level_nests(func)[0]
+    cols = rows.body
+    if config["split"] > 1:
+        func, _, inner = P.split(func, cols, config["split"])
+        if config["vectorize"]:
+            func = P.vectorize(func, inner)
+    if config["parallel"]:
+        func = P.parallel(func, P.top_level_nests(func)[0])
+    return func
+
+
+def test_search_on_features_of_real_lowerings():
+    from kiln.tune.features import lowered_features
+
+    task = Task("mm", "mm", 1, (Knob("split", (1, 2, 4, 8, 16)), Knob("parallel", (0, 1)),
+                                Knob("vectorize", (0, 1))))
+
+    def cost(config):
+        return 1e-3 * (1 + abs(np.log2(config["split"]) - 2)) * (2 - config["parallel"])
+
+    measure = Recorder(cost)
+    featurize = lowered_features(_lower_matmul)
+    rows = {config_key(c): featurize(task, c) for c in task.configs() if not c["vectorize"]}
+    assert len({r.tobytes() for r in rows.values()}) == len(rows)  # schedules are told apart
+    result = TaskScheduler([task], measure, featurize=featurize, batch_size=4).tune(trials=20)
+    assert result.best[task.key].config == {"split": 4, "parallel": 1, "vectorize": 0}
+    # the configs the schedule refuses (vectorize a split loop) are never measured: 12 valid
+    # ones (with split 1 nothing is vectorized), then the space is exhausted
+    assert result.trials == 12 == len(set(measure.seen))
+    assert all('"vectorize":0' in key or '"split":1' in key for _, key in measure.seen)
+    assert result.stopped[task.key] == "space exhausted"
