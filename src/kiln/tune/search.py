@@ -79,9 +79,9 @@ class EvolutionarySearch:
     """
 
     def __init__(self, task: Task, featurize: Featurize, scorer: Callable[[np.ndarray],
-                 np.ndarray], rng: np.random.Generator, *, population_size: int = 64,
-                 num_generations: int = 3, init_measured_ratio: float = 0.25,
-                 crossover_prob: float = 0.3, eps: float = 0.05, enumerate_below: int = 512):
+                 np.ndarray], rng: np.random.Generator, *, population_size: int = 32,
+                 num_generations: int = 2, init_measured_ratio: float = 0.25,
+                 crossover_prob: float = 0.3, eps: float = 0.05, enumerate_below: int = 64):
         if not task.space:
             raise KilnError(f"task {task.name}: no knobs to search")
         if population_size < 2 or num_generations < 0:
