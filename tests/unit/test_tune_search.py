@@ -221,5 +221,31 @@ def test_search_on_features_of_real_lowerings():
     # the configs the schedule refuses (vectorize a split loop) are never measured: 12 valid
     # ones (with split 1 nothing is vectorized), then the space is exhausted
     assert result.trials == 12 == len(set(measure.seen))
-    assert all('"vectorize":0' in key or '"split":1' in key for _, key in measure.seen)
+    assert all('"vectorize": 0' in key or '"split": 1' in key for _, key in measure.seen)
     assert result.stopped[task.key] == "space exhausted"
+
+
+class _Result:
+    """The shape of ``kiln.tune.measure.MeasureResult``: every repeat, ``best``, ``error``."""
+
+    def __init__(self, costs, error=None):
+        self.costs, self.error = costs, error
+
+    @property
+    def best(self):
+        return min(self.costs) if self.costs and self.error is None else float("inf")
+
+
+def test_measure_results_with_repeats_are_read_and_kept():
+    task = _task(sizes=(2, 2, 1))
+    outcomes = {0: _Result((3e-3, 2e-3)), 1: _Result((), "wrong result: max error 0.5"),
+                2: _Result((1e-3,)), 3: _Result((5e-3,))}
+    events = []
+    sched = TaskScheduler([task], lambda b: [outcomes[i] for i in range(len(b))],
+                          batch_size=4)
+    result = sched.tune(trials=4, callback=events.append)
+    got = events[0].results
+    assert [m.cost for m in got] == [2e-3, None, 1e-3, 5e-3]
+    assert got[1].error == "wrong result: max error 0.5"
+    assert got[0].result is outcomes[0]  # the full result, for the records
+    assert result.best[task.key].cost == 1e-3

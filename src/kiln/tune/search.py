@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,18 +37,21 @@ Featurize = Callable[[Task, Config], np.ndarray]
 
 
 def config_key(config: Config) -> str:
-    """A canonical string for a config (knob names sorted): the identity of a candidate in the
-    search, its records and its resume set."""
-    return json.dumps({k: config[k] for k in sorted(config)}, separators=(",", ":"))
+    """A config as canonical JSON (knob names sorted; the records' key, ``json.dumps(...,
+    sort_keys=True)``): the identity of a candidate in the search and its resume set."""
+    return json.dumps(dict(config), sort_keys=True)
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One measured candidate: ``cost`` in seconds (None when it failed, with ``error``)."""
+    """One measured candidate: ``cost`` in seconds (None when it failed, with ``error``);
+    ``result``: what the measure function returned for it (e.g. a ``MeasureResult`` with every
+    repeat, for the records), None for history."""
 
     config: dict[str, int | str]
     cost: float | None
     error: str | None = None
+    result: object = field(default=None, compare=False, repr=False)
 
 
 class EvolutionarySearch:
@@ -105,9 +108,10 @@ class EvolutionarySearch:
 
     # ------------------------------------------------------------------ state
 
-    def update(self, config: Config, cost: float | None, error: str | None = None) -> None:
+    def update(self, config: Config, cost: float | None, error: str | None = None,
+               result: object = None) -> None:
         """Record a measurement (also for records of an earlier run: resume)."""
-        self.measured[config_key(config)] = Measured(dict(config), cost, error)
+        self.measured[config_key(config)] = Measured(dict(config), cost, error, result)
 
     def best(self) -> Measured | None:
         """The fastest successful measurement, or None."""

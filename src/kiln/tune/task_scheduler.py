@@ -204,7 +204,7 @@ class TaskScheduler:
         measured = []
         for config, out in zip(batch, outcomes):
             m = _as_measured(config, out)
-            search.update(config, m.cost, m.error)
+            search.update(config, m.cost, m.error, m.result)
             measured.append(m)
         after = self._best_cost(task.key)
         self.rounds_of[task.key] += 1
@@ -280,15 +280,28 @@ class TaskScheduler:
 
 
 def _as_measured(config: dict, outcome: object) -> Measured:
+    """A measure function's outcome as a :class:`Measured`: a positive finite float (seconds),
+    an object with ``error`` and ``best`` (``measure.MeasureResult``: its fastest repeat), or
+    an error (an exception, a message, None)."""
+    config = dict(config)
+    if hasattr(outcome, "error") and hasattr(outcome, "best"):
+        if outcome.error is not None:
+            return Measured(config, None, str(outcome.error), outcome)
+        return Measured(config, *_time_or_error(outcome.best), outcome)
+    return Measured(config, *_time_or_error(outcome), outcome)
+
+
+def _time_or_error(outcome: object) -> tuple[float | None, str | None]:
     if isinstance(outcome, (int, float)) and not isinstance(outcome, bool) \
             and math.isfinite(outcome) and outcome > 0:
-        return Measured(dict(config), float(outcome))
+        return float(outcome), None
     if isinstance(outcome, BaseException):
-        return Measured(dict(config), None, f"{type(outcome).__name__}: {outcome}")
+        return None, f"{type(outcome).__name__}: {outcome}"
     if outcome is None:
-        return Measured(dict(config), None, "no result")
-    return Measured(dict(config), None, str(outcome) if isinstance(outcome, str)
-                    else f"invalid run time {outcome!r}")
+        return None, "no result"
+    if isinstance(outcome, str):
+        return None, outcome
+    return None, f"invalid run time {outcome!r}"
 
 
 __all__ = ["TaskScheduler", "TuneEvent", "TuneResult", "config_key"]
