@@ -46,3 +46,49 @@ def test_bad_arguments():
         LocalExecutor(start_method="fork")
     with pytest.raises(KilnError, match="workers"):
         LocalExecutor(workers=0)
+
+
+class _Inline:
+    """An executor that runs every job here, in order (errors in their slots)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _map(self, kind, fn, jobs):
+        out = []
+        for job in jobs:
+            self.calls.append((kind, job))
+            try:
+                out.append(fn(*job))
+            except Exception as exc:  # noqa: BLE001 - the contract: errors in slots
+                out.append(exc)
+        return out
+
+    def map_build(self, fn, jobs):
+        return self._map("build", fn, jobs)
+
+    def map_measure(self, fn, jobs):
+        return self._map("measure", fn, jobs)
+
+    def close(self):
+        pass
+
+
+def test_measure_with_builds_then_measures_what_built():
+    from kiln.tune.executor import measure_with
+    from kiln.tune.space import Knob, Task
+
+    def build(payload, config, target):
+        if config["b"] == 0:
+            raise KilnError("cannot lower b=0")
+        return f"{payload}:{config['b']}:{target}".encode()
+
+    def measure(lib, payload, config, target, repeat):
+        return (lib, repeat)
+
+    task = Task("k", "dense", 1, (Knob("b", (1, 0, 2)),), payload="P")
+    ex = _Inline()
+    out = measure_with(ex, build, measure, "llvm", repeat=3)([(task, {"b": b}) for b in (1, 0, 2)])
+    assert out[0] == (b"P:1:llvm", 3) and out[2] == (b"P:2:llvm", 3)
+    assert isinstance(out[1], KilnError)
+    assert [kind for kind, _ in ex.calls] == ["build"] * 3 + ["measure"] * 2

@@ -112,3 +112,27 @@ def _outcome(future: Future | BaseException) -> Any:
         return future.result()
     except Exception as exc:  # noqa: BLE001 - the job's error goes in its slot
         return exc
+
+
+def measure_with(executor: Executor, build: Callable[..., Any], measure: Callable[..., Any],
+                 target: str, repeat: int = 5) -> Callable[[Sequence[tuple]], list[Any]]:
+    """The search's ``measure`` callable over an executor: for a batch of ``(task, config)``,
+    ``build(task.payload, config, target)`` in parallel (``map_build``), then
+    ``measure(lib_bytes, task.payload, config, target, repeat)`` one at a time
+    (``map_measure``) for those that built; a failed build's exception stands in its slot.
+    With the builder of :mod:`kiln.tune.measure`: ``measure_with(ex, build_candidate,
+    measure_candidate, target)``; the task scheduler reads each result's ``best`` seconds and
+    ``error``."""
+
+    def run(batch: Sequence[tuple]) -> list[Any]:
+        libs = executor.map_build(build, [(task.payload, config, target)
+                                          for task, config in batch])
+        built = [i for i, lib in enumerate(libs) if not isinstance(lib, BaseException)]
+        timed = executor.map_measure(measure, [
+            (libs[i], batch[i][0].payload, batch[i][1], target, repeat) for i in built])
+        out = list(libs)
+        for i, result in zip(built, timed):
+            out[i] = result
+        return out
+
+    return run
