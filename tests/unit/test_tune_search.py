@@ -249,3 +249,14 @@ def test_measure_results_with_repeats_are_read_and_kept():
     assert got[1].error == "wrong result: max error 0.5"
     assert got[0].result is outcomes[0]  # the full result, for the records
     assert result.best[task.key].cost == 1e-3
+
+
+def test_tasks_of_one_schedule_template_share_a_cost_model():
+    a, b = _task("conv-a"), _task("conv-b")
+    other = Task("dense", "dense", 1, (Knob("tile", (1, 2, 4)),))
+    sched = TaskScheduler([a, b, other], Recorder(lambda c: 1e-3 * (1 + len(c))))
+    assert len(sched.models) == 2
+    assert sched.searches["conv-a"].scorer == sched.searches["conv-b"].scorer
+    assert sched.searches["conv-a"].scorer != sched.searches["dense"].scorer
+    per_task = TaskScheduler([a, b], Recorder(), group_of=lambda t: t.key)
+    assert len(per_task.models) == 2

@@ -16,8 +16,8 @@ whose next round is expected to lower the objective most, Ansor's gradient
 A task stops when ``early_stopping`` measurements in a row did not improve its best time, or
 when its space is exhausted; the whole run stops at ``trials`` measurements or after
 ``time_budget_s`` seconds (checked before each round). One :class:`~kiln.tune.cost_model.
-CostModel` per task group (default: per task) is refitted after each round on every measured
-candidate of the group, labels normalized per task.
+CostModel` per task group (default: per schedule template, the task's knob names) is refitted
+after each round on every measured candidate of the group, labels normalized per task.
 
 Measurement is a callable, so the scheduler runs without a builder (tests use a synthetic
 cost): ``measure([(task, config), ...]) -> [seconds | error, ...]`` in the same order, where a
@@ -97,6 +97,8 @@ class TaskScheduler:
         Stop a task after this many measurements without improving it.
     group_of : callable, optional
         ``task -> group name``: tasks of a group share a cost model (same feature length).
+        Default: the task's knob names, i.e. its schedule template (every conv2d_NCHWc task
+        of a model in one group: a new shape starts from what the others taught the model).
     alpha, backward_window : float, int
         The gradient's parameters (Ansor's defaults 0.2 and 3).
     seed : int
@@ -135,7 +137,7 @@ class TaskScheduler:
         self.backward_window = backward_window
         self.clock = clock
         self.rng = np.random.default_rng(seed)
-        group_of = group_of or (lambda t: t.key)
+        group_of = group_of or template_of
         self.group = {t.key: group_of(t) for t in self.tasks}
         self.models = {g: CostModel(min_samples=min_samples, seed=seed)
                        for g in sorted(set(self.group.values()))}
@@ -277,6 +279,11 @@ class TaskScheduler:
         if any(b is None for b in best.values()):
             return None
         return sum(t.weight * best[t.key] for t in self.tasks)
+
+
+def template_of(task: Task) -> str:
+    """The default task group: the task's knob names (its schedule template)."""
+    return ",".join(k.name for k in task.space)
 
 
 def _as_measured(config: dict, outcome: object) -> Measured:
