@@ -102,6 +102,8 @@ def test_resume_skips_history():
     history = [(task.key, c, _cost(c)) for c in configs[:10]]
     history.append((task.key, configs[10], None))  # failed earlier: not retried either
     history.append(("other-task", configs[11], 1.0))  # ignored
+    history.append((task.key, dict(configs[12], k0=3), 1e-9))  # not a legal value: ignored
+    history.append((task.key, dict(configs[13], old_knob=1), 1e-9))  # another space: ignored
     measure = Recorder()
     sched = TaskScheduler([task], measure, history=history, batch_size=4)
     assert sched.best_times()[task.key] == min(_cost(c) for c in configs[:10])

@@ -90,7 +90,8 @@ class TaskScheduler:
         knob_features`; with a builder at hand, ``features.lowered_features(lower)``).
     history : iterable of (task key, config, seconds or None)
         Earlier measurements (records, for resume): never measured again, and they seed the
-        best times and the cost model. Keys of other tasks are ignored.
+        best times and the cost model. Keys of other tasks, and configs outside the task's
+        current knob space (stale records), are ignored.
     batch_size : int
         Candidates measured per round.
     early_stopping : int, optional
@@ -150,7 +151,7 @@ class TaskScheduler:
         self.since_improvement = {t.key: 0 for t in self.tasks}
         self.stopped: dict[str, str] = {}
         for key, config, cost in history:
-            if key in self.searches:
+            if key in self.searches and _in_space(self.searches[key].task, config):
                 ok = cost is not None and math.isfinite(cost) and cost > 0
                 self.searches[key].update(config, cost if ok else None,
                                           None if ok else "failed in an earlier run")
@@ -279,6 +280,13 @@ class TaskScheduler:
         if any(b is None for b in best.values()):
             return None
         return sum(t.weight * best[t.key] for t in self.tasks)
+
+
+def _in_space(task: Task, config: Config) -> bool:
+    """Whether ``config`` sets exactly ``task``'s knobs to legal values (records of an older
+    knob space are not part of this search)."""
+    return set(config) == {k.name for k in task.space} and all(
+        config[k.name] in k.values for k in task.space)
 
 
 def template_of(task: Task) -> str:
