@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -153,7 +153,7 @@ class _Ops:
     float_ops: int = 0
     int_ops: int = 0
     math_calls: int = 0
-    loads: list | None = None
+    loads: list[L.BufferLoad] = field(default_factory=list)
 
 
 @dataclass
@@ -197,7 +197,7 @@ class _Walker:
 
 
 def _count_ops(store: L.BufferStore) -> _Ops:
-    ops = _Ops(loads=[])
+    ops = _Ops()
     stack: list[L.PrimExpr] = [store.value, *store.indices]
     while stack:
         e = stack.pop()
@@ -219,7 +219,6 @@ def _count_ops(store: L.BufferStore) -> _Ops:
 def _store_row(s: _Store) -> np.ndarray:
     loops = s.loops
     inner = loops[-1] if loops else None
-    kinds = lambda kind: math.prod(_extent(f) for f in loops if f.kind == kind)
     accesses = [(s.store.buffer, s.store.indices)] + [(ld.buffer, ld.indices)
                                                      for ld in s.ops.loads]
     strides = [_inner_stride(buf, idx, inner) for buf, idx in accesses]
@@ -236,9 +235,9 @@ def _store_row(s: _Store) -> np.ndarray:
         float(inner is not None and inner.kind == "vectorized"),
         float(inner is not None and inner.kind == "unrolled"),
         float(inner is not None and inner.kind == "parallel"),
-        _log(kinds("vectorized")),
-        _log(kinds("unrolled")),
-        _log(kinds("parallel")),
+        _log(_kind_product(loops, "vectorized")),
+        _log(_kind_product(loops, "unrolled")),
+        _log(_kind_product(loops, "parallel")),
         _log(s.ops.float_ops),
         _log(s.ops.int_ops),
         _log(s.ops.math_calls),
@@ -256,6 +255,11 @@ def _store_row(s: _Store) -> np.ndarray:
         _log(s.local_bytes),
     ]
     return np.asarray(row, np.float64)
+
+
+def _kind_product(loops: list[L.For], kind: str) -> int:
+    """The product of the extents of the loops of ``kind`` (1 when none)."""
+    return math.prod(_extent(f) for f in loops if f.kind == kind)
 
 
 def _footprints(accesses, loops: list[L.For]) -> list[dict[str, float]]:
