@@ -103,17 +103,17 @@ class RayExecutor:
                 f"'{json.dumps({self.resource: 1})}'")
         self.measure_cpus = min(int(n["Resources"].get("CPU", 1)) for n in nodes) or 1
         self.measuring_node_ids = [n["NodeID"] for n in nodes]
+        self._build = ray.remote(num_cpus=1, max_retries=0)(_call)
+        self._measure = ray.remote(num_cpus=self.measure_cpus, resources={self.resource: 1},
+                                   max_retries=0)(_call)
 
     def map_build(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
         """``fn(*job)`` as ``num_cpus=1`` Ray tasks on any node, results in input order."""
-        remote = self._ray.remote(num_cpus=1, max_retries=0)(_call)
-        return self._gather([remote.remote(fn, *job) for job in jobs])
+        return self._gather([self._build.remote(fn, *job) for job in jobs])
 
     def map_measure(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
         """``fn(*job)`` on measuring nodes only, each job holding a whole node."""
-        remote = self._ray.remote(num_cpus=self.measure_cpus, resources={self.resource: 1},
-                                  max_retries=0)(_call)
-        return self._gather([remote.remote(fn, *job) for job in jobs])
+        return self._gather([self._measure.remote(fn, *job) for job in jobs])
 
     def close(self) -> None:
         """Disconnect, if this executor connected (a connection made before it stays)."""
