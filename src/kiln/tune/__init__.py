@@ -8,7 +8,8 @@ Modules (one concept each):
 - ``tasks`` — task extraction from a model (unique kernels, weight = occurrences);
 - ``measure`` — build one candidate, check it against the default schedule's output, time it;
 - ``records`` — JSON-lines records, CPU fingerprint, apply at compile time;
-- ``features`` / ``cost_model`` / ``search`` — loop-nest features, the learned cost model,
-  evolutionary search and the task scheduler;
-- :mod:`kiln.tune.executor` — where builds and measurements run: local worker processes, or Ray.
+- ``features`` / ``cost_model`` / ``search`` / ``task_scheduler`` — loop-nest features, the
+  learned cost model (LightGBM), evolutionary search per task, and the scheduler across tasks;
+- :mod:`kiln.tune.executor` — where builds and measurements run: local worker processes, or Ray
+  (``ray_executor``, measuring nodes marked by ``fingerprint``'s CPU hash).
 """

@@ -17,7 +17,11 @@ in its slot (the search records it as the candidate's error instead of stopping)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
+
+from kiln.errors import KilnError
 
 
 class Executor(Protocol):
@@ -30,3 +34,105 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Builds in worker processes, measures in this process, one candidate at a time.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Build processes (default: ``os.cpu_count()``).
+    start_method : str
+        ``"forkserver"`` (default where available) or ``"spawn"``: never ``fork``, since this
+        process may hold threads (the runtime's pool, llvmlite) that a fork would copy broken.
+
+    A build job that raises yields the exception in its slot; a worker that dies (a crash in
+    native code) yields a ``BrokenProcessPool`` for the jobs it took down, and the pool is made
+    again for the next call. Build functions and their arguments must be picklable (top-level
+    functions).
+
+    Raises
+    ------
+    KilnError
+        For ``workers < 1`` or an unknown start method.
+    """
+
+    def __init__(self, workers: int | None = None, start_method: str | None = None):
+        import multiprocessing
+        import os
+
+        methods = multiprocessing.get_all_start_methods()
+        start_method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+        if start_method not in ("forkserver", "spawn") or start_method not in methods:
+            raise KilnError(f"LocalExecutor: start method must be 'forkserver' or 'spawn' "
+                            f"(available here: {methods}), got {start_method!r}")
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        if self.workers < 1:
+            raise KilnError(f"LocalExecutor: workers must be positive, got {self.workers}")
+        self._context = multiprocessing.get_context(start_method)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map_build(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        if not jobs:
+            return []
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._context)
+        futures = []
+        for job in jobs:
+            try:
+                futures.append(self._pool.submit(fn, *job))
+            except BrokenProcessPool as exc:
+                futures.append(exc)
+        results = [_outcome(f) for f in futures]
+        if any(isinstance(r, BrokenProcessPool) for r in results):
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        return results
+
+    def map_measure(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        results = []
+        for job in jobs:
+            try:
+                results.append(fn(*job))
+            except Exception as exc:  # noqa: BLE001 - the job's error goes in its slot
+                results.append(exc)
+        return results
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _outcome(future: Future | BaseException) -> Any:
+    if isinstance(future, BaseException):
+        return future
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - the job's error goes in its slot
+        return exc
+
+
+def measure_with(executor: Executor, build: Callable[..., Any], measure: Callable[..., Any],
+                 target: str, repeat: int = 5) -> Callable[[Sequence[tuple]], list[Any]]:
+    """The search's ``measure`` callable over an executor: for a batch of ``(task, config)``,
+    ``build(task.payload, config, target)`` in parallel (``map_build``), then
+    ``measure(lib_bytes, task.payload, config, target, repeat)`` one at a time
+    (``map_measure``) for those that built; a failed build's exception stands in its slot.
+    With the builder of :mod:`kiln.tune.measure`: ``measure_with(ex, build_candidate,
+    measure_candidate, target)``; the task scheduler reads each result's ``best`` seconds and
+    ``error``."""
+
+    def run(batch: Sequence[tuple]) -> list[Any]:
+        libs = executor.map_build(build, [(task.payload, config, target)
+                                          for task, config in batch])
+        built = [i for i, lib in enumerate(libs) if not isinstance(lib, BaseException)]
+        timed = executor.map_measure(measure, [
+            (libs[i], batch[i][0].payload, batch[i][1], target, repeat) for i in built])
+        out = list(libs)
+        for i, result in zip(built, timed):
+            out[i] = result
+        return out
+
+    return run
