@@ -354,21 +354,25 @@ def test_dlpack_to_numpy_zero_copy(dtype):
 
 def test_dlpack_keeps_owner_alive_and_frees():
     a = rt.array(np.arange(4, dtype="float32"))
+    earlier = set(dlpack_mod._LIVE)  # (other tests' capsules may be freed meanwhile)
     n = np.from_dlpack(a)
+    (mine,) = set(dlpack_mod._LIVE) - earlier
     n[0] = 42.0
     assert a.numpy()[0] == 42.0
     del a
     gc.collect()
     np.testing.assert_array_equal(n, [42, 1, 2, 3])  # owner kept alive by the capsule
-    before = len(dlpack_mod._LIVE)
+    assert mine in dlpack_mod._LIVE
     del n
     gc.collect()
-    assert len(dlpack_mod._LIVE) == before - 1
+    assert mine not in dlpack_mod._LIVE
     b = rt.array(np.ones(3))
+    earlier = set(dlpack_mod._LIVE)
     cap = b.__dlpack__()  # never consumed: the capsule destructor frees it
+    (mine,) = set(dlpack_mod._LIVE) - earlier
     del cap
     gc.collect()
-    assert len(dlpack_mod._LIVE) == before - 1
+    assert mine not in dlpack_mod._LIVE
     assert b.__dlpack_device__() == (1, 0)
 
 
