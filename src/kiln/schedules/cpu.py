@@ -79,7 +79,8 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
         func = fuse_rows(func)
     least = MIN_PARALLEL_EXTENT
     if knobs.active():  # the alternatives cost a lowering each: only while tuning
-        least = int(knobs.knob("parallel_extent", _parallel_extents(func), least))
+        least = int(knobs.knob("parallel_extent", PARALLEL_EXTENT_CHOICES, least,
+                               space=_parallel_extents(func)))
     return _parallelize(func, least)[0]
 
 

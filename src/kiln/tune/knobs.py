@@ -38,6 +38,7 @@ class KnobContext:
     config: Mapping[str, int | str]
     strict: bool = True
     declared: dict[str, Knob] = field(default_factory=dict)
+    legal: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
 
     def space(self) -> tuple[Knob, ...]:
         """The declared knobs, in declaration order."""
@@ -79,7 +80,8 @@ def active() -> bool:
     return _CURRENT.get() is not None
 
 
-def knob(name: str, values: Iterable[int | str], default: int | str) -> int | str:
+def knob(name: str, values: Iterable[int | str], default: int | str,
+         space: Iterable[int | str] | None = None) -> int | str:
     """The value of knob ``name``: the applied config's, else ``default`` (the rule's choice).
 
     Parameters
@@ -92,6 +94,10 @@ def knob(name: str, values: Iterable[int | str], default: int | str) -> int | st
         ``default`` is put first and duplicates are dropped.
     default : int or str
         What the schedule's rule chose; the value of an ordinary build.
+    space : iterable of int or str, optional
+        The values worth measuring, when fewer than the legal ones (those that give this
+        workload another loop nest than the default); default: ``values``. A config may
+        hold any legal value: the legal set must not depend on other knobs' values.
 
     Raises
     ------
@@ -103,13 +109,16 @@ def knob(name: str, values: Iterable[int | str], default: int | str) -> int | st
     if ctx is None:
         return default
     legal = tuple(dict.fromkeys([default, *values]))
-    ctx.declared.setdefault(name, Knob(name, legal))
+    if name not in ctx.declared:
+        tried = legal if space is None else tuple(dict.fromkeys([default, *space]))
+        ctx.declared[name] = Knob(name, tried)
+        ctx.legal[name] = legal
     if name not in ctx.config:
         return default
     value = ctx.config[name]
     if value in legal:
         return value
-    if ctx.strict and legal == ctx.declared[name].values:
+    if ctx.strict and value not in ctx.legal[name]:
         raise KilnError(f"kernel {ctx.kernel}: knob {name}={value!r} is not legal; "
                         f"legal values: {list(legal)}")
     return default  # the small-extents version of a kernel: its own legal values
