@@ -173,8 +173,7 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
             while trials is None or done < trials:
                 if time_budget is not None and time.perf_counter() - start >= time_budget:
                     break
-                jobs = _round(states, BATCH if trials is None else min(BATCH, trials - done),
-                              trials, done, seed)
+                jobs = _round(states, BATCH, trials, done, seed)
                 if not jobs:
                     break
                 results = _measure_round(executor, jobs, target, repeat)
@@ -192,13 +191,14 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
 
 def _round(states: list[TaskState], per_task: int, trials: int | None, done: int,
            seed: int) -> list[tuple[TaskState, dict]]:
-    """The next candidates of every task (round-robin), within the trial count."""
+    """Up to ``per_task`` next candidates of every task, one task after the other (each
+    task's first before any task's second), within the trial count."""
     jobs: list[tuple[TaskState, dict]] = []
-    for state in states:
-        left = per_task if trials is None else min(per_task, trials - done - len(jobs))
-        if left <= 0:
-            break
-        jobs += [(state, c) for c in next_configs(state, left, seed)]
+    for _ in range(per_task):
+        for state in states:
+            if trials is not None and done + len(jobs) >= trials:
+                return jobs
+            jobs += [(state, c) for c in next_configs(state, 1, seed)]
     return jobs
 
 
