@@ -147,3 +147,22 @@ def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     assert _text(kernel) == _text(lower_candidate(task, {}))  # the default schedule
     assert tuning.summary() == (f"tuning records: 0 of 1 kernels tuned; 1 fell back to "
                                 f"default (1 {why})")
+
+
+def test_a_tuned_build_never_shares_a_compile_cache_entry_with_the_untuned(tmp_path,
+                                                                         monkeypatch):
+    """The cache is keyed by the kernel's code (LLVM IR text): a config that changes the
+    loop nest makes another entry."""
+    import kiln
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_NO_CACHE", raising=False)
+    task, config = _dense_task()
+    mod, params = _model()
+    kiln.build(mod, TARGET, params)
+    entries = set((tmp_path / "cache" / "objects").glob("*.llvm"))
+    tuning = ApplyHistoryBest([_record(task.key, config)], fingerprint=FP)
+    kiln.build(mod, TARGET, params, tuning_records=tuning)
+    assert tuning.summary() == "tuning records: 1 of 1 kernels tuned"
+    tuned = set((tmp_path / "cache" / "objects").glob("*.llvm")) - entries
+    assert entries and tuned
