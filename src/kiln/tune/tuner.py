@@ -169,7 +169,8 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
     executor = executor or default_executor()
     done = 0
     try:
-        with progress.task("Tuning kernels", total=trials or len(states)) as advance:
+        total = trials or sum(s.task.size() for s in states)
+        with progress.task("Tuning kernels", total=total) as advance:
             while trials is None or done < trials:
                 if time_budget is not None and time.perf_counter() - start >= time_budget:
                     break
