@@ -53,6 +53,23 @@ def dense_model(rows: int = 7, k: int = 16, n: int = 32) -> onnx.ModelProto:
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n]), [w])
 
 
+def depthwise_model() -> onnx.ModelProto:
+    """Depthwise Conv 3x3 (group = channels) over 1 x 16 x 6 x 6."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 1, 3, 3)).astype("float32"), "w")
+    return _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=16)],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6]), [w])
+
+
+def matmul_model() -> onnx.ModelProto:
+    """MatMul of two activations (batched 1 x 12 x 8 by 1 x 8 x 16): nn.matmul."""
+    return _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 12, 8]),
+                   helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 8, 16])],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 16]), [])
+
+
 def _task(model: onnx.ModelProto, target: str, tag: str):
     mod, params = from_onnx(model)
     tasks = extract_tasks(mod, params, target)
@@ -98,12 +115,18 @@ def _text(func) -> str:
     return re.sub(r"(?<=[A-Za-z])_\d+(?=\b|_)", "_N", astext(func))
 
 
-def _check_every_candidate(task) -> int:
+def _one_knob_at_a_time(task) -> list[dict]:
+    """The default config and each config that changes one knob of it."""
+    default = task.default_config()
+    return [default] + [{**default, k.name: v} for k in task.space for v in k.values[1:]]
+
+
+def _check_every_candidate(task, configs=None) -> int:
     payload = task.payload
     inputs = kernel_inputs(payload)
     want = evaluate(payload.body, {p.name: a for p, a in zip(payload.body.params, inputs)})[0]
     texts = set()
-    for config in task.configs():
+    for config in configs or task.configs():
         func = lower_candidate(task, config, packed=False)
         texts.add(_text(func))
         out = np.zeros(want.shape, want.dtype)
@@ -126,7 +149,16 @@ def test_every_dense_pack_candidate_matches_numpy_on_the_interpreter(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("make", [conv_model, dense_model])
+def test_depthwise_and_matmul_candidates_match_numpy_on_the_interpreter(target):
+    depthwise = _task(depthwise_model(), target, "depthwise_conv2d_NCHWc")
+    assert _check_every_candidate(depthwise) > 1
+    matmul = _task(matmul_model(), target, "matmul")
+    assert {"tile_y", "unroll_k"} <= {k.name for k in matmul.space}
+    assert _check_every_candidate(matmul, _one_knob_at_a_time(matmul)) > 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("make", [conv_model, dense_model, depthwise_model, matmul_model])
 def test_the_default_config_lowers_the_ordinary_kernel(target, make):
     mod, params = from_onnx(make())
     for task in extract_tasks(mod, params, target, include_untunable=True):
