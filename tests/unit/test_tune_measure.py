@@ -105,3 +105,12 @@ def test_a_resumed_tune_measures_nothing_twice(task, tmp_path, monkeypatch):
 def test_tune_needs_a_budget(task, tmp_path):
     with pytest.raises(KilnError, match="number of trials or a time budget"):
         tune([task], TARGET, tmp_path / "r.jsonl")
+
+
+def test_one_thread_is_timed_in_thread_cpu_time(monkeypatch):
+    import time
+
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    assert measure.measure_clock() is time.thread_time
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    assert measure.measure_clock() is time.perf_counter

@@ -46,7 +46,8 @@ FLOAT_RTOL = 1e-4
 class MeasureResult:
     """One candidate's measurement (picklable).
 
-    ``costs``: seconds per run of the kernel, one per timed repeat (empty on error);
+    ``costs``: seconds per run of the kernel, one per timed repeat (empty on error; thread
+    CPU seconds with ``KILN_NUM_THREADS=1``, see :func:`measure_clock`);
     ``error``: None, or why the candidate has no time (a build or run failure, a wrong
     result); ``all_cost``: wall seconds the measurement took; ``timestamp``: when it ended
     (seconds since the epoch)."""
@@ -111,7 +112,7 @@ def measure_candidate(lib_bytes: bytes, payload: KernelPayload, config: Config, 
         args = kernel_inputs(payload)
         out = _run(kernel, args, payload)
         check_output(out, reference_output(payload, target), payload.name)
-        costs = time_kernel(kernel, [*args, out], repeat)
+        costs = time_kernel(kernel, [*args, out], repeat, measure_clock())
     except Exception as err:  # noqa: BLE001 - any failure is this candidate's error
         return MeasureResult((), f"{type(err).__name__}: {err}", time.perf_counter() - start)
     return MeasureResult(tuple(costs), None, time.perf_counter() - start)
@@ -171,24 +172,32 @@ def check_output(got: np.ndarray, want: np.ndarray, kernel: str) -> None:
                         f"magnitude {scale:.3g})")
 
 
-def time_kernel(kernel, args, repeat: int) -> list[float]:
+def measure_clock():
+    """The clock candidates are timed with: the calling thread's CPU time
+    (:func:`time.thread_time`) when kernels run on it alone (``KILN_NUM_THREADS=1``: then
+    other processes on a shared machine do not count), else wall time
+    (:func:`time.perf_counter`)."""
+    return time.thread_time if os.environ.get("KILN_NUM_THREADS") == "1" else time.perf_counter
+
+
+def time_kernel(kernel, args, repeat: int, clock=time.perf_counter) -> list[float]:
     """Seconds per run of ``kernel`` on ``args`` (numpy arrays: the inputs, then one shaped
     as the output): one warm-up, then ``repeat`` timings of ``number`` back-to-back runs
     (``number`` calibrated so one timing lasts at least MIN_REPEAT_S), as TVM's
-    ``time_evaluator(number, repeat)``."""
+    ``time_evaluator(number, repeat)``. ``clock``: :func:`measure_clock`'s."""
     from kiln.runtime import array, empty
 
     nd = [array(a) for a in args[:-1]] + [empty(args[-1].shape, args[-1].dtype)]
-    t0 = time.perf_counter()
+    t0 = clock()
     kernel(*nd)
-    once = time.perf_counter() - t0
+    once = clock() - t0
     number = max(1, min(10_000, int(MIN_REPEAT_S / max(once, 1e-9))))
     costs = []
     for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(number):
             kernel(*nd)
-        costs.append((time.perf_counter() - t0) / number)
+        costs.append((clock() - t0) / number)
     return costs
 
 
