@@ -70,6 +70,14 @@ def matmul_model() -> onnx.ModelProto:
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 16]), [])
 
 
+def einsum_model() -> onnx.ModelProto:
+    """Attention scores as an Einsum (bhid,bhjd->bhij over 1 x 2 x 6 x 8 and 1 x 2 x 16 x 8)."""
+    return _model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bhid,bhjd->bhij")],
+                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2, 6, 8]),
+                   helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2, 16, 8])],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 16]), [])
+
+
 def _task(model: onnx.ModelProto, target: str, tag: str):
     mod, params = from_onnx(model)
     tasks = extract_tasks(mod, params, target)
@@ -149,16 +157,20 @@ def test_every_dense_pack_candidate_matches_numpy_on_the_interpreter(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_depthwise_and_matmul_candidates_match_numpy_on_the_interpreter(target):
+def test_depthwise_matmul_einsum_candidates_match_numpy_on_the_interpreter(target):
     depthwise = _task(depthwise_model(), target, "depthwise_conv2d_NCHWc")
     assert _check_every_candidate(depthwise) > 1
     matmul = _task(matmul_model(), target, "matmul")
     assert {"tile_y", "unroll_k"} <= {k.name for k in matmul.space}
     assert _check_every_candidate(matmul, _one_knob_at_a_time(matmul)) > 1
+    einsum = _task(einsum_model(), target, "einsum")
+    assert {"tile_y", "unroll_k"} <= {k.name for k in einsum.space}
+    assert _check_every_candidate(einsum, _one_knob_at_a_time(einsum)) > 1
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("make", [conv_model, dense_model, depthwise_model, matmul_model])
+@pytest.mark.parametrize("make", [conv_model, dense_model, depthwise_model, matmul_model,
+                                  einsum_model])
 def test_the_default_config_lowers_the_ordinary_kernel(target, make):
     mod, params = from_onnx(make())
     for task in extract_tasks(mod, params, target, include_untunable=True):

@@ -89,10 +89,11 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
     # would send one decoded token to the version without blocks, so static rows go first.
     if static and (not isinstance(j.extent, int) or not symbolic):
         i = max(static, key=lambda ax: ax.extent)
-        rows = stage.split(i, max(_divisors(i.extent, DENSE_ROWS)))
+        rows = stage.split(i, knob("tile_y", _divisors(i.extent, max(ROW_CHOICES)),
+                                   max(_divisors(i.extent, DENSE_ROWS))))
     elif symbolic:
         i = symbolic[0]
-        rows = stage.split(i, DENSE_ROWS, tail=True)
+        rows = stage.split(i, knob("tile_y", ROW_CHOICES, DENSE_ROWS), tail=True)
     else:
         return
     # Three rows (grouped heads) leave registers for four column vectors: each pass over
