@@ -158,7 +158,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
           mod_name: str = "default", byoc: Sequence[str] = (), runtime: str | None = None,
           executor: str | None = None, system_lib_prefix: str = "",
-          quantize_weights: str | None = None):
+          quantize_weights: str | None = None, tuning_records=None):
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -205,6 +205,13 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         blocks of 32; weights whose K is not a multiple of 32 stay float32). The weights are
         stored quantized in the artifact and dequantized inside the kernels
         (:mod:`kiln.passes.graph.quantize_weights`, docs/decisions/018). Default: float32.
+    tuning_records : path or kiln.tune.apply_history.ApplyHistoryBest, optional
+        Records of ``kiln tune`` (JSON lines): each kernel with a record measured for this
+        exact target string on a CPU with this machine's fingerprint gets the fastest
+        record's schedule, the others their default one; the summary (how many kernels
+        were tuned, why the others fell back) is logged, and is the ``ApplyHistoryBest``'s
+        ``summary()`` when one is given (docs/decisions/024-tuner.md). Not applied to a
+        multi-level target.
 
     Returns
     -------
@@ -223,7 +230,10 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         or not DSO-exportable: the message lists them).
     ToolchainError
         A BYOC codegen's library is missing (cblas: OpenBLAS).
+    KilnError
+        ``tuning_records`` cannot be read or holds a line that is not a record.
     """
+    tuning = _tuning(tuning_records)
     if target is None:
         target = Target.current() or default_target()
     tgt = Target(target)
@@ -237,8 +247,14 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
             fused = optimize(func, params, byoc, mod_name, quantize_weights,
                              vm=executor == "vm")
         calls = primitive_calls(fused)
+        if tuning is not None:
+            tuning.bind(str(tgt))
+            if tgt.levels:
+                tuning.skip(f"a multi-level target, {tgt}")
         if not tgt.levels:
-            kernels, kernel_names = _lower_kernels(calls)
+            kernels, kernel_names = _lower_kernels(calls, tuning=tuning)
+            if tuning is not None:
+                log.info("%s", tuning.summary())
     # A multi-level target: one graph (its widest level's layouts), each level's schedules.
     per_level: dict[str, list[L.PrimFunc]] = {}
     for level in tgt.levels:
@@ -381,7 +397,16 @@ def _deployable(graph, lib, consts, mod_name, tgt, kernels, symbols, prefix, exe
     return GraphExecutorFactoryModule(graph, lib, consts, mod_name)
 
 
-def _lower_kernels(calls: list[PrimitiveCall], what: str = ""):
+def _tuning(records):
+    """An ApplyHistoryBest for ``build``'s ``tuning_records`` (None: no records)."""
+    if records is None:
+        return None
+    from kiln.tune.apply_history import ApplyHistoryBest
+
+    return records if isinstance(records, ApplyHistoryBest) else ApplyHistoryBest(records)
+
+
+def _lower_kernels(calls: list[PrimitiveCall], what: str = "", tuning=None):
     names: dict[int, str] = {}
     by_key: dict[str, str] = {}
     kernels = []
@@ -392,7 +417,8 @@ def _lower_kernels(calls: list[PrimitiveCall], what: str = ""):
             if key not in by_key:
                 name = _unique(call.name, used)
                 try:
-                    kernels.append(lower_primitive(call, name))
+                    kernels.append(lower_primitive(call, name) if tuning is None
+                                   else tuning.lower(call, name))
                 except CompileError:
                     raise
                 except Exception as err:  # a bug, but name the kernel the user can report

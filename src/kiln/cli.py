@@ -5,9 +5,11 @@
     kiln compile model.onnx [--target llvm -mcpu=native] -o model.so [--input-shape NAME:1x3x224x224 ...]
                  [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
                  [--byoc cblas ...] [--target-host llvm] [--quantize-weights int8|q4]
-                 [--quiet]
+                 [--tuning-records records.jsonl] [--quiet]
     kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
                  [-o model.a] [--emit-c-project DIR]
+    kiln tune model.onnx [--target T] (--trials N | --time-budget 10m) -o records.jsonl
+              [--tuning-records old.jsonl] [--input-shape NAME:SHAPE] [--quiet]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
                       [--input-shape NAME:1x77 ...] [--profile] [--dump-outputs DIR]
     kiln inspect model.so [--graph graph.json] [--params model.params] [--bytecode]
@@ -174,11 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store the weights of MatMul/Gemm layers with constant weights (at "
                         "least 64x64) quantized and dequantize them inside the kernels: int8 "
                         "(per output channel) or q4 (GGUF Q4_1 blocks of 32); default float32")
+    p.add_argument("--tuning-records", metavar="FILE",
+                   help="apply the best schedules of kiln tune's records (only those measured "
+                        "for this exact target on a CPU with this machine's fingerprint); "
+                        "prints how many kernels were tuned and why the others were not")
     p.add_argument("--emit-c-project", metavar="DIR",
                    help="write a ready C project (sources, runtime, main.c, Makefile honouring "
                         "CC=) to DIR; with --executor aot or --system-lib")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_compile)
+
+    from kiln.cli_tune import add_parser as add_tune_parser
+
+    add_tune_parser(sub, parse_input_shape, _positive_int)
 
     p = sub.add_parser("run", help="run a compiled library on inputs from .npz or random",
                        description="Run a compiled library once (or --repeat times).")
@@ -262,7 +272,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project,
                   dims=args.dims, quantize_weights=args.quantize_weights,
                   cross_compiler=args.cross_compiler,
-                  cross_compiler_options=args.cross_compiler_options)
+                  cross_compiler_options=args.cross_compiler_options,
+                  tuning_records=args.tuning_records)
     return 0
 
 

@@ -29,7 +29,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                   system_lib: bool = False, system_lib_prefix: str = "",
                   c_project: str | None = None, dims: list[DimSpec] | None = None,
                   quantize_weights: str | None = None, cross_compiler: str | None = None,
-                  cross_compiler_options: str = "") -> Path:
+                  cross_compiler_options: str = "", tuning_records: str | None = None) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -71,6 +71,9 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         ``--cross-compiler`` (tvmc's option): the compiler that links a library for a foreign
         ``-mtriple`` (``riscv64-linux-gnu-gcc``), with extra flags; without it, a foreign
         target links with ``<triple>-gcc`` when that is on PATH (and says so).
+    tuning_records : str, optional
+        ``--tuning-records``: ``kiln tune``'s records file; the summary line (kernels tuned,
+        why the others fell back) goes to ``echo``.
 
     Returns
     -------
@@ -117,6 +120,11 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         raise KilnError(f"cannot write {out}: directory {out.parent} does not exist")
     if executor == "vm" and crt:
         raise KilnError("--system-lib builds for the C runtime, which has no VM executor")
+    tuning = None
+    if tuning_records is not None:
+        from kiln.tune.apply_history import ApplyHistoryBest
+
+        tuning = ApplyHistoryBest(tuning_records)
     start = time.perf_counter()
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)
@@ -133,7 +141,10 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                      runtime="crt" if crt else None, executor=executor,
                      system_lib_prefix=system_lib_prefix, quantize_weights=quantize_weights,
                      # AOT names its entry kiln_<model>_run; graph builds keep TVM's "default"
-                     mod_name=_model_name(model) if executor == "aot" else "default")
+                     mod_name=_model_name(model) if executor == "aot" else "default",
+                     tuning_records=tuning)
+    if tuning is not None:
+        echo(tuning.summary())
     with progress.stage(f"Exporting {out.name}"):
         if crt:
             _export_for_c(lib, output, c_project)

@@ -20,6 +20,9 @@ API
                 compile_one(k)
                 advance()
 
+``note(text)``
+    A line printed above the live display, only while one is shown.
+
 ``set_quiet(flag)`` / ``quiet()``
     Silence (or re-enable) every display in this process; ``quiet()`` is also a context manager
     form for a block. The environment variable ``KILN_QUIET=1`` sets the default.
@@ -173,6 +176,14 @@ def task(description: str, total: int) -> Iterator[Callable[[int], None]]:
             prog.console.print(  # type: ignore[attr-defined]
                 f"[green]✓[/green] {description} {total}/{total} [dim]({elapsed:.1f} s)[/dim]"
             )
+
+
+def note(text: str) -> None:
+    """Print ``text`` as a line above the live display (e.g. a tuner's best time so far); a
+    no-op when the display is off (quiet, or stderr not a terminal)."""
+    prog = _live["progress"]
+    if prog is not None:
+        prog.console.print(text, highlight=False)  # type: ignore[attr-defined]
 
 
 def _noop(n: int = 1) -> None:

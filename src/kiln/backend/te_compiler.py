@@ -57,15 +57,20 @@ def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.Pr
     CompileError
         If an op has no compute definition or the kernel cannot be lowered.
     """
+    arg_names = [p.name for p in call.body.params] + ["out"]
+    return make_packed_api(lower_unpacked(call, name, target), arg_names)
+
+
+def lower_unpacked(call: PrimitiveCall, name: str, target: str = "cpu") -> L.PrimFunc:
+    """The kernel of :func:`lower_primitive` before MakePackedAPI: one buffer parameter per
+    argument then the output, what the loop-IR interpreter runs."""
     inputs, output = to_te(call.body)
     sch = schedule_te(Schedule(output), target)
     func = _checked(_small_extent_version(call, lower(sch, inputs, name), sch, target),
                     "0_lower")
     func = _checked(simplify(func), "1_simplify")
     func = _checked(schedule_loops(func), "2_schedule")
-    func = _checked(lower_fast_exp(func), "3_fast_exp")
-    arg_names = [p.name for p in call.body.params] + ["out"]
-    return make_packed_api(func, arg_names)
+    return _checked(lower_fast_exp(func), "3_fast_exp")
 
 
 def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,

@@ -56,6 +56,11 @@ class OpDef:
         _load_all()
         return _COMPUTES.get(self.name)
 
+    def __reduce__(self):
+        # by name: a graph function (a tuning task's kernel) pickles into another process,
+        # which finds the same registered op (its infer / ref are lambdas)
+        return (get_op, (self.name,))
+
 
 _OPS: dict[str, OpDef] = {}
 _COMPUTES: dict[str, Callable[..., Any]] = {}

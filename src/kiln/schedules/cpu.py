@@ -18,6 +18,7 @@ from kiln.ir.lower import Schedule
 from kiln.ir.te import Tensor
 from kiln.schedules import primitives as P
 from kiln.schedules.row_fusion import fuse_rows
+from kiln.tune import knobs
 
 _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 
@@ -26,6 +27,9 @@ _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 MIN_PARALLEL_EXTENT = 16
 # Nests with fewer scalar iterations than this run serially (a pool launch costs ~1 us).
 MIN_PARALLEL_WORK = 4096
+#: the tuner's choices of the least parallel extent (knob ``parallel_extent``: how many outer
+#: loops the parallel loop fuses, so which loop the threads split)
+PARALLEL_EXTENT_CHOICES = (1, 4, 16, 64, 256)
 
 
 _SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
@@ -73,21 +77,47 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
     :func:`kiln.schedules.row_fusion.fuse_rows`)."""
     if func.attrs.get("fuse_rows"):
         func = fuse_rows(func)
+    least = MIN_PARALLEL_EXTENT
+    if knobs.active():  # the alternatives cost a lowering each: only while tuning
+        least = int(knobs.knob("parallel_extent", PARALLEL_EXTENT_CHOICES, least,
+                               space=_parallel_extents(func)))
+    return _parallelize(func, least)[0]
+
+
+def _parallelize(func: L.PrimFunc, least: int) -> tuple[L.PrimFunc, tuple[int, ...]]:
+    """``func`` with each nest's outer loops fused until the loop has ``least`` iterations,
+    that loop parallel; and the number of fusions per nest."""
+    fusions = []
     for nest in P.top_level_nests(func):
         if _work(nest) < MIN_PARALLEL_WORK:
             continue
-        loop = nest
-        while _may_be_small(loop) and isinstance(inner := P.peel_lets(loop.body)[1], L.For) \
-                and _fusable(inner, loop):
+        loop, count = nest, 0
+        while _may_be_small(loop, least) and \
+                isinstance(inner := P.peel_lets(loop.body)[1], L.For) and _fusable(inner, loop):
             func, loop = P.fuse(func, loop)
+            count += 1
         func = P.parallel(func, loop)
-    return func
+        fusions.append(count)
+    return func, tuple(fusions)
 
 
-def _may_be_small(loop: L.For) -> bool:
-    """Whether the loop may have fewer than MIN_PARALLEL_EXTENT iterations: a small constant,
-    or a symbolic extent (a batch or a sequence length may be 1 at run time)."""
-    return not isinstance(loop.extent, L.IntImm) or loop.extent.value < MIN_PARALLEL_EXTENT
+def _parallel_extents(func: L.PrimFunc) -> list[int]:
+    """The PARALLEL_EXTENT_CHOICES that parallelize ``func`` differently from the default
+    and from each other (the first of each outcome)."""
+    seen = {_parallelize(func, MIN_PARALLEL_EXTENT)[1]}
+    out = []
+    for least in PARALLEL_EXTENT_CHOICES:
+        fusions = _parallelize(func, least)[1]
+        if fusions not in seen:
+            seen.add(fusions)
+            out.append(least)
+    return out
+
+
+def _may_be_small(loop: L.For, least: int = MIN_PARALLEL_EXTENT) -> bool:
+    """Whether the loop may have fewer than ``least`` iterations: a small constant, or a
+    symbolic extent (a batch or a sequence length may be 1 at run time)."""
+    return not isinstance(loop.extent, L.IntImm) or loop.extent.value < least
 
 
 def _fusable(loop: L.For, outer: L.For) -> bool:

@@ -19,6 +19,7 @@ from kiln.ir.lower import Schedule
 from kiln.ir.te import IterVar, Tensor
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.target import Target
+from kiln.tune.knobs import knob
 
 
 @register_schedule("conv2d")
@@ -59,7 +60,9 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
     if not (_blockable(i.extent, DENSE_ROWS) and _blockable(j.extent, MATMUL_COLS)):
         stage.reorder(*outer, i, k, j)
         return
-    rows = stage.split(i, DENSE_ROWS, tail=True)
+    most = i.extent if isinstance(i.extent, int) else max(ROW_CHOICES)
+    rows = stage.split(i, knob("tile_y", [r for r in ROW_CHOICES if r <= most], DENSE_ROWS),
+                       tail=True)
     cols = stage.split(j, MATMUL_COLS, tail="shift")
     _register_block(stage, outer, rows, cols, k)
 
@@ -87,10 +90,11 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
     # would send one decoded token to the version without blocks, so static rows go first.
     if static and (not isinstance(j.extent, int) or not symbolic):
         i = max(static, key=lambda ax: ax.extent)
-        rows = stage.split(i, max(_divisors(i.extent, DENSE_ROWS)))
+        rows = stage.split(i, knob("tile_y", _divisors(i.extent, max(ROW_CHOICES)),
+                                   max(_divisors(i.extent, DENSE_ROWS))))
     elif symbolic:
         i = symbolic[0]
-        rows = stage.split(i, DENSE_ROWS, tail=True)
+        rows = stage.split(i, knob("tile_y", ROW_CHOICES, DENSE_ROWS), tail=True)
     else:
         return
     # Three rows (grouped heads) leave registers for four column vectors: each pass over
@@ -123,7 +127,9 @@ def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[Ite
     DENSE_K_UNROLL or ``k_unroll`` (dense_pack, matmul; the quantized dense ops' block axis is
     ``outer_k``, their single-row blocks take ``col_blocks`` column blocks)."""
     (io, ii), (jo, ji) = rows, cols
-    ko, ki = stage.split(k, max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
+    unroll = knob("unroll_k", [max(_divisors(k.extent, u)) for u in UNROLL_CHOICES],
+                  max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
+    ko, ki = stage.split(k, unroll)
     blocks = () if col_blocks is None else (col_blocks,)
     panels = (jo, io) if cols_first else (io, jo)
     stage.reorder(*outer, *panels, *outer_k, ko, ki, *blocks, ii, ji)
@@ -268,6 +274,8 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     most = max_block_pixels(max(1, vectors))
     shift = most is not None and isinstance(x.extent, int)
     pixels = _shifted_row_block(x.extent, most) if shift else _row_block(x.extent, taps, most)
+    pixels = knob("tile_ow", range(1, min(x.extent, most) + 1) if shift
+                  else _divisors(x.extent, most or REG_BLOCK), pixels)
     if pixels == 1 and k_block is None and _row_block(y.extent, taps, most) > 1:
         # A symbolic width with no known divisor (a text line's) would leave one pixel a
         # block: block a column of static rows instead (PP-OCRv4 rec, 48 rows: 5x faster).
@@ -374,10 +382,15 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     rc, ry, rx, ri = conv.body.axes
     taps = ry.extent * rx.extent
     k_block = _k_block(conv, rc, taps * ri.extent)
+    if k_block is not None and not knob("k_block", (0,), 1):
+        k_block = None
     reduce_order: tuple[IterVar, ...] = (rc, ry, rx, ri)
     stage = sch[conv]
-    if ri.extent > INPUT_UNROLL and ri.extent % INPUT_UNROLL == 0:
-        ri_o, ri_i = stage.split(ri, INPUT_UNROLL)
+    unroll = INPUT_UNROLL if ri.extent > INPUT_UNROLL and ri.extent % INPUT_UNROLL == 0 else 1
+    unroll = knob("unroll_ic", [u for u in UNROLL_CHOICES[:4] if u < ri.extent
+                                and ri.extent % u == 0], unroll)
+    if unroll > 1:
+        ri_o, ri_i = stage.split(ri, unroll)
         stage.unroll(ri_i)
         reduce_order = (rc, ry, rx, ri_o, ri_i)
     _register_blocked(sch, conv, reduce_order, taps, k_block=k_block)
@@ -414,6 +427,11 @@ def schedule_pool(sch: Schedule, pool: Tensor) -> None:
 #: GFLOP/s, 6 rows 77, 4 rows 73 (the 128×384 · 384×384 GEMM: 1018, 519, 544 us; MiniLM-L3 at
 #: [4, 33], whose 132 rows took 6-row blocks, ran its GEMMs twice as fast as at [1, 128]).
 DENSE_ROWS = 6
+#: the tuner's choices of rows a dense / matmul register block (knob ``tile_y``)
+ROW_CHOICES = (1, 2, 3, 4, 6, 8)
+#: the tuner's choices of unroll factors (knobs ``unroll_k``, ``unroll_ic``; ``tile_cb`` the
+#: first four)
+UNROLL_CHOICES = (1, 2, 4, 8, 16)
 
 
 #: reduction steps of a dense unrolled around its register block (as INPUT_UNROLL for convs):
@@ -526,15 +544,36 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
         groups = min(MIN_PARALLEL_EXTENT, jo.extent)
         count = max(d for d in _divisors(jo.extent, DENSE_COL_BLOCKS[dense.tag])
                     if jo.extent // d >= groups)
+        count = knob("tile_cb", _divisors(jo.extent, max(UNROLL_CHOICES[:4])), count)
         jo, col_blocks = stage.split(jo, count)
     _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks,
                     DENSE_QUANT_K_UNROLL[dense.tag])
+
+
+def _row_limits(extent: arith.Dim, default: int) -> list[int]:
+    """The tuner's choices of a dense's most rows a block (``tile_y``): each of ROW_CHOICES
+    that splits a static ``extent`` differently from the ones before (and from ``default``);
+    all of them for a symbolic one."""
+    if not isinstance(extent, int):
+        return list(ROW_CHOICES)
+
+    def split(most: int) -> tuple[int, bool]:
+        rows = max(_divisors(extent, most))
+        return rows, extent > most and 2 * rows < most
+    seen = {split(default)}
+    out = []
+    for most in ROW_CHOICES:
+        if split(most) not in seen:
+            seen.add(split(most))
+            out.append(most)
+    return out
 
 
 def _dense_rows(stage, i: IterVar, scale: int = 1) -> tuple[IterVar, IterVar]:
     """The rows of a dense split into register blocks of up to DENSE_ROWS // ``scale``
     (:func:`wide_block_scale`)."""
     most = max(1, DENSE_ROWS // scale)
+    most = knob("tile_y", _row_limits(i.extent, most), most)
     rows = max(_divisors(i.extent, most))  # symbolic rows: what their divisors allow
     static_tail = isinstance(i.extent, int) and i.extent > most and 2 * rows < most
     if static_tail or (rows < most and not isinstance(i.extent, int) and tails_allowed()):

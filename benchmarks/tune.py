@@ -1,0 +1,118 @@
+"""Untuned vs tuned Kiln on one model (issue 19): ``kiln tune`` with a budget, then both
+libraries (and onnxruntime) timed in one process, interleaved.
+
+::
+
+    .venv/bin/python benchmarks/tune.py --model squeezenet --time-budget 10m --threads 1
+
+Prints one markdown table: per engine the median wall and thread-CPU milliseconds per run
+(with ``--threads 1`` the kernels run on the calling thread, so its CPU time is the model's
+time even on a loaded machine), and the tune's trial count and time. Records and libraries go
+to ``--workdir`` (default: a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="squeezenet", help="a model of benchmarks/models.py")
+    p.add_argument("--target", default="llvm -mcpu=native")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
+    budget.add_argument("--trials", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1, help="KILN_NUM_THREADS and ORT threads")
+    p.add_argument("--repeat", type=int, default=30, help="timed runs per engine (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default=None)
+    return p.parse_args(argv)
+
+
+def _timed_runs(run, repeat: int, blocks: int = 5) -> tuple[list[float], list[float]]:
+    """``repeat`` runs of ``run`` in ``blocks`` (so engines interleave): wall and thread-CPU
+    seconds of each."""
+    wall, cpu = [], []
+    for _ in range(max(1, repeat // blocks)):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+    return wall, cpu
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ["KILN_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from models import input_shapes, load_model
+
+    import kiln
+    from kiln import progress
+    from kiln.cli_compile import compile_model
+    from kiln.cli_tune import tune_model
+
+    progress.set_quiet(True)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kiln-tune-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = load_model(args.model, args.seed)
+    onnx_path = work / f"{args.model}.onnx"
+    onnx.save(model, onnx_path)
+    records = work / "records.jsonl"
+    start = time.perf_counter()
+    result = tune_model(str(onnx_path), str(records), target=args.target, trials=args.trials,
+                        time_budget=args.time_budget if args.trials is None else None)
+    tune_s = time.perf_counter() - start
+    libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
+    compile_model(str(onnx_path), str(libs["untuned"]), target=args.target)
+    compile_model(str(onnx_path), str(libs["tuned"]), target=args.target,
+                  tuning_records=str(records))
+
+    rng = np.random.default_rng(args.seed)
+    inputs = {name: rng.standard_normal(shape).astype("float32")
+              for name, shape in input_shapes(model).items()}
+    runs = {}
+    for name, path in libs.items():
+        gmod = kiln.graph_executor.GraphModule(
+            kiln.runtime.load_module(str(path))["default"](kiln.cpu()))
+        for k, v in inputs.items():
+            gmod.set_input(k, v)
+        runs[name] = gmod.run
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    runs["onnxruntime"] = lambda: sess.run(None, inputs)
+    for run in runs.values():  # warm-up
+        for _ in range(3):
+            run()
+    times: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in runs}
+    for _ in range(5):
+        for name, run in runs.items():
+            wall, cpu = _timed_runs(run, args.repeat)
+            times[name][0].extend(wall)
+            times[name][1].extend(cpu)
+    trials = result.trials if result else 0
+    print(f"\n{args.model}, {args.target}, {args.threads} thread(s); tune: {trials} trials in "
+          f"{tune_s:.0f} s\n")
+    print("| engine | median wall ms | median thread-CPU ms |")
+    print("|---|---|---|")
+    for name, (wall, cpu) in times.items():
+        print(f"| {name} | {statistics.median(wall) * 1e3:.2f} | "
+              f"{statistics.median(cpu) * 1e3:.2f} |")
+    print(f"\nrecords: {records}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

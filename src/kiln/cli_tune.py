@@ -1,0 +1,147 @@
+"""``kiln tune``: measure schedule candidates of a model's kernels on this CPU, write records.
+
+::
+
+    kiln tune model.onnx [--target "llvm -mcpu=native"] (--trials N | --time-budget 10m)
+              -o records.jsonl [--tuning-records old.jsonl ...] [--input-shape NAME:SHAPE]
+              [--repeat N] [--quiet]
+
+Then ``kiln compile model.onnx --tuning-records records.jsonl -o model.so`` applies them (on a
+CPU with the same fingerprint, for the same target string). As tvmc's ``tvmc tune``
+(``python/tvm/driver/tvmc/autotuner.py``); docs/decisions/024-tuner.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from kiln.errors import KilnError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """``--time-budget``: ``90`` or ``90s`` (seconds), ``10m``, ``1.5h`` → seconds.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Anything else, or zero.
+    """
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive duration such as 90s, 10m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def add_parser(sub, parse_input_shape, positive_int) -> None:
+    """Register ``kiln tune`` on the ``kiln`` subparsers."""
+    p = sub.add_parser("tune", help="tune a model's kernels on this CPU (records for compile)",
+                       description="Measure schedule candidates of the model's kernels on "
+                                   "this CPU (each checked against the default schedule's "
+                                   "output) and append one record per candidate to -o; "
+                                   "kiln compile --tuning-records applies the best.")
+    p.add_argument("model", help="the ONNX model file")
+    p.add_argument("-o", "--output", required=True,
+                   help="records file (JSON lines), appended to; configs already in it are "
+                        "not measured again")
+    p.add_argument("--target", default=None,
+                   help='the compilation target the records are for (default: "llvm '
+                        '-mcpu=native"; must be given to kiln compile the same way)')
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--trials", type=positive_int,
+                        help="measure at most N new candidates, over all kernels")
+    budget.add_argument("--time-budget", type=parse_duration, metavar="DURATION",
+                        help="stop starting new candidates after this long: 90s, 10m, 1h")
+    p.add_argument("--tuning-records", action="append", default=[], metavar="FILE",
+                   help="earlier records: their configs are not measured again, and their "
+                        "records of this model are copied into -o (repeatable)")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="fix an input's shape, e.g. data:1x3x224x224 (repeatable)")
+    p.add_argument("--repeat", type=positive_int, default=5,
+                   help="timed repeats per candidate (default: 5)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=_cmd_tune)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    tune_model(args.model, args.output, target=args.target, trials=args.trials,
+               time_budget=args.time_budget, resume=args.tuning_records,
+               input_shapes=args.input_shapes, repeat=args.repeat)
+    return 0
+
+
+def tune_model(model: str, output: str, target: str | None = None, trials: int | None = None,
+               time_budget: float | None = None, resume: list[str] | None = None,
+               input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
+               repeat: int = 5, echo=print):
+    """Tune ``model``'s kernels for ``target`` on this CPU; records go to ``output``.
+
+    Parameters
+    ----------
+    model : str
+        Path of the ONNX model (static shapes, or fixed by ``input_shapes``).
+    output : str
+        Records file (JSON lines), appended to.
+    target : str, optional
+        An ``llvm`` or ``c`` target string (default :func:`kiln.target.default_target`).
+    trials, time_budget : int, float (seconds)
+        The most new candidates / the wall time after which no round starts (one needed).
+    resume : list of str
+        Earlier records files (``--tuning-records``).
+    input_shapes : list of (name, shape)
+        ``--input-shape``.
+    repeat : int
+        Timed repeats per candidate.
+    echo : callable
+        Receives the summary lines.
+
+    Returns
+    -------
+    kiln.tune.tuner.TuneResult
+
+    Raises
+    ------
+    KilnError
+        A model that cannot be read or compiled, a multi-level or non-CPU target, a
+        records file that cannot be read or written, an output folder that does not exist.
+    """
+    from kiln import progress
+    from kiln.frontend import from_onnx, load_onnx
+    from kiln.target import default_target
+    from kiln.tune.tasks import extract_tasks
+    from kiln.tune.tuner import tune
+
+    target = target or default_target()
+    out = Path(output)
+    if not out.parent.exists():
+        raise KilnError(f"cannot write {out}: directory {out.parent} does not exist")
+    for path in resume or []:
+        if not Path(path).is_file():
+            raise KilnError(f"--tuning-records {path}: no such file")
+    with progress.stage(f"Extracting tasks from {Path(model).name}"):
+        proto = load_onnx(model)
+        mod, params = from_onnx(proto, shape=dict(input_shapes or []))
+        tasks = extract_tasks(mod, params, target)
+    if not tasks:
+        echo(f"{model}: no kernel with schedule choices to tune")
+        return None
+    echo(f"{len(tasks)} tasks ({sum(t.weight for t in tasks)} kernel calls, "
+         f"{sum(t.size() for t in tasks)} candidates) for target {target}")
+    result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
+                  resume=resume or [], repeat=repeat)
+    for s in sorted(result.states, key=lambda s: -s.task.weight * s.best
+                    if s.best != float("inf") else 0.0):
+        if s.best != float("inf"):
+            echo(f"  {s.task.name} ×{s.task.weight}: {s.best * 1e6:.1f} us "
+                 f"(default {s.default_cost * 1e6:.1f} us) {s.best_config}")
+    echo(f"measured {result.trials} candidates ({result.resumed} from earlier records) in "
+         f"{result.elapsed:.1f} s; tuned kernels' time per run ≈ "
+         f"{result.latency(default=True) * 1e3:.3f} ms default → {result.latency() * 1e3:.3f} "
+         f"ms; records in {out}")
+    return result

@@ -1,0 +1,126 @@
+"""Apply tuning records at compile time, and say what was applied.
+
+``kiln.build(..., tuning_records=path)`` lowers each unique kernel through
+:meth:`ApplyHistoryBest.lower`: the fastest error-free record for the kernel's workload key
+(:func:`kiln.tune.tasks.workload_key`, which includes the target string), measured on a CPU
+with exactly this machine's fingerprint, is applied; every other kernel keeps the default
+schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``other CPU`` (records
+for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
+this kernel under another target string), ``failed`` (only records with errors) or
+``stale`` (the record's config is no longer legal for the kernel's schedule). Kernels whose
+schedule declares no choice are not counted.
+
+TVM's ``autotvm.apply_history_best`` (``python/tvm/autotvm/task/dispatcher.py``:
+``ApplyHistoryBest``) and MetaSchedule's ``ApplyHistoryBest``
+(``python/tvm/meta_schedule/relay_integration.py``, ``database.query_schedule``), with the
+fallback counted and reported instead of a warning per kernel ("cannot find config").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from kiln.errors import KilnError
+from kiln.ir import loop as L
+from kiln.ir.graph import PrimitiveCall
+from kiln.tune.knobs import check_config, configured
+from kiln.tune.records import TuningRecord, best_records, cpu_fingerprint, load_records
+from kiln.tune.tasks import workload_key
+
+log = logging.getLogger("kiln")
+
+#: the reasons a kernel fell back to its default schedule, in summary order
+REASONS = ("no record", "other CPU", "other target", "failed", "stale")
+
+
+class ApplyHistoryBest:
+    """The best records of a records file (or list), applied to one build's kernels.
+
+    Parameters
+    ----------
+    records : path or iterable of TuningRecord
+        A JSON-lines file (:func:`kiln.tune.records.load_records`) or records.
+    fingerprint : mapping, optional
+        The CPU the build is for (default: this machine's,
+        :func:`kiln.tune.records.cpu_fingerprint`).
+
+    Raises
+    ------
+    KilnError
+        The file cannot be read or holds a line that is not a record.
+    """
+
+    def __init__(self, records: str | os.PathLike[str] | Iterable[TuningRecord],
+                 fingerprint: Mapping[str, object] | None = None) -> None:
+        if isinstance(records, (str, os.PathLike)):
+            self.source = str(records)
+            self.records = load_records(records)
+        else:
+            self.source = "records"
+            self.records = list(records)
+        self.fingerprint = dict(fingerprint if fingerprint is not None else cpu_fingerprint())
+        self.target = ""
+        self.best: dict[str, TuningRecord] = {}
+        self.outcomes: dict[str, str] = {}  # kernel name -> "tuned" or a REASONS entry
+        self.skipped = ""
+
+    def bind(self, target: str) -> None:
+        """Select the records of ``target`` on this fingerprint (once per build)."""
+        self.target = str(target)
+        self.best = best_records(self.records, self.target, self.fingerprint)
+        self.outcomes.clear()
+
+    def skip(self, why: str) -> None:
+        """Apply nothing to this build (e.g. a multi-level target), and say so."""
+        self.skipped = why
+
+    def lower(self, call: PrimitiveCall, name: str) -> L.PrimFunc:
+        """The packed kernel ``name`` of ``call``, with the best record's config if any."""
+        from kiln.backend.te_compiler import lower_primitive
+
+        key = workload_key(call.body, self.target)
+        record = self.best.get(key)
+        if record is not None:
+            try:
+                with configured(name, record.config) as ctx:
+                    func = lower_primitive(call, name)
+                check_config(ctx)
+                self.outcomes[name] = "tuned"
+                log.debug("tuning records: %s <- %s", name, dict(record.config))
+                return func
+            except KilnError as err:
+                log.warning("tuning records: %s: not applied (%s)", name, err)
+        with configured(name) as ctx:
+            func = lower_primitive(call, name)
+        if math.prod(len(k.values) for k in ctx.space()) > 1 or record is not None:
+            self.outcomes[name] = "stale" if record is not None else self._why(call, key)
+        return func
+
+    def _why(self, call: PrimitiveCall, key: str) -> str:
+        same_key = [r for r in self.records if r.workload_key == key]
+        if any(dict(r.fingerprint) == self.fingerprint for r in same_key):
+            return "failed"
+        if same_key:
+            return "other CPU"
+        others = {r.target for r in self.records if r.target != self.target}
+        keys = {r.workload_key for r in self.records}
+        if any(workload_key(call.body, t) in keys for t in others):
+            return "other target"
+        return "no record"
+
+    def summary(self) -> str:
+        """One line: ``tuning records: 12 of 20 kernels tuned; 8 fell back to default (5 no
+        record, 2 other CPU, 1 other target)``."""
+        if self.skipped:
+            return f"tuning records: not applied ({self.skipped})"
+        counts = Counter(self.outcomes.values())
+        total, tuned = len(self.outcomes), counts["tuned"]
+        line = f"tuning records: {tuned} of {total} kernels tuned"
+        if total > tuned:
+            why = ", ".join(f"{counts[r]} {r}" for r in REASONS if counts[r])
+            line += f"; {total - tuned} fell back to default ({why})"
+        return line

@@ -1,0 +1,211 @@
+"""Tuning records: JSON lines, one per measured candidate, and the CPU fingerprint.
+
+One line (keys in this order)::
+
+    {"workload_key": "3f2a...", "kernel": "fused_nn_conv2d_NCHWc_nn_relu",
+     "config": {"tile_ow": 7, "unroll_ic": 4}, "costs": [1.2e-05, 1.1e-05], "error": null,
+     "target": "llvm -mcpu=native",
+     "fingerprint": {"cpu": "AMD EPYC", "features": ["+avx", "+avx2", ...], "cores": 2},
+     "kiln_version": "0.1.0", "timestamp": 1764135600.0}
+
+``costs`` are seconds per run (one per timed repeat), empty when ``error`` says why the
+candidate has no time. A record is applied only where its ``target`` string and its whole
+``fingerprint`` equal the build's (:mod:`kiln.tune.apply_history`): the model name, the ISA
+features LLVM sees (what ``-mcpu=native`` compiles for) and the logical core count decide the
+best schedule, and a record from another CPU is silently wrong at best.
+
+As AutoTVM's log format (``python/tvm/autotvm/record.py``: one JSON object a line, input =
+target + task + config, result = costs + error number + timestamp) and MetaSchedule's
+``JSONDatabase`` (``python/tvm/meta_schedule/database/json_database.py``: workload and tuning
+record files), in one file, with the CPU it was measured on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import platform
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.errors import KilnError
+
+#: field names of a record line, in file order
+FIELDS = ("workload_key", "kernel", "config", "costs", "error", "target", "fingerprint",
+          "kiln_version", "timestamp")
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """One measured candidate (see the module docstring for the fields)."""
+
+    workload_key: str
+    kernel: str
+    config: Mapping[str, int | str]
+    costs: tuple[float, ...]
+    error: str | None
+    target: str
+    fingerprint: Mapping[str, object]
+    kiln_version: str
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def best(self) -> float:
+        """The fastest run (seconds); inf for a candidate with an error or no time."""
+        return min(self.costs) if self.costs and self.error is None else float("inf")
+
+    def config_key(self) -> str:
+        """The config as a canonical string (to find configs already measured)."""
+        return json.dumps(dict(self.config), sort_keys=True)
+
+    def to_json(self) -> str:
+        return json.dumps({"workload_key": self.workload_key, "kernel": self.kernel,
+                           "config": dict(self.config), "costs": list(self.costs),
+                           "error": self.error, "target": self.target,
+                           "fingerprint": dict(self.fingerprint),
+                           "kiln_version": self.kiln_version, "timestamp": self.timestamp})
+
+    @classmethod
+    def from_json(cls, line: str, where: str = "") -> TuningRecord:
+        """Parse one line.
+
+        Raises
+        ------
+        KilnError
+            Not JSON, a missing field or one of the wrong type (the message names ``where``:
+            the file and line).
+        """
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise KilnError(f"{where}: not a tuning record (bad JSON: {err.msg})") from None
+        if not isinstance(obj, dict):
+            raise KilnError(f"{where}: not a tuning record (a JSON {type(obj).__name__})")
+        missing = [f for f in FIELDS if f not in obj]
+        if missing:
+            raise KilnError(f"{where}: tuning record without {', '.join(missing)}")
+        config, costs, fp = obj["config"], obj["costs"], obj["fingerprint"]
+        if not (isinstance(config, dict) and all(isinstance(v, (int, str))
+                                                 for v in config.values())
+                and isinstance(costs, list) and all(isinstance(c, (int, float)) for c in costs)
+                and isinstance(fp, dict) and isinstance(obj["workload_key"], str)
+                and isinstance(obj["target"], str)
+                and (obj["error"] is None or isinstance(obj["error"], str))):
+            raise KilnError(f"{where}: tuning record with a field of the wrong type "
+                            "(config: object of int/str, costs: list of seconds, fingerprint: "
+                            "object, workload_key/target: string, error: string or null)")
+        return cls(obj["workload_key"], str(obj["kernel"]), config,
+                   tuple(float(c) for c in costs), obj["error"], obj["target"], fp,
+                   str(obj["kiln_version"]), float(obj["timestamp"]))
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_fingerprint() -> dict[str, object]:
+    """This machine's CPU as records name it: ``cpu`` (``/proc/cpuinfo``'s model name, else
+    :func:`platform.processor`), ``features`` (the ISA features LLVM enables here, sorted,
+    :func:`kiln.target.host_cpu`; ``/proc/cpuinfo``'s flags without llvmlite) and ``cores``
+    (logical CPUs, :func:`os.cpu_count`)."""
+    cpuinfo = _read_cpuinfo()
+    model = cpuinfo.get("model name") or platform.processor() or platform.machine()
+    try:
+        from kiln.target import host_cpu
+
+        features = sorted(f for f in host_cpu()[1] if f.startswith("+"))
+    except KilnError:
+        flags = cpuinfo.get("flags") or cpuinfo.get("Features") or ""
+        features = sorted(flags.split())
+    return {"cpu": model, "features": features, "cores": os.cpu_count() or 1}
+
+
+def _read_cpuinfo() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return fields
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def fingerprint_id(fingerprint: Mapping[str, object]) -> str:
+    """A short stable name of a fingerprint (12 hex digits), e.g. for a Ray resource label."""
+    from kiln.runtime.compile_cache import make_key
+
+    return make_key(json.dumps(dict(fingerprint), sort_keys=True))[:12]
+
+
+def load_records(path: str | os.PathLike[str]) -> list[TuningRecord]:
+    """Every record of a JSON-lines file (blank lines skipped).
+
+    Raises
+    ------
+    KilnError
+        The file cannot be read, or a line is not a record (the message names file and line).
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise KilnError(f"cannot read tuning records {path}: {err.strerror}") from None
+    return [TuningRecord.from_json(line, f"{path}:{n}")
+            for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def append_records(path: str | os.PathLike[str], records: Iterable[TuningRecord]) -> None:
+    """Append ``records`` to ``path`` (created if missing) as whole lines: one ``write`` of
+    all of them under an exclusive ``flock``, to a file opened ``O_APPEND``, then ``fsync`` —
+    two tuners appending to one file interleave whole lines, and a crash loses at most the
+    lines of this call.
+
+    Raises
+    ------
+    KilnError
+        The file cannot be opened or written.
+    """
+    data = "".join(r.to_json() + "\n" for r in records).encode()
+    if not data:
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise KilnError(f"cannot write tuning records {path}: {err.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _ends_with_newline_or_empty(fd):
+            os.write(fd, b"\n")  # end the partial line a crash left: it stays one bad line
+        os.write(fd, data)
+        os.fsync(fd)
+    except OSError as err:
+        raise KilnError(f"cannot write tuning records {path}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline_or_empty(fd: int) -> bool:
+    """Whether the file ends a line (a crash mid-write left a partial one otherwise)."""
+    size = os.fstat(fd).st_size
+    return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+
+
+def best_records(records: Iterable[TuningRecord], target: str,
+                 fingerprint: Mapping[str, object]) -> dict[str, TuningRecord]:
+    """The fastest error-free record per workload key among those measured for ``target`` on
+    a CPU with exactly ``fingerprint`` (TVM: ``ApplyHistoryBest``'s best-by-workload)."""
+    best: dict[str, TuningRecord] = {}
+    fp = dict(fingerprint)
+    for r in records:
+        if r.target != target or dict(r.fingerprint) != fp or r.best == float("inf"):
+            continue
+        if r.workload_key not in best or r.best < best[r.workload_key].best:
+            best[r.workload_key] = r
+    return best

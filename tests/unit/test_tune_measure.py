@@ -1,0 +1,116 @@
+"""Measuring candidates (kiln.tune.measure) and the tuning loop (kiln.tune.tuner): results
+checked against the default schedule, failures recorded as errors, a resumed tune measures
+nothing twice. Builds with LLVM and the system linker; timings are never asserted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kiln.errors import KilnError
+from kiln.frontend import from_onnx
+from kiln.ir.graph_eval import evaluate
+from kiln.tune import measure
+from kiln.tune.measure import build_candidate, measure_candidate, reference_output
+from kiln.tune.records import load_records
+from kiln.tune.space import Knob, Task
+from kiln.tune.tasks import extract_tasks
+from kiln.tune.tuner import SerialExecutor, tune
+
+TARGET = "llvm"
+
+
+@pytest.fixture(scope="module")
+def task():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
+    mod, params = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    (t,) = extract_tasks(mod, params, TARGET)
+    return t
+
+
+def test_a_candidate_is_checked_then_timed(task):
+    config = list(task.configs())[-1]
+    lib = build_candidate(task.payload, config, TARGET)
+    result = measure_candidate(lib, task.payload, config, TARGET, repeat=3)
+    assert result.error is None, result.error
+    assert len(result.costs) == 3 and all(c > 0 for c in result.costs)
+    body = task.payload.body  # the default schedule's output is the graph's (numpy)
+    want = evaluate(body, dict(zip([p.name for p in body.params],
+                                   measure.kernel_inputs(task.payload))))[0]
+    np.testing.assert_allclose(reference_output(task.payload, TARGET), want, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_wrong_result_is_an_error_not_a_time(task, monkeypatch):
+    config = list(task.configs())[1]
+    lib = build_candidate(task.payload, config, TARGET)
+    wrong = reference_output(task.payload, TARGET) + 1.0
+    monkeypatch.setitem(measure._REFERENCES, (task.payload.key, TARGET), wrong)
+    result = measure_candidate(lib, task.payload, config, TARGET, repeat=2)
+    assert result.costs == () and result.best == float("inf")
+    assert "values differ from the default schedule's" in result.error
+
+
+def test_a_library_that_does_not_load_is_an_error(task):
+    result = measure_candidate(b"not a library", task.payload, {}, TARGET)
+    assert result.error and result.costs == ()
+
+
+def test_an_illegal_config_fails_to_build_with_the_knob_named(task):
+    with pytest.raises(KilnError, match="knob unroll_k=3 is not legal"):
+        build_candidate(task.payload, {"unroll_k": 3}, TARGET)
+
+
+def test_a_failing_candidate_is_recorded_and_the_tune_goes_on(task, tmp_path):
+    bad = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 3, 1)),), task.payload)
+    out = tmp_path / "r.jsonl"
+    result = tune([bad], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1)
+    records = load_records(out)
+    assert [r.config["unroll_k"] for r in records] == [8, 3, 1]
+    errors = {r.config["unroll_k"]: r.error for r in records}
+    assert errors[8] is None and errors[1] is None
+    assert "knob unroll_k=3 is not legal" in errors[3]
+    assert result.trials == 3 and result.states[0].best < float("inf")
+
+
+def test_a_resumed_tune_measures_nothing_twice(task, tmp_path, monkeypatch):
+    out, first = tmp_path / "r.jsonl", tmp_path / "old.jsonl"
+    tune([task], TARGET, first, trials=3, executor=SerialExecutor(), repeat=1)
+    measured = []
+    real = measure.measure_candidate
+
+    def spy(lib, payload, config, target, repeat):
+        measured.append(dict(config))
+        return real(lib, payload, config, target, repeat)
+
+    monkeypatch.setattr("kiln.tune.tuner.measure_candidate", spy)
+    result = tune([task], TARGET, out, trials=2, resume=[first], executor=SerialExecutor(),
+                  repeat=1)
+    old = [dict(r.config) for r in load_records(first)]
+    assert result.resumed == 3 and len(measured) == 2
+    assert not any(c in old for c in measured)
+    records = load_records(out)  # the old records copied, then the new ones
+    assert [dict(r.config) for r in records] == old + measured
+    tune([task], TARGET, out, trials=2, executor=SerialExecutor(), repeat=1)  # resumes -o
+    configs = [tuple(sorted(r.config.items())) for r in load_records(out)]
+    assert len(configs) == 7 == len(set(configs))
+
+
+def test_tune_needs_a_budget(task, tmp_path):
+    with pytest.raises(KilnError, match="number of trials or a time budget"):
+        tune([task], TARGET, tmp_path / "r.jsonl")
+
+
+def test_one_thread_is_timed_in_thread_cpu_time(monkeypatch):
+    import time
+
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    assert measure.measure_clock() is time.thread_time
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    assert measure.measure_clock() is time.perf_counter

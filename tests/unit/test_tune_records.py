@@ -1,0 +1,168 @@
+"""Tuning records (kiln.tune.records) and applying them at compile time
+(kiln.tune.apply_history): round trips, file errors, and records from another CPU or target
+refused and reported."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kiln.build_module import _lower_kernels, optimize, primitive_calls
+from kiln.errors import KilnError
+from kiln.frontend import from_onnx
+from kiln.ir.loop_text import astext
+from kiln.target import Target
+from kiln.tune.apply_history import ApplyHistoryBest
+from kiln.tune.records import (
+    TuningRecord,
+    append_records,
+    best_records,
+    cpu_fingerprint,
+    load_records,
+)
+from kiln.tune.tasks import extract_tasks, lower_candidate
+
+TARGET = "llvm -mcpu=skylake-avx512"
+FP = {"cpu": "Test CPU", "features": ["+avx2", "+fma"], "cores": 2}
+OTHER_FP = {**FP, "cores": 4}
+
+
+def _record(key="k1", config=None, costs=(2e-6, 1e-6), error=None, target=TARGET, fp=None,
+            kernel="fused_nn_dense_pack") -> TuningRecord:
+    return TuningRecord(key, kernel, config or {"tile_y": 6}, tuple(costs), error, target,
+                        fp or FP, "0.1.0", 1764000000.0)
+
+
+def test_a_record_round_trips_through_a_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    records = [_record(), _record(config={"tile_y": 8}, costs=(), error="build: boom")]
+    append_records(path, records[:1])
+    append_records(path, records[1:])
+    assert load_records(path) == records
+    line = json.loads(path.read_text().splitlines()[0])
+    assert list(line) == ["workload_key", "kernel", "config", "costs", "error", "target",
+                          "fingerprint", "kiln_version", "timestamp"]
+    assert records[0].best == 1e-6 and records[1].best == float("inf")
+
+
+def test_an_append_after_a_torn_line_starts_a_new_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(_record().to_json()[:40])
+    append_records(path, [_record()])
+    with pytest.raises(KilnError, match=r"r.jsonl:1: not a tuning record \(bad JSON"):
+        load_records(path)
+    assert TuningRecord.from_json(path.read_text().splitlines()[1]) == _record()
+
+
+@pytest.mark.parametrize("line, message", [
+    ("[1, 2]", "not a tuning record"),
+    ('{"workload_key": "k"}', "tuning record without kernel, config"),
+    (_record().to_json().replace('"costs": [', '"costs": ["x", '), "wrong type"),
+])
+def test_a_bad_line_names_the_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(_record().to_json() + "\n\n" + line + "\n")
+    with pytest.raises(KilnError, match=rf"bad.jsonl:3: .*{message}"):
+        load_records(path)
+
+
+def test_a_missing_records_file_is_a_kiln_error(tmp_path):
+    with pytest.raises(KilnError, match="cannot read tuning records .*nope.jsonl"):
+        load_records(tmp_path / "nope.jsonl")
+
+
+def test_best_records_take_the_fastest_error_free_record_of_this_target_and_cpu():
+    fast, slow = _record(costs=(3e-6, 1e-6)), _record(config={"tile_y": 8}, costs=(2e-6,))
+    others = [_record(costs=(1e-9,), error="wrong result"), _record(costs=(1e-9,), fp=OTHER_FP),
+              _record(costs=(1e-9,), target="llvm")]
+    assert best_records([slow, *others, fast], TARGET, FP) == {"k1": fast}
+
+
+def test_the_fingerprint_names_this_cpu():
+    fp = cpu_fingerprint()
+    assert set(fp) == {"cpu", "features", "cores"}
+    assert fp["cores"] >= 1 and isinstance(fp["cpu"], str) and fp["features"]
+
+
+def _model():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
+    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def _text(func) -> str:
+    return re.sub(r"(?<=[A-Za-z])_\d+(?=\b|_)", "_N", astext(func))
+
+
+def _build_kernels(tuning: ApplyHistoryBest, target: str = TARGET) -> list:
+    """The kernels ``kiln.build`` lowers for the model, with ``tuning`` (no codegen)."""
+    mod, params = _model()
+    tgt = Target(target)
+    tuning.bind(str(tgt))
+    with tgt:
+        return _lower_kernels(primitive_calls(optimize(mod["main"], params)),
+                              tuning=tuning)[0]
+
+
+def _dense_task():
+    mod, params = _model()
+    (task,) = extract_tasks(mod, params, TARGET)
+    config = next(c for c in task.configs() if c["unroll_k"] != task.default_config()["unroll_k"])
+    return task, config
+
+
+def test_a_record_of_this_cpu_and_target_is_applied():
+    task, config = _dense_task()
+    tuning = ApplyHistoryBest([_record(task.key, config)], fingerprint=FP)
+    (kernel,) = _build_kernels(tuning)
+    assert _text(kernel) == _text(lower_candidate(task, config))
+    assert _text(kernel) != _text(lower_candidate(task, {}))
+    assert tuning.summary() == "tuning records: 1 of 1 kernels tuned"
+
+
+@pytest.mark.parametrize("record, why", [
+    ({"fp": OTHER_FP}, "other CPU"),
+    ({"target": "llvm -mcpu=haswell"}, "other target"),
+    ({"error": "wrong result"}, "failed"),
+    ({"key": "0" * 32}, "no record"),
+    ({"config": {"unroll_k": 3}}, "stale"),
+])
+def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
+    task, config = _dense_task()
+    args = {"key": task.key, "config": config, **record}
+    if record.get("target"):  # the same kernel's key for that target
+        from kiln.tune.tasks import workload_key
+
+        args["key"] = workload_key(task.payload.body, record["target"])
+    tuning = ApplyHistoryBest([_record(**args)], fingerprint=FP)
+    (kernel,) = _build_kernels(tuning)
+    assert _text(kernel) == _text(lower_candidate(task, {}))  # the default schedule
+    assert tuning.summary() == (f"tuning records: 0 of 1 kernels tuned; 1 fell back to "
+                                f"default (1 {why})")
+
+
+def test_a_tuned_build_never_shares_a_compile_cache_entry_with_the_untuned(tmp_path,
+                                                                         monkeypatch):
+    """The cache is keyed by the kernel's code (LLVM IR text): a config that changes the
+    loop nest makes another entry."""
+    import kiln
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_NO_CACHE", raising=False)
+    task, config = _dense_task()
+    mod, params = _model()
+    kiln.build(mod, TARGET, params)
+    entries = set((tmp_path / "cache" / "objects").glob("*.llvm"))
+    tuning = ApplyHistoryBest([_record(task.key, config)], fingerprint=FP)
+    kiln.build(mod, TARGET, params, tuning_records=tuning)
+    assert tuning.summary() == "tuning records: 1 of 1 kernels tuned"
+    tuned = set((tmp_path / "cache" / "objects").glob("*.llvm")) - entries
+    assert entries and tuned
