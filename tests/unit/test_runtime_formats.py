@@ -5,6 +5,7 @@ Formats: shared reference ``runtime-formats.md`` sections 1, 2, 4, 5, 6.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import struct
@@ -374,6 +375,22 @@ def test_dlpack_keeps_owner_alive_and_frees():
     gc.collect()
     assert mine not in dlpack_mod._LIVE
     assert b.__dlpack_device__() == (1, 0)
+
+
+def test_dlpack_capsules_survive_another_library_retyping_pythonapi(monkeypatch):
+    """ctypes.pythonapi is shared by every library in the process: one that sets
+    PyCapsule_GetPointer's argtypes its own way (py_object, as some do) must not break the
+    destructor of Kiln's capsules."""
+    fn = ctypes.pythonapi.PyCapsule_GetPointer
+    monkeypatch.setattr(fn, "argtypes", [ctypes.py_object, ctypes.c_char_p])
+    monkeypatch.setattr(fn, "restype", ctypes.c_void_p)
+    b = rt.array(np.ones(3))
+    earlier = set(dlpack_mod._LIVE)
+    cap = b.__dlpack__()
+    (mine,) = set(dlpack_mod._LIVE) - earlier
+    del cap
+    gc.collect()
+    assert mine not in dlpack_mod._LIVE
 
 
 def test_from_dlpack_zero_copy_and_copy():

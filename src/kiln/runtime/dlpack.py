@@ -21,7 +21,10 @@ from kiln.runtime.ndarray import NDArray, array, is_aligned, wrap_aligned
 _CAPSULE_NAME = b"dltensor"
 _VERSIONED_NAME = b"dltensor_versioned"
 
-_api = ctypes.pythonapi
+# Our own handle on the Python C API: ctypes.pythonapi's function objects are shared by every
+# library in the process, and one that sets their argtypes its own way (py_object) would break
+# the calls below.
+_api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _api.PyCapsule_New.restype = ctypes.py_object
 _api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
