@@ -449,6 +449,27 @@ def _divisors(n: arith.Dim, limit: int | None = None) -> list[int]:
     return [d for d in range(1, limit + 1) if arith.floormod(n, d) == 0]
 
 
+#: Most window taps (ry × rx) unrolled together around the register block of a conv with
+#: too few input channels a block to unroll (:func:`_unroll_taps`).
+TAP_UNROLL = 9
+
+
+def _unroll_taps(stage, ry: IterVar, rx: IterVar, ri: IterVar) -> None:
+    """Unroll the window's columns (and rows, up to TAP_UNROLL taps) of a conv whose input
+    block is too small for INPUT_UNROLL: a first layer reading an image as NCHW1c runs 3
+    input channels × the taps, each iteration one register block of FMAs; as 3-iteration
+    loops (LLVM keeps a serial loop around an unrolled block rolled: decision 012) the loop
+    control and the mispredicted exits cost as much as the FMAs. Unrolled, LLVM also reuses a
+    stride-2 window's broadcast inputs across taps. Per conv, 1 thread, CPU time, interleaved
+    with onnxruntime: MobileNetV2's 3×3 3→32 stride 2 at 224×224 1.93 → 1.67 (rows and
+    columns; columns only 1.73), resnet50's 7×7 3→64 1.25 → 1.18 (columns only; both 1.21)."""
+    if ri.extent >= INPUT_UNROLL:
+        return
+    stage.unroll(rx)
+    if ry.extent * rx.extent <= TAP_UNROLL:
+        stage.unroll(ry)
+
+
 @register_schedule("conv2d_NCHWc")
 def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     rc, ry, rx, ri = conv.body.axes
@@ -460,6 +481,7 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
         ri_o, ri_i = stage.split(ri, INPUT_UNROLL)
         stage.unroll(ri_i)
         reduce_order = (rc, ry, rx, ri_o, ri_i)
+    _unroll_taps(stage, ry, rx, ri)
     _register_blocked(sch, conv, reduce_order, taps, k_block=k_block)
 
 
