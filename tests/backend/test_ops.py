@@ -135,3 +135,32 @@ def test_fused_chain(check_model):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     check_model(model, {"x": x})
+
+
+@pytest.mark.parametrize("cin,cout,size,stride,residual", [
+    (16, 32, 7, 1, True),    # 1×1 over a 7×7 plane: register blocks that cross rows
+    (24, 16, 13, 1, False),  # 169 pixels, the last block shifted back
+    (1024, 32, 7, 1, False),  # K-blocked (weights of a channel block over 64 KiB)
+    (32, 32, 14, 2, False),  # strided: blocked row by row
+])
+def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, residual):
+    """1×1 convs (+ bias, relu, residual add) whose register blocks run over the flattened
+    output plane (docs/decisions/003), against onnxruntime."""
+    x = rand(1, cin, size, size)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride]),
+             helper.make_node("Relu", ["c"], ["r"])]
+    inputs = {"x": x}
+    if residual:
+        inputs["s"] = rand(1, cout, size, size, seed=3)
+        nodes.append(helper.make_node("Add", ["r", "s"], ["y0"]))
+    else:
+        nodes[-1].output[0] = "y0"
+    graph = helper.make_graph(
+        nodes, "pointwise", [helper.make_tensor_value_info(k, F32, v.shape)
+                             for k, v in inputs.items()],
+        [helper.make_tensor_value_info("y0", F32, None)],
+        [numpy_helper.from_array(rand(cout, cin, 1, 1, seed=1) * 0.1, "w"),
+         numpy_helper.from_array(rand(cout, seed=2), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    check_model(model, inputs)

@@ -45,3 +45,16 @@ def test_3x3_block_fits_the_registers(cpu, reg, fmas):
 def test_avx2_pointwise_block_fits_the_registers():
     asm = _conv_asm(f"{X86} -mcpu=haswell", 128, 128, 14, 1)
     assert _spills(asm, "ymm") == 0
+
+
+@pytest.mark.parametrize("size,k,pixels", [(7, 1, 5), (14, 1, 6), (7, 3, 5), (14, 3, 6)])
+def test_avx2_blocks_cross_rows(size, k, pixels):
+    # Rows of 7 and 14 pixels: the conv blocks its flattened plane, 49 pixels as 10 blocks of
+    # 5, 196 as 33 of 6 (rows: 4 + 4 - 1 and 5 + 5 + 5 - 1): pixels x 2 x 4 FMAs in the
+    # inner loop, one broadcast load per input pixel (a 1x1's at constant offsets from one
+    # base: no division in its addresses), no spills.
+    asm = _conv_asm(f"{X86} -mcpu=haswell", 128, 128, size, k)
+    assert _spills(asm, "ymm") == 0
+    assert len(re.findall(r"\bvfmadd\w+\s+.*%ymm", asm)) == pixels * 2 * 4
+    if k == 1:
+        assert len(re.findall(r"\bvbroadcastss\s+-?\d*\(%\w+,%\w+\)", asm)) == pixels * 4

@@ -27,6 +27,7 @@ import re
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.ir.loop_index import merge_split_indices
 
 C_TYPES = {
     "float16": "_Float16", "float32": "float", "float64": "double", "int64": "int64_t",
@@ -359,7 +360,8 @@ class _FuncWriter:
             return f"{name}[0]"
         terms = []
         stride: int | L.PrimExpr = 1
-        for extent, idx in zip(reversed(buf.shape), reversed(indices)):
+        shape, indices = merge_split_indices(buf.shape, indices)  # [f // W, f % W] -> [f]
+        for extent, idx in zip(reversed(shape), reversed(indices)):
             if not (isinstance(idx, L.IntImm) and idx.value == 0):
                 e = self.expr(idx)
                 if isinstance(stride, int):

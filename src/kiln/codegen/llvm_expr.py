@@ -39,6 +39,7 @@ from kiln.codegen.llvm_ir import (
 from kiln.errors import CompileError
 from kiln.ir import loop as L
 from kiln.ir import loop_speculation as speculation
+from kiln.ir.loop_index import merge_split_indices
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
@@ -124,7 +125,8 @@ class ExprCodegen:
         b = fr.builder
         offset = None
         stride: int | ir.Value = 1
-        for extent, idx in zip(reversed(buf.shape), reversed(indices)):
+        shape, indices = merge_split_indices(buf.shape, indices)  # [f // W, f % W] -> [f]
+        for extent, idx in zip(reversed(shape), reversed(indices)):
             if not (isinstance(idx, L.IntImm) and idx.value == 0):
                 term = self._to_i64(fr, self.expr(fr, idx), idx.dtype)
                 if not isinstance(stride, int) or stride != 1:

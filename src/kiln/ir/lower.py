@@ -31,6 +31,8 @@ class Stage:
         self.splits: dict[int, tuple[IterVar, IterVar]] = {}
         self.tails: dict[int, object] = {}  # split axes with a partial last block: their extent
         self.shifted: dict[int, object] = {}  # split axes whose last block is moved back: extent
+        #: fused axes: id(outer or inner) -> (the fused axis, inner's extent, "div" or "mod")
+        self.fused: dict[int, tuple[IterVar, object, str]] = {}
         self.kinds: dict[int, str] = {}
         self.local_accumulator = False
         #: ``f(buffer_of) -> int32 PrimExpr`` (a :func:`kiln.ir.loop.call_extern`; ``buffer_of``
@@ -85,6 +87,33 @@ class Stage:
             self.order[i:i + 1] = [outer, inner]
         return outer, inner
 
+    def fuse(self, outer: IterVar, inner: IterVar) -> IterVar:
+        """Fuse two adjacent loop axes of one kind (``outer`` right before ``inner``) into one
+        axis of ``outer.extent * inner.extent`` iterations (TVM's ``fuse``): ``outer`` is its
+        value ``// inner.extent``, ``inner`` its value ``% inner.extent``. The fused axis may be
+        split again: a 1×1 conv's output rows and columns fused into the flattened plane, then
+        cut into register blocks of pixels that cross rows. The codegens address
+        ``[.., f // W, f % W, ..]`` of a buffer whose next extent is ``W`` as ``[.., f, ..]``
+        (:func:`kiln.ir.loop.merge_split_indices`)."""
+        order = self.all_axes()
+        k = next((i for i, a in enumerate(order) if a is outer), None)
+        if k is None or k + 1 >= len(order) or order[k + 1] is not inner:
+            raise ScheduleError(f"fuse: {outer.name} and {inner.name} are not adjacent loop "
+                                f"axes of {self.tensor.name}")
+        if outer.kind != inner.kind:
+            raise ScheduleError(f"fuse: {outer.name} is {outer.kind}, {inner.name} "
+                                f"{inner.kind}")
+        if id(outer) in self.shifted or id(outer) in self.tails \
+                or id(inner) in self.shifted or id(inner) in self.tails:
+            raise ScheduleError("fuse: an axis split with a tail cannot be fused")
+        fused = IterVar(L.Var(f"{outer.name}_{inner.name}_f"),
+                        arith.mul(outer.extent, inner.extent), outer.kind)
+        self.fused[id(outer)] = (fused, inner.extent, "div")
+        self.fused[id(inner)] = (fused, inner.extent, "mod")
+        order[k:k + 2] = [fused]
+        self.order = order
+        return fused
+
     def reorder(self, *axes: IterVar) -> None:
         own = self.all_axes()
         if sorted(map(id, axes)) != sorted(map(id, own)):
@@ -131,7 +160,9 @@ class Stage:
         return out
 
     def leaves_of(self, ax: IterVar) -> list[IterVar]:
-        """The leaf axes that ``ax`` was split into (``[ax]`` when it was not split)."""
+        """The leaf axes that ``ax`` was split (or fused) into (``[ax]`` when neither)."""
+        if id(ax) in self.fused:
+            return self.leaves_of(self.fused[id(ax)][0])
         if id(ax) not in self.splits:
             return [ax]
         return [leaf for sub in self.splits[id(ax)] for leaf in self.leaves_of(sub)]
@@ -149,6 +180,10 @@ class Stage:
             if clamp and id(ax) in self.tails:
                 index = L.minimum(index, L.as_index(self.tails[id(ax)]) - 1)
             return index
+        if id(ax) in self.fused:
+            fused, width, part = self.fused[id(ax)]
+            value = self.index_of(fused, leaf_vars, clamp)
+            return value // L.as_index(width) if part == "div" else value % L.as_index(width)
         return leaf_vars[id(ax)]
 
     def guard(self, leaf_vars: dict[int, L.Var]) -> L.PrimExpr | None:
