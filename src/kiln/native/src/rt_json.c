@@ -103,12 +103,12 @@ static int kiln_json_node(KilnJsonModule* m, const char* js, const KilnJsonToken
   int attrs = KilnJson_Get(js, toks, tok, "attrs"), ins = KilnJson_Get(js, toks, tok, "inputs");
   int i, rc;
   char where[400];
-  if (toks[tok].type != KILN_JSON_OBJECT || op < 0) op = -1;
-  n->op = KilnJson_Equals(js, toks, op, "input")   ? KILN_JSON_OP_INPUT
-          : KilnJson_Equals(js, toks, op, "const") ? KILN_JSON_OP_CONST
+  n->op = op < 0                                     ? -1
+          : KilnJson_Equals(js, toks, op, "input")  ? KILN_JSON_OP_INPUT
+          : KilnJson_Equals(js, toks, op, "const")  ? KILN_JSON_OP_CONST
           : KilnJson_Equals(js, toks, op, "kernel") ? KILN_JSON_OP_KERNEL
                                                     : -1;
-  if (op < 0 || n->op < 0)
+  if (n->op < 0)
     return kiln_fail("node %d: 'op' must be input, const or kernel", nid);
   if (name < 0 || toks[name].type != KILN_JSON_STRING || attrs < 0 ||
       toks[attrs].type != KILN_JSON_OBJECT)
@@ -264,24 +264,26 @@ static const char* kiln_json_type_str(int ndim, const int64_t* shape, DLDataType
 /* A tensor argument of type `want`, C-contiguous on the CPU; its data. */
 static int kiln_json_arg(KilnJsonModule* m, TVMValue v, int code, const KilnJsonTensor* want,
                          const char* what, int k, void** data) {
+  char label[300];
   const DLTensor* t = (const DLTensor*)v.v_handle;
   char got_s[200], want_s[200];
   int d, same;
+  if (k >= 0) snprintf(label, sizeof(label), "%s %d", what, k);
+  else snprintf(label, sizeof(label), "%s", what);
   if ((code != kTVMDLTensorHandle && code != kTVMNDArrayHandle) || t == NULL)
-    return kiln_fail("kiln_json %s: %s %d is not a tensor (type code %d)", m->symbol, what, k,
-                     code);
+    return kiln_fail("kiln_json %s: %s is not a tensor (type code %d)", m->symbol, label, code);
   same = t->ndim == want->ndim && t->dtype.code == want->dtype.code &&
          t->dtype.bits == want->dtype.bits && t->dtype.lanes == 1 && (t->ndim == 0 || t->shape);
   for (d = 0; same && d < t->ndim; ++d) same = t->shape[d] == want->shape[d];
   if (!same)
-    return kiln_fail("kiln_json %s: %s %d is %s, expected %s", m->symbol, what, k,
+    return kiln_fail("kiln_json %s: %s is %s, expected %s", m->symbol, label,
                      t->ndim < 0 || t->ndim > KILN_JSON_MAX_NDIM || (t->ndim && !t->shape)
                          ? "a bad tensor"
                          : kiln_json_type_str(t->ndim, t->shape, t->dtype, got_s, sizeof(got_s)),
                      kiln_json_type_str(want->ndim, want->shape, want->dtype, want_s,
                                         sizeof(want_s)));
   if (t->device.device_type != kDLCPU || !kiln_is_compact(t) || (t->data == NULL && want->size))
-    return kiln_fail("kiln_json %s: %s %d is not contiguous", m->symbol, what, k);
+    return kiln_fail("kiln_json %s: %s is not contiguous", m->symbol, label);
   *data = (char*)t->data + t->byte_offset;
   return 0;
 }
@@ -295,6 +297,7 @@ static int kiln_json_init(KilnModule* self, TVMValue* args, int* codes, int num_
                           TVMValue* ret, int* ret_code) {
   KilnJsonModule* m = (KilnJsonModule*)self;
   void** data;
+  char name[300];
   int nid, rc = 0;
   size_t c;
   if ((size_t)num_args != m->num_consts)
@@ -306,8 +309,9 @@ static int kiln_json_init(KilnModule* self, TVMValue* args, int* codes, int num_
     void* src;
     c = (size_t)n->const_index;
     if (n->op != KILN_JSON_OP_CONST) continue;
-    if (kiln_json_arg(m, args[c], codes[c], &n->type, "constant", (int)c, &src) != 0) {
-      rc = kiln_fail("kiln_json %s: constant %s: %s", m->symbol, n->name, TVMGetLastError());
+    snprintf(name, sizeof(name), "constant %s", n->name);
+    if (kiln_json_arg(m, args[c], codes[c], &n->type, name, -1, &src) != 0) {
+      rc = -1;
     } else if (data[c] == NULL) {
       if ((data[c] = kiln_aligned_alloc(kiln_json_nbytes(&n->type))) == NULL) rc = -1;
       else if (n->type.size) memcpy(data[c], src, kiln_json_nbytes(&n->type));
