@@ -12,10 +12,12 @@
  * as in vm.py's _copy_out): a tensor as kTVMDLTensorHandle, several as kTVMObjectHandle to a
  * KilnTuple read with KilnTupleSize / KilnTupleGetItem, an integer as kTVMArgInt.
  *
+ * Run-time loops (backward jumps): a call site keeps one view and one tuple, which equal
+ * vm.py's fresh objects only while each site runs once per call; in a function with a loop,
+ * each execution's view or tuple is moved into a block freed when the call ends.
+ *
  * Not in the native VM (errors at vm_initialization naming them): calls between VM functions,
- * functions passed as values, backward jumps (run-time loops: each call site keeps one view
- * and one tuple, which equals vm.py's fresh objects only when every site runs at most once per
- * call), the builtins listed in rt_vm_builtins.c. No replay of recorded
+ * functions passed as values, the builtins listed in rt_vm_builtins.c. No replay of recorded
  * calls (vm_replay.py): the interpreter's per-call cost is a few microseconds in C.
  */
 #include <stdlib.h>
@@ -88,6 +90,7 @@ static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result)
       }
       if (s->run != NULL) {
         if (s->run(s, fr, s->vals, &out) != 0) return -1;
+        if (s->fresh && kiln_vm_detach(fr->vm, s, &out) != 0) return -1;
       } else if (kiln_vm_kernel(s, e->funcs[ins->func_idx].name) != 0) {
         return -1;
       }
@@ -247,12 +250,6 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
   int i, n = ins->nargs;
   s->where_func = f->name;
   s->storage_idx = -1;
-  /* Only forward jumps: then every call site runs at most once per call, and the views and
-     tuples a site keeps (one each) are exactly the fresh objects vm.py makes. */
-  if ((ins->op == KILN_OP_GOTO || ins->op == KILN_OP_IF) && ins->target <= (int64_t)(ins - f->instrs))
-    return kiln_fail("VM: function '%s' instruction at word %lld jumps back (a run-time loop), "
-                     "which the native runtime's VM does not implement; run this model with the "
-                     "Python runtime", f->name, (long long)ins->pc);
   if (ins->op != KILN_OP_CALL) return 0;
   callee = &e->funcs[ins->func_idx];
   if ((s->vals = (KilnVMValue*)kiln_calloc((size_t)n + 1, sizeof(KilnVMValue))) == NULL)
@@ -287,7 +284,7 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
   const KilnVMExec* e = vm->exe;
   KilnModule* exe_mod = (KilnModule*)vm->exe;
   size_t i, k;
-  int j;
+  int j, loops;
   (void)ret, (void)ret_code;
   if (vm->running) return kiln_fail("vm_initialization: a call is running");
   if (n == 0 || n % 3)
@@ -324,8 +321,12 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
     if (f->kind != KILN_VM_KIND_VM) continue;
     if ((vm->sites[i] = (KilnVMSite*)kiln_calloc(f->num_instrs, sizeof(KilnVMSite))) == NULL)
       return -1;
+    for (k = 0, loops = 0; k < f->num_instrs; ++k) /* a backward jump: a run-time loop */
+      loops |= (f->instrs[k].op == KILN_OP_GOTO || f->instrs[k].op == KILN_OP_IF) &&
+               f->instrs[k].target <= (int64_t)k;
     for (k = 0; k < f->num_instrs; ++k) {
       vm->sites[i][k].ins = &f->instrs[k];
+      vm->sites[i][k].fresh = loops;
       if (kiln_vm_prepare_site(vm, f, &vm->sites[i][k]) != 0) return -1;
     }
   }

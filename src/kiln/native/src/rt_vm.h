@@ -90,7 +90,8 @@ int kiln_vm_dtype_from_name(const char* name, DLDataType* out);
 const char* kiln_vm_dtype_name(DLDataType t);
 
 /* -- values held in registers */
-enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE };
+enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE, KV_LIST };
+typedef struct KilnVMList KilnVMList;
 typedef struct KilnVMStorage KilnVMStorage;
 typedef struct KilnVMTuple KilnVMTuple;
 typedef struct {
@@ -100,12 +101,20 @@ typedef struct {
     DLTensor* t;
     KilnVMStorage* s;
     KilnVMTuple* tup;
+    KilnVMList* list;
   } u;
 } KilnVMValue;
 
 struct KilnVMTuple {
   int n;
   KilnVMValue* items;
+};
+
+/* A scan output's accumulator (list_new): copies of its elements. It, its items and its
+   arrays are blocks of the VM's per-call list (freed when the call ends). */
+struct KilnVMList {
+  size_t n, cap;
+  DLTensor** items;
 };
 
 struct KilnVMStorage {
@@ -147,6 +156,7 @@ struct KilnVMSite {
   int64_t storage_idx; /* alloc_storage: index into the VM's storages, -1 before */
   const char* text;    /* trap: the message */
   void* buf;           /* shape_to_tensor: the tensor's data (owned) */
+  int fresh; /* in a function with a run-time loop: results are copied out of view/tuple */
 };
 
 /* The VM module (rt_vm.c). */
@@ -180,6 +190,24 @@ struct KilnVM {
    unknown or unimplemented builtin is named). */
 int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* exe, const KilnVMFunction* func,
                             const char* name, KilnVMSite* site);
+/* rt_vm_lists.c: bind_shape, list_new, list_append, list_stack; 1 when `b` is none of them. */
+int kiln_vm_prepare_list_builtin(const KilnVMExec* e, const KilnVMFunction* f, const char* b,
+                                 KilnVMSite* s);
+/* Helpers shared by the builtins' files (rt_vm_builtins.c). */
+int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+int kiln_nargs(const KilnVMSite* s, int lo, int hi);
+const char* kiln_str_const(const KilnVMExec* e, const KilnVMSite* s, int i);
+int kiln_size_args(const KilnVMSite* s, int first);
+int kiln_vm_match_spec(const KilnVMExec* e, const KilnVMFunction* f, KilnVMSite* s);
+const char* kiln_symbol_name(const KilnVM* vm, const KilnVMFunction* f, int64_t param, int dim,
+                             int64_t slot, char* buf, size_t n);
+int kiln_check_bounds(const char* label, int dim, const char* sym, int64_t v,
+                      const KilnVMSymbol* b);
+/* A block of `n` bytes (64-byte aligned, zeroed) freed when the current call ends. */
+void* kiln_vm_call_alloc(KilnVM* vm, size_t n);
+/* A site of a looping function: its result moved out of the site's view or tuple into a
+   block of the call (each execution of the site then gives a fresh object, as vm.py). */
+int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out);
 /* A one-element tensor's truth value (read_bool's rule). */
 int kiln_vm_read_bool_value(const DLTensor* t, int* out);
 /* The storage (fidx, sid) with at least nbytes (kept across calls, grown when needed). */

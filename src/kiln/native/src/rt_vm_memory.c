@@ -135,7 +135,7 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
       if (kiln_vm_copy_out(vm, &v->u.tup->items[i], &tup->items[i], depth + 1) != 0) return -1;
     }
   } else {
-    return kiln_fail("VM: a function returned a storage");
+    return kiln_fail("VM: a function returned a %s", v->kind == KV_LIST ? "list" : "storage");
   }
   return 0;
 }
@@ -160,3 +160,41 @@ KILN_EXPORT int KilnTupleGetItem(void* tuple, int index, TVMValue* out, int* typ
   return kiln_vm_return(&t->items[index], out, type_code);
 }
 
+
+void* kiln_vm_call_alloc(KilnVM* vm, size_t n) {
+  void* p = kiln_aligned_alloc(n);
+  if (p == NULL) return NULL;
+  memset(p, 0, n ? n : 1);
+  if (kiln_vm_push(&vm->retired, &vm->num_retired, &vm->cap_retired, p) != 0) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out) {
+  if (out->kind == KV_TENSOR && out->u.t == &s->view) {
+    size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)s->view.ndim + 63) & ~(size_t)63;
+    size_t data = s->buf != NULL && s->view.data == s->buf ? KilnArrayNumBytes(&s->view) : 0;
+    char* blk = (char*)kiln_vm_call_alloc(vm, head + data);
+    DLTensor* t = (DLTensor*)blk;
+    if (blk == NULL) return -1;
+    *t = s->view;
+    t->shape = (int64_t*)(blk + sizeof(DLTensor));
+    memcpy(t->shape, s->view.shape, sizeof(int64_t) * (size_t)s->view.ndim);
+    if (data) { /* shape_to_tensor's data is the site's own buffer: copied too */
+      t->data = blk + head;
+      memcpy(t->data, s->buf, data);
+    }
+    out->u.t = t;
+  } else if (out->kind == KV_TUPLE && out->u.tup == &s->tuple) {
+    KilnVMTuple* tup = (KilnVMTuple*)kiln_vm_call_alloc(
+        vm, sizeof(KilnVMTuple) + sizeof(KilnVMValue) * (size_t)s->tuple.n);
+    if (tup == NULL) return -1;
+    tup->n = s->tuple.n;
+    tup->items = (KilnVMValue*)(tup + 1);
+    memcpy(tup->items, s->tuple.items, sizeof(KilnVMValue) * (size_t)s->tuple.n);
+    out->u.tup = tup;
+  }
+  return 0;
+}
