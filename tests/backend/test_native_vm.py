@@ -310,24 +310,6 @@ def test_shape_to_tensor(asan, tmp_path):
     np.testing.assert_array_equal(got[0], want)
 
 
-def test_vm_to_vm_call_is_refused_by_name(native_rt, tmp_path):
-    """A call between VM functions is refused at vm_initialization, naming the callee (run-time
-    loops run: tests/backend/test_native_vm_loops.py)."""
-    from kiln.runtime.vm_executable import VMExecutable, VMFunction, call, reg, ret
-
-    main = [*call(1, 1, [reg(0)]), *ret(1)]
-    helper = [*ret(0)]
-    x = [("x", "float32", [2])]
-    exe = VMExecutable([], [VMFunction(1, "main", 0, len(main), 2, 0, params=x),
-                            VMFunction(1, "helper", len(main), len(main) + len(helper), 1, 0,
-                                       params=x)], [], main + helper)
-    exe.export_library(str(tmp_path / "calls.so"))
-    proc = subprocess.run([str(native_rt / "kiln_run"), str(tmp_path / "calls.so"), "--shape",
-                           "x=2", "--random"], capture_output=True, text=True, timeout=60,
-                          check=False)
-    assert proc.returncode == 1 and "calls VM function 'helper'" in proc.stderr, proc.stderr
-
-
 def test_kiln_run_vm_usage_errors(native_rt, tiny):
     proc = subprocess.run([str(native_rt / "kiln_run"), str(tiny[0]), "--random"],
                           capture_output=True, text=True, timeout=60, check=False)

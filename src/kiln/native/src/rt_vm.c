@@ -16,8 +16,12 @@
  * vm.py's fresh objects only while each site runs once per call; in a function with a loop,
  * each execution's view or tuple is moved into a block freed when the call ends.
  *
- * Not in the native VM (errors at vm_initialization naming them): calls between VM functions,
- * functions passed as values, the builtins listed in rt_vm_builtins.c. No replay of recorded
+ * Calls between VM functions (vm.py's _invoke): a new frame, at most 128 nested calls, storage
+ * per (function, nesting level), the callee's result copied into blocks of the call; sites of
+ * a callee give fresh objects as in a loop.
+ *
+ * Not in the native VM (errors at vm_initialization naming them): functions passed as values,
+ * the builtins listed in rt_vm_builtins.c. No replay of recorded
  * calls (vm_replay.py): the interpreter's per-call cost is a few microseconds in C.
  */
 #include <stdlib.h>
@@ -58,6 +62,9 @@ static int kiln_vm_kernel(KilnVMSite* s, const char* name) {
   return kiln_func_call(s->kernel, s->kargs, s->kcodes, s->ins->nargs, &rv, &rc);
 }
 
+static int kiln_vm_call(KilnVM* vm, int64_t fidx, const KilnVMValue* args, int n,
+                        KilnVMValue* out);
+
 static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result) {
   const KilnVMFunction* f = fr->func;
   const KilnVMExec* e = fr->vm->exe;
@@ -91,6 +98,8 @@ static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result)
       if (s->run != NULL) {
         if (s->run(s, fr, s->vals, &out) != 0) return -1;
         if (s->fresh && kiln_vm_detach(fr->vm, s, &out) != 0) return -1;
+      } else if (s->vmcall) {
+        if (kiln_vm_call(fr->vm, ins->func_idx, s->vals, ins->nargs, &out) != 0) return -1;
       } else if (kiln_vm_kernel(s, e->funcs[ins->func_idx].name) != 0) {
         return -1;
       }
@@ -106,6 +115,43 @@ static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result)
     }
   }
   return kiln_fail("VM: function '%s' ended without a ret", f->name);
+}
+
+/* A call of VM function fidx from the bytecode (vm.py's _invoke + _copy_out): a new frame
+   (registers: the arguments, then empty), the result copied into blocks of the call (the
+   callee's storage is reused by its next call). At most KILN_VM_MAX_DEPTH nested calls. */
+#define KILN_VM_MAX_DEPTH 128
+static int kiln_vm_call(KilnVM* vm, int64_t fidx, const KilnVMValue* args, int n,
+                        KilnVMValue* out) {
+  const KilnVMFunction* f = &vm->exe->funcs[fidx];
+  KilnVMFrame fr;
+  KilnVMValue result;
+  int rc = -1;
+  if (vm->depth >= KILN_VM_MAX_DEPTH)
+    return kiln_fail("VM: more than %d nested calls (in '%s')", KILN_VM_MAX_DEPTH, f->name);
+  if (n > f->num_regs)
+    return kiln_fail("VM: function '%s' called with %d arguments, has %lld registers", f->name,
+                     n, (long long)f->num_regs);
+  memset(&fr, 0, sizeof(fr));
+  fr.vm = vm;
+  fr.func = f;
+  fr.fidx = fidx;
+  fr.level = vm->active[fidx];
+  fr.regs = (KilnVMValue*)kiln_calloc((size_t)f->num_regs + 1, sizeof(KilnVMValue));
+  fr.heap = (int64_t*)kiln_calloc((size_t)f->heap_size + 1, sizeof(int64_t));
+  if (fr.regs != NULL && fr.heap != NULL) {
+    if (n) memcpy(fr.regs, args, sizeof(KilnVMValue) * (size_t)n);
+    ++vm->active[fidx];
+    ++vm->depth;
+    result.kind = KV_NONE;
+    rc = kiln_vm_exec(&fr, vm->sites[fidx], &result);
+    --vm->depth;
+    --vm->active[fidx];
+    if (rc == 0) rc = kiln_vm_clone(vm, &result, out, 0);
+  }
+  free(fr.regs);
+  free(fr.heap);
+  return rc;
 }
 
 /* -- inputs (vm_inputs.as_input): the caller's tensor in place when it is C-contiguous and
@@ -201,6 +247,9 @@ static int kiln_vm_invoke(KilnVM* vm, int64_t fidx, TVMValue* args, int* codes, 
   for (i = 0; i < f->num_params; ++i)
     if (kiln_vm_input(vm, f, i, &args[i], codes[i], &fr.regs[i]) != 0) goto done;
   vm->running = 1;
+  vm->depth = 1;
+  memset(vm->active, 0, sizeof(int64_t) * vm->exe->num_funcs);
+  vm->active[fidx] = 1;
   result.kind = KV_NONE;
   if (kiln_vm_exec(&fr, vm->sites[fidx], &result) != 0) goto done;
   kiln_vm_free_value(&vm->result);
@@ -259,11 +308,10 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
       return kiln_fail("VM: function '%s' instruction at word %lld passes function '%s' as a "
                        "value, which the native runtime's VM does not implement", f->name,
                        (long long)ins->pc, e->funcs[ins->args[i].value].name);
-  if (callee->kind == KILN_VM_KIND_VM)
-    return kiln_fail("VM: function '%s' instruction at word %lld calls VM function '%s': calls "
-                     "between VM functions are not implemented by the native runtime's VM; run "
-                     "this model with the Python runtime", f->name, (long long)ins->pc,
-                     callee->name);
+  if (callee->kind == KILN_VM_KIND_VM) {
+    s->vmcall = 1;
+    return 0;
+  }
   if (strncmp(callee->name, "vm.builtin.", 11) == 0)
     return kiln_vm_prepare_builtin(vm, e, f, callee->name, s);
   s->kernel = vm->kernels[ins->func_idx];
@@ -284,6 +332,7 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
   const KilnVMExec* e = vm->exe;
   KilnModule* exe_mod = (KilnModule*)vm->exe;
   size_t i, k;
+  int64_t* called;
   int j, loops;
   (void)ret, (void)ret_code;
   if (vm->running) return kiln_fail("vm_initialization: a call is running");
@@ -316,12 +365,21 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
       return kiln_fail("VM: kernel '%s' (function table entry %zu) not found in the "
                        "executable's library or its imports", f->name, i);
   }
+  free(vm->active); /* per function: its calls running; `called`: a VM callee somewhere */
+  if ((vm->active = (int64_t*)kiln_calloc(2 * e->num_funcs + 1, sizeof(int64_t))) == NULL)
+    return -1;
+  called = vm->active + e->num_funcs;
+  for (i = 0; i < e->num_funcs; ++i)
+    for (k = 0; e->funcs[i].kind == KILN_VM_KIND_VM && k < e->funcs[i].num_instrs; ++k)
+      if (e->funcs[i].instrs[k].op == KILN_OP_CALL &&
+          e->funcs[e->funcs[i].instrs[k].func_idx].kind == KILN_VM_KIND_VM)
+        called[e->funcs[i].instrs[k].func_idx] = 1;
   for (i = 0; i < e->num_funcs; ++i) {
     const KilnVMFunction* f = &e->funcs[i];
     if (f->kind != KILN_VM_KIND_VM) continue;
     if ((vm->sites[i] = (KilnVMSite*)kiln_calloc(f->num_instrs, sizeof(KilnVMSite))) == NULL)
       return -1;
-    for (k = 0, loops = 0; k < f->num_instrs; ++k) /* a backward jump: a run-time loop */
+    for (k = 0, loops = called[i]; k < f->num_instrs; ++k) /* a backward jump: a loop */
       loops |= (f->instrs[k].op == KILN_OP_GOTO || f->instrs[k].op == KILN_OP_IF) &&
                f->instrs[k].target <= (int64_t)k;
     for (k = 0; k < f->num_instrs; ++k) {
@@ -440,6 +498,7 @@ static void kiln_vm_destroy(KilnModule* self) {
   KilnVM* vm = (KilnVM*)self;
   size_t i;
   kiln_vm_free_sites(vm);
+  free(vm->active);
   for (i = 0; i < vm->num_storages; ++i) {
     free(vm->storages[i]->data);
     free(vm->storages[i]);

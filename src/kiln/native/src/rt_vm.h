@@ -118,7 +118,7 @@ struct KilnVMList {
 };
 
 struct KilnVMStorage {
-  int64_t fidx, sid;
+  int64_t fidx, level, sid;
   uint8_t* data; /* 64-byte aligned */
   int64_t nbytes;
 };
@@ -130,6 +130,7 @@ typedef struct {
   KilnVM* vm;
   const KilnVMFunction* func;
   int64_t fidx;
+  int64_t level; /* calls of this function already running (recursion) */
   KilnVMValue* regs;
   int64_t* heap;
 } KilnVMFrame;
@@ -156,7 +157,9 @@ struct KilnVMSite {
   int64_t storage_idx; /* alloc_storage: index into the VM's storages, -1 before */
   const char* text;    /* trap: the message */
   void* buf;           /* shape_to_tensor: the tensor's data (owned) */
-  int fresh; /* in a function with a run-time loop: results are copied out of view/tuple */
+  int fresh; /* in a function with a run-time loop, or called by VM functions: results are
+                copied out of the site's view or tuple */
+  int vmcall; /* a call of a VM function */
 };
 
 /* The VM module (rt_vm.c). */
@@ -165,6 +168,8 @@ struct KilnVM {
   KilnVMExec* exe;
   int initialized;
   int running;
+  int depth;      /* nested VM calls running */
+  int64_t* active; /* per function: its calls running */
   KilnVMSite** sites; /* per function table entry: one per instruction (VM functions) */
   KilnFunc** kernels; /* per function table entry: the kernel (packed, not builtins) */
   KilnVMStorage** storages;
@@ -210,9 +215,13 @@ void* kiln_vm_call_alloc(KilnVM* vm, size_t n);
 int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out);
 /* A one-element tensor's truth value (read_bool's rule). */
 int kiln_vm_read_bool_value(const DLTensor* t, int* out);
-/* The storage (fidx, sid) with at least nbytes (kept across calls, grown when needed). */
-int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int64_t nbytes,
-                    KilnVMStorage** out);
+/* The storage (fidx, level, sid) with at least nbytes (kept across calls, grown when
+   needed; vm_storage.py's key: a function running inside itself gets its own buffers). */
+int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, const KilnVMFrame* fr, int64_t sid,
+                    int64_t nbytes, KilnVMStorage** out);
+/* A copy of a tensor (or of a tuple's tensors) in blocks of the call: a VM callee's result
+   (its storage is reused by its next call), a list element. */
+int kiln_vm_clone(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
 
 /* -- rt_vm_memory.c */
 /* Append item to a growing array of pointers. */

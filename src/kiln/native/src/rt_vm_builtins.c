@@ -255,7 +255,7 @@ static int kiln_prep_shape_compute(const KilnVMExec* e, const KilnVMFunction* f,
 static int kiln_alloc_storage(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
                               KilnVMValue* out) {
   KilnVMStorage* st;
-  if (kiln_vm_storage(fr->vm, s, fr->fidx, s->param, args[1].u.i, &st) != 0) return -1;
+  if (kiln_vm_storage(fr->vm, s, fr, s->param, args[1].u.i, &st) != 0) return -1;
   out->kind = KV_STORAGE;
   out->u.s = st;
   return 0;

@@ -46,16 +46,13 @@ static int kiln_list_new(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Kiln
 static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
                             KilnVMValue* out) {
   KilnVMList* l = NULL;
-  const DLTensor* t;
+  KilnVMValue copy;
   DLTensor* c;
-  size_t head, nbytes;
-  char* blk;
   (void)s, (void)out;
   if (kiln_list_arg(&args[0], "list_append", &l) != 0) return -1;
   if (args[1].kind != KV_TENSOR)
     return kiln_fail("vm.builtin.list_append: argument 1 is %s, not a tensor",
                      kiln_kind_name(&args[1]));
-  t = args[1].u.t;
   if (l->n == l->cap) { /* the old array stays a block of the call */
     size_t cap = l->cap ? 2 * l->cap : 16;
     DLTensor** items = (DLTensor**)kiln_vm_call_alloc(fr->vm, cap * sizeof(DLTensor*));
@@ -64,17 +61,8 @@ static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
     l->items = items;
     l->cap = cap;
   }
-  head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)t->ndim + 63) & ~(size_t)63;
-  nbytes = KilnArrayNumBytes(t);
-  if ((blk = (char*)kiln_vm_call_alloc(fr->vm, head + nbytes)) == NULL) return -1;
-  c = (DLTensor*)blk;
-  *c = *t;
-  c->shape = (int64_t*)(blk + sizeof(DLTensor));
-  memcpy(c->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  c->strides = NULL;
-  c->byte_offset = 0;
-  c->data = blk + head;
-  if (nbytes) memcpy(c->data, (const char*)t->data + t->byte_offset, nbytes);
+  if (kiln_vm_clone(fr->vm, &args[1], &copy, 0) != 0) return -1;
+  c = copy.u.t;
   l->items[l->n++] = c;
   return 0;
 }
