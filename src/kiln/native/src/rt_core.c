@@ -136,6 +136,14 @@ int kiln_module_get_function(KilnModule* m, const char* name, int query_imports,
   return kiln_lookup(m, name, query_imports, 0, out);
 }
 
+int kiln_return_library(KilnModule* self, TVMValue* ret, int* ret_code, const char* owner) {
+  if (self->num_imports == 0) return kiln_fail("%s has no library imported", owner);
+  kiln_module_retain(self->imports[0]);
+  ret->v_handle = self->imports[0];
+  *ret_code = kTVMModuleHandle;
+  return 0;
+}
+
 /* -- functions */
 KilnFunc* kiln_func_method(KilnModule* owner, const char* name, KilnMethod method) {
   KilnFunc* f = (KilnFunc*)kiln_calloc(1, sizeof(KilnFunc));

@@ -76,14 +76,7 @@ static int kiln_check_like(const DLTensor* want, const DLTensor* got, const char
     if (got->shape[d] != want->shape[d])
       return kiln_fail("%s: dimension %d is %lld, the graph's is %lld", fn, d,
                        (long long)got->shape[d], (long long)want->shape[d]);
-  if (got->strides != NULL) {
-    int64_t step = 1;
-    for (d = want->ndim - 1; d >= 0; --d) {
-      if (want->shape[d] != 1 && got->strides[d] != step)
-        return kiln_fail("%s: the tensor is not C-contiguous", fn);
-      step *= want->shape[d];
-    }
-  }
+  if (!kiln_is_compact(got)) return kiln_fail("%s: the tensor is not C-contiguous", fn);
   return 0;
 }
 

@@ -56,11 +56,7 @@ static int kiln_fac_graph_params(KilnModule* self, TVMValue* args, int* codes, i
 static int kiln_fac_get_lib(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
                             int* ret_code) {
   (void)args, (void)codes, (void)n;
-  if (self->num_imports == 0) return kiln_fail("GraphExecutorFactory has no library imported");
-  kiln_module_retain(self->imports[0]);
-  ret->v_handle = self->imports[0];
-  *ret_code = kTVMModuleHandle;
-  return 0;
+  return kiln_return_library(self, ret, ret_code, "GraphExecutorFactory");
 }
 
 static int kiln_fac_get_own(KilnModule* self, const char* name, KilnFunc** out) {

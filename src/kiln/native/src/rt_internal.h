@@ -60,6 +60,8 @@ void kiln_module_release(KilnModule* m);
 /* Append an import (takes a reference of `dep`); no cycle check. */
 int kiln_module_add_import(KilnModule* m, KilnModule* dep);
 int kiln_module_get_function(KilnModule* m, const char* name, int query_imports, KilnFunc** out);
+/* get_lib: the module's first import (its library), a new reference as kTVMModuleHandle. */
+int kiln_return_library(KilnModule* self, TVMValue* ret, int* ret_code, const char* owner);
 KilnFunc* kiln_func_method(KilnModule* owner, const char* name, KilnMethod method);
 void kiln_func_release(KilnFunc* f);
 int kiln_func_call(KilnFunc* f, TVMValue* args, int* codes, int num_args, TVMValue* ret,

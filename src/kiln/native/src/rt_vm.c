@@ -172,15 +172,9 @@ static int kiln_vm_input(KilnVM* vm, const KilnVMFunction* f, size_t i, const TV
   if (t->ndim < 0 || t->ndim > KILN_VM_MAX_NDIM || (t->ndim && t->shape == NULL))
     return kiln_fail("VM function '%s': input '%s' has rank %d", f->name, f->params[i].name,
                      t->ndim);
-  if (t->strides != NULL) {
-    int64_t step = 1;
-    for (d = t->ndim - 1; d >= 0; --d) {
-      if (t->shape[d] != 1 && t->strides[d] != step)
-        return kiln_fail("VM function '%s': input '%s' is not C-contiguous", f->name,
-                         f->params[i].name);
-      step *= t->shape[d];
-    }
-  }
+  if (!kiln_is_compact(t))
+    return kiln_fail("VM function '%s': input '%s' is not C-contiguous", f->name,
+                     f->params[i].name);
   for (d = 0; d < t->ndim; ++d)
     if (t->shape[d] < 0)
       return kiln_fail("VM function '%s': input '%s' has a negative dim", f->name,
