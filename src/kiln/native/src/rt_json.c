@@ -384,8 +384,9 @@ static int kiln_json_run(KilnModule* self, TVMValue* args, int* codes, int num_a
                                 : (const float**)kiln_calloc((size_t)n->num_inputs, sizeof(float*));
       if (ins == NULL) goto done;
       for (i = 0; i < n->num_inputs; ++i) ins[i] = (const float*)val[n->inputs[i]];
-      n->kernel->run(n, ins, (float*)val[nid]);
+      i = n->kernel->run(n, ins, (float*)val[nid]);
       if (ins != ins_stack) free(ins);
+      if (i != 0) goto done;
       for (i = 0; i < n->num_release; ++i) {
         free(val[n->release[i]]);
         val[n->release[i]] = NULL;

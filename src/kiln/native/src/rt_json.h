@@ -55,7 +55,8 @@ struct KilnJsonKernel {
   /* Reads the attrs into node->p / node->f and checks the input and output types (so the
      kernel never reads or writes outside its buffers); 0, or -1 with the error set. */
   int (*prepare)(KilnJsonNode* node, const KilnJsonAttrs* a);
-  void (*run)(const KilnJsonNode* node, const float* const* ins, float* out);
+  /* 0, or -1 with the error set (out of memory for scratch space) */
+  int (*run)(const KilnJsonNode* node, const float* const* ins, float* out);
 };
 
 enum { KILN_JSON_OP_INPUT, KILN_JSON_OP_CONST, KILN_JSON_OP_KERNEL };

@@ -2,10 +2,15 @@
  * The built-in kernels of the kiln_json runtime in C, float32: the ops of
  * kiln/runtime/json_kernels.py with numpy's semantics (broadcasting of the elementwise ops,
  * np.matmul's batch rules, max pooling whose windows past the padding read -inf). Each kernel's
- * prepare() reads its attrs and checks every shape at load, so run() only computes. Convolution
- * is direct (the output row as the inner loop) rather than im2col + BLAS: the sums are the same
- * up to float rounding order.
+ * prepare() reads its attrs and checks every shape at load, so run() only computes.
+ * Convolution is im2col (skipped for 1x1 stride-1 unpadded convs) + a matrix product blocked
+ * four output rows at a time, as Python's im2col + numpy's BLAS: the sums agree up to float
+ * rounding order.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+/* the kernels' inner loops are written to vectorize; GCC does that from -O3 (clang at -O2) */
+#pragma GCC optimize("O3")
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +22,8 @@ static int kiln_attr_tok(const KilnJsonAttrs* a, const char* key) {
   return KilnJson_Get(a->js, a->toks, a->obj, key);
 }
 
-/* attr `key`: a list of exactly n integers in [lo, 2^40) */
+/* attr `key`: a list of exactly n integers in [lo, 2^20) (strides, dilations, paddings and
+   window sizes: bounded so that index arithmetic over dims below 2^40 cannot overflow) */
 static int kiln_attr_ints(const KilnJsonAttrs* a, const char* key, int n, int64_t lo,
                           int64_t* out) {
   int tok = kiln_attr_tok(a, key), i;
@@ -25,9 +31,9 @@ static int kiln_attr_ints(const KilnJsonAttrs* a, const char* key, int n, int64_
     return kiln_fail("%s: attr '%s' must be a list of %d integers", a->where, key, n);
   for (i = 0; i < n; ++i)
     if (KilnJson_Int(a->js, a->toks, KilnJson_At(a->toks, tok, i), &out[i]) != 0 ||
-        out[i] < lo || out[i] >= ((int64_t)1 << 40))
-      return kiln_fail("%s: attr '%s' must be a list of %d integers >= %lld", a->where, key, n,
-                       (long long)lo);
+        out[i] < lo || out[i] >= ((int64_t)1 << 20))
+      return kiln_fail("%s: attr '%s' must be a list of %d integers in [%lld, 2^20)", a->where,
+                       key, n, (long long)lo);
   return 0;
 }
 
@@ -112,7 +118,7 @@ static int kiln_bias_shape(const KilnJsonNode* node, int64_t* shape) {
   return nd;
 }
 
-static void kiln_ew_run(const KilnJsonNode* node, const float* const* ins, float* out) {
+static int kiln_ew_run(const KilnJsonNode* node, const float* const* ins, float* out) {
   const KilnJsonTensor* t = &node->type;
   int64_t sa[KILN_JSON_MAX_NDIM], sb[KILN_JSON_MAX_NDIM], idx[KILN_JSON_MAX_NDIM] = {0};
   int64_t bshape[KILN_JSON_MAX_NDIM], oa = 0, ob = 0, o, inner;
@@ -120,7 +126,7 @@ static void kiln_ew_run(const KilnJsonNode* node, const float* const* ins, float
   const float* b = node->num_inputs > 1 ? ins[1] : ins[0];
   if (nd == 0) {
     kiln_ew_row(node, out, ins[0], 0, b, 0, t->size);
-    return;
+    return 0;
   }
   kiln_bcast_strides(node->in_types[0]->shape, node->in_types[0]->ndim, t, sa);
   if (node->p[2]) { /* bias_add */
@@ -142,6 +148,7 @@ static void kiln_ew_run(const KilnJsonNode* node, const float* const* ins, float
       idx[d] = 0;
     }
   }
+  return 0;
 }
 
 static int kiln_ew_prepare(KilnJsonNode* node, const KilnJsonAttrs* a, int op) {
@@ -231,46 +238,111 @@ static void kiln_conv_range(int64_t size, int64_t stride, int64_t pad, int64_t o
   if (*lo > *hi) *lo = *hi;
 }
 
-static void kiln_conv_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+/* y[rows, P] = w[rows, K] @ cols[K, P]: four rows at a time over column blocks that stay in
+   the L1 cache (each cols row read once per four output rows). */
+static void kiln_gemm(const float* w, int64_t K, const float* cols, int64_t P, float* y,
+                      int64_t rows) {
+  enum { BLOCK = 512 };
+  int64_t o, k, p, p0, np;
+  for (p0 = 0; p0 < P; p0 += BLOCK) {
+    np = P - p0 < BLOCK ? P - p0 : BLOCK;
+    for (o = 0; o < rows; o += 4) {
+      float *restrict y0, *restrict y1, *restrict y2, *restrict y3;
+      if (o + 4 > rows) { /* the last one to three rows, one at a time */
+        int64_t r;
+        for (r = o; r < rows; ++r) {
+          float* restrict yr = y + r * P + p0;
+          memset(yr, 0, (size_t)np * sizeof(float));
+          for (k = 0; k < K; ++k)
+            for (p = 0; p < np; ++p) yr[p] += w[r * K + k] * cols[k * P + p0 + p];
+        }
+        break;
+      }
+      y0 = y + o * P + p0;
+      y1 = y0 + P;
+      y2 = y1 + P;
+      y3 = y2 + P;
+      memset(y0, 0, (size_t)np * sizeof(float));
+      memset(y1, 0, (size_t)np * sizeof(float));
+      memset(y2, 0, (size_t)np * sizeof(float));
+      memset(y3, 0, (size_t)np * sizeof(float));
+      for (k = 0; k < K; ++k) {
+        const float* restrict c = cols + k * P + p0;
+        float a0 = w[o * K + k], a1 = w[(o + 1) * K + k], a2 = w[(o + 2) * K + k];
+        float a3 = w[(o + 3) * K + k];
+        for (p = 0; p < np; ++p) {
+          float v = c[p];
+          y0[p] += a0 * v;
+          y1[p] += a1 * v;
+          y2[p] += a2 * v;
+          y3[p] += a3 * v;
+        }
+      }
+    }
+  }
+}
+
+/* cols[(c * KH + ki) * KW + kj, oh * OW + ow] = x[c, oh*sh - pt + ki*dh, ow*sw - pl + kj*dw]
+   (0 in the padding) for one group's channels */
+static void kiln_im2col(const KilnJsonNode* n, const float* x, float* cols) {
+  const int64_t* p = n->p;
+  int64_t CG = n->in_types[1]->shape[1], KH = n->in_types[1]->shape[2];
+  int64_t KW = n->in_types[1]->shape[3], H = n->in_types[0]->shape[2];
+  int64_t W = n->in_types[0]->shape[3], OH = n->type.shape[2], OW = n->type.shape[3];
+  int64_t c, ki, kj, oh, ow, lo, hi;
+  for (c = 0; c < CG; ++c) {
+    for (ki = 0; ki < KH; ++ki) {
+      for (kj = 0; kj < KW; ++kj) {
+        float* row = cols + ((c * KH + ki) * KW + kj) * OH * OW;
+        kiln_conv_range(W, p[2], p[6], kj * p[4], OW, &lo, &hi);
+        for (oh = 0; oh < OH; ++oh) {
+          int64_t ih = oh * p[1] - p[5] + ki * p[3];
+          float* r = row + oh * OW;
+          if (ih < 0 || ih >= H) {
+            memset(r, 0, (size_t)OW * sizeof(float));
+            continue;
+          }
+          for (ow = 0; ow < lo; ++ow) r[ow] = 0.0f;
+          for (ow = lo; ow < hi; ++ow) r[ow] = x[(c * H + ih) * W + ow * p[2] - p[6] + kj * p[4]];
+          for (ow = hi; ow < OW; ++ow) r[ow] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/* im2col (not for 1x1 stride-1 unpadded convs: the input is the matrix) + kiln_gemm per image
+   and group, then the bias and relu epilogue */
+static int kiln_conv_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   const int64_t* p = n->p;
   const KilnJsonTensor *xt = n->in_types[0], *wt = n->in_types[1];
   int64_t N = xt->shape[0], C = xt->shape[1], H = xt->shape[2], W = xt->shape[3];
-  int64_t O = wt->shape[0], CG = wt->shape[1], KH = wt->shape[2], KW = wt->shape[3];
-  int64_t OH = n->type.shape[2], OW = n->type.shape[3], og = O / p[0];
-  int64_t sh = p[1], sw = p[2], dh = p[3], dw = p[4], pt = p[5], pl = p[6];
-  int64_t b, o, c, ki, kj, oh, ow, lo, hi, plane = OH * OW;
+  int64_t O = wt->shape[0], CG = wt->shape[1], K = CG * wt->shape[2] * wt->shape[3];
+  int64_t P = n->type.shape[2] * n->type.shape[3], og = O / p[0], b, g, o, i;
+  int direct = wt->shape[2] == 1 && wt->shape[3] == 1 && p[1] == 1 && p[2] == 1 && !p[5] &&
+               !p[6] && !p[7] && !p[8];
+  float* cols = NULL;
+  if (!direct && K && P && (cols = (float*)malloc((size_t)(K * P) * sizeof(float))) == NULL)
+    return kiln_fail("kiln_json: out of memory (%lld bytes of convolution columns)",
+                     (long long)(K * P * 4));
   for (b = 0; b < N; ++b) {
+    for (g = 0; g < p[0]; ++g) {
+      const float* x = ins[0] + (b * C + g * CG) * H * W;
+      if (!direct && cols) kiln_im2col(n, x, cols);
+      kiln_gemm(ins[1] + g * og * K, K, direct ? x : cols, P, out + (b * O + g * og) * P, og);
+    }
     for (o = 0; o < O; ++o) {
-      float* y = out + (b * O + o) * plane;
-      const float* xg = ins[0] + (b * C + (o / og) * CG) * H * W;
-      memset(y, 0, (size_t)plane * sizeof(float));
-      for (c = 0; c < CG; ++c) {
-        for (ki = 0; ki < KH; ++ki) {
-          for (kj = 0; kj < KW; ++kj) {
-            float wv = ins[1][((o * CG + c) * KH + ki) * KW + kj];
-            kiln_conv_range(W, sw, pl, kj * dw, OW, &lo, &hi);
-            for (oh = 0; oh < OH; ++oh) {
-              int64_t ih = oh * sh - pt + ki * dh;
-              const float* src;
-              float* yr = y + oh * OW + lo;
-              if (ih < 0 || ih >= H || lo == hi) continue;
-              src = xg + c * H * W + ih * W + lo * sw - pl + kj * dw; /* input column of lo */
-              if (sw == 1)
-                for (ow = 0; ow < hi - lo; ++ow) yr[ow] += wv * src[ow];
-              else
-                for (ow = 0; ow < hi - lo; ++ow) yr[ow] += wv * src[ow * sw];
-            }
-          }
-        }
-      }
+      float* y = out + (b * O + o) * P;
       if (p[9]) {
         float bias = ins[2][n->in_types[2]->size == 1 ? 0 : o];
-        for (ow = 0; ow < plane; ++ow) y[ow] += bias;
+        for (i = 0; i < P; ++i) y[i] += bias;
       }
       if (p[10])
-        for (ow = 0; ow < plane; ++ow) y[ow] = y[ow] < 0.0f ? 0.0f : y[ow];
+        for (i = 0; i < P; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
     }
   }
+  free(cols);
+  return 0;
 }
 
 /* -- nn.dense (x @ w.T) and nn.matmul (np.matmul): p = M, K, N, transposed b, batch rank */
@@ -330,7 +402,7 @@ static int64_t kiln_batch_offset(int64_t i, const KilnJsonTensor* out, int nb, c
   return off;
 }
 
-static void kiln_matmul_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+static int kiln_matmul_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   int64_t M = n->p[0], K = n->p[1], N = n->p[2], nb = n->p[4], batches = 1, bi, m, k, j;
   const KilnJsonTensor *x = n->in_types[0], *w = n->in_types[1];
   int xb = x->ndim >= 2 ? x->ndim - 2 : 0, wb = w->ndim >= 2 ? w->ndim - 2 : 0;
@@ -356,6 +428,7 @@ static void kiln_matmul_run(const KilnJsonNode* n, const float* const* ins, floa
       }
     }
   }
+  return 0;
 }
 
 /* -- pooling: p = pool h w, stride h w, dilation h w, padding t l */
@@ -373,7 +446,7 @@ static int kiln_max_pool_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
   return 0;
 }
 
-static void kiln_max_pool_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+static int kiln_max_pool_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   const int64_t* p = n->p;
   int64_t H = n->in_types[0]->shape[2], W = n->in_types[0]->shape[3];
   int64_t planes = n->type.shape[0] * n->type.shape[1], OH = n->type.shape[2];
@@ -398,6 +471,7 @@ static void kiln_max_pool_run(const KilnJsonNode* n, const float* const* ins, fl
       }
     }
   }
+  return 0;
 }
 
 static int kiln_gap_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
@@ -408,13 +482,14 @@ static int kiln_gap_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
   return 0;
 }
 
-static void kiln_gap_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+static int kiln_gap_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   int64_t planes = n->type.size, hw = n->in_types[0]->shape[2] * n->in_types[0]->shape[3], c, i;
   for (c = 0; c < planes; ++c) {
     double s = 0.0;
     for (i = 0; i < hw; ++i) s += ins[0][c * hw + i];
     out[c] = (float)(s / (double)hw);
   }
+  return 0;
 }
 
 /* -- concatenate (p = axis) and reshape */
@@ -437,7 +512,7 @@ static int kiln_concat_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
   return 0;
 }
 
-static void kiln_concat_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+static int kiln_concat_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   int64_t outer = 1, inner = 1, o, off = 0;
   int d, k;
   for (d = 0; d < n->p[0]; ++d) outer *= n->type.shape[d];
@@ -449,6 +524,7 @@ static void kiln_concat_run(const KilnJsonNode* n, const float* const* ins, floa
       off += chunk;
     }
   }
+  return 0;
 }
 
 static int kiln_reshape_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
@@ -456,8 +532,9 @@ static int kiln_reshape_prepare(KilnJsonNode* n, const KilnJsonAttrs* a) {
   return 0;
 }
 
-static void kiln_reshape_run(const KilnJsonNode* n, const float* const* ins, float* out) {
+static int kiln_reshape_run(const KilnJsonNode* n, const float* const* ins, float* out) {
   if (n->type.size) memmove(out, ins[0], (size_t)n->type.size * sizeof(float));
+  return 0;
 }
 
 static const KilnJsonKernel kiln_json_kernels[] = {
