@@ -145,6 +145,26 @@ static int graph(const char* so, const char* params_path) {
             TVMArrayCopyToBytes(out, vals, sizeof(vals)) == 0 && vals[5] == want[5],
         "get_output into a tensor");
   CHECK(call(gm, "get_output", 1, I(7), kTVMArgInt, I(0), 0) != 0, "get_output out of range");
+  {
+    /* set_output_zero_copy where the output shares its storage: copied after each run */
+    DLTensor* z = tensor23(-1);
+    CHECK(call(gm, "set_output_zero_copy", 2, I(0), kTVMArgInt, H(z), kTVMDLTensorHandle) == 0 &&
+              call(gm, "run", 0, I(0), 0, I(0), 0) == 0 && ((float*)z->data)[5] == want[5] &&
+              ((float*)z->data)[0] == want[0],
+          "set_output_zero_copy of a shared entry: copied by run");
+    CHECK(call(gm, "set_output_zero_copy", 2, I(3), kTVMArgInt, H(z), kTVMDLTensorHandle) != 0 &&
+              strstr(TVMGetLastError(), "output index below 1"),
+          "set_output_zero_copy index out of range");
+    /* the factory's params (as load_params reads them) restore p0 = arange */
+    CHECK(call(fac, "get_graph_params", 0, I(0), 0, I(0), 0) == 0 && code == kTVMBytes,
+          "get_graph_params: the params blob");
+    CHECK(call(gm, "load_params", 1, ret, kTVMBytes, I(0), 0) == 0 &&
+              call(gm, "run", 0, I(0), 0, I(0), 0) == 0 &&
+              ((float*)z->data)[5] == (float)((1 + 5 + 10 + 5) * 5 + 1 + 5),
+          "load_params(get_graph_params()); the output stays bound");
+    call(gm, "set_output_zero_copy", 1, I(0), kTVMArgInt, I(0), 0);
+    TVMArrayFree(z);
+  }
   CHECK(TVMFuncGetGlobal("kiln.test.none", &g) == 0 && g == NULL, "no such global");
   TVMArrayFree(x);
   TVMArrayFree(y);
@@ -188,6 +208,26 @@ static int consts(const char* so) {
   CHECK(call(gm, "set_input", 2, I(0), kTVMArgInt, H(x), kTVMDLTensorHandle) == 0 &&
             call(gm, "run", 0, I(0), 0, I(0), 0) == 0, "run: __init_ext_bias got the constant");
   CHECK(out_is(gm, want), "output x + w");
+  {
+    /* set_output_zero_copy: the kernel writes the bound tensor itself (its own storage) */
+    DLTensor* y = tensor23(-1);
+    const float* pool = (const float*)((DLTensor*)ret.v_handle)->data;
+    float first = want[0];
+    CHECK(call(gm, "set_output_zero_copy", 2, I(0), kTVMArgInt, H(y), kTVMDLTensorHandle) == 0 &&
+              call(gm, "run", 0, I(0), 0, I(0), 0) == 0 && ((float*)y->data)[5] == want[5],
+          "set_output_zero_copy: written by run");
+    CHECK(call(gm, "get_output", 1, I(0), kTVMArgInt, I(0), 0) == 0 &&
+              ((DLTensor*)ret.v_handle)->data == y->data,
+          "set_output_zero_copy: in place (the entry is the bound memory)");
+    CHECK(call(gm, "set_input_zero_copy", 2, I(0), kTVMArgInt, H(y), kTVMDLTensorHandle) != 0 &&
+              strstr(TVMGetLastError(), "overlaps the zero-copy output 0"),
+          "zero-copy input over a zero-copy output refused");
+    CHECK(call(gm, "set_output_zero_copy", 2, I(0), kTVMArgInt, I(0), kTVMNullptr) == 0 &&
+              call(gm, "get_output", 1, I(0), kTVMArgInt, I(0), 0) == 0 &&
+              ((DLTensor*)ret.v_handle)->data == pool && pool[0] == first,
+          "set_output_zero_copy(NULL) ends the binding");
+    TVMArrayFree(y);
+  }
   TVMArrayFree(x);
   TVMModFree(gm);
   TVMModFree(fac);

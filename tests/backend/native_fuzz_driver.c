@@ -9,6 +9,9 @@
  *                                            (graphs) or the VM initialized (VM executables)
  *   native_fuzz_driver file GOOD.so CORPUS   each record is a whole .so file, written to a file
  *                                            and loaded (TVMModLoadFromFile) in a child process
+ *   native_fuzz_driver run GOOD.so CORPUS    as blob, then the executor's "run" called (for
+ *                                            payloads whose graph calls only functions that
+ *                                            check their arguments: kiln_json interpreters)
  *
  * A case passes when loading returns (an error is fine: a damaged file must be an error). Each
  * record is copied into a heap block of exactly its size, so ASan reports any read past it. A
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 static volatile long current_case = -1;
+static int run_graphs; /* "run" mode */
 
 static void on_signal(int sig) {
   char msg[96];
@@ -74,7 +78,15 @@ static int try_root(TVMModuleHandle root) {
     args[0].v_device.device_id = 0;
     codes[0] = kDLDeviceArg;
     rc = TVMFuncCall(f, args, codes, 1, &ret, &code);
-    if (rc == 0 && code == kTVMModuleHandle) TVMModFree(ret.v_handle);
+    if (rc == 0 && code == kTVMModuleHandle) {
+      TVMFunctionHandle run = NULL;
+      if (run_graphs && TVMModGetFunction(ret.v_handle, "run", 0, &run) == 0 && run != NULL) {
+        TVMValue out;
+        rc = TVMFuncCall(run, NULL, NULL, 0, &out, &code);
+        TVMFuncFree(run);
+      }
+      TVMModFree(ret.v_handle);
+    }
     TVMFuncFree(f);
   }
   return rc;
@@ -98,11 +110,13 @@ int main(int argc, char** argv) {
   unsigned char* corpus = NULL;
   long size = 0;
   size_t pos = 0;
-  if (argc != 4 || (strcmp(argv[1], "blob") != 0 && strcmp(argv[1], "file") != 0)) {
-    fprintf(stderr, "usage: native_fuzz_driver blob|file GOOD.so CORPUS\n");
+  if (argc != 4 || (strcmp(argv[1], "blob") != 0 && strcmp(argv[1], "file") != 0 &&
+                    strcmp(argv[1], "run") != 0)) {
+    fprintf(stderr, "usage: native_fuzz_driver blob|file|run GOOD.so CORPUS\n");
     return 2;
   }
   file_mode = strcmp(argv[1], "file") == 0;
+  run_graphs = strcmp(argv[1], "run") == 0;
   signal(SIGALRM, on_signal);
   __sanitizer_set_death_callback(on_death);
   if (!file_mode) { /* the good library's module stands for _lib in every case (none when

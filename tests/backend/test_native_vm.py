@@ -310,23 +310,6 @@ def test_shape_to_tensor(asan, tmp_path):
     np.testing.assert_array_equal(got[0], want)
 
 
-def test_loop_is_refused_by_name(native_rt, tmp_path):
-    """A backward jump (a run-time loop) is refused at vm_initialization, naming it: the C VM
-    keeps one view and one tuple per call site, which is what vm.py does only when every site
-    runs at most once per call."""
-    from kiln.runtime.vm_executable import VMExecutable, VMFunction, call, goto, if_, reg, ret
-
-    code = [*call(1, 1, [reg(0)]), *if_(1, 5), *goto(-8), *ret(0)]
-    exe = VMExecutable([], [VMFunction(1, "main", 0, len(code), 2, 0,
-                                       params=[("flag", "bool", [])]),
-                            VMFunction(0, "vm.builtin.read_bool")], [], code)
-    exe.export_library(str(tmp_path / "loop.so"))
-    proc = subprocess.run([str(native_rt / "kiln_run"), str(tmp_path / "loop.so"), "--shape",
-                           "flag=", "--random"], capture_output=True, text=True, timeout=60,
-                          check=False)
-    assert proc.returncode == 1 and "jumps back (a run-time loop)" in proc.stderr, proc.stderr
-
-
 def test_kiln_run_vm_usage_errors(native_rt, tiny):
     proc = subprocess.run([str(native_rt / "kiln_run"), str(tiny[0]), "--random"],
                           capture_output=True, text=True, timeout=60, check=False)

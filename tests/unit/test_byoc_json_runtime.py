@@ -190,3 +190,16 @@ def test_truncated_bytes_and_unknown_constants_are_load_errors():
     with pytest.raises(ModuleLoadError, match="trailing"):
         JSONRuntimeModule.load_from_binary(data + b"x")
     assert "kiln_json" in rt.list_module_loaders()
+
+
+def test_a_head_listed_twice_fills_both_outputs():
+    t = {"shape": [[2, 3]], "dtype": ["float32"]}
+    g = {"nodes": [{"op": "input", "name": "x", "attrs": t},
+                   {"op": "kernel", "name": "nn.relu", "inputs": [[0, 0, 0]], "attrs": t}],
+         "arg_nodes": [0], "heads": [[1, 0, 0], [1, 0, 0], [0, 0, 0]]}
+    m = JSONRuntimeModule("f", json.dumps(g), [])
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    outs = [np.full((2, 3), np.nan, "float32") for _ in range(3)]
+    m.run(x, *outs)
+    for got, want in zip(outs, [np.maximum(x, 0), np.maximum(x, 0), x]):
+        np.testing.assert_array_equal(got, want)

@@ -223,7 +223,8 @@ class JSONRuntimeModule(Module):
                     del values[e]
             elif (nid, 0) not in values:
                 raise KilnError(f"{TYPE_KEY} {self.symbol}: input node {nid} is not an argument")
-        for h, dst in outputs.items():
+        for k, h in enumerate(self._heads):  # a head listed twice fills both outputs
+            dst = arrays[n_in + k]
             if values[h] is not dst:
                 np.copyto(dst, values[h])
 

@@ -107,6 +107,25 @@ int kiln_read_ndarray(KilnStream* s, KilnArrayView* a, const char* field) {
   return kiln_skip(s, (size_t)nbytes, field);
 }
 
+/* A vec<string> of NUL-free names, duplicates refused (rt_internal.h). */
+int kiln_read_names(KilnStream* s, char*** out, size_t* count, const char* field) {
+  uint64_t n, i, j;
+  const uint8_t* p;
+  size_t len;
+  if (kiln_read_count(s, 8, &n, field) != 0) return -1;
+  if ((*out = (char**)kiln_calloc((size_t)n + 1, sizeof(char*))) == NULL) return -1;
+  *count = (size_t)n;
+  for (i = 0; i < n; ++i) {
+    if (kiln_read_bytes(s, &p, &len, field) != 0) return -1;
+    if (memchr(p, 0, len) != NULL) return kiln_fail("%s: corrupt %s: a NUL in a name", s->what, field);
+    if (((*out)[i] = kiln_strndup((const char*)p, len)) == NULL) return -1;
+    for (j = 0; j < i; ++j)
+      if (strcmp((*out)[j], (*out)[i]) == 0)
+        return kiln_fail("%s: corrupt %s: '%s' twice", s->what, field, (*out)[i]);
+  }
+  return 0;
+}
+
 /* -- loaders by type_key ("metadata": TVM's name before "const_loader") */
 static const struct {
   const char* type_key;
@@ -118,6 +137,7 @@ static const struct {
     {"kiln_jit", kiln_load_jit},
     {"relax.VMExecutable", kiln_load_vm_executable},
     {"relax.Executable", kiln_load_vm_executable}, /* TVM v0.18's name */
+    {"kiln_json", kiln_load_json},
 };
 #define KILN_NUM_LOADERS (sizeof(kiln_loaders) / sizeof(kiln_loaders[0]))
 
@@ -130,8 +150,7 @@ static int kiln_load_binary(const char* key, const uint8_t* data, size_t n, Kiln
     }
   }
   return kiln_fail("no loader for module type_key '%s' (this runtime loads GraphExecutorFactory,"
-                   " relax.VMExecutable, const_loader, metadata, kiln_jit; kiln_json needs "
-                   "the Python runtime)", key);
+                   " relax.VMExecutable, const_loader, metadata, kiln_jit, kiln_json)", key);
 }
 
 /* Iterative depth-first search over the edges between distinct modules (node[i]: the first

@@ -97,25 +97,6 @@ static void kiln_const_destroy(KilnModule* self) {
   pthread_mutex_destroy(&c->lock);
 }
 
-/* A vec<string> of NUL-free names, duplicates refused. */
-static int kiln_read_names(KilnStream* s, char*** out, size_t* count, const char* field) {
-  uint64_t n, i, j;
-  const uint8_t* p;
-  size_t len;
-  if (kiln_read_count(s, 8, &n, field) != 0) return -1;
-  if ((*out = (char**)kiln_calloc((size_t)n + 1, sizeof(char*))) == NULL) return -1;
-  *count = (size_t)n;
-  for (i = 0; i < n; ++i) {
-    if (kiln_read_bytes(s, &p, &len, field) != 0) return -1;
-    if (memchr(p, 0, len) != NULL) return kiln_fail("%s: corrupt %s: a NUL in a name", s->what, field);
-    if (((*out)[i] = kiln_strndup((const char*)p, len)) == NULL) return -1;
-    for (j = 0; j < i; ++j)
-      if (strcmp((*out)[j], (*out)[i]) == 0)
-        return kiln_fail("%s: corrupt %s: '%s' twice", s->what, field, (*out)[i]);
-  }
-  return 0;
-}
-
 int kiln_load_const_loader(const uint8_t* data, size_t n, KilnModule** out) {
   KilnStream s = {data, n, "const_loader module"};
   KilnConstLoader* c = (KilnConstLoader*)kiln_module_new(sizeof(KilnConstLoader), "const_loader");

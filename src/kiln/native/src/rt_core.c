@@ -27,10 +27,12 @@ KILN_EXPORT void TVMAPISetLastError(const char* msg) {
 }
 
 int kiln_fail(const char* fmt, ...) {
+  char msg[KILN_ERROR_SIZE]; /* the arguments may include TVMGetLastError()'s buffer */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(kiln_error, sizeof(kiln_error), fmt, ap);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  memcpy(kiln_error, msg, sizeof(msg));
   return -1;
 }
 
@@ -38,6 +40,26 @@ void* kiln_calloc(size_t count, size_t size) {
   void* p = (count && size) ? calloc(count, size) : calloc(1, 1);
   if (p == NULL) kiln_fail("out of memory (%zu x %zu bytes)", count, size);
   return p;
+}
+
+void* kiln_aligned_alloc(size_t nbytes) {
+  void* p = NULL;
+  if (posix_memalign(&p, KILN_ALIGN, nbytes ? nbytes : KILN_ALIGN) != 0) {
+    kiln_fail("out of memory (%zu bytes)", nbytes);
+    return NULL;
+  }
+  return p;
+}
+
+int kiln_is_compact(const DLTensor* t) {
+  int64_t step = 1;
+  int d;
+  if (t->strides == NULL) return 1;
+  for (d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != step) return 0;
+    step *= t->shape[d];
+  }
+  return 1;
 }
 
 char* kiln_strndup(const char* s, size_t n) {
@@ -112,6 +134,14 @@ static int kiln_lookup(KilnModule* m, const char* name, int query_imports, int d
 int kiln_module_get_function(KilnModule* m, const char* name, int query_imports, KilnFunc** out) {
   *out = NULL;
   return kiln_lookup(m, name, query_imports, 0, out);
+}
+
+int kiln_return_library(KilnModule* self, TVMValue* ret, int* ret_code, const char* owner) {
+  if (self->num_imports == 0) return kiln_fail("%s has no library imported", owner);
+  kiln_module_retain(self->imports[0]);
+  ret->v_handle = self->imports[0];
+  *ret_code = kTVMModuleHandle;
+  return 0;
 }
 
 /* -- functions */

@@ -1,40 +1,26 @@
 /*
- * The graph executor factory (type_key GraphExecutorFactory) and the graph executor module of
- * libkiln_runtime: TVM's src/runtime/graph_executor/graph_executor_factory.cc and
- * graph_executor.cc; Kiln's kiln/runtime/graph_executor_factory.py and graph_executor.py, whose
- * function names this file serves. The executor itself (graph JSON, storage plan, prebuilt
- * calls, params) is the C runtime's (kiln/crt/kiln_crt_graph_executor.c), created here over a
- * lookup in the factory's imports.
+ * The graph executor module of libkiln_runtime: TVM's src/runtime/graph_executor/
+ * graph_executor.cc; Kiln's kiln/runtime/graph_executor.py, whose function names this file
+ * serves. The executor itself (graph JSON, storage plan, prebuilt calls, params) is the C
+ * runtime's (kiln/crt/kiln_crt_graph_executor.c), created here over a lookup in the factory's
+ * imports (the factory: rt_graph_factory.c).
  *
- * Factory bytes (shared reference, section 6):
- *     string graph_json | u64 n | vec<string> names | n x NDArray | string module_name
- * Factory functions: <module_name>(device) -> executor module, get_graph_json, get_lib.
- * Executor functions: set_input(key, tensor), set_input_zero_copy(key, tensor), get_input(key),
- * get_output(index[, out]), run(), get_num_inputs(), get_num_outputs(), get_input_index(name),
- * load_params(bytes); Kiln native extra: get_input_name(index). A key is an input's name or its
- * index: the graph's inputs first, then its params (as in the Python runtime).
+ * Functions: set_input(key, tensor), set_input_zero_copy(key, tensor), get_input(key),
+ * set_output_zero_copy(index, tensor or NULL), get_output(index[, out]), run(),
+ * get_num_inputs(), get_num_outputs(), get_input_index(name), load_params(bytes); Kiln native
+ * extra: get_input_name(index). A key is an input's name or its index: the graph's inputs
+ * first, then its params (as in the Python runtime). Not here: the debug executor's per-node
+ * timing (debug_create; the CRT executor runs its op list as one call).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../crt/kiln_crt_graph.h"
-#include "../../crt/kiln_crt_json.h"
-#include "rt_internal.h"
+#include "rt_graph.h"
 
-#define KILN_PARAMS_MAGIC 0xF7E58D4F05049CB7ULL
 #define KILN_ALIGN 64
 #define KILN_MAX_ARENA ((size_t)1 << 40)
 
-typedef struct {
-  KilnModule base;
-  char* graph_json;
-  size_t graph_len;
-  uint8_t* params; /* the factory's params as a params blob (section 5), for LoadParams */
-  size_t params_len;
-  char** param_names;
-  size_t num_params;
-  char* module_name;
-} KilnFactory;
 
 typedef struct {
   KilnModule base;
@@ -48,6 +34,8 @@ typedef struct {
   DLTensor* entries;
   int num_entries;
   void** own_data; /* each entry's own storage (zero-copy bindings re-point entries) */
+  void** out_data;  /* set_output_zero_copy: each output's bound memory, or NULL */
+  uint8_t* out_in_place; /* 1: the entry is re-pointed there; 0: copied after each run */
 } KilnGraphExec;
 
 /* -- the executor's functions */
@@ -88,19 +76,35 @@ static int kiln_check_like(const DLTensor* want, const DLTensor* got, const char
     if (got->shape[d] != want->shape[d])
       return kiln_fail("%s: dimension %d is %lld, the graph's is %lld", fn, d,
                        (long long)got->shape[d], (long long)want->shape[d]);
-  if (got->strides != NULL) {
-    int64_t step = 1;
-    for (d = want->ndim - 1; d >= 0; --d) {
-      if (want->shape[d] != 1 && got->strides[d] != step)
-        return kiln_fail("%s: the tensor is not C-contiguous", fn);
-      step *= want->shape[d];
-    }
-  }
+  if (!kiln_is_compact(got)) return kiln_fail("%s: the tensor is not C-contiguous", fn);
   return 0;
 }
 
 static int kiln_eid(KilnGraphExec* g, int input) {
   return (int)(KilnGraphExecutor_GetInput(g->ge, input) - g->entries);
+}
+
+static int kiln_overlaps(const char* a, size_t an, const char* b, size_t bn) {
+  return an && bn && a < b + bn && b < a + an;
+}
+
+/* Another entry sharing entry `eid`'s planned storage, or -1. */
+static int kiln_shared_with(KilnGraphExec* g, int eid) {
+  int e;
+  for (e = 0; e < g->num_entries; ++e)
+    if (e != eid && g->own_data[e] != NULL && g->own_data[e] == g->own_data[eid]) return e;
+  return -1;
+}
+
+/* A zero-copy output other than `skip` whose memory overlaps [data, data + n), or -1. */
+static int kiln_overlapping_output(KilnGraphExec* g, const char* data, size_t n, int skip) {
+  int k;
+  for (k = 0; k < KilnGraphExecutor_NumOutputs(g->ge); ++k)
+    if (k != skip && g->out_data[k] &&
+        kiln_overlaps(data, n, (const char*)g->out_data[k],
+                      KilnArrayNumBytes(KilnGraphExecutor_GetOutput(g->ge, k))))
+      return k;
+  return -1;
 }
 
 static int kiln_ge_set_input(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
@@ -135,11 +139,72 @@ static int kiln_ge_set_input_zero_copy(KilnModule* self, TVMValue* args, int* co
     return kiln_fail("set_input_zero_copy: needs %d-byte aligned memory, got %p", KILN_ALIGN,
                      (void*)data);
   eid = kiln_eid(g, in);
-  for (e = 0; e < g->num_entries; ++e)
-    if (e != eid && g->own_data[e] != NULL && g->own_data[e] == g->own_data[eid])
-      return kiln_fail("set_input_zero_copy: the input's storage is shared with entry %d; use "
-                       "set_input", e);
+  if ((e = kiln_shared_with(g, eid)) >= 0)
+    return kiln_fail("set_input_zero_copy: the input's storage is shared with entry %d; use "
+                     "set_input", e);
+  if ((e = kiln_overlapping_output(g, data, KilnArrayNumBytes(x), -1)) >= 0)
+    return kiln_fail("set_input_zero_copy: its memory overlaps the zero-copy output %d; kernels "
+                     "would read data they are overwriting", e);
   x->data = data;
+  return 0;
+}
+
+/* Whether input `in` is bound to memory of its caller (set_input_zero_copy). */
+static int kiln_input_bound(KilnGraphExec* g, int in) {
+  return KilnGraphExecutor_GetInput(g->ge, in)->data != g->own_data[kiln_eid(g, in)];
+}
+
+/* set_output_zero_copy(index, tensor): the kernel writing output `index` writes into the
+   tensor; or, when no kernel writes it alone (an input or param that is an output, storage
+   shared with another entry, the same entry bound in place by another index), it is copied
+   there after each run. NULL (or no tensor) ends the binding. As graph_executor.py. */
+static int kiln_ge_set_output_zero_copy(KilnModule* self, TVMValue* args, int* codes, int n,
+                                        TVMValue* ret, int* ret_code) {
+  static const char fn[] = "set_output_zero_copy";
+  KilnGraphExec* g = (KilnGraphExec*)self;
+  int nout = KilnGraphExecutor_NumOutputs(g->ge), idx, eid, k, in_place;
+  const DLTensor* y;
+  DLTensor* dst = NULL;
+  char* data;
+  size_t nbytes;
+  (void)ret, (void)ret_code;
+  if (n < 1 || codes[0] != kTVMArgInt || args[0].v_int64 < 0 || args[0].v_int64 >= nout)
+    return kiln_fail("%s: needs an output index below %d", fn, nout);
+  idx = (int)args[0].v_int64;
+  y = KilnGraphExecutor_GetOutput(g->ge, idx);
+  eid = (int)(y - g->entries);
+  nbytes = KilnArrayNumBytes(y);
+  if (n < 2 || codes[1] == kTVMNullptr || args[1].v_handle == NULL) {
+    dst = NULL;
+  } else if (kiln_arg_tensor(args, codes, n, 1, &dst, fn) != 0 ||
+             kiln_check_like(y, dst, fn) != 0) {
+    return -1;
+  }
+  data = dst ? (char*)dst->data + dst->byte_offset : NULL;
+  if (data && ((uintptr_t)data & (KILN_ALIGN - 1)) != 0)
+    return kiln_fail("%s: needs %d-byte aligned memory, got %p", fn, KILN_ALIGN, (void*)data);
+  if (data && (k = kiln_overlapping_output(g, data, nbytes, idx)) >= 0)
+    return kiln_fail("%s: its memory overlaps the zero-copy output %d; kernels would read data "
+                     "they are overwriting", fn, k);
+  for (k = 0; data && k < KilnGraphExecutor_NumInputs(g->ge); ++k) {
+    const DLTensor* x = KilnGraphExecutor_GetInput(g->ge, k);
+    if (kiln_input_bound(g, k) && kiln_overlaps(data, nbytes, (const char*)x->data,
+                                                KilnArrayNumBytes(x)))
+      return kiln_fail("%s: its memory overlaps the zero-copy input '%s'; kernels would read "
+                       "data they are overwriting", fn, KilnGraphExecutor_GetInputName(g->ge, k));
+  }
+  if (g->out_data[idx] && g->out_in_place[idx]) g->entries[eid].data = g->own_data[eid];
+  g->out_data[idx] = data;
+  g->out_in_place[idx] = 0;
+  if (data == NULL) return 0;
+  in_place = kiln_shared_with(g, eid) < 0;
+  for (k = 0; in_place && k < KilnGraphExecutor_NumInputs(g->ge); ++k)
+    in_place = kiln_eid(g, k) != eid; /* an input or param: no kernel writes it */
+  for (k = 0; in_place && k < nout; ++k)
+    in_place = k == idx || !g->out_in_place[k] ||
+               KilnGraphExecutor_GetOutput(g->ge, k) != y;
+  if (in_place) g->entries[eid].data = data;
+  g->out_in_place[idx] = (uint8_t)in_place;
   return 0;
 }
 
@@ -180,9 +245,16 @@ static int kiln_ge_run(KilnModule* self, TVMValue* args, int* codes, int n, TVMV
   KilnGraphExec* g = (KilnGraphExec*)self;
   (void)args, (void)codes, (void)n, (void)ret, (void)ret_code;
   TVMAPISetLastError(NULL);
+  int k;
   if (KilnGraphExecutor_RunOps(g->ge) != 0) {
     kiln_take_lib_error(g->lib_error, "run: a kernel");
     return -1;
+  }
+  for (k = 0; k < KilnGraphExecutor_NumOutputs(g->ge); ++k) { /* zero-copy outputs not written
+                                                                 in place */
+    const DLTensor* y = KilnGraphExecutor_GetOutput(g->ge, k);
+    if (g->out_data[k] && !g->out_in_place[k] && KilnArrayNumBytes(y))
+      memmove(g->out_data[k], y->data, KilnArrayNumBytes(y));
   }
   return 0;
 }
@@ -238,6 +310,9 @@ static int kiln_ge_load_params(KilnModule* self, TVMValue* args, int* codes, int
     return kiln_fail("load_params: needs the params blob (bytes)");
   b = (const TVMByteArray*)args[0].v_handle;
   for (i = 0; i < g->num_entries; ++i) g->entries[i].data = g->own_data[i];
+  for (i = 0; i < KilnGraphExecutor_NumOutputs(g->ge); ++i) /* in-place outputs stay bound */
+    if (g->out_in_place[i])
+      g->entries[KilnGraphExecutor_GetOutput(g->ge, i) - g->entries].data = g->out_data[i];
   return KilnGraphExecutor_LoadParams(g->ge, b->data, b->size);
 }
 
@@ -250,6 +325,7 @@ static const struct {
     {"run", kiln_ge_run},                   {"get_num_inputs", kiln_ge_num_inputs},
     {"get_num_outputs", kiln_ge_num_outputs}, {"get_input_index", kiln_ge_input_index},
     {"get_input_name", kiln_ge_input_name}, {"load_params", kiln_ge_load_params},
+    {"set_output_zero_copy", kiln_ge_set_output_zero_copy},
 };
 
 static int kiln_ge_get_own(KilnModule* self, const char* name, KilnFunc** out) {
@@ -276,6 +352,8 @@ static void kiln_ge_destroy(KilnModule* self) {
   free(g->arena_mem);
   free(g->order);
   free(g->own_data);
+  free(g->out_data);
+  free(g->out_in_place);
 }
 
 /* -- creation: kernels are looked up in the factory's imports (the library) */
@@ -315,7 +393,7 @@ static int kiln_ge_lookup(void* ctx, const char* name, TVMBackendPackedCFunc* fu
   return 0;
 }
 
-static int kiln_ge_create(KilnFactory* fac, KilnGraphExec** out) {
+int kiln_ge_create(KilnFactory* fac, KilnModule** out) {
   KilnGraphExec* g = (KilnGraphExec*)kiln_module_new(sizeof(KilnGraphExec), "GraphExecutor");
   KilnLookupCtx ctx = {fac, g};
   size_t size = ((size_t)1 << 20) + 64 * fac->graph_len, i;
@@ -350,6 +428,10 @@ static int kiln_ge_create(KilnFactory* fac, KilnGraphExec** out) {
   if ((g->own_data = (void**)kiln_calloc((size_t)g->num_entries + 1, sizeof(void*))) == NULL)
     goto fail;
   for (k = 0; k < g->num_entries; ++k) g->own_data[k] = g->entries[k].data;
+  all = KilnGraphExecutor_NumOutputs(g->ge);
+  if ((g->out_data = (void**)kiln_calloc((size_t)all + 1, sizeof(void*))) == NULL ||
+      (g->out_in_place = (uint8_t*)kiln_calloc((size_t)all + 1, 1)) == NULL)
+    goto fail;
   if (fac->params_len && KilnGraphExecutor_LoadParams(g->ge, fac->params, fac->params_len) != 0)
     goto fail;
   all = KilnGraphExecutor_NumInputs(g->ge);
@@ -369,134 +451,10 @@ static int kiln_ge_create(KilnFactory* fac, KilnGraphExec** out) {
   for (k = 0; k < all; ++k)
     if (is_param[k]) g->order[g->num_args++] = k;
   free(is_param);
-  *out = g;
+  *out = &g->base;
   return 0;
 fail:
   kiln_module_release(&g->base);
   return -1;
 }
 
-/* -- the factory's functions */
-static int kiln_fac_create(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
-                           int* ret_code) {
-  KilnGraphExec* g;
-  int dev_type = kDLCPU;
-  if (n >= 1 && codes[0] == kDLDeviceArg) dev_type = args[0].v_device.device_type;
-  else if (n >= 1 && codes[0] == kTVMArgInt) dev_type = (int)args[0].v_int64;
-  if (dev_type != kDLCPU)
-    return kiln_fail("the native runtime runs graphs on the CPU only (device type %d)", dev_type);
-  if (kiln_ge_create((KilnFactory*)self, &g) != 0) return -1;
-  kiln_module_add_import(&g->base, self); /* keeps the factory and its library alive */
-  ret->v_handle = g;
-  *ret_code = kTVMModuleHandle;
-  return 0;
-}
-
-static int kiln_fac_graph_json(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
-                               int* ret_code) {
-  KilnFactory* f = (KilnFactory*)self;
-  (void)args, (void)codes, (void)n;
-  ret->v_str = kiln_return_string(f->graph_json, f->graph_len);
-  *ret_code = kTVMStr;
-  return ret->v_str ? 0 : -1;
-}
-
-static int kiln_fac_get_lib(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
-                            int* ret_code) {
-  (void)args, (void)codes, (void)n;
-  if (self->num_imports == 0) return kiln_fail("GraphExecutorFactory has no library imported");
-  kiln_module_retain(self->imports[0]);
-  ret->v_handle = self->imports[0];
-  *ret_code = kTVMModuleHandle;
-  return 0;
-}
-
-static int kiln_fac_get_own(KilnModule* self, const char* name, KilnFunc** out) {
-  KilnFactory* f = (KilnFactory*)self;
-  *out = NULL;
-  if (strcmp(name, f->module_name) == 0) *out = kiln_func_method(self, f->module_name, kiln_fac_create);
-  else if (strcmp(name, "get_graph_json") == 0)
-    *out = kiln_func_method(self, "get_graph_json", kiln_fac_graph_json);
-  else if (strcmp(name, "get_lib") == 0) *out = kiln_func_method(self, "get_lib", kiln_fac_get_lib);
-  else return 0;
-  return *out ? 0 : -1;
-}
-
-static void kiln_fac_destroy(KilnModule* self) {
-  KilnFactory* f = (KilnFactory*)self;
-  size_t i;
-  for (i = 0; f->param_names && i < f->num_params; ++i) free(f->param_names[i]);
-  free(f->param_names);
-  free(f->graph_json);
-  free(f->params);
-  free(f->module_name);
-}
-
-static void kiln_put_u64(uint8_t* p, uint64_t v) {
-  int i;
-  for (i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-int kiln_load_graph_factory(const uint8_t* data, size_t n, KilnModule** out) {
-  KilnStream s = {data, n, "GraphExecutorFactory module"};
-  KilnFactory* f = (KilnFactory*)kiln_module_new(sizeof(KilnFactory), "GraphExecutorFactory");
-  const uint8_t *json, *names_start, *arrays_start, *str;
-  size_t json_n, len, i;
-  uint64_t count, num_names;
-  int ntok;
-  *out = NULL;
-  if (f == NULL) return -1;
-  f->base.get_own = kiln_fac_get_own;
-  f->base.destroy = kiln_fac_destroy;
-  if (kiln_read_bytes(&s, &json, &json_n, "graph_json") != 0 ||
-      kiln_read_u64(&s, &count, "param count") != 0)
-    goto fail;
-  names_start = s.p;
-  if (kiln_read_count(&s, 8, &num_names, "param names") != 0) goto fail;
-  if (num_names != count) {
-    kiln_fail("%s: corrupt: %llu params but %llu names", s.what, (unsigned long long)count,
-              (unsigned long long)num_names);
-    goto fail;
-  }
-  if ((f->param_names = (char**)kiln_calloc((size_t)count + 1, sizeof(char*))) == NULL) goto fail;
-  for (i = 0; i < count; ++i) {
-    if (kiln_read_bytes(&s, &str, &len, "param name") != 0 ||
-        (f->param_names[i] = kiln_strndup((const char*)str, len)) == NULL)
-      goto fail;
-    f->num_params = i + 1;
-  }
-  arrays_start = s.p;
-  for (i = 0; i < count; ++i) {
-    KilnArrayView a;
-    if (kiln_read_ndarray(&s, &a, "param") != 0) goto fail;
-  }
-  /* the params as a params blob: magic | 0 | names | u64 count | arrays */
-  f->params_len = 16 + (size_t)(arrays_start - names_start) + 8 + (size_t)(s.p - arrays_start);
-  if ((f->params = (uint8_t*)kiln_calloc(f->params_len, 1)) == NULL) goto fail;
-  kiln_put_u64(f->params, KILN_PARAMS_MAGIC);
-  memcpy(f->params + 16, names_start, (size_t)(arrays_start - names_start));
-  kiln_put_u64(f->params + 16 + (arrays_start - names_start), count);
-  memcpy(f->params + 24 + (arrays_start - names_start), arrays_start, (size_t)(s.p - arrays_start));
-  if (kiln_read_bytes(&s, &str, &len, "module_name") != 0) goto fail;
-  if (s.left) {
-    kiln_fail("%s: %zu unexpected trailing bytes", s.what, s.left);
-    goto fail;
-  }
-  if ((f->module_name = kiln_strndup((const char*)str, len)) == NULL ||
-      (f->graph_json = kiln_strndup((const char*)json, json_n)) == NULL)
-    goto fail;
-  f->graph_len = json_n;
-  /* fail at load time on malformed JSON text, not at first use */
-  if ((ntok = KilnJson_Parse(f->graph_json, f->graph_len, NULL, 0)) < 0) {
-    char msg[512];
-    memcpy(msg, TVMGetLastError(), sizeof(msg) - 1);
-    msg[sizeof(msg) - 1] = '\0';
-    kiln_fail("%s: %s", s.what, msg);
-    goto fail;
-  }
-  *out = &f->base;
-  return 0;
-fail:
-  kiln_module_release(&f->base);
-  return -1;
-}

@@ -49,6 +49,10 @@ struct KilnFunc {
 int kiln_fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void* kiln_calloc(size_t count, size_t size); /* sets the error when it fails */
 char* kiln_strndup(const char* s, size_t n);
+/* 64-byte-aligned memory (free() it); sets the error when it fails. */
+void* kiln_aligned_alloc(size_t nbytes);
+/* Whether a tensor's strides (NULL, or compact ones) make it C-contiguous. */
+int kiln_is_compact(const DLTensor* t);
 /* A module struct of `size` bytes (>= sizeof(KilnModule)), zeroed, with one reference. */
 KilnModule* kiln_module_new(size_t size, const char* type_key);
 void kiln_module_retain(KilnModule* m);
@@ -56,6 +60,8 @@ void kiln_module_release(KilnModule* m);
 /* Append an import (takes a reference of `dep`); no cycle check. */
 int kiln_module_add_import(KilnModule* m, KilnModule* dep);
 int kiln_module_get_function(KilnModule* m, const char* name, int query_imports, KilnFunc** out);
+/* get_lib: the module's first import (its library), a new reference as kTVMModuleHandle. */
+int kiln_return_library(KilnModule* self, TVMValue* ret, int* ret_code, const char* owner);
 KilnFunc* kiln_func_method(KilnModule* owner, const char* name, KilnMethod method);
 void kiln_func_release(KilnFunc* f);
 int kiln_func_call(KilnFunc* f, TVMValue* args, int* codes, int num_args, TVMValue* ret,
@@ -92,6 +98,8 @@ typedef struct {
   uint64_t nbytes;
 } KilnArrayView;
 int kiln_read_ndarray(KilnStream* s, KilnArrayView* out, const char* field);
+/* A vec<string> of NUL-free, distinct names (malloc'd; the array has count + 1 slots). */
+int kiln_read_names(KilnStream* s, char*** out, size_t* count, const char* field);
 
 /* -- loaders by type_key (rt_blob.c: a table of the built-in ones) */
 typedef int (*KilnModuleLoader)(const uint8_t* data, size_t n, KilnModule** out);
@@ -99,6 +107,7 @@ int kiln_load_graph_factory(const uint8_t* data, size_t n, KilnModule** out);  /
 int kiln_load_const_loader(const uint8_t* data, size_t n, KilnModule** out);   /* rt_const_loader.c */
 int kiln_load_jit(const uint8_t* data, size_t n, KilnModule** out);            /* rt_jit.c */
 int kiln_load_vm_executable(const uint8_t* data, size_t n, KilnModule** out);  /* rt_vm_exec.c */
+int kiln_load_json(const uint8_t* data, size_t n, KilnModule** out);           /* rt_json.c */
 int kiln_unpack_imports(const uint8_t* payload, size_t n, KilnModule* lib, KilnModule** out);
 
 /* -- library module (rt_library.c) */

@@ -12,10 +12,16 @@
  * as in vm.py's _copy_out): a tensor as kTVMDLTensorHandle, several as kTVMObjectHandle to a
  * KilnTuple read with KilnTupleSize / KilnTupleGetItem, an integer as kTVMArgInt.
  *
- * Not in the native VM (errors at vm_initialization naming them): calls between VM functions,
- * functions passed as values, backward jumps (run-time loops: each call site keeps one view
- * and one tuple, which equals vm.py's fresh objects only when every site runs at most once per
- * call), the builtins listed in rt_vm_builtins.c. No replay of recorded
+ * Run-time loops (backward jumps): a call site keeps one view and one tuple, which equal
+ * vm.py's fresh objects only while each site runs once per call; in a function with a loop,
+ * each execution's view or tuple is moved into a block freed when the call ends.
+ *
+ * Calls between VM functions (vm.py's _invoke): a new frame, at most 128 nested calls, storage
+ * per (function, nesting level), the callee's result copied into blocks of the call; sites of
+ * a callee give fresh objects as in a loop.
+ *
+ * Not in the native VM (errors at vm_initialization naming them): functions passed as values,
+ * the builtins listed in rt_vm_builtins.c. No replay of recorded
  * calls (vm_replay.py): the interpreter's per-call cost is a few microseconds in C.
  */
 #include <stdlib.h>
@@ -56,6 +62,9 @@ static int kiln_vm_kernel(KilnVMSite* s, const char* name) {
   return kiln_func_call(s->kernel, s->kargs, s->kcodes, s->ins->nargs, &rv, &rc);
 }
 
+static int kiln_vm_call(KilnVM* vm, int64_t fidx, const KilnVMValue* args, int n,
+                        KilnVMValue* out);
+
 static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result) {
   const KilnVMFunction* f = fr->func;
   const KilnVMExec* e = fr->vm->exe;
@@ -88,6 +97,9 @@ static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result)
       }
       if (s->run != NULL) {
         if (s->run(s, fr, s->vals, &out) != 0) return -1;
+        if (s->fresh && kiln_vm_detach(fr->vm, s, &out) != 0) return -1;
+      } else if (s->vmcall) {
+        if (kiln_vm_call(fr->vm, ins->func_idx, s->vals, ins->nargs, &out) != 0) return -1;
       } else if (kiln_vm_kernel(s, e->funcs[ins->func_idx].name) != 0) {
         return -1;
       }
@@ -103,6 +115,43 @@ static int kiln_vm_exec(KilnVMFrame* fr, KilnVMSite* sites, KilnVMValue* result)
     }
   }
   return kiln_fail("VM: function '%s' ended without a ret", f->name);
+}
+
+/* A call of VM function fidx from the bytecode (vm.py's _invoke + _copy_out): a new frame
+   (registers: the arguments, then empty), the result copied into blocks of the call (the
+   callee's storage is reused by its next call). At most KILN_VM_MAX_DEPTH nested calls. */
+#define KILN_VM_MAX_DEPTH 128
+static int kiln_vm_call(KilnVM* vm, int64_t fidx, const KilnVMValue* args, int n,
+                        KilnVMValue* out) {
+  const KilnVMFunction* f = &vm->exe->funcs[fidx];
+  KilnVMFrame fr;
+  KilnVMValue result;
+  int rc = -1;
+  if (vm->depth >= KILN_VM_MAX_DEPTH)
+    return kiln_fail("VM: more than %d nested calls (in '%s')", KILN_VM_MAX_DEPTH, f->name);
+  if (n > f->num_regs)
+    return kiln_fail("VM: function '%s' called with %d arguments, has %lld registers", f->name,
+                     n, (long long)f->num_regs);
+  memset(&fr, 0, sizeof(fr));
+  fr.vm = vm;
+  fr.func = f;
+  fr.fidx = fidx;
+  fr.level = vm->active[fidx];
+  fr.regs = (KilnVMValue*)kiln_calloc((size_t)f->num_regs + 1, sizeof(KilnVMValue));
+  fr.heap = (int64_t*)kiln_calloc((size_t)f->heap_size + 1, sizeof(int64_t));
+  if (fr.regs != NULL && fr.heap != NULL) {
+    if (n) memcpy(fr.regs, args, sizeof(KilnVMValue) * (size_t)n);
+    ++vm->active[fidx];
+    ++vm->depth;
+    result.kind = KV_NONE;
+    rc = kiln_vm_exec(&fr, vm->sites[fidx], &result);
+    --vm->depth;
+    --vm->active[fidx];
+    if (rc == 0) rc = kiln_vm_clone(vm, &result, out, 0);
+  }
+  free(fr.regs);
+  free(fr.heap);
+  return rc;
 }
 
 /* -- inputs (vm_inputs.as_input): the caller's tensor in place when it is C-contiguous and
@@ -123,15 +172,9 @@ static int kiln_vm_input(KilnVM* vm, const KilnVMFunction* f, size_t i, const TV
   if (t->ndim < 0 || t->ndim > KILN_VM_MAX_NDIM || (t->ndim && t->shape == NULL))
     return kiln_fail("VM function '%s': input '%s' has rank %d", f->name, f->params[i].name,
                      t->ndim);
-  if (t->strides != NULL) {
-    int64_t step = 1;
-    for (d = t->ndim - 1; d >= 0; --d) {
-      if (t->shape[d] != 1 && t->strides[d] != step)
-        return kiln_fail("VM function '%s': input '%s' is not C-contiguous", f->name,
-                         f->params[i].name);
-      step *= t->shape[d];
-    }
-  }
+  if (!kiln_is_compact(t))
+    return kiln_fail("VM function '%s': input '%s' is not C-contiguous", f->name,
+                     f->params[i].name);
   for (d = 0; d < t->ndim; ++d)
     if (t->shape[d] < 0)
       return kiln_fail("VM function '%s': input '%s' has a negative dim", f->name,
@@ -198,6 +241,9 @@ static int kiln_vm_invoke(KilnVM* vm, int64_t fidx, TVMValue* args, int* codes, 
   for (i = 0; i < f->num_params; ++i)
     if (kiln_vm_input(vm, f, i, &args[i], codes[i], &fr.regs[i]) != 0) goto done;
   vm->running = 1;
+  vm->depth = 1;
+  memset(vm->active, 0, sizeof(int64_t) * vm->exe->num_funcs);
+  vm->active[fidx] = 1;
   result.kind = KV_NONE;
   if (kiln_vm_exec(&fr, vm->sites[fidx], &result) != 0) goto done;
   kiln_vm_free_value(&vm->result);
@@ -247,12 +293,6 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
   int i, n = ins->nargs;
   s->where_func = f->name;
   s->storage_idx = -1;
-  /* Only forward jumps: then every call site runs at most once per call, and the views and
-     tuples a site keeps (one each) are exactly the fresh objects vm.py makes. */
-  if ((ins->op == KILN_OP_GOTO || ins->op == KILN_OP_IF) && ins->target <= (int64_t)(ins - f->instrs))
-    return kiln_fail("VM: function '%s' instruction at word %lld jumps back (a run-time loop), "
-                     "which the native runtime's VM does not implement; run this model with the "
-                     "Python runtime", f->name, (long long)ins->pc);
   if (ins->op != KILN_OP_CALL) return 0;
   callee = &e->funcs[ins->func_idx];
   if ((s->vals = (KilnVMValue*)kiln_calloc((size_t)n + 1, sizeof(KilnVMValue))) == NULL)
@@ -262,11 +302,10 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
       return kiln_fail("VM: function '%s' instruction at word %lld passes function '%s' as a "
                        "value, which the native runtime's VM does not implement", f->name,
                        (long long)ins->pc, e->funcs[ins->args[i].value].name);
-  if (callee->kind == KILN_VM_KIND_VM)
-    return kiln_fail("VM: function '%s' instruction at word %lld calls VM function '%s': calls "
-                     "between VM functions are not implemented by the native runtime's VM; run "
-                     "this model with the Python runtime", f->name, (long long)ins->pc,
-                     callee->name);
+  if (callee->kind == KILN_VM_KIND_VM) {
+    s->vmcall = 1;
+    return 0;
+  }
   if (strncmp(callee->name, "vm.builtin.", 11) == 0)
     return kiln_vm_prepare_builtin(vm, e, f, callee->name, s);
   s->kernel = vm->kernels[ins->func_idx];
@@ -287,7 +326,8 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
   const KilnVMExec* e = vm->exe;
   KilnModule* exe_mod = (KilnModule*)vm->exe;
   size_t i, k;
-  int j;
+  int64_t* called;
+  int j, loops;
   (void)ret, (void)ret_code;
   if (vm->running) return kiln_fail("vm_initialization: a call is running");
   if (n == 0 || n % 3)
@@ -319,13 +359,26 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
       return kiln_fail("VM: kernel '%s' (function table entry %zu) not found in the "
                        "executable's library or its imports", f->name, i);
   }
+  free(vm->active); /* per function: its calls running; `called`: a VM callee somewhere */
+  if ((vm->active = (int64_t*)kiln_calloc(2 * e->num_funcs + 1, sizeof(int64_t))) == NULL)
+    return -1;
+  called = vm->active + e->num_funcs;
+  for (i = 0; i < e->num_funcs; ++i)
+    for (k = 0; e->funcs[i].kind == KILN_VM_KIND_VM && k < e->funcs[i].num_instrs; ++k)
+      if (e->funcs[i].instrs[k].op == KILN_OP_CALL &&
+          e->funcs[e->funcs[i].instrs[k].func_idx].kind == KILN_VM_KIND_VM)
+        called[e->funcs[i].instrs[k].func_idx] = 1;
   for (i = 0; i < e->num_funcs; ++i) {
     const KilnVMFunction* f = &e->funcs[i];
     if (f->kind != KILN_VM_KIND_VM) continue;
     if ((vm->sites[i] = (KilnVMSite*)kiln_calloc(f->num_instrs, sizeof(KilnVMSite))) == NULL)
       return -1;
+    for (k = 0, loops = called[i]; k < f->num_instrs; ++k) /* a backward jump: a loop */
+      loops |= (f->instrs[k].op == KILN_OP_GOTO || f->instrs[k].op == KILN_OP_IF) &&
+               f->instrs[k].target <= (int64_t)k;
     for (k = 0; k < f->num_instrs; ++k) {
       vm->sites[i][k].ins = &f->instrs[k];
+      vm->sites[i][k].fresh = loops;
       if (kiln_vm_prepare_site(vm, f, &vm->sites[i][k]) != 0) return -1;
     }
   }
@@ -439,6 +492,7 @@ static void kiln_vm_destroy(KilnModule* self) {
   KilnVM* vm = (KilnVM*)self;
   size_t i;
   kiln_vm_free_sites(vm);
+  free(vm->active);
   for (i = 0; i < vm->num_storages; ++i) {
     free(vm->storages[i]->data);
     free(vm->storages[i]);

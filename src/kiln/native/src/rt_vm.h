@@ -90,7 +90,8 @@ int kiln_vm_dtype_from_name(const char* name, DLDataType* out);
 const char* kiln_vm_dtype_name(DLDataType t);
 
 /* -- values held in registers */
-enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE };
+enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE, KV_LIST };
+typedef struct KilnVMList KilnVMList;
 typedef struct KilnVMStorage KilnVMStorage;
 typedef struct KilnVMTuple KilnVMTuple;
 typedef struct {
@@ -100,6 +101,7 @@ typedef struct {
     DLTensor* t;
     KilnVMStorage* s;
     KilnVMTuple* tup;
+    KilnVMList* list;
   } u;
 } KilnVMValue;
 
@@ -108,8 +110,15 @@ struct KilnVMTuple {
   KilnVMValue* items;
 };
 
+/* A scan output's accumulator (list_new): copies of its elements. It, its items and its
+   arrays are blocks of the VM's per-call list (freed when the call ends). */
+struct KilnVMList {
+  size_t n, cap;
+  DLTensor** items;
+};
+
 struct KilnVMStorage {
-  int64_t fidx, sid;
+  int64_t fidx, level, sid;
   uint8_t* data; /* 64-byte aligned */
   int64_t nbytes;
 };
@@ -121,6 +130,7 @@ typedef struct {
   KilnVM* vm;
   const KilnVMFunction* func;
   int64_t fidx;
+  int64_t level; /* calls of this function already running (recursion) */
   KilnVMValue* regs;
   int64_t* heap;
 } KilnVMFrame;
@@ -147,6 +157,9 @@ struct KilnVMSite {
   int64_t storage_idx; /* alloc_storage: index into the VM's storages, -1 before */
   const char* text;    /* trap: the message */
   void* buf;           /* shape_to_tensor: the tensor's data (owned) */
+  int fresh; /* in a function with a run-time loop, or called by VM functions: results are
+                copied out of the site's view or tuple */
+  int vmcall; /* a call of a VM function */
 };
 
 /* The VM module (rt_vm.c). */
@@ -155,6 +168,8 @@ struct KilnVM {
   KilnVMExec* exe;
   int initialized;
   int running;
+  int depth;      /* nested VM calls running */
+  int64_t* active; /* per function: its calls running */
   KilnVMSite** sites; /* per function table entry: one per instruction (VM functions) */
   KilnFunc** kernels; /* per function table entry: the kernel (packed, not builtins) */
   KilnVMStorage** storages;
@@ -180,11 +195,33 @@ struct KilnVM {
    unknown or unimplemented builtin is named). */
 int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* exe, const KilnVMFunction* func,
                             const char* name, KilnVMSite* site);
+/* rt_vm_lists.c: bind_shape, list_new, list_append, list_stack; 1 when `b` is none of them. */
+int kiln_vm_prepare_list_builtin(const KilnVMExec* e, const KilnVMFunction* f, const char* b,
+                                 KilnVMSite* s);
+/* Helpers shared by the builtins' files (rt_vm_builtins.c). */
+int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+int kiln_nargs(const KilnVMSite* s, int lo, int hi);
+const char* kiln_str_const(const KilnVMExec* e, const KilnVMSite* s, int i);
+int kiln_size_args(const KilnVMSite* s, int first);
+int kiln_vm_match_spec(const KilnVMExec* e, const KilnVMFunction* f, KilnVMSite* s);
+const char* kiln_symbol_name(const KilnVM* vm, const KilnVMFunction* f, int64_t param, int dim,
+                             int64_t slot, char* buf, size_t n);
+int kiln_check_bounds(const char* label, int dim, const char* sym, int64_t v,
+                      const KilnVMSymbol* b);
+/* A block of `n` bytes (64-byte aligned, zeroed) freed when the current call ends. */
+void* kiln_vm_call_alloc(KilnVM* vm, size_t n);
+/* A site of a looping function: its result moved out of the site's view or tuple into a
+   block of the call (each execution of the site then gives a fresh object, as vm.py). */
+int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out);
 /* A one-element tensor's truth value (read_bool's rule). */
 int kiln_vm_read_bool_value(const DLTensor* t, int* out);
-/* The storage (fidx, sid) with at least nbytes (kept across calls, grown when needed). */
-int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int64_t nbytes,
-                    KilnVMStorage** out);
+/* The storage (fidx, level, sid) with at least nbytes (kept across calls, grown when
+   needed; vm_storage.py's key: a function running inside itself gets its own buffers). */
+int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, const KilnVMFrame* fr, int64_t sid,
+                    int64_t nbytes, KilnVMStorage** out);
+/* A copy of a tensor (or of a tuple's tensors) in blocks of the call: a VM callee's result
+   (its storage is reused by its next call), a list element. */
+int kiln_vm_clone(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
 
 /* -- rt_vm_memory.c */
 /* Append item to a growing array of pointers. */

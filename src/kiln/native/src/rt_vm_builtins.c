@@ -6,10 +6,10 @@
  * and messages of kiln/runtime/vm_builtins.py and vm_storage.py.
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
- * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get. The others of the
- * Python runtime (bind_shape, the data-dependent ops of decision 016 done in numpy, the list
- * builtins of decision 015, kv_append of decision 019) fail at vm_initialization, naming the
- * builtin and the call site.
+ * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the
+ * list builtins of decision 015 in rt_vm_lists.c. The others of the Python runtime (the
+ * data-dependent ops of decision 016 done in numpy, kv_append of decision 019) fail at
+ * vm_initialization, naming the builtin and the call site.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,14 +21,11 @@
 #define KILN_ALIGN 64
 
 static const char* const kiln_python_only[] = {
-    "bind_shape", "nonzero", "unique", "non_max_suppression", "compress",
-    "topk", "range", "reshape_to", "expand", "constant_of_shape", "tile", "slice", "list_new",
-    "list_append", "list_stack", "kv_append",
+    "nonzero", "unique", "non_max_suppression", "compress", "topk", "range",
+    "reshape_to", "expand", "constant_of_shape", "tile", "slice", "kv_append",
 };
 
-static int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
+int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -38,7 +35,7 @@ static int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
                    s->where_func, (long long)s->ins->pc, s->builtin, msg);
 }
 
-static int kiln_nargs(const KilnVMSite* s, int lo, int hi) {
+int kiln_nargs(const KilnVMSite* s, int lo, int hi) {
   int n = s->ins->nargs;
   if (n < lo || (hi >= 0 && n > hi)) return kiln_site_fail(s, "expects %d..%d arguments, got %d",
                                                           lo, hi, n);
@@ -61,13 +58,13 @@ static int kiln_int_array(const KilnVMExec* e, KilnVMSite* s, int i) {
   return 0;
 }
 
-static const char* kiln_str_const(const KilnVMExec* e, const KilnVMSite* s, int i) {
+const char* kiln_str_const(const KilnVMExec* e, const KilnVMSite* s, int i) {
   const KilnVMArg a = s->ins->args[i];
   if (a.kind != KILN_ARG_CONST || e->consts[a.value].tag != KILN_TAG_STRING) return NULL;
   return e->consts[a.value].str;
 }
 
-static int kiln_size_args(const KilnVMSite* s, int first) {
+int kiln_size_args(const KilnVMSite* s, int first) {
   int i;
   for (i = first; i < s->ins->nargs; ++i)
     if (s->ins->args[i].kind != KILN_ARG_IMM && s->ins->args[i].kind != KILN_ARG_HEAP)
@@ -97,8 +94,8 @@ static int64_t kiln_numel(const DLTensor* t) {
 }
 
 /* -- match_shape (vm_builtins.match_shape / _parse_spec) */
-static const char* kiln_symbol_name(const KilnVM* vm, const KilnVMFunction* f, int64_t param,
-                                    int dim, int64_t slot, char* buf, size_t n) {
+const char* kiln_symbol_name(const KilnVM* vm, const KilnVMFunction* f, int64_t param,
+                             int dim, int64_t slot, char* buf, size_t n) {
   const KilnVMExec* e = vm->exe;
   if ((uint64_t)slot < e->num_symbols) return e->symbols[slot].name;
   if (param >= 0 && (uint64_t)param < f->num_params && dim < f->params[param].ndim &&
@@ -108,8 +105,8 @@ static const char* kiln_symbol_name(const KilnVM* vm, const KilnVMFunction* f, i
   return buf;
 }
 
-static int kiln_check_bounds(const char* label, int dim, const char* sym, int64_t v,
-                             const KilnVMSymbol* b) {
+int kiln_check_bounds(const char* label, int dim, const char* sym, int64_t v,
+                      const KilnVMSymbol* b) {
   if (b == NULL) return 0;
   if (v < b->lo || (b->hi != -1 && v > b->hi)) {
     char hi[32];
@@ -167,9 +164,17 @@ static int kiln_match_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, K
 }
 
 static int kiln_prep_match_shape(const KilnVMExec* e, const KilnVMFunction* f, KilnVMSite* s) {
-  size_t i;
-  if (kiln_nargs(s, 3, 3) != 0 || kiln_imm(s, 1, &s->param) != 0 || kiln_int_array(e, s, 2) != 0)
+  if (kiln_nargs(s, 3, 3) != 0 || kiln_imm(s, 1, &s->param) != 0 ||
+      kiln_vm_match_spec(e, f, s) != 0)
     return -1;
+  s->run = kiln_match_shape;
+  return 0;
+}
+
+/* Argument 2: a match spec (_parse_spec): dtype code, bits, ndim, then (kind, value) a dim. */
+int kiln_vm_match_spec(const KilnVMExec* e, const KilnVMFunction* f, KilnVMSite* s) {
+  size_t i;
+  if (kiln_int_array(e, s, 2) != 0) return -1;
   if (s->spec_n < 3) return kiln_site_fail(s, "the match spec is shorter than its 3-word header");
   if (s->spec[0] < 0 || s->spec[0] >= 256 || s->spec[1] < 0 || s->spec[1] >= 256 ||
       s->spec[2] < 0 || s->spec[2] > KILN_VM_MAX_NDIM || s->spec_n != 3 + 2 * (size_t)s->spec[2])
@@ -182,7 +187,6 @@ static int kiln_prep_match_shape(const KilnVMExec* e, const KilnVMFunction* f, K
       return kiln_site_fail(s, "dim %zu: unknown check kind %lld", i, (long long)kind);
     if (kind != 0 && kiln_slot(s, f, value, "dim") != 0) return -1;
   }
-  s->run = kiln_match_shape;
   return 0;
 }
 
@@ -251,7 +255,7 @@ static int kiln_prep_shape_compute(const KilnVMExec* e, const KilnVMFunction* f,
 static int kiln_alloc_storage(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
                               KilnVMValue* out) {
   KilnVMStorage* st;
-  if (kiln_vm_storage(fr->vm, s, fr->fidx, s->param, args[1].u.i, &st) != 0) return -1;
+  if (kiln_vm_storage(fr->vm, s, fr, s->param, args[1].u.i, &st) != 0) return -1;
   out->kind = KV_STORAGE;
   out->u.s = st;
   return 0;
@@ -529,6 +533,10 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
   if (strcmp(b, "alloc_tensor") == 0) return kiln_prep_alloc_tensor(e, f, s);
   if (strcmp(b, "tensor_to_heap") == 0) return kiln_prep_tensor_to_heap(e, f, s);
   if (strcmp(b, "shape_to_tensor") == 0) return kiln_prep_shape_to_tensor(e, s);
+  if (strcmp(b, "bind_shape") == 0 || strncmp(b, "list_", 5) == 0) {
+    int rc = kiln_vm_prepare_list_builtin(e, f, b, s);
+    if (rc != 1) return rc;
+  }
   if (strcmp(b, "reshape") == 0) {
     if (kiln_nargs(s, 1, -1) != 0 || kiln_size_args(s, 1) != 0) return -1;
     s->run = kiln_reshape;

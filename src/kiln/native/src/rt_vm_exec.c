@@ -339,11 +339,7 @@ static int kiln_vm_load_method(KilnModule* self, TVMValue* args, int* codes, int
 static int kiln_vm_get_lib(KilnModule* self, TVMValue* args, int* codes, int n, TVMValue* ret,
                            int* ret_code) {
   (void)args, (void)codes, (void)n;
-  if (self->num_imports == 0) return kiln_fail("the VM executable has no library imported");
-  kiln_module_retain(self->imports[0]);
-  ret->v_handle = self->imports[0];
-  *ret_code = kTVMModuleHandle;
-  return 0;
+  return kiln_return_library(self, ret, ret_code, "the VM executable");
 }
 
 static int kiln_vm_exec_get_own(KilnModule* self, const char* name, KilnFunc** out) {

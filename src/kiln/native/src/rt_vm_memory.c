@@ -25,28 +25,31 @@ int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item) {
   return 0;
 }
 
-int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, int64_t fidx, int64_t sid, int64_t nbytes,
-                    KilnVMStorage** out) {
+int kiln_vm_storage(KilnVM* vm, KilnVMSite* site, const KilnVMFrame* fr, int64_t sid,
+                    int64_t nbytes, KilnVMStorage** out) {
   KilnVMStorage* st = NULL;
+  int64_t fidx = fr->fidx, level = fr->level;
   void* buf;
   size_t i;
-  if (site->storage_idx >= 0) {
+  if (site->storage_idx >= 0 && level == 0) {
     st = vm->storages[site->storage_idx];
   } else {
     for (i = 0; i < vm->num_storages && st == NULL; ++i)
-      if (vm->storages[i]->fidx == fidx && vm->storages[i]->sid == sid) {
+      if (vm->storages[i]->fidx == fidx && vm->storages[i]->sid == sid &&
+          vm->storages[i]->level == level) {
         st = vm->storages[i];
-        site->storage_idx = (int64_t)i;
+        if (level == 0) site->storage_idx = (int64_t)i;
       }
     if (st == NULL) {
       if ((st = (KilnVMStorage*)kiln_calloc(1, sizeof(*st))) == NULL) return -1;
       st->fidx = fidx;
+      st->level = level;
       st->sid = sid;
       if (kiln_vm_push((void***)&vm->storages, &vm->num_storages, &vm->cap_storages, st) != 0) {
         free(st);
         return -1;
       }
-      site->storage_idx = (int64_t)vm->num_storages - 1;
+      if (level == 0) site->storage_idx = (int64_t)vm->num_storages - 1;
     }
   }
   *out = st;
@@ -135,7 +138,7 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
       if (kiln_vm_copy_out(vm, &v->u.tup->items[i], &tup->items[i], depth + 1) != 0) return -1;
     }
   } else {
-    return kiln_fail("VM: a function returned a storage");
+    return kiln_fail("VM: a function returned a %s", v->kind == KV_LIST ? "list" : "storage");
   }
   return 0;
 }
@@ -160,3 +163,73 @@ KILN_EXPORT int KilnTupleGetItem(void* tuple, int index, TVMValue* out, int* typ
   return kiln_vm_return(&t->items[index], out, type_code);
 }
 
+
+void* kiln_vm_call_alloc(KilnVM* vm, size_t n) {
+  void* p = kiln_aligned_alloc(n);
+  if (p == NULL) return NULL;
+  memset(p, 0, n ? n : 1);
+  if (kiln_vm_push(&vm->retired, &vm->num_retired, &vm->cap_retired, p) != 0) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out) {
+  if (out->kind == KV_TENSOR && out->u.t == &s->view) {
+    size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)s->view.ndim + 63) & ~(size_t)63;
+    size_t data = s->buf != NULL && s->view.data == s->buf ? KilnArrayNumBytes(&s->view) : 0;
+    char* blk = (char*)kiln_vm_call_alloc(vm, head + data);
+    DLTensor* t = (DLTensor*)blk;
+    if (blk == NULL) return -1;
+    *t = s->view;
+    t->shape = (int64_t*)(blk + sizeof(DLTensor));
+    memcpy(t->shape, s->view.shape, sizeof(int64_t) * (size_t)s->view.ndim);
+    if (data) { /* shape_to_tensor's data is the site's own buffer: copied too */
+      t->data = blk + head;
+      memcpy(t->data, s->buf, data);
+    }
+    out->u.t = t;
+  } else if (out->kind == KV_TUPLE && out->u.tup == &s->tuple) {
+    KilnVMTuple* tup = (KilnVMTuple*)kiln_vm_call_alloc(
+        vm, sizeof(KilnVMTuple) + sizeof(KilnVMValue) * (size_t)s->tuple.n);
+    if (tup == NULL) return -1;
+    tup->n = s->tuple.n;
+    tup->items = (KilnVMValue*)(tup + 1);
+    memcpy(tup->items, s->tuple.items, sizeof(KilnVMValue) * (size_t)s->tuple.n);
+    out->u.tup = tup;
+  }
+  return 0;
+}
+
+int kiln_vm_clone(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth) {
+  int i;
+  *out = *v;
+  if (depth > 64) return kiln_fail("VM: a value nests tuples deeper than 64");
+  if (v->kind == KV_TENSOR) {
+    const DLTensor* t = v->u.t;
+    size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)t->ndim + 63) & ~(size_t)63;
+    size_t nbytes = KilnArrayNumBytes(t);
+    char* blk = (char*)kiln_vm_call_alloc(vm, head + nbytes);
+    DLTensor* c = (DLTensor*)blk;
+    if (blk == NULL) return -1;
+    *c = *t;
+    c->shape = (int64_t*)(blk + sizeof(DLTensor));
+    memcpy(c->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    c->strides = NULL;
+    c->byte_offset = 0;
+    c->data = blk + head;
+    if (nbytes) memcpy(c->data, (const char*)t->data + t->byte_offset, nbytes);
+    out->u.t = c;
+  } else if (v->kind == KV_TUPLE) {
+    KilnVMTuple* tup = (KilnVMTuple*)kiln_vm_call_alloc(
+        vm, sizeof(KilnVMTuple) + sizeof(KilnVMValue) * (size_t)v->u.tup->n);
+    if (tup == NULL) return -1;
+    tup->n = v->u.tup->n;
+    tup->items = (KilnVMValue*)(tup + 1);
+    for (i = 0; i < tup->n; ++i)
+      if (kiln_vm_clone(vm, &v->u.tup->items[i], &tup->items[i], depth + 1) != 0) return -1;
+    out->u.tup = tup;
+  }
+  return 0;
+}
