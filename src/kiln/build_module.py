@@ -4,8 +4,8 @@ The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference →
 FakeQuantizationToInteger (QDQ groups → integer ops) → FoldConstant → FoldScaleAxis →
 FoldConstant → EliminateCommonSubexpr → [QuantizeWeights] → [BYOC: MergeComposite →
 AnnotateTarget → MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) →
-[VM: KVAppend] → FuseOps → per fused function: compute → schedule → lower → loop passes →
-MakePackedAPI → C or LLVM codegen; external functions go to
+SinkReshape → EliminateCommonSubexpr → [VM: KVAppend] → FuseOps → per fused function: compute →
+schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external functions go to
 their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
 one kernel. The target is the current one (``with target:``) while the graph is optimized and
 kernels are lowered, so passes and schedules can read it.
@@ -55,6 +55,7 @@ from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.kv_append import kv_append
 from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dense_weights
+from kiln.passes.graph.sink_reshape import sink_reshape
 from kiln.passes.graph.split_concat import split_concat
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
 from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
@@ -92,6 +93,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
         func = partition_for(func, byoc, mod_name)
     func = split_concat(func)
     func = alter_op_layout(func)
+    func = eliminate_common_subexpr(sink_reshape(func))
     if vm:
         func = kv_append(func)
     return optimize_branches(fuse_ops(func), mod_name)
