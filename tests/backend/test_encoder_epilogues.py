@@ -103,3 +103,23 @@ def test_feed_forward_block_with_symbolic_sequence_on_the_vm(target, tmp_path):
         got = got[0] if isinstance(got, (list, tuple)) else got
         np.testing.assert_allclose(got.numpy(), sess.run(None, {"x": x})[0], rtol=1e-4,
                                    atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,perm,out", [
+    ((1, 4, 6, 8), [0, 2, 1, 3], [1, 6, 32]),  # attention heads merged back: [B, S, H*D]
+    ((2, 3, 5, 4), [0, 2, 1, 3], [10, 12]),    # and the batch and sequence too
+    ((1, 3, 4, 6), [0, 1, 3, 2], [1, 3, 24]),  # a last axis that is not the source's
+    ((2, 6, 4), [0, 1, 2], [2, 3, 8]),         # 4 does not merge: 8 = 2 x 4 from two rows
+])
+def test_transpose_reshape_merging_trailing_axes(check_model, shape, perm, out):
+    """Reshapes whose last axis is a multiple of the source's (the split-and-vectorize
+    reshape compute) against onnxruntime."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+         helper.make_node("Reshape", ["t", "s"], ["y"])], "merge",
+        [helper.make_tensor_value_info("x", f, list(shape))],
+        [helper.make_tensor_value_info("y", f, out)],
+        [numpy_helper.from_array(np.array(out, "int64"), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    check_model(model, {"x": np.random.default_rng(0).standard_normal(shape).astype("float32")})
