@@ -4,10 +4,10 @@ The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference →
 FakeQuantizationToInteger (QDQ groups → integer ops) → FoldConstant → FoldScaleAxis →
 FoldConstant → EliminateCommonSubexpr → [QuantizeWeights] → [BYOC: MergeComposite →
 AnnotateTarget → MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) →
-[VM: KVAppend] → FuseOps → per fused function: compute → schedule → lower → loop passes →
-MakePackedAPI → C or LLVM codegen; external functions go to
-their codegens; then the graph JSON with its memory plan. Identical fused functions compile to
-one kernel. The target is the current one (``with target:``) while the graph is optimized and
+SinkReshape → EliminateCommonSubexpr → FuseAttention → [VM: KVAppend] → FuseOps → per fused
+function: compute → schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external
+functions go to their codegens; then the graph JSON with its memory plan. Identical fused
+functions compile to one kernel. The target is the current one (``with target:``) while the graph is optimized and
 kernels are lowered, so passes and schedules can read it.
 
 BYOC partitions after the folding passes (an external backend sees convolutions with batch norm
@@ -51,10 +51,12 @@ from kiln.passes.graph.alter_op_layout import alter_op_layout
 from kiln.passes.graph.eliminate_common_subexpr import eliminate_common_subexpr
 from kiln.passes.graph.fake_quantization_to_integer import fake_quantization_to_integer
 from kiln.passes.graph.fold_scale_axis import fold_scale_axis
+from kiln.passes.graph.fuse_attention import fuse_attention
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.graph.kv_append import kv_append
 from kiln.passes.graph.promote_float16 import promote_float16
 from kiln.passes.graph.quantize_weights import quantize_weights as quantize_dense_weights
+from kiln.passes.graph.sink_reshape import sink_reshape
 from kiln.passes.graph.split_concat import split_concat
 from kiln.passes.graph.split_groups import split_groups
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
@@ -94,6 +96,7 @@ def optimize(func: Function, params: dict[str, np.ndarray] | None,
     func = split_concat(func)
     func = split_groups(func)
     func = alter_op_layout(func)
+    func = fuse_attention(eliminate_common_subexpr(sink_reshape(func)))
     if vm:
         func = kv_append(func)
     return optimize_branches(fuse_ops(func), mod_name)

@@ -30,7 +30,8 @@ VOCABULARY = {
                                      "nn.global_max_pool2d", "nn.conv2d_NCHWc", "nn.dense_pack",
                                      "nn.depthwise_conv2d_NCHWc", "nn.conv2d_transpose",
                                      "nn.dense_q8", "nn.dense_q4", "qnn.conv2d", "qnn.conv2d_NCHWc",
-                                     "qnn.dense", "qnn.dense_pack", "qnn.depthwise_conv2d_NCHWc"],
+                                     "qnn.dense", "qnn.dense_pack", "qnn.depthwise_conv2d_NCHWc",
+                                     "nn.attention"],
     OpPattern.COMM_REDUCE: ["sum", "prod", "mean", "max", "min"],
     OpPattern.OPAQUE: ["nn.softmax", "nn.log_softmax", "nn.lrn", "nn.batch_norm", "nn.dropout",
                        "nn.layer_norm", "annotation.compiler_begin", "annotation.compiler_end",
@@ -187,3 +188,22 @@ def test_evaluate_primitive_call():
     func = Function([x], [PrimitiveCall(body, [x], "fused_negative_relu")])
     out = evaluate(func, {"x": np.array([1.0, -2.0], np.float32)})[0]
     assert out.tolist() == [0.0, 2.0]
+
+
+def test_attention_type_relation_and_reference():
+    """``nn.attention`` (q [B,H,S,D], kt [B,H,D,T], v [B,H,T,E], mask) against numpy's
+    softmax(q·kt·scale + mask)·v; shapes that do not agree raise ShapeError."""
+    rng = np.random.default_rng(0)
+    q, kt, v = (rng.standard_normal(s).astype("float32")
+                for s in ((2, 3, 5, 4), (2, 3, 4, 7), (2, 3, 7, 6)))
+    mask = np.where(rng.random((2, 1, 1, 7)) < 0.3, -1e4, 0).astype("float32")
+    args = [Var(n, TensorType(a.shape, "float32")) for n, a in zip("qkvm", (q, kt, v, mask))]
+    call = Call("nn.attention", args, {"scale": 0.5})
+    assert call.checked_type.shape == (2, 3, 5, 6)
+    x = q @ kt * 0.5 + mask
+    p = np.exp(x - x.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    got = evaluate(Function(args, [call]), dict(zip("qkvm", (q, kt, v, mask))))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ShapeError):
+        Call("nn.attention", [args[0], args[0], args[2], args[3]], {"scale": 1.0})

@@ -7,6 +7,7 @@ and describes *what* to compute, never how (that is ``kiln.schedules``). Stages 
 """
 
 from kiln.ops import (  # noqa: F401
+    attention,
     einsum,
     elemwise,
     image,

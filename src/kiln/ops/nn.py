@@ -335,7 +335,7 @@ def layer_norm(inputs, attrs, out_type):
         d = centered(i[:axis] + (r.var,) + i[axis + 1:])
         return te.sum(d * d, [r])
 
-    sq = te.compute(total.shape, square_sum, name="layer_norm_sqsum", tag="reduce")
+    sq = te.compute(total.shape, square_sum, name="layer_norm_sqsum", tag="layer_norm_sqsum")
     eps = attrs["epsilon"]
 
     def body(*i):

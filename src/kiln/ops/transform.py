@@ -29,8 +29,19 @@ def unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
 @register_compute("reshape")
 def reshape(inputs, attrs, out_type):
     (x,) = inputs
-    return te.compute(out_type.shape, lambda *i: x[unravel(_ravel(i, out_type.shape), x.shape)],
-                      name="reshape", tag="injective")
+    out, src = out_type.shape, x.shape
+    last, inner = out[-1] if out else 1, src[-1] if src else 1
+    if isinstance(last, int) and isinstance(inner, int) and 1 < inner < last \
+            and last % inner == 0 and all(isinstance(d, int) for d in (*out, *src)):
+        # trailing axes merged ([.., H, D] -> [.., H*D]): the source's last index is the
+        # output's modulo D, so a loop split by D (schedule "reshape") walks both contiguously
+        def body(*i):
+            rows = _ravel(i[:-1], out[:-1]) * (last // inner) + i[-1] // inner
+            return x[(*unravel(rows, src[:-1]), i[-1] % inner)]
+
+        return te.compute(out, body, name="reshape", tag="reshape")
+    return te.compute(out, lambda *i: x[unravel(_ravel(i, out), src)],
+                      name="reshape", tag="reshape")
 
 
 @register_compute("transpose")

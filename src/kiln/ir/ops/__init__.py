@@ -10,6 +10,7 @@ ops (``dynamic``), which the VM runs and which are their references here, kept i
 
 from kiln.ir.ops import (  # noqa: F401
     annotation,
+    attention,
     dynamic,
     einsum,
     elemwise,

@@ -17,7 +17,9 @@ The usual order after import is bind_params → simplify_inference →
 folds) → fold_constant. Then
 (``kiln.build_module.optimize``): fold_scale_axis, fold_constant,
 :mod:`eliminate_common_subexpr`, BYOC partitioning,
-:mod:`split_concat`, :mod:`split_groups`, :mod:`alter_op_layout`, (VM builds) :mod:`kv_append`, :mod:`fuse_ops`. May import kiln.ir and
+:mod:`split_concat`, :mod:`split_groups`, :mod:`alter_op_layout`, :mod:`sink_reshape`
+(+ CSE), :mod:`fuse_attention`, (VM builds) :mod:`kv_append`, :mod:`fuse_ops`. May import
+kiln.ir and
 kiln.errors.
 """
 

@@ -6,7 +6,10 @@ A simplified form of TVM's src/relay/transforms/fuse_ops.cc, on its pattern kind
   (conv + bias_add + relu, conv + residual add);
 - injective ops chain with elementwise/broadcast/injective producers (reshape → transpose ...);
 - a producer joins only if the consumer is its single user and it is not a function output
-  (its value never needs to be materialized outside the group).
+  (its value never needs to be materialized outside the group) — or, for a producer with
+  several element-wise users, when their paths meet again at one node before anything else
+  reads them (a diamond, as TVM finds with its post-dominator tree: GELU's
+  ``x · (1 + erf(x / √2)) / 2`` over a dense's biased output): the whole diamond joins.
 Scalar constants are kept inside the primitive functions (they become immediates in the kernel),
 except the scales and zero points of quantize/dequantize: they differ in every layer of a
 quantized network, and as kernel arguments they let layers of one shape share one kernel (a QDQ
@@ -58,6 +61,44 @@ def _can_join(group: _Group, producer: Call, consumer: Call) -> bool:
     return False
 
 
+#: most nodes of a diamond (:func:`_diamond`) that joins a group at once
+DIAMOND_LIMIT = 16
+
+
+def _diamond(producer: Call, users: dict, pinned: set[int],
+             position: dict[int, int]) -> list[Call] | None:
+    """The element-wise or broadcast nodes (of ``producer``'s shape) between ``producer`` and
+    the one node where all paths from it meet, in post order, when every other node among them
+    is read only by them and none is a function output; None when the paths do not meet within
+    DIAMOND_LIMIT nodes. Other operands must come before ``producer`` in post order (so they
+    cannot depend on it)."""
+    region: dict[int, Call] = {}
+    shape = producer.checked_type.shape
+    while True:
+        open_ = [n for n in (producer, *region.values())
+                 if n.uid in pinned or any(u.uid not in region for u in users.get(n.uid, ()))]
+        if len(open_) == 1 and open_[0] is not producer:
+            break
+        node = min(open_, key=lambda n: position[n.uid])
+        if node.uid in pinned:
+            return None
+        for u in users.get(node.uid, ()):
+            if not (isinstance(u, Call) and not u.op.runtime
+                    and u.op.pattern <= OpPattern.BROADCAST
+                    and u.checked_type.shape == shape):
+                return None
+            region[u.uid] = u
+        if len(region) > DIAMOND_LIMIT:
+            return None
+    start = position[producer.uid]
+    for n in region.values():
+        for a in n.args:
+            if not (a is producer or a.uid in region or isinstance(a, (Constant, Var))
+                    or position[a.uid] < start):
+                return None
+    return sorted(region.values(), key=lambda n: position[n.uid])
+
+
 def fuse_ops(func: Function) -> Function:
     """Return ``func`` with every Call moved into a :class:`PrimitiveCall` of a fused group."""
     users = consumers(func.outputs)
@@ -66,20 +107,29 @@ def fuse_ops(func: Function) -> Function:
     groups: list[_Group] = []
     position: dict[int, int] = {}
     opaque: list[Expr] = []  # external calls and their outputs, kept as they are
-    for node in post_order(func.outputs):
-        position[node.uid] = len(position)
+    approved: dict[int, _Group] = {}  # diamond members (_diamond) -> the group they join
+    nodes = list(post_order(func.outputs))
+    position.update((n.uid, k) for k, n in enumerate(nodes))
+    for node in nodes:
         if not isinstance(node, Call) or node.op.runtime:
             if isinstance(node, CALL_NODES):
                 opaque.append(node)
             continue
-        target = None
-        if node.op.pattern <= OpPattern.INJECTIVE:
+        target = approved.get(node.uid)
+        if target is None and node.op.pattern <= OpPattern.INJECTIVE:
             for arg in node.args:
                 g = group_of.get(arg.uid)
                 if (g is not None and arg is g.output and len(users[arg.uid]) == 1
                         and arg.uid not in pinned and _can_join(g, arg, node)):
                     target = g
                     break
+                if (g is not None and arg is g.output and len(users[arg.uid]) > 1
+                        and isinstance(arg, Call) and node.op.pattern <= OpPattern.BROADCAST):
+                    region = _diamond(arg, users, pinned, position)
+                    if region and all(_can_join(g, arg, r) for r in region):
+                        approved.update((r.uid, g) for r in region)
+                        target = g
+                        break
         if target is None:
             target = _Group(node)
             groups.append(target)

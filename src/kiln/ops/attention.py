@@ -1,0 +1,67 @@
+"""Compute of ``nn.attention`` (kiln.ir.ops.attention): per (batch, head, query row) the
+scores row, its max, the exp row, its sum, then the exp row times ``v`` divided by the sum.
+
+Stages (tags for :mod:`kiln.schedules.transformer_cpu`): ``attention_scores`` ``q · kt``
+``[B, H, S, T]``; the scaled, masked scores (inlined where read); the row max; ``attention_exp``
+``exp(x - max)`` (materialized: read by the sum and the product); the row sum;
+``attention_context`` ``Σ_t exp · v`` ``[B, H, S, E]``; the output, divided by the sum (the
+context's epilogue). The schedule fuses them row by row (kiln.schedules.row_fusion), so each
+intermediate is one row of one head in cache, never the whole ``[B, H, S, T]`` tensor.
+"""
+
+from __future__ import annotations
+
+from kiln.ir import loop as L
+from kiln.ir import te
+from kiln.ir.op_registry import register_compute
+from kiln.ops.broadcast import broadcast_load
+
+#: interleaved partial sums of the context over the keys when their count is a static multiple:
+#: one query row's context over 32 values is four vector FMA chains, as long as the keys, on
+#: AVX2; two sets of them hide the FMA latency
+CONTEXT_CHAINS = 2
+
+
+@register_compute("nn.attention")
+def attention(inputs, attrs, out_type):
+    q, kt, v, mask = inputs
+    b, h, s, d = q.shape
+    t = kt.shape[3]
+    scale = L.const(attrs["scale"], q.dtype)
+    rd = te.reduce_axis(d, "d")
+    scores = te.compute(
+        (b, h, s, t), lambda n, c, i, j: te.sum(q[n, c, i, rd.var] * kt[n, c, rd.var, j], [rd]),
+        name="attention_scores", tag="attention_scores")
+    x = te.compute((b, h, s, t), lambda *i: scores[i] * scale + broadcast_load(mask, i),
+                   name="attention_logits", tag="elemwise")
+    rm = te.reduce_axis(t, "r")
+    top = te.compute((b, h, s), lambda n, c, i: te.max_reduce(x[n, c, i, rm.var], [rm]),
+                     name="attention_max", tag="reduce")
+    e = te.compute((b, h, s, t), lambda n, c, i, j: L.call("exp", x[n, c, i, j] - top[n, c, i]),
+                   name="attention_exp", tag="attention_exp")
+    rs = te.reduce_axis(t, "r")
+    total = te.compute((b, h, s), lambda n, c, i: te.sum(e[n, c, i, rs.var], [rs]),
+                       name="attention_sum", tag="reduce")
+    if isinstance(t, int) and t % CONTEXT_CHAINS == 0:
+        # CONTEXT_CHAINS partial sums over interleaved keys (more independent FMA chains)
+        p = CONTEXT_CHAINS
+        rv = te.reduce_axis(t // p, "r")
+        part = te.compute(
+            (b, h, s, p, out_type.shape[3]),
+            lambda n, c, i, q, k: te.sum(e[n, c, i, rv.var * p + q] * v[n, c, rv.var * p + q, k],
+                                         [rv]),
+            name="attention_context", tag="attention_context")
+
+        def combine(n, c, i, k):
+            acc = part[n, c, i, 0, k]
+            for q in range(1, p):
+                acc = acc + part[n, c, i, q, k]
+            return acc / total[n, c, i]
+
+        return te.compute(out_type.shape, combine, name="attention", tag="elemwise")
+    rv = te.reduce_axis(t, "r")
+    context = te.compute(
+        out_type.shape, lambda n, c, i, k: te.sum(e[n, c, i, rv.var] * v[n, c, rv.var, k], [rv]),
+        name="attention_context", tag="attention_context")
+    return te.compute(out_type.shape, lambda n, c, i, k: context[n, c, i, k] / total[n, c, i],
+                      name="attention", tag="elemwise")

@@ -1,0 +1,93 @@
+"""``nn.attention`` (FuseAttention + the row-by-row compute) against onnxruntime: the exported
+BERT chain MatMul(q, kᵀ) / √d + mask → Softmax → MatMul(·, v), at fixed sequence lengths
+(graph executor, c and llvm) and with a symbolic one (VM)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+H, D = 3, 16
+
+
+def _attention_model(b, s, t, mask: bool = True):
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Div", ["qk", "c"], ["x"])]
+    if mask:
+        nodes.append(helper.make_node("Add", ["x", "mask"], ["xm"]))
+    nodes += [helper.make_node("Softmax", ["xm" if mask else "x"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", f, [b, H, s, D]),
+              helper.make_tensor_value_info("k", f, [b, H, t, D]),
+              helper.make_tensor_value_info("v", f, [b, H, t, D])]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("mask", f, [b, 1, 1, t]))
+    graph = helper.make_graph(
+        nodes, "attention", inputs, [helper.make_tensor_value_info("y", f, [b, H, s, D])],
+        [numpy_helper.from_array(np.array(np.sqrt(D), "float32"), "c")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _inputs(rng, b, s, t, mask=True):
+    x = {n: rng.standard_normal((b, H, m, D)).astype("float32")
+         for n, m in (("q", s), ("k", t), ("v", t))}
+    if mask:  # BERT's additive mask: 0 for tokens, -10000 for padding (the last quarter)
+        keep = np.ones((b, 1, 1, t), "float32")
+        keep[..., t - t // 4:] = 0
+        x["mask"] = (1 - keep) * -10000.0
+    return x
+
+
+@pytest.fixture
+def any_length(monkeypatch):
+    """FuseAttention for every key count (symbolic too), not only where it measured faster."""
+    from kiln.passes.graph import fuse_attention
+
+    monkeypatch.setattr(fuse_attention, "MAX_KEYS", None)
+
+
+@pytest.mark.parametrize("b,s,t,mask", [(1, 32, 32, True), (2, 7, 45, True), (1, 40, 40, False),
+                                        (1, 5, 5, True), (1, 9, 130, True)])
+def test_attention_matches_onnxruntime(check_model, any_length, b, s, t, mask):
+    check_model(_attention_model(b, s, t, mask),
+                _inputs(np.random.default_rng(0), b, s, t, mask))
+
+
+def test_attention_chain_becomes_one_kernel():
+    from kiln.build_module import optimize, primitive_calls
+    from kiln.frontend import from_onnx
+    from kiln.target import Target
+
+    mod, params = from_onnx(_attention_model(1, 32, 32))
+    with Target("llvm"):
+        names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
+    assert names == ["fused_transpose", "fused_nn_attention"], names
+    mod, params = from_onnx(_attention_model(1, 128, 128))  # more keys than MAX_KEYS
+    with Target("llvm"):
+        names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
+    assert "fused_nn_attention" not in names, names
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_attention_with_symbolic_sequence_on_the_vm(target, tmp_path, any_length):
+    import onnxruntime as ort
+
+    import kiln
+    from kiln.frontend import from_onnx
+    from kiln.vm import VirtualMachine
+
+    model = _attention_model("b", "s", "s")
+    mod, params = from_onnx(model)
+    so = tmp_path / "attention.so"
+    kiln.build(mod, target=target, params=params).export_library(str(so))
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for b, s in ((1, 1), (1, 13), (2, 32), (1, 70)):
+        x = _inputs(rng, b, s, s)
+        got = vm["main"](*x.values())
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        np.testing.assert_allclose(got.numpy(), sess.run(None, x)[0], rtol=1e-4, atol=1e-5)
