@@ -14,7 +14,7 @@ import time
 import pytest
 
 from kiln.errors import KilnError
-from kiln.tune.fingerprint import fingerprint_hash
+from kiln.tune.records import cpu_fingerprint, fingerprint_id
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs ray (pip install kiln[tune])")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -67,7 +67,7 @@ def _node_id():
 
 def test_measurements_run_only_on_the_fingerprinted_node(cluster):
     _, worker, ex = cluster
-    assert ex.resource == "kiln_cpu:" + fingerprint_hash()
+    assert ex.resource == "kiln_cpu:" + fingerprint_id(cpu_fingerprint())
     assert ex.measuring_node_ids == [worker.node_id] and ex.measure_cpus == 1
     where = ex.map_measure(_node_id, [()] * 3)
     assert where == [worker.node_id] * 3

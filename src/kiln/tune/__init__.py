@@ -13,5 +13,5 @@ Modules (one concept each):
 - ``features`` / ``cost_model`` / ``search`` / ``task_scheduler`` — loop-nest features, the
   learned cost model (LightGBM), evolutionary search per task, and the scheduler across tasks;
 - :mod:`kiln.tune.executor` — where builds and measurements run: local worker processes, or Ray
-  (``ray_executor``, measuring nodes marked by the CPU fingerprint's hash).
+  (``ray_executor``, measuring nodes marked by ``records.fingerprint_id``).
 """
