@@ -4,6 +4,8 @@ nothing twice. Builds with LLVM and the system linker; timings are never asserte
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -86,6 +88,27 @@ def test_a_failing_candidate_is_recorded_and_the_tune_goes_on(task, tmp_path, mo
     assert "the compiler fell over" in errors[2] and records[0].costs
     assert result.trials == 3 and result.states[0].best < float("inf")
     assert result.stopped == {task.key: "space exhausted"}
+
+
+def _segfault_on_unroll_2(lib, payload, config, target, repeat):
+    """measure_candidate, except that a config with unroll_k=2 reads address 0 (SIGSEGV)."""
+    if config["unroll_k"] == 2:
+        ctypes.string_at(0)
+    return measure_candidate(lib, payload, config, target, repeat)
+
+
+def test_a_candidate_that_segfaults_is_recorded_and_the_tune_goes_on(task, tmp_path,
+                                                                     monkeypatch):
+    """The default LocalExecutor measures in a worker process: the crash is the record's
+    error, the other candidates are timed."""
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    monkeypatch.setattr("kiln.tune.tuner.measure_candidate", _segfault_on_unroll_2)
+    out = tmp_path / "r.jsonl"
+    result = tune([small], TARGET, out, trials=3, repeat=1)
+    errors = {r.config["unroll_k"]: r.error for r in load_records(out)}
+    assert errors[8] is None and errors[1] is None
+    assert "terminated abruptly" in errors[2]
+    assert result.trials == 3 and result.states[0].best < float("inf")
 
 
 def test_a_resumed_tune_measures_nothing_twice(task, tmp_path, monkeypatch):
