@@ -105,6 +105,11 @@ def main(argv=None) -> int:
     trials = result.trials if result else 0
     print(f"\n{args.model}, {args.target}, {args.threads} thread(s); tune: {trials} trials in "
           f"{tune_s:.0f} s\n")
+    if result:
+        default, tuned = result.latency(default=True), result.latency()
+        print(f"tuner's estimate of the tuned kernels' time per run (Σ weight × best): "
+              f"{default * 1e3:.2f} ms default → {tuned * 1e3:.2f} ms "
+              f"({default / tuned:.3f}×)\n")
     print("| engine | median wall ms | median thread-CPU ms |")
     print("|---|---|---|")
     for name, (wall, cpu) in times.items():

@@ -4,7 +4,8 @@
 
     kiln tune model.onnx [--target "llvm -mcpu=native"] (--trials N | --time-budget 10m)
               -o records.jsonl [--tuning-records old.jsonl ...] [--input-shape NAME:SHAPE]
-              [--repeat N] [--quiet]
+              [--search model|random] [--batch-size N] [--early-stopping N] [--ray ADDRESS] [--repeat N]
+              [--quiet]
 
 Then ``kiln compile model.onnx --tuning-records records.jsonl -o model.so`` applies them (on a
 CPU with the same fingerprint, for the same target string). As tvmc's ``tvmc tune``
@@ -63,6 +64,18 @@ def add_parser(sub, parse_input_shape, positive_int) -> None:
     p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
                    type=parse_input_shape, metavar="NAME:SHAPE",
                    help="fix an input's shape, e.g. data:1x3x224x224 (repeatable)")
+    p.add_argument("--search", default="model", metavar="model|random",
+                   help="model: candidates ranked by the learned cost model (default); "
+                        "random: the same loop in a random order (the baseline)")
+    p.add_argument("--batch-size", type=positive_int, default=8, metavar="N",
+                   help="candidates of one kernel per round, built in parallel (default: 8; "
+                        "every kernel gets one round first)")
+    p.add_argument("--early-stopping", type=positive_int, metavar="N",
+                   help="stop tuning a kernel after N measurements without improving it")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="build and measure on this Ray cluster (HOST:PORT or auto); "
+                        "measurements only on nodes started with the resources "
+                        "'python -m kiln.tune.ray_executor' prints on a CPU like this one")
     p.add_argument("--repeat", type=positive_int, default=5,
                    help="timed repeats per candidate (default: 5)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
@@ -72,14 +85,17 @@ def add_parser(sub, parse_input_shape, positive_int) -> None:
 def _cmd_tune(args: argparse.Namespace) -> int:
     tune_model(args.model, args.output, target=args.target, trials=args.trials,
                time_budget=args.time_budget, resume=args.tuning_records,
-               input_shapes=args.input_shapes, repeat=args.repeat)
+               input_shapes=args.input_shapes, repeat=args.repeat, search=args.search,
+               batch_size=args.batch_size, early_stopping=args.early_stopping,
+               ray=args.ray)
     return 0
 
 
 def tune_model(model: str, output: str, target: str | None = None, trials: int | None = None,
                time_budget: float | None = None, resume: list[str] | None = None,
                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
-               repeat: int = 5, echo=print):
+               repeat: int = 5, search: str = "model", batch_size: int = 8,
+               early_stopping: int | None = None, ray: str | None = None, echo=print):
     """Tune ``model``'s kernels for ``target`` on this CPU; records go to ``output``.
 
     Parameters
@@ -98,6 +114,12 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         ``--input-shape``.
     repeat : int
         Timed repeats per candidate.
+    search, batch_size, early_stopping : str, int, int
+        :func:`kiln.tune.tuner.tune`'s (``--search``, ``--batch-size``,
+        ``--early-stopping``).
+    ray : str, optional
+        A Ray cluster's address: builds and measurements go through
+        :class:`kiln.tune.ray_executor.RayExecutor` (Ray is imported only then).
     echo : callable
         Receives the summary lines.
 
@@ -109,14 +131,17 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     ------
     KilnError
         A model that cannot be read or compiled, a multi-level or non-CPU target, a
-        records file that cannot be read or written, an output folder that does not exist.
+        records file that cannot be read or written, an output folder that does not exist,
+        a Ray cluster that cannot be reached or has no measuring node of this CPU.
     """
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
     from kiln.target import default_target
     from kiln.tune.tasks import extract_tasks
-    from kiln.tune.tuner import tune
+    from kiln.tune.tuner import SEARCHES, tune
 
+    if search not in SEARCHES:
+        raise KilnError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
     target = target or default_target()
     out = Path(output)
     if not out.parent.exists():
@@ -133,8 +158,18 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         return None
     echo(f"{len(tasks)} tasks ({sum(t.weight for t in tasks)} kernel calls, "
          f"{sum(t.size() for t in tasks)} candidates) for target {target}")
-    result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
-                  resume=resume or [], repeat=repeat)
+    executor = None
+    if ray is not None:
+        from kiln.tune.ray_executor import RayExecutor
+
+        executor = RayExecutor(ray)
+    try:
+        result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
+                      resume=resume or [], repeat=repeat, executor=executor, search=search,
+                      batch_size=batch_size, early_stopping=early_stopping)
+    finally:
+        if executor is not None:
+            executor.close()
     for s in sorted(result.states, key=lambda s: -s.task.weight * s.best
                     if s.best != float("inf") else 0.0):
         if s.best != float("inf"):

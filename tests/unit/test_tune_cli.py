@@ -4,6 +4,8 @@ applied (the tuned library matches onnxruntime), refused on another CPU, usage e
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -48,8 +50,8 @@ def _run(lib_path, x):
 
 def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "4", "-o",
-                     str(out), "-q"]) == 0
+    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "4",
+                     "--batch-size", "2", "-o", str(out), "-q"]) == 0
     records = load_records(out)
     assert len(records) == 4 and all(r.error is None for r in records)
     assert {r.kernel for r in records} == {"fused_nn_conv2d_NCHWc_nn_relu",
@@ -72,8 +74,8 @@ def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
 
 def test_compile_refuses_records_of_another_cpu(model_path, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "2", "-o",
-                     str(out), "-q"]) == 0
+    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "2",
+                     "--batch-size", "1", "-o", str(out), "-q"]) == 0
     lines = []
     for line in out.read_text().splitlines():
         obj = json.loads(line)
@@ -91,6 +93,7 @@ def test_compile_refuses_records_of_another_cpu(model_path, tmp_path, capsys):
     (["--trials", "2", "--tuning-records", "{tmp}/missing.jsonl"], "missing.jsonl: no such file"),
     (["--trials", "2", "--target", "llvm -mcpu=portable"], "multi-level target"),
     (["--trials", "2", "--target", "jit"], "cannot tune for target 'jit'"),
+    (["--trials", "2", "--search", "annealing"], "--search must be one of model, random"),
 ])
 def test_tune_errors_exit_2(model_path, tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -119,3 +122,10 @@ def test_compile_with_a_bad_records_file_exits_2(model_path, tmp_path, capsys):
                                            ("1.5h", 5400)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
+
+
+def test_a_local_tune_never_imports_ray():
+    """Ray is optional: only ``--ray`` imports it (checked in a fresh interpreter)."""
+    code = ("import sys; import kiln.cli, kiln.cli_tune, kiln.tune.tuner; "
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

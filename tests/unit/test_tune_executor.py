@@ -3,6 +3,7 @@ results in input order, a job's exception in its slot, a dead worker survived.""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from concurrent.futures.process import BrokenProcessPool
@@ -29,10 +30,21 @@ def test_build_runs_in_workers_in_order_with_errors_in_slots(executor):
     assert executor.map_build(math.sqrt, []) == []
 
 
-def test_measure_runs_here_serially(executor):
+def test_measure_runs_serially_in_one_other_process(executor):
     out = executor.map_measure(math.sqrt, [(16.0,), ("x",)])
     assert out[0] == 4.0 and isinstance(out[1], TypeError)
-    assert executor.map_measure(os.getpid, [(), ()]) == [os.getpid()] * 2
+    pids = executor.map_measure(os.getpid, [(), ()])
+    assert pids[0] == pids[1] != os.getpid()
+    assert executor.map_measure(os.getpid, [()]) == pids[:1]  # long-lived
+
+
+def test_a_candidate_that_segfaults_is_its_own_error(executor):
+    """ctypes.string_at(0) reads address 0 (SIGSEGV in the measuring process); the jobs
+    before and after it in the batch still run, and the tuner's process lives on."""
+    out = executor.map_measure(ctypes.string_at, [(0, 0), (0,), (0, 0)])
+    assert out[0] == b"" and out[2] == b""
+    assert isinstance(out[1], BrokenProcessPool)
+    assert executor.map_measure(math.sqrt, [(9.0,)]) == [3.0]
 
 
 def test_a_dead_worker_is_an_error_and_the_pool_comes_back(executor):

@@ -4,6 +4,8 @@ nothing twice. Builds with LLVM and the system linker; timings are never asserte
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -12,11 +14,12 @@ from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.ir.graph_eval import evaluate
 from kiln.tune import measure
+from kiln.tune.executor import SerialExecutor
 from kiln.tune.measure import build_candidate, measure_candidate, reference_output
 from kiln.tune.records import load_records
 from kiln.tune.space import Knob, Task
 from kiln.tune.tasks import extract_tasks
-from kiln.tune.tuner import SerialExecutor, tune
+from kiln.tune.tuner import tune
 
 TARGET = "llvm"
 
@@ -67,15 +70,44 @@ def test_an_illegal_config_fails_to_build_with_the_knob_named(task):
         build_candidate(task.payload, {"unroll_k": 3}, TARGET)
 
 
-def test_a_failing_candidate_is_recorded_and_the_tune_goes_on(task, tmp_path):
-    bad = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 3, 1)),), task.payload)
+def test_a_failing_candidate_is_recorded_and_the_tune_goes_on(task, tmp_path, monkeypatch):
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+
+    def build(payload, config, target):
+        if config["unroll_k"] == 2:
+            raise KilnError("the compiler fell over")
+        return build_candidate(payload, config, target)
+
+    monkeypatch.setattr("kiln.tune.tuner.build_candidate", build)
     out = tmp_path / "r.jsonl"
-    result = tune([bad], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1)
+    result = tune([small], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1)
     records = load_records(out)
-    assert [r.config["unroll_k"] for r in records] == [8, 3, 1]
+    assert records[0].config == {"unroll_k": 8}  # the default first
     errors = {r.config["unroll_k"]: r.error for r in records}
+    assert set(errors) == {8, 2, 1} and errors[8] is None and errors[1] is None
+    assert "the compiler fell over" in errors[2] and records[0].costs
+    assert result.trials == 3 and result.states[0].best < float("inf")
+    assert result.stopped == {task.key: "space exhausted"}
+
+
+def _segfault_on_unroll_2(lib, payload, config, target, repeat):
+    """measure_candidate, except that a config with unroll_k=2 reads address 0 (SIGSEGV)."""
+    if config["unroll_k"] == 2:
+        ctypes.string_at(0)
+    return measure_candidate(lib, payload, config, target, repeat)
+
+
+def test_a_candidate_that_segfaults_is_recorded_and_the_tune_goes_on(task, tmp_path,
+                                                                     monkeypatch):
+    """The default LocalExecutor measures in a worker process: the crash is the record's
+    error, the other candidates are timed."""
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    monkeypatch.setattr("kiln.tune.tuner.measure_candidate", _segfault_on_unroll_2)
+    out = tmp_path / "r.jsonl"
+    result = tune([small], TARGET, out, trials=3, repeat=1)
+    errors = {r.config["unroll_k"]: r.error for r in load_records(out)}
     assert errors[8] is None and errors[1] is None
-    assert "knob unroll_k=3 is not legal" in errors[3]
+    assert "terminated abruptly" in errors[2]
     assert result.trials == 3 and result.states[0].best < float("inf")
 
 

@@ -1,6 +1,7 @@
 """RayExecutor (kiln.tune.ray_executor) on a local cluster started here: a head without the
 fingerprint resource and a worker node with it; builds run anywhere, measurements only on the
-worker; a cluster without the resource is refused; a small tune runs through it."""
+worker; a cluster without the resource is refused; a small tune runs through it, and so does
+``kiln tune --ray`` on a one-MatMul model (records like a local tune's, applied by compile)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 from kiln.errors import KilnError
-from kiln.tune.fingerprint import fingerprint_hash
+from kiln.tune.records import cpu_fingerprint, fingerprint_id
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs ray (pip install kiln[tune])")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -67,7 +69,7 @@ def _node_id():
 
 def test_measurements_run_only_on_the_fingerprinted_node(cluster):
     _, worker, ex = cluster
-    assert ex.resource == "kiln_cpu:" + fingerprint_hash()
+    assert ex.resource == "kiln_cpu:" + fingerprint_id(cpu_fingerprint())
     assert ex.measuring_node_ids == [worker.node_id] and ex.measure_cpus == 1
     where = ex.map_measure(_node_id, [()] * 3)
     assert where == [worker.node_id] * 3
@@ -115,3 +117,61 @@ def test_a_small_tune_through_ray(cluster):
     assert result.trials == 18
     assert result.best[task.key].cost == pytest.approx(1e-3)
     assert result.best[task.key].config == {"block": 8, "unroll": 0}
+
+
+def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_path, capsys,
+                                                                 monkeypatch):
+    """``kiln tune --ray`` on a one-MatMul model: builds and measurements on the cluster, the
+    same record fields, fingerprint and target as a local tune, and kiln compile applies them."""
+    pytest.importorskip("lightgbm")
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln import cli
+    from kiln.tune import ray_executor
+    from kiln.tune.records import load_records
+
+    c, _, _ = cluster
+    jobs = []
+
+    class Counting(RayExecutor):  # the CLI's executor, counting what it sends to the cluster
+        def map_build(self, fn, batch):
+            jobs.append(("build", fn.__name__, len(batch)))
+            return super().map_build(fn, batch)
+
+        def map_measure(self, fn, batch):
+            jobs.append(("measure", fn.__name__, len(batch)))
+            return super().map_measure(fn, batch)
+
+    monkeypatch.setattr(ray_executor, "RayExecutor", Counting)
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 32))
+                                .astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
+    model = tmp_path / "matmul.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    on_ray, local = tmp_path / "ray.jsonl", tmp_path / "local.jsonl"
+    common = [str(model), "--target", "llvm", "--repeat", "2", "-q"]
+    assert cli.main(["tune", *common, "--trials", "3", "--batch-size", "3", "--ray",
+                     c.address, "-o", str(on_ray)]) == 0
+    assert jobs == [("build", "build_candidate", 3), ("measure", "measure_candidate", 3)]
+    assert cli.main(["tune", *common, "--trials", "1", "-o", str(local)]) == 0
+    records, (here,) = load_records(on_ray), load_records(local)
+    assert len(records) == 3 and len({r.config_key() for r in records}) == 3
+    assert records[0].config == here.config  # both begin with the default
+    for r in records:
+        assert r.error is None and len(r.costs) == 2, r.error
+        assert (r.workload_key, r.kernel, r.target, dict(r.fingerprint), r.kiln_version) == \
+            (here.workload_key, here.kernel, here.target, dict(here.fingerprint),
+             here.kiln_version)
+    keys = {frozenset(json.loads(line)) for line in
+            on_ray.read_text().splitlines() + local.read_text().splitlines()}
+    assert len(keys) == 1
+    capsys.readouterr()
+    assert cli.main(["compile", *common[:3], "--tuning-records", str(on_ray), "-o",
+                     str(tmp_path / "m.so"), "-q"]) == 0
+    assert "tuning records: 1 of 1 kernels tuned" in capsys.readouterr().out

@@ -22,6 +22,7 @@ from kiln.tune.records import (
     append_records,
     best_records,
     cpu_fingerprint,
+    fingerprint_id,
     load_records,
 )
 from kiln.tune.tasks import extract_tasks, lower_candidate
@@ -86,6 +87,15 @@ def test_the_fingerprint_names_this_cpu():
     fp = cpu_fingerprint()
     assert set(fp) == {"cpu", "features", "cores"}
     assert fp["cores"] >= 1 and isinstance(fp["cpu"], str) and fp["features"]
+
+
+def test_the_fingerprint_id_is_stable_and_separates_cpus():
+    """The id names Ray's measuring-node resource (kiln.tune.ray_executor.resource_name)."""
+    fp = cpu_fingerprint()
+    assert fingerprint_id(fp) == fingerprint_id(dict(reversed(list(fp.items()))))
+    assert len(fingerprint_id(fp)) == 12
+    assert fingerprint_id(fp) != fingerprint_id({**fp, "cores": fp["cores"] + 1})
+    assert fingerprint_id(fp) != fingerprint_id({**fp, "features": fp["features"][1:]})
 
 
 def _model():

@@ -9,9 +9,10 @@ Modules (one concept each):
 - ``measure`` — build one candidate, check it against the default schedule's output, time it;
 - ``records`` — JSON-lines records, CPU fingerprint; ``apply_history`` — apply them at compile
   time (``kiln.build(..., tuning_records=)``) and say what fell back;
-- ``tuner`` — the tuning loop behind ``kiln tune`` (rounds of build, measure, append; resume);
+- ``tuner`` — ``kiln tune``'s loop: the scheduler's search through an executor, records appended
+  per round, resume;
 - ``features`` / ``cost_model`` / ``search`` / ``task_scheduler`` — loop-nest features, the
   learned cost model (LightGBM), evolutionary search per task, and the scheduler across tasks;
 - :mod:`kiln.tune.executor` — where builds and measurements run: local worker processes, or Ray
-  (``ray_executor``, measuring nodes marked by the CPU fingerprint's hash).
+  (``ray_executor``, measuring nodes marked by ``records.fingerprint_id``).
 """

@@ -6,7 +6,8 @@ Two kinds of job, both a picklable top-level function applied to picklable argum
 - **build** jobs (lower + compile a candidate to library bytes) run in parallel: worker
   processes locally, Ray tasks with ``num_cpus=1`` on any node;
 - **measure** jobs (load the bytes, check against the reference, time) run one at a time on a
-  machine that is otherwise idle: in the calling process locally, Ray tasks that reserve a
+  machine that is otherwise idle: in one long-lived worker process locally (a candidate that
+  crashes takes down that process, not the tuner), Ray tasks that reserve a
   whole node carrying the custom resource ``kiln_cpu:<fingerprint>`` (same CPU model, ISA
   features and core count as the records will be applied on).
 
@@ -36,8 +37,30 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class SerialExecutor:
+    """The executor contract in this process, one job after another, with no crash isolation:
+    for tests (a monkeypatched function stays visible) and debugging."""
+
+    def map_build(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        return [_call_here(fn, job) for job in jobs]
+
+    def map_measure(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        return [_call_here(fn, job) for job in jobs]
+
+    def close(self) -> None:
+        pass
+
+
+def _call_here(fn: Callable[..., Any], job: tuple) -> Any:
+    try:
+        return fn(*job)
+    except Exception as exc:  # noqa: BLE001 - the job's error goes in its slot
+        return exc
+
+
 class LocalExecutor:
-    """Builds in worker processes, measures in this process, one candidate at a time.
+    """Builds in worker processes, measures in one other worker process, one candidate at a
+    time.
 
     Parameters
     ----------
@@ -47,10 +70,12 @@ class LocalExecutor:
         ``"forkserver"`` (default where available) or ``"spawn"``: never ``fork``, since this
         process may hold threads (the runtime's pool, llvmlite) that a fork would copy broken.
 
-    A build job that raises yields the exception in its slot; a worker that dies (a crash in
-    native code) yields a ``BrokenProcessPool`` for the jobs it took down, and the pool is made
-    again for the next call. Build functions and their arguments must be picklable (top-level
-    functions).
+    A job that raises yields the exception in its slot; a worker that dies (a crash in native
+    code: a candidate that segfaults or aborts) yields a ``BrokenProcessPool`` for the jobs it
+    took down, and the pool is made again. Measure jobs go to a single long-lived process (its
+    caches, e.g. reference outputs, stay warm) one at a time, each awaited before the next is
+    sent, so timings stay serial and a crash costs only the crashing job. Functions and their
+    arguments must be picklable (top-level functions of importable modules).
 
     Raises
     ------
@@ -71,38 +96,42 @@ class LocalExecutor:
         if self.workers < 1:
             raise KilnError(f"LocalExecutor: workers must be positive, got {self.workers}")
         self._context = multiprocessing.get_context(start_method)
-        self._pool: ProcessPoolExecutor | None = None
+        self._pools: dict[str, ProcessPoolExecutor] = {}
 
     def map_build(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        """``fn(*job)`` in the build processes, all jobs at once; results in input order."""
+        return self._run("build", self.workers, fn, jobs)
+
+    def map_measure(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        """``fn(*job)`` in the measuring process, one job after the other."""
+        results = []
+        for job in jobs:
+            results += self._run("measure", 1, fn, [job])
+        return results
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._pools.clear()
+
+    def _run(self, kind: str, workers: int, fn: Callable[..., Any],
+             jobs: Sequence[tuple]) -> list[Any]:
         if not jobs:
             return []
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._context)
+        pool = self._pools.get(kind)
+        if pool is None:
+            pool = self._pools[kind] = ProcessPoolExecutor(workers, mp_context=self._context)
         futures = []
         for job in jobs:
             try:
-                futures.append(self._pool.submit(fn, *job))
+                futures.append(pool.submit(fn, *job))
             except BrokenProcessPool as exc:
                 futures.append(exc)
         results = [_outcome(f) for f in futures]
         if any(isinstance(r, BrokenProcessPool) for r in results):
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            del self._pools[kind]
         return results
-
-    def map_measure(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
-        results = []
-        for job in jobs:
-            try:
-                results.append(fn(*job))
-            except Exception as exc:  # noqa: BLE001 - the job's error goes in its slot
-                results.append(exc)
-        return results
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
 
 def _outcome(future: Future | BaseException) -> Any:

@@ -3,16 +3,16 @@
 Resource scheme (Ray's custom resources:
 https://docs.ray.io/en/latest/ray-core/scheduling/resources.html):
 
-- a node that may **measure** carries the custom resource ``kiln_cpu:<hash>``, where ``<hash>``
-  is :func:`kiln.tune.fingerprint.fingerprint_hash` of its CPU (model, ISA extensions, core
-  count), with quantity 1. Start it on the measuring machine, in the environment that runs
-  Kiln, with::
+- a node that may **measure** carries the custom resource ``kiln_cpu:<id>``, where ``<id>``
+  is :func:`kiln.tune.records.fingerprint_id` of its :func:`~kiln.tune.records.cpu_fingerprint`
+  (model, ISA features, core count: the fingerprint the records carry), with quantity 1.
+  Start it on the measuring machine, in the environment that runs Kiln, with::
 
       ray start --address HEAD:6379 --resources "$(python -m kiln.tune.ray_executor)"
 
   (the module prints :func:`node_resources` as JSON, e.g. ``{"kiln_cpu:3f2a...": 1}``);
 - **build** jobs are ``ray.remote(num_cpus=1)`` tasks: any node, as many at once as CPUs;
-- **measure** jobs request ``{"kiln_cpu:<hash>": 1}`` and ``num_cpus`` = the CPU count of the
+- **measure** jobs request ``{"kiln_cpu:<id>": 1}`` and ``num_cpus`` = the CPU count of the
   measuring nodes (the smallest, if they differ), so a measurement runs only on a machine with
   the driver's CPU fingerprint, one at a time per node, with no build beside it. Several
   measuring nodes measure in parallel (one job each).
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.tune.fingerprint import fingerprint_hash
+from kiln.tune.records import cpu_fingerprint, fingerprint_id
 
 RESOURCE_PREFIX = "kiln_cpu:"
 
@@ -45,13 +45,14 @@ def import_ray():
 
 
 def resource_name(fingerprint: str | None = None) -> str:
-    """``kiln_cpu:<fingerprint hash>`` (default: this machine's hash)."""
-    return RESOURCE_PREFIX + (fingerprint or fingerprint_hash())
+    """``kiln_cpu:<fingerprint id>`` (default: this machine's, the id of the fingerprint its
+    records carry, so a measuring node measures exactly for the records it writes)."""
+    return RESOURCE_PREFIX + (fingerprint or fingerprint_id(cpu_fingerprint()))
 
 
 def node_resources() -> dict[str, int]:
     """The custom resources a measuring node of this machine's CPU starts with
-    (``ray start --resources``): ``{"kiln_cpu:<hash>": 1}``."""
+    (``ray start --resources``): ``{"kiln_cpu:<id>": 1}``."""
     return {resource_name(): 1}
 
 
@@ -69,7 +70,7 @@ class RayExecutor:
         The cluster (``ray.init(address=...)``: ``"HOST:PORT"`` of the head's GCS, or
         ``"auto"``). If this process is already connected to Ray, that connection is used.
     fingerprint : str, optional
-        The fingerprint hash measurements need (default: this machine's, so records match
+        The fingerprint id measurements need (default: this machine's, so records match
         the machine that will apply them).
 
     Functions given to :meth:`map_build` / :meth:`map_measure` and their arguments must be

@@ -1,66 +1,83 @@
-"""The tuning loop: propose candidates, build them, measure them, append records, stop.
+"""The tuning loop behind ``kiln tune``: the task scheduler's search, measured through an
+executor, every result appended to the records file as it arrives.
 
-:func:`tune` drives rounds over the tasks until the trial count or the time budget is spent
-(or every space is exhausted). Each round asks :func:`next_configs` — the one place the
-search strategy is called — for each task's next candidates, builds them with the executor's
-``map_build`` (parallel), measures them with ``map_measure`` (one at a time) and appends one
-record per candidate to the output file at once, so an interrupted tune resumes where it
-stopped. Configs already measured for the same target on this CPU (in the output file or in the
-``resume`` files) are never measured again.
+:func:`tune` runs :class:`~kiln.tune.task_scheduler.TaskScheduler` (warm-up round per task,
+then Ansor's gradient task choice; early stopping; trials / time budget) whose per-task
+:class:`~kiln.tune.search.EvolutionarySearch` proposes candidates ranked by the learned cost
+model (:mod:`kiln.tune.cost_model`) over loop-nest features of the lowered candidate
+(:func:`kiln.tune.features.lowered_features`). Candidates are built in parallel and timed one
+at a time through an executor (:class:`~kiln.tune.executor.LocalExecutor` by default,
+:class:`~kiln.tune.ray_executor.RayExecutor` for ``--ray``) with
+:func:`kiln.tune.executor.measure_with`. After each round (one :class:`~kiln.tune.
+task_scheduler.TuneEvent`) its records are appended to the output file, so an interrupted tune
+keeps them and resumes where it stopped: configs already measured for the same target on this
+CPU (in the output file or in the ``resume`` files) are the scheduler's history, never measured
+again. ``search="random"`` keeps the cost model from ever fitting (every score random): the
+same loop in a random order, the baseline to compare with.
 
-The strategy here is the baseline (the default config first, then the rest of the space in a
-seeded random order, tasks round-robin); the learned cost model and the evolutionary search
-replace :func:`next_configs` and the task order (``kiln.tune.search``). The loop itself is
-AutoTVM's ``Tuner.tune`` (``python/tvm/autotvm/tuner/tuner.py``: next_batch → measure_batch
-→ callbacks (log to file, progress) → update) and MetaSchedule's ``TaskScheduler``
-(``python/tvm/meta_schedule/task_scheduler/``) in their simplest form.
+As AutoTVM's ``Tuner.tune`` (``python/tvm/autotvm/tuner/tuner.py``: next_batch →
+measure_batch → callbacks (log to file, progress) → update) and MetaSchedule's
+``TaskScheduler`` (``python/tvm/meta_schedule/task_scheduler/``); docs/decisions/024-tuner.md.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kiln import __version__, progress
 from kiln.errors import KilnError
 from kiln.target import Target
+from kiln.tune.executor import LocalExecutor, measure_with
+from kiln.tune.features import lowered_features
 from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
 from kiln.tune.records import TuningRecord, append_records, cpu_fingerprint, load_records
+from kiln.tune.search import Measured
 from kiln.tune.space import Task
+from kiln.tune.task_scheduler import TaskScheduler, TuneEvent
+from kiln.tune.tasks import lower_candidate
 
-#: candidates of one task per round (built together, in parallel where the executor can)
-BATCH = 2
-#: the largest space enumerated and shuffled; larger ones are sampled
-ENUMERATE_LIMIT = 4096
+#: search strategies of :func:`tune`: the learned cost model, or random scores
+SEARCHES = ("model", "random")
+#: successful measurements before the cost model is fitted: ``search="model"``, and never
+#: (every score random) for ``search="random"``
+MIN_SAMPLES = {"model": 8, "random": 10**9}
 
 
 @dataclass
 class TaskState:
-    """One task's progress: configs measured (canonical JSON), the best time and config, the
-    default config's time, and this run's new measurements."""
+    """One task's progress: its best time (seconds) and config, the default config's time,
+    and this run's new measurements."""
 
     task: Task
-    tried: set[str] = field(default_factory=set)
     best: float = float("inf")
     best_config: dict | None = None
     default_cost: float = float("inf")
     trials: int = 0
-    order: list[dict] | None = None
+
+    def add(self, config: dict, cost: float) -> bool:
+        """Take a measured time (inf: failed) into account; True if it is a new best."""
+        if dict(config) == self.task.default_config():
+            self.default_cost = min(self.default_cost, cost)
+        if cost < self.best:
+            self.best, self.best_config = cost, dict(config)
+            return True
+        return False
 
 
 @dataclass
 class TuneResult:
-    """What :func:`tune` did: per-task states, new measurements, configs skipped because they
-    were already measured, and wall seconds."""
+    """What :func:`tune` did: per-task states, new measurements, records taken from earlier
+    runs (not measured again), wall seconds, and why tasks stopped (task key → reason)."""
 
     states: list[TaskState]
     trials: int
     resumed: int
     elapsed: float
+    stopped: dict[str, str]
 
     def latency(self, default: bool = False) -> float:
         """Estimated time of the tuned kernels in one model run (seconds): Σ weight × best
@@ -69,176 +86,110 @@ class TuneResult:
         return sum(w * c for w, c in costs if c != float("inf"))
 
 
-def config_key(config) -> str:
-    """A config as canonical JSON (what records are matched on)."""
-    return json.dumps(dict(config), sort_keys=True)
-
-
-def next_configs(state: TaskState, count: int, seed: int = 0) -> list[dict]:
-    """The search strategy: up to ``count`` configs of ``state.task`` not measured yet — the
-    default first, then the space in a random order seeded by ``seed`` and the workload key
-    (the same order when a tune resumes)."""
-    task = state.task
-    if state.order is None:
-        rng = random.Random(f"{seed}:{task.key}")
-        if task.size() <= ENUMERATE_LIMIT:
-            rest = list(task.configs())[1:]
-            rng.shuffle(rest)
-        else:
-            rest = [{k.name: rng.choice(k.values) for k in task.space}
-                    for _ in range(ENUMERATE_LIMIT)]
-        state.order = [task.default_config(), *rest]
-    out = []
-    while state.order and len(out) < count:
-        config = state.order.pop(0)
-        if config_key(config) not in state.tried:
-            state.tried.add(config_key(config))
-            out.append(config)
-    return out
-
-
-class SerialExecutor:
-    """The executor protocol (:class:`kiln.tune.executor.Executor`) in this process, one job
-    after another: what ``kiln tune`` uses when no parallel executor is available."""
-
-    def map_build(self, fn: Callable, jobs: Sequence[tuple]) -> list:
-        return [_call(fn, job) for job in jobs]
-
-    def map_measure(self, fn: Callable, jobs: Sequence[tuple]) -> list:
-        return [_call(fn, job) for job in jobs]
-
-    def close(self) -> None:
-        pass
-
-
-def _call(fn: Callable, job: tuple):
-    try:
-        return fn(*job)
-    except Exception as err:  # noqa: BLE001 - the job's result is its error (protocol)
-        return err
-
-
-def default_executor():
-    """Worker processes for builds when the parallel executor is installed
-    (``kiln.tune.executor.LocalExecutor``), else :class:`SerialExecutor`."""
-    from kiln.tune import executor
-
-    local = getattr(executor, "LocalExecutor", None)
-    return local() if local is not None else SerialExecutor()
-
-
 def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
          trials: int | None = None, time_budget: float | None = None,
          resume: Sequence[str | os.PathLike[str]] = (), executor=None, repeat: int = 5,
-         seed: int = 0) -> TuneResult:
+         seed: int = 0, search: str = "model", batch_size: int = 8,
+         early_stopping: int | None = None) -> TuneResult:
     """Tune ``tasks`` for ``target`` on this CPU, appending records to ``output``.
 
     Parameters
     ----------
     tasks : list of Task
-        :func:`kiln.tune.tasks.extract_tasks`'s.
+        :func:`kiln.tune.tasks.extract_tasks`'s (each with at least one knob).
     target : str
         The target string (as given to ``extract_tasks`` and later ``kiln compile``).
     output : path
-        JSON-lines records file, appended to (created if missing).
+        JSON-lines records file, appended to after every round (created if missing).
     trials : int, optional
         The most candidates to measure in this run (already measured ones do not count).
     time_budget : float, optional
-        Seconds; no new round starts after it.
+        Seconds; no new round starts after it (a round may end past it).
     resume : list of paths
         Earlier records files: their configs for this target and CPU are not measured again,
         and their records of these tasks are copied into ``output`` (when not already there).
     executor : optional
-        A :class:`kiln.tune.executor.Executor` (default: :func:`default_executor`).
+        A :class:`kiln.tune.executor.Executor` (default: a :class:`LocalExecutor`, closed at
+        the end; one given is left open).
     repeat : int
         Timed repeats per candidate (:func:`kiln.tune.measure.measure_candidate`).
+    seed : int
+        Seeds the search and the scheduler's random choices.
+    search : str
+        ``"model"`` (the learned cost model ranks candidates) or ``"random"``.
+    batch_size : int
+        Candidates per round (built together, in parallel where the executor can).
+    early_stopping : int, optional
+        Stop a task after this many measurements without improving it.
 
     Raises
     ------
     KilnError
-        Neither ``trials`` nor ``time_budget`` given, or a records file that cannot be read
-        or written.
+        Neither ``trials`` nor ``time_budget`` given, an unknown ``search``, a records file
+        that cannot be read or written, or LightGBM missing (``pip install kiln[tune]``).
     """
     if trials is None and time_budget is None:
         raise KilnError("tune: give a number of trials or a time budget")
+    if search not in SEARCHES:
+        raise KilnError(f"tune: search must be one of {', '.join(SEARCHES)}, got {search!r}")
     start = time.perf_counter()
     target = str(Target(target))
-    states = [TaskState(t) for t in tasks]
-    resumed = _resume(states, target, output, resume)
+    fp = cpu_fingerprint()
+    states = {t.key: TaskState(t) for t in tasks}
+    history = _resume(states, target, fp, output, resume)
     own = executor is None
-    executor = executor or default_executor()
-    done = 0
+    executor = executor or LocalExecutor()
     try:
-        total = trials or sum(s.task.size() for s in states)
-        with progress.task("Tuning kernels", total=total) as advance:
-            while trials is None or done < trials:
-                if time_budget is not None and time.perf_counter() - start >= time_budget:
-                    break
-                jobs = _round(states, BATCH, trials, done, seed)
-                if not jobs:
-                    break
-                results = _measure_round(executor, jobs, target, repeat)
-                append_records(output, [_record(s, c, r, target) for (s, c), r
-                                        in zip(jobs, results)])
-                for (state, config), result in zip(jobs, results):
-                    _update(state, config, result, states)
-                done += len(jobs)
-                advance(len(jobs))
+        scheduler = TaskScheduler(
+            list(tasks), measure_with(executor, build_candidate, measure_candidate, target,
+                                      repeat),
+            featurize=lowered_features(lambda t, c: lower_candidate(t, c, packed=False)),
+            history=history, batch_size=batch_size, early_stopping=early_stopping, seed=seed,
+            min_samples=MIN_SAMPLES[search])
+        budget = trials if trials is not None else sum(t.size() for t in tasks)
+        with progress.task("Tuning kernels", total=budget) as advance:
+            def on_round(event: TuneEvent) -> None:
+                append_records(output, [_record(event.task, m, target, fp)
+                                        for m in event.results])
+                state = states[event.task.key]
+                for m in event.results:
+                    state.trials += 1
+                    if state.add(m.config, m.cost if m.cost is not None else math.inf):
+                        _note(state, event)
+                advance(len(event.results))
+
+            done = scheduler.tune(budget, time_budget, on_round)
     finally:
         if own:
             executor.close()
-    return TuneResult(states, done, resumed, time.perf_counter() - start)
+    return TuneResult(list(states.values()), done.trials, len(history),
+                      time.perf_counter() - start, done.stopped)
 
 
-def _round(states: list[TaskState], per_task: int, trials: int | None, done: int,
-           seed: int) -> list[tuple[TaskState, dict]]:
-    """Up to ``per_task`` next candidates of every task, one task after the other (each
-    task's first before any task's second), within the trial count."""
-    jobs: list[tuple[TaskState, dict]] = []
-    for _ in range(per_task):
-        for state in states:
-            if trials is not None and done + len(jobs) >= trials:
-                return jobs
-            jobs += [(state, c) for c in next_configs(state, 1, seed)]
-    return jobs
+def _note(state: TaskState, event: TuneEvent) -> None:
+    """The progress line of a task's new best time (and the model's estimated latency)."""
+    model = event.estimated_latency_s
+    total = f"model kernels ≈ {model * 1e3:.3f} ms" if model is not None else \
+        "model kernels: not every task has a time yet"
+    progress.note(f"[{event.trials} trials] {state.task.name} ×{state.task.weight}: "
+                  f"{state.best * 1e6:.1f} us {state.best_config} · {total}")
 
 
-def _measure_round(executor, jobs, target: str, repeat: int) -> list[MeasureResult]:
-    built = executor.map_build(build_candidate, [(s.task.payload, c, target) for s, c in jobs])
-    ok = [k for k, b in enumerate(built) if isinstance(b, bytes)]
-    measured = executor.map_measure(measure_candidate, [
-        (built[k], jobs[k][0].task.payload, jobs[k][1], target, repeat) for k in ok])
-    results: list[MeasureResult] = [
-        MeasureResult((), f"build: {type(b).__name__}: {b}") for b in built]
-    for k, m in zip(ok, measured):
-        results[k] = m if isinstance(m, MeasureResult) else MeasureResult(
-            (), f"measure: {type(m).__name__}: {m}")
-    return results
+def _record(task: Task, m: Measured, target: str, fp: dict) -> TuningRecord:
+    """The record of one measured candidate (``m.result``: the measure function's
+    :class:`MeasureResult`, or the exception of a failed build or measurement)."""
+    result = m.result
+    costs = result.costs if isinstance(result, MeasureResult) and m.error is None else ()
+    stamp = result.timestamp if isinstance(result, MeasureResult) else time.time()
+    return TuningRecord(task.key, task.name, dict(m.config), tuple(costs), m.error, target,
+                        fp, __version__, stamp)
 
 
-def _record(state: TaskState, config: dict, result: MeasureResult,
-            target: str) -> TuningRecord:
-    return TuningRecord(state.task.key, state.task.name, config, result.costs, result.error,
-                        target, cpu_fingerprint(), __version__, result.timestamp)
-
-
-def _update(state: TaskState, config: dict, result: MeasureResult,
-            states: list[TaskState]) -> None:
-    state.trials += 1
-    if config == state.task.default_config():
-        state.default_cost = result.best
-    if result.best < state.best:
-        state.best, state.best_config = result.best, dict(config)
-        model = sum(s.task.weight * s.best for s in states if s.best != float("inf"))
-        progress.note(f"{state.task.name} ×{state.task.weight}: {state.best * 1e6:.1f} us "
-                      f"{dict(config)} · model kernels ≈ {model * 1e3:.3f} ms")
-
-
-def _resume(states: list[TaskState], target: str, output, resume) -> int:
-    """Mark configs already measured for ``target`` on this CPU as tried (their best times
-    taken); copy ``resume`` records of these tasks into ``output``. Returns their count."""
-    fp = cpu_fingerprint()
-    by_key = {s.task.key: s for s in states}
+def _resume(states: dict[str, TaskState], target: str, fp: dict, output,
+            resume) -> list[tuple[str, dict, float | None]]:
+    """The scheduler's history: records of these tasks measured for ``target`` on this CPU in
+    ``output`` and ``resume`` (the latter copied into ``output`` when not there yet), as
+    ``(task key, config, best seconds or None)``; the states take their times."""
     mine = load_records(output) if os.path.exists(output) else []
     seen = {(r.workload_key, r.config_key()) for r in mine
             if r.target == target and dict(r.fingerprint) == fp}
@@ -247,20 +198,17 @@ def _resume(states: list[TaskState], target: str, output, resume) -> int:
         if os.path.exists(output) and os.path.samefile(path, output):
             continue
         for r in load_records(path):
-            if (r.workload_key in by_key and r.target == target and dict(r.fingerprint) == fp
+            if (r.workload_key in states and r.target == target and dict(r.fingerprint) == fp
                     and (r.workload_key, r.config_key()) not in seen):
                 seen.add((r.workload_key, r.config_key()))
                 copied.append(r)
     append_records(output, copied)
-    count = 0
+    history = []
     for r in mine + copied:
-        state = by_key.get(r.workload_key)
+        state = states.get(r.workload_key)
         if state is None or r.target != target or dict(r.fingerprint) != fp:
             continue
-        state.tried.add(r.config_key())
-        count += 1
-        if dict(r.config) == state.task.default_config():
-            state.default_cost = min(state.default_cost, r.best)
-        if r.best < state.best:
-            state.best, state.best_config = r.best, dict(r.config)
-    return count
+        state.add(dict(r.config), r.best)
+        history.append((r.workload_key, dict(r.config),
+                        r.best if r.best != float("inf") else None))
+    return history
