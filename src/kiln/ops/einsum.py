@@ -4,7 +4,7 @@ of the operands read at their letters (a size-1 axis under a longer letter reads
 A two-operand einsum summing one letter is a batched matrix product (attention's
 ``bsgrd,tbgd->bgrst`` and ``bgrst,tbgd->bsgrd``): :func:`matmul_roles` names which output axes
 are its rows and its columns, and the CPU schedule register-blocks it as ``nn.matmul``
-(:func:`kiln.schedules.nn_cpu.schedule_einsum`).
+(:func:`kiln.schedules.dense_cpu.schedule_einsum`).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def _conv2d_quads(data, weight, attrs, out_type):
 
     acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
     # output pixel = input pixel (1×1, stride 1, no padding): a matrix product over pixels, the
-    # AMX kernel's case (kiln.schedules.nn_cpu.amx_call)
+    # AMX kernel's case (kiln.schedules.amx.amx_call)
     acc.pixel_gemm = (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and \
         not any(attrs["padding"])
     return acc

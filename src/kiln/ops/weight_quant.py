@@ -2,7 +2,7 @@
 and formulas on :mod:`kiln.ir.ops.weight_quant`; docs/decisions/018).
 
 The weight is dequantized inside the reduction, one output-channel block at a time: the
-schedule (``kiln.schedules.nn_cpu``) vectorizes over the ``b`` channels of a packed block, so
+schedule (``kiln.schedules.dense_cpu``) vectorizes over the ``b`` channels of a packed block, so
 each ``k`` loads ``b`` int8 values (or ``b`` bytes of nibbles), widens them to float and feeds
 one FMA per channel with the broadcast activation. int8's per-channel scale multiplies the sum
 once, in the epilogue stage (fused with a bias add or whatever follows).

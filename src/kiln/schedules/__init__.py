@@ -1,12 +1,14 @@
 """Schedules: how each fused function's loops run on a target.
 
 ``cpu`` holds the default tensor-level and loop-level CPU schedules; ``nn_cpu`` the per-op
-overrides (conv2d loop order, materialized padding, softmax); ``transformer_cpu`` the
-row-wise ops of transformer encoders (LayerNorm). ``primitives`` are the checked loop
+overrides of convolutions, pools and softmax; ``dense_cpu`` the matrix products (matmul,
+einsum, dense_pack, the weight-quantized denses); ``amx`` which integer stages try the AMX
+tile kernel first; ``transformer_cpu`` the row-wise ops of transformer encoders (LayerNorm,
+attention). ``primitives`` are the checked loop
 transformations they use. May import kiln.ir and kiln.errors.
 """
 
-from kiln.schedules import nn_cpu, transformer_cpu  # noqa: F401
+from kiln.schedules import dense_cpu, nn_cpu, transformer_cpu  # noqa: F401
 from kiln.schedules.cpu import (  # noqa: F401
     register_schedule,
     schedule_loops,

@@ -1,8 +1,8 @@
 """CPU schedules of the transformer encoder's row-wise ops (issue 17): LayerNorm, attention,
 the reshape that merges attention heads.
 
-Kept apart from :mod:`kiln.schedules.nn_cpu` (convolutions, dense) so each file stays one
-concept. May import kiln.ir and kiln.schedules.cpu.
+Kept apart from :mod:`kiln.schedules.nn_cpu` (convolutions) and
+:mod:`kiln.schedules.dense_cpu` (matrix products) so each file stays one concept. May import kiln.ir and kiln.schedules.cpu.
 """
 
 from __future__ import annotations

@@ -1,0 +1,225 @@
+"""CPU schedules of the matrix products: ``nn.matmul`` and matmul-like ``einsum`` (activations
+times activations), ``nn.dense_pack`` (float and integer, weights packed ``[N/b, K, b]`` at
+compile time: docs/decisions/003, 021) and the weight-quantized ``nn.dense_q8`` /
+``nn.dense_q4`` (docs/decisions/018). Each keeps a block of rows × one or two vectors of
+columns in registers and streams the reduction through it (TVM's topi/x86 ``dense_pack``
+schedule, much simpler)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln.ir import arith
+from kiln.ir.lower import Schedule
+from kiln.ir.te import IterVar, Tensor
+from kiln.schedules.amx import amx_call
+from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
+from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
+from kiln.tune.knobs import knob
+
+#: rows of a dense register block. First measured on a 128×384 · 384×1536 GEMM, one core: 4
+#: rows 82 GFLOP/s, 8 rows 131 (onnxruntime ~165), before the reduction was unrolled by 8
+#: (DENSE_K_UNROLL). With that unroll, on a Xeon with AVX-512 (one core, llvm): 8 rows 36
+#: GFLOP/s, 6 rows 77, 4 rows 73 (the 128×384 · 384×384 GEMM: 1018, 519, 544 us; MiniLM-L3 at
+#: [4, 33], whose 132 rows took 6-row blocks, ran its GEMMs twice as fast as at [1, 128]).
+DENSE_ROWS = 6
+#: the tuner's choices of rows a dense / matmul register block (knob ``tile_y``)
+ROW_CHOICES = (1, 2, 3, 4, 6, 8)
+
+#: reduction steps of a dense unrolled around its register block (as INPUT_UNROLL for convs):
+#: paraphrase-MiniLM-L3 at [1, 128], its 128×384·384×1536 and 128×1536·1536×384 GEMMs 8–10%
+#: faster than not unrolled (4: 6%; 16: within noise of 8); the batch-1 GEMVs unchanged.
+DENSE_K_UNROLL = 8
+
+
+#: columns of a matmul register block: two AVX2 vectors, one AVX-512 vector (as dense_pack's
+#: packed weight block)
+MATMUL_COLS = 16
+
+
+@register_schedule("matmul")
+def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
+    """Batched products of activations (attention scores, weighted values), as dense_pack
+    without packing: ``i_o, j_o, k, i_i (unrolled), j_i (vectorized)`` with the
+    ``DENSE_ROWS × MATMUL_COLS`` block of accumulators in registers; each ``k`` loads one
+    contiguous piece of a row of B. Symbolic rows take a tail block (clamped reads, guarded
+    stores), symbolic columns a last block moved back to end at the row's end (whole vectors;
+    ``split(tail="shift")``); extents below a block run the version with ``k`` outside a
+    contiguous output row."""
+    *outer, i, j = mm.axes
+    (k,) = mm.body.axes
+    stage = sch[mm]
+    if not (_blockable(i.extent, DENSE_ROWS) and _blockable(j.extent, MATMUL_COLS)):
+        stage.reorder(*outer, i, k, j)
+        return
+    most = i.extent if isinstance(i.extent, int) else max(ROW_CHOICES)
+    rows = stage.split(i, knob("tile_y", [r for r in ROW_CHOICES if r <= most], DENSE_ROWS),
+                       tail=True)
+    cols = stage.split(j, MATMUL_COLS, tail="shift")
+    _register_block(stage, outer, rows, cols, k)
+
+
+@register_schedule("einsum")
+def schedule_einsum(sch: Schedule, t: Tensor) -> None:
+    """A matmul-like einsum (``kiln.ops.einsum.matmul_roles``) register-blocked as
+    ``nn.matmul``: columns are its last output axis, rows an operand-A axis: a symbolic one
+    (the sequence) with a tail block, or the largest static one taken whole (the three query
+    heads per key head of grouped attention) when the columns are symbolic or no symbolic
+    row axis can be blocked (one decoded token). Other einsums keep the default loop nest."""
+    roles = getattr(t, "matmul_roles", None)
+    if roles is None or len(t.body.axes) != 1:
+        return
+    axes = list(t.axes)
+    j = axes[roles.col]
+    if not _blockable(j.extent, MATMUL_COLS):
+        return
+    stage = sch[t]
+    candidates = [axes[p] for p in roles.rows]
+    static = [ax for ax in candidates if isinstance(ax.extent, int) and ax.extent >= 2]
+    symbolic = [ax for ax in candidates if not isinstance(ax.extent, int)
+                and _blockable(ax.extent, DENSE_ROWS)]
+    # Symbolic columns (the cache length) take a shifted last block: rows with a tail too
+    # would send one decoded token to the version without blocks, so static rows go first.
+    if static and (not isinstance(j.extent, int) or not symbolic):
+        i = max(static, key=lambda ax: ax.extent)
+        rows = stage.split(i, knob("tile_y", _divisors(i.extent, max(ROW_CHOICES)),
+                                   max(_divisors(i.extent, DENSE_ROWS))))
+    elif symbolic:
+        i = symbolic[0]
+        rows = stage.split(i, knob("tile_y", ROW_CHOICES, DENSE_ROWS), tail=True)
+    else:
+        return
+    # Three rows (grouped heads) leave registers for four column vectors: each pass over
+    # the cache then reads two adjacent lines of a row, half the passes of a 16-column block
+    # (its rows are 768 bytes apart: a latency-bound stride once the cache is out of L2).
+    wide = isinstance(j.extent, int) and rows[1].extent <= 3 and j.extent % (2 * MATMUL_COLS) == 0
+    cols = stage.split(j, 2 * MATMUL_COLS if wide else MATMUL_COLS, tail="shift")
+    _register_block(stage, [ax for ax in axes if ax is not i and ax is not j], rows, cols,
+                    t.body.axes[0])
+
+
+#: a packed weight larger than this (a core's L2) is streamed once, its column panels outside
+#: the row blocks, rather than once per block of rows (SmolLM2's 576x49152 LM head over 128
+#: prompt tokens: the 113 MB weight read 22 times from memory)
+L2_WEIGHT_BYTES = 1 << 20
+
+
+def _weight_bytes(dense: Tensor) -> int:
+    packed = next(t for t in dense.inputs() if len(t.shape) == 3)
+    return math.prod(packed.shape) * np.dtype(packed.dtype).itemsize
+
+
+def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[IterVar, IterVar],
+                    k: IterVar, outer_k: tuple[IterVar, ...] = (),
+                    col_blocks: IterVar | None = None, k_unroll: int = 0,
+                    cols_first: bool = False) -> None:
+    """``*outer, i_o, j_o, *outer_k, k_o, k_i (unrolled), [col_blocks (unrolled),] i_i
+    (unrolled), j_i (vectorized)`` over split rows and columns, the ``[col_blocks ×] i_i × j_i``
+    block of accumulators kept local (registers), the reduction unrolled by up to
+    DENSE_K_UNROLL or ``k_unroll`` (dense_pack, matmul; the quantized dense ops' block axis is
+    ``outer_k``, their single-row blocks take ``col_blocks`` column blocks)."""
+    (io, ii), (jo, ji) = rows, cols
+    unroll = knob("unroll_k", [max(_divisors(k.extent, u)) for u in UNROLL_CHOICES],
+                  max(_divisors(k.extent, k_unroll or DENSE_K_UNROLL)))
+    ko, ki = stage.split(k, unroll)
+    blocks = () if col_blocks is None else (col_blocks,)
+    panels = (jo, io) if cols_first else (io, jo)
+    stage.reorder(*outer, *panels, *outer_k, ko, ki, *blocks, ii, ji)
+    stage.unroll(ki)
+    for ax in blocks:
+        stage.unroll(ax)
+    stage.unroll(ii)
+    stage.vectorize(ji)
+    stage.cache_write_local()
+
+
+@register_schedule("dense_pack")
+def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
+    """``i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i (vectorized)``: each ``k`` streams
+    one contiguous row of the packed weight into ``i_i × b`` accumulators held in registers."""
+    i, j = dense.axes
+    (k,) = dense.body.axes
+    block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    for t in dense.inputs():
+        if t.tag == "qnn_quads":  # the integer dense's activation words: once per row
+            sch[t].compute_root()
+    stage = sch[dense]
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    _register_block(stage, (), rows, stage.split(j, block), k,
+                    cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
+    stage.try_first = amx_call(dense)
+
+
+#: Column blocks of a single-row quantized dense's register block, per op. One block (two
+#: vectors) is bound by the latency of its two FMA chains: 576x1536 int8 GEMV 87 us, as
+#: float32; four blocks (eight chains) 43 us. q4 keeps each block's ``d`` and ``m`` vectors
+#: beside its accumulators: four blocks spilled them (docs/decisions/018).
+DENSE_COL_BLOCKS = {"dense_q8": 4, "dense_q4": 2}
+#: k steps of a quantized dense unrolled around its register block: q4 unrolls its whole block
+#: of 32 (no loop inside a block: 576x1536 GEMV 210 -> 167 us, LLVM; the 4 x 8 version's
+#: machine code had scalar byte loads and shuffles in its loop).
+DENSE_QUANT_K_UNROLL = {"dense_q8": DENSE_K_UNROLL, "dense_q4": 32}
+
+
+@register_schedule("dense_q8")
+@register_schedule("dense_q4")
+def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
+    """The quantized dense ops (docs/decisions/018) as dense_pack, their weights widened to
+    float in the vectorized channel loop; a single row accumulates up to DENSE_COL_BLOCKS
+    column blocks at once (keeping MIN_PARALLEL_EXTENT parallel column groups where there
+    are that many blocks). ``nn.dense_q4`` reduces over (block, k in the block): the block's
+    ``d`` and ``m`` vectors are invariant in the inner loops."""
+    i, j = dense.axes
+    *outer_k, k = dense.body.axes
+    block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    for t in dense.inputs():
+        if t.tag == "dense_q4_x":  # the rescaled activations: once per row, not per weight
+            sch[t].compute_root()
+    stage = sch[dense]
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    jo, ji = stage.split(j, block)
+    col_blocks = None
+    if rows[1].extent == 1:
+        groups = min(MIN_PARALLEL_EXTENT, jo.extent)
+        count = max(d for d in _divisors(jo.extent, DENSE_COL_BLOCKS[dense.tag])
+                    if jo.extent // d >= groups)
+        count = knob("tile_cb", _divisors(jo.extent, max(UNROLL_CHOICES[:4])), count)
+        jo, col_blocks = stage.split(jo, count)
+    _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks,
+                    DENSE_QUANT_K_UNROLL[dense.tag])
+
+
+def _row_limits(extent: arith.Dim, default: int) -> list[int]:
+    """The tuner's choices of a dense's most rows a block (``tile_y``): each of ROW_CHOICES
+    that splits a static ``extent`` differently from the ones before (and from ``default``);
+    all of them for a symbolic one."""
+    if not isinstance(extent, int):
+        return list(ROW_CHOICES)
+
+    def split(most: int) -> tuple[int, bool]:
+        rows = max(_divisors(extent, most))
+        return rows, extent > most and 2 * rows < most
+    seen = {split(default)}
+    out = []
+    for most in ROW_CHOICES:
+        if split(most) not in seen:
+            seen.add(split(most))
+            out.append(most)
+    return out
+
+
+def _dense_rows(stage, i: IterVar, scale: int = 1) -> tuple[IterVar, IterVar]:
+    """The rows of a dense split into register blocks of up to DENSE_ROWS // ``scale``
+    (:func:`wide_block_scale`)."""
+    most = max(1, DENSE_ROWS // scale)
+    most = knob("tile_y", _row_limits(i.extent, most), most)
+    rows = max(_divisors(i.extent, most))  # symbolic rows: what their divisors allow
+    static_tail = isinstance(i.extent, int) and i.extent > most and 2 * rows < most
+    if static_tail or (rows < most and not isinstance(i.extent, int) and tails_allowed()):
+        # symbolic rows (batch x sequence length), or a static count whose divisors make
+        # small blocks (7, 13 rows: one pass over the weights a row): full blocks and a
+        # partial last one; the kernel's other version (one row) keeps `rows`
+        return stage.split(i, most, tail=True)
+    return stage.split(i, rows)
