@@ -28,8 +28,13 @@ def compile_and_run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tmp_p
     """from_onnx → build → export_library → load_module → GraphModule.run; returns outputs."""
     shapes = {k: v.shape for k, v in inputs.items()}
     mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params)
-    path = tmp_path / "model.so"
+    return run_exported(kiln.build(mod, target=target, params=params), tmp_path / "model.so",
+                        inputs)
+
+
+def run_exported(lib, path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """export_library(path) → load_module → GraphModule: set the inputs, run once, return
+    every output."""
     lib.export_library(str(path))
     loaded = kiln.runtime.load_module(str(path))
     gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
@@ -37,6 +42,15 @@ def compile_and_run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tmp_p
         gmod.set_input(name, value)
     gmod.run()
     return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as the kernel lists them in /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {w for line in f if line.startswith("flags") for w in line.split()[2:]}
+    except OSError:
+        return set()
 
 
 def assert_close_to_reference(got: list[np.ndarray], want: list[np.ndarray],

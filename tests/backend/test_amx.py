@@ -20,6 +20,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import cpu_flags, run_exported
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
@@ -36,12 +37,6 @@ STATUS = {1: "AMX runs", 0: "KILN_AMX=0", -1: "the CPU has no AMX-TILE/AMX-INT8 
           -4: "built without AMX (not x86-64 Linux, or no AMX intrinsics in the compiler)"}
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return {w for line in f if line.startswith("flags") for w in line.split()[2:]}
-    except OSError:
-        return set()
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +102,7 @@ def test_status_explains_this_machine(support):
     assert status in STATUS
     if not X86:
         assert status == -4
-    elif "amx_int8" not in _cpu_flags():
+    elif "amx_int8" not in cpu_flags():
         assert status == -1, STATUS[status]
 
 
@@ -124,7 +119,7 @@ def test_declines_without_amx_or_below_one_tile(support):
 
 def _skip_without_amx(lib) -> None:
     status = _amx_status(lib)
-    if "amx_int8" not in _cpu_flags():
+    if "amx_int8" not in cpu_flags():
         pytest.skip("the CPU has no AMX-INT8 (/proc/cpuinfo flags)")
     if status != 1:
         pytest.skip(f"AMX is not usable here: {STATUS[status]}")
@@ -151,13 +146,7 @@ def _dense(x: np.ndarray, w: np.ndarray, zx: int, target: str, tmp_path) -> np.n
     xv = Var("x", TensorType(x.shape, str(x.dtype)))
     func = Function([xv], [Call("qnn.dense", [xv, Constant(w)], {"input_zero_point": zx})])
     lib = kiln.build(func, target=target)
-    path = tmp_path / "dense.so"
-    lib.export_library(str(path))
-    gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
-        kiln.cpu()))
-    gm.set_input("x", x)
-    gm.run()
-    return gm.get_output(0).numpy()
+    return run_exported(lib, tmp_path / "dense.so", {"x": x})[0]
 
 
 @pytest.mark.skipif(not X86, reason="x86-64 targets")
@@ -234,13 +223,7 @@ def _conv(x, w, zx, stride, pad, target, tmp_path, source=False):
     if source:
         mods = [lib.get_lib(), *lib.get_lib().imported_modules]
         return "".join(m.get_source("ll") for m in mods if m.type_key == "llvm")
-    path = tmp_path / "conv.so"
-    lib.export_library(str(path))
-    gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
-        kiln.cpu()))
-    gm.set_input("x", x)
-    gm.run()
-    return gm.get_output(0).numpy()
+    return run_exported(lib, tmp_path / "conv.so", {"x": x})[0]
 
 
 CONVS = [  # (dtype, zx, batch, cin, cout, size, kernel, stride, pad, AMX call compiled)

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import cpu_flags
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
@@ -132,15 +133,9 @@ def test_vnni_conv_uses_vpdpbusd(cpu, register):
     assert re.search(rf"vpdpbusd\s+[^\n]*%{register}", asm)
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return {w for line in f if line.startswith("flags") for w in line.split()[2:]}
-    except OSError:
-        return set()
 
 
-@pytest.mark.skipif(not {"avx512_vnni", "avx_vnni"} & _cpu_flags(),
+@pytest.mark.skipif(not {"avx512_vnni", "avx_vnni"} & cpu_flags(),
                     reason="the CPU has no AVX512-VNNI / AVX-VNNI (/proc/cpuinfo flags)")
 @pytest.mark.parametrize("dtype,zx", [("uint8", 128), ("int8", -3)])
 def test_vnni_conv_exact(dtype, zx):

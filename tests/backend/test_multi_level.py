@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_close_to_reference, run_onnxruntime
+from conftest import assert_close_to_reference, cpu_flags, run_onnxruntime
 from onnx import TensorProto, helper
 
 import kiln
@@ -32,17 +32,11 @@ pytestmark = pytest.mark.skipif(not host_triple().startswith("x86_64"),
                                 reason="multi-level libraries are for x86-64 hosts")
 
 
-def _cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def host_level() -> str:
     """The highest x86-64 level of this CPU, from /proc/cpuinfo (the kernel's view)."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags:
         return "x86-64-v4"
     if {"avx", "avx2", "bmi1", "bmi2", "fma"} <= flags:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import run_onnxruntime
+from conftest import run_exported, run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
@@ -60,12 +60,7 @@ def _run_graph(model: onnx.ModelProto, x: np.ndarray, target: str, mode: str | N
     """Build with the graph executor, export, load, run once."""
     mod, params = from_onnx(model)
     lib = kiln.build(mod, target=target, params=params, quantize_weights=mode)
-    lib.export_library(str(path))
-    gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
-        kiln.cpu()))
-    gm.set_input("x", x)
-    gm.run()
-    return gm.get_output(0).numpy()
+    return run_exported(lib, path, {"x": x})[0]
 
 
 @pytest.mark.parametrize("mode", MODES)
