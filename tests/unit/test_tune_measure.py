@@ -8,7 +8,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from tune_models import dense_model
 
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
@@ -26,13 +26,7 @@ TARGET = "llvm"
 
 @pytest.fixture(scope="module")
 def task():
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
-    mod, params = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    mod, params = from_onnx(dense_model())
     (t,) = extract_tasks(mod, params, TARGET)
     return t
 

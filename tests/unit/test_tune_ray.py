@@ -12,8 +12,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import pytest
+from tune_models import dense_model
 
 from kiln.errors import KilnError
 from kiln.tune.records import cpu_fingerprint, fingerprint_id
@@ -127,7 +127,6 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
     import json
 
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
     from kiln import cli
     from kiln.tune import ray_executor
@@ -146,14 +145,8 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
             return super().map_measure(fn, batch)
 
     monkeypatch.setattr(ray_executor, "RayExecutor", Counting)
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 32))
-                                .astype("float32"), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
     model = tmp_path / "matmul.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    onnx.save(dense_model(), model)
     on_ray, local = tmp_path / "ray.jsonl", tmp_path / "local.jsonl"
     common = [str(model), "--target", "llvm", "--repeat", "2", "-q"]
     assert cli.main(["tune", *common, "--trials", "3", "--batch-size", "3", "--ray",

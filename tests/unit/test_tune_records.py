@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from tune_models import dense_model
 
 from kiln.build_module import _lower_kernels, optimize, primitive_calls
 from kiln.errors import KilnError
@@ -99,13 +98,7 @@ def test_the_fingerprint_id_is_stable_and_separates_cpus():
 
 
 def _model():
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 32])], [w])
-    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    return from_onnx(dense_model())
 
 
 def _text(func) -> str:

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from tune_models import conv_model, dense_model, depthwise_model, einsum_model, matmul_model
 
 from kiln.backend.te_compiler import lower_primitive
 from kiln.errors import KilnError
@@ -26,56 +26,6 @@ from kiln.tune.tasks import extract_tasks, lower_candidate
 
 #: AVX-512 (32 registers: pixel blocks are divisors) and AVX2 (16: shifted last blocks)
 TARGETS = ["llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell"]
-
-
-def _model(nodes, inputs, output, inits) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, [output], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def conv_model(channels: int = 16, size: int = 6) -> onnx.ModelProto:
-    """Conv 3x3 (pad 1) + Relu over 1 x 8 x size x size: one conv2d_NCHWc kernel."""
-    rng = np.random.default_rng(1)
-    w = numpy_helper.from_array(rng.standard_normal((channels, 8, 3, 3)).astype("float32"), "w")
-    return _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-                   helper.make_node("Relu", ["c"], ["y"])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, size, size])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                [1, channels, size, size]), [w])
-
-
-def dense_model(rows: int = 7, k: int = 16, n: int = 32) -> onnx.ModelProto:
-    """MatMul rows x k by a constant k x n: one dense_pack kernel."""
-    rng = np.random.default_rng(2)
-    w = numpy_helper.from_array(rng.standard_normal((k, n)).astype("float32"), "w")
-    return _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n]), [w])
-
-
-def depthwise_model() -> onnx.ModelProto:
-    """Depthwise Conv 3x3 (group = channels) over 1 x 16 x 6 x 6."""
-    rng = np.random.default_rng(3)
-    w = numpy_helper.from_array(rng.standard_normal((16, 1, 3, 3)).astype("float32"), "w")
-    return _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=16)],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6]), [w])
-
-
-def matmul_model() -> onnx.ModelProto:
-    """MatMul of two activations (batched 1 x 12 x 8 by 1 x 8 x 16): nn.matmul."""
-    return _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 12, 8]),
-                   helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 8, 16])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 16]), [])
-
-
-def einsum_model() -> onnx.ModelProto:
-    """Attention scores as an Einsum (bhid,bhjd->bhij over 1 x 2 x 6 x 8 and 1 x 2 x 16 x 8)."""
-    return _model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bhid,bhjd->bhij")],
-                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2, 6, 8]),
-                   helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2, 16, 8])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 16]), [])
 
 
 def _task(model: onnx.ModelProto, target: str, tag: str):
