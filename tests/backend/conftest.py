@@ -142,3 +142,17 @@ def native_rt_asan(tmp_path_factory):
         pytest.skip(f"the compiler lacks the sanitizers: {proc.stderr[:200]}")
     assert proc.returncode == 0, proc.stderr
     return build
+
+
+def int_conv_reference(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:
+    """``Σ (x - zx) · w`` over NCHW / OIHW windows, padding contributing 0 (int64 loops)."""
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, _, kh, kw = w.shape
+    oh = (xs.shape[2] - kh) // stride + 1
+    ow = (xs.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            win = xs[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
+    return out

@@ -20,7 +20,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import cpu_flags, run_exported
+from conftest import cpu_flags, int_conv_reference, run_exported
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
@@ -202,18 +202,6 @@ def test_dense_uses_amx_exact(support, target, tmp_path, monkeypatch):
     np.testing.assert_array_equal(got, (x.astype(np.int64) + 5) @ w.astype(np.int64).T)
 
 
-def _conv_ref(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:
-    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    o, _, kh, kw = w.shape
-    oh, ow = (xs.shape[2] - kh) // stride + 1, (xs.shape[3] - kw) // stride + 1
-    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
-    for ky in range(kh):
-        for kx in range(kw):
-            win = xs[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
-    return out
-
-
 def _conv(x, w, zx, stride, pad, target, tmp_path, source=False):
     xv = Var("x", TensorType(x.shape, str(x.dtype)))
     attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1),
@@ -249,4 +237,4 @@ def test_conv_amx_call_and_exact(support, dtype, zx, batch, cin, cout, size, ker
     assert ("KilnAMXGemmU8S8" in _conv(x, w, zx, stride, pad, "llvm -mcpu=sapphirerapids",
                                        tmp_path, source=True)) == amx
     got = _conv(x, w, zx, stride, pad, target, tmp_path)
-    np.testing.assert_array_equal(got, _conv_ref(x, w, zx, stride, pad))
+    np.testing.assert_array_equal(got, int_conv_reference(x, w, zx, stride, pad))

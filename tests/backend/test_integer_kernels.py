@@ -12,27 +12,13 @@ import re
 
 import numpy as np
 import pytest
-from conftest import cpu_flags
+from conftest import cpu_flags, int_conv_reference
 
 import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
 from kiln.target import Target
 
 RNG = np.random.default_rng(21)
-
-
-def _conv_ref(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:
-    """``Σ (x - zx) · w`` over NCHW / OIHW windows, padding contributing 0 (int64 loops)."""
-    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    o, _, kh, kw = w.shape
-    oh = (xs.shape[2] - kh) // stride + 1
-    ow = (xs.shape[3] - kw) // stride + 1
-    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
-    for ky in range(kh):
-        for kx in range(kw):
-            win = xs[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
-    return out
 
 
 def _data(shape, dtype: str, extreme: bool) -> np.ndarray:
@@ -77,7 +63,7 @@ def test_conv2d_exact(dtype, zx, cin, cout, size, kernel, stride, extreme, targe
     func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
     got = _run(func, x, target)
     assert got.dtype == np.int32
-    np.testing.assert_array_equal(got, _conv_ref(x, w, zx, stride, pad))
+    np.testing.assert_array_equal(got, int_conv_reference(x, w, zx, stride, pad))
 
 
 @pytest.mark.parametrize("dtype,zx,rows,k,n", [("uint8", 131, 1, 64, 40), ("int8", -2, 3, 200, 16)])
@@ -146,7 +132,7 @@ def test_vnni_conv_exact(dtype, zx):
     xv = Var("x", TensorType(x.shape, dtype))
     func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
     assert Target("llvm -mcpu=native").int8_dot().startswith("vnni")
-    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), _conv_ref(x, w, zx, 1, 1))
+    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), int_conv_reference(x, w, zx, 1, 1))
 
 
 @pytest.mark.skipif(not _x86(), reason="x86 assembly")
