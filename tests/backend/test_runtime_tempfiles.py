@@ -75,7 +75,9 @@ def test_jit_compile_leaves_only_the_cached_library(tmp_path, tmpdir_env):
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     names = sorted(os.listdir(cache))
     assert len(names) == 2 and names[0].startswith("csource-") and names[0].endswith(".so")
-    # and the compile cache's objects (kiln.runtime.compile_cache), whole entries only
+    # and the compile cache's objects (kiln.runtime.compile_cache), whole entries only: the
+    # kernels' and each support source's
     assert names[1] == "objects"
     objects = os.listdir(cache / "objects")
-    assert len(objects) == 2 and all(n.endswith(".o") for n in objects)
+    assert len(objects) == 1 + len(toolchain.SUPPORT_SOURCES)
+    assert all(n.endswith(".o") for n in objects)

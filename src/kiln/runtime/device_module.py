@@ -202,7 +202,8 @@ class SourceDeviceModule(Module):
         parts = [s.encode() for s in self.sources]
         return build_cached_library("device", parts, objects, cc=cc,
                                     flags=flags, link_flags=link_flags,
-                                    folder=device_cache_dir())
+                                    folder=device_cache_dir(),
+                                    support=toolchain.DEVICE_SUPPORT_SOURCES)
 
     # -- serialization
     def save_to_binary(self) -> bytes:

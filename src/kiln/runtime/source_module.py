@@ -38,7 +38,8 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
                          link_options: Sequence[str] = (), cc: Sequence[str] | None = None,
                          flags: Sequence[str] = toolchain.COMPILE_FLAGS,
                          link_flags: Sequence[str] = toolchain.LINK_FLAGS,
-                         folder: Path | None = None) -> str:
+                         folder: Path | None = None,
+                         support: Sequence[tuple[Path, str]] = toolchain.SUPPORT_SOURCES) -> str:
     """A shared library of ``objects(workdir)`` plus the backend support, cached in ``folder``
     (default :func:`cache_dir`) under a hash of ``key_parts``, the backend source, the compiler
     (its command and :func:`~kiln.runtime.toolchain.compiler_identity`: version, target,
@@ -62,6 +63,9 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
         ``COMPILE_FLAGS``, ``LINK_FLAGS``; a device compiler passes its own).
     folder : Path, optional
         The cache folder (a private one: :func:`kiln.runtime.private_dir.private_dir`).
+    support : sequence of (Path, str)
+        The support sources compiled and linked with the objects (and hashed into the key):
+        :data:`~kiln.runtime.toolchain.SUPPORT_SOURCES`, or ``DEVICE_SUPPORT_SOURCES``.
 
     Raises
     ------
@@ -71,7 +75,7 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     cc = list(cc) if cc else toolchain.find_cc()
     ident = toolchain.compiler_identity(tuple(cc), tuple(flags)) or ""
     key = hashlib.sha256()
-    for part in (*key_parts, *(src.read_bytes() for src, _ in toolchain.SUPPORT_SOURCES),
+    for part in (*key_parts, *(src.read_bytes() for src, _ in support),
                  " ".join(cc).encode(),
                  ident.encode(), " ".join([*flags, *link_flags, *toolchain.LINK_LIBS]).encode(),
                  " ".join(link_options).encode()):
@@ -82,10 +86,10 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
         return str(target)
     work = Path(tempfile.mkdtemp(prefix="kiln-jit-"))
     try:
-        support = [work / name for _, name in toolchain.SUPPORT_SOURCES]
-        for (source, _), copy in zip(toolchain.SUPPORT_SOURCES, support):
+        copies = [work / name for _, name in support]
+        for (source, _), copy in zip(support, copies):
             shutil.copyfile(source, copy)
-        objs = objects(work) + toolchain.compile_objects(support, cc, flags=flags)
+        objs = objects(work) + toolchain.compile_objects(copies, cc, flags=flags)
         toolchain.link_shared_atomic(objs, target, cc, link_options, link_flags)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -32,8 +32,12 @@ INCLUDE_DIR = RUNTIME_DIR / "include"
 BACKEND_C = RUNTIME_DIR / "support" / "backend.c"
 #: the AMX int8 kernel (docs/decisions/026-amx.md), linked beside backend.c
 AMX_C = RUNTIME_DIR / "support" / "amx.c"
-#: the support sources every library links: (source, file name in the build folder)
+#: the support sources every host library links: (source, file name in the build folder)
 SUPPORT_SOURCES = ((BACKEND_C, "kiln_backend.c"), (AMX_C, "kiln_amx.c"))
+#: the support of a source-embedded device's libraries (target ``jit``): its kernels never call
+#: the AMX kernel, and the native runtime's device JIT (src/kiln/native/src/rt_jit.c) builds with
+#: backend.c alone under the same cache key, so both runtimes share each other's builds
+DEVICE_SUPPORT_SOURCES = SUPPORT_SOURCES[:1]
 
 #: flags for each translation unit: -fopenmp-simd makes the codegen's `#pragma omp simd` loops
 #: vectorize without any OpenMP runtime (parallel loops run on the support code's own pool)
