@@ -7,9 +7,9 @@
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
  * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the
- * list builtins of decision 015 in rt_vm_lists.c. The others of the Python runtime (the
- * data-dependent ops of decision 016 done in numpy, kv_append of decision 019) fail at
- * vm_initialization, naming the builtin and the call site.
+ * list builtins of decision 015 in rt_vm_lists.c; kv_append (decision 019) in rt_vm_kv.c.
+ * The others of the Python runtime (the data-dependent ops of decision 016 done in numpy)
+ * fail at vm_initialization, naming the builtin and the call site.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
 
 static const char* const kiln_python_only[] = {
     "nonzero", "unique", "non_max_suppression", "compress", "topk", "range",
-    "reshape_to", "expand", "constant_of_shape", "tile", "slice", "kv_append",
+    "reshape_to", "expand", "constant_of_shape", "tile", "slice",
 };
 
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
@@ -537,6 +537,7 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
     int rc = kiln_vm_prepare_list_builtin(e, f, b, s);
     if (rc != 1) return rc;
   }
+  if (strcmp(b, "kv_append") == 0) return kiln_vm_prepare_kv_builtin(s);
   if (strcmp(b, "reshape") == 0) {
     if (kiln_nargs(s, 1, -1) != 0 || kiln_size_args(s, 1) != 0) return -1;
     s->run = kiln_reshape;

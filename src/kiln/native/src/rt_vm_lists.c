@@ -11,13 +11,13 @@
 
 #include "rt_vm.h"
 
-static const char* kiln_kind_name(const KilnVMValue* v) {
+const char* kiln_vm_kind_name(const KilnVMValue* v) {
   static const char* const names[] = {"None", "int", "NDArray", "Storage", "tuple", "ScanList"};
   return v->kind >= 0 && v->kind <= KV_LIST ? names[v->kind] : "?";
 }
 
 /* "float32[2, 3]" */
-static const char* kiln_type_text(DLDataType dt, int ndim, const int64_t* shape, char* buf,
+const char* kiln_vm_type_text(DLDataType dt, int ndim, const int64_t* shape, char* buf,
                                   size_t n) {
   size_t used = (size_t)snprintf(buf, n, "%s[", kiln_vm_dtype_name(dt));
   int d;
@@ -30,7 +30,7 @@ static const char* kiln_type_text(DLDataType dt, int ndim, const int64_t* shape,
 static int kiln_list_arg(const KilnVMValue* v, const char* builtin, KilnVMList** out) {
   if (v->kind != KV_LIST)
     return kiln_fail("vm.builtin.%s: argument 0 is %s, not a list made by vm.builtin.list_new",
-                     builtin, kiln_kind_name(v));
+                     builtin, kiln_vm_kind_name(v));
   *out = v->u.list;
   return 0;
 }
@@ -52,7 +52,7 @@ static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
   if (kiln_list_arg(&args[0], "list_append", &l) != 0) return -1;
   if (args[1].kind != KV_TENSOR)
     return kiln_fail("vm.builtin.list_append: argument 1 is %s, not a tensor",
-                     kiln_kind_name(&args[1]));
+                     kiln_vm_kind_name(&args[1]));
   if (l->n == l->cap) { /* the old array stays a block of the call */
     size_t cap = l->cap ? 2 * l->cap : 16;
     DLTensor** items = (DLTensor**)kiln_vm_call_alloc(fr->vm, cap * sizeof(DLTensor*));
@@ -85,13 +85,13 @@ static int kiln_list_stack(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
     if (!same)
       return kiln_fail("ShapeError: %s: iteration %zu gave %s, expected %s (one type for every "
                        "iteration)", label, i,
-                       kiln_type_text(e->dtype, e->ndim, e->shape, got, sizeof(got)),
-                       kiln_type_text(s->dtype, nd, dims, want, sizeof(want)));
+                       kiln_vm_type_text(e->dtype, e->ndim, e->shape, got, sizeof(got)),
+                       kiln_vm_type_text(s->dtype, nd, dims, want, sizeof(want)));
   }
   for (d = 0; d < nd; ++d) {
     if (dims[d] < 0)
       return kiln_fail("ShapeError: %s: negative element dims %s", label,
-                       kiln_type_text(s->dtype, nd, dims, want, sizeof(want)) +
+                       kiln_vm_type_text(s->dtype, nd, dims, want, sizeof(want)) +
                            strlen(kiln_vm_dtype_name(s->dtype)));
     if (dims[d] && elem > ((size_t)1 << 46) / (size_t)dims[d])
       return kiln_fail("ShapeError: %s: element dims too large", label);
@@ -128,8 +128,8 @@ static int kiln_bind_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
   if (t == NULL || t->dtype.code != dt.code || t->dtype.bits != dt.bits || t->ndim != ndim) {
     snprintf(want, sizeof(want), "%s", kiln_vm_dtype_name(dt));
     return kiln_fail("ShapeError: %s: expected a rank-%d %s tensor, got %s", s->text, ndim, want,
-                     t ? kiln_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got))
-                       : kiln_kind_name(&args[0]));
+                     t ? kiln_vm_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got))
+                       : kiln_vm_kind_name(&args[0]));
   }
   for (i = 0; i < ndim; ++i) {
     int64_t kind = spec[3 + 2 * i], value = spec[4 + 2 * i], d = t->shape[i];

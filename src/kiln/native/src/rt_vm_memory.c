@@ -104,6 +104,8 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
   } else if (v->kind == KV_TENSOR) {
     const DLTensor* t = v->u.t;
     DLTensor** slot;
+    int kv = vm->num_kv ? kiln_vm_kv_result(vm, t, out) : 0;
+    if (kv != 0) return kv < 0 ? -1 : 0;
     if (vm->num_out == vm->cap_out) {
       size_t c = vm->cap_out ? 2 * vm->cap_out : 8;
       DLTensor** grown = (DLTensor**)realloc(vm->out_tensors, c * sizeof(DLTensor*));
