@@ -206,6 +206,13 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* exe, const KilnVMFunct
 /* rt_vm_lists.c: bind_shape, list_new, list_append, list_stack; 1 when `b` is none of them. */
 int kiln_vm_prepare_list_builtin(const KilnVMExec* e, const KilnVMFunction* f, const char* b,
                                  KilnVMSite* s);
+/* rt_vm_dynamic.c: nonzero, topk, compress (decision 016); 1 when `b` is none of them. */
+int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s);
+/* Element i of an integer or bool tensor as int64 (a float's truth value). */
+int64_t kiln_vm_element(const DLTensor* t, int64_t i);
+/* A new tensor whose header, shape and data are one block of the call; NULL with the error
+   set (a size over 2^46 bytes). */
+DLTensor* kiln_vm_call_tensor(KilnVM* vm, DLDataType dtype, int ndim, const int64_t* shape);
 /* rt_vm_kv.c: kv_append (decision 019). */
 int kiln_vm_prepare_kv_builtin(KilnVMSite* s);
 /* A result tensor that is a view of an append buffer: 1 with `out` a VM-owned view (not a

@@ -7,9 +7,9 @@
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
  * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the
- * list builtins of decision 015 in rt_vm_lists.c; kv_append (decision 019) in rt_vm_kv.c.
- * The others of the Python runtime (the data-dependent ops of decision 016 done in numpy)
- * fail at vm_initialization, naming the builtin and the call site.
+ * list builtins of decision 015 in rt_vm_lists.c; kv_append (decision 019) in rt_vm_kv.c;
+ * nonzero, topk and compress (decision 016) in rt_vm_dynamic.c. The other data-dependent ops
+ * of the Python runtime fail at vm_initialization, naming the builtin and the call site.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,8 +21,8 @@
 #define KILN_ALIGN 64
 
 static const char* const kiln_python_only[] = {
-    "nonzero", "unique", "non_max_suppression", "compress", "topk", "range",
-    "reshape_to", "expand", "constant_of_shape", "tile", "slice",
+    "unique", "non_max_suppression", "range", "reshape_to", "expand", "constant_of_shape",
+    "tile", "slice",
 };
 
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
@@ -375,7 +375,7 @@ static int kiln_copy(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
   return 0;
 }
 
-static int64_t kiln_element(const DLTensor* t, int64_t i) {
+int64_t kiln_vm_element(const DLTensor* t, int64_t i) {
   const char* p = (const char*)t->data + t->byte_offset;
   switch (t->dtype.bits) {
     case 8:
@@ -407,7 +407,7 @@ static int kiln_tensor_to_heap(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args
     return kiln_fail("ShapeError: vm.builtin.tensor_to_heap: %lld values for %zu slots",
                      (long long)kiln_numel(t), s->spec_n);
   for (i = 0; i < s->spec_n; ++i) {
-    int64_t v = kiln_element(t, (int64_t)i), slot = s->spec[i];
+    int64_t v = kiln_vm_element(t, (int64_t)i), slot = s->spec[i];
     if ((uint64_t)slot < e->num_symbols &&
         kiln_check_bounds("data-dependent shape", 0, e->symbols[slot].name, v,
                           &e->symbols[slot]) != 0)
@@ -430,7 +430,7 @@ int kiln_vm_read_bool_value(const DLTensor* t, int* out) {
   if (kiln_numel(t) != 1)
     return kiln_fail("ShapeError: a condition (read_bool / If) is a tensor of %lld values, not "
                      "one", (long long)kiln_numel(t));
-  *out = kiln_element(t, 0) != 0;
+  *out = kiln_vm_element(t, 0) != 0;
   return 0;
 }
 
@@ -538,6 +538,10 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
     if (rc != 1) return rc;
   }
   if (strcmp(b, "kv_append") == 0) return kiln_vm_prepare_kv_builtin(s);
+  {
+    int rc = kiln_vm_prepare_dynamic_builtin(b, s);
+    if (rc != 1) return rc;
+  }
   if (strcmp(b, "reshape") == 0) {
     if (kiln_nargs(s, 1, -1) != 0 || kiln_size_args(s, 1) != 0) return -1;
     s->run = kiln_reshape;

@@ -71,11 +71,11 @@ static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
 static int kiln_list_stack(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   const char* label = s->text;
   int nd = s->ins->nargs - 3, d;
-  int64_t dims[KILN_VM_MAX_NDIM];
+  int64_t dims[KILN_VM_MAX_NDIM + 1];
   KilnVMList* l = NULL;
   DLTensor* t;
-  size_t i, head, elem = 1, nbytes;
-  char* blk, want[200], got[200];
+  size_t i, elem = 1, nbytes;
+  char want[200], got[200];
   if (kiln_list_arg(&args[0], "list_stack", &l) != 0) return -1;
   for (d = 0; d < nd; ++d) dims[d] = args[3 + d].u.i;
   for (i = 0; i < l->n; ++i) {
@@ -98,16 +98,9 @@ static int kiln_list_stack(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
     elem *= (size_t)dims[d];
   }
   nbytes = elem * ((s->dtype.bits + 7u) / 8u); /* the elements exist: no overflow past them */
-  head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)(nd + 1) + 63) & ~(size_t)63;
-  if ((blk = (char*)kiln_vm_call_alloc(fr->vm, head + nbytes * l->n)) == NULL) return -1;
-  t = (DLTensor*)blk;
-  t->data = blk + head;
-  t->device.device_type = kDLCPU;
-  t->ndim = nd + 1;
-  t->dtype = s->dtype;
-  t->shape = (int64_t*)(blk + sizeof(DLTensor));
-  t->shape[0] = (int64_t)l->n;
-  memcpy(t->shape + 1, dims, sizeof(int64_t) * (size_t)nd);
+  memmove(dims + 1, dims, sizeof(int64_t) * (size_t)nd);
+  dims[0] = (int64_t)l->n;
+  if ((t = kiln_vm_call_tensor(fr->vm, s->dtype, nd + 1, dims)) == NULL) return -1;
   for (i = 0; i < l->n && nbytes; ++i)
     memcpy((char*)t->data + i * nbytes, l->items[i]->data, nbytes);
   out->kind = KV_TENSOR;

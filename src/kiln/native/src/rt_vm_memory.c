@@ -177,6 +177,30 @@ void* kiln_vm_call_alloc(KilnVM* vm, size_t n) {
   return p;
 }
 
+DLTensor* kiln_vm_call_tensor(KilnVM* vm, DLDataType dtype, int ndim, const int64_t* shape) {
+  size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)(ndim + 1) + 63) & ~(size_t)63;
+  size_t nbytes = ((size_t)dtype.bits * dtype.lanes + 7u) / 8u;
+  DLTensor* t;
+  char* blk;
+  int d;
+  for (d = 0; d < ndim; ++d) {
+    if (shape[d] < 0 || (shape[d] && nbytes > ((size_t)1 << 46) / (size_t)shape[d])) {
+      kiln_fail("VM: a result of %d dims is too large or has a negative dim", ndim);
+      return NULL;
+    }
+    nbytes *= (size_t)shape[d];
+  }
+  if ((blk = (char*)kiln_vm_call_alloc(vm, head + nbytes)) == NULL) return NULL;
+  t = (DLTensor*)blk;
+  t->data = blk + head;
+  t->device.device_type = kDLCPU;
+  t->ndim = ndim;
+  t->dtype = dtype;
+  t->shape = (int64_t*)(blk + sizeof(DLTensor));
+  if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  return t;
+}
+
 int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out) {
   if (out->kind == KV_TENSOR && out->u.t == &s->view) {
     size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)s->view.ndim + 63) & ~(size_t)63;

@@ -1,0 +1,233 @@
+/*
+ * Data-dependent builtins of decision 016 in C: nonzero, topk, compress. The twins of
+ * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
+ * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
+ * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
+ * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with
+ * bind_shape. The other builtins of that decision (unique, non_max_suppression, range,
+ * reshape_to, expand, constant_of_shape, tile, slice) still fail at vm_initialization.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_vm.h"
+
+static int kiln_dyn_tensors(const char* name, KilnVMValue* args, int n) {
+  int i;
+  for (i = 0; i < n; ++i)
+    if (args[i].kind != KV_TENSOR)
+      return kiln_fail("vm.builtin.%s: argument %d is %s, not a tensor", name, i,
+                       kiln_vm_kind_name(&args[i]));
+  return 0;
+}
+
+static int64_t kiln_dyn_numel(const DLTensor* t) {
+  int64_t n = 1;
+  int d;
+  for (d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+static size_t kiln_dyn_elem(const DLTensor* t) { return (t->dtype.bits * t->dtype.lanes + 7u) / 8u; }
+
+/* numpy's truth of element i (NaN is true; a float16's -0 is false) */
+static int kiln_dyn_true(const DLTensor* t, int64_t i) {
+  if (t->dtype.bits == 16 && (t->dtype.code == kDLFloat || t->dtype.code == kDLBfloat))
+    return (((const uint16_t*)((const char*)t->data + t->byte_offset))[i] & 0x7fff) != 0;
+  return kiln_vm_element(t, i) != 0;
+}
+
+/* nonzero(x): int64 [rank, n] */
+static int kiln_nonzero(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor* x;
+  DLTensor* y;
+  int64_t n = 0, size, i, k = 0, shape[2];
+  int d;
+  (void)s;
+  if (kiln_dyn_tensors("nonzero", args, 1) != 0) return -1;
+  x = args[0].u.t;
+  size = kiln_dyn_numel(x);
+  for (i = 0; i < size; ++i) n += kiln_dyn_true(x, i);
+  shape[0] = x->ndim, shape[1] = n;
+  if ((y = kiln_vm_call_tensor(fr->vm, (DLDataType){kDLInt, 64, 1}, 2, shape)) == NULL) return -1;
+  for (i = 0; i < size && x->ndim; ++i) {
+    int64_t rest = i;
+    if (!kiln_dyn_true(x, i)) continue;
+    for (d = x->ndim - 1; d >= 0; --d) {
+      ((int64_t*)y->data)[d * n + k] = rest % x->shape[d];
+      rest /= x->shape[d];
+    }
+    ++k;
+  }
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
+/* compress(x, condition, IMM axis): axis -1 flattens x */
+static int kiln_compress(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor *x, *c;
+  DLTensor* y;
+  int64_t axis = s->ins->args[2].value, extent, outer = 1, inner, cn, count = 0, i, o, j = 0;
+  int64_t shape[KILN_VM_MAX_NDIM];
+  int d, ndim;
+  size_t esz;
+  if (kiln_dyn_tensors("compress", args, 2) != 0) return -1;
+  x = args[0].u.t, c = args[1].u.t;
+  esz = kiln_dyn_elem(x);
+  if (axis >= x->ndim) return kiln_fail("vm.builtin.compress: axis %lld out of range for rank %d",
+                                        (long long)axis, x->ndim);
+  extent = axis < 0 ? kiln_dyn_numel(x) : x->shape[axis];
+  cn = kiln_dyn_numel(c);
+  if (cn > extent)
+    return kiln_fail("ShapeError: Compress: a condition of %lld entries for an axis of %lld",
+                     (long long)cn, (long long)extent);
+  for (i = 0; i < cn; ++i) count += kiln_dyn_true(c, i);
+  ndim = axis < 0 ? 1 : x->ndim;
+  inner = (int64_t)esz;
+  for (d = 0; d < ndim; ++d) {
+    shape[d] = axis < 0 || d == axis ? count : x->shape[d];
+    if (axis >= 0 && d < axis) outer *= x->shape[d];
+    if (axis >= 0 && d > axis) inner *= x->shape[d];
+  }
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, ndim, shape)) == NULL) return -1;
+  for (o = 0; o < outer && inner; ++o)
+    for (i = 0; i < cn; ++i)
+      if (kiln_dyn_true(c, i))
+        memcpy((char*)y->data + (j++) * inner,
+               (const char*)x->data + x->byte_offset + (o * extent + i) * inner, (size_t)inner);
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
+/* topk's order: a stable merge sort of positions by their keys (floats as double, NaN
+   greatest as in np.lexsort; integers as int64), largest first or smallest first */
+typedef struct {
+  const double* f;
+  const int64_t* i;
+  int largest;
+} KilnTopkKeys;
+
+static int kiln_topk_before(const KilnTopkKeys* k, int64_t a, int64_t b) {
+  if (k->f) {
+    double x = k->f[a], y = k->f[b];
+    if (isnan(x) || isnan(y)) return k->largest ? isnan(x) && !isnan(y) : !isnan(x) && isnan(y);
+    return k->largest ? x > y : x < y;
+  }
+  return k->largest ? k->i[a] > k->i[b] : k->i[a] < k->i[b];
+}
+
+static void kiln_topk_sort(const KilnTopkKeys* k, int64_t* idx, int64_t* tmp, int64_t n) {
+  int64_t h = n / 2, a = 0, b = h, o = 0;
+  if (n < 2) return;
+  kiln_topk_sort(k, idx, tmp, h);
+  kiln_topk_sort(k, idx + h, tmp, n - h);
+  while (a < h && b < n) tmp[o++] = kiln_topk_before(k, idx[b], idx[a]) ? idx[b++] : idx[a++];
+  while (a < h) tmp[o++] = idx[a++];
+  while (b < n) tmp[o++] = idx[b++];
+  memcpy(idx, tmp, sizeof(int64_t) * (size_t)n);
+}
+
+static double kiln_topk_float(const DLTensor* x, int64_t i) {
+  const char* p = (const char*)x->data + x->byte_offset;
+  return x->dtype.bits == 32 ? (double)((const float*)p)[i] : ((const double*)p)[i];
+}
+
+/* topk(x, k, IMM axis, IMM largest): (values, int64 indices) */
+static int kiln_topk(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor *x, *kt;
+  DLTensor *vals, *inds;
+  int64_t axis = s->ins->args[2].value, k, n, outer = 1, inner = 1, o, in, j;
+  int64_t shape[KILN_VM_MAX_NDIM];
+  KilnTopkKeys keys = {NULL, NULL, s->ins->args[3].value != 0};
+  int64_t *idx, *tmp;
+  void* kbuf;
+  size_t esz;
+  int d, isfloat;
+  char got[200];
+  KilnVMTuple* tup;
+  if (kiln_dyn_tensors("topk", args, 2) != 0) return -1;
+  x = args[0].u.t, kt = args[1].u.t;
+  esz = kiln_dyn_elem(x);
+  isfloat = x->dtype.code == kDLFloat;
+  if ((isfloat && x->dtype.bits != 32 && x->dtype.bits != 64) ||
+      (!isfloat && x->dtype.code != kDLInt && x->dtype.code != kDLUInt) ||
+      (x->dtype.code == kDLUInt && x->dtype.bits == 64) || x->dtype.lanes != 1)
+    return kiln_fail("vm.builtin.topk: %s is not supported by the native runtime's VM",
+                     kiln_vm_dtype_name(x->dtype));
+  if (axis < 0) axis += x->ndim;
+  if (axis < 0 || axis >= x->ndim)
+    return kiln_fail("vm.builtin.topk: axis %lld out of range for rank %d",
+                     (long long)s->ins->args[2].value, x->ndim);
+  if (kiln_dyn_numel(kt) != 1)
+    return kiln_fail("ShapeError: TopK: k must have one element, got shape %s",
+                     kiln_vm_type_text(kt->dtype, kt->ndim, kt->shape, got, sizeof(got)) +
+                         strlen(kiln_vm_dtype_name(kt->dtype)));
+  k = kiln_vm_element(kt, 0), n = x->shape[axis];
+  if (k < 0 || k > n)
+    return kiln_fail("ShapeError: TopK: k = %lld is outside [0, %lld] (axis %lld of %s)",
+                     (long long)k, (long long)n, (long long)axis,
+                     kiln_vm_type_text(x->dtype, x->ndim, x->shape, got, sizeof(got)) +
+                         strlen(kiln_vm_dtype_name(x->dtype)));
+  for (d = 0; d < x->ndim; ++d) {
+    shape[d] = d == axis ? k : x->shape[d];
+    if (d < axis) outer *= x->shape[d];
+    if (d > axis) inner *= x->shape[d];
+  }
+  if ((vals = kiln_vm_call_tensor(fr->vm, x->dtype, x->ndim, shape)) == NULL ||
+      (inds = kiln_vm_call_tensor(fr->vm, (DLDataType){kDLInt, 64, 1}, x->ndim, shape)) == NULL ||
+      (tup = (KilnVMTuple*)kiln_vm_call_alloc(fr->vm, sizeof(KilnVMTuple) +
+                                                          2 * sizeof(KilnVMValue))) == NULL ||
+      (idx = (int64_t*)kiln_vm_call_alloc(fr->vm, 2 * sizeof(int64_t) * (size_t)(n + 1))) == NULL ||
+      (kbuf = kiln_vm_call_alloc(fr->vm, 8 * (size_t)(n + 1))) == NULL)
+    return -1;
+  tmp = idx + n + 1;
+  for (o = 0; o < outer; ++o)
+    for (in = 0; in < inner; ++in) {
+      int64_t base = o * n * inner + in;
+      for (j = 0; j < n; ++j) {
+        int64_t at = base + j * inner;
+        idx[j] = j;
+        if (isfloat) ((double*)kbuf)[j] = kiln_topk_float(x, at);
+        else ((int64_t*)kbuf)[j] = kiln_vm_element(x, at);
+      }
+      keys.f = isfloat ? (const double*)kbuf : NULL;
+      keys.i = isfloat ? NULL : (const int64_t*)kbuf;
+      kiln_topk_sort(&keys, idx, tmp, n);
+      for (j = 0; j < k; ++j) {
+        int64_t dst = o * k * inner + j * inner + in;
+        memcpy((char*)vals->data + dst * (int64_t)esz,
+               (const char*)x->data + x->byte_offset + (base + idx[j] * inner) * (int64_t)esz,
+               esz);
+        ((int64_t*)inds->data)[dst] = idx[j];
+      }
+    }
+  tup->n = 2;
+  tup->items = (KilnVMValue*)(tup + 1);
+  tup->items[0].kind = tup->items[1].kind = KV_TENSOR;
+  tup->items[0].u.t = vals, tup->items[1].u.t = inds;
+  out->kind = KV_TUPLE;
+  out->u.tup = tup;
+  return 0;
+}
+
+/* Static checks (vm_dynamic_ops._tensor_op): the count of arguments, the immediates. */
+static int kiln_dyn_prepare(KilnVMSite* s, KilnVMBuiltinRun run, int ntensors, int nimm) {
+  int i;
+  if (kiln_nargs(s, ntensors + nimm, ntensors + nimm) != 0) return -1;
+  for (i = ntensors; i < ntensors + nimm; ++i)
+    if (s->ins->args[i].kind != KILN_ARG_IMM)
+      return kiln_site_fail(s, "argument %d must be an immediate", i);
+  s->run = run;
+  return 0;
+}
+
+int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s) {
+  if (strcmp(b, "nonzero") == 0) return kiln_dyn_prepare(s, kiln_nonzero, 1, 0);
+  if (strcmp(b, "topk") == 0) return kiln_dyn_prepare(s, kiln_topk, 2, 2);
+  if (strcmp(b, "compress") == 0) return kiln_dyn_prepare(s, kiln_compress, 2, 1);
+  return 1;
+}

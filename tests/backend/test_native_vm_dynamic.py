@@ -1,0 +1,101 @@
+"""The C VM's data-dependent builtins (decision 016, src/kiln/native/src/rt_vm_dynamic.c):
+single-op ONNX models with NonZero, TopK (a data ``k``) and Compress (a data condition) run by
+``kiln_run`` under ASan + UBSan, each result equal to the Python VM's on the same file and to
+onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import run_onnxruntime
+from onnx import TensorProto, helper
+from test_native_vm import _export, asan, kiln_run_vm, run_vm_fuzz  # noqa: F401 (asan: a fixture)
+from test_vm_data_dependent import _model
+
+import kiln
+from kiln.vm import VirtualMachine
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+RNG = np.random.default_rng(3)
+
+
+def _sparse(shape, dtype="float32"):
+    return (RNG.integers(-3, 4, shape) * (RNG.random(shape) < 0.4)).astype(dtype)
+
+
+def _topk(axis, largest, dtype=F, shape=(3, 5)):
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis,
+                            largest=largest)
+    return _model([node], [("x", dtype, list(shape)), ("k", I64, [1])],
+                  [("values", dtype), ("indices", I64)])
+
+
+def _compress(axis):
+    n = 12 if axis is None else 4
+    attrs = {} if axis is None else {"axis": axis}
+    return _model([helper.make_node("Compress", ["x", "c"], ["y"], **attrs)],
+                  [("x", F, [3, 4]), ("c", B, [n])], ["y"])
+
+
+X35 = RNG.integers(0, 4, (3, 5)).astype("float32")  # ties: the lower index first
+X34 = RNG.standard_normal((3, 4)).astype("float32")
+CASES = {
+    "nonzero_f32": (_model([helper.make_node("NonZero", ["x"], ["y"])], [("x", F, [3, 5])],
+                           [("y", I64)]),
+                    [{"x": _sparse((3, 5))}, {"x": np.zeros((3, 5), "float32")},
+                     {"x": np.ones((3, 5), "float32")}]),
+    "nonzero_i64_rank3": (_model([helper.make_node("NonZero", ["x"], ["y"])],
+                                 [("x", I64, [2, 3, 4])], [("y", I64)]),
+                          [{"x": _sparse((2, 3, 4), "int64")}]),
+    "topk_largest": (_topk(1, 1), [{"x": X35, "k": np.array([k])} for k in (2, 0, 5)]),
+    "topk_smallest": (_topk(1, 0), [{"x": X35, "k": np.array([k])} for k in (3, 5)]),
+    "topk_i64_axis0": (_topk(0, 1, I64, (4, 3)),
+                       [{"x": RNG.integers(-9, 9, (4, 3)), "k": np.array([3])}]),
+    "compress_flat": (_compress(None), [{"x": X34, "c": RNG.random(12) < 0.5},
+                                        {"x": X34, "c": np.zeros(12, bool)}]),
+    "compress_axis1": (_compress(1), [{"x": X34, "c": np.array([1, 0, 1, 1], bool)},
+                                      {"x": X34, "c": np.ones(4, bool)}]),
+}
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dyn")
+    return {name: _export(model, "c", folder / f"{name}.so") for name, (model, _) in
+            CASES.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_builtin_matches_python_vm_and_onnxruntime(name, libraries, native_rt_asan, tmp_path):
+    model, cases = CASES[name]
+    vm = VirtualMachine(kiln.runtime.load_module(str(libraries[name])), kiln.cpu())
+    for inputs in cases:
+        py = vm["main"](*inputs.values())
+        py = [t.numpy() for t in (py if isinstance(py, tuple) else (py,))]
+        got, _ = kiln_run_vm(native_rt_asan / "kiln_run", libraries[name], inputs, py, tmp_path,
+                             repeat=2)
+        want = run_onnxruntime(model, inputs)
+        for g, p, w in zip(got, py, want, strict=True):
+            assert g.shape == p.shape == np.asarray(w).shape
+            np.testing.assert_array_equal(g, p)
+            np.testing.assert_array_equal(g, w)
+
+
+def test_topk_k_outside_the_axis_is_an_error(libraries, native_rt, tmp_path):
+    np.full((3, 5), 1, np.float32).tofile(tmp_path / "x.bin")
+    np.array([6], np.int64).tofile(tmp_path / "k.bin")
+    proc = subprocess.run([str(native_rt / "kiln_run"), str(libraries["topk_largest"]),
+                           "--shape", "x=3x5", "--shape", "k=1", str(tmp_path / "x.bin"),
+                           str(tmp_path / "k.bin")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "TopK: k = 6 is outside [0, 5] (axis 1 of [3, 5])" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["topk_largest", "compress_axis1"])
+def test_damaged_executables_under_sanitizers(name, libraries, asan, tmp_path):  # noqa: F811
+    """The VM fuzz of test_native_vm.py over these executables (their builtins' static
+    arguments damaged too): no crash, the damage is an error."""
+    run_vm_fuzz(asan, libraries[name], tmp_path, 150)
