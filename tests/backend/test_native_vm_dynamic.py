@@ -1,7 +1,8 @@
 """The C VM's data-dependent builtins (decision 016, src/kiln/native/src/rt_vm_dynamic.c):
 single-op ONNX models with NonZero, TopK (a data ``k``) and Compress (a data condition) run by
 ``kiln_run`` under ASan + UBSan, each result equal to the Python VM's on the same file and to
-onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK."""
+onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK;
+Range (scalar bounds) and ConstantOfShape through the C API."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 from test_native_vm import _export, asan, kiln_run_vm, run_vm_fuzz  # noqa: F401 (asan: a fixture)
+from test_native_vm_kv import CVM
 from test_vm_data_dependent import _model
 
 import kiln
@@ -99,3 +101,31 @@ def test_damaged_executables_under_sanitizers(name, libraries, asan, tmp_path): 
     """The VM fuzz of test_native_vm.py over these executables (their builtins' static
     arguments damaged too): no crash, the damage is an error."""
     run_vm_fuzz(asan, libraries[name], tmp_path, 150)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_range_and_constant_of_shape(dtype, native_rt, tmp_path):
+    """``Range(s, l, d)`` and ``ConstantOfShape(Shape... = [2, n])`` over data, by the C VM
+    (the C API) vs the Python VM and onnxruntime; a zero delta is an error naming Range."""
+    code = I64 if dtype == "int64" else F
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["y"]),
+             helper.make_node("ConstantOfShape", ["cshape"], ["c"],
+                              value=helper.make_tensor("v", code, [1], [7]))]
+    model = _model(nodes, [("s", code, []), ("l", code, []), ("d", code, []),
+                           ("cshape", I64, [2])], [("y", code), ("c", code)])
+    so = _export(model, "c", tmp_path / "range.so")
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    cvm = CVM(native_rt / "libkiln_runtime.so", so)
+    bounds = [(0, 10, 3), (5, 1, -1), (4, 2, 1), (-3, 3, 2)] + (
+        [(1, 2, 0.25), (0, 1, 0.3)] if dtype == "float32" else [])
+    for k, (s, lim, d) in enumerate(bounds):
+        inputs = [np.array(v, dtype) for v in (s, lim, d)] + [np.array([2, k], np.int64)]
+        got = cvm.run(inputs)
+        py = [t.numpy() for t in vm["main"](*inputs)]
+        want = run_onnxruntime(model, dict(zip(["s", "l", "d", "cshape"], inputs)))
+        for g, p, w in zip(got, py, want, strict=True):
+            assert g.dtype == p.dtype and g.shape == p.shape == w.shape
+            np.testing.assert_array_equal(g, p)
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(RuntimeError, match="Range: delta is 0"):
+        cvm.run([np.array(v, dtype) for v in (0, 1, 0)] + [np.array([1, 1], np.int64)])

@@ -41,7 +41,8 @@ class _DLTensor(C.Structure):
 class CVM:
     """``main`` of a VM library run by the C VM through the C API: ``run(inputs)`` returns the
     logits (a copy) and the present caches as zero-copy numpy views of the C VM's memory
-    (valid until the call after next, decision 022), to be fed back as they are."""
+    (valid until the call after next, decision 022), to be fed back as they are; a function
+    returning one tensor gives a list of its copy."""
 
     def __init__(self, runtime, so):
         self.rt = C.CDLL(str(runtime))
@@ -90,8 +91,10 @@ class CVM:
         return np.frombuffer(buf, dtype).reshape(shape)
 
     def run(self, inputs):
-        args = [self._tensor(np.ascontiguousarray(a)) for a in inputs]
+        args = [self._tensor(np.require(a, requirements="C")) for a in inputs]
         ret, code = self._call(self.main, args)
+        if code == 7:  # one tensor
+            return [self._array(_DLTensor.from_address(ret.v_handle)).copy()]
         assert code == 8  # a KilnTuple
         out = []
         for i in range(self.rt.KilnTupleSize(C.c_void_p(ret.v_handle))):

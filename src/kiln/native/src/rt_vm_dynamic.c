@@ -1,11 +1,12 @@
 /*
- * Data-dependent builtins of decision 016 in C: nonzero, topk, compress. The twins of
+ * Data-dependent builtins of decision 016 in C: nonzero, topk, compress, range,
+ * constant_of_shape. The twins of
  * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
  * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
  * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
  * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with
- * bind_shape. The other builtins of that decision (unique, non_max_suppression, range,
- * reshape_to, expand, constant_of_shape, tile, slice) still fail at vm_initialization.
+ * bind_shape. Also range and constant_of_shape. The other builtins of that decision (unique,
+ * non_max_suppression, reshape_to, expand, tile, slice) still fail at vm_initialization.
  */
 #include <math.h>
 #include <stdio.h>
@@ -214,6 +215,110 @@ static int kiln_topk(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
   return 0;
 }
 
+/* element i as a double (floats: the value; integers and bool: kiln_vm_element) */
+static double kiln_dyn_double(const DLTensor* t, int64_t i) {
+  if (t->dtype.code == kDLFloat && (t->dtype.bits == 32 || t->dtype.bits == 64))
+    return kiln_topk_float(t, i);
+  return (double)kiln_vm_element(t, i);
+}
+
+/* dynamic_ops._scalar: one element, or a ShapeError naming the op and the argument */
+static int kiln_dyn_scalar(const DLTensor* t, const char* op, const char* what) {
+  char got[200];
+  if (kiln_dyn_numel(t) == 1) return 0;
+  return kiln_fail("ShapeError: %s: %s must have one element, got shape %s", op, what,
+                   kiln_vm_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got)) +
+                       strlen(kiln_vm_dtype_name(t->dtype)));
+}
+
+/* range(start, limit, delta): max(ceil((limit - start) / delta), 0) values in start's dtype */
+static int kiln_range(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  static const char* const what[3] = {"start", "limit", "delta"};
+  const DLTensor* t[3];
+  DLTensor* y;
+  int64_t count, k;
+  int i, isfloat;
+  (void)s;
+  if (kiln_dyn_tensors("range", args, 3) != 0) return -1;
+  for (i = 0; i < 3; ++i)
+    if (kiln_dyn_scalar(t[i] = args[i].u.t, "Range", what[i]) != 0) return -1;
+  isfloat = t[0]->dtype.code == kDLFloat;
+  if ((isfloat && t[0]->dtype.bits != 32 && t[0]->dtype.bits != 64) ||
+      (!isfloat && t[0]->dtype.code != kDLInt) || t[0]->dtype.lanes != 1)
+    return kiln_fail("vm.builtin.range: %s is not supported by the native runtime's VM",
+                     kiln_vm_dtype_name(t[0]->dtype));
+  if (isfloat) {
+    double s0 = kiln_dyn_double(t[0], 0), lim = kiln_dyn_double(t[1], 0);
+    double d = kiln_dyn_double(t[2], 0), c;
+    if (d == 0) return kiln_fail("ShapeError: Range: delta is 0");
+    c = (lim - s0) / d; /* ceil without libm (the runtime links no -lm) */
+    if (!(c < 1e15)) c = isnan(c) ? 0 : 1e15; /* too many: kiln_vm_call_tensor refuses */
+    count = c > 0 ? (int64_t)c : 0;
+    if (c > 0 && (double)count < c) ++count;
+    if ((y = kiln_vm_call_tensor(fr->vm, t[0]->dtype, 1, &count)) == NULL) return -1;
+    for (k = 0; k < count; ++k) {
+      if (t[0]->dtype.bits == 32) ((float*)y->data)[k] = (float)(s0 + (double)k * d);
+      else ((double*)y->data)[k] = s0 + (double)k * d;
+    }
+  } else {
+    int64_t s0 = kiln_vm_element(t[0], 0), lim = kiln_vm_element(t[1], 0);
+    int64_t d = kiln_vm_element(t[2], 0), span;
+    if (d == 0) return kiln_fail("ShapeError: Range: delta is 0");
+    if (__builtin_sub_overflow(lim, s0, &span))
+      return kiln_fail("vm.builtin.range: int64 overflow in limit - start");
+    count = span / d + (span % d != 0 && ((span < 0) == (d < 0)));
+    if (count < 0) count = 0;
+    if ((y = kiln_vm_call_tensor(fr->vm, t[0]->dtype, 1, &count)) == NULL) return -1;
+    for (k = 0; k < count; ++k) {
+      int64_t v = s0 + k * d; /* between start and limit: no overflow */
+      switch (t[0]->dtype.bits) {
+        case 8: ((int8_t*)y->data)[k] = (int8_t)v; break;
+        case 16: ((int16_t*)y->data)[k] = (int16_t)v; break;
+        case 32: ((int32_t*)y->data)[k] = (int32_t)v; break;
+        default: ((int64_t*)y->data)[k] = v; break;
+      }
+    }
+  }
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
+/* constant_of_shape(shape, value): a tensor of `shape` filled with value's first element */
+static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
+                                  KilnVMValue* out) {
+  const DLTensor *sh, *v;
+  DLTensor* y;
+  int64_t dims[KILN_VM_MAX_NDIM], n, i;
+  size_t esz;
+  char got[200];
+  (void)s;
+  if (kiln_dyn_tensors("constant_of_shape", args, 2) != 0) return -1;
+  sh = args[0].u.t, v = args[1].u.t;
+  n = kiln_dyn_numel(sh);
+  if (sh->ndim > 1 || (sh->dtype.code != kDLInt && sh->dtype.code != kDLUInt))
+    return kiln_fail("ShapeError: ConstantOfShape: shape must be a 1-D integer tensor, got %s",
+                     kiln_vm_type_text(sh->dtype, sh->ndim, sh->shape, got, sizeof(got)));
+  if (n > KILN_VM_MAX_NDIM)
+    return kiln_fail("vm.builtin.constant_of_shape: rank %lld is over %d", (long long)n,
+                     KILN_VM_MAX_NDIM);
+  for (i = 0; i < n; ++i) dims[i] = kiln_vm_element(sh, i);
+  for (i = 0; i < n; ++i)
+    if (dims[i] < 0)
+      return kiln_fail("ShapeError: ConstantOfShape: negative dim in %s",
+                       kiln_vm_type_text(sh->dtype, (int)n, dims, got, sizeof(got)) +
+                           strlen(kiln_vm_dtype_name(sh->dtype)));
+  if (kiln_dyn_numel(v) < 1)
+    return kiln_fail("vm.builtin.constant_of_shape: the value is empty");
+  if ((y = kiln_vm_call_tensor(fr->vm, v->dtype, (int)n, dims)) == NULL) return -1;
+  esz = kiln_dyn_elem(v);
+  for (i = 0; i < kiln_dyn_numel(y); ++i)
+    memcpy((char*)y->data + (size_t)i * esz, (const char*)v->data + v->byte_offset, esz);
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
 /* Static checks (vm_dynamic_ops._tensor_op): the count of arguments, the immediates. */
 static int kiln_dyn_prepare(KilnVMSite* s, KilnVMBuiltinRun run, int ntensors, int nimm) {
   int i;
@@ -229,5 +334,7 @@ int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s) {
   if (strcmp(b, "nonzero") == 0) return kiln_dyn_prepare(s, kiln_nonzero, 1, 0);
   if (strcmp(b, "topk") == 0) return kiln_dyn_prepare(s, kiln_topk, 2, 2);
   if (strcmp(b, "compress") == 0) return kiln_dyn_prepare(s, kiln_compress, 2, 1);
+  if (strcmp(b, "range") == 0) return kiln_dyn_prepare(s, kiln_range, 3, 0);
+  if (strcmp(b, "constant_of_shape") == 0) return kiln_dyn_prepare(s, kiln_constant_of_shape, 2, 0);
   return 1;
 }
