@@ -256,6 +256,10 @@ int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item);
 /* Copy a result into VM-owned tensors and tuples (freed by kiln_vm_free_value). */
 /* Whether a and b have the same dtype and shape (rt_vm_memory.c). */
 int kiln_vm_same_type(const DLTensor* a, const DLTensor* b);
+/* The same from dim `from` on (kv_append: the rows). */
+int kiln_vm_same_dims(const DLTensor* a, const DLTensor* b, int from);
+/* Elements of a tensor. */
+int64_t kiln_vm_numel(const DLTensor* t);
 int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
 void kiln_vm_free_value(KilnVMValue* v);
 /* A value as the C API returns it. */

@@ -86,7 +86,7 @@ static int kiln_tensor(const KilnVMValue* v, const char* builtin, int i, DLTenso
   return 0;
 }
 
-static int64_t kiln_numel(const DLTensor* t) {
+int64_t kiln_vm_numel(const DLTensor* t) {
   int64_t n = 1;
   int i;
   for (i = 0; i < t->ndim; ++i) n *= t->shape[i];
@@ -403,9 +403,9 @@ static int kiln_tensor_to_heap(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args
   if (kiln_tensor(&args[0], "tensor_to_heap", 0, &t) != 0) return -1;
   if (t->dtype.code != kDLInt && t->dtype.code != kDLUInt)
     return kiln_fail("ShapeError: vm.builtin.tensor_to_heap: expected an integer tensor");
-  if (kiln_numel(t) != (int64_t)s->spec_n)
+  if (kiln_vm_numel(t) != (int64_t)s->spec_n)
     return kiln_fail("ShapeError: vm.builtin.tensor_to_heap: %lld values for %zu slots",
-                     (long long)kiln_numel(t), s->spec_n);
+                     (long long)kiln_vm_numel(t), s->spec_n);
   for (i = 0; i < s->spec_n; ++i) {
     int64_t v = kiln_vm_element(t, (int64_t)i), slot = s->spec[i];
     if ((uint64_t)slot < e->num_symbols &&
@@ -427,9 +427,9 @@ static int kiln_prep_tensor_to_heap(const KilnVMExec* e, const KilnVMFunction* f
 }
 
 int kiln_vm_read_bool_value(const DLTensor* t, int* out) {
-  if (kiln_numel(t) != 1)
+  if (kiln_vm_numel(t) != 1)
     return kiln_fail("ShapeError: a condition (read_bool / If) is a tensor of %lld values, not "
-                     "one", (long long)kiln_numel(t));
+                     "one", (long long)kiln_vm_numel(t));
   *out = kiln_vm_element(t, 0) != 0;
   return 0;
 }

@@ -24,13 +24,6 @@ static int kiln_dyn_tensors(const char* name, KilnVMValue* args, int n) {
   return 0;
 }
 
-static int64_t kiln_dyn_numel(const DLTensor* t) {
-  int64_t n = 1;
-  int d;
-  for (d = 0; d < t->ndim; ++d) n *= t->shape[d];
-  return n;
-}
-
 static size_t kiln_dyn_elem(const DLTensor* t) { return (t->dtype.bits * t->dtype.lanes + 7u) / 8u; }
 
 /* numpy's truth of element i (NaN is true; a float16's -0 is false) */
@@ -49,7 +42,7 @@ static int kiln_nonzero(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnV
   (void)s;
   if (kiln_dyn_tensors("nonzero", args, 1) != 0) return -1;
   x = args[0].u.t;
-  size = kiln_dyn_numel(x);
+  size = kiln_vm_numel(x);
   for (i = 0; i < size; ++i) n += kiln_dyn_true(x, i);
   shape[0] = x->ndim, shape[1] = n;
   if ((y = kiln_vm_call_tensor(fr->vm, (DLDataType){kDLInt, 64, 1}, 2, shape)) == NULL) return -1;
@@ -80,8 +73,8 @@ static int kiln_compress(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Kiln
   esz = kiln_dyn_elem(x);
   if (axis >= x->ndim) return kiln_fail("vm.builtin.compress: axis %lld out of range for rank %d",
                                         (long long)axis, x->ndim);
-  extent = axis < 0 ? kiln_dyn_numel(x) : x->shape[axis];
-  cn = kiln_dyn_numel(c);
+  extent = axis < 0 ? kiln_vm_numel(x) : x->shape[axis];
+  cn = kiln_vm_numel(c);
   if (cn > extent)
     return kiln_fail("ShapeError: Compress: a condition of %lld entries for an axis of %lld",
                      (long long)cn, (long long)extent);
@@ -163,7 +156,7 @@ static int kiln_topk(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
   if (axis < 0 || axis >= x->ndim)
     return kiln_fail("vm.builtin.topk: axis %lld out of range for rank %d",
                      (long long)s->ins->args[2].value, x->ndim);
-  if (kiln_dyn_numel(kt) != 1)
+  if (kiln_vm_numel(kt) != 1)
     return kiln_fail("ShapeError: TopK: k must have one element, got shape %s",
                      kiln_vm_type_text(kt->dtype, kt->ndim, kt->shape, got, sizeof(got)) +
                          strlen(kiln_vm_dtype_name(kt->dtype)));
@@ -225,7 +218,7 @@ static double kiln_dyn_double(const DLTensor* t, int64_t i) {
 /* dynamic_ops._scalar: one element, or a ShapeError naming the op and the argument */
 static int kiln_dyn_scalar(const DLTensor* t, const char* op, const char* what) {
   char got[200];
-  if (kiln_dyn_numel(t) == 1) return 0;
+  if (kiln_vm_numel(t) == 1) return 0;
   return kiln_fail("ShapeError: %s: %s must have one element, got shape %s", op, what,
                    kiln_vm_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got)) +
                        strlen(kiln_vm_dtype_name(t->dtype)));
@@ -295,7 +288,7 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
   (void)s;
   if (kiln_dyn_tensors("constant_of_shape", args, 2) != 0) return -1;
   sh = args[0].u.t, v = args[1].u.t;
-  n = kiln_dyn_numel(sh);
+  n = kiln_vm_numel(sh);
   if (sh->ndim > 1 || (sh->dtype.code != kDLInt && sh->dtype.code != kDLUInt))
     return kiln_fail("ShapeError: ConstantOfShape: shape must be a 1-D integer tensor, got %s",
                      kiln_vm_type_text(sh->dtype, sh->ndim, sh->shape, got, sizeof(got)));
@@ -308,11 +301,11 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
       return kiln_fail("ShapeError: ConstantOfShape: negative dim in %s",
                        kiln_vm_type_text(sh->dtype, (int)n, dims, got, sizeof(got)) +
                            strlen(kiln_vm_dtype_name(sh->dtype)));
-  if (kiln_dyn_numel(v) < 1)
+  if (kiln_vm_numel(v) < 1)
     return kiln_fail("vm.builtin.constant_of_shape: the value is empty");
   if ((y = kiln_vm_call_tensor(fr->vm, v->dtype, (int)n, dims)) == NULL) return -1;
   esz = kiln_dyn_elem(v);
-  for (i = 0; i < kiln_dyn_numel(y); ++i)
+  for (i = 0; i < kiln_vm_numel(y); ++i)
     memcpy((char*)y->data + (size_t)i * esz, (const char*)v->data + v->byte_offset, esz);
   out->kind = KV_TENSOR;
   out->u.t = y;

@@ -36,16 +36,6 @@ struct KilnVMKVBuf {
   uint64_t shown; /* the call serial of the last result holding a view of it */
 };
 
-static int kiln_kv_same_rows(const DLTensor* a, const DLTensor* b) {
-  int d;
-  if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
-      a->dtype.lanes != b->dtype.lanes)
-    return 0;
-  for (d = 1; d < a->ndim; ++d)
-    if (a->shape[d] != b->shape[d]) return 0;
-  return 1;
-}
-
 /* The live buffer whose rows [0, filled) are exactly `t`, or NULL. */
 static KilnVMKVBuf* kiln_kv_find(KilnVM* vm, const DLTensor* t) {
   const uint8_t* data = (const uint8_t*)t->data + t->byte_offset;
@@ -114,7 +104,7 @@ static int kiln_kv_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Kil
     return kiln_fail("vm.builtin.kv_append: expects two tensors, got %s and %s",
                      kiln_vm_kind_name(&args[0]), kiln_vm_kind_name(&args[1]));
   past = args[0].u.t, add = args[1].u.t;
-  if (past->ndim < 1 || !kiln_kv_same_rows(past, add))
+  if (past->ndim < 1 || !kiln_vm_same_dims(past, add, 1))
     return kiln_fail("ShapeError: vm.builtin.kv_append: cannot append %s to %s",
                      kiln_vm_type_text(add->dtype, add->ndim, add->shape, nt, sizeof(nt)),
                      kiln_vm_type_text(past->dtype, past->ndim, past->shape, pt, sizeof(pt)));

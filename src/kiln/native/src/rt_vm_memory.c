@@ -84,16 +84,18 @@ void kiln_vm_free_value(KilnVMValue* v) {
   v->kind = KV_NONE;
 }
 
-/* Same dtype and shape. */
-int kiln_vm_same_type(const DLTensor* a, const DLTensor* b) {
+/* Same dtype and shape (dims from `from` on). */
+int kiln_vm_same_dims(const DLTensor* a, const DLTensor* b, int from) {
   int i;
   if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
       a->dtype.lanes != b->dtype.lanes)
     return 0;
-  for (i = 0; i < a->ndim; ++i)
+  for (i = from; i < a->ndim; ++i)
     if (a->shape[i] != b->shape[i]) return 0;
   return 1;
 }
+
+int kiln_vm_same_type(const DLTensor* a, const DLTensor* b) { return kiln_vm_same_dims(a, b, 0); }
 
 int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth) {
   int i;
