@@ -1,5 +1,6 @@
 """The C VM's data-dependent builtins (decision 016, src/kiln/native/src/rt_vm_dynamic.c):
-single-op ONNX models with NonZero, TopK (a data ``k``) and Compress (a data condition) run by
+single-op ONNX models with NonZero, TopK (a data ``k``), Compress (a data condition) and
+Reshape (a data shape) run by
 ``kiln_run`` under ASan + UBSan, each result equal to the Python VM's on the same file and to
 onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK;
 Range (scalar bounds) and ConstantOfShape through the C API."""
@@ -59,6 +60,10 @@ CASES = {
                                         {"x": X34, "c": np.zeros(12, bool)}]),
     "compress_axis1": (_compress(1), [{"x": X34, "c": np.array([1, 0, 1, 1], bool)},
                                       {"x": X34, "c": np.ones(4, bool)}]),
+    "reshape": (_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                       [("x", F, [2, 6]), ("shape", I64, [3])], ["y"]),
+                [{"x": RNG.standard_normal((2, 6)).astype("float32"), "shape": np.array(v)}
+                 for v in ([2, 0, -1], [-1, 4, 1], [12, 1, 1])]),
 }
 
 
@@ -85,7 +90,7 @@ def test_builtin_matches_python_vm_and_onnxruntime(name, libraries, native_rt_as
             np.testing.assert_array_equal(g, w)
 
 
-def test_topk_k_outside_the_axis_is_an_error(libraries, native_rt, tmp_path):
+def test_topk_k_outside_the_axis_and_a_bad_reshape_are_errors(libraries, native_rt, tmp_path):
     np.full((3, 5), 1, np.float32).tofile(tmp_path / "x.bin")
     np.array([6], np.int64).tofile(tmp_path / "k.bin")
     proc = subprocess.run([str(native_rt / "kiln_run"), str(libraries["topk_largest"]),
@@ -94,6 +99,14 @@ def test_topk_k_outside_the_axis_is_an_error(libraries, native_rt, tmp_path):
                           timeout=60, check=False)
     assert proc.returncode == 1
     assert "TopK: k = 6 is outside [0, 5] (axis 1 of [3, 5])" in proc.stderr
+    np.full((2, 6), 1, np.float32).tofile(tmp_path / "x.bin")
+    np.array([5, -1, 1], np.int64).tofile(tmp_path / "s.bin")
+    proc = subprocess.run([str(native_rt / "kiln_run"), str(libraries["reshape"]),
+                           "--shape", "x=2x6", "--shape", "shape=3", str(tmp_path / "x.bin"),
+                           str(tmp_path / "s.bin")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "Reshape: cannot infer -1 in [5, -1, 1] for 12 elements" in proc.stderr
 
 
 @pytest.mark.parametrize("name", ["topk_largest", "compress_axis1"])

@@ -1,12 +1,12 @@
 /*
  * Data-dependent builtins of decision 016 in C: nonzero, topk, compress, range,
- * constant_of_shape. The twins of
+ * constant_of_shape, reshape_to. The twins of
  * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
  * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
  * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
  * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with
- * bind_shape. Also range and constant_of_shape. The other builtins of that decision (unique,
- * non_max_suppression, reshape_to, expand, tile, slice) still fail at vm_initialization.
+ * bind_shape. The other builtins of that decision (unique, non_max_suppression, expand,
+ * tile, slice) still fail at vm_initialization.
  */
 #include <math.h>
 #include <stdio.h>
@@ -312,6 +312,63 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
   return 0;
 }
 
+/* "[2, -1]" (a Python list of ints) */
+static const char* kiln_dyn_list(const int64_t* v, int n, char* buf, size_t size) {
+  DLDataType i64 = {kDLInt, 64, 1};
+  return kiln_vm_type_text(i64, n, v, buf, size) + strlen(kiln_vm_dtype_name(i64));
+}
+
+/* reshape_to(x, shape, IMM allowzero): a copy of x with dynamic_ops.reshape_dims's shape */
+static int kiln_reshape_to(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor *x, *sh;
+  DLTensor* y;
+  int64_t dims[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM], size, known = 1, prod = 1, n, k;
+  int neg = 0, at = -1, bad = 0;
+  char a[400], b[400];
+  if (kiln_dyn_tensors("reshape_to", args, 2) != 0) return -1;
+  x = args[0].u.t, sh = args[1].u.t;
+  n = kiln_vm_numel(sh);
+  if (sh->ndim > 1 || (sh->dtype.code != kDLInt && sh->dtype.code != kDLUInt))
+    return kiln_fail("ShapeError: Reshape: shape must be a 1-D integer tensor, got %s",
+                     kiln_vm_type_text(sh->dtype, sh->ndim, sh->shape, a, sizeof(a)));
+  if (n > KILN_VM_MAX_NDIM)
+    return kiln_fail("vm.builtin.reshape_to: rank %lld is over %d", (long long)n,
+                     KILN_VM_MAX_NDIM);
+  size = kiln_vm_numel(x);
+  for (k = 0; k < n; ++k) {
+    res[k] = dims[k] = kiln_vm_element(sh, k);
+    if (dims[k] == 0 && !s->ins->args[2].value) {
+      if (k >= x->ndim)
+        return kiln_fail("ShapeError: Reshape: shape %s copies dim %lld of a rank-%d input",
+                         kiln_dyn_list(dims, (int)n, a, sizeof(a)), (long long)k, x->ndim);
+      res[k] = x->shape[k];
+    }
+    if (res[k] == -1) ++neg, at = (int)k;
+    else if (res[k] < -1) bad = 1;
+    else if (res[k] && known > ((int64_t)1 << 62) / res[k]) bad = 2;
+    else known *= res[k];
+  }
+  if (neg > 1 || bad == 1)
+    return kiln_fail("ShapeError: Reshape: invalid shape %s",
+                     kiln_dyn_list(dims, (int)n, a, sizeof(a)));
+  if (neg) {
+    if (known == 0 || bad || size % known)
+      return kiln_fail("ShapeError: Reshape: cannot infer -1 in %s for %lld elements",
+                       kiln_dyn_list(dims, (int)n, a, sizeof(a)), (long long)size);
+    res[at] = size / known;
+  }
+  prod = neg ? size : known;
+  if (bad || prod != size)
+    return kiln_fail("ShapeError: Reshape: shape %s does not hold %lld elements of %s",
+                     kiln_dyn_list(res, (int)n, a, sizeof(a)), (long long)size,
+                     kiln_dyn_list(x->shape, x->ndim, b, sizeof(b)));
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, (int)n, res)) == NULL) return -1;
+  if (size) memcpy(y->data, (const char*)x->data + x->byte_offset, (size_t)size * kiln_dyn_elem(x));
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
 /* Static checks (vm_dynamic_ops._tensor_op): the count of arguments, the immediates. */
 static int kiln_dyn_prepare(KilnVMSite* s, KilnVMBuiltinRun run, int ntensors, int nimm) {
   int i;
@@ -327,6 +384,7 @@ int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s) {
   if (strcmp(b, "nonzero") == 0) return kiln_dyn_prepare(s, kiln_nonzero, 1, 0);
   if (strcmp(b, "topk") == 0) return kiln_dyn_prepare(s, kiln_topk, 2, 2);
   if (strcmp(b, "compress") == 0) return kiln_dyn_prepare(s, kiln_compress, 2, 1);
+  if (strcmp(b, "reshape_to") == 0) return kiln_dyn_prepare(s, kiln_reshape_to, 2, 1);
   if (strcmp(b, "range") == 0) return kiln_dyn_prepare(s, kiln_range, 3, 0);
   if (strcmp(b, "constant_of_shape") == 0) return kiln_dyn_prepare(s, kiln_constant_of_shape, 2, 0);
   return 1;
