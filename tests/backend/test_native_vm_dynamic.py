@@ -1,6 +1,6 @@
 """The C VM's data-dependent builtins (decision 016, src/kiln/native/src/rt_vm_dynamic.c):
-single-op ONNX models with NonZero, TopK (a data ``k``), Compress (a data condition) and
-Reshape (a data shape) run by
+single-op ONNX models with NonZero, TopK (a data ``k``), Compress (a data condition),
+Reshape, Expand and Tile (a data shape or repeats) run by
 ``kiln_run`` under ASan + UBSan, each result equal to the Python VM's on the same file and to
 onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK;
 Range (scalar bounds) and ConstantOfShape through the C API."""
@@ -64,6 +64,14 @@ CASES = {
                        [("x", F, [2, 6]), ("shape", I64, [3])], ["y"]),
                 [{"x": RNG.standard_normal((2, 6)).astype("float32"), "shape": np.array(v)}
                  for v in ([2, 0, -1], [-1, 4, 1], [12, 1, 1])]),
+    "expand": (_model([helper.make_node("Expand", ["e", "shape"], ["y"])],
+                      [("e", F, [3, 1]), ("shape", I64, [3])], ["y"]),
+               [{"e": RNG.standard_normal((3, 1)).astype("float32"), "shape": np.array(v)}
+                for v in ([2, 3, 4], [1, 1, 1], [3, 3, 1])]),
+    "tile": (_model([helper.make_node("Tile", ["x", "reps"], ["y"])],
+                    [("x", I64, [2, 3]), ("reps", I64, [2])], [("y", I64)]),
+             [{"x": RNG.integers(-9, 9, (2, 3)), "reps": np.array(v)}
+              for v in ([2, 1], [1, 3], [0, 2])]),
 }
 
 

@@ -1,12 +1,12 @@
 /*
  * Data-dependent builtins of decision 016 in C: nonzero, topk, compress, range,
- * constant_of_shape, reshape_to. The twins of
+ * constant_of_shape, reshape_to, expand, tile. The twins of
  * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
  * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
  * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
  * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with
- * bind_shape. The other builtins of that decision (unique, non_max_suppression, expand,
- * tile, slice) still fail at vm_initialization.
+ * bind_shape. The other builtins of that decision (unique, non_max_suppression, slice) still
+ * fail at vm_initialization.
  */
 #include <math.h>
 #include <stdio.h>
@@ -224,6 +224,28 @@ static int kiln_dyn_scalar(const DLTensor* t, const char* op, const char* what) 
                        strlen(kiln_vm_dtype_name(t->dtype)));
 }
 
+/* "[2, -1]" (a Python list of ints) */
+static const char* kiln_dyn_list(const int64_t* v, int n, char* buf, size_t size) {
+  DLDataType i64 = {kDLInt, 64, 1};
+  return kiln_vm_type_text(i64, n, v, buf, size) + strlen(kiln_vm_dtype_name(i64));
+}
+
+/* dynamic_ops._ints: a 1-D (or scalar) integer tensor's values (at most KILN_VM_MAX_NDIM) */
+static int kiln_dyn_ints(const DLTensor* t, const char* op, const char* what, int64_t* v,
+                         int* n) {
+  int64_t i, count = kiln_vm_numel(t);
+  char got[200];
+  if (t->ndim > 1 || (t->dtype.code != kDLInt && t->dtype.code != kDLUInt))
+    return kiln_fail("ShapeError: %s: %s must be a 1-D integer tensor, got %s", op, what,
+                     kiln_vm_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got)));
+  if (count > KILN_VM_MAX_NDIM)
+    return kiln_fail("%s: %lld %s are more than the native VM's %d dims", op, (long long)count,
+                     what, KILN_VM_MAX_NDIM);
+  for (i = 0; i < count; ++i) v[i] = kiln_vm_element(t, i);
+  *n = (int)count;
+  return 0;
+}
+
 /* range(start, limit, delta): max(ceil((limit - start) / delta), 0) values in start's dtype */
 static int kiln_range(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   static const char* const what[3] = {"start", "limit", "delta"};
@@ -282,25 +304,18 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
                                   KilnVMValue* out) {
   const DLTensor *sh, *v;
   DLTensor* y;
-  int64_t dims[KILN_VM_MAX_NDIM], n, i;
+  int64_t dims[KILN_VM_MAX_NDIM], i;
+  int n;
   size_t esz;
   char got[200];
   (void)s;
   if (kiln_dyn_tensors("constant_of_shape", args, 2) != 0) return -1;
   sh = args[0].u.t, v = args[1].u.t;
-  n = kiln_vm_numel(sh);
-  if (sh->ndim > 1 || (sh->dtype.code != kDLInt && sh->dtype.code != kDLUInt))
-    return kiln_fail("ShapeError: ConstantOfShape: shape must be a 1-D integer tensor, got %s",
-                     kiln_vm_type_text(sh->dtype, sh->ndim, sh->shape, got, sizeof(got)));
-  if (n > KILN_VM_MAX_NDIM)
-    return kiln_fail("vm.builtin.constant_of_shape: rank %lld is over %d", (long long)n,
-                     KILN_VM_MAX_NDIM);
-  for (i = 0; i < n; ++i) dims[i] = kiln_vm_element(sh, i);
+  if (kiln_dyn_ints(sh, "ConstantOfShape", "shape", dims, &n) != 0) return -1;
   for (i = 0; i < n; ++i)
     if (dims[i] < 0)
       return kiln_fail("ShapeError: ConstantOfShape: negative dim in %s",
-                       kiln_vm_type_text(sh->dtype, (int)n, dims, got, sizeof(got)) +
-                           strlen(kiln_vm_dtype_name(sh->dtype)));
+                       kiln_dyn_list(dims, n, got, sizeof(got)));
   if (kiln_vm_numel(v) < 1)
     return kiln_fail("vm.builtin.constant_of_shape: the value is empty");
   if ((y = kiln_vm_call_tensor(fr->vm, v->dtype, (int)n, dims)) == NULL) return -1;
@@ -312,58 +327,123 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
   return 0;
 }
 
-/* "[2, -1]" (a Python list of ints) */
-static const char* kiln_dyn_list(const int64_t* v, int n, char* buf, size_t size) {
-  DLDataType i64 = {kDLInt, 64, 1};
-  return kiln_vm_type_text(i64, n, v, buf, size) + strlen(kiln_vm_dtype_name(i64));
-}
-
 /* reshape_to(x, shape, IMM allowzero): a copy of x with dynamic_ops.reshape_dims's shape */
 static int kiln_reshape_to(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   const DLTensor *x, *sh;
   DLTensor* y;
-  int64_t dims[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM], size, known = 1, prod = 1, n, k;
-  int neg = 0, at = -1, bad = 0;
+  int64_t dims[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM], size, known = 1, prod = 1;
+  int neg = 0, at = -1, bad = 0, n, k;
   char a[400], b[400];
   if (kiln_dyn_tensors("reshape_to", args, 2) != 0) return -1;
   x = args[0].u.t, sh = args[1].u.t;
-  n = kiln_vm_numel(sh);
-  if (sh->ndim > 1 || (sh->dtype.code != kDLInt && sh->dtype.code != kDLUInt))
-    return kiln_fail("ShapeError: Reshape: shape must be a 1-D integer tensor, got %s",
-                     kiln_vm_type_text(sh->dtype, sh->ndim, sh->shape, a, sizeof(a)));
-  if (n > KILN_VM_MAX_NDIM)
-    return kiln_fail("vm.builtin.reshape_to: rank %lld is over %d", (long long)n,
-                     KILN_VM_MAX_NDIM);
+  if (kiln_dyn_ints(sh, "Reshape", "shape", dims, &n) != 0) return -1;
   size = kiln_vm_numel(x);
   for (k = 0; k < n; ++k) {
     res[k] = dims[k] = kiln_vm_element(sh, k);
     if (dims[k] == 0 && !s->ins->args[2].value) {
       if (k >= x->ndim)
-        return kiln_fail("ShapeError: Reshape: shape %s copies dim %lld of a rank-%d input",
-                         kiln_dyn_list(dims, (int)n, a, sizeof(a)), (long long)k, x->ndim);
+        return kiln_fail("ShapeError: Reshape: shape %s copies dim %d of a rank-%d input",
+                         kiln_dyn_list(dims, n, a, sizeof(a)), k, x->ndim);
       res[k] = x->shape[k];
     }
-    if (res[k] == -1) ++neg, at = (int)k;
+    if (res[k] == -1) ++neg, at = k;
     else if (res[k] < -1) bad = 1;
     else if (res[k] && known > ((int64_t)1 << 62) / res[k]) bad = 2;
     else known *= res[k];
   }
   if (neg > 1 || bad == 1)
     return kiln_fail("ShapeError: Reshape: invalid shape %s",
-                     kiln_dyn_list(dims, (int)n, a, sizeof(a)));
+                     kiln_dyn_list(dims, n, a, sizeof(a)));
   if (neg) {
     if (known == 0 || bad || size % known)
       return kiln_fail("ShapeError: Reshape: cannot infer -1 in %s for %lld elements",
-                       kiln_dyn_list(dims, (int)n, a, sizeof(a)), (long long)size);
+                       kiln_dyn_list(dims, n, a, sizeof(a)), (long long)size);
     res[at] = size / known;
   }
   prod = neg ? size : known;
   if (bad || prod != size)
     return kiln_fail("ShapeError: Reshape: shape %s does not hold %lld elements of %s",
-                     kiln_dyn_list(res, (int)n, a, sizeof(a)), (long long)size,
+                     kiln_dyn_list(res, n, a, sizeof(a)), (long long)size,
                      kiln_dyn_list(x->shape, x->ndim, b, sizeof(b)));
-  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, (int)n, res)) == NULL) return -1;
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, n, res)) == NULL) return -1;
   if (size) memcpy(y->data, (const char*)x->data + x->byte_offset, (size_t)size * kiln_dyn_elem(x));
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
+/* y[o] = x[o's coordinates modulo x's dims (right-aligned, missing ones 1)]: Expand's
+   broadcast and Tile's repetition */
+static void kiln_dyn_gather_mod(const DLTensor* x, DLTensor* y) {
+  int64_t coord[KILN_VM_MAX_NDIM] = {0}, in_dims[KILN_VM_MAX_NDIM], total = kiln_vm_numel(y);
+  int64_t o, off, stride;
+  int d, lead = y->ndim - x->ndim;
+  size_t esz = kiln_dyn_elem(x);
+  for (d = 0; d < y->ndim; ++d) in_dims[d] = d < lead ? 1 : x->shape[d - lead];
+  for (o = 0; o < total; ++o) {
+    for (off = 0, stride = 1, d = y->ndim - 1; d >= 0; --d) {
+      off += (coord[d] % in_dims[d]) * stride;
+      stride *= in_dims[d];
+    }
+    memcpy((char*)y->data + (size_t)o * esz,
+           (const char*)x->data + x->byte_offset + (size_t)off * esz, esz);
+    for (d = y->ndim - 1; d >= 0 && ++coord[d] == y->shape[d]; --d) coord[d] = 0;
+  }
+}
+
+/* expand(x, shape): x broadcast with shape (both ways, numpy's rule) */
+static int kiln_expand(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor* x;
+  DLTensor* y;
+  int64_t dims[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM];
+  int n, nd, d;
+  char a[400], b[400];
+  (void)s;
+  if (kiln_dyn_tensors("expand", args, 2) != 0 ||
+      kiln_dyn_ints(args[1].u.t, "Expand", "shape", dims, &n) != 0)
+    return -1;
+  x = args[0].u.t;
+  nd = n > x->ndim ? n : x->ndim;
+  for (d = 0; d < nd; ++d) {
+    int64_t p = d - (nd - x->ndim) >= 0 ? x->shape[d - (nd - x->ndim)] : 1;
+    int64_t q = d - (nd - n) >= 0 ? dims[d - (nd - n)] : 1;
+    if ((p != q && p != 1 && q != 1) || q < 0)
+      return kiln_fail("ShapeError: Expand: %s does not broadcast with %s",
+                       kiln_dyn_list(x->shape, x->ndim, a, sizeof(a)),
+                       kiln_dyn_list(dims, n, b, sizeof(b)));
+    res[d] = p == 1 ? q : p;
+  }
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, nd, res)) == NULL) return -1;
+  kiln_dyn_gather_mod(x, y);
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
+/* tile(x, repeats): x repeated repeats[i] times along axis i */
+static int kiln_tile(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  const DLTensor* x;
+  DLTensor* y;
+  int64_t reps[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM];
+  int n, d, bad;
+  char a[400];
+  (void)s;
+  if (kiln_dyn_tensors("tile", args, 2) != 0 ||
+      kiln_dyn_ints(args[1].u.t, "Tile", "repeats", reps, &n) != 0)
+    return -1;
+  x = args[0].u.t;
+  bad = n != x->ndim;
+  for (d = 0; d < n && !bad; ++d) bad = reps[d] < 0;
+  if (bad)
+    return kiln_fail("ShapeError: Tile: repeats %s for a rank-%d input",
+                     kiln_dyn_list(reps, n, a, sizeof(a)), x->ndim);
+  for (d = 0; d < n; ++d) {
+    if (x->shape[d] && reps[d] > ((int64_t)1 << 46) / x->shape[d])
+      return kiln_fail("vm.builtin.tile: the result is too large");
+    res[d] = x->shape[d] * reps[d];
+  }
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, n, res)) == NULL) return -1;
+  kiln_dyn_gather_mod(x, y);
   out->kind = KV_TENSOR;
   out->u.t = y;
   return 0;
@@ -385,6 +465,8 @@ int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s) {
   if (strcmp(b, "topk") == 0) return kiln_dyn_prepare(s, kiln_topk, 2, 2);
   if (strcmp(b, "compress") == 0) return kiln_dyn_prepare(s, kiln_compress, 2, 1);
   if (strcmp(b, "reshape_to") == 0) return kiln_dyn_prepare(s, kiln_reshape_to, 2, 1);
+  if (strcmp(b, "expand") == 0) return kiln_dyn_prepare(s, kiln_expand, 2, 0);
+  if (strcmp(b, "tile") == 0) return kiln_dyn_prepare(s, kiln_tile, 2, 0);
   if (strcmp(b, "range") == 0) return kiln_dyn_prepare(s, kiln_range, 3, 0);
   if (strcmp(b, "constant_of_shape") == 0) return kiln_dyn_prepare(s, kiln_constant_of_shape, 2, 0);
   return 1;
