@@ -1,6 +1,6 @@
 """The C VM's data-dependent builtins (decision 016, src/kiln/native/src/rt_vm_dynamic.c):
 single-op ONNX models with NonZero, TopK (a data ``k``), Compress (a data condition),
-Reshape, Expand and Tile (a data shape or repeats) run by
+Reshape, Expand, Tile and Slice (a data shape, repeats or bounds) run by
 ``kiln_run`` under ASan + UBSan, each result equal to the Python VM's on the same file and to
 onnxruntime's, empty results included; a ``k`` outside the axis is an error naming TopK;
 Range (scalar bounds) and ConstantOfShape through the C API."""
@@ -44,6 +44,7 @@ def _compress(axis):
 
 X35 = RNG.integers(0, 4, (3, 5)).astype("float32")  # ties: the lower index first
 X34 = RNG.standard_normal((3, 4)).astype("float32")
+X26 = RNG.standard_normal((2, 6)).astype("float32")
 CASES = {
     "nonzero_f32": (_model([helper.make_node("NonZero", ["x"], ["y"])], [("x", F, [3, 5])],
                            [("y", I64)]),
@@ -72,6 +73,13 @@ CASES = {
                     [("x", I64, [2, 3]), ("reps", I64, [2])], [("y", I64)]),
              [{"x": RNG.integers(-9, 9, (2, 3)), "reps": np.array(v)}
               for v in ([2, 1], [1, 3], [0, 2])]),
+    "slice": (_model([helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+                     [("x", F, [2, 6])] + [(n, I64, [1]) for n in ("starts", "ends", "axes",
+                                                                      "steps")], ["y"]),
+              [{"x": X26, **{n: np.array([v]) for n, v in zip(("starts", "ends", "axes", "steps"),
+                                                             sl)}}
+               for sl in ((1, 5, 1, 2), (-1, -7, 1, -1), (0, 1, 0, 1), (10, -100, 1, -3),
+                          (-100, 100, 0, 1), (0, 6, -1, 4), (3, 3, 1, 1), (2, 4, 1, -1))]),
 }
 
 

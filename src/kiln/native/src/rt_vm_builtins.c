@@ -8,8 +8,8 @@
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
  * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the
  * list builtins of decision 015 in rt_vm_lists.c; kv_append (decision 019) in rt_vm_kv.c;
- * nonzero, topk, compress, range, constant_of_shape, reshape_to, expand, tile (decision 016)
- * in rt_vm_dynamic.c.
+ * nonzero, topk, compress, range, constant_of_shape, reshape_to, expand, tile, slice
+ * (decision 016) in rt_vm_dynamic.c.
  * The other data-dependent ops of the Python runtime fail at vm_initialization, naming the
  * builtin and the call site.
  */
@@ -23,7 +23,7 @@
 #define KILN_ALIGN 64
 
 static const char* const kiln_python_only[] = {
-    "unique", "non_max_suppression", "slice",
+    "unique", "non_max_suppression",
 };
 
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {

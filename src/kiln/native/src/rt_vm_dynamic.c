@@ -1,12 +1,12 @@
 /*
  * Data-dependent builtins of decision 016 in C: nonzero, topk, compress, range,
- * constant_of_shape, reshape_to, expand, tile. The twins of
+ * constant_of_shape, reshape_to, expand, tile, slice. The twins of
  * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
  * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
  * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
  * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with
- * bind_shape. The other builtins of that decision (unique, non_max_suppression, slice) still
- * fail at vm_initialization.
+ * bind_shape. The other builtins of that decision (unique, non_max_suppression) still fail
+ * at vm_initialization.
  */
 #include <math.h>
 #include <stdio.h>
@@ -372,9 +372,11 @@ static int kiln_reshape_to(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
   return 0;
 }
 
-/* y[o] = x[o's coordinates modulo x's dims (right-aligned, missing ones 1)]: Expand's
-   broadcast and Tile's repetition */
-static void kiln_dyn_gather_mod(const DLTensor* x, DLTensor* y) {
+/* y[o] = x[c] for each output coordinate o: c = o modulo x's dims right-aligned (missing
+   ones 1; `start` NULL: Expand's broadcast and Tile's repetition), else start + o * step
+   (Slice) */
+static void kiln_dyn_gather(const DLTensor* x, DLTensor* y, const int64_t* start,
+                            const int64_t* step) {
   int64_t coord[KILN_VM_MAX_NDIM] = {0}, in_dims[KILN_VM_MAX_NDIM], total = kiln_vm_numel(y);
   int64_t o, off, stride;
   int d, lead = y->ndim - x->ndim;
@@ -382,13 +384,63 @@ static void kiln_dyn_gather_mod(const DLTensor* x, DLTensor* y) {
   for (d = 0; d < y->ndim; ++d) in_dims[d] = d < lead ? 1 : x->shape[d - lead];
   for (o = 0; o < total; ++o) {
     for (off = 0, stride = 1, d = y->ndim - 1; d >= 0; --d) {
-      off += (coord[d] % in_dims[d]) * stride;
+      off += (start ? start[d] + coord[d] * step[d] : coord[d] % in_dims[d]) * stride;
       stride *= in_dims[d];
     }
     memcpy((char*)y->data + (size_t)o * esz,
            (const char*)x->data + x->byte_offset + (size_t)off * esz, esz);
     for (d = y->ndim - 1; d >= 0 && ++coord[d] == y->shape[d]; --d) coord[d] = 0;
   }
+}
+
+/* slice(x, starts, ends, axes, steps): dynamic_ops.slice_ (ONNX Slice, opset 10+) */
+static int kiln_slice(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
+  static const char* const what[4] = {"starts", "ends", "axes", "steps"};
+  int64_t v[4][KILN_VM_MAX_NDIM], start[KILN_VM_MAX_NDIM], step[KILN_VM_MAX_NDIM];
+  int64_t res[KILN_VM_MAX_NDIM];
+  int n[4], i, d;
+  const DLTensor* x;
+  DLTensor* y;
+  char a[4][400];
+  (void)s;
+  if (kiln_dyn_tensors("slice", args, 5) != 0) return -1;
+  for (i = 0; i < 4; ++i)
+    if (kiln_dyn_ints(args[i + 1].u.t, "Slice", what[i], v[i], &n[i]) != 0) return -1;
+  if (n[1] != n[0] || n[2] != n[0] || n[3] != n[0]) {
+    for (i = 0; i < 4; ++i) kiln_dyn_list(v[i], n[i], a[i], sizeof(a[i]));
+    return kiln_fail("ShapeError: Slice: starts %s, ends %s, axes %s and steps %s differ in "
+                     "length", a[0], a[1], a[2], a[3]);
+  }
+  x = args[0].u.t;
+  for (d = 0; d < x->ndim; ++d) start[d] = 0, step[d] = 1, res[d] = x->shape[d];
+  for (i = 0; i < n[0]; ++i) {
+    int64_t ax = v[2][i], b = v[0][i], c = v[1][i], st = v[3][i], dim, diff, mag;
+    if (ax < -x->ndim || ax >= x->ndim || st == 0)
+      return kiln_fail("ShapeError: Slice: axis %lld or step %lld invalid for rank %d",
+                       (long long)ax, (long long)st, x->ndim);
+    d = (int)(ax < 0 ? ax + x->ndim : ax);
+    dim = x->shape[d];
+    b = b < 0 ? b + dim : b;
+    c = c < 0 ? c + dim : c;
+    if (st > 0) {
+      b = b < 0 ? 0 : b > dim ? dim : b;
+      c = c < 0 ? 0 : c > dim ? dim : c;
+      diff = c - b;
+      res[d] = diff > 0 ? (diff - 1) / st + 1 : 0;
+    } else {
+      b = b < 0 ? 0 : b > dim - 1 ? dim - 1 : b;
+      c = c < -1 ? -1 : c > dim - 1 ? dim - 1 : c;
+      diff = b - c;
+      mag = st == INT64_MIN ? INT64_MAX : -st;
+      res[d] = diff > 0 && dim > 0 ? (diff - 1) / mag + 1 : 0;
+    }
+    start[d] = b, step[d] = st;
+  }
+  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, x->ndim, res)) == NULL) return -1;
+  kiln_dyn_gather(x, y, start, step);
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
 }
 
 /* expand(x, shape): x broadcast with shape (both ways, numpy's rule) */
@@ -414,7 +466,7 @@ static int kiln_expand(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVM
     res[d] = p == 1 ? q : p;
   }
   if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, nd, res)) == NULL) return -1;
-  kiln_dyn_gather_mod(x, y);
+  kiln_dyn_gather(x, y, NULL, NULL);
   out->kind = KV_TENSOR;
   out->u.t = y;
   return 0;
@@ -443,7 +495,7 @@ static int kiln_tile(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
     res[d] = x->shape[d] * reps[d];
   }
   if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, n, res)) == NULL) return -1;
-  kiln_dyn_gather_mod(x, y);
+  kiln_dyn_gather(x, y, NULL, NULL);
   out->kind = KV_TENSOR;
   out->u.t = y;
   return 0;
@@ -467,6 +519,7 @@ int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s) {
   if (strcmp(b, "reshape_to") == 0) return kiln_dyn_prepare(s, kiln_reshape_to, 2, 1);
   if (strcmp(b, "expand") == 0) return kiln_dyn_prepare(s, kiln_expand, 2, 0);
   if (strcmp(b, "tile") == 0) return kiln_dyn_prepare(s, kiln_tile, 2, 0);
+  if (strcmp(b, "slice") == 0) return kiln_dyn_prepare(s, kiln_slice, 5, 0);
   if (strcmp(b, "range") == 0) return kiln_dyn_prepare(s, kiln_range, 3, 0);
   if (strcmp(b, "constant_of_shape") == 0) return kiln_dyn_prepare(s, kiln_constant_of_shape, 2, 0);
   return 1;
