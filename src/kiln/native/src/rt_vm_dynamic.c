@@ -26,6 +26,12 @@ static int kiln_dyn_tensors(const char* name, KilnVMValue* args, int n) {
 
 static size_t kiln_dyn_elem(const DLTensor* t) { return (t->dtype.bits * t->dtype.lanes + 7u) / 8u; }
 
+static int kiln_dyn_result(DLTensor* y, KilnVMValue* out) {
+  out->kind = KV_TENSOR;
+  out->u.t = y;
+  return 0;
+}
+
 /* numpy's truth of element i (NaN is true; a float16's -0 is false) */
 static int kiln_dyn_true(const DLTensor* t, int64_t i) {
   if (t->dtype.bits == 16 && (t->dtype.code == kDLFloat || t->dtype.code == kDLBfloat))
@@ -55,9 +61,7 @@ static int kiln_nonzero(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnV
     }
     ++k;
   }
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_result(y, out);
 }
 
 /* compress(x, condition, IMM axis): axis -1 flattens x */
@@ -92,9 +96,7 @@ static int kiln_compress(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Kiln
       if (kiln_dyn_true(c, i))
         memcpy((char*)y->data + (j++) * inner,
                (const char*)x->data + x->byte_offset + (o * extent + i) * inner, (size_t)inner);
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_result(y, out);
 }
 
 /* topk's order: a stable merge sort of positions by their keys (floats as double, NaN
@@ -294,9 +296,7 @@ static int kiln_range(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMV
       }
     }
   }
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_result(y, out);
 }
 
 /* constant_of_shape(shape, value): a tensor of `shape` filled with value's first element */
@@ -322,9 +322,7 @@ static int kiln_constant_of_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* a
   esz = kiln_dyn_elem(v);
   for (i = 0; i < kiln_vm_numel(y); ++i)
     memcpy((char*)y->data + (size_t)i * esz, (const char*)v->data + v->byte_offset, esz);
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_result(y, out);
 }
 
 /* reshape_to(x, shape, IMM allowzero): a copy of x with dynamic_ops.reshape_dims's shape */
@@ -367,9 +365,7 @@ static int kiln_reshape_to(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
                      kiln_dyn_list(x->shape, x->ndim, b, sizeof(b)));
   if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, n, res)) == NULL) return -1;
   if (size) memcpy(y->data, (const char*)x->data + x->byte_offset, (size_t)size * kiln_dyn_elem(x));
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_result(y, out);
 }
 
 /* y[o] = x[c] for each output coordinate o: c = o modulo x's dims right-aligned (missing
@@ -393,6 +389,15 @@ static void kiln_dyn_gather(const DLTensor* x, DLTensor* y, const int64_t* start
   }
 }
 
+/* The result: a new tensor of x's dtype and `res` dims gathered from x (kiln_dyn_gather) */
+static int kiln_dyn_gathered(KilnVMFrame* fr, const DLTensor* x, int nd, const int64_t* res,
+                             const int64_t* start, const int64_t* step, KilnVMValue* out) {
+  DLTensor* y = kiln_vm_call_tensor(fr->vm, x->dtype, nd, res);
+  if (y == NULL) return -1;
+  kiln_dyn_gather(x, y, start, step);
+  return kiln_dyn_result(y, out);
+}
+
 /* slice(x, starts, ends, axes, steps): dynamic_ops.slice_ (ONNX Slice, opset 10+) */
 static int kiln_slice(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   static const char* const what[4] = {"starts", "ends", "axes", "steps"};
@@ -400,7 +405,6 @@ static int kiln_slice(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMV
   int64_t res[KILN_VM_MAX_NDIM];
   int n[4], i, d;
   const DLTensor* x;
-  DLTensor* y;
   char a[4][400];
   (void)s;
   if (kiln_dyn_tensors("slice", args, 5) != 0) return -1;
@@ -436,17 +440,12 @@ static int kiln_slice(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMV
     }
     start[d] = b, step[d] = st;
   }
-  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, x->ndim, res)) == NULL) return -1;
-  kiln_dyn_gather(x, y, start, step);
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_gathered(fr, x, x->ndim, res, start, step, out);
 }
 
 /* expand(x, shape): x broadcast with shape (both ways, numpy's rule) */
 static int kiln_expand(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   const DLTensor* x;
-  DLTensor* y;
   int64_t dims[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM];
   int n, nd, d;
   char a[400], b[400];
@@ -465,17 +464,12 @@ static int kiln_expand(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVM
                        kiln_dyn_list(dims, n, b, sizeof(b)));
     res[d] = p == 1 ? q : p;
   }
-  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, nd, res)) == NULL) return -1;
-  kiln_dyn_gather(x, y, NULL, NULL);
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_gathered(fr, x, nd, res, NULL, NULL, out);
 }
 
 /* tile(x, repeats): x repeated repeats[i] times along axis i */
 static int kiln_tile(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   const DLTensor* x;
-  DLTensor* y;
   int64_t reps[KILN_VM_MAX_NDIM], res[KILN_VM_MAX_NDIM];
   int n, d, bad;
   char a[400];
@@ -494,11 +488,7 @@ static int kiln_tile(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
       return kiln_fail("vm.builtin.tile: the result is too large");
     res[d] = x->shape[d] * reps[d];
   }
-  if ((y = kiln_vm_call_tensor(fr->vm, x->dtype, n, res)) == NULL) return -1;
-  kiln_dyn_gather(x, y, NULL, NULL);
-  out->kind = KV_TENSOR;
-  out->u.t = y;
-  return 0;
+  return kiln_dyn_gathered(fr, x, n, res, NULL, NULL, out);
 }
 
 /* Static checks (vm_dynamic_ops._tensor_op): the count of arguments, the immediates. */
