@@ -24,7 +24,9 @@ static int kiln_dyn_tensors(const char* name, KilnVMValue* args, int n) {
   return 0;
 }
 
-static size_t kiln_dyn_elem(const DLTensor* t) { return (t->dtype.bits * t->dtype.lanes + 7u) / 8u; }
+static size_t kiln_dyn_elem(const DLTensor* t) {
+  return (t->dtype.bits * t->dtype.lanes + 7u) / 8u;
+}
 
 static int kiln_dyn_result(DLTensor* y, KilnVMValue* out) {
   out->kind = KV_TENSOR;
