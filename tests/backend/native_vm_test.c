@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   TVMModFree(vm);
   /* a builtin the native VM does not implement: named at vm_initialization */
   nz = load_vm(argv[2]);
-  EXPECT_ERROR(init(nz, kDLCPU), "builtin 'vm.builtin.nonzero'");
+  EXPECT_ERROR(init(nz, kDLCPU), "builtin 'vm.builtin.unique'");
   f = get(nz, "main");
   args[0].v_handle = NULL;
   codes[0] = kTVMDLTensorHandle;

@@ -34,13 +34,14 @@ SHAPES = [(1, 7), (1, 32), (2, 77)]
 QUICK_FUZZ = 400
 
 
-def tiny_model(nonzero: bool = False) -> onnx.ModelProto:
-    """``main(x: float32[n, 4]) -> (relu(x + c), x * x)``, or ``NonZero(x)`` (a builtin the
+def tiny_model(unique: bool = False) -> onnx.ModelProto:
+    """``main(x: float32[n, 4]) -> (relu(x + c), x * x)``, or ``Unique(x)`` (a builtin the
     native VM does not implement)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
-    if nonzero:
-        nodes = [helper.make_node("NonZero", ["x"], ["y"])]
-        outs = [helper.make_tensor_value_info("y", TensorProto.INT64, [2, "k"])]
+    if unique:  # (Unique needs a static input)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+        nodes = [helper.make_node("Unique", ["x"], ["y"])]
+        outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k"])]
         inits = []
     else:
         nodes = [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Relu", ["a"], ["y"]),
@@ -65,7 +66,7 @@ def _export(model: onnx.ModelProto, target: str, out: Path, **kw) -> Path:
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("tiny-vm")
     return (_export(tiny_model(), "c", folder / "tiny.so"),
-            _export(tiny_model(True), "c", folder / "nonzero.so"))
+            _export(tiny_model(True), "c", folder / "unique.so"))
 
 
 def control_flow_executable():
@@ -275,7 +276,7 @@ def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
     proc = subprocess.run([str(native_rt / "kiln_run"), str(tiny[1]), "--shape", "x=2x4",
                            "--random"], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
-    assert "builtin 'vm.builtin.nonzero'" in proc.stderr and "Python runtime" in proc.stderr
+    assert "builtin 'vm.builtin.unique'" in proc.stderr and "Python runtime" in proc.stderr
 
 
 def test_shape_to_tensor(asan, tmp_path):

@@ -247,9 +247,12 @@ static int kiln_vm_invoke(KilnVM* vm, int64_t fidx, TVMValue* args, int* codes, 
   result.kind = KV_NONE;
   if (kiln_vm_exec(&fr, vm->sites[fidx], &result) != 0) goto done;
   kiln_vm_free_value(&vm->result);
+  kiln_vm_kv_release_views(vm);
   vm->num_out = 0;
-  if (kiln_vm_copy_out(vm, &result, &vm->result, 0) != 0) goto done;
-  rc = kiln_vm_return(&vm->result, ret, ret_code);
+  ++vm->serial;
+  rc = kiln_vm_copy_out(vm, &result, &vm->result, 0);
+  if (rc == 0) rc = kiln_vm_return(&vm->result, ret, ret_code);
+  kiln_vm_kv_prune(vm, 0); /* append buffers the result does not show (rt_vm_kv.c) */
 done:
   vm->running = 0;
   for (i = 0; i < vm->num_retired; ++i) free(vm->retired[i]);
@@ -505,6 +508,7 @@ static void kiln_vm_destroy(KilnModule* self) {
   free(vm->in_views);
   free(vm->in_shapes);
   kiln_vm_free_value(&vm->result);
+  kiln_vm_kv_prune(vm, 1);
   for (i = 0; i < vm->cap_out; ++i) TVMArrayFree(vm->out_tensors[i]);
   free(vm->out_tensors);
 }

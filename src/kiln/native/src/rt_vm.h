@@ -94,6 +94,7 @@ enum { KV_NONE = 0, KV_INT, KV_TENSOR, KV_STORAGE, KV_TUPLE, KV_LIST };
 typedef struct KilnVMList KilnVMList;
 typedef struct KilnVMStorage KilnVMStorage;
 typedef struct KilnVMTuple KilnVMTuple;
+typedef struct KilnVMKVBuf KilnVMKVBuf;
 typedef struct {
   int kind;
   union {
@@ -189,6 +190,13 @@ struct KilnVM {
   size_t num_out, cap_out;
   KilnVMTuple* out_tuples;
   size_t num_out_tuples, cap_out_tuples;
+  /* kv_append's buffers (rt_vm_kv.c) and the views of them the last result returned */
+  KilnVMKVBuf** kv;
+  size_t num_kv, cap_kv;
+  DLTensor** kv_views;
+  size_t num_kv_views, cap_kv_views;
+  uint64_t serial; /* calls from the C API so far */
+  int64_t kv_copies, kv_appends;
 };
 
 /* Prepare builtin `name` at a call site (static checks): 0, or -1 with the error set (an
@@ -198,6 +206,25 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* exe, const KilnVMFunct
 /* rt_vm_lists.c: bind_shape, list_new, list_append, list_stack; 1 when `b` is none of them. */
 int kiln_vm_prepare_list_builtin(const KilnVMExec* e, const KilnVMFunction* f, const char* b,
                                  KilnVMSite* s);
+/* rt_vm_dynamic.c: nonzero, topk, compress (decision 016); 1 when `b` is none of them. */
+int kiln_vm_prepare_dynamic_builtin(const char* b, KilnVMSite* s);
+/* Element i of an integer or bool tensor as int64 (a float's truth value). */
+int64_t kiln_vm_element(const DLTensor* t, int64_t i);
+/* A new tensor whose header, shape and data are one block of the call; NULL with the error
+   set (a size over 2^46 bytes). */
+DLTensor* kiln_vm_call_tensor(KilnVM* vm, DLDataType dtype, int ndim, const int64_t* shape);
+/* rt_vm_kv.c: kv_append (decision 019). */
+int kiln_vm_prepare_kv_builtin(KilnVMSite* s);
+/* A result tensor that is a view of an append buffer: 1 with `out` a VM-owned view (not a
+   copy; the buffer is kept while a result shows it), 0 when it is not one, -1 on error. */
+int kiln_vm_kv_result(KilnVM* vm, const DLTensor* t, KilnVMValue* out);
+/* Free the views the last result returned. */
+void kiln_vm_kv_release_views(KilnVM* vm);
+/* After a call's result is made: free the buffers it does not show (all: every buffer). */
+void kiln_vm_kv_prune(KilnVM* vm, int all);
+/* "float32[2, 3]", and a register value's kind as the Python VM names its type. */
+const char* kiln_vm_type_text(DLDataType dt, int ndim, const int64_t* shape, char* buf, size_t n);
+const char* kiln_vm_kind_name(const KilnVMValue* v);
 /* Helpers shared by the builtins' files (rt_vm_builtins.c). */
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 int kiln_nargs(const KilnVMSite* s, int lo, int hi);
@@ -229,6 +256,10 @@ int kiln_vm_push(void*** arr, size_t* n, size_t* cap, void* item);
 /* Copy a result into VM-owned tensors and tuples (freed by kiln_vm_free_value). */
 /* Whether a and b have the same dtype and shape (rt_vm_memory.c). */
 int kiln_vm_same_type(const DLTensor* a, const DLTensor* b);
+/* The same from dim `from` on (kv_append: the rows). */
+int kiln_vm_same_dims(const DLTensor* a, const DLTensor* b, int from);
+/* Elements of a tensor. */
+int64_t kiln_vm_numel(const DLTensor* t);
 int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth);
 void kiln_vm_free_value(KilnVMValue* v);
 /* A value as the C API returns it. */

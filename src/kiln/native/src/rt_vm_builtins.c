@@ -7,9 +7,11 @@
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
  * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the
- * list builtins of decision 015 in rt_vm_lists.c. The others of the Python runtime (the
- * data-dependent ops of decision 016 done in numpy, kv_append of decision 019) fail at
- * vm_initialization, naming the builtin and the call site.
+ * list builtins of decision 015 in rt_vm_lists.c; kv_append (decision 019) in rt_vm_kv.c;
+ * nonzero, topk, compress, range, constant_of_shape, reshape_to, expand, tile, slice
+ * (decision 016) in rt_vm_dynamic.c.
+ * The other data-dependent ops of the Python runtime fail at vm_initialization, naming the
+ * builtin and the call site.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,8 +23,7 @@
 #define KILN_ALIGN 64
 
 static const char* const kiln_python_only[] = {
-    "nonzero", "unique", "non_max_suppression", "compress", "topk", "range",
-    "reshape_to", "expand", "constant_of_shape", "tile", "slice", "kv_append",
+    "unique", "non_max_suppression",
 };
 
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
@@ -86,7 +87,7 @@ static int kiln_tensor(const KilnVMValue* v, const char* builtin, int i, DLTenso
   return 0;
 }
 
-static int64_t kiln_numel(const DLTensor* t) {
+int64_t kiln_vm_numel(const DLTensor* t) {
   int64_t n = 1;
   int i;
   for (i = 0; i < t->ndim; ++i) n *= t->shape[i];
@@ -375,7 +376,7 @@ static int kiln_copy(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMVa
   return 0;
 }
 
-static int64_t kiln_element(const DLTensor* t, int64_t i) {
+int64_t kiln_vm_element(const DLTensor* t, int64_t i) {
   const char* p = (const char*)t->data + t->byte_offset;
   switch (t->dtype.bits) {
     case 8:
@@ -403,11 +404,11 @@ static int kiln_tensor_to_heap(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args
   if (kiln_tensor(&args[0], "tensor_to_heap", 0, &t) != 0) return -1;
   if (t->dtype.code != kDLInt && t->dtype.code != kDLUInt)
     return kiln_fail("ShapeError: vm.builtin.tensor_to_heap: expected an integer tensor");
-  if (kiln_numel(t) != (int64_t)s->spec_n)
+  if (kiln_vm_numel(t) != (int64_t)s->spec_n)
     return kiln_fail("ShapeError: vm.builtin.tensor_to_heap: %lld values for %zu slots",
-                     (long long)kiln_numel(t), s->spec_n);
+                     (long long)kiln_vm_numel(t), s->spec_n);
   for (i = 0; i < s->spec_n; ++i) {
-    int64_t v = kiln_element(t, (int64_t)i), slot = s->spec[i];
+    int64_t v = kiln_vm_element(t, (int64_t)i), slot = s->spec[i];
     if ((uint64_t)slot < e->num_symbols &&
         kiln_check_bounds("data-dependent shape", 0, e->symbols[slot].name, v,
                           &e->symbols[slot]) != 0)
@@ -427,10 +428,10 @@ static int kiln_prep_tensor_to_heap(const KilnVMExec* e, const KilnVMFunction* f
 }
 
 int kiln_vm_read_bool_value(const DLTensor* t, int* out) {
-  if (kiln_numel(t) != 1)
+  if (kiln_vm_numel(t) != 1)
     return kiln_fail("ShapeError: a condition (read_bool / If) is a tensor of %lld values, not "
-                     "one", (long long)kiln_numel(t));
-  *out = kiln_element(t, 0) != 0;
+                     "one", (long long)kiln_vm_numel(t));
+  *out = kiln_vm_element(t, 0) != 0;
   return 0;
 }
 
@@ -535,6 +536,11 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
   if (strcmp(b, "shape_to_tensor") == 0) return kiln_prep_shape_to_tensor(e, s);
   if (strcmp(b, "bind_shape") == 0 || strncmp(b, "list_", 5) == 0) {
     int rc = kiln_vm_prepare_list_builtin(e, f, b, s);
+    if (rc != 1) return rc;
+  }
+  if (strcmp(b, "kv_append") == 0) return kiln_vm_prepare_kv_builtin(s);
+  {
+    int rc = kiln_vm_prepare_dynamic_builtin(b, s);
     if (rc != 1) return rc;
   }
   if (strcmp(b, "reshape") == 0) {

@@ -11,13 +11,13 @@
 
 #include "rt_vm.h"
 
-static const char* kiln_kind_name(const KilnVMValue* v) {
+const char* kiln_vm_kind_name(const KilnVMValue* v) {
   static const char* const names[] = {"None", "int", "NDArray", "Storage", "tuple", "ScanList"};
   return v->kind >= 0 && v->kind <= KV_LIST ? names[v->kind] : "?";
 }
 
 /* "float32[2, 3]" */
-static const char* kiln_type_text(DLDataType dt, int ndim, const int64_t* shape, char* buf,
+const char* kiln_vm_type_text(DLDataType dt, int ndim, const int64_t* shape, char* buf,
                                   size_t n) {
   size_t used = (size_t)snprintf(buf, n, "%s[", kiln_vm_dtype_name(dt));
   int d;
@@ -30,7 +30,7 @@ static const char* kiln_type_text(DLDataType dt, int ndim, const int64_t* shape,
 static int kiln_list_arg(const KilnVMValue* v, const char* builtin, KilnVMList** out) {
   if (v->kind != KV_LIST)
     return kiln_fail("vm.builtin.%s: argument 0 is %s, not a list made by vm.builtin.list_new",
-                     builtin, kiln_kind_name(v));
+                     builtin, kiln_vm_kind_name(v));
   *out = v->u.list;
   return 0;
 }
@@ -52,7 +52,7 @@ static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
   if (kiln_list_arg(&args[0], "list_append", &l) != 0) return -1;
   if (args[1].kind != KV_TENSOR)
     return kiln_fail("vm.builtin.list_append: argument 1 is %s, not a tensor",
-                     kiln_kind_name(&args[1]));
+                     kiln_vm_kind_name(&args[1]));
   if (l->n == l->cap) { /* the old array stays a block of the call */
     size_t cap = l->cap ? 2 * l->cap : 16;
     DLTensor** items = (DLTensor**)kiln_vm_call_alloc(fr->vm, cap * sizeof(DLTensor*));
@@ -71,11 +71,11 @@ static int kiln_list_append(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args,
 static int kiln_list_stack(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, KilnVMValue* out) {
   const char* label = s->text;
   int nd = s->ins->nargs - 3, d;
-  int64_t dims[KILN_VM_MAX_NDIM];
+  int64_t dims[KILN_VM_MAX_NDIM + 1];
   KilnVMList* l = NULL;
   DLTensor* t;
-  size_t i, head, elem = 1, nbytes;
-  char* blk, want[200], got[200];
+  size_t i, elem = 1, nbytes;
+  char want[200], got[200];
   if (kiln_list_arg(&args[0], "list_stack", &l) != 0) return -1;
   for (d = 0; d < nd; ++d) dims[d] = args[3 + d].u.i;
   for (i = 0; i < l->n; ++i) {
@@ -85,29 +85,22 @@ static int kiln_list_stack(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
     if (!same)
       return kiln_fail("ShapeError: %s: iteration %zu gave %s, expected %s (one type for every "
                        "iteration)", label, i,
-                       kiln_type_text(e->dtype, e->ndim, e->shape, got, sizeof(got)),
-                       kiln_type_text(s->dtype, nd, dims, want, sizeof(want)));
+                       kiln_vm_type_text(e->dtype, e->ndim, e->shape, got, sizeof(got)),
+                       kiln_vm_type_text(s->dtype, nd, dims, want, sizeof(want)));
   }
   for (d = 0; d < nd; ++d) {
     if (dims[d] < 0)
       return kiln_fail("ShapeError: %s: negative element dims %s", label,
-                       kiln_type_text(s->dtype, nd, dims, want, sizeof(want)) +
+                       kiln_vm_type_text(s->dtype, nd, dims, want, sizeof(want)) +
                            strlen(kiln_vm_dtype_name(s->dtype)));
     if (dims[d] && elem > ((size_t)1 << 46) / (size_t)dims[d])
       return kiln_fail("ShapeError: %s: element dims too large", label);
     elem *= (size_t)dims[d];
   }
   nbytes = elem * ((s->dtype.bits + 7u) / 8u); /* the elements exist: no overflow past them */
-  head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)(nd + 1) + 63) & ~(size_t)63;
-  if ((blk = (char*)kiln_vm_call_alloc(fr->vm, head + nbytes * l->n)) == NULL) return -1;
-  t = (DLTensor*)blk;
-  t->data = blk + head;
-  t->device.device_type = kDLCPU;
-  t->ndim = nd + 1;
-  t->dtype = s->dtype;
-  t->shape = (int64_t*)(blk + sizeof(DLTensor));
-  t->shape[0] = (int64_t)l->n;
-  memcpy(t->shape + 1, dims, sizeof(int64_t) * (size_t)nd);
+  memmove(dims + 1, dims, sizeof(int64_t) * (size_t)nd);
+  dims[0] = (int64_t)l->n;
+  if ((t = kiln_vm_call_tensor(fr->vm, s->dtype, nd + 1, dims)) == NULL) return -1;
   for (i = 0; i < l->n && nbytes; ++i)
     memcpy((char*)t->data + i * nbytes, l->items[i]->data, nbytes);
   out->kind = KV_TENSOR;
@@ -128,8 +121,8 @@ static int kiln_bind_shape(KilnVMSite* s, KilnVMFrame* fr, KilnVMValue* args, Ki
   if (t == NULL || t->dtype.code != dt.code || t->dtype.bits != dt.bits || t->ndim != ndim) {
     snprintf(want, sizeof(want), "%s", kiln_vm_dtype_name(dt));
     return kiln_fail("ShapeError: %s: expected a rank-%d %s tensor, got %s", s->text, ndim, want,
-                     t ? kiln_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got))
-                       : kiln_kind_name(&args[0]));
+                     t ? kiln_vm_type_text(t->dtype, t->ndim, t->shape, got, sizeof(got))
+                       : kiln_vm_kind_name(&args[0]));
   }
   for (i = 0; i < ndim; ++i) {
     int64_t kind = spec[3 + 2 * i], value = spec[4 + 2 * i], d = t->shape[i];

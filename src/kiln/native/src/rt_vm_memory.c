@@ -84,16 +84,18 @@ void kiln_vm_free_value(KilnVMValue* v) {
   v->kind = KV_NONE;
 }
 
-/* Same dtype and shape. */
-int kiln_vm_same_type(const DLTensor* a, const DLTensor* b) {
+/* Same dtype and shape (dims from `from` on). */
+int kiln_vm_same_dims(const DLTensor* a, const DLTensor* b, int from) {
   int i;
   if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
       a->dtype.lanes != b->dtype.lanes)
     return 0;
-  for (i = 0; i < a->ndim; ++i)
+  for (i = from; i < a->ndim; ++i)
     if (a->shape[i] != b->shape[i]) return 0;
   return 1;
 }
+
+int kiln_vm_same_type(const DLTensor* a, const DLTensor* b) { return kiln_vm_same_dims(a, b, 0); }
 
 int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int depth) {
   int i;
@@ -104,6 +106,8 @@ int kiln_vm_copy_out(KilnVM* vm, const KilnVMValue* v, KilnVMValue* out, int dep
   } else if (v->kind == KV_TENSOR) {
     const DLTensor* t = v->u.t;
     DLTensor** slot;
+    int kv = vm->num_kv ? kiln_vm_kv_result(vm, t, out) : 0;
+    if (kv != 0) return kv < 0 ? -1 : 0;
     if (vm->num_out == vm->cap_out) {
       size_t c = vm->cap_out ? 2 * vm->cap_out : 8;
       DLTensor** grown = (DLTensor**)realloc(vm->out_tensors, c * sizeof(DLTensor*));
@@ -173,6 +177,30 @@ void* kiln_vm_call_alloc(KilnVM* vm, size_t n) {
     return NULL;
   }
   return p;
+}
+
+DLTensor* kiln_vm_call_tensor(KilnVM* vm, DLDataType dtype, int ndim, const int64_t* shape) {
+  size_t head = (sizeof(DLTensor) + sizeof(int64_t) * (size_t)(ndim + 1) + 63) & ~(size_t)63;
+  size_t nbytes = ((size_t)dtype.bits * dtype.lanes + 7u) / 8u;
+  DLTensor* t;
+  char* blk;
+  int d;
+  for (d = 0; d < ndim; ++d) {
+    if (shape[d] < 0 || (shape[d] && nbytes > ((size_t)1 << 46) / (size_t)shape[d])) {
+      kiln_fail("VM: a result of %d dims is too large or has a negative dim", ndim);
+      return NULL;
+    }
+    nbytes *= (size_t)shape[d];
+  }
+  if ((blk = (char*)kiln_vm_call_alloc(vm, head + nbytes)) == NULL) return NULL;
+  t = (DLTensor*)blk;
+  t->data = blk + head;
+  t->device.device_type = kDLCPU;
+  t->ndim = ndim;
+  t->dtype = dtype;
+  t->shape = (int64_t*)(blk + sizeof(DLTensor));
+  if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  return t;
 }
 
 int kiln_vm_detach(KilnVM* vm, KilnVMSite* s, KilnVMValue* out) {
