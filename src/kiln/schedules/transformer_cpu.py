@@ -73,6 +73,8 @@ def schedule_reshape(sch: Schedule, t: Tensor) -> None:
     if t is not sch.output:
         return
     (src,) = t.inputs()
+    if not t.shape or not src.shape:  # to or from a scalar
+        return
     last, inner = t.shape[-1], src.shape[-1]
     if not (isinstance(last, int) and isinstance(inner, int) and 1 < inner < last
             and last % inner == 0):
