@@ -126,7 +126,10 @@ def fuse_ops(func: Function) -> Function:
                 if (g is not None and arg is g.output and len(users[arg.uid]) > 1
                         and isinstance(arg, Call) and node.op.pattern <= OpPattern.BROADCAST):
                     region = _diamond(arg, users, pinned, position)
-                    if region and all(_can_join(g, arg, r) for r in region):
+                    # every member still ahead (one placed in a group of its own earlier
+                    # would leave the producer read from outside its kernel)
+                    if (region and region[0] is node
+                            and all(_can_join(g, arg, r) for r in region)):
                         approved.update((r.uid, g) for r in region)
                         target = g
                         break
