@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import pytest
 import tomllib
+from onnx_inputs import graph_inputs
 
 import kiln
 from kiln import models
@@ -49,19 +50,11 @@ def build_runtime(build: Path, cc: str | None = None, extra: tuple[str, ...] = (
 
 def model_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Seeded random inputs for the model's real inputs (unknown dims: 1)."""
-    from onnx import helper
-
     rng = np.random.default_rng(SEED)
-    inits = {t.name for t in model.graph.initializer}
     out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
-                      for d in tt.shape.dim)
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        out[vi.name] = rng.standard_normal(shape).astype(dtype)
+    for name, (shape, dtype) in graph_inputs(model).items():
+        shape = tuple(d if d > 0 else 1 for d in shape)
+        out[name] = rng.standard_normal(shape).astype(dtype)
     return out
 
 

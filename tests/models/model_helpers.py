@@ -46,21 +46,6 @@ def run_compiled(compiled: Compiled, inputs: dict[str, np.ndarray]) -> list[np.n
     return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
 
 
-def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The model's real inputs (graph inputs that are not initializers): name → (shape, dtype)."""
-    from onnx import helper
-
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
-        out[vi.name] = (shape, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)))
-    return out
-
-
 def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray],
                              rtol: float = 1e-4) -> None:
     """Kiln vs onnxruntime: max abs error ≤ rtol·max|ref| + 1e-5, and the same top-1 class.

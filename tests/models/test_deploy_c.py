@@ -20,7 +20,8 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from model_helpers import assert_matches_reference, graph_inputs
+from model_helpers import assert_matches_reference
+from onnx_inputs import graph_inputs
 
 import kiln
 from kiln import models

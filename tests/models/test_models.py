@@ -16,9 +16,9 @@ import pytest
 from model_helpers import (
     assert_matches_reference,
     compile_to_library,
-    graph_inputs,
     run_compiled,
 )
+from onnx_inputs import graph_inputs
 
 from kiln import models
 

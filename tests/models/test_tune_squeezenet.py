@@ -8,7 +8,8 @@ import re
 import numpy as np
 import onnx
 import pytest
-from model_helpers import assert_matches_reference, graph_inputs, kiln_cli
+from model_helpers import assert_matches_reference, kiln_cli
+from onnx_inputs import graph_inputs
 
 from kiln import models
 
