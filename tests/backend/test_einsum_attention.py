@@ -7,10 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-
-import kiln
-from kiln.frontend import from_onnx
-from kiln.vm import VirtualMachine
+from onnx_helpers import compile_vm
 
 SCORES = ("bsgrd,tbgd->bgrst", ["b", "s", 3, 3, 16], ["t", "b", 3, 16], ["b", 3, 3, "s", "t"])
 CONTEXT = ("bgrst,tbgd->bsgrd", ["b", 3, 3, "s", "t"], ["t", "b", 3, 16], ["b", "s", 3, 3, 16])
@@ -29,10 +26,7 @@ def _model(equation, a, b, out):
 @pytest.mark.parametrize("spec", [SCORES, CONTEXT], ids=["scores", "context"])
 def test_attention_einsums_at_decode_and_prefill_shapes(spec, target, tmp_path):
     equation, a, b, out = spec
-    mod, params = from_onnx(_model(equation, a, b, out))
-    so = tmp_path / "einsum.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(_model(equation, a, b, out), tmp_path / "einsum.so", target)
     rng = np.random.default_rng(0)
     for batch, s, t in [(1, 1, 1), (1, 1, 37), (2, 1, 100), (1, 7, 7), (1, 30, 45), (2, 13, 64)]:
         dims = {"b": batch, "s": s, "t": t}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_helpers import compile_vm
 
 H, F = 32, 64  # hidden and feed-forward widths (two and four packed column blocks)
 
@@ -86,15 +87,9 @@ def test_feed_forward_block_fuses_into_two_dense_kernels(gelu):
 def test_feed_forward_block_with_symbolic_sequence_on_the_vm(target, tmp_path):
     import onnxruntime as ort
 
-    import kiln
-    from kiln.frontend import from_onnx
-    from kiln.vm import VirtualMachine
 
     model = _ffn_model("seq")
-    mod, params = from_onnx(model)
-    so = tmp_path / "ffn.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(model, tmp_path / "ffn.so", target)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for seq in (1, 7, 30):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_helpers import compile_vm
 
 H, D = 3, 16
 
@@ -75,15 +76,9 @@ def test_attention_chain_becomes_one_kernel():
 def test_attention_with_symbolic_sequence_on_the_vm(target, tmp_path, any_length):
     import onnxruntime as ort
 
-    import kiln
-    from kiln.frontend import from_onnx
-    from kiln.vm import VirtualMachine
 
     model = _attention_model("b", "s", "s")
-    mod, params = from_onnx(model)
-    so = tmp_path / "attention.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(model, tmp_path / "attention.so", target)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for b, s in ((1, 1), (1, 13), (2, 32), (1, 70)):

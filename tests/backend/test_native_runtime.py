@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import pytest
 import tomllib
-from onnx_inputs import graph_inputs
+from onnx_helpers import graph_inputs
 
 import kiln
 from kiln import models

@@ -101,20 +101,6 @@ def with_symbolic_batch(model, name: str = "N"):
     return model
 
 
-def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
-    """from_onnx with symbolic dims kept (``dim_bounds`` as :func:`kiln.frontend.from_onnx`)
-    → kiln.build (a VM executable) → export_library(path) → load_module → VirtualMachine."""
-    import kiln
-    from kiln.frontend import from_onnx
-    from kiln.vm import VirtualMachine
-
-    mod, params = from_onnx(model, dim_bounds=dim_bounds)
-    exe = kiln.build(mod, target=target, params=params)
-    assert type(exe).__name__ == "VMExecutable", f"expected a VM executable, got {exe!r}"
-    exe.export_library(str(path))
-    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
-
-
 def run_vm(vm, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """``vm["main"]`` on the inputs (in the model's input order), every output as numpy."""
     out = vm["main"](*inputs.values())

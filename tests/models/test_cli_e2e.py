@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from model_helpers import assert_matches_reference, kiln_cli
-from onnx_inputs import graph_inputs
+from onnx_helpers import graph_inputs
 
 from kiln import models
 

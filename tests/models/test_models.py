@@ -18,7 +18,7 @@ from model_helpers import (
     compile_to_library,
     run_compiled,
 )
-from onnx_inputs import graph_inputs
+from onnx_helpers import graph_inputs
 
 from kiln import models
 

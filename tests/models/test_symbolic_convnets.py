@@ -15,12 +15,12 @@ import onnx
 import pytest
 from model_helpers import (
     assert_matches_reference,
-    compile_vm,
     fix_input_dim,
     run_vm,
     with_symbolic_batch,
 )
 from onnx import TensorProto, helper
+from onnx_helpers import compile_vm
 
 from kiln import models
 from kiln.demo.ocr_pipeline import det_input, rec_input, render_line

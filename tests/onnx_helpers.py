@@ -1,0 +1,37 @@
+"""ONNX helpers for tests in every layer (tests/models, tests/backend): a model's real inputs,
+and a model compiled to a loaded VM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The model's real inputs (graph inputs that are not initializers): name → (shape, dtype)."""
+    from onnx import helper
+
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+        out[vi.name] = (shape, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+    return out
+
+
+def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
+    """from_onnx with symbolic dims kept (``dim_bounds`` as :func:`kiln.frontend.from_onnx`)
+    → kiln.build (a VM executable) → export_library(path) → load_module → VirtualMachine."""
+    import kiln
+    from kiln.frontend import from_onnx
+    from kiln.vm import VirtualMachine
+
+    mod, params = from_onnx(model, dim_bounds=dim_bounds)
+    exe = kiln.build(mod, target=target, params=params)
+    assert type(exe).__name__ == "VMExecutable", f"expected a VM executable, got {exe!r}"
+    exe.export_library(str(path))
+    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
