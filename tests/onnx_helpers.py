@@ -23,9 +23,10 @@ def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
+def compile_vm(model, path: Path, target: str = "c", dim_bounds=None, instruction: str = ""):
     """from_onnx with symbolic dims kept (``dim_bounds`` as :func:`kiln.frontend.from_onnx`)
-    → kiln.build (a VM executable) → export_library(path) → load_module → VirtualMachine."""
+    → kiln.build (a VM executable whose bytecode text contains ``instruction``) →
+    export_library(path) → load_module → VirtualMachine."""
     import kiln
     from kiln.frontend import from_onnx
     from kiln.vm import VirtualMachine
@@ -33,5 +34,6 @@ def compile_vm(model, path: Path, target: str = "c", dim_bounds=None):
     mod, params = from_onnx(model, dim_bounds=dim_bounds)
     exe = kiln.build(mod, target=target, params=params)
     assert type(exe).__name__ == "VMExecutable", f"expected a VM executable, got {exe!r}"
+    assert instruction in exe.as_text(), f"no {instruction!r} in the bytecode"
     exe.export_library(str(path))
     return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())

@@ -9,13 +9,13 @@ import onnx_loops
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_helpers import compile_vm
 
 import kiln
 from kiln.errors import CompileError
 from kiln.frontend import from_onnx
 from kiln.frontend.onnx import backend
 from kiln.ir.graph import IfCall, post_order
-from kiln.vm import VirtualMachine
 
 
 def _if_model():
@@ -42,15 +42,6 @@ def _if_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _vm(model, target: str, path, instruction: str) -> VirtualMachine:
-    """Compile ``model`` for the VM (its bytecode has ``instruction``), export, load."""
-    mod, params = from_onnx(model)
-    exe = kiln.build(mod, target=target, params=params)
-    assert instruction in exe.as_text()
-    exe.export_library(str(path))
-    return VirtualMachine(kiln.runtime.load_module(str(path)), kiln.cpu())
-
-
 def _cases():
     rng = np.random.default_rng(0)
     for sign, n in ((1, 3), (-1, 5), (1, 1), (-1, 2)):
@@ -69,7 +60,7 @@ def test_data_condition_becomes_a_run_time_if():
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_if_runs_either_branch_at_any_shape(target, tmp_path):
     model = _if_model()
-    vm = _vm(model, target, tmp_path / "if.so", " if ")
+    vm = compile_vm(model, tmp_path / "if.so", target, instruction=" if ")
     ref = ReferenceEvaluator(model)
     for x in _cases():
         got = [o.numpy() for o in vm["main"](x)]
@@ -114,7 +105,7 @@ LOOP_CASES = [((2, 3), 5, True), ((4, 3), 50, True), ((1, 3), 3, False), ((3, 3)
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_loop_with_data_trip_count_and_condition(target, tmp_path):
     model = _loop_model()
-    vm = _vm(model, target, tmp_path / "loop.so", " goto ")
+    vm = compile_vm(model, tmp_path / "loop.so", target, instruction=" goto ")
     ref = ReferenceEvaluator(model)
     for shape, trips, cond in LOOP_CASES:  # runs the trip count, stops early, or not at all
         feed = {"x": np.full(shape, 0.5, "float32"), "M": np.array(trips, np.int64),
@@ -135,18 +126,18 @@ def test_loop_stacks_scan_outputs_over_a_run_time_count(make, feeds, target, tmp
     """(a) a data trip count, (b) no trip count and a data condition, (c) no iteration
     (in the feeds: M = 0, c0 false), (d) the stacked outputs feeding kernels."""
     model = make()
-    vm = _vm(model, target, tmp_path / "loop_scan.so", "vm.builtin.list_stack")
+    vm = compile_vm(model, tmp_path / "loop_scan.so", target, instruction="vm.builtin.list_stack")
     for feed in feeds():
         got = [o.numpy() for o in vm["main"](*feed.values())]
         onnx_loops.check_references(model, feed, got)
 
 
 def test_loop_scan_outputs_are_empty_of_the_element_shape(tmp_path):
-    vm = _vm(onnx_loops.threshold_model(), "c", tmp_path / "empty.so", "list_new")
+    vm = compile_vm(onnx_loops.threshold_model(), tmp_path / "empty.so", "c", instruction="list_new")
     x = np.ones((3, 2), np.float32)
     outs = [o.numpy() for o in vm["main"](x, np.array(False), np.array(1.0, np.float32))]
     assert [o.shape for o in outs] == [(3, 2), (0,), (0, 3, 2), (0,)]
-    vm = _vm(onnx_loops.downstream_model(), "c", tmp_path / "down.so", "list_new")
+    vm = compile_vm(onnx_loops.downstream_model(), tmp_path / "down.so", "c", instruction="list_new")
     total, sq = (o.numpy() for o in vm["main"](np.ones(4, np.float32), np.array(0, np.int64)))
     np.testing.assert_array_equal(total, np.zeros(4, np.float32))
     assert sq.shape == (0,)
@@ -189,7 +180,7 @@ def test_condition_on_a_symbolic_dim_refines_its_branch(tmp_path):
     from kiln.errors import ShapeError
 
     model = _squeeze_guard_model()
-    vm = _vm(model, "c", tmp_path / "guard.so", "shape_to_tensor")
+    vm = compile_vm(model, tmp_path / "guard.so", "c", instruction="shape_to_tensor")
     ref = ReferenceEvaluator(model)
     for n in (1, 5):
         x = np.random.default_rng(n).standard_normal((n, 4, 1)).astype("float32")
@@ -226,7 +217,7 @@ def _scan_model(in_dir: int, out_dir: int, out_axis: int, in_axis: int):
 def test_scan_over_a_symbolic_length_is_a_run_time_loop(config, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     model = _scan_model(*config)
-    vm = _vm(model, "c", tmp_path / "scan.so", " goto ")
+    vm = compile_vm(model, tmp_path / "scan.so", "c", instruction=" goto ")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for n in (1, 4, 9):
         s0 = np.array([1, -1], np.float32)

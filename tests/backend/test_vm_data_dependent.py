@@ -11,6 +11,7 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_helpers import compile_vm
 
 import kiln
 from kiln.errors import CompileError, ShapeError
@@ -30,19 +31,10 @@ def _model(nodes, inputs, outputs, opset=17, inits=()):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
-def _vm(model, path, target="c") -> VirtualMachine:
-    mod, params = from_onnx(model)
-    exe = kiln.build(mod, target=target, params=params)
-    assert isinstance(exe, kiln.runtime.VMExecutable)
-    assert "bind_shape" in exe.as_text()
-    exe.export_library(str(path / "m.so"))
-    return VirtualMachine(kiln.runtime.load_module(str(path / "m.so")), kiln.cpu())
-
-
 def _check(model, cases, tmp_path, target="c", ort=True, ref=True):
     """Run every input dict of ``cases`` through one VM; each output equals the reference
     evaluator's and onnxruntime's in shape, dtype and value."""
-    vm = _vm(model, tmp_path, target)
+    vm = compile_vm(model, tmp_path / "m.so", target, instruction="bind_shape")
     evaluator = ReferenceEvaluator(model)
     names = [i.name for i in model.graph.input]
     for inputs in cases:
