@@ -16,10 +16,19 @@ from kiln.ir import te
 from kiln.ir.op_registry import register_compute
 from kiln.ops.broadcast import broadcast_load
 
-#: interleaved partial sums of the context over the keys when their count is a static multiple:
-#: one query row's context over 32 values is four vector FMA chains, as long as the keys, on
-#: AVX2; two sets of them hide the FMA latency
+#: interleaved partial sums of the context over the keys when their count is a static multiple
+#: and the query rows are computed one at a time: one query row's context over 32 values is
+#: four vector FMA chains, as long as the keys, on AVX2; two sets of them hide the FMA latency
 CONTEXT_CHAINS = 2
+#: query rows computed together (kiln.schedules.transformer_cpu): each key and value row loaded
+#: serves this many rows, whose accumulators are the independent FMA chains
+ROW_BLOCK = 6
+
+
+def row_block(rows) -> int:
+    """The query rows per block for ``rows`` query rows (an int or a shape symbol): ROW_BLOCK,
+    or 1 (row by row) for fewer static rows."""
+    return 1 if isinstance(rows, int) and rows < ROW_BLOCK else ROW_BLOCK
 
 
 @register_compute("nn.attention")
@@ -42,7 +51,7 @@ def attention(inputs, attrs, out_type):
     rs = te.reduce_axis(t, "r")
     total = te.compute((b, h, s), lambda n, c, i: te.sum(e[n, c, i, rs.var], [rs]),
                        name="attention_sum", tag="reduce")
-    if isinstance(t, int) and t % CONTEXT_CHAINS == 0:
+    if row_block(s) == 1 and isinstance(t, int) and t % CONTEXT_CHAINS == 0:
         # CONTEXT_CHAINS partial sums over interleaved keys (more independent FMA chains)
         p = CONTEXT_CHAINS
         rv = te.reduce_axis(t // p, "r")
