@@ -42,9 +42,11 @@ def schedule_attention(sch: Schedule, scores: Tensor) -> None:
     from kiln.ops.attention import row_block
     from kiln.schedules.nn_cpu import _blockable
 
-    rows = scores.axes[2].extent
+    rows, keys = scores.axes[2].extent, scores.axes[3].extent
     block = row_block(rows)
-    if block > 1 and _blockable(rows, block):
+    # (a symbolic key count in a kernel's small-extent version: row by row, as its rows)
+    if block > 1 and _blockable(rows, block) and (isinstance(keys, int)
+                                                  or _blockable(keys, BLOCK_SCORE_COLS)):
         _schedule_row_blocks(sch, scores, block)
     else:
         _schedule_rows(sch, scores)
@@ -77,8 +79,10 @@ def _schedule_row_blocks(sch: Schedule, scores: Tensor, block: int) -> None:
                 stage.unroll(ii)
                 stage.vectorize(ji)
                 stage.cache_write_local()
-            else:
+            else:  # fewer keys than a block (a static count, see schedule_attention)
                 stage.reorder(n, c, io, ii, d, j)
+                stage.vectorize(j)
+                stage.cache_write_local()
         elif t.tag == "attention_context":
             k, r = rest
             if _blockable(k.extent, BLOCK_CONTEXT_COLS):
