@@ -48,6 +48,7 @@ def any_length(monkeypatch):
     from kiln.passes.graph import fuse_attention
 
     monkeypatch.setattr(fuse_attention, "MAX_KEYS", None)
+    monkeypatch.setattr(fuse_attention, "SYMBOLIC_KEYS", True)
 
 
 @pytest.mark.parametrize("b,s,t,mask", [
@@ -70,7 +71,11 @@ def test_attention_chain_becomes_one_kernel():
     with Target("llvm"):
         names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
     assert names == ["fused_transpose", "fused_nn_attention"], names
-    mod, params = from_onnx(_attention_model(1, 128, 128))  # more keys than MAX_KEYS
+    mod, params = from_onnx(_attention_model(1, 128, 256))  # blocks of rows, longer keys
+    with Target("llvm"):
+        names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
+    assert names == ["fused_transpose", "fused_nn_attention"], names
+    mod, params = from_onnx(_attention_model(1, "s", "s"))  # symbolic keys: separate kernels
     with Target("llvm"):
         names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
     assert "fused_nn_attention" not in names, names
