@@ -59,13 +59,13 @@ def _schedule_row_blocks(sch: Schedule, scores: Tensor, block: int) -> None:
     ``block x BLOCK_SCORE_COLS`` accumulators (``jo, d, ii, ji``: one contiguous piece of a
     transposed-key row loaded, times ``block`` broadcast query values), the context
     ``Σ_t e[ii, t] · v[t, :]`` in ``block x E`` accumulators (``r, ii, k``: one value row
-    loaded per key for the block's rows) with the division by the sum as its epilogue; the
+    loaded per key for the block's rows) times the inverse sum as its epilogue; the
     row max, exp and sum row by row inside the block."""
     from kiln.schedules.nn_cpu import _blockable
 
     for t in sch.order:
         stage = sch[t]
-        if t.tag == "attention_exp":
+        if t.tag in ("attention_exp", "attention_inv"):
             stage.compute_root()
         if stage.inline or len(t.axes) < 3:
             continue
@@ -100,7 +100,7 @@ def _schedule_rows(sch: Schedule, scores: Tensor) -> None:
     """One query row at a time: the scores row in register blocks of SCORE_COLS keys
     (``j_o, d, j_i`` vectorized: one broadcast query value times a contiguous piece of a
     transposed-key row), the exp row materialized (the sum and the product read it), the
-    context row ``Σ_t e[t] · v[t, :]`` in vector registers with the division by the sum as
+    context row ``Σ_t e[t] · v[t, :]`` in vector registers with the product by 1 / sum as
     its epilogue. Keys fewer than a block (or a symbolic count where tails are not allowed)
     keep ``d`` outside one vectorized row."""
     from kiln.schedules.nn_cpu import _blockable
@@ -116,7 +116,7 @@ def _schedule_rows(sch: Schedule, scores: Tensor) -> None:
     else:
         stage.reorder(n, c, i, d, j)
     for t in sch.order:
-        if t.tag == "attention_exp":
+        if t.tag in ("attention_exp", "attention_inv"):
             sch[t].compute_root()
         elif t.tag == "attention_context":
             ctx = sch[t]
