@@ -53,7 +53,7 @@ def fuse_rows(func: L.PrimFunc) -> L.PrimFunc:
         return func
     out = func.params[-1]
     depth, block = _common_depth(nests, [*allocs, out])
-    if depth == 0 or not _enough_rows(_prefix(nests[0], depth)):
+    if depth == 0 or not _enough_rows(_prefix(nests[0], depth), block or 1):
         return func
     loops = _prefix(nests[0], depth)
     row_vars = [lp.var for lp in loops]
@@ -218,8 +218,9 @@ def _accesses(s: L.Stmt) -> list[tuple[L.Buffer, list[L.PrimExpr]]]:
     return found
 
 
-def _enough_rows(loops: list[L.For]) -> bool:
-    n = 1
+def _enough_rows(loops: list[L.For], block: int) -> bool:
+    """Whether the row loops ``loops`` (each iteration ``block`` rows) give MIN_ROWS rows."""
+    n = block
     for lp in loops:
         if not isinstance(lp.extent, L.IntImm):
             return True  # a symbolic row count: as schedule_loops, assume enough
