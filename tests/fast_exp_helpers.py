@@ -21,6 +21,25 @@ def exp_kernel(n: int, dtype: str = "float32", kind: str = "vectorized") -> L.Pr
     return L.PrimFunc("exp_kernel", [a, o], L.For(i, L.IntImm(0), L.IntImm(n), kind, store))
 
 
+def clamped_exp_kernel(n: int, lo: float, hi: float) -> L.PrimFunc:
+    """``o[i] = exp(min(max(a[i], lo), hi))`` over ``n`` elements (the clamp of
+    ``nn.attention``'s exp, which FastExp reads as the argument's range)."""
+    a, o = L.Buffer("a", (n,), "float32"), L.Buffer("o", (n,), "float32")
+    i = L.Var("i")
+    arg = L.minimum(L.maximum(a[i], L.FloatImm(lo, "float32")), L.FloatImm(hi, "float32"))
+    store = L.BufferStore(o, L.call("exp", arg), [i])
+    return L.PrimFunc("exp_kernel", [a, o], L.For(i, L.IntImm(0), L.IntImm(n), "vectorized",
+                                                  store))
+
+
+def check_clamped_exp(x: np.ndarray, got: np.ndarray, lo: float, hi: float) -> None:
+    """``got`` is exp of ``x`` clamped to [lo, hi] within 3e-7 relative and 1 ulp."""
+    ref = np.exp(np.clip(x.astype(np.float64), np.float32(lo), np.float32(hi)))
+    rel = np.abs(got - ref) / ref
+    assert rel.max() <= 3e-7, f"max relative error {rel.max():.3g} at x={x[rel.argmax()]}"
+    assert ulp_distance(got, ref.astype(np.float32)).max() <= 1
+
+
 def count_calls(func: L.PrimFunc, name: str) -> int:
     """How many intrinsic calls ``name`` ``func`` holds."""
     count = 0

@@ -48,10 +48,15 @@ def any_length(monkeypatch):
     from kiln.passes.graph import fuse_attention
 
     monkeypatch.setattr(fuse_attention, "MAX_KEYS", None)
+    monkeypatch.setattr(fuse_attention, "SYMBOLIC_KEYS", True)
 
 
-@pytest.mark.parametrize("b,s,t,mask", [(1, 32, 32, True), (2, 7, 45, True), (1, 40, 40, False),
-                                        (1, 5, 5, True), (1, 9, 130, True)])
+@pytest.mark.parametrize("b,s,t,mask", [
+    (1, 32, 32, True), (2, 7, 45, True), (1, 40, 40, False),
+    (1, 5, 5, True),     # fewer query rows than a block: row by row
+    (1, 9, 130, True),   # a last row block moved back (9 = 6 + 3), 130 keys: a key-block tail
+    (1, 128, 128, True),  # MiniLM at [1, 128]: 21 blocks of rows and a moved-back one
+])
 def test_attention_matches_onnxruntime(check_model, any_length, b, s, t, mask):
     check_model(_attention_model(b, s, t, mask),
                 _inputs(np.random.default_rng(0), b, s, t, mask))
@@ -66,23 +71,59 @@ def test_attention_chain_becomes_one_kernel():
     with Target("llvm"):
         names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
     assert names == ["fused_transpose", "fused_nn_attention"], names
-    mod, params = from_onnx(_attention_model(1, 128, 128))  # more keys than MAX_KEYS
+    mod, params = from_onnx(_attention_model(1, 128, 256))  # blocks of rows, longer keys
+    with Target("llvm"):
+        names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
+    assert names == ["fused_transpose", "fused_nn_attention"], names
+    mod, params = from_onnx(_attention_model(1, "s", "s"))  # symbolic keys: separate kernels
     with Target("llvm"):
         names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
     assert "fused_nn_attention" not in names, names
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
-def test_attention_with_symbolic_sequence_on_the_vm(target, tmp_path, any_length):
+def test_attention_kernel_keeps_one_block_of_rows(any_length):
+    """The fused kernel at 128 keys: one parallel nest over (head, block of query rows), its
+    intermediates one block of rows (scores and exp ``[ROW_BLOCK, T]``, max and sum one value
+    per row), never the ``[B, H, S, T]`` scores."""
+    from kiln.backend.te_compiler import lower_unpacked
+    from kiln.build_module import optimize, primitive_calls
+    from kiln.frontend import from_onnx
+    from kiln.ir import loop as L
+    from kiln.ops.attention import ROW_BLOCK
+    from kiln.target import Target
+
+    mod, params = from_onnx(_attention_model(1, 128, 128))
+    with Target("llvm"):
+        (call,) = [c for c in primitive_calls(optimize(mod["main"], params))
+                   if c.name == "fused_nn_attention"]
+        kernel = lower_unpacked(call, call.name)
+    assert isinstance(kernel.body, L.For) and kernel.body.kind == "parallel"
+    assert kernel.body.extent.value == H * -(-128 // ROW_BLOCK)
+    allocs = {s.buffer.name: s.buffer.shape for s in L.walk_stmts(kernel.body)
+              if isinstance(s, L.Allocate) and s.buffer.scope != "local"}
+    assert not allocs, allocs
+    rows = {s.buffer.name.rsplit("_", 1)[0]: s.buffer.shape for s in L.walk_stmts(kernel.body)
+            if isinstance(s, L.Allocate) and s.buffer.name.rsplit("_", 1)[0]
+            in ("attention_scores", "attention_exp", "attention_max", "attention_sum")}
+    assert rows == {"attention_scores": (ROW_BLOCK, 128), "attention_exp": (ROW_BLOCK, 128),
+                    "attention_max": (ROW_BLOCK,), "attention_sum": (ROW_BLOCK,)}, rows
+
+
+@pytest.mark.parametrize("target,dims,shapes", [
+    ("llvm", ("b", "s", "s"), ((1, 1, 1), (1, 5, 5), (1, 13, 13), (2, 32, 32), (1, 70, 70))),
+    ("c", ("b", "s", "s"), ((1, 1, 1), (1, 5, 5), (1, 13, 13), (2, 32, 32), (1, 70, 70))),
+    # static queries, symbolic keys: the small-extent version (keys < a block) goes row by row
+    ("llvm", (1, 6, "t"), ((1, 6, 3), (1, 6, 40))),
+])
+def test_attention_with_symbolic_sequence_on_the_vm(target, dims, shapes, tmp_path, any_length):
     import onnxruntime as ort
 
-
-    model = _attention_model("b", "s", "s")
+    model = _attention_model(*dims)
     vm = compile_vm(model, tmp_path / "attention.so", target)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    for b, s in ((1, 1), (1, 13), (2, 32), (1, 70)):
-        x = _inputs(rng, b, s, s)
+    for b, s, t in shapes:
+        x = _inputs(rng, b, s, t)
         got = vm["main"](*x.values())
         got = got[0] if isinstance(got, (list, tuple)) else got
         np.testing.assert_allclose(got.numpy(), sess.run(None, x)[0], rtol=1e-4, atol=1e-5)

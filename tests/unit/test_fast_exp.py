@@ -5,7 +5,15 @@ dense sweep through compiled C and LLVM code is tests/backend/test_fast_exp_comp
 from __future__ import annotations
 
 import numpy as np
-from fast_exp_helpers import SPECIALS, check_exp, count_calls, exp_kernel
+import pytest
+from fast_exp_helpers import (
+    SPECIALS,
+    check_clamped_exp,
+    check_exp,
+    clamped_exp_kernel,
+    count_calls,
+    exp_kernel,
+)
 
 from kiln.ir import loop as L
 from kiln.ir.loop_interp import run
@@ -20,6 +28,35 @@ def test_fast_exp_on_the_interpreter_matches_float64_exp():
     got = np.zeros_like(x)
     run(func, x, got)
     check_exp(x, got)
+
+
+@pytest.mark.parametrize("lo,hi", [(-87.33654, 0.0), (-80.0, 88.37), (-87.33654, 88.37)])
+def test_exp_of_a_clamped_argument_is_one_scale_factor(lo, hi):
+    """``exp(min(max(a, lo), hi))`` with the range inside the normal results: no clamp of its
+    own, one power-of-two factor (no ``>>`` splitting the exponent), still within 1 ulp."""
+    x = np.concatenate([np.linspace(-120.0, 100.0, 1500, dtype=np.float32),
+                        np.array([lo, hi, -0.0, 1e-8, -1e-8, -np.inf, np.inf], np.float32)])
+    func = lower_fast_exp(clamped_exp_kernel(len(x), lo, hi))
+    ops = [e.op for s in L.walk_stmts(func.body) for e in _exprs(s) if isinstance(e, L.Binary)]
+    assert ">>" not in ops and count_calls(func, "exp") == 0
+    got = np.zeros_like(x)
+    run(func, x, got)
+    check_clamped_exp(x, got, lo, hi)
+
+
+def test_a_range_past_the_normal_results_keeps_the_general_exp():
+    func = lower_fast_exp(clamped_exp_kernel(8, -100.0, 0.0))
+    ops = [e.op for s in L.walk_stmts(func.body) for e in _exprs(s) if isinstance(e, L.Binary)]
+    assert ">>" in ops
+
+
+def _exprs(s: L.Stmt) -> list[L.PrimExpr]:
+    out, stack = [], list(L.stmt_exprs(s))
+    while stack:
+        x = stack.pop()
+        out.append(x)
+        stack.extend(L.expr_children(x))
+    return out
 
 
 def test_other_dtypes_keep_the_intrinsic():

@@ -15,6 +15,12 @@ current row only, then:
   (TVM's ``rfactor``), a vectorized loop, combined after the row: a float sum is reassociated
   (as every vectorized softmax does), a max is exact.
 
+Blocks of rows: when the last row loop steps over blocks (``split(i, R)``: every nest accesses
+the intermediates and the output at row ``start(row loops) + w``, ``w`` a loop of ``R`` inside
+the nest, the same ``start`` everywhere), the nests fuse under the block loops and each
+intermediate shrinks to ``R`` rows indexed by ``w`` (``nn.attention``'s query-row blocks, which
+reuse each key and value row over ``R`` query rows: docs/decisions/025-fused-attention.md).
+
 It is the loop-level part of the ``softmax_exp`` schedule (:mod:`kiln.schedules.nn_cpu`, which
 sets ``attrs["fuse_rows"]``); symbolic row counts and lengths keep working (reduction tails).
 """
@@ -34,30 +40,33 @@ _IDENTITY = {"+": 0.0, "max": -math.inf, "min": math.inf}
 
 def fuse_rows(func: L.PrimFunc) -> L.PrimFunc:
     """``func`` with its top-level nests fused over their common row loops (see the module
-    docstring), or unchanged when they share no row loops or the rows are too few."""
+    docstring), or unchanged when they share no row loops or the rows are too few. A body
+    ``if extent < block: <small version> else: <blocked version>`` (a kernel with a version
+    for small symbolic extents, ``te_compiler``) has each version fused on its own."""
+    if isinstance(func.body, L.IfThenElse) and func.body.else_case is not None:
+        then, other = (fuse_rows(L.PrimFunc(func.name, func.params, case, dict(func.attrs))).body
+                       for case in (func.body.then_case, func.body.else_case))
+        return L.PrimFunc(func.name, func.params,
+                          L.IfThenElse(func.body.cond, then, other), dict(func.attrs))
     allocs, nests = _split(func.body)
     if len(nests) < 2:
         return func
     out = func.params[-1]
-    depth = _common_depth(nests, [*allocs, out])
-    if depth == 0 or not _enough_rows(_prefix(nests[0], depth)):
+    depth, block = _common_depth(nests, [*allocs, out])
+    if depth == 0 or not _enough_rows(_prefix(nests[0], depth), block or 1):
         return func
     loops = _prefix(nests[0], depth)
     row_vars = [lp.var for lp in loops]
-    inner = []
-    for nest in nests:
-        own = _prefix(nest, depth)
-        vmap = {lp.var: v for lp, v in zip(own, row_vars)}
-        inner.append(L.substitute_stmt(own[-1].body, vmap))
+    inner = _renamed_bodies(nests, depth)
     body: L.Stmt = L.seq(*inner)
     for buf in list(allocs):
         if _in_place(buf, out, inner):
             body = _retarget(body, buf, out, lambda idx: idx)
             allocs.remove(buf)
     for buf in reversed(allocs):
-        row = _row_buffer(buf, depth)
+        row = _row_buffer(buf, depth, block)
         body = L.Allocate(row, _retarget(body, buf, row, lambda idx, buf=buf:
-                                         _squeeze(buf, idx)[depth:] or [L.IntImm(0)]))
+                                         _row_index(buf, idx, row_vars, block)))
     body = _vectorize_rows(body)
     for lp in reversed(loops):
         body = L.For(lp.var, lp.min, lp.extent, lp.kind, body)
@@ -87,32 +96,96 @@ def _prefix(nest: L.Stmt, depth: int) -> list[L.For]:
     return loops
 
 
-def _common_depth(nests: list[L.For], tracked: list[L.Buffer]) -> int:
+def _renamed_bodies(nests: list[L.For], depth: int) -> list[L.Stmt]:
+    """The body under each nest's first ``depth`` loops, its row variables renamed to the
+    first nest's."""
+    row_vars = [lp.var for lp in _prefix(nests[0], depth)]
+    bodies = []
+    for nest in nests:
+        own = _prefix(nest, depth)
+        vmap = {lp.var: v for lp, v in zip(own, row_vars)}
+        bodies.append(L.substitute_stmt(own[-1].body, vmap))
+    return bodies
+
+
+def _common_depth(nests: list[L.For], tracked: list[L.Buffer]) -> tuple[int, int | None]:
     """The most leading loops the nests share (same extents) such that each nest touches the
-    ``tracked`` buffers only at its own current row."""
+    ``tracked`` buffers only at its own current row — or at its own current block of rows
+    (module docstring) — and that block's row count (None: single rows)."""
     depth = min(len(_prefix(n, 64)) for n in nests)
     while depth > 0:
         heads = [_prefix(n, depth) for n in nests]
         same = all(repr(h[k].extent) == repr(heads[0][k].extent)
                    for h in heads for k in range(depth))
-        if same and all(_row_local(h, tracked) for h in heads):
-            return depth
+        if same:
+            found = _row_local(_renamed_bodies(nests, depth),
+                               [lp.var for lp in heads[0]], tracked)
+            if found is not False:
+                return depth, found
         depth -= 1
-    return 0
+    return 0, None
 
 
-def _row_local(loops: list[L.For], tracked: list[L.Buffer]) -> bool:
-    row = [lp.var for lp in loops]
+def _row_local(bodies: list[L.Stmt], row: list[L.Var], tracked: list[L.Buffer]
+               ) -> int | None | bool:
+    """Whether ``bodies`` (under the row loops ``row``) access ``tracked`` at the current row
+    only (None), at the current block of rows only (its row count), or not (False)."""
     ids = {id(b) for b in tracked}
-    for buf, idx in _accesses(loops[-1].body):
-        if id(buf) not in ids:
+    extents = {id(st.var): st.extent for b in bodies for st in L.walk_stmts(b)
+               if isinstance(st, L.For)}
+    starts: set[str] = set()
+    rows: set[int | None] = set()
+    for body in bodies:
+        for buf, idx in _accesses(body):
+            if id(buf) not in ids:
+                continue
+            if any(not _is_zero(i) for k, i in enumerate(idx) if k in _unit_dims(buf)):
+                return False
+            idx = _squeeze(buf, idx)
+            if len(idx) < len(row) or any(i is not v for i, v in zip(idx, row[:-1])):
+                return False
+            if idx[len(row) - 1] is row[-1]:
+                rows.add(None)
+                continue
+            split = _block_row(idx[len(row) - 1], row, extents)
+            if split is None:
+                return False
+            start, w = split
+            starts.add(repr(start))
+            rows.add(extents[id(w)].value)
+    if len(rows) > 1 or len(starts) > 1:
+        return False
+    return rows.pop() if rows else None
+
+
+def _block_row(index: L.PrimExpr, row: list[L.Var], extents: dict
+               ) -> tuple[L.PrimExpr, L.Var] | None:
+    """``(start, w)`` when ``index`` is ``start + w``: ``start`` of the row variables (and
+    constants or shape symbols) with the last one in it, ``w`` a loop of the body with a
+    static extent."""
+    if not (isinstance(index, L.Binary) and index.op == "+"):
+        return None
+    for start, w in ((index.a, index.b), (index.b, index.a)):
+        if not (isinstance(w, L.Var) and isinstance(extents.get(id(w)), L.IntImm)):
             continue
-        if any(not _is_zero(i) for k, i in enumerate(idx) if k in _unit_dims(buf)):
-            return False
-        idx = _squeeze(buf, idx)
-        if len(idx) < len(row) or any(i is not v for i, v in zip(idx, row)):
-            return False
-    return True
+        used = {id(v) for v in L.expr_vars(start)}
+        if id(row[-1]) in used and not used & set(extents):
+            return start, w
+    return None
+
+
+def _row_index(buf: L.Buffer, idx: list[L.PrimExpr], row: list[L.Var], block: int | None
+               ) -> list[L.PrimExpr]:
+    """The index into ``buf``'s row buffer (:func:`_row_buffer`) of the access ``buf[idx]``
+    under the row loops ``row``: the rest of the index, after the block's row ``w`` of
+    ``start + w`` (:func:`_block_row`) when rows come in blocks."""
+    idx = _squeeze(buf, idx)
+    depth = len(row)
+    if block is None:
+        return idx[depth:] or [L.IntImm(0)]
+    at = idx[depth - 1]
+    w = next(v for v in (at.b, at.a) if isinstance(v, L.Var) and all(v is not r for r in row))
+    return [w, *idx[depth:]]
 
 
 def _unit_dims(buf: L.Buffer) -> set[int]:
@@ -145,8 +218,9 @@ def _accesses(s: L.Stmt) -> list[tuple[L.Buffer, list[L.PrimExpr]]]:
     return found
 
 
-def _enough_rows(loops: list[L.For]) -> bool:
-    n = 1
+def _enough_rows(loops: list[L.For], block: int) -> bool:
+    """Whether the row loops ``loops`` (each iteration ``block`` rows) give MIN_ROWS rows."""
+    n = block
     for lp in loops:
         if not isinstance(lp.extent, L.IntImm):
             return True  # a symbolic row count: as schedule_loops, assume enough
@@ -170,8 +244,10 @@ def _in_place(buf: L.Buffer, out: L.Buffer, nests: list[L.Stmt]) -> bool:
     return all(repr(idx) == where for b, idx in _accesses(last) if b is buf)
 
 
-def _row_buffer(buf: L.Buffer, depth: int) -> L.Buffer:
-    shape = tuple(_squeeze(buf, list(buf.shape))[depth:]) or (1,)
+def _row_buffer(buf: L.Buffer, depth: int, block: int | None) -> L.Buffer:
+    """``buf`` shrunk to one row (``block`` None) or to one block of ``block`` rows."""
+    rest = tuple(_squeeze(buf, list(buf.shape))[depth:])
+    shape = (block, *rest) if block is not None else rest or (1,)
     static = all(isinstance(d, int) for d in shape)
     return L.Buffer(buf.name, shape, buf.dtype, "local" if static else buf.scope)
 

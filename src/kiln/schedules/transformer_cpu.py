@@ -24,17 +24,85 @@ def schedule_layer_norm(sch: Schedule, t: Tensor) -> None:
 #: key columns of one register block of the attention scores: four AVX2 vectors (four
 #: independent FMA chains over the head dimension), two AVX-512 vectors
 SCORE_COLS = 64
+#: query rows per block (kiln.ops.attention.ROW_BLOCK) and key columns of a blocked scores
+#: register block: rows x cols / 8 accumulators on AVX2, each loaded key vector used by every
+#: row of the block
+BLOCK_SCORE_COLS = 16
+#: value columns of a blocked context register block (``block x 16`` accumulators: a block of
+#: 4 rows times a head of 32 would be 16 AVX2 vectors, more than the registers left)
+BLOCK_CONTEXT_COLS = 16
 
 
 @register_schedule("attention_scores")
 def schedule_attention(sch: Schedule, scores: Tensor) -> None:
-    """``nn.attention`` (kiln.ops.attention) one query row at a time: the scores row in
-    register blocks of SCORE_COLS keys (``j_o, d, j_i`` vectorized: one broadcast query value
-    times a contiguous piece of a transposed-key row), the exp row materialized (the sum and
-    the product read it), the context row ``Σ_t e[t] · v[t, :]`` in vector registers with the
-    division by the sum as its epilogue; :mod:`kiln.schedules.row_fusion` then fuses the
-    stages under the (batch, head, row) loops. Keys fewer than a block (or a symbolic count
-    where tails are not allowed) keep ``d`` outside one vectorized row."""
+    """``nn.attention`` (kiln.ops.attention) by blocks of ROW_BLOCK query rows where the
+    queries are at least a block (or symbolic: :func:`_schedule_row_blocks`), else one query
+    row at a time (:func:`_schedule_rows`); :mod:`kiln.schedules.row_fusion` then fuses the
+    stages under the (batch, head, row or block) loops."""
+    from kiln.ops.attention import row_block
+    from kiln.schedules.nn_cpu import _blockable
+
+    rows, keys = scores.axes[2].extent, scores.axes[3].extent
+    block = row_block(rows)
+    # (a symbolic key count in a kernel's small-extent version: row by row, as its rows)
+    if block > 1 and _blockable(rows, block) and (isinstance(keys, int)
+                                                  or _blockable(keys, BLOCK_SCORE_COLS)):
+        _schedule_row_blocks(sch, scores, block)
+    else:
+        _schedule_rows(sch, scores)
+    sch.attrs["fuse_rows"] = True
+
+
+def _schedule_row_blocks(sch: Schedule, scores: Tensor, block: int) -> None:
+    """Each stage's query-row axis split in blocks of ``block`` (the last block moved back to
+    end at the row count), the block's rows inside the register blocks: the scores in
+    ``block x BLOCK_SCORE_COLS`` accumulators (``jo, d, ii, ji``: one contiguous piece of a
+    transposed-key row loaded, times ``block`` broadcast query values), the context
+    ``Σ_t e[ii, t] · v[t, :]`` in ``block x E`` accumulators (``r, ii, k``: one value row
+    loaded per key for the block's rows) times the inverse sum as its epilogue; the
+    row max, exp and sum row by row inside the block."""
+    from kiln.schedules.nn_cpu import _blockable
+
+    for t in sch.order:
+        stage = sch[t]
+        if t.tag in ("attention_exp", "attention_inv"):
+            stage.compute_root()
+        if stage.inline or len(t.axes) < 3:
+            continue
+        n, c, i, *rest = stage.all_axes()
+        io, ii = stage.split(i, block, tail="shift")
+        if t is scores:
+            j, d = rest
+            if _blockable(j.extent, BLOCK_SCORE_COLS):
+                jo, ji = stage.split(j, BLOCK_SCORE_COLS, tail="shift")
+                stage.reorder(n, c, io, jo, d, ii, ji)
+                stage.unroll(ii)
+                stage.vectorize(ji)
+                stage.cache_write_local()
+            else:  # fewer keys than a block (a static count, see schedule_attention)
+                stage.reorder(n, c, io, ii, d, j)
+                stage.vectorize(j)
+                stage.cache_write_local()
+        elif t.tag == "attention_context":
+            k, r = rest
+            if _blockable(k.extent, BLOCK_CONTEXT_COLS):
+                ko, ki = stage.split(k, BLOCK_CONTEXT_COLS, tail="shift")
+                stage.reorder(n, c, io, ko, r, ii, ki)
+            else:
+                ki = k
+                stage.reorder(n, c, io, r, ii, k)
+            stage.unroll(ii)
+            stage.vectorize(ki)
+            stage.cache_write_local()
+
+
+def _schedule_rows(sch: Schedule, scores: Tensor) -> None:
+    """One query row at a time: the scores row in register blocks of SCORE_COLS keys
+    (``j_o, d, j_i`` vectorized: one broadcast query value times a contiguous piece of a
+    transposed-key row), the exp row materialized (the sum and the product read it), the
+    context row ``Σ_t e[t] · v[t, :]`` in vector registers with the product by 1 / sum as
+    its epilogue. Keys fewer than a block (or a symbolic count where tails are not allowed)
+    keep ``d`` outside one vectorized row."""
     from kiln.schedules.nn_cpu import _blockable
 
     stage = sch[scores]
@@ -48,7 +116,7 @@ def schedule_attention(sch: Schedule, scores: Tensor) -> None:
     else:
         stage.reorder(n, c, i, d, j)
     for t in sch.order:
-        if t.tag == "attention_exp":
+        if t.tag in ("attention_exp", "attention_inv"):
             sch[t].compute_root()
         elif t.tag == "attention_context":
             ctx = sch[t]
@@ -59,7 +127,6 @@ def schedule_attention(sch: Schedule, scores: Tensor) -> None:
                 ctx.unroll(ax)
             ctx.vectorize(k)
             ctx.cache_write_local()
-    sch.attrs["fuse_rows"] = True
 
 
 @register_schedule("reshape")

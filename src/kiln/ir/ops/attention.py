@@ -6,8 +6,8 @@
 where the model has none), all one float dtype:
 ``softmax(q · kt · scale + mask, axis=-1) · v`` → ``[B, H, S, E]``. Made by
 :mod:`kiln.passes.graph.fuse_attention` from the MatMul / Div / Add / Softmax / MatMul chain;
-computed row by row without materializing the ``[B, H, S, T]`` scores (kiln.ops.attention,
-docs/decisions/025-fused-attention.md).
+computed by blocks of query rows without materializing the ``[B, H, S, T]`` scores
+(kiln.ops.attention, docs/decisions/025-fused-attention.md).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ with the divide also a ``multiply`` by ``c`` (or absent) and the ``add`` of the 
 (all rank 4, batch and heads equal: no broadcast of the operands), ``c`` a scalar constant,
 ``mask`` broadcastable to ``[B, H, S, T]`` — and rewrites it to
 ``nn.attention(q, kt, v, mask; scale)`` (kiln.ir.ops.attention). Every intermediate must have
-the next step as its only user (the scores are not needed elsewhere), and the keys be at most
-MAX_KEYS (where the fused kernel measured faster). The division becomes a
+the next step as its only user (the scores are not needed elsewhere), and the keys a static
+count (where the fused kernel measured faster; SYMBOLIC_KEYS). The division becomes a
 multiplication by ``1 / c``, as onnxruntime's attention fusion does (its FusedMatMul ``alpha``).
 
 Runs before FuseOps (kiln.build_module). Source of the pattern: BERT-style ONNX exports
@@ -25,12 +25,16 @@ from kiln.ir.graph import Call, Constant, Expr, Function, consumers, rewrite, sa
 from kiln.ir.op_registry import get_op
 
 name = "FuseAttention"
-#: most keys (a static count) for which the chain is fused; None: any count, symbolic too.
-#: The fused kernel computes one query row at a time; the separate kernels (register-blocked
-#: matmuls, row-fused softmax) reuse each loaded key over six query rows. Measured (1 thread,
-#: 12 heads of 32, thread CPU time, docs/decisions/025): 32 keys 59.5 vs 64.6 us separate;
-#: 128 keys 708 vs 640 us; 384 keys 8.1 vs 7.1 ms.
-MAX_KEYS: int | None = 64
+#: most keys (a static count) for which the chain is fused; None: any static count. The
+#: fused kernel computes blocks of four query rows (each loaded key and value row serves the
+#: block) with a shorter exp; measured against the separate kernels (1 thread, 12 heads of 32,
+#: thread CPU time, docs/decisions/025): 0.67-0.85 of their time from 16 to 384 keys. (One
+#: query row at a time it was slower past 64 keys: 128 keys 708 vs 640 us.)
+MAX_KEYS: int | None = None
+#: whether a symbolic key count (the VM) is fused too: its row buffers are not static (the
+#: kernel allocates them per block of rows), measured slower than the separate kernels on the
+#: VM (128 tokens: 1.56 vs 1.24 ms; 32: 177 vs 160 us)
+SYMBOLIC_KEYS = False
 
 
 def _is(e: Expr, op: str) -> bool:
@@ -82,8 +86,11 @@ def _match(call: Call, users: dict) -> tuple[list[Expr], float] | None:
     except Exception:  # noqa: BLE001 - any shape the op refuses: leave the chain as it is
         return None
     keys = kt.checked_type.shape[3]
-    if out.shape != call.checked_type.shape or (MAX_KEYS is not None and not (
-            isinstance(keys, int) and keys <= MAX_KEYS)):
+    if out.shape != call.checked_type.shape:
+        return None
+    if not isinstance(keys, int) and not SYMBOLIC_KEYS:
+        return None
+    if isinstance(keys, int) and MAX_KEYS is not None and keys > MAX_KEYS:
         return None
     return [q, kt, v, mask], scale
 
