@@ -155,21 +155,52 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
 
 @register_compute("qnn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
-    """``Σ_taps (int32(x_pad) - zx) · int32(w)`` per channel lane, ``x_pad`` padded with ``zx``
-    (tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule, ``b`` lanes of int32
-    multiply-adds)."""
+    """``Σ_taps (x_pad - zx) · w`` per channel lane, ``x_pad`` padded with ``zx``; int8
+    weights: one int32 multiply-add per tap; tap pairs (:func:`kiln.ir.ops.integer.
+    pack_tap_pairs`): ``Σ_p dot_i16x2(x'(2p), x'(2p + 1), lo16(w[p]), hi16(w[p]))``,
+    ``x' = int16(x_pad) - zx`` (an odd window's last pair repeats its last input with a zero
+    weight) — on x86 one ``vpmaddwd`` per two taps and 8 lanes, the weight pairs read from
+    memory as they are. Exact: ``|x'| ≤ 255``, ``|w| ≤ 128``, a pair sum at most 65 280.
+    Tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule over the ``b`` lanes."""
     data, weight = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     zx = attrs["input_zero_point"]
     padded = pad_hw(data, attrs["padding"], zx)
+    zero = L.IntImm(0)
+    if weight.dtype == "int32":
+        return _depthwise_tap_pairs(padded, weight, attrs, out_type)
     kh, kw = weight.shape[2], weight.shape[3]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
-    zero = L.IntImm(0)
 
     def body(n, c, y, x, b):
         value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw, b])
         return te.sum((value - L.const(zx, "int32")) * _widen(weight[c, zero, ry.var, rx.var,
                                                                       zero, b]), [ry, rx])
+
+    return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
+                      tag="depthwise_conv2d_NCHWc")
+
+
+def _depthwise_tap_pairs(padded, weight, attrs, out_type):
+    """The tap-pair form of :func:`depthwise_conv2d_nchwc` (one reduce axis ``rp``)."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    zx = attrs["input_zero_point"]
+    kh, kw = attrs["kernel_size"]
+    taps = kh * kw
+    rp = te.reduce_axis(weight.shape[2], "rp")
+    zero = L.IntImm(0)
+
+    def body(n, c, y, x, b):
+        def tap(t):
+            value = L.Cast("int16", padded[n, c, y * sh + t // kw * dh, x * sw + t % kw * dw, b])
+            return value - L.const(zx, "int16") if zx else value
+
+        t0 = rp.var * 2
+        word = weight[c, zero, rp.var, zero, zero, b]
+        return te.sum(L.dot_i16x2(tap(t0), tap(L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))),
+                                  L.Cast("int16", word),
+                                  L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))),
+                      [rp])
 
     return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
                       tag="depthwise_conv2d_NCHWc")
