@@ -468,6 +468,10 @@ class _FuncWriter:
                     f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
         if e.name == L.DOT_U8I8X4:
             return f"kiln_dot_u8i8x4({self.expr(e.args[0])}, {self.expr(e.args[1])})"
+        if e.name == L.LOAD_U8X4:  # memcpy: unaligned, no aliasing issue
+            (load,) = e.args
+            return (f"({{ int32_t kiln_w; __builtin_memcpy(&kiln_w, "
+                    f"&{self.access(load.buffer, load.indices)}, 4); kiln_w; }})")
         if e.name == L.DOT_I16X2:
             return f"kiln_dot_i16x2({', '.join(self.expr(a) for a in e.args)})"
         table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS

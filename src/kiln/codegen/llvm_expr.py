@@ -317,6 +317,10 @@ class ExprCodegen:
         if e.name == L.DOT_U8I8X4:
             return dot_u8i8x4_generic(fr.builder, self.expr(fr, e.args[0]),
                                       self.expr(fr, e.args[1]))
+        if e.name == L.LOAD_U8X4:
+            (load,) = e.args
+            return fr.builder.load(self.address(fr, load.buffer, load.indices),
+                                   typ=ir.IntType(32), align=1)
         if e.name == L.DOT_I16X2:
             return dot_i16x2_generic(fr.builder, *(self.expr(fr, a) for a in e.args))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:

@@ -155,6 +155,10 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
                 and _lane_wise(e.args[0], lanes, bits))
     if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
         return bits == 32 and all(_lane_wise(a, lanes, bits) for a in e.args)
+    if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:  # words 4 bytes apart: contiguous
+        (load,) = e.args
+        return bits == 32 and flat_coefficient(load.buffer, load.indices, lanes.var) == 4 and \
+            not any(_uses(i, lanes.vars - {lanes.var}) for i in load.indices)
     if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
         return bits == 32 and all(_narrow_lane_wise(a, lanes) for a in e.args)
     if isinstance(e, L.Call):
@@ -344,6 +348,10 @@ class VectorLoopCodegen:
         if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
             x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args)
             return self._dot_u8i8x4(fr, None, x, y)
+        if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:
+            (load,) = e.args
+            return b.load(self.address(fr, load.buffer, load.indices),
+                          typ=ir.VectorType(ir.IntType(32), width), align=1)
         if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
             return self._dot_i16x2(fr, e, lanes, width)
         if isinstance(e, L.Call):

@@ -284,6 +284,20 @@ def dot_u8i8x4_value(a: int, b: int) -> int:
     return sum(x * y for x, y in zip(ua, sb))
 
 
+#: four bytes read as one int32 (:func:`load_u8x4`)
+LOAD_U8X4 = "load_u8x4"
+
+
+def load_u8x4(load: PrimExpr) -> PrimExpr:
+    """int32 of the four bytes of an 8-bit buffer from ``load``'s element on (that element
+    in bits 0..7, the next in 8..15, ...: little-endian, as every target Kiln builds for). The
+    caller keeps the four in bounds. One unaligned 32-bit load (C: ``memcpy``); how the int8
+    kernels pack four activation bytes into a ``dot_u8i8x4`` word (docs/decisions/021)."""
+    assert hasattr(load, "indices") and load.dtype in ("int8", "uint8"), \
+        f"load_u8x4 of {load!r}"  # a BufferLoad (a te TensorLoad before lowering)
+    return Call(LOAD_U8X4, [load], "int32")
+
+
 #: the int16 pair dot product intrinsic (:func:`dot_i16x2`)
 DOT_I16X2 = "dot_i16x2"
 

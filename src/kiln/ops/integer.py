@@ -22,6 +22,8 @@ a quarter of the reduction steps of the one-byte form.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
@@ -104,13 +106,40 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
+def _word_of(load: L.PrimExpr) -> L.PrimExpr:
+    """``u`` of the four bytes from ``load`` on as one int32 word: a 4-byte load (uint8), with
+    each byte's top bit flipped (int8: ``x ^ 0x80 = x + 128`` as unsigned)."""
+    word = L.load_u8x4(load)
+    if load.dtype == "int8":
+        word = L.Binary("^", word, L.const(np.int32(np.uint32(0x80808080)), "int32"))
+    return word
+
+
+def _zero_point_word(zx: int, dtype: str) -> L.PrimExpr:
+    """The word of four unsigned bytes ``u(zx)`` (the padding's)."""
+    u = (zx + 128 if dtype == "int8" else zx) & 255
+    return L.const(np.int32(np.uint32(u * 0x01010101)), "int32")
+
+
 def _conv2d_quads(data, weight, attrs, out_type):
-    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q)."""
+    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q); the quads
+    read four channel bytes a word in one load (:func:`_word_of`), the padding's word
+    ``u(zx)`` selected per pixel."""
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    pt, pl, pb, pr = attrs["padding"]
+    zx = attrs["input_zero_point"]
+    n_, c_, h, w = data.shape[:4]
     words = data.shape[4] // 4
-    quads = te.compute(padded.shape[:4] + (words,), lambda n, c, y, x, q: _unsigned_word(
-        [padded[n, c, y, x, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="pad")
+
+    def word(n, c, y, x, q):
+        value = _word_of(data[n, c, y - pt, x - pl, 4 * q])
+        if not any(attrs["padding"]):
+            return value
+        inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return L.Select(inside, value, _zero_point_word(zx, data.dtype))
+
+    quads = te.compute((n_, c_, h + pt + pb, w + pl + pr, words), word, name="qnn_quads",
+                       tag="pad")
     _, icc, kh, kw, _, _ = weight.shape
     rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
@@ -224,8 +253,8 @@ def dense_pack(inputs, attrs, out_type):
     b = weight.shape[2]
     if weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
-        quads = te.compute((rows, words), lambda i, q: _unsigned_word(
-            [data[i, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="qnn_quads")
+        quads = te.compute((rows, words), lambda i, q: _word_of(data[i, 4 * q]),
+                           name="qnn_quads", tag="qnn_quads")
         k = te.reduce_axis(words, "k")
         acc = te.compute(out_type.shape, lambda i, j: te.sum(
             L.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
