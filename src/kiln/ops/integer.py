@@ -106,9 +106,15 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
-def _word_of(load: L.PrimExpr) -> L.PrimExpr:
-    """``u`` of the four bytes from ``load`` on as one int32 word: a 4-byte load (uint8), with
-    each byte's top bit flipped (int8: ``x ^ 0x80 = x + 128`` as unsigned)."""
+def _word_of(data: te.Tensor, index: tuple) -> L.PrimExpr:
+    """``u`` of the four bytes ``data[index[:-1], index[-1] + j]`` as one int32 word: a 4-byte
+    load of a placeholder (uint8), with each byte's top bit flipped (int8: ``x ^ 0x80 =
+    x + 128`` as unsigned); four byte loads of a computed tensor (inlined: no buffer to load
+    a word from)."""
+    if not data.is_placeholder:
+        *head, last = index
+        return _unsigned_word([data[(*head, last + j)] for j in range(4)])
+    load = data[index]
     word = L.load_u8x4(load)
     if load.dtype == "int8":
         word = L.Binary("^", word, L.const(np.int32(np.uint32(0x80808080)), "int32"))
@@ -132,7 +138,7 @@ def _conv2d_quads(data, weight, attrs, out_type):
     words = data.shape[4] // 4
 
     def word(n, c, y, x, q):
-        value = _word_of(data[n, c, y - pt, x - pl, 4 * q])
+        value = _word_of(data, (n, c, y - pt, x - pl, 4 * q))
         if not any(attrs["padding"]):
             return value
         inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
@@ -253,7 +259,7 @@ def dense_pack(inputs, attrs, out_type):
     b = weight.shape[2]
     if weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
-        quads = te.compute((rows, words), lambda i, q: _word_of(data[i, 4 * q]),
+        quads = te.compute((rows, words), lambda i, q: _word_of(data, (i, 4 * q)),
                            name="qnn_quads", tag="qnn_quads")
         k = te.reduce_axis(words, "k")
         acc = te.compute(out_type.shape, lambda i, j: te.sum(
