@@ -106,12 +106,12 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
-def _word_of(data: te.Tensor, index: tuple) -> L.PrimExpr:
+def _word_of(data: te.Tensor, index: tuple, materialized: bool = False) -> L.PrimExpr:
     """``u`` of the four bytes ``data[index[:-1], index[-1] + j]`` as one int32 word: a 4-byte
-    load of a placeholder (uint8), with each byte's top bit flipped (int8: ``x ^ 0x80 =
-    x + 128`` as unsigned); four byte loads of a computed tensor (inlined: no buffer to load
-    a word from)."""
-    if not data.is_placeholder:
+    load of a placeholder or ``materialized`` stage (uint8), with each byte's top bit flipped
+    (int8: ``x ^ 0x80 = x + 128`` as unsigned); four byte loads of a computed tensor (inlined:
+    no buffer to load a word from)."""
+    if not (data.is_placeholder or materialized):
         *head, last = index
         return _unsigned_word([data[(*head, last + j)] for j in range(4)])
     load = data[index]
@@ -168,14 +168,13 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
     (c, ry, q), ``row_words[.., x']`` the four padded input pixels from ``x'`` (a sliding
     window, materialized once per call), ``x' = x · sw``, ``y' = y · sh + ry`` (dilation 1)."""
     sh, sw = attrs["strides"]
-    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
-    n_, c_, hp, wp = padded.shape
-
-    def word(n, c, y, x):
-        return _unsigned_word([padded[n, c, y, L.minimum(x + j, L.const(wp - 1, x.dtype))]
-                               for j in range(4)])
-
-    words = te.compute((n_, c_, hp, wp), word, name="qnn_quads", tag="pad")
+    pt, pl, pb, pr = attrs["padding"]
+    # the padded image, materialized (tag qnn_rows: kiln.schedules.nn_cpu) with three more
+    # columns of zx so that every window of four bytes is in it; each word one 4-byte load
+    padded = pad_hw(data, (pt, pl, pb, pr + 3), attrs["input_zero_point"], tag="qnn_rows")
+    n_, c_, hp, wp = padded.shape[0], padded.shape[1], padded.shape[2], padded.shape[3] - 3
+    words = te.compute((n_, c_, hp, wp), lambda n, c, y, x: _word_of(
+        padded, (n, c, y, x), materialized=True), name="qnn_quads", tag="pad")
     _, icc, kh, kq, _, _ = weight.shape
     rc, ry, rq, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kq, "rx"), te.reduce_axis(1, "ri"))

@@ -418,6 +418,14 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
                       materialize_pad=pairs or target is None or target.kind != "llvm")
 
 
+@register_schedule("qnn_rows")
+def schedule_qnn_rows(sch: Schedule, rows: Tensor) -> None:
+    """The padded image an int8 stem reads four bytes at a time (kiln/ops/integer.py,
+    ``load_u8x4``): materialized, never inlined (a word load needs its buffer)."""
+    sch[rows].compute_root()
+    sch[rows].vectorize(rows.axes[-1])
+
+
 @register_schedule("pool")
 def schedule_pool(sch: Schedule, pool: Tensor) -> None:
     """Pools in NCHW{b}c: the window loops outside the channel block, whose ``b`` lanes are one
