@@ -13,6 +13,7 @@ from kiln.ir import loop as L
 from kiln.ir import loop_interp
 from kiln.ir.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.ir.lower import Schedule, lower
+from kiln.ir.ops.integer import pack_quads, pack_tap_pairs
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.loop.make_packed_api import make_packed_api
 from kiln.passes.loop.simplify import simplify
@@ -21,6 +22,14 @@ from kiln.schedules import schedule_loops, schedule_te
 
 def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def ints(dtype, *shape, seed=0):
+    """Random integers over ``dtype``'s whole range, -128 and 127 included (int8)."""
+    info = np.iinfo(dtype)
+    values = np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
+    values.reshape(-1)[:2] = [info.min, info.max]
+    return values
 
 
 CONV = {"strides": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 1}
@@ -38,6 +47,17 @@ KERNELS = {
     "softmax": (lambda x: Call("nn.softmax", [x], {"axis": 1}), [rand(2, 1000)]),
     "int_take": (lambda d, i: Call("take", [d, i], {"axis": 1}),
                  [rand(3, 5), np.array([4, -2, 0], "int64")]),
+    # int8 kernels (docs/decisions/021): depthwise tap pairs (dot_i16x2) and a dense whose
+    # activation words are 4-byte loads (load_u8x4)
+    "qnn_depthwise_pairs": (
+        lambda x, w: Call("qnn.depthwise_conv2d_NCHWc", [x, w], {
+            "strides": (2, 1), "padding": (1, 1, 0, 1), "dilation": (1, 1),
+            "input_zero_point": -128, "kernel_size": (3, 3)}),
+        [ints("int8", 1, 2, 6, 5, 8), pack_tap_pairs(ints("int8", 2, 1, 3, 3, 1, 8, seed=1))]),
+    "qnn_dense_quads": (
+        lambda x, w, c: Call("qnn.dense_pack", [x, w, c]),
+        [ints("int8", 3, 16), pack_quads(ints("int8", 2, 16, 8, seed=1), 1),
+         np.arange(16, dtype="int32")]),
 }
 
 

@@ -27,7 +27,7 @@ from kiln.ir import loop_interp
 from kiln.ir.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.ir.lower import Schedule, lower
 from kiln.ir.op_registry import get_op
-from kiln.ir.ops.integer import pack_quads
+from kiln.ir.ops.integer import pack_quads, pack_tap_pairs
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.loop.make_packed_api import dl_dtype, make_packed_api
 from kiln.passes.loop.simplify import simplify
@@ -75,7 +75,27 @@ def _cases():
     loop_interp.run(func, *inputs, want)
     cases.append((make_packed_api(func), inputs, [want]))
     cases.append(_qnn_conv_case())
+    cases.append(_qnn_depthwise_case())
     return cases
+
+
+def _qnn_depthwise_case():
+    """An int8 ``qnn.depthwise_conv2d_NCHWc`` on int16 tap pairs (``dot_i16x2``: plain integer
+    vectors off x86), stride 2, zero-point padding, -128/127 operands included; its exact
+    int32 output from the op's numpy reference."""
+    rng = np.random.default_rng(22)
+    w = rng.integers(-128, 128, (3, 1, 3, 3, 1, 8)).astype(np.int8)
+    w[0, 0, 0, :, 0, :] = -128
+    x = rng.integers(-128, 128, (1, 3, 7, 7, 8)).astype(np.int8)
+    x[0, 0, :2] = 127
+    arrays = [x, pack_tap_pairs(w)]
+    attrs = {"strides": (2, 2), "padding": (1, 1, 1, 1), "dilation": (1, 1),
+             "input_zero_point": -128, "kernel_size": (3, 3)}
+    params = [Var(f"x{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(arrays)]
+    fused = fuse_ops(Function(params, [Call("qnn.depthwise_conv2d_NCHWc", params, attrs)]))
+    (call,) = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+    want = get_op("qnn.depthwise_conv2d_NCHWc").ref(*arrays, **attrs)
+    return lower_primitive(call, "qnn_depthwise_int8"), arrays, [want]
 
 
 def _qnn_conv_case(extreme: bool = False):

@@ -1,5 +1,6 @@
 """The integer ops' formats (docs/decisions/021): quad packing of int8 weights into int32
-words, the ``dot_u8i8x4`` loop intrinsic's definition, and the int8 dot strategy per target."""
+words, the depthwise tap pairs, the ``dot_u8i8x4`` and ``dot_i16x2`` loop intrinsics'
+definitions, and the int8 dot strategy per target."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import numpy as np
 import pytest
 
 from kiln.ir import loop as L
-from kiln.ir.ops.integer import compensation, pack_quads, unpack_quads
+from kiln.ir.ops.integer import (
+    compensation,
+    pack_quads,
+    pack_tap_pairs,
+    unpack_quads,
+    unpack_tap_pairs,
+)
 from kiln.target import Target
 
 RNG = np.random.default_rng(3)
@@ -32,6 +39,30 @@ def test_dot_u8i8x4_value():
         sb = np.array([b], np.int32).view(np.int8).astype(np.int64)
         assert L.dot_u8i8x4_value(a, b) == int(ua @ sb)
     assert L.dot_u8i8x4_value(-1, 0x80808080 - 2**32) == 4 * 255 * -128
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (2, 2), (1, 1), (5, 5)])
+def test_tap_pairs_round_trip_and_halves(kernel):
+    kh, kw = kernel
+    w = RNG.integers(-128, 128, (3, 1, kh, kw, 1, 8)).astype(np.int8)
+    w[0, 0, 0, 0, 0, :2] = [-128, 127]
+    words = pack_tap_pairs(w)
+    pairs = (kh * kw + 1) // 2
+    assert words.dtype == np.int32 and words.shape == (3, 1, pairs, 1, 1, 8)
+    np.testing.assert_array_equal(unpack_tap_pairs(words, kernel), w)
+    # the little-endian int16 halves of word p are taps 2p and 2p + 1 (0 past the window)
+    halves = words.view(np.int16).reshape(3, pairs, 8, 2)
+    taps = np.concatenate([w.reshape(3, kh * kw, 8), np.zeros((3, 1, 8), np.int8)], axis=1)
+    np.testing.assert_array_equal(halves[..., 0], taps[:, 0:2 * pairs:2])
+    np.testing.assert_array_equal(halves[..., 1], taps[:, 1:2 * pairs + 1:2])
+
+
+def test_dot_i16x2_value():
+    for _ in range(200):
+        a0, a1, b0, b1 = (int(v) for v in RNG.integers(-2**15, 2**15, 4))
+        assert L.dot_i16x2_value(a0, a1, b0, b1) == a0 * b0 + a1 * b1
+    # the one sum past int32 wraps, as vpmaddwd's does
+    assert L.dot_i16x2_value(-2**15, -2**15, -2**15, -2**15) == -2**31
 
 
 def test_compensation_is_zero_point_times_weight_sum():

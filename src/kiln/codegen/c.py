@@ -101,6 +101,10 @@ static inline int32_t kiln_dot_u8i8x4(int32_t a, int32_t b) {
     s += (int32_t)(uint8_t)((uint32_t)a >> (8 * j)) * (int32_t)(int8_t)((uint32_t)b >> (8 * j));
   return s;
 }
+/* dot_i16x2: a0*b0 + a1*b1 in int32 (vpmaddwd's lane; summed unsigned: wraps, never UB) */
+static inline int32_t kiln_dot_i16x2(int16_t a0, int16_t a1, int16_t b0, int16_t b1) {
+  return (int32_t)((uint32_t)((int32_t)a0 * b0) + (uint32_t)((int32_t)a1 * b1));
+}
 """
 
 
@@ -464,6 +468,12 @@ class _FuncWriter:
                     f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
         if e.name == L.DOT_U8I8X4:
             return f"kiln_dot_u8i8x4({self.expr(e.args[0])}, {self.expr(e.args[1])})"
+        if e.name == L.LOAD_U8X4:  # memcpy: unaligned, no aliasing issue
+            (load,) = e.args
+            return (f"({{ int32_t kiln_w; __builtin_memcpy(&kiln_w, "
+                    f"&{self.access(load.buffer, load.indices)}, 4); kiln_w; }})")
+        if e.name == L.DOT_I16X2:
+            return f"kiln_dot_i16x2({', '.join(self.expr(a) for a in e.args)})"
         table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS
         if e.name not in table or not L.is_float(e.dtype):
             raise CompileError(f"C codegen: intrinsic {e.name} on {e.dtype} is not supported")

@@ -317,6 +317,12 @@ class ExprCodegen:
         if e.name == L.DOT_U8I8X4:
             return dot_u8i8x4_generic(fr.builder, self.expr(fr, e.args[0]),
                                       self.expr(fr, e.args[1]))
+        if e.name == L.LOAD_U8X4:
+            (load,) = e.args
+            return fr.builder.load(self.address(fr, load.buffer, load.indices),
+                                   typ=ir.IntType(32), align=1)
+        if e.name == L.DOT_I16X2:
+            return dot_i16x2_generic(fr.builder, *(self.expr(fr, a) for a in e.args))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
             raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
                                "supported")
@@ -423,3 +429,15 @@ def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         term = b.mul(u, s)
         total = term if total is None else b.add(total, term)
     return total
+
+
+def dot_i16x2_generic(b: ir.IRBuilder, a0: ir.Value, a1: ir.Value, b0: ir.Value,
+                      b1: ir.Value) -> ir.Value:
+    """:func:`kiln.ir.loop.dot_i16x2` on int16 scalars or vectors with plain integer IR: the
+    four sign-extended to int32, ``a0 · b0 + a1 · b1`` (LLVM's x86 backend may match
+    ``vpmaddwd`` itself)."""
+    wide = ir.IntType(32)
+    if isinstance(a0.type, ir.VectorType):
+        wide = ir.VectorType(wide, a0.type.count)
+    x0, x1, y0, y1 = (b.sext(v, wide) for v in (a0, a1, b0, b1))
+    return b.add(b.mul(x0, y0), b.mul(x1, y1))

@@ -28,7 +28,12 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
-from kiln.codegen.llvm_expr import _LLVM_INTRINSICS, dot_u8i8x4_generic, sides_may_trap
+from kiln.codegen.llvm_expr import (
+    _LLVM_INTRINSICS,
+    dot_i16x2_generic,
+    dot_u8i8x4_generic,
+    sides_may_trap,
+)
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
 from kiln.ir import loop as L
 
@@ -150,10 +155,62 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
                 and _lane_wise(e.args[0], lanes, bits))
     if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
         return bits == 32 and all(_lane_wise(a, lanes, bits) for a in e.args)
+    if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:  # words 4 bytes apart: contiguous
+        (load,) = e.args
+        return bits == 32 and flat_coefficient(load.buffer, load.indices, lanes.var) == 4 and \
+            not any(_uses(i, lanes.vars - {lanes.var}) for i in load.indices)
+    if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
+        return bits == 32 and all(_narrow_lane_wise(a, lanes) for a in e.args)
     if isinstance(e, L.Call):
         return (e.name in _LLVM_INTRINSICS and L.is_float(e.dtype)
                 and all(_lane_wise(a, lanes, bits) for a in e.args))
     return False
+
+
+def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
+    """Whether an int16 operand of ``dot_i16x2`` in a 32-bit loop has a vector form: 8- and
+    16-bit integer loads (one element per lane), widened to int16 and combined with int16
+    ``+ - *`` and selects on a lane-invariant condition (a padding guard)."""
+    if not _uses(e, lanes.vars):
+        return True
+    if isinstance(e, L.BufferLoad):
+        return (e.dtype in ("int8", "uint8", "int16")
+                and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
+    if isinstance(e, L.Cast) and e.dtype == "int16" and e.value.dtype == "int32":
+        return _lane_wise(e.value, lanes, 32)  # a half of a 32-bit word
+    if isinstance(e, L.Cast):
+        return e.dtype == "int16" and e.value.dtype in ("int8", "uint8", "int16") and \
+            _narrow_lane_wise(e.value, lanes)
+    if isinstance(e, L.Binary):
+        return e.op in ("+", "-", "*") and e.dtype == "int16" and \
+            _narrow_lane_wise(e.a, lanes) and _narrow_lane_wise(e.b, lanes)
+    if isinstance(e, L.Select):
+        return not _uses(e.cond, lanes.vars) and _narrow_lane_wise(e.true_value, lanes) and \
+            _narrow_lane_wise(e.false_value, lanes)
+    return False
+
+
+def _word_halves(lo: L.PrimExpr, hi: L.PrimExpr) -> L.PrimExpr | None:
+    """``W`` when ``lo = int16(W)`` and ``hi = int16(W >> 16)`` of one int32 expression
+    (:func:`kiln.ir.ops.integer.pack_tap_pairs`'s words); None otherwise."""
+    if not (isinstance(lo, L.Cast) and isinstance(hi, L.Cast) and lo.value.dtype == "int32"):
+        return None
+    shift = hi.value
+    if isinstance(shift, L.Binary) and shift.op == ">>" and isinstance(shift.b, L.IntImm) and \
+            shift.b.value == 16 and repr(shift.a) == repr(lo.value):
+        return lo.value
+    return None
+
+
+def _narrow_offset(e: L.PrimExpr) -> tuple[L.PrimExpr | None, int]:
+    """``(X, k)`` when ``e`` is ``int16(X) - k`` (or ``int16(X)``, k = 0) with ``X`` 8 bits
+    wide and ``k`` a constant; ``(None, 0)`` otherwise."""
+    k = 0
+    if isinstance(e, L.Binary) and e.op == "-" and isinstance(e.b, L.IntImm):
+        e, k = e.a, e.b.value
+    if isinstance(e, L.Cast) and e.dtype == "int16" and e.value.dtype in ("int8", "uint8"):
+        return e.value, k
+    return None, 0
 
 
 def _contiguous(buf: L.Buffer, indices: list[L.PrimExpr], lanes: Lanes) -> bool:
@@ -291,6 +348,12 @@ class VectorLoopCodegen:
         if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
             x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args)
             return self._dot_u8i8x4(fr, None, x, y)
+        if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:
+            (load,) = e.args
+            return b.load(self.address(fr, load.buffer, load.indices),
+                          typ=ir.VectorType(ir.IntType(32), width), align=1)
+        if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
+            return self._dot_i16x2(fr, e, lanes, width)
         if isinstance(e, L.Call):
             args = [self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args]
             fn = self.mc.vector_intrinsic(_LLVM_INTRINSICS[e.name], args[0].type, len(args))
@@ -347,6 +410,61 @@ class VectorLoopCodegen:
         else:
             value = dot_u8i8x4_generic(b, x, y)
         return value if acc is None else b.add(acc, value)
+
+    def _dot_i16x2(self, fr: Frame, e: L.Call, lanes: Lanes, width: int) -> ir.Value:
+        """Vector ``dot_i16x2`` → ``<W x i32>``: on x86 with AVX2 (AVX-512BW for 512 bits)
+        the pairs interleaved, ``(a0[i], a1[i])`` and ``(b0[i], b1[i])`` adjacent, and one
+        ``vpmaddwd`` per 256 (512) bits of result; else plain integer IR."""
+        b = fr.builder
+        kind = self.mc.int8_dot
+        bits = {"avx2": 256, "vnni256": 256, "avx512bw": 512, "vnni512": 512}.get(kind, 0)
+        if not bits or (width * 32) % bits:
+            return dot_i16x2_generic(b, *(self._splat(fr, self.vexpr(fr, a, lanes, width), width)
+                                          for a in e.args))
+        a0, a1, b0, b1 = e.args
+        a, w = self._pairs(fr, a0, a1, lanes, width), self._pairs(fr, b0, b1, lanes, width)
+        half = ir.VectorType(ir.IntType(16), bits // 16)
+        out = ir.VectorType(ir.IntType(32), bits // 32)
+        name = "llvm.x86.avx2.pmadd.wd" if bits == 256 else "llvm.x86.avx512.pmaddw.d.512"
+        fn = self.mc.declare(name, out, [half, half])
+        step = bits // 16
+
+        def chunk(v: ir.Value, k: int) -> ir.Value:
+            if v.type.count == step:
+                return v
+            return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+                ir.VectorType(ir.IntType(32), step), list(range(k * step, (k + 1) * step))))
+
+        parts = [b.call(fn, [chunk(a, k), chunk(w, k)]) for k in range(2 * width // step)]
+        while len(parts) > 1:  # concatenate pairs back to <W x i32>
+            m = parts[0].type.count
+            parts = [b.shuffle_vector(parts[i], parts[i + 1], ir.Constant(
+                ir.VectorType(ir.IntType(32), 2 * m), list(range(2 * m))))
+                for i in range(0, len(parts), 2)]
+        return parts[0]
+
+    def _pairs(self, fr: Frame, x0: L.PrimExpr, x1: L.PrimExpr, lanes: Lanes,
+               width: int) -> ir.Value:
+        """``<2W x i16>`` of ``x0`` and ``x1`` interleaved. Where both are ``int16(X) [- k]``
+        of 8-bit ``X`` of one dtype and the same ``k``, the bytes are interleaved first and
+        widened once (``vpunpcklbw`` + one ``vpmovsxbw``/``vpmovzxbw``, then one ``vpsubw``),
+        instead of widening and subtracting each and interleaving words."""
+        b = fr.builder
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), 2 * width),
+                           [k for i in range(width) for k in (i, width + i)])
+        word = _word_halves(x0, x1)
+        if word is not None:  # already (lo, hi) pairs, little-endian
+            v = self._splat(fr, self.vexpr(fr, word, lanes, width), width)
+            return b.bitcast(v, ir.VectorType(ir.IntType(16), 2 * width))
+        (n0, k0), (n1, k1) = _narrow_offset(x0), _narrow_offset(x1)
+        if n0 is not None and n1 is not None and n0.dtype == n1.dtype and k0 == k1:
+            v0, v1 = (self._splat(fr, self.vexpr(fr, n, lanes, width), width) for n in (n0, n1))
+            pairs = self.cast(fr, b.shuffle_vector(v0, v1, mask), n0.dtype, "int16")
+            if k0:
+                pairs = b.sub(pairs, ir.Constant(pairs.type, [k0] * (2 * width)))
+            return pairs
+        v0, v1 = (self._splat(fr, self.vexpr(fr, x, lanes, width), width) for x in (x0, x1))
+        return b.shuffle_vector(v0, v1, mask)
 
     def _usdot(self, fr: Frame, acc: ir.Value | None, x: ir.Value, y: ir.Value) -> ir.Value:
         """aarch64 i8mm: ``llvm.aarch64.neon.usdot.v4i32.v16i8(acc, u8 bytes, s8 bytes)`` per

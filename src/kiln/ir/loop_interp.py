@@ -101,6 +101,14 @@ class _Interp:
         if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
             a, b = (int(self.expr(x, env)) for x in e.args)
             return np.int32(L.dot_u8i8x4_value(a, b))
+        if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:
+            (load,) = e.args
+            arr = self.mem[id(load.buffer)]
+            idx = tuple(int(self.expr(i, env)) for i in load.indices)
+            flat = int(np.ravel_multi_index(idx, arr.shape))
+            return arr.reshape(-1)[flat:flat + 4].view(np.int32)[0]
+        if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
+            return np.int32(L.dot_i16x2_value(*(int(self.expr(x, env)) for x in e.args)))
         if isinstance(e, L.Call) and e.name.startswith(L.EXTERN):
             return np.int32(1)  # support code is not run here: the caller's loops are
         if isinstance(e, L.Call):

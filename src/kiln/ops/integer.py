@@ -22,6 +22,8 @@ a quarter of the reduction steps of the one-byte form.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
@@ -104,13 +106,46 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
+def _word_of(data: te.Tensor, index: tuple, materialized: bool = False) -> L.PrimExpr:
+    """``u`` of the four bytes ``data[index[:-1], index[-1] + j]`` as one int32 word: a 4-byte
+    load of a placeholder or ``materialized`` stage (uint8), with each byte's top bit flipped
+    (int8: ``x ^ 0x80 = x + 128`` as unsigned); four byte loads of a computed tensor (inlined:
+    no buffer to load a word from)."""
+    if not (data.is_placeholder or materialized):
+        *head, last = index
+        return _unsigned_word([data[(*head, last + j)] for j in range(4)])
+    load = data[index]
+    word = L.load_u8x4(load)
+    if load.dtype == "int8":
+        word = L.Binary("^", word, L.const(np.int32(np.uint32(0x80808080)), "int32"))
+    return word
+
+
+def _zero_point_word(zx: int, dtype: str) -> L.PrimExpr:
+    """The word of four unsigned bytes ``u(zx)`` (the padding's)."""
+    u = (zx + 128 if dtype == "int8" else zx) & 255
+    return L.const(np.int32(np.uint32(u * 0x01010101)), "int32")
+
+
 def _conv2d_quads(data, weight, attrs, out_type):
-    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q)."""
+    """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q); the quads
+    read four channel bytes a word in one load (:func:`_word_of`), the padding's word
+    ``u(zx)`` selected per pixel."""
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
+    pt, pl, pb, pr = attrs["padding"]
+    zx = attrs["input_zero_point"]
+    n_, c_, h, w = data.shape[:4]
     words = data.shape[4] // 4
-    quads = te.compute(padded.shape[:4] + (words,), lambda n, c, y, x, q: _unsigned_word(
-        [padded[n, c, y, x, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="pad")
+
+    def word(n, c, y, x, q):
+        value = _word_of(data, (n, c, y - pt, x - pl, 4 * q))
+        if not any(attrs["padding"]):
+            return value
+        inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return L.Select(inside, value, _zero_point_word(zx, data.dtype))
+
+    quads = te.compute((n_, c_, h + pt + pb, w + pl + pr, words), word, name="qnn_quads",
+                       tag="pad")
     _, icc, kh, kw, _, _ = weight.shape
     rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
@@ -133,14 +168,13 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
     (c, ry, q), ``row_words[.., x']`` the four padded input pixels from ``x'`` (a sliding
     window, materialized once per call), ``x' = x · sw``, ``y' = y · sh + ry`` (dilation 1)."""
     sh, sw = attrs["strides"]
-    padded = pad_hw(data, attrs["padding"], attrs["input_zero_point"], tag="qnn_pad")
-    n_, c_, hp, wp = padded.shape
-
-    def word(n, c, y, x):
-        return _unsigned_word([padded[n, c, y, L.minimum(x + j, L.const(wp - 1, x.dtype))]
-                               for j in range(4)])
-
-    words = te.compute((n_, c_, hp, wp), word, name="qnn_quads", tag="pad")
+    pt, pl, pb, pr = attrs["padding"]
+    # the padded image, materialized (tag qnn_rows: kiln.schedules.nn_cpu) with three more
+    # columns of zx so that every window of four bytes is in it; each word one 4-byte load
+    padded = pad_hw(data, (pt, pl, pb, pr + 3), attrs["input_zero_point"], tag="qnn_rows")
+    n_, c_, hp, wp = padded.shape[0], padded.shape[1], padded.shape[2], padded.shape[3] - 3
+    words = te.compute((n_, c_, hp, wp), lambda n, c, y, x: _word_of(
+        padded, (n, c, y, x), materialized=True), name="qnn_quads", tag="pad")
     _, icc, kh, kq, _, _ = weight.shape
     rc, ry, rq, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kq, "rx"), te.reduce_axis(1, "ri"))
@@ -155,21 +189,52 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
 
 @register_compute("qnn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
-    """``Σ_taps (int32(x_pad) - zx) · int32(w)`` per channel lane, ``x_pad`` padded with ``zx``
-    (tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule, ``b`` lanes of int32
-    multiply-adds)."""
+    """``Σ_taps (x_pad - zx) · w`` per channel lane, ``x_pad`` padded with ``zx``; int8
+    weights: one int32 multiply-add per tap; tap pairs (:func:`kiln.ir.ops.integer.
+    pack_tap_pairs`): ``Σ_p dot_i16x2(x'(2p), x'(2p + 1), lo16(w[p]), hi16(w[p]))``,
+    ``x' = int16(x_pad) - zx`` (an odd window's last pair repeats its last input with a zero
+    weight) — on x86 one ``vpmaddwd`` per two taps and 8 lanes, the weight pairs read from
+    memory as they are. Exact: ``|x'| ≤ 255``, ``|w| ≤ 128``, a pair sum at most 65 280.
+    Tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule over the ``b`` lanes."""
     data, weight = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     zx = attrs["input_zero_point"]
     padded = pad_hw(data, attrs["padding"], zx)
+    zero = L.IntImm(0)
+    if weight.dtype == "int32":
+        return _depthwise_tap_pairs(padded, weight, attrs, out_type)
     kh, kw = weight.shape[2], weight.shape[3]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
-    zero = L.IntImm(0)
 
     def body(n, c, y, x, b):
         value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw, b])
         return te.sum((value - L.const(zx, "int32")) * _widen(weight[c, zero, ry.var, rx.var,
                                                                       zero, b]), [ry, rx])
+
+    return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
+                      tag="depthwise_conv2d_NCHWc")
+
+
+def _depthwise_tap_pairs(padded, weight, attrs, out_type):
+    """The tap-pair form of :func:`depthwise_conv2d_nchwc` (one reduce axis ``rp``)."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    zx = attrs["input_zero_point"]
+    kh, kw = attrs["kernel_size"]
+    taps = kh * kw
+    rp = te.reduce_axis(weight.shape[2], "rp")
+    zero = L.IntImm(0)
+
+    def body(n, c, y, x, b):
+        def tap(t):
+            value = L.Cast("int16", padded[n, c, y * sh + t // kw * dh, x * sw + t % kw * dw, b])
+            return value - L.const(zx, "int16") if zx else value
+
+        t0 = rp.var * 2
+        word = weight[c, zero, rp.var, zero, zero, b]
+        return te.sum(L.dot_i16x2(tap(t0), tap(L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))),
+                                  L.Cast("int16", word),
+                                  L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))),
+                      [rp])
 
     return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
                       tag="depthwise_conv2d_NCHWc")
@@ -193,8 +258,8 @@ def dense_pack(inputs, attrs, out_type):
     b = weight.shape[2]
     if weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
-        quads = te.compute((rows, words), lambda i, q: _unsigned_word(
-            [data[i, 4 * q + j] for j in range(4)]), name="qnn_quads", tag="qnn_quads")
+        quads = te.compute((rows, words), lambda i, q: _word_of(data, (i, 4 * q)),
+                           name="qnn_quads", tag="qnn_quads")
         k = te.reduce_axis(words, "k")
         acc = te.compute(out_type.shape, lambda i, j: te.sum(
             L.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),

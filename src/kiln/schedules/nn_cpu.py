@@ -403,13 +403,27 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("depthwise_conv2d_NCHWc")
 def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
-    ry, rx = conv.body.axes
+    taps = 1
+    for axis in conv.body.axes:  # (ry, rx), or the integer kernel's tap pairs (rp)
+        taps *= axis.extent
     # Memory-bound: reading the input through the guard beats writing and re-reading a padded
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    _register_blocked(sch, conv, (ry, rx), ry.extent * rx.extent,
-                      materialize_pad=target is None or target.kind != "llvm")
+    pairs = len(conv.body.axes) == 1  # the int8 kernel's tap pairs (kiln/ops/integer.py)
+    if pairs:
+        sch[conv].unroll(conv.body.axes[0])
+        taps *= 2
+    _register_blocked(sch, conv, tuple(conv.body.axes), taps,
+                      materialize_pad=pairs or target is None or target.kind != "llvm")
+
+
+@register_schedule("qnn_rows")
+def schedule_qnn_rows(sch: Schedule, rows: Tensor) -> None:
+    """The padded image an int8 stem reads four bytes at a time (kiln/ops/integer.py,
+    ``load_u8x4``): materialized, never inlined (a word load needs its buffer)."""
+    sch[rows].compute_root()
+    sch[rows].vectorize(rows.axes[-1])
 
 
 @register_schedule("pool")

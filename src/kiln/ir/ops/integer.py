@@ -24,12 +24,13 @@ number of consumers of ``x``), and a compensation per output channel,
   ``[O/ob, C/ib, KH, KW, ib, ob]``, ``compensation`` int32 ``[O/ob, ob]`` → int32
   ``[N, O/ob, OH, OW, ob]``, ``Σ u(x_pad) · w - compensation`` with ``x_pad`` padded with ``zx``;
   equal to ``qnn.conv2d`` when ``compensation`` is :func:`compensation` of the weight.
-- ``qnn.depthwise_conv2d_NCHWc(data, weight; strides, padding, dilation, input_zero_point)``:
-  ``data`` uint8/int8 ``[N, C/b, H, W, b]``, ``weight`` int8 ``[C/b, 1, KH, KW, 1, b]``
-  (channel multiplier 1, ``nn.depthwise_conv2d_NCHWc``'s layout) → int32
-  ``[N, C/b, OH, OW, b]``, ``Σ_taps (int32(x_pad) - zx) · int32(w)`` with ``x_pad`` padded with
-  ``zx``: no reduction over channels, so no quads and no compensation (signed int32
-  multiply-adds over the ``b`` lanes).
+- ``qnn.depthwise_conv2d_NCHWc(data, weight; strides, padding, dilation, input_zero_point
+  [, kernel_size])``: ``data`` uint8/int8 ``[N, C/b, H, W, b]``, ``weight`` int8
+  ``[C/b, 1, KH, KW, 1, b]`` (channel multiplier 1, ``nn.depthwise_conv2d_NCHWc``'s layout)
+  or int32 tap pairs ``[C/b, 1, ceil(KH·KW/2), 1, 1, b]`` (:func:`pack_tap_pairs`, with the
+  attribute ``kernel_size = (KH, KW)``) → int32 ``[N, C/b, OH, OW, b]``,
+  ``Σ_taps (int32(x_pad) - zx) · int32(w)`` with ``x_pad`` padded with ``zx``: no reduction
+  over channels, so no quads and no compensation (int16 pairs of taps, ``vpmaddwd``).
 - ``qnn.dense_pack(data, weight, compensation)``: ``weight`` int8 ``[N/b, K, b]``
   (``dense_pack``'s layout), ``compensation`` int32 ``[N]`` → ``Σ_k u(x) · w - compensation``.
 
@@ -103,6 +104,28 @@ def conv_quad_axis(data: TensorType | np.ndarray) -> int:
     """The packed axis of a ``qnn.conv2d_NCHWc`` int32 weight: the kernel width for NCHW
     (4-D) data, the input block otherwise."""
     return WIDTH_QUAD_AXIS if len(data.shape) == 4 else CONV_QUAD_AXIS
+
+
+def pack_tap_pairs(weight: np.ndarray) -> np.ndarray:
+    """int8 depthwise weight ``[C/b, 1, KH, KW, 1, b]`` → int32 words ``[C/b, 1, P, 1, 1, b]``,
+    ``P = ceil(KH · KW / 2)``: word ``p`` holds tap ``2p`` (row-major over the window) in its
+    low 16 bits and tap ``2p + 1`` (0 past the last tap) in its high 16 bits, both
+    sign-extended — on a little-endian machine the int16 pair ``vpmaddwd`` multiplies."""
+    cb, _, kh, kw, _, b = weight.shape
+    taps = weight.astype(np.int32).reshape(cb, kh * kw, b)
+    if kh * kw % 2:
+        taps = np.concatenate([taps, np.zeros((cb, 1, b), np.int32)], axis=1)
+    lo, hi = taps[:, 0::2] & 0xFFFF, taps[:, 1::2] << 16
+    return np.ascontiguousarray((lo | hi).astype(np.int32).reshape(cb, 1, -1, 1, 1, b))
+
+
+def unpack_tap_pairs(words: np.ndarray, kernel_size: tuple[int, int]) -> np.ndarray:
+    """The inverse of :func:`pack_tap_pairs` for a ``kernel_size = (KH, KW)`` window."""
+    kh, kw = kernel_size
+    cb, b = words.shape[0], words.shape[5]
+    w = words.astype(np.int32).reshape(cb, -1, b)
+    taps = np.stack([(w << 16) >> 16, w >> 16], axis=2).reshape(cb, -1, b)[:, :kh * kw]
+    return np.ascontiguousarray(taps.astype(np.int8).reshape(cb, 1, kh, kw, 1, b))
 
 
 def _check(data: TensorType, weight: TensorType, quads_ok: bool = False) -> None:
@@ -226,7 +249,13 @@ register_op("qnn.dense_pack", _dense_pack_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
 def _depthwise_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 2)
     data, weight = arg_types
-    _check(data, weight)
+    _check(data, weight, quads_ok=attrs.get("kernel_size") is not None)
+    if weight.dtype == "int32":  # tap pairs: the window is the attribute kernel_size
+        kh, kw = attrs["kernel_size"]
+        cb, _, pairs, _, _, b = weight.shape
+        if (kh * kw + 1) // 2 != pairs:
+            raise ShapeError(f"depthwise tap pairs: {pairs} words for a {kh}x{kw} window")
+        weight = TensorType((cb, 1, kh, kw, 1, b), "int8")
     out = get_op("nn.depthwise_conv2d_NCHWc").infer(
         [TensorType(data.shape, "int32"), TensorType(weight.shape, "int32")],
         {k: attrs[k] for k in ("strides", "padding", "dilation")})
@@ -234,7 +263,9 @@ def _depthwise_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorTy
 
 
 def _depthwise_nchwc_ref(data: np.ndarray, weight: np.ndarray, strides, padding, dilation,
-                         input_zero_point) -> np.ndarray:
+                         input_zero_point, kernel_size=None) -> np.ndarray:
+    if weight.dtype == np.int32:
+        weight = unpack_tap_pairs(weight, kernel_size)
     dl, wl = block_layouts(TensorType(data.shape, str(data.dtype)),
                            TensorType(weight.shape, str(weight.dtype)))
     x, w = transform_array(data, dl, "NCHW"), transform_array(weight, wl, "OIHW")

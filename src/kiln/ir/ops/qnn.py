@@ -85,11 +85,11 @@ def _quantize_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _quantize_ref(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int,
-                  block_size: int, out_dtype: str) -> np.ndarray:
+                  block_size: int, out_dtype: str, unit_scale: bool = False) -> np.ndarray:
     info = np.iinfo(out_dtype)
     s, z = (along(p, x.shape, axis, block_size) for p in (scale, zero_point))
     with np.errstate(all="ignore"):
-        q = np.rint(x / s) + z.astype(x.dtype)
+        q = np.rint(x if unit_scale else x / s) + z.astype(x.dtype)
         return np.clip(q, info.min, info.max).astype(out_dtype)
 
 

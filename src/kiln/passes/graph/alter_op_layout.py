@@ -47,6 +47,7 @@ from kiln.ir.ops.integer import (
     WIDTH_QUAD_AXIS,
     compensation,
     pack_quads,
+    pack_tap_pairs,
 )
 from kiln.ir.ops.nn import pack_dense_weight
 from kiln.target import Target
@@ -219,9 +220,12 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         ib = ob = form[1] if form else _out_block(channels)
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
-        if integer:
-            out = Call("qnn.depthwise_conv2d_NCHWc", [as_blocked(data, ib), Constant(w, weight.name)],
-                       dict(attrs, input_zero_point=call.attrs["input_zero_point"]), call.span)
+        if integer:  # int16 pairs of taps (kiln/ops/integer.py)
+            kernel = (w.shape[2], w.shape[3])
+            out = Call("qnn.depthwise_conv2d_NCHWc",
+                       [as_blocked(data, ib), Constant(pack_tap_pairs(w), weight.name)],
+                       dict(attrs, input_zero_point=call.attrs["input_zero_point"],
+                            kernel_size=kernel), call.span)
             return to_nchw(out, ob)
     else:
         return same_call(call, args)

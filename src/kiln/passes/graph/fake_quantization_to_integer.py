@@ -196,7 +196,7 @@ def _integer_group(quantize: Call, args: list[Expr]) -> Expr | None:
                               Constant(multiplier.astype(np.float32))])
     q: Expr = Call("qnn.quantize", [value, Constant(np.array(1.0, np.float32)),
                                     Constant(np.array(zy, out_dtype))],
-                   dict(_PER_TENSOR, out_dtype=out_dtype), quantize.span)
+                   dict(_PER_TENSOR, out_dtype=out_dtype, unit_scale=True), quantize.span)
     if act is not None:
         q = _quantized_activation(act, q, sy, zy, out_dtype)
     return q
