@@ -78,6 +78,10 @@ def add_parser(sub, parse_input_shape, positive_int) -> None:
                         "'python -m kiln.tune.ray_executor' prints on a CPU like this one")
     p.add_argument("--repeat", type=positive_int, default=5,
                    help="timed repeats per candidate (default: 5)")
+    p.add_argument("--measure", default="flush", metavar="flush|hot",
+                   help="flush: caches evicted before every timed run, as inside the model "
+                        "(default); hot: back-to-back runs on warm data (records say which; "
+                        "kiln compile applies flush records only)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_tune)
 
@@ -87,7 +91,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                time_budget=args.time_budget, resume=args.tuning_records,
                input_shapes=args.input_shapes, repeat=args.repeat, search=args.search,
                batch_size=args.batch_size, early_stopping=args.early_stopping,
-               ray=args.ray)
+               ray=args.ray, measure=args.measure)
     return 0
 
 
@@ -95,7 +99,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
                time_budget: float | None = None, resume: list[str] | None = None,
                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
                repeat: int = 5, search: str = "model", batch_size: int = 8,
-               early_stopping: int | None = None, ray: str | None = None, echo=print):
+               early_stopping: int | None = None, ray: str | None = None, echo=print,
+               measure: str = "flush"):
     """Tune ``model``'s kernels for ``target`` on this CPU; records go to ``output``.
 
     Parameters
@@ -117,6 +122,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     search, batch_size, early_stopping : str, int, int
         :func:`kiln.tune.tuner.tune`'s (``--search``, ``--batch-size``,
         ``--early-stopping``).
+    measure : str
+        How candidates are timed (:data:`kiln.tune.measure.MEASURE_METHODS`).
     ray : str, optional
         A Ray cluster's address: builds and measurements go through
         :class:`kiln.tune.ray_executor.RayExecutor` (Ray is imported only then).
@@ -137,11 +144,15 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
     from kiln.target import default_target
+    from kiln.tune.measure import MEASURE_METHODS
     from kiln.tune.tasks import extract_tasks
     from kiln.tune.tuner import SEARCHES, tune
 
     if search not in SEARCHES:
         raise KilnError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if measure not in MEASURE_METHODS:
+        raise KilnError(f"--measure must be one of {', '.join(MEASURE_METHODS)}, got "
+                        f"{measure!r}")
     target = target or default_target()
     out = Path(output)
     if not out.parent.exists():
@@ -166,7 +177,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     try:
         result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
                       resume=resume or [], repeat=repeat, executor=executor, search=search,
-                      batch_size=batch_size, early_stopping=early_stopping)
+                      batch_size=batch_size, early_stopping=early_stopping,
+                      measure=measure)
     finally:
         if executor is not None:
             executor.close()

@@ -32,9 +32,9 @@ OTHER_FP = {**FP, "cores": 4}
 
 
 def _record(key="k1", config=None, costs=(2e-6, 1e-6), error=None, target=TARGET, fp=None,
-            kernel="fused_nn_dense_pack") -> TuningRecord:
+            kernel="fused_nn_dense_pack", measure="flush") -> TuningRecord:
     return TuningRecord(key, kernel, config or {"tile_y": 6}, tuple(costs), error, target,
-                        fp or FP, "0.1.0", 1764000000.0)
+                        fp or FP, "0.1.0", 1764000000.0, measure)
 
 
 def test_a_record_round_trips_through_a_file(tmp_path):
@@ -44,8 +44,9 @@ def test_a_record_round_trips_through_a_file(tmp_path):
     append_records(path, records[1:])
     assert load_records(path) == records
     line = json.loads(path.read_text().splitlines()[0])
-    assert list(line) == ["workload_key", "kernel", "config", "costs", "error", "target",
-                          "fingerprint", "kiln_version", "timestamp"]
+    assert list(line) == ["workload_key", "kernel", "config", "costs", "measure", "error",
+                          "target", "fingerprint", "kiln_version", "timestamp"]
+    assert line["measure"] == "flush"
     assert records[0].best == 1e-6 and records[1].best == float("inf")
 
 
@@ -73,6 +74,20 @@ def test_a_bad_line_names_the_file_and_line(tmp_path, line, message):
 def test_a_missing_records_file_is_a_kiln_error(tmp_path):
     with pytest.raises(KilnError, match="cannot read tuning records .*nope.jsonl"):
         load_records(tmp_path / "nope.jsonl")
+
+
+def test_a_line_without_a_measure_field_was_timed_hot():
+    """Records written before the field existed were timed back to back on warm data."""
+    line = json.loads(_record().to_json())
+    del line["measure"]
+    assert TuningRecord.from_json(json.dumps(line)).measure == "hot"
+
+
+def test_best_records_never_compare_times_of_two_measure_methods():
+    hot = _record(costs=(1e-9,), measure="hot", config={"tile_y": 8})
+    flushed = _record(costs=(1e-6,))
+    assert best_records([hot, flushed], TARGET, FP) == {"k1": flushed}
+    assert best_records([hot, flushed], TARGET, FP, measure="hot") == {"k1": hot}
 
 
 def test_best_records_take_the_fastest_error_free_record_of_this_target_and_cpu():
@@ -137,6 +152,7 @@ def test_a_record_of_this_cpu_and_target_is_applied():
     ({"error": "wrong result"}, "failed"),
     ({"key": "0" * 32}, "no record"),
     ({"config": {"unroll_k": 3}}, "stale"),
+    ({"measure": "hot"}, "other measure"),
 ])
 def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     task, config = _dense_task()
