@@ -34,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="KILN_NUM_THREADS and ORT threads")
     p.add_argument("--repeat", type=int, default=30, help="timed runs per engine (default 30)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--measure", default="flush", help="how candidates are timed: flush | hot")
+    p.add_argument("--tuning-records", default=None,
+                   help="reuse these records instead of tuning (nothing is measured)")
     p.add_argument("--workdir", default=None)
     return p.parse_args(argv)
 
@@ -69,10 +72,14 @@ def main(argv=None) -> int:
     model = load_model(args.model, args.seed)
     onnx_path = work / f"{args.model}.onnx"
     onnx.save(model, onnx_path)
-    records = work / "records.jsonl"
+    records = Path(args.tuning_records) if args.tuning_records else work / "records.jsonl"
     start = time.perf_counter()
-    result = tune_model(str(onnx_path), str(records), target=args.target, trials=args.trials,
-                        time_budget=args.time_budget if args.trials is None else None)
+    result = None
+    if not args.tuning_records:
+        result = tune_model(str(onnx_path), str(records), target=args.target,
+                            trials=args.trials,
+                            time_budget=args.time_budget if args.trials is None else None,
+                            measure=args.measure)
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
     compile_model(str(onnx_path), str(libs["untuned"]), target=args.target)
@@ -110,11 +117,13 @@ def main(argv=None) -> int:
         print(f"tuner's estimate of the tuned kernels' time per run (Σ weight × best): "
               f"{default * 1e3:.2f} ms default → {tuned * 1e3:.2f} ms "
               f"({default / tuned:.3f}×)\n")
-    print("| engine | median wall ms | median thread-CPU ms |")
-    print("|---|---|---|")
-    for name, (wall, cpu) in times.items():
-        print(f"| {name} | {statistics.median(wall) * 1e3:.2f} | "
-              f"{statistics.median(cpu) * 1e3:.2f} |")
+    print("| engine | median wall ms | median thread-CPU ms | CPU vs untuned | CPU vs ORT |")
+    print("|---|---|---|---|---|")
+    cpu_ms = {n: statistics.median(c) * 1e3 for n, (_, c) in times.items()}
+    for name, (wall, _) in times.items():
+        print(f"| {name} | {statistics.median(wall) * 1e3:.2f} | {cpu_ms[name]:.2f} | "
+              f"{cpu_ms['untuned'] / cpu_ms[name]:.3f}× | "
+              f"{cpu_ms[name] / cpu_ms['onnxruntime']:.3f} |")
     print(f"\nrecords: {records}")
     return 0
 

@@ -113,7 +113,9 @@ def main(argv=None) -> int:
     print(f"{len(tasks)} tasks, {len(jobs)} candidates built in {time.perf_counter() - t0:.0f} s",
           flush=True)
     alone: dict[str, dict[tuple[str, int], float]] = {m: {} for m in methods}
-    for _ in range(2):  # two interleaved rounds: the better one counts
+    rounds: list[dict[str, dict[tuple[str, int], float]]] = [{m: {} for m in methods}
+                                                             for _ in range(2)]
+    for rnd in rounds:  # two interleaved rounds: the better one counts
         for m in methods:
             timed = ex.map_measure(measure_candidate, [
                 (lib, *job[:3], args.repeat, m) for lib, job in zip(libs, jobs)
@@ -127,6 +129,7 @@ def main(argv=None) -> int:
                         continue
                     cost = statistics.median(r.costs)
                     key = (t.key, j)
+                    rnd[m][key] = cost
                     alone[m][key] = min(alone[m].get(key, math.inf), cost)
     ex.close()
 
@@ -149,20 +152,53 @@ def main(argv=None) -> int:
         names.append(history.keys)
     print(f"{variants} model variants built", flush=True)
     in_model = in_model_times(executors, args.passes)
-    model_t: dict[tuple[str, int], float] = {}
+    model_time = _per_task(in_model, names, args.passes, slice(None))
+    halves = [_per_task(in_model, names, args.passes, slice(h, None, 2)) for h in (0, 1)]
+    report(tasks, configs, alone, model_time, methods)
+    print("\nnoise floors (the same timer twice):")
+    for m in methods:
+        _agreement(f"{m} round 1 vs round 2", tasks, configs, rounds[0][m], rounds[1][m])
+    _agreement("in-model even vs odd passes", tasks, configs, halves[0], halves[1])
+    return 0
+
+
+def _per_task(in_model, names, passes: int, which: slice) -> dict[tuple[str, int], float]:
+    """(task key, variant) → in-model seconds per call: the median over the ``which``
+    passes of each node of the task, averaged over its nodes."""
+    acc: dict[tuple[str, int], list[float]] = {}
     for j, (times, keys) in enumerate(zip(in_model, names)):
         for fname, ts in times.items():
             key = keys.get(fname)
             if key is None:
                 continue
-            per_node = len(ts) // args.passes
-            # one call of the kernel per node and pass: the median over passes, summed over
-            # the task's nodes and divided by their count (the mean node)
-            med = statistics.median(ts)
-            model_t.setdefault((key, j), []).append((med, per_node))
-    model_time = {k: sum(m * n for m, n in v) / sum(n for _, n in v) for k, v in model_t.items()}
-    report(tasks, configs, alone, model_time, methods)
-    return 0
+            nodes = len(ts) // passes
+            for n in range(nodes):  # calls are in pass order: node n of pass p at p*nodes+n
+                acc.setdefault((key, j), []).append(
+                    statistics.median(ts[n::nodes][which]))
+    return {k: statistics.mean(v) for k, v in acc.items()}
+
+
+def _agreement(label, tasks, configs, a, b) -> None:
+    """How well timer ``a`` predicts timer ``b``: mean |log| of the ratio-to-default error,
+    Pearson correlation of the log ratios, mean |log(a / b)| of the times themselves."""
+    errs, xs, ys, absolute = [], [], [], []
+    for t in tasks:
+        if (t.key, 0) not in a or (t.key, 0) not in b:
+            continue
+        for j, _ in enumerate(configs[t.key]):
+            k = (t.key, j)
+            if k not in a or k not in b:
+                continue
+            absolute.append(abs(math.log(a[k] / b[k])))
+            if j:
+                x, y = math.log(a[k] / a[(t.key, 0)]), math.log(b[k] / b[(t.key, 0)])
+                errs.append(abs(x - y))
+                xs.append(x)
+                ys.append(y)
+    r = statistics.correlation(xs, ys) if len(xs) > 2 else float("nan")
+    print(f"  {label}: ratio-to-default error mean |log| {statistics.mean(errs):.3f}; "
+          f"Pearson of log ratios {r:.2f}; time error mean |log| "
+          f"{statistics.mean(absolute):.3f}")
 
 
 def _naming(records):
@@ -217,7 +253,8 @@ def report(tasks, configs, alone, model_time, methods) -> None:
             abs_sum += t.weight * a0
             model_sum += t.weight * c0
         rhos = [r for r in rhos if not math.isnan(r)]
-        print(f"{m}: ratio-to-default error mean |log| {statistics.mean(errs):.3f} "
+        _agreement(f"{m} vs in-model", tasks, configs, alone[m], model_time)
+        print(f"  {m}: ratio-to-default error mean |log| {statistics.mean(errs):.3f} "
               f"(median {statistics.median(errs):.3f}); Spearman per task mean "
               f"{statistics.mean(rhos):.2f}; its picks in the model {pick_total * 1e3:.3f} ms "
               f"({base / pick_total:.3f}× vs default); default configs alone "
