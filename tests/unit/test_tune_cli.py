@@ -51,12 +51,12 @@ def _run(lib_path, x):
 def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "4",
-                     "--batch-size", "2", "-o", str(out), "-q"]) == 0
+                     "--batch-size", "2", "--confirm", "0", "-o", str(out), "-q"]) == 0
     records = load_records(out)
     assert len(records) == 4 and all(r.error is None for r in records)
     assert {r.kernel for r in records} == {"fused_nn_conv2d_NCHWc_nn_relu",
                                            "fused_nn_dense_pack"}
-    assert "measured 4 candidates (0 from earlier records)" in capsys.readouterr().out
+    assert "measured 4 candidates (0 from earlier records; 0 re-measurements" in capsys.readouterr().out
     # the conv's fastest record: a config other than the default
     conv = next(r for r in records[1:] if r.kernel.startswith("fused_nn_conv2d"))
     assert conv.config != records[0].config  # records[0]: the conv's default

@@ -204,3 +204,38 @@ def test_records_of_another_measure_method_are_not_resumed(task, tmp_path):
 def test_an_unknown_measure_method_is_refused_by_tune(task, tmp_path):
     with pytest.raises(KilnError, match="measure must be one of flush, hot"):
         tune([task], TARGET, tmp_path / "r.jsonl", trials=1, measure="warm")
+
+
+def test_confirm_measures_a_lucky_winner_again_next_to_the_default(task, tmp_path):
+    """A config whose one record is impossibly fast is measured twice more, alternating
+    with the default; ranked by median, its lucky record no longer decides."""
+    from kiln.tune.confirm import confirm_best
+    from kiln.tune.records import TuningRecord, append_records, best_records, cpu_fingerprint
+
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    out, fp = tmp_path / "r.jsonl", cpu_fingerprint()
+    append_records(out, [TuningRecord(task.key, task.name, config, (cost,), None, TARGET, fp,
+                                      "0", 0.0) for config, cost in
+                         [({"unroll_k": 8}, 1.0), ({"unroll_k": 2}, 1e-12)]])
+    added = confirm_best([small], out, TARGET, fp, "flush", SerialExecutor(), repeat=1,
+                         rounds=2)
+    records = load_records(out)
+    assert added == 4 and len(records) == 6
+    assert [r.config["unroll_k"] for r in records[2:]] == [8, 2, 8, 2]
+    assert all(r.error is None and r.measure == "flush" for r in records[2:])
+    assert best_records(records, TARGET, fp)[task.key].best > 1e-12
+    assert confirm_best([small], out, TARGET, fp, "flush", SerialExecutor(), 1) == 0
+
+
+def test_a_tune_with_confirm_reports_median_times(task, tmp_path):
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    out = tmp_path / "r.jsonl"
+    result = tune([small], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1,
+                  confirm=1)
+    records = load_records(out)
+    assert len(records) == 3 + result.confirmed
+    (state,) = result.states
+    if state.best_config != small.default_config():  # a new best was measured again
+        assert result.confirmed >= 2
+        again = [r.best for r in records if r.config == state.best_config]
+        assert len(again) == 2 and state.best == min(again)  # median of two: the lower

@@ -97,6 +97,14 @@ def test_best_records_take_the_fastest_error_free_record_of_this_target_and_cpu(
     assert best_records([slow, *others, fast], TARGET, FP) == {"k1": fast}
 
 
+def test_a_config_is_ranked_by_its_median_time_not_its_luckiest_record():
+    lucky = [_record(costs=(1e-9,)), _record(costs=(3e-6,)), _record(costs=(4e-6,))]
+    steady = [_record(config={"tile_y": 8}, costs=(2e-6,)) for _ in range(2)]
+    best = best_records([*lucky, *steady], TARGET, FP)["k1"]
+    assert best.config == {"tile_y": 8} and best.best == 2e-6
+    assert best_records(lucky, TARGET, FP)["k1"].best == 3e-6  # the median record
+
+
 def test_the_fingerprint_names_this_cpu():
     fp = cpu_fingerprint()
     assert set(fp) == {"cpu", "features", "cores"}

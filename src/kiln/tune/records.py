@@ -207,18 +207,34 @@ def _ends_with_newline_or_empty(fd: int) -> bool:
     return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
 
-def best_records(records: Iterable[TuningRecord], target: str,
+def config_times(records: Iterable[TuningRecord], target: str,
                  fingerprint: Mapping[str, object],
-                 measure: str = RECORD_MEASURE) -> dict[str, TuningRecord]:
-    """The fastest error-free record per workload key among those measured for ``target`` on
-    a CPU with exactly ``fingerprint`` with the ``measure`` method (TVM:
-    ``ApplyHistoryBest``'s best-by-workload)."""
-    best: dict[str, TuningRecord] = {}
+                 measure: str = RECORD_MEASURE) -> dict[str, dict[str, list[TuningRecord]]]:
+    """Workload key → config key (:meth:`TuningRecord.config_key`) → the error-free records of
+    that config measured for ``target`` on a CPU with exactly ``fingerprint`` with the
+    ``measure`` method, in file order."""
+    out: dict[str, dict[str, list[TuningRecord]]] = {}
     fp = dict(fingerprint)
     for r in records:
         if (r.target != target or dict(r.fingerprint) != fp or r.measure != measure
                 or r.best == float("inf")):
             continue
-        if r.workload_key not in best or r.best < best[r.workload_key].best:
-            best[r.workload_key] = r
-    return best
+        out.setdefault(r.workload_key, {}).setdefault(r.config_key(), []).append(r)
+    return out
+
+
+def median_record(records: list[TuningRecord]) -> TuningRecord:
+    """The record of median ``best`` among one config's records (the lower middle one of an
+    even count): a config measured again is ranked by its typical time, not its luckiest."""
+    return sorted(records, key=lambda r: r.best)[(len(records) - 1) // 2]
+
+
+def best_records(records: Iterable[TuningRecord], target: str,
+                 fingerprint: Mapping[str, object],
+                 measure: str = RECORD_MEASURE) -> dict[str, TuningRecord]:
+    """Per workload key, the config with the least median time (:func:`median_record`) among
+    the error-free records measured for ``target`` on a CPU with exactly ``fingerprint`` with
+    the ``measure`` method, as its median record (TVM: ``ApplyHistoryBest``'s
+    best-by-workload, which takes the least time of any one record)."""
+    return {key: min((median_record(rs) for rs in configs.values()), key=lambda r: r.best)
+            for key, configs in config_times(records, target, fingerprint, measure).items()}

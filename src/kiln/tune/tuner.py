@@ -23,6 +23,7 @@ measure_batch → callbacks (log to file, progress) → update) and MetaSchedule
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import time
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from kiln import __version__, progress
 from kiln.errors import KilnError
 from kiln.target import Target
+from kiln.tune.confirm import confirm_best
 from kiln.tune.executor import LocalExecutor, measure_with
 from kiln.tune.features import lowered_features
 from kiln.tune.measure import (
@@ -41,7 +43,14 @@ from kiln.tune.measure import (
     build_candidate,
     measure_candidate,
 )
-from kiln.tune.records import TuningRecord, append_records, cpu_fingerprint, load_records
+from kiln.tune.records import (
+    TuningRecord,
+    append_records,
+    config_times,
+    cpu_fingerprint,
+    load_records,
+    median_record,
+)
 from kiln.tune.search import Measured
 from kiln.tune.space import Task
 from kiln.tune.task_scheduler import TaskScheduler, TuneEvent
@@ -78,13 +87,15 @@ class TaskState:
 @dataclass
 class TuneResult:
     """What :func:`tune` did: per-task states, new measurements, records taken from earlier
-    runs (not measured again), wall seconds, and why tasks stopped (task key → reason)."""
+    runs (not measured again), wall seconds, why tasks stopped (task key → reason), and
+    re-measurements of the winners (:func:`kiln.tune.confirm.confirm_best`)."""
 
     states: list[TaskState]
     trials: int
     resumed: int
     elapsed: float
     stopped: dict[str, str]
+    confirmed: int = 0
 
     def latency(self, default: bool = False) -> float:
         """Estimated time of the tuned kernels in one model run (seconds): Σ weight × best
@@ -97,7 +108,8 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
          trials: int | None = None, time_budget: float | None = None,
          resume: Sequence[str | os.PathLike[str]] = (), executor=None, repeat: int = 5,
          seed: int = 0, search: str = "model", batch_size: int = 8,
-         early_stopping: int | None = None, measure: str = DEFAULT_MEASURE) -> TuneResult:
+         early_stopping: int | None = None, measure: str = DEFAULT_MEASURE,
+         confirm: int = 0) -> TuneResult:
     """Tune ``tasks`` for ``target`` on this CPU, appending records to ``output``.
 
     Parameters
@@ -132,6 +144,11 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
         How candidates are timed (:data:`kiln.tune.measure.MEASURE_METHODS`; default
         ``flush``: caches evicted before every run). Records say it; earlier records timed
         another way are neither resumed nor copied (their times are not comparable).
+    confirm : int
+        After the search, measure each task's best config again next to the default until
+        the best by median time has ``confirm + 1`` records
+        (:func:`kiln.tune.confirm.confirm_best`; 0: not at all, ``kiln tune``'s default is
+        2); the result's times are then the medians ``kiln compile`` ranks by.
 
     Raises
     ------
@@ -174,11 +191,33 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
                 advance(len(event.results))
 
             done = scheduler.tune(budget, time_budget, on_round)
+        confirmed = 0
+        if confirm > 0:
+            with progress.stage("Confirming the best configs"):
+                confirmed = confirm_best(tasks, output, target, fp, measure, executor, repeat,
+                                         rounds=confirm)
+            _settle(states, load_records(output), target, fp, measure)
     finally:
         if own:
             executor.close()
     return TuneResult(list(states.values()), done.trials, len(history),
-                      time.perf_counter() - start, done.stopped)
+                      time.perf_counter() - start, done.stopped, confirmed)
+
+
+def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
+            measure: str) -> None:
+    """Each task's best and default time as ``kiln compile`` ranks them: the median over a
+    config's records (:func:`kiln.tune.records.best_records`)."""
+    times = config_times(records, target, fp, measure)
+    for state in states.values():
+        configs = times.get(state.task.key)
+        if not configs:
+            continue
+        medians = {c: median_record(rs) for c, rs in configs.items()}
+        best = min(medians.values(), key=lambda r: r.best)
+        state.best, state.best_config = best.best, dict(best.config)
+        default = medians.get(json.dumps(state.task.default_config(), sort_keys=True))
+        state.default_cost = default.best if default else float("inf")
 
 
 def _note(state: TaskState, event: TuneEvent) -> None:
