@@ -35,6 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=30, help="timed runs per engine (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--measure", default="flush", help="how candidates are timed: flush | hot")
+    p.add_argument("--confirm", type=int, default=2,
+                   help="re-measurements of each kernel's winner (kiln tune --confirm)")
     p.add_argument("--tuning-records", default=None,
                    help="reuse these records instead of tuning (nothing is measured)")
     p.add_argument("--workdir", default=None)
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
         result = tune_model(str(onnx_path), str(records), target=args.target,
                             trials=args.trials,
                             time_budget=args.time_budget if args.trials is None else None,
-                            measure=args.measure)
+                            measure=args.measure, confirm=args.confirm)
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
     compile_model(str(onnx_path), str(libs["untuned"]), target=args.target)
@@ -110,8 +112,9 @@ def main(argv=None) -> int:
             times[name][0].extend(wall)
             times[name][1].extend(cpu)
     trials = result.trials if result else 0
-    print(f"\n{args.model}, {args.target}, {args.threads} thread(s); tune: {trials} trials in "
-          f"{tune_s:.0f} s\n")
+    confirmed = result.confirmed if result else 0
+    print(f"\n{args.model}, {args.target}, {args.threads} thread(s), measure {args.measure}; "
+          f"tune: {trials} trials + {confirmed} re-measurements in {tune_s:.0f} s\n")
     if result:
         default, tuned = result.latency(default=True), result.latency()
         print(f"tuner's estimate of the tuned kernels' time per run (Σ weight × best): "
