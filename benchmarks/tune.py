@@ -65,7 +65,6 @@ def main(argv=None) -> int:
 
     import kiln
     from kiln import progress
-    from kiln.cli_compile import compile_model
     from kiln.cli_tune import tune_model
 
     progress.set_quiet(True)
@@ -84,9 +83,15 @@ def main(argv=None) -> int:
                             measure=args.measure, confirm=args.confirm)
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
-    compile_model(str(onnx_path), str(libs["untuned"]), target=args.target)
-    compile_model(str(onnx_path), str(libs["tuned"]), target=args.target,
-                  tuning_records=str(records))
+    from kiln.frontend import from_onnx
+    from kiln.tune.apply_history import ApplyHistoryBest
+
+    mod, params = from_onnx(model)
+    tuning = ApplyHistoryBest(str(records), measure=args.measure)  # records of this method
+    for name, records_used in (("untuned", None), ("tuned", tuning)):
+        kiln.build(mod, args.target, params=params,
+                   tuning_records=records_used).export_library(str(libs[name]))
+    print(tuning.summary())
 
     rng = np.random.default_rng(args.seed)
     inputs = {name: rng.standard_normal(shape).astype("float32")
