@@ -105,6 +105,15 @@ def test_a_config_is_ranked_by_its_median_time_not_its_luckiest_record():
     assert best_records(lucky, TARGET, FP)["k1"].best == 3e-6  # the median record
 
 
+def test_once_configs_are_re_measured_a_config_measured_once_is_not_chosen():
+    """The tuner's confirmation re-measures the winners next to the default; a config
+    measured once (at another moment) no longer beats their medians."""
+    default = [_record(config={"tile_y": 4}, costs=(c,)) for c in (5e-6, 6e-6, 7e-6)]
+    once = _record(config={"tile_y": 6}, costs=(1e-6,))
+    assert best_records([*default, once], TARGET, FP)["k1"].config == {"tile_y": 4}
+    assert best_records([default[0], once], TARGET, FP)["k1"].config == {"tile_y": 6}
+
+
 def test_the_fingerprint_names_this_cpu():
     fp = cpu_fingerprint()
     assert set(fp) == {"cpu", "features", "cores"}

@@ -235,6 +235,15 @@ def best_records(records: Iterable[TuningRecord], target: str,
     """Per workload key, the config with the least median time (:func:`median_record`) among
     the error-free records measured for ``target`` on a CPU with exactly ``fingerprint`` with
     the ``measure`` method, as its median record (TVM: ``ApplyHistoryBest``'s
-    best-by-workload, which takes the least time of any one record)."""
-    return {key: min((median_record(rs) for rs in configs.values()), key=lambda r: r.best)
-            for key, configs in config_times(records, target, fingerprint, measure).items()}
+    best-by-workload, which takes the least time of any one record).
+
+    Once some config of a workload has been measured more than once (the tuner's
+    confirmation, :mod:`kiln.tune.confirm`), configs measured only once are not chosen: a
+    single measurement taken at a calmer moment would otherwise beat medians of
+    re-measurements (docs/decisions/024-tuner.md)."""
+    best = {}
+    for key, configs in config_times(records, target, fingerprint, measure).items():
+        most = max(len(rs) for rs in configs.values())
+        eligible = [rs for rs in configs.values() if len(rs) > 1 or most == 1]
+        best[key] = min((median_record(rs) for rs in eligible), key=lambda r: r.best)
+    return best

@@ -46,6 +46,7 @@ from kiln.tune.measure import (
 from kiln.tune.records import (
     TuningRecord,
     append_records,
+    best_records,
     config_times,
     cpu_fingerprint,
     load_records,
@@ -207,14 +208,16 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
 def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
             measure: str) -> None:
     """Each task's best and default time as ``kiln compile`` ranks them: the median over a
-    config's records (:func:`kiln.tune.records.best_records`)."""
+    config's records, configs measured once left out once others were re-measured
+    (:func:`kiln.tune.records.best_records`)."""
     times = config_times(records, target, fp, measure)
+    chosen = best_records(records, target, fp, measure)
     for state in states.values():
         configs = times.get(state.task.key)
         if not configs:
             continue
         medians = {c: median_record(rs) for c, rs in configs.items()}
-        best = min(medians.values(), key=lambda r: r.best)
+        best = chosen[state.task.key]
         state.best, state.best_config = best.best, dict(best.config)
         default = medians.get(json.dumps(state.task.default_config(), sort_keys=True))
         state.default_cost = default.best if default else float("inf")
