@@ -34,6 +34,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="KILN_NUM_THREADS and ORT threads")
     p.add_argument("--repeat", type=int, default=30, help="timed runs per engine (default 30)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--measure", default="flush", help="how candidates are timed: flush | hot")
+    p.add_argument("--confirm", type=int, default=2,
+                   help="re-measurements of each kernel's winner (kiln tune --confirm)")
+    p.add_argument("--tuning-records", default=None,
+                   help="reuse these records instead of tuning (nothing is measured)")
     p.add_argument("--workdir", default=None)
     return p.parse_args(argv)
 
@@ -60,7 +65,6 @@ def main(argv=None) -> int:
 
     import kiln
     from kiln import progress
-    from kiln.cli_compile import compile_model
     from kiln.cli_tune import tune_model
 
     progress.set_quiet(True)
@@ -69,15 +73,25 @@ def main(argv=None) -> int:
     model = load_model(args.model, args.seed)
     onnx_path = work / f"{args.model}.onnx"
     onnx.save(model, onnx_path)
-    records = work / "records.jsonl"
+    records = Path(args.tuning_records) if args.tuning_records else work / "records.jsonl"
     start = time.perf_counter()
-    result = tune_model(str(onnx_path), str(records), target=args.target, trials=args.trials,
-                        time_budget=args.time_budget if args.trials is None else None)
+    result = None
+    if not args.tuning_records:
+        result = tune_model(str(onnx_path), str(records), target=args.target,
+                            trials=args.trials,
+                            time_budget=args.time_budget if args.trials is None else None,
+                            measure=args.measure, confirm=args.confirm)
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
-    compile_model(str(onnx_path), str(libs["untuned"]), target=args.target)
-    compile_model(str(onnx_path), str(libs["tuned"]), target=args.target,
-                  tuning_records=str(records))
+    from kiln.frontend import from_onnx
+    from kiln.tune.apply_history import ApplyHistoryBest
+
+    mod, params = from_onnx(model)
+    tuning = ApplyHistoryBest(str(records), measure=args.measure)  # records of this method
+    for name, records_used in (("untuned", None), ("tuned", tuning)):
+        kiln.build(mod, args.target, params=params,
+                   tuning_records=records_used).export_library(str(libs[name]))
+    print(tuning.summary())
 
     rng = np.random.default_rng(args.seed)
     inputs = {name: rng.standard_normal(shape).astype("float32")
@@ -103,18 +117,21 @@ def main(argv=None) -> int:
             times[name][0].extend(wall)
             times[name][1].extend(cpu)
     trials = result.trials if result else 0
-    print(f"\n{args.model}, {args.target}, {args.threads} thread(s); tune: {trials} trials in "
-          f"{tune_s:.0f} s\n")
+    confirmed = result.confirmed if result else 0
+    print(f"\n{args.model}, {args.target}, {args.threads} thread(s), measure {args.measure}; "
+          f"tune: {trials} trials + {confirmed} re-measurements in {tune_s:.0f} s\n")
     if result:
         default, tuned = result.latency(default=True), result.latency()
         print(f"tuner's estimate of the tuned kernels' time per run (Σ weight × best): "
               f"{default * 1e3:.2f} ms default → {tuned * 1e3:.2f} ms "
               f"({default / tuned:.3f}×)\n")
-    print("| engine | median wall ms | median thread-CPU ms |")
-    print("|---|---|---|")
-    for name, (wall, cpu) in times.items():
-        print(f"| {name} | {statistics.median(wall) * 1e3:.2f} | "
-              f"{statistics.median(cpu) * 1e3:.2f} |")
+    print("| engine | median wall ms | median thread-CPU ms | CPU vs untuned | CPU vs ORT |")
+    print("|---|---|---|---|---|")
+    cpu_ms = {n: statistics.median(c) * 1e3 for n, (_, c) in times.items()}
+    for name, (wall, _) in times.items():
+        print(f"| {name} | {statistics.median(wall) * 1e3:.2f} | {cpu_ms[name]:.2f} | "
+              f"{cpu_ms['untuned'] / cpu_ms[name]:.3f}× | "
+              f"{cpu_ms[name] / cpu_ms['onnxruntime']:.3f} |")
     print(f"\nrecords: {records}")
     return 0
 

@@ -78,6 +78,14 @@ def add_parser(sub, parse_input_shape, positive_int) -> None:
                         "'python -m kiln.tune.ray_executor' prints on a CPU like this one")
     p.add_argument("--repeat", type=positive_int, default=5,
                    help="timed repeats per candidate (default: 5)")
+    p.add_argument("--measure", default="flush", metavar="flush|hot",
+                   help="flush: caches evicted before every timed run, as inside the model "
+                        "(default); hot: back-to-back runs on warm data (records say which; "
+                        "kiln compile applies flush records only)")
+    p.add_argument("--confirm", type=int, default=2, metavar="N",
+                   help="after the search, measure each kernel's best config again next to "
+                        "its default until it has N+1 records (ranked by median; default 2, "
+                        "0: off)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_tune)
 
@@ -87,7 +95,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                time_budget=args.time_budget, resume=args.tuning_records,
                input_shapes=args.input_shapes, repeat=args.repeat, search=args.search,
                batch_size=args.batch_size, early_stopping=args.early_stopping,
-               ray=args.ray)
+               ray=args.ray, measure=args.measure, confirm=args.confirm)
     return 0
 
 
@@ -95,7 +103,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
                time_budget: float | None = None, resume: list[str] | None = None,
                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
                repeat: int = 5, search: str = "model", batch_size: int = 8,
-               early_stopping: int | None = None, ray: str | None = None, echo=print):
+               early_stopping: int | None = None, ray: str | None = None, echo=print,
+               measure: str = "flush", confirm: int = 2):
     """Tune ``model``'s kernels for ``target`` on this CPU; records go to ``output``.
 
     Parameters
@@ -117,6 +126,10 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     search, batch_size, early_stopping : str, int, int
         :func:`kiln.tune.tuner.tune`'s (``--search``, ``--batch-size``,
         ``--early-stopping``).
+    measure : str
+        How candidates are timed (:data:`kiln.tune.measure.MEASURE_METHODS`).
+    confirm : int
+        Re-measurements of each kernel's winner (:func:`kiln.tune.tuner.tune`'s).
     ray : str, optional
         A Ray cluster's address: builds and measurements go through
         :class:`kiln.tune.ray_executor.RayExecutor` (Ray is imported only then).
@@ -137,11 +150,15 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     from kiln import progress
     from kiln.frontend import from_onnx, load_onnx
     from kiln.target import default_target
+    from kiln.tune.measure import MEASURE_METHODS
     from kiln.tune.tasks import extract_tasks
     from kiln.tune.tuner import SEARCHES, tune
 
     if search not in SEARCHES:
         raise KilnError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if measure not in MEASURE_METHODS:
+        raise KilnError(f"--measure must be one of {', '.join(MEASURE_METHODS)}, got "
+                        f"{measure!r}")
     target = target or default_target()
     out = Path(output)
     if not out.parent.exists():
@@ -166,7 +183,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     try:
         result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
                       resume=resume or [], repeat=repeat, executor=executor, search=search,
-                      batch_size=batch_size, early_stopping=early_stopping)
+                      batch_size=batch_size, early_stopping=early_stopping,
+                      measure=measure, confirm=confirm)
     finally:
         if executor is not None:
             executor.close()
@@ -175,7 +193,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         if s.best != float("inf"):
             echo(f"  {s.task.name} ×{s.task.weight}: {s.best * 1e6:.1f} us "
                  f"(default {s.default_cost * 1e6:.1f} us) {s.best_config}")
-    echo(f"measured {result.trials} candidates ({result.resumed} from earlier records) in "
+    echo(f"measured {result.trials} candidates ({result.resumed} from earlier records; "
+         f"{result.confirmed} re-measurements of the winners) in "
          f"{result.elapsed:.1f} s; tuned kernels' time per run ≈ "
          f"{result.latency(default=True) * 1e3:.3f} ms default → {result.latency() * 1e3:.3f} "
          f"ms; records in {out}")

@@ -21,7 +21,8 @@ def test_tuned_squeezenet_matches_onnxruntime(tmp_path, reference):
     onnx_path, records, so_path = (tmp_path / n for n in ("sq.onnx", "r.jsonl", "sq.so"))
     onnx.save(model, onnx_path)
     proc = kiln_cli("tune", str(onnx_path), "--target", "llvm", "--trials", "40",
-                    "--batch-size", "1", "-o", str(records), "--repeat", "2", "--quiet")
+                    "--batch-size", "1", "-o", str(records), "--repeat", "2", "--confirm", "0",
+                    "--quiet")
     assert "measured 40 candidates" in proc.stdout
     proc = kiln_cli("compile", str(onnx_path), "--target", "llvm", "--tuning-records",
                     str(records), "-o", str(so_path), "--quiet")

@@ -51,12 +51,12 @@ def _run(lib_path, x):
 def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "4",
-                     "--batch-size", "2", "-o", str(out), "-q"]) == 0
+                     "--batch-size", "2", "--confirm", "0", "-o", str(out), "-q"]) == 0
     records = load_records(out)
     assert len(records) == 4 and all(r.error is None for r in records)
     assert {r.kernel for r in records} == {"fused_nn_conv2d_NCHWc_nn_relu",
                                            "fused_nn_dense_pack"}
-    assert "measured 4 candidates (0 from earlier records)" in capsys.readouterr().out
+    assert "measured 4 candidates (0 from earlier records; 0 re-measurements" in capsys.readouterr().out
     # the conv's fastest record: a config other than the default
     conv = next(r for r in records[1:] if r.kernel.startswith("fused_nn_conv2d"))
     assert conv.config != records[0].config  # records[0]: the conv's default
@@ -89,11 +89,26 @@ def test_compile_refuses_records_of_another_cpu(model_path, tmp_path, capsys):
             in capsys.readouterr().out)
 
 
+def test_compile_says_records_timed_hot_fell_back(model_path, tmp_path, capsys):
+    """Records of the old back-to-back timing are not compared with flushed ones: compile
+    applies none of them and says why."""
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "2",
+                     "--batch-size", "1", "--measure", "hot", "-o", str(out), "-q"]) == 0
+    assert {r.measure for r in load_records(out)} == {"hot"}
+    capsys.readouterr()
+    assert cli.main(["compile", str(model_path), "--target", TARGET, "--tuning-records",
+                     str(out), "-o", str(tmp_path / "m.so"), "-q"]) == 0
+    assert ("tuning records: 0 of 2 kernels tuned; 2 fell back to default (2 other measure)"
+            in capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--trials", "2", "--tuning-records", "{tmp}/missing.jsonl"], "missing.jsonl: no such file"),
     (["--trials", "2", "--target", "llvm -mcpu=portable"], "multi-level target"),
     (["--trials", "2", "--target", "jit"], "cannot tune for target 'jit'"),
     (["--trials", "2", "--search", "annealing"], "--search must be one of model, random"),
+    (["--trials", "2", "--measure", "warm"], "--measure must be one of flush, hot"),
 ])
 def test_tune_errors_exit_2(model_path, tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -14,8 +14,9 @@ from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.ir.graph_eval import evaluate
 from kiln.tune import measure
+from kiln.tune.cache_flush import CacheFlusher, l2_cache_bytes
 from kiln.tune.executor import SerialExecutor
-from kiln.tune.measure import build_candidate, measure_candidate, reference_output
+from kiln.tune.measure import build_candidate, measure_candidate, reference_output, time_kernel
 from kiln.tune.records import load_records
 from kiln.tune.space import Knob, Task
 from kiln.tune.tasks import extract_tasks
@@ -84,11 +85,11 @@ def test_a_failing_candidate_is_recorded_and_the_tune_goes_on(task, tmp_path, mo
     assert result.stopped == {task.key: "space exhausted"}
 
 
-def _segfault_on_unroll_2(lib, payload, config, target, repeat):
+def _segfault_on_unroll_2(lib, payload, config, target, repeat, method):
     """measure_candidate, except that a config with unroll_k=2 reads address 0 (SIGSEGV)."""
     if config["unroll_k"] == 2:
         ctypes.string_at(0)
-    return measure_candidate(lib, payload, config, target, repeat)
+    return measure_candidate(lib, payload, config, target, repeat, method)
 
 
 def test_a_candidate_that_segfaults_is_recorded_and_the_tune_goes_on(task, tmp_path,
@@ -111,9 +112,9 @@ def test_a_resumed_tune_measures_nothing_twice(task, tmp_path, monkeypatch):
     measured = []
     real = measure.measure_candidate
 
-    def spy(lib, payload, config, target, repeat):
+    def spy(lib, payload, config, target, repeat, method):
         measured.append(dict(config))
-        return real(lib, payload, config, target, repeat)
+        return real(lib, payload, config, target, repeat, method)
 
     monkeypatch.setattr("kiln.tune.tuner.measure_candidate", spy)
     result = tune([task], TARGET, out, trials=2, resume=[first], executor=SerialExecutor(),
@@ -140,3 +141,101 @@ def test_one_thread_is_timed_in_thread_cpu_time(monkeypatch):
     assert measure.measure_clock() is time.thread_time
     monkeypatch.setenv("KILN_NUM_THREADS", "2")
     assert measure.measure_clock() is time.perf_counter
+
+
+class _FakeKernel:
+    """A kernel whose prepared call notes how many flushes had run when it was called."""
+
+    def __init__(self, flusher):
+        self.flusher, self.seen = flusher, []
+
+    def prepare(self, *args):
+        return lambda: self.seen.append(self.flusher.calls)
+
+
+def test_the_flush_method_evicts_the_caches_before_every_timed_run():
+    flusher = CacheFlusher(l2_bytes=64 * 1024)
+    kernel = _FakeKernel(flusher)
+    costs = time_kernel(kernel, [np.zeros(4, "float32")] * 2, 3, method="flush",
+                        flusher=flusher)
+    assert len(costs) == 3
+    timed = kernel.seen[1:]  # after the warm-up call
+    assert len(timed) == flusher.calls > 3
+    assert timed == list(range(1, flusher.calls + 1))  # one new flush before each run
+    assert flusher.buffer.nbytes == 128 * 1024
+    assert np.all(flusher.buffer == flusher.calls)  # every element written by every flush
+
+
+def test_the_l2_size_is_read_from_sysfs():
+    assert l2_cache_bytes() >= 64 * 1024
+    assert CacheFlusher().buffer.nbytes == 2 * l2_cache_bytes()
+
+
+@pytest.mark.parametrize("method", ["flush", "hot"])
+def test_a_real_kernel_gets_positive_times_with_each_method(task, method):
+    config = list(task.configs())[-1]
+    lib = build_candidate(task.payload, config, TARGET)
+    result = measure_candidate(lib, task.payload, config, TARGET, repeat=2, method=method)
+    assert result.error is None, result.error
+    assert len(result.costs) == 2 and all(c > 0 for c in result.costs)
+
+
+def test_an_unknown_measure_method_is_the_candidates_error(task):
+    lib = build_candidate(task.payload, {}, TARGET)
+    result = measure_candidate(lib, task.payload, {}, TARGET, method="warm")
+    assert result.costs == () and "unknown measure method 'warm'" in result.error
+
+
+def test_records_of_another_measure_method_are_not_resumed(task, tmp_path):
+    """Hot times are not comparable with flushed ones: a flush tune measures those configs
+    again and copies none of the hot records."""
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    hot, out = tmp_path / "hot.jsonl", tmp_path / "r.jsonl"
+    tune([small], TARGET, hot, trials=2, executor=SerialExecutor(), repeat=1, measure="hot")
+    assert {r.measure for r in load_records(hot)} == {"hot"}
+    result = tune([small], TARGET, out, trials=2, resume=[hot], executor=SerialExecutor(),
+                  repeat=1)
+    records = load_records(out)
+    assert result.resumed == 0 and len(records) == 2
+    assert {r.measure for r in records} == {"flush"}
+    assert [r.config for r in records] == [r.config for r in load_records(hot)]
+
+
+def test_an_unknown_measure_method_is_refused_by_tune(task, tmp_path):
+    with pytest.raises(KilnError, match="measure must be one of flush, hot"):
+        tune([task], TARGET, tmp_path / "r.jsonl", trials=1, measure="warm")
+
+
+def test_confirm_measures_a_lucky_winner_again_next_to_the_default(task, tmp_path):
+    """A config whose one record is impossibly fast is measured twice more, alternating
+    with the default; ranked by median, its lucky record no longer decides."""
+    from kiln.tune.confirm import confirm_best
+    from kiln.tune.records import TuningRecord, append_records, best_records, cpu_fingerprint
+
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    out, fp = tmp_path / "r.jsonl", cpu_fingerprint()
+    append_records(out, [TuningRecord(task.key, task.name, config, (cost,), None, TARGET, fp,
+                                      "0", 0.0) for config, cost in
+                         [({"unroll_k": 8}, 1.0), ({"unroll_k": 2}, 1e-12)]])
+    added = confirm_best([small], out, TARGET, fp, "flush", SerialExecutor(), repeat=1,
+                         rounds=2)
+    records = load_records(out)
+    assert added == 4 and len(records) == 6
+    assert [r.config["unroll_k"] for r in records[2:]] == [8, 2, 8, 2]
+    assert all(r.error is None and r.measure == "flush" for r in records[2:])
+    assert best_records(records, TARGET, fp)[task.key].best > 1e-12
+    assert confirm_best([small], out, TARGET, fp, "flush", SerialExecutor(), 1) == 0
+
+
+def test_a_tune_with_confirm_reports_median_times(task, tmp_path):
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    out = tmp_path / "r.jsonl"
+    result = tune([small], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1,
+                  confirm=1)
+    records = load_records(out)
+    assert len(records) == 3 + result.confirmed
+    (state,) = result.states
+    if state.best_config != small.default_config():  # a new best was measured again
+        assert result.confirmed >= 2
+        again = [r.best for r in records if r.config == state.best_config]
+        assert len(again) == 2 and state.best == min(again)  # median of two: the lower

@@ -141,14 +141,14 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
             return super().map_build(fn, batch)
 
         def map_measure(self, fn, batch):
-            jobs.append(("measure", fn.__name__, len(batch)))
+            jobs.append(("measure", getattr(fn, "func", fn).__name__, len(batch)))
             return super().map_measure(fn, batch)
 
     monkeypatch.setattr(ray_executor, "RayExecutor", Counting)
     model = tmp_path / "matmul.onnx"
     onnx.save(dense_model(), model)
     on_ray, local = tmp_path / "ray.jsonl", tmp_path / "local.jsonl"
-    common = [str(model), "--target", "llvm", "--repeat", "2", "-q"]
+    common = [str(model), "--target", "llvm", "--repeat", "2", "--confirm", "0", "-q"]
     assert cli.main(["tune", *common, "--trials", "3", "--batch-size", "3", "--ray",
                      c.address, "-o", str(on_ray)]) == 0
     assert jobs == [("build", "build_candidate", 3), ("measure", "measure_candidate", 3)]

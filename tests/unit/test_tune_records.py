@@ -32,9 +32,9 @@ OTHER_FP = {**FP, "cores": 4}
 
 
 def _record(key="k1", config=None, costs=(2e-6, 1e-6), error=None, target=TARGET, fp=None,
-            kernel="fused_nn_dense_pack") -> TuningRecord:
+            kernel="fused_nn_dense_pack", measure="flush") -> TuningRecord:
     return TuningRecord(key, kernel, config or {"tile_y": 6}, tuple(costs), error, target,
-                        fp or FP, "0.1.0", 1764000000.0)
+                        fp or FP, "0.1.0", 1764000000.0, measure)
 
 
 def test_a_record_round_trips_through_a_file(tmp_path):
@@ -44,8 +44,9 @@ def test_a_record_round_trips_through_a_file(tmp_path):
     append_records(path, records[1:])
     assert load_records(path) == records
     line = json.loads(path.read_text().splitlines()[0])
-    assert list(line) == ["workload_key", "kernel", "config", "costs", "error", "target",
-                          "fingerprint", "kiln_version", "timestamp"]
+    assert list(line) == ["workload_key", "kernel", "config", "costs", "measure", "error",
+                          "target", "fingerprint", "kiln_version", "timestamp"]
+    assert line["measure"] == "flush"
     assert records[0].best == 1e-6 and records[1].best == float("inf")
 
 
@@ -75,11 +76,42 @@ def test_a_missing_records_file_is_a_kiln_error(tmp_path):
         load_records(tmp_path / "nope.jsonl")
 
 
+def test_a_line_without_a_measure_field_was_timed_hot():
+    """Records written before the field existed were timed back to back on warm data."""
+    line = json.loads(_record().to_json())
+    del line["measure"]
+    assert TuningRecord.from_json(json.dumps(line)).measure == "hot"
+
+
+def test_best_records_never_compare_times_of_two_measure_methods():
+    hot = _record(costs=(1e-9,), measure="hot", config={"tile_y": 8})
+    flushed = _record(costs=(1e-6,))
+    assert best_records([hot, flushed], TARGET, FP) == {"k1": flushed}
+    assert best_records([hot, flushed], TARGET, FP, measure="hot") == {"k1": hot}
+
+
 def test_best_records_take_the_fastest_error_free_record_of_this_target_and_cpu():
     fast, slow = _record(costs=(3e-6, 1e-6)), _record(config={"tile_y": 8}, costs=(2e-6,))
     others = [_record(costs=(1e-9,), error="wrong result"), _record(costs=(1e-9,), fp=OTHER_FP),
               _record(costs=(1e-9,), target="llvm")]
     assert best_records([slow, *others, fast], TARGET, FP) == {"k1": fast}
+
+
+def test_a_config_is_ranked_by_its_median_time_not_its_luckiest_record():
+    lucky = [_record(costs=(1e-9,)), _record(costs=(3e-6,)), _record(costs=(4e-6,))]
+    steady = [_record(config={"tile_y": 8}, costs=(2e-6,)) for _ in range(2)]
+    best = best_records([*lucky, *steady], TARGET, FP)["k1"]
+    assert best.config == {"tile_y": 8} and best.best == 2e-6
+    assert best_records(lucky, TARGET, FP)["k1"].best == 3e-6  # the median record
+
+
+def test_once_configs_are_re_measured_a_config_measured_once_is_not_chosen():
+    """The tuner's confirmation re-measures the winners next to the default; a config
+    measured once (at another moment) no longer beats their medians."""
+    default = [_record(config={"tile_y": 4}, costs=(c,)) for c in (5e-6, 6e-6, 7e-6)]
+    once = _record(config={"tile_y": 6}, costs=(1e-6,))
+    assert best_records([*default, once], TARGET, FP)["k1"].config == {"tile_y": 4}
+    assert best_records([default[0], once], TARGET, FP)["k1"].config == {"tile_y": 6}
 
 
 def test_the_fingerprint_names_this_cpu():
@@ -137,6 +169,7 @@ def test_a_record_of_this_cpu_and_target_is_applied():
     ({"error": "wrong result"}, "failed"),
     ({"key": "0" * 32}, "no record"),
     ({"config": {"unroll_k": 3}}, "stale"),
+    ({"measure": "hot"}, "other measure"),
 ])
 def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     task, config = _dense_task()

@@ -6,7 +6,9 @@
 with exactly this machine's fingerprint, is applied; every other kernel keeps the default
 schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``other CPU`` (records
 for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
-this kernel under another target string), ``failed`` (only records with errors) or
+this kernel under another target string), ``other measure`` (records for this kernel, target
+and CPU timed with another measuring method, e.g. ``hot`` records from before cache flushing:
+their times are not comparable with this method's), ``failed`` (only records with errors) or
 ``stale`` (the record's config is no longer legal for the kernel's schedule). Kernels whose
 schedule declares no choice are not counted.
 
@@ -28,13 +30,19 @@ from kiln.errors import KilnError
 from kiln.ir import loop as L
 from kiln.ir.graph import PrimitiveCall
 from kiln.tune.knobs import check_config, configured
-from kiln.tune.records import TuningRecord, best_records, cpu_fingerprint, load_records
+from kiln.tune.records import (
+    RECORD_MEASURE,
+    TuningRecord,
+    best_records,
+    cpu_fingerprint,
+    load_records,
+)
 from kiln.tune.tasks import workload_key
 
 log = logging.getLogger("kiln")
 
 #: the reasons a kernel fell back to its default schedule, in summary order
-REASONS = ("no record", "other CPU", "other target", "failed", "stale")
+REASONS = ("no record", "other CPU", "other target", "other measure", "failed", "stale")
 
 
 class ApplyHistoryBest:
@@ -47,6 +55,9 @@ class ApplyHistoryBest:
     fingerprint : mapping, optional
         The CPU the build is for (default: this machine's,
         :func:`kiln.tune.records.cpu_fingerprint`).
+    measure : str
+        Apply only records timed with this method (default: the tuner's,
+        :data:`kiln.tune.measure.DEFAULT_MEASURE`).
 
     Raises
     ------
@@ -55,7 +66,8 @@ class ApplyHistoryBest:
     """
 
     def __init__(self, records: str | os.PathLike[str] | Iterable[TuningRecord],
-                 fingerprint: Mapping[str, object] | None = None) -> None:
+                 fingerprint: Mapping[str, object] | None = None,
+                 measure: str = RECORD_MEASURE) -> None:
         if isinstance(records, (str, os.PathLike)):
             self.source = str(records)
             self.records = load_records(records)
@@ -63,6 +75,7 @@ class ApplyHistoryBest:
             self.source = "records"
             self.records = list(records)
         self.fingerprint = dict(fingerprint if fingerprint is not None else cpu_fingerprint())
+        self.measure = measure
         self.target = ""
         self.best: dict[str, TuningRecord] = {}
         self.outcomes: dict[str, str] = {}  # kernel name -> "tuned" or a REASONS entry
@@ -71,7 +84,7 @@ class ApplyHistoryBest:
     def bind(self, target: str) -> None:
         """Select the records of ``target`` on this fingerprint (once per build)."""
         self.target = str(target)
-        self.best = best_records(self.records, self.target, self.fingerprint)
+        self.best = best_records(self.records, self.target, self.fingerprint, self.measure)
         self.outcomes.clear()
 
     def skip(self, why: str) -> None:
@@ -102,7 +115,12 @@ class ApplyHistoryBest:
 
     def _why(self, call: PrimitiveCall, key: str) -> str:
         same_key = [r for r in self.records if r.workload_key == key]
-        if any(dict(r.fingerprint) == self.fingerprint for r in same_key):
+        here = [r for r in same_key if dict(r.fingerprint) == self.fingerprint]
+        if any(r.measure == self.measure for r in here):
+            return "failed"
+        if any(r.best != float("inf") for r in here):
+            return "other measure"
+        if here:
             return "failed"
         if same_key:
             return "other CPU"

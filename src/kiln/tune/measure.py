@@ -30,6 +30,8 @@ import numpy as np
 
 from kiln.errors import KilnError
 from kiln.target import Target
+from kiln.tune.cache_flush import CacheFlusher
+from kiln.tune.records import RECORD_MEASURE
 from kiln.tune.space import Config
 from kiln.tune.tasks import KernelPayload, lower_candidate
 
@@ -40,6 +42,15 @@ MIN_REPEAT_S = 1e-3
 #: float tolerance against the default config's output: blocked and unrolled reductions add
 #: in another order (relative to the output's largest magnitude)
 FLOAT_RTOL = 1e-4
+#: how a candidate is timed (records carry it; times of different methods are never compared):
+#: ``flush`` (L1/L2 evicted before every run, :mod:`kiln.tune.cache_flush`: predicts the
+#: kernel's time inside the model), ``hot`` (back-to-back runs on warm arrays: the first
+#: method), ``hot-prepared`` (as ``hot`` with the arguments converted once)
+MEASURE_METHODS = ("flush", "hot", "hot-prepared")
+#: the method ``kiln tune`` uses unless told otherwise (and the one ``kiln compile`` applies)
+DEFAULT_MEASURE = RECORD_MEASURE
+#: the most flushed runs in one timed repeat (each flush costs a write of twice the L2)
+MAX_FLUSHED_RUNS = 200
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ def build_candidate(payload: KernelPayload, config: Config, target: str) -> byte
 
 
 def measure_candidate(lib_bytes: bytes, payload: KernelPayload, config: Config, target: str,
-                      repeat: int = 5) -> MeasureResult:
+                      repeat: int = 5, method: str = DEFAULT_MEASURE) -> MeasureResult:
     """Run, check and time one built candidate; errors are returned, not raised.
 
     Parameters
@@ -105,6 +116,9 @@ def measure_candidate(lib_bytes: bytes, payload: KernelPayload, config: Config, 
         As given to :func:`build_candidate`.
     repeat : int
         Timed repeats after one warm-up run (each at least MIN_REPEAT_S of runs).
+    method : str
+        One of MEASURE_METHODS (see :func:`time_kernel`); an unknown one is the result's
+        error.
     """
     start = time.perf_counter()
     try:
@@ -112,7 +126,7 @@ def measure_candidate(lib_bytes: bytes, payload: KernelPayload, config: Config, 
         args = kernel_inputs(payload)
         out = _run(kernel, args, payload)
         check_output(out, reference_output(payload, target), payload.name)
-        costs = time_kernel(kernel, [*args, out], repeat, measure_clock())
+        costs = time_kernel(kernel, [*args, out], repeat, measure_clock(), method)
     except Exception as err:  # noqa: BLE001 - any failure is this candidate's error
         return MeasureResult((), f"{type(err).__name__}: {err}", time.perf_counter() - start)
     return MeasureResult(tuple(costs), None, time.perf_counter() - start)
@@ -180,25 +194,56 @@ def measure_clock():
     return time.thread_time if os.environ.get("KILN_NUM_THREADS") == "1" else time.perf_counter
 
 
-def time_kernel(kernel, args, repeat: int, clock=time.perf_counter) -> list[float]:
+def time_kernel(kernel, args, repeat: int, clock=time.perf_counter, method: str = "hot",
+                flusher: CacheFlusher | None = None) -> list[float]:
     """Seconds per run of ``kernel`` on ``args`` (numpy arrays: the inputs, then one shaped
-    as the output): one warm-up, then ``repeat`` timings of ``number`` back-to-back runs
-    (``number`` calibrated so one timing lasts at least MIN_REPEAT_S), as TVM's
-    ``time_evaluator(number, repeat)``. ``clock``: :func:`measure_clock`'s."""
+    as the output): one warm-up, then ``repeat`` timings of ``number`` runs (``number``
+    calibrated so one timing holds at least MIN_REPEAT_S of kernel time), as TVM's
+    ``time_evaluator(number, repeat)``. ``clock``: :func:`measure_clock`'s.
+
+    ``method`` (MEASURE_METHODS): ``hot`` times ``number`` back-to-back calls; ``flush``
+    calls ``flusher.flush()`` (default: a new :class:`CacheFlusher`) before every run and
+    times each run alone, at most MAX_FLUSHED_RUNS a timing (TVM's
+    ``enable_cpu_cache_flush``); ``hot-prepared`` is ``hot`` through a prepared call.
+
+    Raises
+    ------
+    KilnError
+        An unknown ``method``.
+    """
     from kiln.runtime import array, empty
 
+    if method not in MEASURE_METHODS:
+        raise KilnError(f"unknown measure method {method!r} (one of "
+                        f"{', '.join(MEASURE_METHODS)})")
     nd = [array(a) for a in args[:-1]] + [empty(args[-1].shape, args[-1].dtype)]
+    call = kernel.prepare(*nd) if method != "hot" else (lambda: kernel(*nd))
     t0 = clock()
-    kernel(*nd)
+    call()
     once = clock() - t0
     number = max(1, min(10_000, int(MIN_REPEAT_S / max(once, 1e-9))))
+    if method != "flush":
+        return [_timed(call, number, clock) for _ in range(max(1, repeat))]
+    flusher = flusher or CacheFlusher()
+    number = min(number, MAX_FLUSHED_RUNS)
     costs = []
     for _ in range(max(1, repeat)):
-        t0 = clock()
+        total = 0.0
         for _ in range(number):
-            kernel(*nd)
-        costs.append((clock() - t0) / number)
+            flusher.flush()
+            t0 = clock()
+            call()
+            total += clock() - t0
+        costs.append(total / number)
     return costs
+
+
+def _timed(call, number: int, clock) -> float:
+    """Seconds per call of ``number`` back-to-back calls."""
+    t0 = clock()
+    for _ in range(number):
+        call()
+    return (clock() - t0) / number
 
 
 def _run(kernel, inputs: list[np.ndarray], payload: KernelPayload) -> np.ndarray:
@@ -236,3 +281,8 @@ class _Kernel:
 
     def __call__(self, *args) -> None:
         self.func(*args)
+
+    def prepare(self, *args):
+        """A call with ``args`` converted once (the graph executor's way of calling kernels:
+        no per-call argument conversion in the time)."""
+        return self.func.prepare(*args)

@@ -3,13 +3,16 @@
 One line (keys in this order)::
 
     {"workload_key": "3f2a...", "kernel": "fused_nn_conv2d_NCHWc_nn_relu",
-     "config": {"tile_ow": 7, "unroll_ic": 4}, "costs": [1.2e-05, 1.1e-05], "error": null,
+     "config": {"tile_ow": 7, "unroll_ic": 4}, "costs": [1.2e-05, 1.1e-05],
+     "measure": "flush", "error": null,
      "target": "llvm -mcpu=native",
      "fingerprint": {"cpu": "AMD EPYC", "features": ["+avx", "+avx2", ...], "cores": 2},
      "kiln_version": "0.1.0", "timestamp": 1764135600.0}
 
 ``costs`` are seconds per run (one per timed repeat), empty when ``error`` says why the
-candidate has no time. A record is applied only where its ``target`` string and its whole
+candidate has no time; ``measure`` says how they were timed
+(:data:`kiln.tune.measure.MEASURE_METHODS`; a line without it is from before the field and was
+timed ``hot``): times of different methods are never compared. A record is applied only where its ``target`` string and its whole
 ``fingerprint`` equal the build's (:mod:`kiln.tune.apply_history`): the model name, the ISA
 features LLVM sees (what ``-mcpu=native`` compiles for) and the logical core count decide the
 best schedule, and a record from another CPU is silently wrong at best.
@@ -34,9 +37,14 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 
-#: field names of a record line, in file order
+#: field names a record line must have
 FIELDS = ("workload_key", "kernel", "config", "costs", "error", "target", "fingerprint",
           "kiln_version", "timestamp")
+#: the measuring method of the records written before lines had a ``measure`` field
+LEGACY_MEASURE = "hot"
+#: the method a record made in code has unless told (kiln.tune.measure.DEFAULT_MEASURE; kept
+#: here so that reading records needs no builder)
+RECORD_MEASURE = "flush"
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class TuningRecord:
     fingerprint: Mapping[str, object]
     kiln_version: str
     timestamp: float = field(default_factory=time.time)
+    measure: str = RECORD_MEASURE
 
     @property
     def best(self) -> float:
@@ -65,7 +74,7 @@ class TuningRecord:
     def to_json(self) -> str:
         return json.dumps({"workload_key": self.workload_key, "kernel": self.kernel,
                            "config": dict(self.config), "costs": list(self.costs),
-                           "error": self.error, "target": self.target,
+                           "measure": self.measure, "error": self.error, "target": self.target,
                            "fingerprint": dict(self.fingerprint),
                            "kiln_version": self.kiln_version, "timestamp": self.timestamp})
 
@@ -86,6 +95,7 @@ class TuningRecord:
         if not isinstance(obj, dict):
             raise KilnError(f"{where}: not a tuning record (a JSON {type(obj).__name__})")
         missing = [f for f in FIELDS if f not in obj]
+        measure = obj.get("measure", LEGACY_MEASURE)
         if missing:
             raise KilnError(f"{where}: tuning record without {', '.join(missing)}")
         config, costs, fp = obj["config"], obj["costs"], obj["fingerprint"]
@@ -93,14 +103,14 @@ class TuningRecord:
                                                  for v in config.values())
                 and isinstance(costs, list) and all(isinstance(c, (int, float)) for c in costs)
                 and isinstance(fp, dict) and isinstance(obj["workload_key"], str)
-                and isinstance(obj["target"], str)
+                and isinstance(obj["target"], str) and isinstance(measure, str)
                 and (obj["error"] is None or isinstance(obj["error"], str))):
             raise KilnError(f"{where}: tuning record with a field of the wrong type "
                             "(config: object of int/str, costs: list of seconds, fingerprint: "
-                            "object, workload_key/target: string, error: string or null)")
+                            "object, workload_key/target/measure: string, error: string or null)")
         return cls(obj["workload_key"], str(obj["kernel"]), config,
                    tuple(float(c) for c in costs), obj["error"], obj["target"], fp,
-                   str(obj["kiln_version"]), float(obj["timestamp"]))
+                   str(obj["kiln_version"]), float(obj["timestamp"]), measure)
 
 
 @functools.lru_cache(maxsize=1)
@@ -197,15 +207,43 @@ def _ends_with_newline_or_empty(fd: int) -> bool:
     return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
 
-def best_records(records: Iterable[TuningRecord], target: str,
-                 fingerprint: Mapping[str, object]) -> dict[str, TuningRecord]:
-    """The fastest error-free record per workload key among those measured for ``target`` on
-    a CPU with exactly ``fingerprint`` (TVM: ``ApplyHistoryBest``'s best-by-workload)."""
-    best: dict[str, TuningRecord] = {}
+def config_times(records: Iterable[TuningRecord], target: str,
+                 fingerprint: Mapping[str, object],
+                 measure: str = RECORD_MEASURE) -> dict[str, dict[str, list[TuningRecord]]]:
+    """Workload key → config key (:meth:`TuningRecord.config_key`) → the error-free records of
+    that config measured for ``target`` on a CPU with exactly ``fingerprint`` with the
+    ``measure`` method, in file order."""
+    out: dict[str, dict[str, list[TuningRecord]]] = {}
     fp = dict(fingerprint)
     for r in records:
-        if r.target != target or dict(r.fingerprint) != fp or r.best == float("inf"):
+        if (r.target != target or dict(r.fingerprint) != fp or r.measure != measure
+                or r.best == float("inf")):
             continue
-        if r.workload_key not in best or r.best < best[r.workload_key].best:
-            best[r.workload_key] = r
+        out.setdefault(r.workload_key, {}).setdefault(r.config_key(), []).append(r)
+    return out
+
+
+def median_record(records: list[TuningRecord]) -> TuningRecord:
+    """The record of median ``best`` among one config's records (the lower middle one of an
+    even count): a config measured again is ranked by its typical time, not its luckiest."""
+    return sorted(records, key=lambda r: r.best)[(len(records) - 1) // 2]
+
+
+def best_records(records: Iterable[TuningRecord], target: str,
+                 fingerprint: Mapping[str, object],
+                 measure: str = RECORD_MEASURE) -> dict[str, TuningRecord]:
+    """Per workload key, the config with the least median time (:func:`median_record`) among
+    the error-free records measured for ``target`` on a CPU with exactly ``fingerprint`` with
+    the ``measure`` method, as its median record (TVM: ``ApplyHistoryBest``'s
+    best-by-workload, which takes the least time of any one record).
+
+    Once some config of a workload has been measured more than once (the tuner's
+    confirmation, :mod:`kiln.tune.confirm`), configs measured only once are not chosen: a
+    single measurement taken at a calmer moment would otherwise beat medians of
+    re-measurements (docs/decisions/024-tuner.md)."""
+    best = {}
+    for key, configs in config_times(records, target, fingerprint, measure).items():
+        most = max(len(rs) for rs in configs.values())
+        eligible = [rs for rs in configs.values() if len(rs) > 1 or most == 1]
+        best[key] = min((median_record(rs) for rs in eligible), key=lambda r: r.best)
     return best

@@ -22,6 +22,8 @@ measure_batch → callbacks (log to file, progress) → update) and MetaSchedule
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 import time
@@ -31,10 +33,25 @@ from dataclasses import dataclass
 from kiln import __version__, progress
 from kiln.errors import KilnError
 from kiln.target import Target
+from kiln.tune.confirm import confirm_best
 from kiln.tune.executor import LocalExecutor, measure_with
 from kiln.tune.features import lowered_features
-from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
-from kiln.tune.records import TuningRecord, append_records, cpu_fingerprint, load_records
+from kiln.tune.measure import (
+    DEFAULT_MEASURE,
+    MEASURE_METHODS,
+    MeasureResult,
+    build_candidate,
+    measure_candidate,
+)
+from kiln.tune.records import (
+    TuningRecord,
+    append_records,
+    best_records,
+    config_times,
+    cpu_fingerprint,
+    load_records,
+    median_record,
+)
 from kiln.tune.search import Measured
 from kiln.tune.space import Task
 from kiln.tune.task_scheduler import TaskScheduler, TuneEvent
@@ -71,13 +88,15 @@ class TaskState:
 @dataclass
 class TuneResult:
     """What :func:`tune` did: per-task states, new measurements, records taken from earlier
-    runs (not measured again), wall seconds, and why tasks stopped (task key → reason)."""
+    runs (not measured again), wall seconds, why tasks stopped (task key → reason), and
+    re-measurements of the winners (:func:`kiln.tune.confirm.confirm_best`)."""
 
     states: list[TaskState]
     trials: int
     resumed: int
     elapsed: float
     stopped: dict[str, str]
+    confirmed: int = 0
 
     def latency(self, default: bool = False) -> float:
         """Estimated time of the tuned kernels in one model run (seconds): Σ weight × best
@@ -90,7 +109,8 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
          trials: int | None = None, time_budget: float | None = None,
          resume: Sequence[str | os.PathLike[str]] = (), executor=None, repeat: int = 5,
          seed: int = 0, search: str = "model", batch_size: int = 8,
-         early_stopping: int | None = None) -> TuneResult:
+         early_stopping: int | None = None, measure: str = DEFAULT_MEASURE,
+         confirm: int = 0) -> TuneResult:
     """Tune ``tasks`` for ``target`` on this CPU, appending records to ``output``.
 
     Parameters
@@ -121,35 +141,48 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
         Candidates per round (built together, in parallel where the executor can).
     early_stopping : int, optional
         Stop a task after this many measurements without improving it.
+    measure : str
+        How candidates are timed (:data:`kiln.tune.measure.MEASURE_METHODS`; default
+        ``flush``: caches evicted before every run). Records say it; earlier records timed
+        another way are neither resumed nor copied (their times are not comparable).
+    confirm : int
+        After the search, measure each task's best config again next to the default until
+        the best by median time has ``confirm + 1`` records
+        (:func:`kiln.tune.confirm.confirm_best`; 0: not at all, ``kiln tune``'s default is
+        2); the result's times are then the medians ``kiln compile`` ranks by.
 
     Raises
     ------
     KilnError
-        Neither ``trials`` nor ``time_budget`` given, an unknown ``search``, a records file
+        Neither ``trials`` nor ``time_budget`` given, an unknown ``search`` or ``measure``, a records file
         that cannot be read or written, or LightGBM missing (``pip install kiln[tune]``).
     """
     if trials is None and time_budget is None:
         raise KilnError("tune: give a number of trials or a time budget")
     if search not in SEARCHES:
         raise KilnError(f"tune: search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if measure not in MEASURE_METHODS:
+        raise KilnError(f"tune: measure must be one of {', '.join(MEASURE_METHODS)}, got "
+                        f"{measure!r}")
     start = time.perf_counter()
     target = str(Target(target))
     fp = cpu_fingerprint()
     states = {t.key: TaskState(t) for t in tasks}
-    history = _resume(states, target, fp, output, resume)
+    history = _resume(states, target, fp, measure, output, resume)
     own = executor is None
     executor = executor or LocalExecutor()
     try:
         scheduler = TaskScheduler(
-            list(tasks), measure_with(executor, build_candidate, measure_candidate, target,
-                                      repeat),
+            list(tasks), measure_with(executor, build_candidate,
+                                      functools.partial(measure_candidate, method=measure),
+                                      target, repeat),
             featurize=lowered_features(lambda t, c: lower_candidate(t, c, packed=False)),
             history=history, batch_size=batch_size, early_stopping=early_stopping, seed=seed,
             min_samples=MIN_SAMPLES[search])
         budget = trials if trials is not None else sum(t.size() for t in tasks)
         with progress.task("Tuning kernels", total=budget) as advance:
             def on_round(event: TuneEvent) -> None:
-                append_records(output, [_record(event.task, m, target, fp)
+                append_records(output, [_record(event.task, m, target, fp, measure)
                                         for m in event.results])
                 state = states[event.task.key]
                 for m in event.results:
@@ -159,11 +192,35 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
                 advance(len(event.results))
 
             done = scheduler.tune(budget, time_budget, on_round)
+        confirmed = 0
+        if confirm > 0:
+            with progress.stage("Confirming the best configs"):
+                confirmed = confirm_best(tasks, output, target, fp, measure, executor, repeat,
+                                         rounds=confirm)
+            _settle(states, load_records(output), target, fp, measure)
     finally:
         if own:
             executor.close()
     return TuneResult(list(states.values()), done.trials, len(history),
-                      time.perf_counter() - start, done.stopped)
+                      time.perf_counter() - start, done.stopped, confirmed)
+
+
+def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
+            measure: str) -> None:
+    """Each task's best and default time as ``kiln compile`` ranks them: the median over a
+    config's records, configs measured once left out once others were re-measured
+    (:func:`kiln.tune.records.best_records`)."""
+    times = config_times(records, target, fp, measure)
+    chosen = best_records(records, target, fp, measure)
+    for state in states.values():
+        configs = times.get(state.task.key)
+        if not configs:
+            continue
+        medians = {c: median_record(rs) for c, rs in configs.items()}
+        best = chosen[state.task.key]
+        state.best, state.best_config = best.best, dict(best.config)
+        default = medians.get(json.dumps(state.task.default_config(), sort_keys=True))
+        state.default_cost = default.best if default else float("inf")
 
 
 def _note(state: TaskState, event: TuneEvent) -> None:
@@ -175,30 +232,34 @@ def _note(state: TaskState, event: TuneEvent) -> None:
                   f"{state.best * 1e6:.1f} us {state.best_config} · {total}")
 
 
-def _record(task: Task, m: Measured, target: str, fp: dict) -> TuningRecord:
+def _record(task: Task, m: Measured, target: str, fp: dict, measure: str) -> TuningRecord:
     """The record of one measured candidate (``m.result``: the measure function's
     :class:`MeasureResult`, or the exception of a failed build or measurement)."""
     result = m.result
     costs = result.costs if isinstance(result, MeasureResult) and m.error is None else ()
     stamp = result.timestamp if isinstance(result, MeasureResult) else time.time()
     return TuningRecord(task.key, task.name, dict(m.config), tuple(costs), m.error, target,
-                        fp, __version__, stamp)
+                        fp, __version__, stamp, measure)
 
 
-def _resume(states: dict[str, TaskState], target: str, fp: dict, output,
+def _resume(states: dict[str, TaskState], target: str, fp: dict, measure: str, output,
             resume) -> list[tuple[str, dict, float | None]]:
-    """The scheduler's history: records of these tasks measured for ``target`` on this CPU in
-    ``output`` and ``resume`` (the latter copied into ``output`` when not there yet), as
-    ``(task key, config, best seconds or None)``; the states take their times."""
+    """The scheduler's history: records of these tasks measured for ``target`` on this CPU
+    with the ``measure`` method in ``output`` and ``resume`` (the latter copied into
+    ``output`` when not there yet), as ``(task key, config, best seconds or None)``; the
+    states take their times."""
+
+    def ours(r: TuningRecord) -> bool:
+        return r.target == target and dict(r.fingerprint) == fp and r.measure == measure
+
     mine = load_records(output) if os.path.exists(output) else []
-    seen = {(r.workload_key, r.config_key()) for r in mine
-            if r.target == target and dict(r.fingerprint) == fp}
+    seen = {(r.workload_key, r.config_key()) for r in mine if ours(r)}
     copied = []
     for path in resume:
         if os.path.exists(output) and os.path.samefile(path, output):
             continue
         for r in load_records(path):
-            if (r.workload_key in states and r.target == target and dict(r.fingerprint) == fp
+            if (r.workload_key in states and ours(r)
                     and (r.workload_key, r.config_key()) not in seen):
                 seen.add((r.workload_key, r.config_key()))
                 copied.append(r)
@@ -206,7 +267,7 @@ def _resume(states: dict[str, TaskState], target: str, fp: dict, output,
     history = []
     for r in mine + copied:
         state = states.get(r.workload_key)
-        if state is None or r.target != target or dict(r.fingerprint) != fp:
+        if state is None or not ours(r):
             continue
         state.add(dict(r.config), r.best)
         history.append((r.workload_key, dict(r.config),
