@@ -132,13 +132,30 @@ def _absorb_side_inputs(target: _Group, node: Call, group_of: dict, groups: list
         if not (small or all(m.op.name in RESHAPES for m in side.members)):
             continue
         inside = {m.uid for m in side.members}
-        if any(a.uid not in inside and not isinstance(a, (Constant, Var))
-               and position[a.uid] >= start for m in side.members for a in m.args):
+        outside = [a for m in side.members for a in m.args if a.uid not in inside]
+        if _reads_group(outside, target, start, position):
             continue
         groups.remove(side)
         target.members.extend(side.members)
         target.side |= inside
         group_of.update((uid, target) for uid in inside)
+
+
+def _reads_group(exprs: list[Expr], group: _Group, start: int,
+                 position: dict[int, int]) -> bool:
+    """Whether any of ``exprs`` is or depends on a member of ``group`` (whose first member is
+    at ``start`` in post order: nodes before it cannot depend on the group)."""
+    members = {m.uid for m in group.members}
+    stack, seen = list(exprs), set()
+    while stack:
+        e = stack.pop()
+        if e.uid in members:
+            return True
+        if e.uid in seen or position.get(e.uid, -1) < start:
+            continue
+        seen.add(e.uid)
+        stack.extend(getattr(e, "args", ()))
+    return False
 
 
 def fuse_ops(func: Function) -> Function:
