@@ -54,3 +54,59 @@ def test_matmul_integer_runtime_zero_point(target):
         got = gm.get_output(0).numpy()
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, (a.astype(np.int64) - zp) @ b.astype(np.int64))
+
+
+def _dynamic_dense_model(shape_x: tuple[int, ...], b: np.ndarray, w_scale: float,
+                         bias: np.ndarray):
+    """``quantize_dynamic``'s MatMul: DynamicQuantizeLinear(X) → MatMulInteger(Xq, B, zp) →
+    Cast(float) → Mul(·, x_scale · w_scale) → Add(bias), the nodes in its order."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["X"], ["Xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["Xq", "B", "xz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y0"]),
+             helper.make_node("Add", ["y0", "bias"], ["Y"])]
+    graph = helper.make_graph(
+        nodes, "dyn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape_x)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(np.float32(w_scale), "ws"),
+         numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _dynamic_dense_reference(x, b, w_scale, bias):
+    """ONNX's DynamicQuantizeLinear (round half to even) and an int64 product, then the
+    float32 ops in the graph's order."""
+    lo, hi = np.float32(min(x.min(), 0)), np.float32(max(x.max(), 0))
+    scale = np.float32((hi - lo) / np.float32(255)) or np.float32(1)
+    zp = np.uint8(np.clip(np.rint(np.float32(0) - lo / scale), 0, 255))
+    q = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.int64)
+    acc = ((q - int(zp)) @ b.astype(np.int64)).astype(np.float32)
+    return acc * (scale * np.float32(w_scale)) + bias
+
+
+def test_dynamic_quantized_dense_is_one_kernel_after_the_quantization(target):
+    """The run-time terms of the dense's epilogue (``zp · colsum(B)``, ``x_scale · w_scale``)
+    are computed in the dense kernel, not in kernels of their own (FuseOps' side inputs), and
+    the range reductions (vectorized min / max, rows of 160 with a tail) stay exact: the
+    output equals the reference to float32 rounding."""
+    shape_x, n = (9, 160), 48
+    b = RNG.integers(-128, 128, (shape_x[-1], n)).astype(np.int8)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    mod, params = from_onnx(_dynamic_dense_model(shape_x, b, 0.02, bias))
+    lib = kiln.build(mod, target=target, params=params)
+    kernels = [nd["attrs"]["func_name"] for nd in json.loads(lib.get_graph_json())["nodes"]
+               if nd["op"] == "tvm_op"]
+    dense = [k for k in kernels if "qnn_dense" in k]
+    # min, max → scale, zero point, quantize, and the dense with its whole epilogue
+    assert len(dense) == 1 and len(kernels) == 5, kernels
+    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+    for x in (RNG.standard_normal(shape_x).astype(np.float32) * 3,
+              np.abs(RNG.standard_normal(shape_x)).astype(np.float32)):  # min(x, 0) = 0
+        gm.set_input("X", x)
+        gm.run()
+        np.testing.assert_allclose(gm.get_output(0).numpy(),
+                                   _dynamic_dense_reference(x, b, 0.02, bias), rtol=1e-6,
+                                   atol=1e-5)

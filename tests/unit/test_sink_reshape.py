@@ -1,6 +1,6 @@
 """SinkReshape (reshapes below element-wise ops and LayerNorm) and FuseOps' diamonds: a
 transformer layer's dense → reshape → bias → GELU → residual → LayerNorm chain becomes one
-dense kernel with its epilogue, then a LayerNorm, with the same values (graph evaluator and the
+dense kernel with its epilogue (the residual's reshape included), then a LayerNorm, with the same values (graph evaluator and the
 loop-IR interpreter)."""
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ def test_sink_reshape_keeps_values_and_moves_the_epilogue_to_the_dense_shape():
     np.testing.assert_allclose(evaluate(sunk, inputs)[0], want, rtol=1e-5, atol=1e-6)
     fused = fuse_ops(sunk)
     names = [n.name for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
-    assert "fused_nn_dense_add_divide_erf_add_multiply_multiply_add" in names, names
-    assert "fused_nn_layer_norm" in names, names
+    # the residual's reshape joins the dense kernel's epilogue (a side input read by it only)
+    assert "fused_nn_dense_add_divide_erf_add_multiply_multiply_reshape_add" in names, names
+    assert "fused_nn_layer_norm" in names and names.count("fused_reshape") == 2, names
     np.testing.assert_allclose(run_lowered(fused, inputs)[0], want, rtol=1e-4, atol=1e-5)
 
 
@@ -107,3 +108,25 @@ def test_diamonds_that_do_not_meet_stay_apart():
     fused = fuse_ops(Function([x], [Call("add", [a, Constant(np.float32(1))]), e]))
     names = [n.name for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
     assert "fused_nn_dense" in names, names
+
+
+def test_dynamic_quantization_of_a_reshaped_value_reads_the_source():
+    """DynamicQuantizeLinear of a rank-3 hidden state between two rank-2 matrix products
+    (quantize_dynamic's MiniLM): min and max over every axis and a per-tensor quantize see
+    the dense's [6, 4] output, and the reshape pair around them cancels (no copy kernel)."""
+    x = var("x", X)
+    dense = Call("nn.dense", [Call("reshape", [x], {"newshape": (6, 8)}),
+                              Constant(rand(4, 8, seed=1))])
+    hidden = Call("reshape", [dense], {"newshape": (2, 3, 4)})
+    lo = Call("min", [hidden], {"axis": (-3, -2, -1), "keepdims": False})
+    hi = Call("max", [hidden], {"axis": (0, 1, 2), "keepdims": False})
+    scale = Call("divide", [Call("subtract", [hi, lo]), Constant(np.float32(255))])
+    q = Call("qnn.quantize", [hidden, scale, Constant(np.uint8(128))],
+             {"axis": 1, "block_size": 0, "out_dtype": "uint8"})
+    flat = Call("reshape", [q], {"newshape": (6, 4)})
+    func = Function([x], [flat, scale])
+    sunk = sink_reshape(func)
+    ops = [c.op.name for c in _calls(sunk)]
+    assert ops.count("reshape") == 1, ops  # the one into the first dense
+    for got, want in zip(evaluate(sunk, {"x": X}), evaluate(func, {"x": X})):
+        np.testing.assert_array_equal(got, want)

@@ -17,6 +17,7 @@ from kiln.ir import loop as L
 from kiln.ir.lower import Schedule
 from kiln.ir.te import Tensor
 from kiln.schedules import primitives as P
+from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows
 from kiln.tune import knobs
 
@@ -74,9 +75,12 @@ def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
 def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
     """Parallelize every top-level loop nest of ``func`` over its (fused) outer loops (after
     fusing softmax-like nests row by row when the tensor-level schedule asked for it:
-    :func:`kiln.schedules.row_fusion.fuse_rows`)."""
+    :func:`kiln.schedules.row_fusion.fuse_rows`; otherwise after splitting min / max
+    reductions into vector lanes: :func:`kiln.schedules.reduce_rfactor.vectorize_reductions`)."""
     if func.attrs.get("fuse_rows"):
         func = fuse_rows(func)
+    else:
+        func = vectorize_reductions(func)
     least = MIN_PARALLEL_EXTENT
     if knobs.active():  # the alternatives cost a lowering each: only while tuning
         least = int(knobs.knob("parallel_extent", PARALLEL_EXTENT_CHOICES, least,

@@ -10,6 +10,11 @@ A simplified form of TVM's src/relay/transforms/fuse_ops.cc, on its pattern kind
   several element-wise users, when their paths meet again at one node before anything else
   reads them (a diamond, as TVM finds with its post-dominator tree: GELU's
   ``x · (1 + erf(x / √2)) / 2`` over a dense's biased output): the whole diamond joins.
+- a small injective side input of an out-elementwise-fusable group's epilogue (a vector or
+  scalar computed at run time: a quantized dense's ``zp · colsum(w)`` and ``scale_a · scale_w``,
+  docs/decisions/021) or a reshape of a tensor it adds (a residual), read by that epilogue only,
+  joins the group too (TVM fuses such injective producers through its post-dominator tree):
+  one kernel instead of several launches of a few elements each (:func:`_absorb_side_inputs`).
 Scalar constants are kept inside the primitive functions (they become immediates in the kernel),
 except the scales and zero points of quantize/dequantize: they differ in every layer of a
 quantized network, and as kernel arguments they let layers of one shape share one kernel (a QDQ
@@ -45,6 +50,8 @@ class _Group:
     def __init__(self, node: Call):
         self.members = [node]
         self.kind = node.op.pattern
+        #: members absorbed as side inputs: their scalar constants stay kernel arguments
+        self.side: set[int] = set()
 
     @property
     def output(self) -> Call:
@@ -99,6 +106,58 @@ def _diamond(producer: Call, users: dict, pinned: set[int],
     return sorted(region.values(), key=lambda n: position[n.uid])
 
 
+#: op names that only reinterpret their input's shape (a side input made of them is absorbed
+#: whatever its size: it adds no work, only index arithmetic in the epilogue)
+RESHAPES = ("reshape", "squeeze", "expand_dims")
+
+
+def _absorb_side_inputs(target: _Group, node: Call, group_of: dict, groups: list,
+                        users: dict, pinned: set[int], position: dict[int, int]) -> None:
+    """Move into ``target`` (an out-elementwise-fusable group that ``node`` joins) each group
+    of injective ops whose output is one of ``node``'s other operands, read by ``node`` only,
+    not a function output, and small (at most ``node``'s last extent elements) or made of
+    reshapes only; its operands must all come before ``target``'s first member (so they
+    cannot depend on the group)."""
+    if target.kind != OpPattern.OUT_ELEMWISE_FUSABLE:
+        return
+    start = position[target.members[0].uid]
+    shape = node.checked_type.shape
+    for arg in node.args:
+        side = group_of.get(arg.uid)
+        if (side is None or side is target or arg is not side.output
+                or len(users[arg.uid]) != 1 or arg.uid in pinned
+                or side.kind > OpPattern.INJECTIVE):
+            continue
+        small = arg.checked_type.size <= (shape[-1] if shape else 1)
+        if not (small or all(m.op.name in RESHAPES for m in side.members)):
+            continue
+        inside = {m.uid for m in side.members}
+        outside = [a for m in side.members for a in m.args if a.uid not in inside]
+        if _reads_group(outside, target, start, position):
+            continue
+        groups.remove(side)
+        target.members.extend(side.members)
+        target.side |= inside
+        group_of.update((uid, target) for uid in inside)
+
+
+def _reads_group(exprs: list[Expr], group: _Group, start: int,
+                 position: dict[int, int]) -> bool:
+    """Whether any of ``exprs`` is or depends on a member of ``group`` (whose first member is
+    at ``start`` in post order: nodes before it cannot depend on the group)."""
+    members = {m.uid for m in group.members}
+    stack, seen = list(exprs), set()
+    while stack:
+        e = stack.pop()
+        if e.uid in members:
+            return True
+        if e.uid in seen or position.get(e.uid, -1) < start:
+            continue
+        seen.add(e.uid)
+        stack.extend(getattr(e, "args", ()))
+    return False
+
+
 def fuse_ops(func: Function) -> Function:
     """Return ``func`` with every Call moved into a :class:`PrimitiveCall` of a fused group."""
     users = consumers(func.outputs)
@@ -137,6 +196,7 @@ def fuse_ops(func: Function) -> Function:
             target = _Group(node)
             groups.append(target)
         else:
+            _absorb_side_inputs(target, node, group_of, groups, users, pinned, position)
             target.members.append(node)
             target.kind = max(target.kind, node.op.pattern) \
                 if target.kind <= OpPattern.INJECTIVE else target.kind
@@ -167,7 +227,8 @@ def _materialize(func: Function, units: list[_Group | Expr]) -> Function:
                 if a.uid in member_ids or a.uid in inner:
                     continue
                 if isinstance(a, Constant) and a.checked_type.size == 1 and \
-                        not a.is_symbolic and m.op.name not in QNN_OPS:
+                        not a.is_symbolic and m.op.name not in QNN_OPS \
+                        and m.uid not in g.side:
                     inner[a.uid] = a  # scalar immediates stay in the kernel
                     continue
                 v = Var(f"p{len(params)}", a.checked_type)

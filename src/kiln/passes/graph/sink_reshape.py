@@ -15,6 +15,12 @@ pass rewrites, bottom-up:
   a reshape of ``a``'s shape is unwrapped instead); a constant operand of higher rank than
   ``a`` is reshaped at compile time;
 - ``nn.layer_norm(reshape(a, S))`` over the last axis → ``reshape(nn.layer_norm(a), S)``;
+- ``min`` / ``max`` over every axis of ``reshape(a, S)`` → the same over every axis of ``a``
+  (the same elements), and a per-tensor ``qnn.quantize(reshape(a, S), scale, zp)`` →
+  ``reshape(qnn.quantize(a, scale, zp), S)``: DynamicQuantizeLinear of a hidden state
+  between two rank-2 dense ops (``quantize_dynamic``'s MatMulInteger models) then reads the
+  dense's output, and the reshape pair around it cancels instead of being copied
+  (docs/decisions/021);
 - ``reshape(reshape(x, _), S)`` → ``reshape(x, S)``, and a reshape to ``x``'s own shape → ``x``.
 
 So the hidden state of an encoder stays ``[B·S, hidden]`` from one dense to the next: the bias,
@@ -30,10 +36,13 @@ from __future__ import annotations
 from kiln.ir import arith
 from kiln.ir.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.ir.op_registry import OpPattern
+from kiln.ir.ops.reduce import reduce_axes
 
 name = "SinkReshape"
 #: attributes that tie an element-wise op to an axis or layout of its operands
 _AXIS_ATTRS = ("axis", "axes", "layout", "data_layout")
+#: reductions whose value over every axis does not depend on the order of the elements
+_FULL_REDUCTIONS = ("min", "max")
 
 
 def _same(a: arith.Dim, b: arith.Dim) -> bool:
@@ -109,6 +118,30 @@ def _sink_layer_norm(call: Call, args: list[Expr]) -> Expr | None:
     return Call("reshape", [inner], {"newshape": tuple(out)}, call.span)
 
 
+def _sink_full_reduction(call: Call, args: list[Expr]) -> Expr | None:
+    (x,) = args
+    if not _is_reshape(x) or call.attrs["keepdims"]:
+        return None
+    shape = x.checked_type.shape
+    if len(reduce_axes(shape, call.attrs["axis"])) != len(shape):
+        return None
+    src = x.args[0]
+    axes = tuple(range(len(src.checked_type.shape)))
+    return Call(call.op.name, [src], {**call.attrs, "axis": axes}, call.span)
+
+
+def _sink_quantize(call: Call, args: list[Expr]) -> Expr | None:
+    x, scale, zero_point = args
+    if not _is_reshape(x) or call.attrs.get("block_size") or \
+            scale.checked_type.ndim or zero_point.checked_type.ndim:
+        return None  # per axis or per block: the parameters follow an axis of ``x``
+    src = x.args[0]
+    if not src.checked_type.ndim:
+        return None
+    inner = Call(call.op.name, [src, scale, zero_point], {**call.attrs, "axis": 0}, call.span)
+    return Call("reshape", [inner], {"newshape": tuple(call.checked_type.shape)}, call.span)
+
+
 def _fold_reshape(call: Call, args: list[Expr]) -> Expr:
     (x,) = args
     if _is_reshape(x):
@@ -129,6 +162,10 @@ def sink_reshape(func: Function) -> Function:
             return _fold_reshape(call, args)
         if call.op.name == "nn.layer_norm":
             return _sink_layer_norm(call, args) or same_call(call, args)
+        if call.op.name in _FULL_REDUCTIONS:
+            return _sink_full_reduction(call, args) or same_call(call, args)
+        if call.op.name == "qnn.quantize":
+            return _sink_quantize(call, args) or same_call(call, args)
         if any(_is_reshape(a) for a in args) and call.op.pattern <= OpPattern.BROADCAST:
             return _sink_elementwise(call, args) or same_call(call, args)
         return same_call(call, args)
