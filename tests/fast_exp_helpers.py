@@ -21,12 +21,16 @@ def exp_kernel(n: int, dtype: str = "float32", kind: str = "vectorized") -> L.Pr
     return L.PrimFunc("exp_kernel", [a, o], L.For(i, L.IntImm(0), L.IntImm(n), kind, store))
 
 
-def clamped_exp_kernel(n: int, lo: float, hi: float) -> L.PrimFunc:
-    """``o[i] = exp(min(max(a[i], lo), hi))`` over ``n`` elements (the clamp of
-    ``nn.attention``'s exp, which FastExp reads as the argument's range)."""
+def clamped_exp_kernel(n: int, lo: float, hi: float, constants_first: bool = False
+                       ) -> L.PrimFunc:
+    """``o[i] = exp(min(max(a[i], lo), hi))`` over ``n`` elements, or with
+    ``constants_first`` ``exp(min(hi, max(lo, a[i])))`` (``nn.attention``'s clamp, which lets
+    NaN through; FastExp reads either as the argument's range)."""
     a, o = L.Buffer("a", (n,), "float32"), L.Buffer("o", (n,), "float32")
     i = L.Var("i")
-    arg = L.minimum(L.maximum(a[i], L.FloatImm(lo, "float32")), L.FloatImm(hi, "float32"))
+    lo_imm, hi_imm = L.FloatImm(lo, "float32"), L.FloatImm(hi, "float32")
+    arg = (L.minimum(hi_imm, L.maximum(lo_imm, a[i])) if constants_first
+           else L.minimum(L.maximum(a[i], lo_imm), hi_imm))
     store = L.BufferStore(o, L.call("exp", arg), [i])
     return L.PrimFunc("exp_kernel", [a, o], L.For(i, L.IntImm(0), L.IntImm(n), "vectorized",
                                                   store))

@@ -62,6 +62,22 @@ def test_attention_matches_onnxruntime(check_model, any_length, b, s, t, mask):
                 _inputs(np.random.default_rng(0), b, s, t, mask))
 
 
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_attention_propagates_nan_as_onnxruntime(target, tmp_path):
+    """A NaN query element makes its whole output row NaN in every head it is in, and nothing
+    else (the clamp of the exp argument must let NaN through, as the general exp does)."""
+    from conftest import compile_and_run, run_onnxruntime
+
+    model = _attention_model(1, 8, 16)
+    x = _inputs(np.random.default_rng(1), 1, 8, 16)
+    x["q"][0, 1, 3, 5] = np.nan
+    got, = compile_and_run(model, x, tmp_path, target)
+    want, = run_onnxruntime(model, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want[0, 1, 3]).all()
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=1e-4, atol=1e-5)
+
+
 def test_attention_chain_becomes_one_kernel():
     from kiln.build_module import optimize, primitive_calls
     from kiln.frontend import from_onnx

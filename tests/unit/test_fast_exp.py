@@ -30,18 +30,28 @@ def test_fast_exp_on_the_interpreter_matches_float64_exp():
     check_exp(x, got)
 
 
+@pytest.mark.parametrize("constants_first", [False, True])
 @pytest.mark.parametrize("lo,hi", [(-87.33654, 0.0), (-80.0, 88.37), (-87.33654, 88.37)])
-def test_exp_of_a_clamped_argument_is_one_scale_factor(lo, hi):
+def test_exp_of_a_clamped_argument_is_one_scale_factor(lo, hi, constants_first):
     """``exp(min(max(a, lo), hi))`` with the range inside the normal results: no clamp of its
     own, one power-of-two factor (no ``>>`` splitting the exponent), still within 1 ulp."""
     x = np.concatenate([np.linspace(-120.0, 100.0, 1500, dtype=np.float32),
                         np.array([lo, hi, -0.0, 1e-8, -1e-8, -np.inf, np.inf], np.float32)])
-    func = lower_fast_exp(clamped_exp_kernel(len(x), lo, hi))
+    func = lower_fast_exp(clamped_exp_kernel(len(x), lo, hi, constants_first))
     ops = [e.op for s in L.walk_stmts(func.body) for e in _exprs(s) if isinstance(e, L.Binary)]
     assert ">>" not in ops and count_calls(func, "exp") == 0
     got = np.zeros_like(x)
     run(func, x, got)
     check_clamped_exp(x, got, lo, hi)
+
+
+def test_exp_of_a_clamped_nan_is_nan_with_the_constants_first():
+    """min/max select their second operand for a NaN: ``min(0, max(lo, nan))`` is NaN, and the
+    one-scale-factor exp keeps it NaN (nn.attention relies on it for NaN scores)."""
+    x = np.array([np.nan, -1.0, 0.0, np.nan], np.float32)
+    got = np.zeros_like(x)
+    run(lower_fast_exp(clamped_exp_kernel(len(x), -87.33654, 0.0, constants_first=True)), x, got)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
 
 
 def test_a_range_past_the_normal_results_keeps_the_general_exp():

@@ -18,7 +18,9 @@ _ARITH = {
     "+": operator.add, "-": operator.sub, "*": operator.mul,
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "==": operator.eq, "!=": operator.ne,
-    "min": min, "max": max,
+    # as the codegens' ``a < b ? a : b`` selects, a NaN in either operand yields ``b``:
+    # Python's min/max return their first argument unless the second compares past it
+    "min": lambda a, b: min(b, a), "max": lambda a, b: max(b, a),
     "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
     ">>": operator.rshift,
 }

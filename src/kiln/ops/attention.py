@@ -41,7 +41,9 @@ def _shifted(y: L.PrimExpr) -> L.PrimExpr:
     (kiln.passes.loop.fast_exp: half the instructions of the general exp)."""
     if y.dtype != "float32":
         return y
-    return L.minimum(L.maximum(y, L.const(NORMAL_LOW, y.dtype)), L.const(0.0, y.dtype))
+    # constants first: min/max are ``a < b ? a : b`` selects in both codegens, which return
+    # their second operand for a NaN, so a NaN score stays NaN (as onnxruntime's softmax)
+    return L.minimum(L.const(0.0, y.dtype), L.maximum(L.const(NORMAL_LOW, y.dtype), y))
 
 
 @register_compute("nn.attention")

@@ -98,16 +98,26 @@ def _bits(value: float) -> int:
     return int(np.array(value, np.float32).view(np.uint32))
 
 
+def _clamp_parts(x: L.PrimExpr) -> tuple[L.PrimExpr, L.PrimExpr] | None:
+    """``(bound, operand)`` of a min or max with one constant operand (on either side)."""
+    if not (isinstance(x, L.Binary) and x.op in ("min", "max")):
+        return None
+    if isinstance(x.a, L.FloatImm):
+        return x.a, x.b
+    if isinstance(x.b, L.FloatImm):
+        return x.b, x.a
+    return None
+
+
 def _within_normal(x: L.PrimExpr) -> bool:
-    """Whether ``x`` is ``min(max(a, lo), hi)`` or ``max(min(a, hi), lo)`` with constant bounds
-    in [NORMAL_LOW, NORMAL_HIGH]."""
-    if not (isinstance(x, L.Binary) and x.op in ("min", "max") and isinstance(x.a, L.Binary)
-            and {x.op, x.a.op} == {"min", "max"}):
+    """Whether ``x`` is ``min(max(a, lo), hi)`` or ``max(min(a, hi), lo)`` (each constant on
+    either side of its min or max) with the bounds in [NORMAL_LOW, NORMAL_HIGH]."""
+    outer = _clamp_parts(x)
+    inner = outer and _clamp_parts(outer[1])
+    if not inner or {x.op, outer[1].op} != {"min", "max"}:
         return False
-    bounds = (x.b, x.a.b)
-    return all(isinstance(b, L.FloatImm)
-               and np.float32(NORMAL_LOW) <= np.float32(b.value) <= np.float32(NORMAL_HIGH)
-               for b in bounds)
+    return all(np.float32(NORMAL_LOW) <= np.float32(b.value) <= np.float32(NORMAL_HIGH)
+               for b in (outer[0], inner[0]))
 
 
 def fast_exp(x: L.PrimExpr) -> tuple[list[Binding], L.PrimExpr]:
