@@ -141,7 +141,9 @@ def test_fused_chain(check_model):
     (16, 32, 7, 1, True),    # 1×1 over a 7×7 plane: register blocks that cross rows
     (24, 16, 13, 1, False),  # 169 pixels, the last block shifted back
     (1024, 32, 7, 1, False),  # K-blocked (weights of a channel block over 64 KiB)
-    (32, 32, 14, 2, False),  # strided: blocked row by row
+    (32, 32, 14, 2, False),  # strided: a subsampled copy of the input, stride 1 over it
+    (24, 48, 13, 2, False),  # odd plane: 7×7 of every other pixel
+    (1024, 32, 14, 2, False),  # strided and K-blocked
 ])
 def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, residual):
     """1×1 convs (+ bias, relu, residual add) whose register blocks run over the flattened
