@@ -166,3 +166,25 @@ def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, resid
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     check_model(model, inputs)
+
+
+@pytest.mark.parametrize("cout,size,kernel,pad", [
+    (32, 17, 3, 1),  # MobileNetV2's stem, a small plane
+    (64, 19, 3, 0),  # SqueezeNet's (unpadded)
+    (16, 23, 7, 3),  # resnet50's 7×7
+])
+def test_image_layer_conv(check_model, cout, size, kernel, pad):
+    """A stride-2 first layer over a 3-channel image (read as NCHW1c, taps unrolled) and its
+    blocked output unblocked to NCHW (``layout_unblock``), against onnxruntime
+    (docs/decisions/003)."""
+    x = rand(1, 3, size, size)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[pad] * 4),
+             helper.make_node("Relu", ["c"], ["y0"])]
+    graph = helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info("x", F32, x.shape)],
+        [helper.make_tensor_value_info("y0", F32, None)],
+        [numpy_helper.from_array(rand(cout, 3, kernel, kernel, seed=1) * 0.2, "w"),
+         numpy_helper.from_array(rand(cout, seed=2), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    check_model(model, {"x": x})

@@ -19,8 +19,28 @@ from kiln.ops.nn import pad_hw
 def layout_transform(inputs, attrs, out_type):
     (x,) = inputs
     src, dst = Layout.parse(attrs["src_layout"]), Layout.parse(attrs["dst_layout"])
-    return te.compute(out_type.shape, lambda *i: x[src.index(dst.primal_index(i))],
-                      name="layout_transform", tag="injective")
+    block = _unblock_factor(src, dst, out_type.shape)
+    out = te.compute(out_type.shape, lambda *i: x[src.index(dst.primal_index(i))],
+                     name="layout_transform", tag="injective" if block is None else
+                     "layout_unblock")
+    out.block = block
+    return out
+
+
+#: Whether NCHW{b}c → NCHW transforms take the ``layout_unblock`` schedule (for before / after
+#: runs of benchmarks/fp32_conv.py).
+SCHEDULE_UNBLOCK = True
+
+
+def _unblock_factor(src: Layout, dst: Layout, shape) -> int | None:
+    """The channel block ``b`` of an ``NCHW{b}c`` → ``NCHW`` transform of static channels
+    (a multiple of ``b``), else None. Tag ``layout_unblock``: the schedule reads each blocked
+    pixel once, storing its ``b`` channels to ``b`` output rows (``kiln.schedules.nn_cpu``)."""
+    b = src.factor("C")
+    if not SCHEDULE_UNBLOCK or dst.name != "NCHW" or src.name != f"NCHW{b}c" or not b \
+            or not isinstance(shape[1], int) or shape[1] % b:
+        return None
+    return b
 
 
 def _padded_window(data: te.Tensor, attrs):
