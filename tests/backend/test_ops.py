@@ -141,7 +141,9 @@ def test_fused_chain(check_model):
     (16, 32, 7, 1, True),    # 1×1 over a 7×7 plane: register blocks that cross rows
     (24, 16, 13, 1, False),  # 169 pixels, the last block shifted back
     (1024, 32, 7, 1, False),  # K-blocked (weights of a channel block over 64 KiB)
-    (32, 32, 14, 2, False),  # strided: blocked row by row
+    (32, 32, 14, 2, False),  # strided: a subsampled copy of the input, stride 1 over it
+    (24, 48, 13, 2, False),  # odd plane: 7×7 of every other pixel
+    (1024, 32, 14, 2, False),  # strided and K-blocked
 ])
 def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, residual):
     """1×1 convs (+ bias, relu, residual add) whose register blocks run over the flattened
@@ -164,3 +166,25 @@ def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, resid
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     check_model(model, inputs)
+
+
+@pytest.mark.parametrize("cout,size,kernel,pad", [
+    (32, 17, 3, 1),  # MobileNetV2's stem, a small plane
+    (64, 19, 3, 0),  # SqueezeNet's (unpadded)
+    (16, 23, 7, 3),  # resnet50's 7×7
+])
+def test_image_layer_conv(check_model, cout, size, kernel, pad):
+    """A stride-2 first layer over a 3-channel image (read as NCHW1c, taps unrolled) and its
+    blocked output unblocked to NCHW (``layout_unblock``), against onnxruntime
+    (docs/decisions/003)."""
+    x = rand(1, 3, size, size)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[pad] * 4),
+             helper.make_node("Relu", ["c"], ["y0"])]
+    graph = helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info("x", F32, x.shape)],
+        [helper.make_tensor_value_info("y0", F32, None)],
+        [numpy_helper.from_array(rand(cout, 3, kernel, kernel, seed=1) * 0.2, "w"),
+         numpy_helper.from_array(rand(cout, seed=2), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    check_model(model, {"x": x})
