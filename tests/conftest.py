@@ -119,3 +119,25 @@ def run_reference(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 def reference():
     """``reference(model_path_or_proto, inputs) -> list[np.ndarray]`` via onnxruntime."""
     return run_reference
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Make ``@pytest.mark.xdist_group`` work again under ``--dist loadgroup``.
+
+    pytest-xdist 3.8 groups tests by renaming them ``<nodeid>@<group>`` in each worker
+    (``item._nodeid = ...``), but pytest 9 computes ``nodeid`` from ``item._id``, so the rename
+    is lost and every group was spread over both workers: the fixtures the groups exist to share
+    (SmolLM2's decoders, the CLI tests' compiled models, the BYOC builds) were set up once per
+    worker. This applies the same rename through ``_id``; it does nothing where xdist's own
+    rename took effect (``@`` already in the id) or without ``--dist loadgroup``.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
