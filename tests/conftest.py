@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +23,57 @@ def kiln_cache_dir(tmp_path_factory) -> Path:
     env = os.environ.get("KILN_CACHE_DIR")
     if env:
         return Path(env)
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    path = base / "kiln-cache"
+    path = _session_base(tmp_path_factory) / "kiln-cache"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def _session_base(tmp_path_factory) -> Path:
+    """The temp folder of the whole session: under pytest-xdist, the parent of every worker's
+    base temp dir (the workers' own dirs are its children)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def build_once(tmp_path_factory) -> Callable[[str, Callable[[Path], object]], Path]:
+    """``build_once(name, build) -> Path``: the folder ``<session temp>/shared/<name>``, filled
+    by ``build(folder)`` the first time any xdist worker of this session asks for ``name``.
+
+    For costly test artifacts that several modules or both workers use (a quantized model, a
+    native runtime build): module and per-worker session fixtures are set up again after
+    pytest tears them down between interleaved modules, and once per worker; this builds once
+    per session. Workers serialize on a file lock, so the second one waits for the first's
+    build and then reads it. ``build`` writes into the final folder (artifacts may record
+    their own paths); a marker written after it returns says the build is complete, so a
+    failed build is wiped and raises again for the next caller.
+    """
+    root = _session_base(tmp_path_factory) / "shared"
+    root.mkdir(mode=0o700, exist_ok=True)
+
+    def get(name: str, build: Callable[[Path], object]) -> Path:
+        folder, done = root / name, root / f".{name}.done"
+        with _locked(root / f".{name}.lock"):
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir(mode=0o700)
+                build(folder)
+                done.touch()
+        return folder
+
+    return get
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on ``path`` (created if missing) while the block runs."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +119,25 @@ def run_reference(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 def reference():
     """``reference(model_path_or_proto, inputs) -> list[np.ndarray]`` via onnxruntime."""
     return run_reference
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Make ``@pytest.mark.xdist_group`` work again under ``--dist loadgroup``.
+
+    pytest-xdist 3.8 groups tests by renaming them ``<nodeid>@<group>`` in each worker
+    (``item._nodeid = ...``), but pytest 9 computes ``nodeid`` from ``item._id``, so the rename
+    is lost and every group was spread over both workers: the fixtures the groups exist to share
+    (SmolLM2's decoders, the CLI tests' compiled models, the BYOC builds) were set up once per
+    worker. This applies the same rename through ``_id``; it does nothing where xdist's own
+    rename took effect (``@`` already in the id) or without ``--dist loadgroup``.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")

@@ -102,16 +102,16 @@ def build_kernels(funcs, target: str):
 
 
 @pytest.fixture(scope="session")
-def native_rt(tmp_path_factory):
-    """libkiln_runtime, kiln_run and the headers, built once from the shipped sources with the
-    host compiler (tests/backend/test_native_*.py)."""
+def native_rt(build_once):
+    """libkiln_runtime, kiln_run and the headers, built once per session (both xdist workers
+    share it) from the shipped sources with the host compiler (tests/backend/test_native_*.py)."""
     import shutil
 
     from test_native_runtime import build_runtime
 
     if shutil.which("make") is None or shutil.which("cc") is None:
         pytest.skip("the native runtime needs make and cc")
-    return build_runtime(tmp_path_factory.mktemp("native-rt"))
+    return build_once("native-rt", build_runtime)
 
 
 #: the flags of every sanitizer build of the native runtime
@@ -120,11 +120,11 @@ NATIVE_SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefi
 
 
 @pytest.fixture(scope="session")
-def native_rt_asan(tmp_path_factory):
-    """libkiln_runtime.a, kiln_run and the headers built once per session by the runtime's
-    Makefile under AddressSanitizer + UndefinedBehaviorSanitizer (test_native_api,
-    test_native_fuzz, test_native_vm link their drivers with it); skips where the compiler
-    lacks the sanitizers."""
+def native_rt_asan(build_once):
+    """libkiln_runtime.a, kiln_run and the headers built once per session (both xdist workers
+    share it) by the runtime's Makefile under AddressSanitizer + UndefinedBehaviorSanitizer
+    (test_native_api, test_native_fuzz, test_native_vm link their drivers with it); skips where
+    the compiler lacks the sanitizers."""
     import shutil
     import subprocess
 
@@ -132,16 +132,20 @@ def native_rt_asan(tmp_path_factory):
 
     if shutil.which("make") is None or shutil.which("cc") is None:
         pytest.skip("the native runtime needs make and cc")
-    build = tmp_path_factory.mktemp("native-rt-asan") / "rt"
-    flags = " ".join(["-g", "-O1", *NATIVE_SANITIZE])
-    proc = subprocess.run(["make", "-s", "-j2", "-C", str(RUNTIME_DIR), f"BUILD={build}",
-                           f"CFLAGS={flags}", f"LDFLAGS={NATIVE_SANITIZE[0]}",
-                           f"{build}/libkiln_runtime.a", f"{build}/kiln_run", f"{build}/include"],
-                          capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode != 0 and "sanitize" in proc.stderr:
-        pytest.skip(f"the compiler lacks the sanitizers: {proc.stderr[:200]}")
-    assert proc.returncode == 0, proc.stderr
-    return build
+
+    def build_asan(folder):
+        build = folder / "rt"
+        flags = " ".join(["-g", "-O1", *NATIVE_SANITIZE])
+        proc = subprocess.run(["make", "-s", "-j2", "-C", str(RUNTIME_DIR), f"BUILD={build}",
+                               f"CFLAGS={flags}", f"LDFLAGS={NATIVE_SANITIZE[0]}",
+                               f"{build}/libkiln_runtime.a", f"{build}/kiln_run",
+                               f"{build}/include"],
+                              capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0 and "sanitize" in proc.stderr:
+            pytest.skip(f"the compiler lacks the sanitizers: {proc.stderr[:200]}")
+        assert proc.returncode == 0, proc.stderr
+
+    return build_once("native-rt-asan", build_asan) / "rt"
 
 
 def int_conv_reference(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> np.ndarray:

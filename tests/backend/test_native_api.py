@@ -48,17 +48,20 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 
 
 @pytest.fixture(scope="module")
-def api_test(native_rt, native_rt_asan, tmp_path_factory):
-    """native_api_test.c linked with the runtime built by its Makefile under ASan + UBSan (leaks
-    checked at exit)."""
-    folder = tmp_path_factory.mktemp("native-api")
+def api_test(native_rt_asan, build_once, tmp_path_factory):
+    """(a fresh folder, native_api_test.c linked with the runtime built by its Makefile under
+    ASan + UBSan, leaks checked at exit); the driver is built once per session."""
     build = native_rt_asan
-    exe = folder / "native_api_test"
-    subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}", "-o",
-                    str(exe), str(Path(__file__).with_name("native_api_test.c")),
-                    str(build / "libkiln_runtime.a"), "-ldl", "-lpthread"],
-                   check=True, capture_output=True, text=True, timeout=300)
-    return folder, exe
+
+    def link(folder):
+        subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}",
+                        "-o", str(folder / "native_api_test"),
+                        str(Path(__file__).with_name("native_api_test.c")),
+                        str(build / "libkiln_runtime.a"), "-ldl", "-lpthread"],
+                       check=True, capture_output=True, text=True, timeout=300)
+
+    exe = build_once("native-api-test", link) / "native_api_test"
+    return tmp_path_factory.mktemp("native-api"), exe
 
 
 def _run(exe, *args) -> str:

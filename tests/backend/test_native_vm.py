@@ -392,7 +392,7 @@ def test_damaged_vm_executables_large(asan, tiny, hand_so, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("isa", ["aarch64", "riscv64"])
-def test_vm_cross_under_qemu(isa, tmp_path):
+def test_vm_cross_under_qemu(isa, tmp_path, build_once):
     """The C VM on other machines: the tiny VM library exported with ``llvm -mtriple=...``
     (riscv64 with RVV) and the runtime built by the cross GCC, run by kiln_run under qemu-user
     at a shape chosen at run time."""
@@ -400,7 +400,7 @@ def test_vm_cross_under_qemu(isa, tmp_path):
 
     import kiln.runtime as rt
 
-    cfg, runtime = cross_runtime(isa, tmp_path / "rt")
+    cfg, runtime = cross_runtime(isa, build_once)
     from kiln.frontend import from_onnx
 
     mod, params = from_onnx(tiny_model())

@@ -27,18 +27,24 @@ def minilm_path(wheel_file):
     return wheel_file("minilm_l3")
 
 
-def _compile(path, target: str, out) -> VirtualMachine:
-    mod, params = from_onnx(onnx.load(path), dim_bounds=BOUNDS)
-    exe = kiln.build(mod, target=target, params=params)
-    assert isinstance(exe, kiln.runtime.VMExecutable)
-    exe.export_library(str(out))
+def _compile(path, target: str, build_once) -> VirtualMachine:
+    """The model's VM for ``target``: compiled and exported once per session (``build_once``:
+    every fixture, module setup and xdist worker asking for the same target shares the
+    library), loaded by each caller."""
+
+    def build(folder):
+        mod, params = from_onnx(onnx.load(path), dim_bounds=BOUNDS)
+        exe = kiln.build(mod, target=TARGETS[target], params=params)
+        assert isinstance(exe, kiln.runtime.VMExecutable)
+        exe.export_library(str(folder / "minilm.so"))
+
+    out = build_once(f"minilm-vm-{target}", build) / "minilm.so"
     return VirtualMachine(kiln.runtime.load_module(str(out)), kiln.cpu())
 
 
 @pytest.fixture(scope="module", params=list(TARGETS))
-def vm(request, minilm_path, tmp_path_factory):
-    vm = _compile(minilm_path, TARGETS[request.param],
-                  tmp_path_factory.mktemp("vm") / "minilm.so")
+def vm(request, minilm_path, build_once):
+    vm = _compile(minilm_path, request.param, build_once)
     vm.target = request.param
     return vm
 
@@ -77,8 +83,9 @@ def test_one_artifact_matches_onnxruntime_at_every_shape(vm, shape, tokenizer, m
 
 
 @pytest.fixture(scope="module")
-def vm_c(minilm_path, tmp_path_factory):
-    return _compile(minilm_path, "c", tmp_path_factory.mktemp("vm") / "minilm_c.so")
+def vm_c(minilm_path, build_once):
+    """The c target's VM (the library ``vm["c"]`` runs)."""
+    return _compile(minilm_path, "c", build_once)
 
 
 def test_symbol_conflict_names_input_dim_and_symbol(vm_c):

@@ -4,6 +4,7 @@ left-padded batches, and answers a question."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,26 +15,41 @@ import pytest
 PROMPTS = ("What is the capital of France?", "Write a haiku about compilers.",
            "List three prime numbers.")
 
-# one worker builds the decoder once (the module fixture is per worker)
+# one worker loads the decoders once (the fixture is per worker)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2")]
 
 
-@pytest.fixture(scope="module")
-def llm(kiln_cache_dir):
-    pytest.importorskip("gguf")
-    from kiln.llm import kiln_decoder, ort_decoder
-    from kiln.models import smollm2, smollm2_tokenizer
-
+@contextlib.contextmanager
+def _cache_env(kiln_cache_dir):
+    """``$KILN_CACHE_DIR`` set to the session's cache while the block runs (the model and the
+    compiled decoders are cached there)."""
     old = os.environ.get("KILN_CACHE_DIR")
     os.environ["KILN_CACHE_DIR"] = str(kiln_cache_dir)
     try:
-        path = smollm2()
-        yield path, smollm2_tokenizer(), kiln_decoder(path), ort_decoder(path)
+        yield
     finally:
         if old is None:
             del os.environ["KILN_CACHE_DIR"]
         else:
             os.environ["KILN_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def llm(kiln_cache_dir):
+    """(model path, tokenizer, Kiln decoder, onnxruntime decoder), made once per worker.
+
+    Setting these up costs about 50 s even with the compiled decoder cached (the tokenizer read
+    from the GGUF, onnxruntime's session over 655 MB, the file digests): the ``xdist_group``
+    keeps this module on one worker (tests/conftest.py makes the mark work under pytest 9), and
+    session scope keeps the decoders if that worker runs another module in between.
+    """
+    pytest.importorskip("gguf")
+    from kiln.llm import kiln_decoder, ort_decoder
+    from kiln.models import smollm2, smollm2_tokenizer
+
+    with _cache_env(kiln_cache_dir):
+        path = smollm2()
+        return path, smollm2_tokenizer(), kiln_decoder(path), ort_decoder(path)
 
 
 def _chat_ids(tok, text: str) -> list[int]:
@@ -119,7 +135,7 @@ def test_demo_chat_compare(llm, kiln_cache_dir):
 
 
 @pytest.mark.parametrize("mode", ["int8", "q4"])
-def test_quantized_weights_still_answer_paris(llm, mode):
+def test_quantized_weights_still_answer_paris(llm, mode, kiln_cache_dir):
     """Weight-only int8 and q4 (the GGUF's own Q4_1 blocks; the LM head at int8): the reply
     still names Paris, and q4's first tokens are onnxruntime's on the float model (its layer
     weights are exactly the GGUF's)."""
@@ -127,7 +143,9 @@ def test_quantized_weights_still_answer_paris(llm, mode):
 
     path, tok, _, ref = llm
     ids = _chat_ids(tok, PROMPTS[0])
-    out = generate(kiln_decoder(path, quantize_weights=mode), [ids], max_new_tokens=16,
+    with _cache_env(kiln_cache_dir):
+        decoder = kiln_decoder(path, quantize_weights=mode)
+    out = generate(decoder, [ids], max_new_tokens=16,
                    stop_token_ids=[tok.eos_token_id])
     assert "Paris" in tok.decode(out.tokens[0])
     if mode == "q4":
