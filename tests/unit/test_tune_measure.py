@@ -227,15 +227,43 @@ def test_confirm_measures_a_lucky_winner_again_next_to_the_default(task, tmp_pat
     assert confirm_best([small], out, TARGET, fp, "flush", SerialExecutor(), 1) == 0
 
 
-def test_a_tune_with_confirm_reports_median_times(task, tmp_path):
+def test_a_tune_with_confirm_reports_median_times(task, tmp_path, monkeypatch):
+    """The search's winner (unroll_k=2, lucky once) is measured once more beside the default;
+    the tune reports the median of its records (of two: the lower)."""
+    from kiln.tune.measure import MeasureResult
+
+    times = {8: [2.0, 2.0], 2: [1.0, 1.5], 1: [3.0]}
+
+    def fake(lib, payload, config, target, repeat, method):
+        return MeasureResult((times[config["unroll_k"]].pop(0),), None)
+
+    monkeypatch.setattr("kiln.tune.tuner.measure_candidate", fake)
+    monkeypatch.setattr("kiln.tune.confirm.measure_candidate", fake)
     small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
     out = tmp_path / "r.jsonl"
     result = tune([small], TARGET, out, trials=3, executor=SerialExecutor(), repeat=1,
                   confirm=1)
     records = load_records(out)
-    assert len(records) == 3 + result.confirmed
+    assert result.confirmed == 2 and len(records) == 5
+    assert [r.config["unroll_k"] for r in records[3:]] == [8, 2]
     (state,) = result.states
-    if state.best_config != small.default_config():  # a new best was measured again
-        assert result.confirmed >= 2
-        again = [r.best for r in records if r.config == state.best_config]
-        assert len(again) == 2 and state.best == min(again)  # median of two: the lower
+    assert state.best_config == {"unroll_k": 2} and state.best == 1.0
+    assert state.default_cost == 2.0
+
+
+def test_a_resumed_tune_copies_every_re_measurement(task, tmp_path):
+    """Records of a confirmed config come over whole: ranked by one record, the copy would
+    pick unroll_k=1 (1.9 s once) over the re-measured unroll_k=2 (3.0 then 1.0)."""
+    from kiln.tune.records import TuningRecord, append_records, best_records, cpu_fingerprint
+
+    small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
+    old, out, fp = tmp_path / "old.jsonl", tmp_path / "r.jsonl", cpu_fingerprint()
+    append_records(old, [TuningRecord(task.key, task.name, {"unroll_k": k}, (cost,), None,
+                                      TARGET, fp, "0", float(i))
+                         for i, (k, cost) in enumerate([(8, 2.0), (2, 3.0), (1, 1.9),
+                                                        (8, 2.0), (2, 1.0)])])
+    result = tune([small], TARGET, out, trials=1, resume=[old], executor=SerialExecutor(),
+                  repeat=1, confirm=0)
+    assert result.resumed == 5 and result.trials == 0
+    assert [r.to_json() for r in load_records(out)] == [r.to_json() for r in load_records(old)]
+    assert best_records(load_records(out), TARGET, fp)[task.key].config == {"unroll_k": 2}

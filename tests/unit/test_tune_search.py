@@ -11,7 +11,7 @@ from kiln.errors import KilnError
 
 pytest.importorskip("lightgbm", reason="the cost model needs lightgbm (pip install kiln[tune])")
 
-from kiln.tune.search import config_key
+from kiln.tune.records import config_key
 from kiln.tune.space import Knob, Task
 from kiln.tune.task_scheduler import TaskScheduler
 

@@ -16,15 +16,20 @@ re-measurement of finalists that racing methods (irace, successive halving) do.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import statistics
 import time
 from collections.abc import Mapping, Sequence
 
 from kiln import __version__
 from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
-from kiln.tune.records import TuningRecord, append_records, config_times, load_records
+from kiln.tune.records import (
+    TuningRecord,
+    append_records,
+    best_records,
+    config_key,
+    config_times,
+    load_records,
+)
 from kiln.tune.space import Task
 
 
@@ -76,18 +81,19 @@ def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: 
 
 
 def _unconfirmed(tasks, records, target, fingerprint, measure, rounds):
-    """``(task, best config)`` for the tasks whose best config by median is not the default
-    and has at most ``rounds`` records."""
+    """``(task, best config)`` for the tasks whose best config, as ``kiln compile`` picks it
+    (:func:`kiln.tune.records.best_records`), is not the default and has at most ``rounds``
+    records."""
     times = config_times(records, target, fingerprint, measure)
+    chosen = best_records(records, target, fingerprint, measure)
     todo = []
     for task in tasks:
-        configs = times.get(task.key)
-        if not configs:
+        best = chosen.get(task.key)
+        if best is None:
             continue
-        best = min(configs, key=lambda c: statistics.median(r.best for r in configs[c]))
-        default = json.dumps(task.default_config(), sort_keys=True)
-        if best != default and len(configs[best]) <= rounds:
-            todo.append((task, dict(configs[best][0].config)))
+        key = best.config_key()
+        if key != config_key(task.default_config()) and len(times[task.key][key]) <= rounds:
+            todo.append((task, dict(best.config)))
     return todo
 
 

@@ -47,6 +47,12 @@ LEGACY_MEASURE = "hot"
 RECORD_MEASURE = "flush"
 
 
+def config_key(config: Mapping[str, int | str]) -> str:
+    """A config as canonical JSON (knob names sorted): the identity of a candidate in the
+    records, the search and its resume set."""
+    return json.dumps(dict(config), sort_keys=True)
+
+
 @dataclass(frozen=True)
 class TuningRecord:
     """One measured candidate (see the module docstring for the fields)."""
@@ -68,8 +74,8 @@ class TuningRecord:
         return min(self.costs) if self.costs and self.error is None else float("inf")
 
     def config_key(self) -> str:
-        """The config as a canonical string (to find configs already measured)."""
-        return json.dumps(dict(self.config), sort_keys=True)
+        """The config as a canonical string (:func:`config_key`)."""
+        return config_key(self.config)
 
     def to_json(self) -> str:
         return json.dumps({"workload_key": self.workload_key, "kernel": self.kernel,

@@ -22,24 +22,18 @@ search runs next and refits the cost model.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.tune.records import config_key
 from kiln.tune.space import Config, Task
 
 #: ``(task, config) -> float64 vector``: e.g. ``features.knob_features`` or
 #: ``features.lowered_features(lower)``
 Featurize = Callable[[Task, Config], np.ndarray]
-
-
-def config_key(config: Config) -> str:
-    """A config as canonical JSON (knob names sorted; the records' key, ``json.dumps(...,
-    sort_keys=True)``): the identity of a candidate in the search and its resume set."""
-    return json.dumps(dict(config), sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ measure_batch → callbacks (log to file, progress) → update) and MetaSchedule
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import time
@@ -47,6 +46,7 @@ from kiln.tune.records import (
     TuningRecord,
     append_records,
     best_records,
+    config_key,
     config_times,
     cpu_fingerprint,
     load_records,
@@ -219,7 +219,7 @@ def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
         medians = {c: median_record(rs) for c, rs in configs.items()}
         best = chosen[state.task.key]
         state.best, state.best_config = best.best, dict(best.config)
-        default = medians.get(json.dumps(state.task.default_config(), sort_keys=True))
+        default = medians.get(config_key(state.task.default_config()))
         state.default_cost = default.best if default else float("inf")
 
 
@@ -253,15 +253,18 @@ def _resume(states: dict[str, TaskState], target: str, fp: dict, measure: str, o
         return r.target == target and dict(r.fingerprint) == fp and r.measure == measure
 
     mine = load_records(output) if os.path.exists(output) else []
-    seen = {(r.workload_key, r.config_key()) for r in mine if ours(r)}
+    # every record of a config the output lacks: its re-measurements (confirm_best) too, or
+    # best_records would rank the copy by one measurement again
+    have = {(r.workload_key, r.config_key()) for r in mine if ours(r)}
+    seen = {r.to_json() for r in mine}
     copied = []
     for path in resume:
         if os.path.exists(output) and os.path.samefile(path, output):
             continue
         for r in load_records(path):
-            if (r.workload_key in states and ours(r)
-                    and (r.workload_key, r.config_key()) not in seen):
-                seen.add((r.workload_key, r.config_key()))
+            if (r.workload_key in states and ours(r) and r.to_json() not in seen
+                    and (r.workload_key, r.config_key()) not in have):
+                seen.add(r.to_json())
                 copied.append(r)
     append_records(output, copied)
     history = []
