@@ -33,6 +33,7 @@ import traceback
 
 from kiln.cli_symbols import parse_dim
 from kiln.errors import KilnError
+from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
 
 EXIT_ERROR = 2
 #: ``kiln demo NAME`` → its module in kiln.demo
@@ -180,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply the best schedules of kiln tune's records (only those measured "
                         "for this exact target on a CPU with this machine's fingerprint); "
                         "prints how many kernels were tuned and why the others were not")
+    p.add_argument("--tuning-measure", default=RECORD_MEASURE, choices=MEASURE_METHODS,
+                   help="apply the records timed with this kiln tune --measure method "
+                        "(default: flush; records written before methods were recorded are "
+                        "hot)")
     p.add_argument("--emit-c-project", metavar="DIR",
                    help="write a ready C project (sources, runtime, main.c, Makefile honouring "
                         "CC=) to DIR; with --executor aot or --system-lib")
@@ -273,7 +278,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   dims=args.dims, quantize_weights=args.quantize_weights,
                   cross_compiler=args.cross_compiler,
                   cross_compiler_options=args.cross_compiler_options,
-                  tuning_records=args.tuning_records)
+                  tuning_records=args.tuning_records, tuning_measure=args.tuning_measure)
     return 0
 
 

@@ -20,6 +20,7 @@ from kiln.cli_symbols import (
     symbolic_inputs,
 )
 from kiln.errors import CompileError, KilnError
+from kiln.tune.records import RECORD_MEASURE
 
 
 def compile_model(model: str, output: str | None, target: str | None = None,
@@ -29,7 +30,8 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                   system_lib: bool = False, system_lib_prefix: str = "",
                   c_project: str | None = None, dims: list[DimSpec] | None = None,
                   quantize_weights: str | None = None, cross_compiler: str | None = None,
-                  cross_compiler_options: str = "", tuning_records: str | None = None) -> Path:
+                  cross_compiler_options: str = "", tuning_records: str | None = None,
+                  tuning_measure: str = RECORD_MEASURE) -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -74,6 +76,9 @@ def compile_model(model: str, output: str | None, target: str | None = None,
     tuning_records : str, optional
         ``--tuning-records``: ``kiln tune``'s records file; the summary line (kernels tuned,
         why the others fell back) goes to ``echo``.
+    tuning_measure : str
+        ``--tuning-measure``: apply only records timed with this method
+        (:data:`kiln.tune.records.MEASURE_METHODS`; default ``flush``).
 
     Returns
     -------
@@ -124,7 +129,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
     if tuning_records is not None:
         from kiln.tune.apply_history import ApplyHistoryBest
 
-        tuning = ApplyHistoryBest(tuning_records)
+        tuning = ApplyHistoryBest(tuning_records, measure=tuning_measure)
     start = time.perf_counter()
     with progress.stage(f"Importing {Path(model).name}"):
         proto = load_onnx(model)

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from kiln.errors import KilnError
+from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -37,6 +38,17 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a positive duration such as 90s, 10m or 1h, got {text!r}")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _non_negative_int(text: str) -> int:
+    """``--confirm``'s count: an integer ≥ 0 (argparse.ArgumentTypeError otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def add_parser(sub, parse_input_shape, positive_int) -> None:
@@ -78,11 +90,12 @@ def add_parser(sub, parse_input_shape, positive_int) -> None:
                         "'python -m kiln.tune.ray_executor' prints on a CPU like this one")
     p.add_argument("--repeat", type=positive_int, default=5,
                    help="timed repeats per candidate (default: 5)")
-    p.add_argument("--measure", default="flush", metavar="flush|hot",
+    p.add_argument("--measure", default=RECORD_MEASURE, choices=MEASURE_METHODS,
                    help="flush: caches evicted before every timed run, as inside the model "
-                        "(default); hot: back-to-back runs on warm data (records say which; "
-                        "kiln compile applies flush records only)")
-    p.add_argument("--confirm", type=int, default=2, metavar="N",
+                        "(default); hot: back-to-back runs on warm data; hot-prepared: hot "
+                        "with the arguments converted once (records say which; kiln compile "
+                        "--tuning-measure picks the method it applies)")
+    p.add_argument("--confirm", type=_non_negative_int, default=2, metavar="N",
                    help="after the search, measure each kernel's best config again next to "
                         "its default until it has N+1 records (ranked by median; default 2, "
                         "0: off)")

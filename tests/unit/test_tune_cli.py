@@ -91,7 +91,7 @@ def test_compile_refuses_records_of_another_cpu(model_path, tmp_path, capsys):
 
 def test_compile_says_records_timed_hot_fell_back(model_path, tmp_path, capsys):
     """Records of the old back-to-back timing are not compared with flushed ones: compile
-    applies none of them and says why."""
+    applies none of them and says why, unless told to apply hot records."""
     out = tmp_path / "r.jsonl"
     assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "2",
                      "--batch-size", "1", "--measure", "hot", "-o", str(out), "-q"]) == 0
@@ -101,6 +101,10 @@ def test_compile_says_records_timed_hot_fell_back(model_path, tmp_path, capsys):
                      str(out), "-o", str(tmp_path / "m.so"), "-q"]) == 0
     assert ("tuning records: 0 of 2 kernels tuned; 2 fell back to default (2 other measure)"
             in capsys.readouterr().out)
+    assert cli.main(["compile", str(model_path), "--target", TARGET, "--tuning-records",
+                     str(out), "--tuning-measure", "hot", "-o", str(tmp_path / "h.so"),
+                     "-q"]) == 0
+    assert "tuning records: 2 of 2 kernels tuned" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -108,7 +112,6 @@ def test_compile_says_records_timed_hot_fell_back(model_path, tmp_path, capsys):
     (["--trials", "2", "--target", "llvm -mcpu=portable"], "multi-level target"),
     (["--trials", "2", "--target", "jit"], "cannot tune for target 'jit'"),
     (["--trials", "2", "--search", "annealing"], "--search must be one of model, random"),
-    (["--trials", "2", "--measure", "warm"], "--measure must be one of flush, hot"),
 ])
 def test_tune_errors_exit_2(model_path, tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -118,7 +121,9 @@ def test_tune_errors_exit_2(model_path, tmp_path, capsys, argv, message):
 
 
 @pytest.mark.parametrize("argv", [[], ["--trials", "0"], ["--time-budget", "soon"],
-                                  ["--trials", "2", "--time-budget", "1m"]])
+                                  ["--trials", "2", "--time-budget", "1m"],
+                                  ["--trials", "2", "--measure", "warm"],
+                                  ["--trials", "2", "--confirm", "-1"]])
 def test_tune_usage_errors_exit_2(model_path, tmp_path, argv):
     with pytest.raises(SystemExit) as err:
         cli.main(["tune", str(model_path), "-o", str(tmp_path / "r.jsonl"), *argv])

@@ -31,7 +31,7 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.target import Target
 from kiln.tune.cache_flush import CacheFlusher
-from kiln.tune.records import RECORD_MEASURE
+from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
 from kiln.tune.space import Config
 from kiln.tune.tasks import KernelPayload, lower_candidate
 
@@ -42,11 +42,6 @@ MIN_REPEAT_S = 1e-3
 #: float tolerance against the default config's output: blocked and unrolled reductions add
 #: in another order (relative to the output's largest magnitude)
 FLOAT_RTOL = 1e-4
-#: how a candidate is timed (records carry it; times of different methods are never compared):
-#: ``flush`` (L1/L2 evicted before every run, :mod:`kiln.tune.cache_flush`: predicts the
-#: kernel's time inside the model), ``hot`` (back-to-back runs on warm arrays: the first
-#: method), ``hot-prepared`` (as ``hot`` with the arguments converted once)
-MEASURE_METHODS = ("flush", "hot", "hot-prepared")
 #: the method ``kiln tune`` uses unless told otherwise (and the one ``kiln compile`` applies)
 DEFAULT_MEASURE = RECORD_MEASURE
 #: the most flushed runs in one timed repeat (each flush costs a write of twice the L2)

@@ -40,6 +40,12 @@ from kiln.errors import KilnError
 #: field names a record line must have
 FIELDS = ("workload_key", "kernel", "config", "costs", "error", "target", "fingerprint",
           "kiln_version", "timestamp")
+#: how a candidate is timed (records carry it; times of different methods are never compared):
+#: ``flush`` (L1/L2 evicted before every run, :mod:`kiln.tune.cache_flush`: predicts the
+#: kernel's time inside the model), ``hot`` (back-to-back runs on warm arrays: the first
+#: method), ``hot-prepared`` (as ``hot`` with the arguments converted once);
+#: kiln.tune.measure times them (here so that the CLI and reading records need no builder)
+MEASURE_METHODS = ("flush", "hot", "hot-prepared")
 #: the measuring method of the records written before lines had a ``measure`` field
 LEGACY_MEASURE = "hot"
 #: the method a record made in code has unless told (kiln.tune.measure.DEFAULT_MEASURE; kept
