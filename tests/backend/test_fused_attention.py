@@ -91,10 +91,11 @@ def test_attention_chain_becomes_one_kernel():
     with Target("llvm"):
         names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
     assert names == ["fused_transpose", "fused_nn_attention"], names
-    mod, params = from_onnx(_attention_model(1, "s", "s"))  # symbolic keys: separate kernels
-    with Target("llvm"):
-        names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
-    assert "fused_nn_attention" not in names, names
+    for s, t in (("s", "s"), (4, 4097)):  # symbolic keys, or row buffers past MAX_KEYS:
+        mod, params = from_onnx(_attention_model(1, s, t))  # separate kernels
+        with Target("llvm"):
+            names = [c.name for c in primitive_calls(optimize(mod["main"], params))]
+        assert "fused_nn_attention" not in names, names
 
 
 def test_attention_kernel_keeps_one_block_of_rows(any_length):

@@ -29,8 +29,10 @@ name = "FuseAttention"
 #: fused kernel computes blocks of four query rows (each loaded key and value row serves the
 #: block) with a shorter exp; measured against the separate kernels (1 thread, 12 heads of 32,
 #: thread CPU time, docs/decisions/025): 0.67-0.85 of their time from 16 to 384 keys. (One
-#: query row at a time it was slower past 64 keys: 128 keys 708 vs 640 us.)
-MAX_KEYS: int | None = None
+#: query row at a time it was slower past 64 keys: 128 keys 708 vs 640 us.) The bound keeps
+#: the block's row buffers, on the stack of each thread (a few of 4 rows x keys x 4 bytes),
+#: under a few hundred KiB: past it the separate kernels run.
+MAX_KEYS: int | None = 4096
 #: whether a symbolic key count (the VM) is fused too: its row buffers are not static (the
 #: kernel allocates them per block of rows), measured slower than the separate kernels on the
 #: VM (128 tokens: 1.56 vs 1.24 ms; 32: 177 vs 160 us)
