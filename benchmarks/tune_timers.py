@@ -56,17 +56,17 @@ def pick_configs(task, n: int, rng: random.Random) -> list[dict]:
 
 def in_model_times(executors, passes: int) -> list[dict[str, list[float]]]:
     """Per variant: kernel name → thread-CPU seconds of each of its calls, the model run
-    node by node (``passes`` interleaved passes per variant)."""
-    out: list[dict[str, list[float]]] = [{} for _ in executors]
-    for _ in range(passes):
-        for times, ex in zip(out, executors):
-            ex._run_prologue()
-            for nid, op in zip(ex._op_nids, ex._op_execs):
-                t0 = time.thread_time()
-                op()
-                dt = time.thread_time() - t0
-                times.setdefault(ex.graph.nodes[nid].func_name, []).append(dt)
-            ex._run_epilogue()
+    node by node (``passes`` interleaved passes per variant; calls in pass order, node by
+    node within a pass: :func:`tune_per_kernel.node_times` grouped by kernel name)."""
+    from tune_per_kernel import node_times
+
+    out: list[dict[str, list[float]]] = []
+    for ex, by_node in zip(executors, node_times(executors, passes)):
+        times: dict[str, list[float]] = {}
+        for p in range(passes):
+            for nid in ex._op_nids:
+                times.setdefault(ex.graph.nodes[nid].func_name, []).append(by_node[nid][p])
+        out.append(times)
     return out
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 from collections.abc import Callable
@@ -11,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from kiln.models.fetch import file_lock
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +53,7 @@ def build_once(tmp_path_factory) -> Callable[[str, Callable[[Path], object]], Pa
 
     def get(name: str, build: Callable[[Path], object]) -> Path:
         folder, done = root / name, root / f".{name}.done"
-        with _locked(root / f".{name}.lock"):
+        with file_lock(root / f".{name}.lock"):
             if not done.exists():
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir(mode=0o700)
@@ -62,18 +62,6 @@ def build_once(tmp_path_factory) -> Callable[[str, Callable[[Path], object]], Pa
         return folder
 
     return get
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive advisory lock on ``path`` (created if missing) while the block runs."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 @pytest.fixture(scope="session")

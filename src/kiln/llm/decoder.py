@@ -117,7 +117,7 @@ def compiled_decoder_path(model_path: Path, target: str,
     KilnError
         If the model cannot be imported or compiled.
     """
-    from kiln.models.fetch import _locked
+    from kiln.models.fetch import file_lock
     from kiln.runtime.private_dir import private_dir, user_cache_dir
 
     key = hashlib.sha256(":".join([_file_digest(model_path), target, str(quantize_weights),
@@ -126,7 +126,7 @@ def compiled_decoder_path(model_path: Path, target: str,
     path = root / f"{model_path.stem}-{key}.so"
     if path.exists():
         return path
-    with _locked(root / f".{key}.lock"):
+    with file_lock(root / f".{key}.lock"):
         if not path.exists():
             _compile(model_path, target, quantize_weights, path)
     return path

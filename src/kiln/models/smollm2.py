@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kiln.models.fetch import WHEEL_FILES, _locked, _write_atomic, cache_dir, wheel_file_path
+from kiln.models.fetch import WHEEL_FILES, _write_atomic, cache_dir, file_lock, wheel_file_path
 
 #: bump when the ONNX graph the converter writes changes
 CONVERTER_VERSION = 1
@@ -43,7 +43,7 @@ def smollm2() -> Path:
     if path.exists():
         return path
     gguf = smollm2_gguf_path()
-    with _locked(root / ".smollm2-onnx.lock"):
+    with file_lock(root / ".smollm2-onnx.lock"):
         if not path.exists():
             cfg, weights = read_llama(gguf)
             model = llama_onnx(cfg, weights, "smollm2_135m_instruct")
