@@ -187,6 +187,10 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
     return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
 
 
+#: the stage name of the tap-pair form (its schedule unrolls the pair axis, kiln/schedules)
+TAP_PAIRS_STAGE = "qnn_depthwise_conv2d_NCHWc_pairs"
+
+
 @register_compute("qnn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
     """``Σ_taps (x_pad - zx) · w`` per channel lane, ``x_pad`` padded with ``zx``; int8
@@ -236,8 +240,7 @@ def _depthwise_tap_pairs(padded, weight, attrs, out_type):
                                   L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))),
                       [rp])
 
-    return te.compute(out_type.shape, body, name="qnn_depthwise_conv2d_NCHWc",
-                      tag="depthwise_conv2d_NCHWc")
+    return te.compute(out_type.shape, body, name=TAP_PAIRS_STAGE, tag="depthwise_conv2d_NCHWc")
 
 
 @register_compute("qnn.dense")

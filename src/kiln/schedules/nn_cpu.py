@@ -16,6 +16,7 @@ import numpy as np
 from kiln.ir import arith
 from kiln.ir.lower import Schedule
 from kiln.ir.te import IterVar, Tensor
+from kiln.ops.integer import TAP_PAIRS_STAGE
 from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.target import Target
@@ -410,7 +411,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    pairs = len(conv.body.axes) == 1  # the int8 kernel's tap pairs (kiln/ops/integer.py)
+    pairs = conv.name == TAP_PAIRS_STAGE  # the int8 kernel's tap pairs (kiln/ops/integer.py)
     if pairs:
         sch[conv].unroll(conv.body.axes[0])
         taps *= 2
