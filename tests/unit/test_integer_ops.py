@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.ir import loop as L
+from kiln.ir import loop_int8
 from kiln.ir.ops.integer import (
     compensation,
     pack_quads,
@@ -37,8 +37,8 @@ def test_dot_u8i8x4_value():
         a, b = (int(v) for v in RNG.integers(-2**31, 2**31, 2))
         ua = np.array([a], np.int32).view(np.uint8).astype(np.int64)
         sb = np.array([b], np.int32).view(np.int8).astype(np.int64)
-        assert L.dot_u8i8x4_value(a, b) == int(ua @ sb)
-    assert L.dot_u8i8x4_value(-1, 0x80808080 - 2**32) == 4 * 255 * -128
+        assert loop_int8.dot_u8i8x4_value(a, b) == int(ua @ sb)
+    assert loop_int8.dot_u8i8x4_value(-1, 0x80808080 - 2**32) == 4 * 255 * -128
 
 
 @pytest.mark.parametrize("kernel", [(3, 3), (2, 2), (1, 1), (5, 5)])
@@ -60,9 +60,9 @@ def test_tap_pairs_round_trip_and_halves(kernel):
 def test_dot_i16x2_value():
     for _ in range(200):
         a0, a1, b0, b1 = (int(v) for v in RNG.integers(-2**15, 2**15, 4))
-        assert L.dot_i16x2_value(a0, a1, b0, b1) == a0 * b0 + a1 * b1
+        assert loop_int8.dot_i16x2_value(a0, a1, b0, b1) == a0 * b0 + a1 * b1
     # the one sum past int32 wraps, as vpmaddwd's does
-    assert L.dot_i16x2_value(-2**15, -2**15, -2**15, -2**15) == -2**31
+    assert loop_int8.dot_i16x2_value(-2**15, -2**15, -2**15, -2**15) == -2**31
 
 
 def test_compensation_is_zero_point_times_weight_sum():

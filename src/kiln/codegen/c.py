@@ -27,6 +27,7 @@ import re
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.ir import loop_int8
 from kiln.ir.loop_index import merge_split_indices
 
 C_TYPES = {
@@ -466,13 +467,13 @@ class _FuncWriter:
             (v,) = e.args
             return (f"({{ union {{ {c_type(v.dtype)} a; {c_type(e.dtype)} b; }} kiln_u; "
                     f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
-        if e.name == L.DOT_U8I8X4:
+        if e.name == loop_int8.DOT_U8I8X4:
             return f"kiln_dot_u8i8x4({self.expr(e.args[0])}, {self.expr(e.args[1])})"
-        if e.name == L.LOAD_U8X4:  # memcpy: unaligned, no aliasing issue
+        if e.name == loop_int8.LOAD_U8X4:  # memcpy: unaligned, no aliasing issue
             (load,) = e.args
             return (f"({{ int32_t kiln_w; __builtin_memcpy(&kiln_w, "
                     f"&{self.access(load.buffer, load.indices)}, 4); kiln_w; }})")
-        if e.name == L.DOT_I16X2:
+        if e.name == loop_int8.DOT_I16X2:
             return f"kiln_dot_i16x2({', '.join(self.expr(a) for a in e.args)})"
         table = _F64_INTRINSICS if e.dtype == "float64" else _F32_INTRINSICS
         if e.name not in table or not L.is_float(e.dtype):

@@ -38,6 +38,7 @@ from kiln.codegen.llvm_ir import (
 )
 from kiln.errors import CompileError
 from kiln.ir import loop as L
+from kiln.ir import loop_int8
 from kiln.ir import loop_speculation as speculation
 from kiln.ir.loop_index import merge_split_indices
 
@@ -314,14 +315,14 @@ class ExprCodegen:
             return self.address(fr, load.buffer, load.indices)
         if e.name == "reinterpret":
             return fr.builder.bitcast(self.expr(fr, e.args[0]), value_type(e.dtype))
-        if e.name == L.DOT_U8I8X4:
+        if e.name == loop_int8.DOT_U8I8X4:
             return dot_u8i8x4_generic(fr.builder, self.expr(fr, e.args[0]),
                                       self.expr(fr, e.args[1]))
-        if e.name == L.LOAD_U8X4:
+        if e.name == loop_int8.LOAD_U8X4:
             (load,) = e.args
             return fr.builder.load(self.address(fr, load.buffer, load.indices),
                                    typ=ir.IntType(32), align=1)
-        if e.name == L.DOT_I16X2:
+        if e.name == loop_int8.DOT_I16X2:
             return dot_i16x2_generic(fr.builder, *(self.expr(fr, a) for a in e.args))
         if not L.is_float(e.dtype) or e.name not in L.INTRINSICS:
             raise CompileError(f"LLVM codegen: intrinsic {e.name} on {e.dtype} is not "
@@ -415,7 +416,7 @@ class ExprCodegen:
 
 
 def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """:func:`kiln.ir.loop.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
+    """:func:`kiln.ir.loop_int8.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
     byte ``j``, ``(x >> 8j) & 255`` times ``(y << (24 - 8j)) >>s 24``, summed."""
     def splat(v: int) -> ir.Constant:
         if isinstance(x.type, ir.VectorType):
@@ -433,7 +434,7 @@ def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 def dot_i16x2_generic(b: ir.IRBuilder, a0: ir.Value, a1: ir.Value, b0: ir.Value,
                       b1: ir.Value) -> ir.Value:
-    """:func:`kiln.ir.loop.dot_i16x2` on int16 scalars or vectors with plain integer IR: the
+    """:func:`kiln.ir.loop_int8.dot_i16x2` on int16 scalars or vectors with plain integer IR: the
     four sign-extended to int32, ``a0 · b0 + a1 · b1`` (LLVM's x86 backend may match
     ``vpmaddwd`` itself)."""
     wide = ir.IntType(32)

@@ -36,6 +36,7 @@ from kiln.codegen.llvm_expr import (
 )
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
 from kiln.ir import loop as L
+from kiln.ir import loop_int8
 
 #: Float binary operators that have a lane-wise vector form here.
 _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
@@ -153,13 +154,13 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
     if isinstance(e, L.Call) and e.name == "reinterpret":
         return (_lane_value(e, bits) and _lane_value(e.args[0], bits)
                 and _lane_wise(e.args[0], lanes, bits))
-    if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+    if isinstance(e, L.Call) and e.name == loop_int8.DOT_U8I8X4:
         return bits == 32 and all(_lane_wise(a, lanes, bits) for a in e.args)
-    if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:  # words 4 bytes apart: contiguous
+    if isinstance(e, L.Call) and e.name == loop_int8.LOAD_U8X4:  # words 4 bytes apart: contiguous
         (load,) = e.args
         return bits == 32 and flat_coefficient(load.buffer, load.indices, lanes.var) == 4 and \
             not any(_uses(i, lanes.vars - {lanes.var}) for i in load.indices)
-    if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
+    if isinstance(e, L.Call) and e.name == loop_int8.DOT_I16X2:
         return bits == 32 and all(_narrow_lane_wise(a, lanes) for a in e.args)
     if isinstance(e, L.Call):
         return (e.name in _LLVM_INTRINSICS and L.is_float(e.dtype)
@@ -345,14 +346,14 @@ class VectorLoopCodegen:
         if isinstance(e, L.Call) and e.name == "reinterpret":
             x = self.vexpr(fr, e.args[0], lanes, width)
             return b.bitcast(x, ir.VectorType(value_type(e.dtype), width))
-        if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+        if isinstance(e, L.Call) and e.name == loop_int8.DOT_U8I8X4:
             x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args)
             return self._dot_u8i8x4(fr, None, x, y)
-        if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:
+        if isinstance(e, L.Call) and e.name == loop_int8.LOAD_U8X4:
             (load,) = e.args
             return b.load(self.address(fr, load.buffer, load.indices),
                           typ=ir.VectorType(ir.IntType(32), width), align=1)
-        if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
+        if isinstance(e, L.Call) and e.name == loop_int8.DOT_I16X2:
             return self._dot_i16x2(fr, e, lanes, width)
         if isinstance(e, L.Call):
             args = [self._splat(fr, self.vexpr(fr, a, lanes, width), width) for a in e.args]
@@ -369,7 +370,7 @@ class VectorLoopCodegen:
         if e.op != "+" or not (kind.startswith("vnni") or kind in ("i8mm", "dotprod")):
             return None
         for dot, acc in ((e.b, e.a), (e.a, e.b)):
-            if isinstance(dot, L.Call) and dot.name == L.DOT_U8I8X4 and _uses(dot, lanes.vars):
+            if isinstance(dot, L.Call) and dot.name == loop_int8.DOT_U8I8X4 and _uses(dot, lanes.vars):
                 x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
                         for a in dot.args)
                 if width * 32 not in ((256, 512) if kind.startswith("vnni") else

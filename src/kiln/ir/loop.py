@@ -15,9 +15,8 @@ Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, 
 nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, the
 trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
 dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
-:func:`reinterpret`), ``dot_u8i8x4`` (a 4-byte integer dot product, x86 VNNI's ``vpdpbusd``
-lane: :func:`dot_u8i8x4`), ``dot_i16x2`` (a pair of int16 products summed in int32, a
-``vpmaddwd`` lane: :func:`dot_i16x2`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+:func:`reinterpret`), the int8 kernels' ``dot_u8i8x4``, ``load_u8x4`` and
+``dot_i16x2`` (:mod:`kiln.ir.loop_int8`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations
@@ -260,63 +259,6 @@ def call(name: str, *args: PrimExpr) -> PrimExpr:
 def reinterpret(value: PrimExpr, dtype: str) -> PrimExpr:
     """The bits of ``value`` read as ``dtype`` (same width; C: a union, LLVM: bitcast)."""
     return Call("reinterpret", [value], dtype)
-
-
-#: the 4-byte dot product intrinsic (:func:`dot_u8i8x4`)
-DOT_U8I8X4 = "dot_u8i8x4"
-
-
-def dot_u8i8x4(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """int32 ``Σ_{j<4} ubyte_j(a) · sbyte_j(b)``: the four bytes of int32 ``a`` read as
-    unsigned and of int32 ``b`` as signed (byte ``j`` = bits ``8j .. 8j+7``), multiplied in
-    pairs and summed exactly (at most 4 · 255 · 128 in magnitude). One lane of x86 VNNI's
-    ``vpdpbusd`` without its accumulator (Intel intrinsics guide, ``_mm512_dpbusd_epi32``);
-    emulated exactly elsewhere (AVX2: two ``vpmaddwd`` on the even and odd bytes widened to 16
-    bits)."""
-    assert a.dtype == b.dtype == "int32", f"dot_u8i8x4 of {a.dtype}, {b.dtype}"
-    return Call(DOT_U8I8X4, [a, b], "int32")
-
-
-def dot_u8i8x4_value(a: int, b: int) -> int:
-    """:func:`dot_u8i8x4` on Python ints (the interpreter's and the tests' definition)."""
-    ua = [(a >> (8 * j)) & 255 for j in range(4)]
-    sb = [((b >> (8 * j)) & 255) - (256 if (b >> (8 * j)) & 128 else 0) for j in range(4)]
-    return sum(x * y for x, y in zip(ua, sb))
-
-
-#: four bytes read as one int32 (:func:`load_u8x4`)
-LOAD_U8X4 = "load_u8x4"
-
-
-def load_u8x4(load: PrimExpr) -> PrimExpr:
-    """int32 of the four bytes of an 8-bit buffer from ``load``'s element on (that element
-    in bits 0..7, the next in 8..15, ...: little-endian, as every target Kiln builds for). The
-    caller keeps the four in bounds. One unaligned 32-bit load (C: ``memcpy``); how the int8
-    kernels pack four activation bytes into a ``dot_u8i8x4`` word (docs/decisions/021)."""
-    assert hasattr(load, "indices") and load.dtype in ("int8", "uint8"), \
-        f"load_u8x4 of {load!r}"  # a BufferLoad (a te TensorLoad before lowering)
-    return Call(LOAD_U8X4, [load], "int32")
-
-
-#: the int16 pair dot product intrinsic (:func:`dot_i16x2`)
-DOT_I16X2 = "dot_i16x2"
-
-
-def dot_i16x2(a0: PrimExpr, a1: PrimExpr, b0: PrimExpr, b1: PrimExpr) -> PrimExpr:
-    """int32 ``a0 · b0 + a1 · b1`` of four int16 values (products and sum in int32, wrapping
-    like the instruction: only ``a0 = a1 = b0 = b1 = -32768`` leaves int32). One lane of x86's
-    ``vpmaddwd`` when the pairs ``(a0, a1)`` and ``(b0, b1)`` are interleaved (Intel intrinsics
-    guide, ``_mm256_madd_epi16``); plain multiply-adds elsewhere. The int8 depthwise kernel
-    pairs two taps of one channel with it (docs/decisions/021)."""
-    assert all(x.dtype == "int16" for x in (a0, a1, b0, b1)), \
-        f"dot_i16x2 of {[x.dtype for x in (a0, a1, b0, b1)]}"
-    return Call(DOT_I16X2, [a0, a1, b0, b1], "int32")
-
-
-def dot_i16x2_value(a0: int, a1: int, b0: int, b1: int) -> int:
-    """:func:`dot_i16x2` on Python ints (the interpreter's and the tests' definition)."""
-    total = (a0 * b0 + a1 * b1) & 0xFFFFFFFF
-    return total - (1 << 32) if total & 0x80000000 else total
 
 
 ADDRESS_OF, EXTERN = "address_of", "extern."  # :func:`address_of`, :func:`call_extern`

@@ -13,6 +13,7 @@ import operator
 import numpy as np
 
 from kiln.ir import loop as L
+from kiln.ir import loop_int8
 
 _ARITH = {
     "+": operator.add, "-": operator.sub, "*": operator.mul,
@@ -100,17 +101,17 @@ class _Interp:
         if isinstance(e, L.Call) and e.name == "reinterpret":
             value = np.array(self.expr(e.args[0], env), dtype=e.args[0].dtype)
             return value.view(e.dtype)[()]
-        if isinstance(e, L.Call) and e.name == L.DOT_U8I8X4:
+        if isinstance(e, L.Call) and e.name == loop_int8.DOT_U8I8X4:
             a, b = (int(self.expr(x, env)) for x in e.args)
-            return np.int32(L.dot_u8i8x4_value(a, b))
-        if isinstance(e, L.Call) and e.name == L.LOAD_U8X4:
+            return np.int32(loop_int8.dot_u8i8x4_value(a, b))
+        if isinstance(e, L.Call) and e.name == loop_int8.LOAD_U8X4:
             (load,) = e.args
             arr = self.mem[id(load.buffer)]
             idx = tuple(int(self.expr(i, env)) for i in load.indices)
             flat = int(np.ravel_multi_index(idx, arr.shape))
             return arr.reshape(-1)[flat:flat + 4].view(np.int32)[0]
-        if isinstance(e, L.Call) and e.name == L.DOT_I16X2:
-            return np.int32(L.dot_i16x2_value(*(int(self.expr(x, env)) for x in e.args)))
+        if isinstance(e, L.Call) and e.name == loop_int8.DOT_I16X2:
+            return np.int32(loop_int8.dot_i16x2_value(*(int(self.expr(x, env)) for x in e.args)))
         if isinstance(e, L.Call) and e.name.startswith(L.EXTERN):
             return np.int32(1)  # support code is not run here: the caller's loops are
         if isinstance(e, L.Call):

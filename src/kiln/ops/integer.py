@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir import loop as L
-from kiln.ir import te
+from kiln.ir import loop_int8, te
 from kiln.ir.op_registry import register_compute
 from kiln.ops.nn import pad_hw
 
@@ -115,7 +115,7 @@ def _word_of(data: te.Tensor, index: tuple, materialized: bool = False) -> L.Pri
         *head, last = index
         return _unsigned_word([data[(*head, last + j)] for j in range(4)])
     load = data[index]
-    word = L.load_u8x4(load)
+    word = loop_int8.load_u8x4(load)
     if load.dtype == "int8":
         word = L.Binary("^", word, L.const(np.int32(np.uint32(0x80808080)), "int32"))
     return word
@@ -152,7 +152,7 @@ def _conv2d_quads(data, weight, attrs, out_type):
 
     def body(n, o, y, x, b):
         a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
-        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
+        return te.sum(loop_int8.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
                       [rc, ry, rx, rq])
 
     acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
@@ -181,7 +181,7 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
 
     def body(n, o, y, x, b):
         a = words[n, rc.var, y * sh + ry.var, x * sw + rq.var * 4 + ri.var]
-        return te.sum(L.dot_u8i8x4(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]),
+        return te.sum(loop_int8.dot_u8i8x4(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]),
                       [rc, ry, rq, ri])
 
     return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
@@ -235,7 +235,7 @@ def _depthwise_tap_pairs(padded, weight, attrs, out_type):
 
         t0 = rp.var * 2
         word = weight[c, zero, rp.var, zero, zero, b]
-        return te.sum(L.dot_i16x2(tap(t0), tap(L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))),
+        return te.sum(loop_int8.dot_i16x2(tap(t0), tap(L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))),
                                   L.Cast("int16", word),
                                   L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))),
                       [rp])
@@ -265,7 +265,7 @@ def dense_pack(inputs, attrs, out_type):
                            name="qnn_quads", tag="qnn_quads")
         k = te.reduce_axis(words, "k")
         acc = te.compute(out_type.shape, lambda i, j: te.sum(
-            L.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
+            loop_int8.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
             name="qnn_dense_pack", tag="dense_pack")
     else:
         k = te.reduce_axis(data.shape[1], "k")
