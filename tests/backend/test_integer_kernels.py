@@ -150,3 +150,78 @@ def test_vnni_dense_uses_vpdpbusd(cpu, register, rows):
                   if m.type_key == "llvm")
     assert _ops(asm) & {"vpdpbusd", "vpmaddwd", "vpmaddubsw"} == {"vpdpbusd"}, _ops(asm)
     assert set(re.findall(r"vpdpbusd\s+[^\n]*%(zmm|ymm|xmm)", asm)) == {register}
+
+
+def _dense_func(x: np.ndarray, w: np.ndarray, zx: int) -> Function:
+    xv = Var("x", TensorType(x.shape, str(x.dtype)))
+    return Function([xv], [Call("qnn.dense", [xv, Constant(w)], {"input_zero_point": zx})])
+
+
+def _dense_reference(x: np.ndarray, w: np.ndarray, zx: int) -> np.ndarray:
+    return (x.astype(np.int64) - zx) @ w.astype(np.int64).T
+
+
+@pytest.mark.parametrize("cpu,pairs", [("haswell", True), ("znver3", True),
+                                       ("icelake-server", False), ("alderlake", False),
+                                       ("skylake-avx512", False)])
+def test_dense_pairs_form_on_avx2_without_vnni(cpu, pairs):
+    """The int8 dense takes int16 activation pairs on AVX2 without VNNI only; ``vpdpbusd``
+    (and AVX-512BW, not measured) keep the quads; ``c`` and generic LLVM too."""
+    from kiln.ops.integer import dense_pairs_form
+
+    with Target(f"llvm -mcpu={cpu}"):
+        assert dense_pairs_form() is pairs
+    for other in ("c", "llvm"):
+        with Target(other):
+            assert not dense_pairs_form()
+
+
+@pytest.mark.parametrize("dtype,zx,rows,k,n,extreme", [
+    ("uint8", 131, 7, 64, 40, True),      # a row tail, a padded column block, 0/255 × -128/127
+    ("int8", -2, 3, 200, 16, False),
+    ("uint8", 0, 16, 384, 48, False),
+])
+def test_dense_pairs_exact(dtype, zx, rows, k, n, extreme, target, monkeypatch):
+    """The pair form (:func:`kiln.ops.integer._dense_pairs`) forced on ``c`` and generic
+    ``llvm`` (its plain-integer lowering): equal to numpy's int64 product."""
+    from kiln.ops import integer
+
+    monkeypatch.setattr(integer, "dense_pairs_form", lambda: True)
+    x = _data((rows, k), dtype, extreme)
+    w = _weight((n, k), extreme)
+    func = _dense_func(x, w, zx)
+    if target == "c":  # the pair form's products called, the quads' only defined (prelude)
+        source = kiln.build(func, target="c").get_lib().get_source()
+        assert source.count("kiln_dot_i16x2(") > 1 and source.count("kiln_dot_u8i8x4(") == 1
+    np.testing.assert_array_equal(_run(func, x, target), _dense_reference(x, w, zx))
+
+
+@pytest.mark.skipif("avx2" not in cpu_flags(), reason="the CPU has no AVX2")
+@pytest.mark.parametrize("dtype,zx,rows,extreme", [("uint8", 255, 13, True),
+                                                   ("int8", 3, 128, True),
+                                                   ("uint8", 7, 32, False)])
+def test_dense_pairs_avx2_exact(dtype, zx, rows, extreme):
+    """On this CPU's AVX2 (unless it has VNNI): ``vpmaddwd`` on the broadcast pair words and
+    the weight vectors' even / odd bytes, exact with extreme operands (where ``vpmaddubsw``
+    would saturate)."""
+    from kiln.ops.integer import dense_pairs_form
+
+    target = "llvm -mcpu=native"
+    with Target(target):
+        if not dense_pairs_form():
+            pytest.skip("the CPU has an 8-bit dot product: the quad form")
+    x = _data((rows, 256), dtype, extreme)
+    w = _weight((64, 256), extreme)
+    np.testing.assert_array_equal(_run(_dense_func(x, w, zx), x, target),
+                                  _dense_reference(x, w, zx))
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+def test_avx2_dense_uses_pmaddwd():
+    """Haswell: the int8 dense's products are ``vpmaddwd`` only (no ``vpmaddubsw``)."""
+    x = _data((32, 256), "uint8", False)
+    lib = kiln.build(_dense_func(x, _weight((64, 256), False), 1),
+                     target="llvm -mcpu=haswell").get_lib()
+    asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
+                  if m.type_key == "llvm")
+    assert _ops(asm) == {"vpmaddwd"}, _ops(asm)

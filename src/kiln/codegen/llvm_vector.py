@@ -179,6 +179,8 @@ def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
                 and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
     if isinstance(e, L.Cast) and e.dtype == "int16" and e.value.dtype == "int32":
         return _lane_wise(e.value, lanes, 32)  # a half of a 32-bit word
+    if isinstance(e, L.Cast) and e.dtype == "int8" and e.value.dtype == "int32":
+        return _lane_wise(e.value, lanes, 32)  # a byte of a 32-bit word
     if isinstance(e, L.Cast):
         return e.dtype == "int16" and e.value.dtype in ("int8", "uint8", "int16") and \
             _narrow_lane_wise(e.value, lanes)
@@ -201,6 +203,27 @@ def _word_halves(lo: L.PrimExpr, hi: L.PrimExpr) -> L.PrimExpr | None:
             shift.b.value == 16 and repr(shift.a) == repr(lo.value):
         return lo.value
     return None
+
+
+def _word_bytes(lo: L.PrimExpr, hi: L.PrimExpr) -> tuple[L.PrimExpr, int] | None:
+    """``(W, s)`` when ``lo = int16(int8(W >> s))`` and ``hi = int16(int8(W >> (s + 16)))``
+    of one int32 expression, ``s`` 0 or 8 (``W >> 0`` written ``W``): bytes ``s / 8`` and
+    ``s / 8 + 2`` of each word sign-extended, which are the word's 16-bit halves shifted
+    (the int8 dense's quad weights on AVX2, :func:`kiln.ops.integer._dense_pairs`); None
+    otherwise."""
+    def byte(e: L.PrimExpr) -> tuple[L.PrimExpr, int] | None:
+        if not (isinstance(e, L.Cast) and e.dtype == "int16" and isinstance(e.value, L.Cast)
+                and e.value.dtype == "int8" and e.value.value.dtype == "int32"):
+            return None
+        v = e.value.value
+        if isinstance(v, L.Binary) and v.op == ">>" and isinstance(v.b, L.IntImm):
+            return v.a, v.b.value
+        return v, 0
+    a, c = byte(lo), byte(hi)
+    if a is None or c is None or a[1] not in (0, 8) or c[1] != a[1] + 16 or \
+            repr(a[0]) != repr(c[0]):
+        return None
+    return a
 
 
 def _narrow_offset(e: L.PrimExpr) -> tuple[L.PrimExpr | None, int]:
@@ -457,6 +480,13 @@ class VectorLoopCodegen:
         if word is not None:  # already (lo, hi) pairs, little-endian
             v = self._splat(fr, self.vexpr(fr, word, lanes, width), width)
             return b.bitcast(v, ir.VectorType(ir.IntType(16), 2 * width))
+        bytes_of = _word_bytes(x0, x1)
+        if bytes_of is not None:  # bytes (0, 2) or (1, 3) of each word, sign-extended
+            word, shift = bytes_of
+            v = b.bitcast(self._splat(fr, self.vexpr(fr, word, lanes, width), width),
+                          ir.VectorType(ir.IntType(16), 2 * width))
+            eight = ir.Constant(v.type, [8] * (2 * width))
+            return b.ashr(v if shift else b.shl(v, eight), eight)
         (n0, k0), (n1, k1) = _narrow_offset(x0), _narrow_offset(x1)
         if n0 is not None and n1 is not None and n0.dtype == n1.dtype and k0 == k1:
             v0, v1 = (self._splat(fr, self.vexpr(fr, n, lanes, width), width) for n in (n0, n1))

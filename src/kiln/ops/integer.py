@@ -28,6 +28,7 @@ from kiln.ir import loop as L
 from kiln.ir import loop_int8, te
 from kiln.ir.op_registry import register_compute
 from kiln.ops.nn import pad_hw
+from kiln.target import Target
 
 
 def unsigned(x: L.PrimExpr) -> L.PrimExpr:
@@ -256,10 +257,15 @@ def dense(inputs, attrs, out_type):
 
 @register_compute("qnn.dense_pack")
 def dense_pack(inputs, attrs, out_type):
-    """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``."""
+    """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``.
+    Quad weights (int32 words of four int8 along K): on quads of the activations, or on their
+    int16 pairs where the target has ``vpmaddwd`` and no 8-bit dot product
+    (:func:`dense_pairs_form`, :func:`_dense_pairs`)."""
     data, weight, comp = inputs
     b = weight.shape[2]
-    if weight.dtype == "int32":  # quads along K
+    if weight.dtype == "int32" and dense_pairs_form():
+        acc = _dense_pairs(data, weight, out_type)
+    elif weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
         quads = te.compute((rows, words), lambda i, q: _word_of(data, (i, 4 * q)),
                            name="qnn_quads", tag="qnn_quads")
@@ -274,3 +280,51 @@ def dense_pack(inputs, attrs, out_type):
             name="qnn_dense_pack", tag="dense_pack")
     return te.compute(out_type.shape, lambda i, j: acc[i, j] - comp[j],
                       name="qnn_compensate", tag="elemwise")
+
+
+def dense_pairs_form() -> bool:
+    """Whether the integer dense runs on int16 activation pairs (:func:`_dense_pairs`): LLVM
+    for x86 with AVX2 and no VNNI (``Target.int8_dot() == "avx2"``). Elsewhere the quads:
+    ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as they are; AVX-512BW without VNNI would
+    gain as AVX2 but is not measured; the generic lowering has no widening to save."""
+    target = Target.current()
+    return target is not None and target.int8_dot() == "avx2"
+
+
+def _dense_pairs(data: te.Tensor, weight: te.Tensor, out_type) -> te.Tensor:
+    """``Σ_q dot_i16x2(pairs[i, 0, q], even(w)) + dot_i16x2(pairs[i, 1, q], odd(w))`` over the
+    K/4 quads, ``w = weight[j // b, q, j % b]`` (four int8 along K), ``even(w)`` its bytes 0
+    and 2 and ``odd(w)`` 1 and 3 sign-extended to int16; ``pairs`` [M, 2, K/4] int32 (stage
+    ``qnn_pairs``, once per call): ``pairs[i, h, q]`` holds ``u(x[i, 4q + h])`` and
+    ``u(x[i, 4q + h + 2])`` in its low and high 16 bits. On AVX2 each term is one ``vpmaddwd``
+    of a broadcast pair word and the weight vector's even or odd bytes (16-bit shifts, shared
+    by every row of the register block): the activations are widened once per call instead of
+    once per column block (the quads' mask and shift per row and quad). Exact: a pair sum is
+    at most 2 · 255 · 128."""
+    b = weight.shape[2]
+    words = weight.shape[1]
+    mask = L.const(0x00FF00FF, "int32")
+
+    def pair(i, h, q):  # h = 0: bytes 0 and 2 of the quad; h = 1: bytes 1 and 3
+        shift = L.Cast("int32", h * 8) if h.dtype != "int32" else h * 8
+        return L.Binary("&", L.Binary(">>", _word_of(data, (i, 4 * q)), shift), mask)
+
+    pairs = te.compute((data.shape[0], 2, words), pair, name="qnn_pairs", tag="qnn_pairs")
+    k = te.reduce_axis(words, "k")
+
+    def halves(word):
+        return L.Cast("int16", word), L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))
+
+    def weight_bytes(word, first):
+        def byte(shift):
+            value = L.Binary(">>", word, L.const(shift, "int32")) if shift else word
+            return L.Cast("int16", L.Cast("int8", value))
+        return byte(8 * first), byte(8 * first + 16)
+
+    def body(i, j):
+        w = weight[j // b, k.var, j % b]
+        even = loop_int8.dot_i16x2(*halves(pairs[i, 0, k.var]), *weight_bytes(w, 0))
+        odd = loop_int8.dot_i16x2(*halves(pairs[i, 1, k.var]), *weight_bytes(w, 1))
+        return te.sum(even + odd, [k])
+
+    return te.compute(out_type.shape, body, name="qnn_dense_pack", tag="dense_pack")

@@ -106,8 +106,14 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
 L2_WEIGHT_BYTES = 1 << 20
 
 
+def _packed_weight(dense: Tensor) -> Tensor:
+    """The packed weight ``[N/b, K, b]`` of a dense (its 3-D input; the int8 dense's 3-D
+    activation pairs ``qnn_pairs`` are not it)."""
+    return next(t for t in dense.inputs() if len(t.shape) == 3 and t.tag != "qnn_pairs")
+
+
 def _weight_bytes(dense: Tensor) -> int:
-    packed = next(t for t in dense.inputs() if len(t.shape) == 3)
+    packed = _packed_weight(dense)
     return math.prod(packed.shape) * np.dtype(packed.dtype).itemsize
 
 
@@ -141,9 +147,9 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
     one contiguous row of the packed weight into ``i_i × b`` accumulators held in registers."""
     i, j = dense.axes
     (k,) = dense.body.axes
-    block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
+    block = _packed_weight(dense).shape[2]
     for t in dense.inputs():
-        if t.tag == "qnn_quads":  # the integer dense's activation words: once per row
+        if t.tag in ("qnn_quads", "qnn_pairs"):  # the int8 dense's activation words: once a call
             sch[t].compute_root()
     stage = sch[dense]
     rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
