@@ -34,6 +34,13 @@ ROW_CHOICES = (1, 2, 3, 4, 6, 8)
 DENSE_K_UNROLL = 8
 
 
+#: quads of the AVX2 int8 dense (activation pairs, kiln.ops.integer._dense_pairs) unrolled around
+#: its register block: 2, not DENSE_K_UNROLL's 8 — with 8 the 4 x 16 block of MiniLM's GEMMs
+#: spilled accumulators (40 stack accesses in the loop, llvm-mca for znver3: 106 cycles per 128
+#: vpmaddwd; 2: none, 94) and ran 2-10% slower (benchmarks/int8_dense.py, docs/decisions/021)
+PAIRS_K_UNROLL = 2
+
+
 #: columns of a matmul register block: two AVX2 vectors, one AVX-512 vector (as dense_pack's
 #: packed weight block)
 MATMUL_COLS = 16
@@ -153,7 +160,9 @@ def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
             sch[t].compute_root()
     stage = sch[dense]
     rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    pairs = any(t.tag == "qnn_pairs" for t in dense.inputs())
     _register_block(stage, (), rows, stage.split(j, block), k,
+                    k_unroll=PAIRS_K_UNROLL if pairs else 0,
                     cols_first=_weight_bytes(dense) > L2_WEIGHT_BYTES)
     stage.try_first = amx_call(dense)
 
