@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 from kiln.frontend import from_onnx
+from kiln.vm import VirtualMachine
 
 RNG = np.random.default_rng(2118)
 
@@ -110,3 +112,20 @@ def test_dynamic_quantized_dense_is_one_kernel_after_the_quantization(target):
         np.testing.assert_allclose(gm.get_output(0).numpy(),
                                    _dynamic_dense_reference(x, b, 0.02, bias), rtol=1e-6,
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["c", "llvm -mcpu=native"])
+def test_matmul_integer_symbolic_rows(target, tmp_path):
+    """Symbolic rows (the VM): register blocks with a partial last one and the version for
+    fewer rows than a block — on an AVX2 machine the activation pairs stage (``qnn_pairs``)
+    over a symbolic extent — equal numpy's int64 product for 1 to 37 rows."""
+    k, n = 64, 48
+    b = RNG.integers(-128, 128, (k, n)).astype(np.int8)
+    mod, params = from_onnx(_model(("n", k), b), dim_bounds={"n": (1, None)})
+    kiln.build(mod, target=target, params=params).export_library(str(tmp_path / "mmi.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "mmi.so")), kiln.cpu())
+    for rows in (1, 2, 5, 13, 37):
+        a = RNG.integers(0, 256, (rows, k)).astype(np.uint8)
+        got = vm["main"](a, np.array(7, np.uint8))
+        got = (got[0] if isinstance(got, (list, tuple)) else got).numpy()
+        np.testing.assert_array_equal(got, (a.astype(np.int64) - 7) @ b.astype(np.int64))
