@@ -263,7 +263,7 @@ def dense_pack(inputs, attrs, out_type):
     (:func:`dense_pairs_form`, :func:`_dense_pairs`)."""
     data, weight, comp = inputs
     b = weight.shape[2]
-    if weight.dtype == "int32" and dense_pairs_form():
+    if weight.dtype == "int32" and dense_pairs_form() and b % PAIRS_BLOCK == 0:
         acc = _dense_pairs(data, weight, out_type)
     elif weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
@@ -282,13 +282,22 @@ def dense_pack(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
+#: columns of a packed weight block the pair form needs (a multiple of one ymm of int32): a
+#: narrower block gets no ``vpmaddwd``, and its pair form is scalar IR that LLVM 22's SLP
+#: vectorizer miscompiled (2x8 · 8x2 wrong at O1-O3, exact at O0). AlterOpLayout pads such
+#: blocks to one vector (``_int8_vector_block``); this keeps other callers on the quads.
+PAIRS_BLOCK = 8
+
+
 def dense_pairs_form() -> bool:
-    """Whether the integer dense runs on int16 activation pairs (:func:`_dense_pairs`): LLVM
-    for x86 with AVX2 and no VNNI (``Target.int8_dot() == "avx2"``). Elsewhere the quads:
-    ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as they are; AVX-512BW without VNNI would
-    gain as AVX2 but is not measured; the generic lowering has no widening to save."""
+    """Whether the integer dense runs on int16 activation pairs (:func:`_dense_pairs`) where
+    its weight block is a multiple of :data:`PAIRS_BLOCK` columns: LLVM for x86 with AVX2 and
+    no VNNI (``Target.int8_dot() == "avx2"``) nor AMX (whose kernel takes the quads,
+    docs/decisions/026). Elsewhere the quads: ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as
+    they are; AVX-512BW without VNNI would gain as AVX2 but is not measured; the generic
+    lowering has no widening to save."""
     target = Target.current()
-    return target is not None and target.int8_dot() == "avx2"
+    return target is not None and target.int8_dot() == "avx2" and not target.amx_int8()
 
 
 def _dense_pairs(data: te.Tensor, weight: te.Tensor, out_type) -> te.Tensor:

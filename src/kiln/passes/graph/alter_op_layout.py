@@ -302,6 +302,9 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
         padded = -(-n // full) * full  # AMX tiles are 16 columns wide (docs/decisions/026)
     if padded != n:
         block = full
+    least = _int8_vector_block() if integer else 1
+    if block < least:  # e.g. a 2-output head: one vector of zero-padded columns
+        padded, block = -(-n // least) * least, least
     full_weight = _pad_rows(weight.data, padded)
     packed = Constant(pack_dense_weight(full_weight, block), weight.name)
     if integer:
@@ -312,6 +315,18 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     else:
         out = Call("nn.dense_pack", [data, packed], {}, call.span)
     return out if padded == n else _crop(out, call.checked_type.shape)
+
+
+def _int8_vector_block() -> int:
+    """Fewest columns of an integer dense block on a target whose LLVM codegen has an 8-bit dot
+    product form (``Target.int8_dot()``): one vector of int32. Narrower blocks were scalar
+    integer IR that LLVM 22's SLP vectorizer miscompiled on x86 (6x8 u8 · 8x2 s8 with blocks
+    of 2: one row wrong at O1-O3, exact with SLP off); padded they take the vector form. 1
+    elsewhere."""
+    target = Target.current()
+    if target is None or target.kind != "llvm" or not target.int8_dot():
+        return 1
+    return target.vector_lanes("int32")
 
 
 def _amx_rows(rows, k) -> bool:
