@@ -341,13 +341,10 @@ def _dense_pairs(data: te.Tensor, weight: te.Tensor, out_type) -> te.Tensor:
     return te.compute(out_type.shape, body, name="qnn_dense_pack", tag="dense_pack")
 
 
-def _pairs_of(word: L.PrimExpr, half) -> L.PrimExpr:
-    """int32 pair word of a quad word of four unsigned bytes: ``half`` 0 → bytes 0 and 2 in
-    the low and high 16 bits, ``half`` 1 → bytes 1 and 3 (an index expression or int)."""
-    if isinstance(half, int):
-        shift = L.const(8 * half, "int32")
-    else:
-        shift = L.Cast("int32", half * 8) if half.dtype != "int32" else half * 8
+def _pairs_of(word: L.PrimExpr, half: L.PrimExpr) -> L.PrimExpr:
+    """int32 pair word of a quad word of four unsigned bytes: ``half`` (an index, 0 or 1)
+    0 → bytes 0 and 2 in the low and high 16 bits, 1 → bytes 1 and 3."""
+    shift = L.Cast("int32", half * 8) if half.dtype != "int32" else half * 8
     return L.Binary("&", L.Binary(">>", word, shift), L.const(0x00FF00FF, "int32"))
 
 
