@@ -6,12 +6,15 @@ dequantized weights, in one process, timed in alternating rounds.
 
     .venv/bin/python benchmarks/int8_conv.py [--shapes 64x64x56k3,256x64x56k1,...]
         [--activations u8,s8] [--threads 1] [--target "llvm -mcpu=native"] [--rounds 7]
-        [--repeat 20]
+        [--repeat 20] [--int8-only] [--baseline-src /work/main/src]
 
 A shape ``CINxCOUTxHkK[sS]``: input channels, output channels, input height = width, kernel,
-stride (padding K // 2). Prints per shape the median time of one call in µs (the median over
+stride (padding K // 2). Time: CPU time of the calling thread (``time.thread_time``; the
+machine is shared). Prints per shape the median time of one call in µs (the median over
 rounds of each round's mean), GOP/s (2 · multiply-adds / time) and the Kiln int8 output's
-largest difference from onnxruntime's in quantization steps.
+largest difference from onnxruntime's in quantization steps. ``--baseline-src``: a second
+Kiln int8 build of another source tree ("kiln before", built in a child process) in the same
+rounds; ``--int8-only`` leaves out the float engines.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
-from weight_quant import _mean_us, _ort_session
+from weight_quant import _ort_session
 
 DEFAULT_SHAPES = "3x64x224k7s2,64x64x56k3,64x256x56k1,256x64x56k1,128x128x28k3,512x512x7k3,256x512x56k1s2"
 
@@ -37,7 +43,19 @@ def _args() -> argparse.Namespace:
     p.add_argument("--target", default="llvm -mcpu=native")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--repeat", type=int, default=20, help="calls per engine and round")
+    p.add_argument("--int8-only", action="store_true", help="no float32 engines")
+    p.add_argument("--baseline-src", default="",
+                   help="a Kiln source tree (PYTHONPATH) to build a 'kiln before' int8 engine")
+    p.add_argument("--build-only", default="", help=argparse.SUPPRESS)  # the baseline's child
     return p.parse_args()
+
+
+def _mean_us(fn, repeat: int) -> float:
+    """Mean thread CPU time of one call, µs."""
+    start = time.thread_time()
+    for _ in range(repeat):
+        fn()
+    return (time.thread_time() - start) / repeat * 1e6
 
 
 def parse_shape(text: str) -> tuple[int, int, int, int, int]:
@@ -92,12 +110,23 @@ def qdq_conv_model(cin: int, cout: int, h: int, k: int, stride: int, act: str, s
     return qdq, fmodel
 
 
-def _kiln(model, target: str, path: Path):
+def _build(model, target: str, path: Path) -> None:
     import kiln
     from kiln.frontend import from_onnx
 
     mod, params = from_onnx(model)
     kiln.build(mod, target=target, params=params).export_library(str(path))
+
+
+def _lib_name(shape: tuple[int, ...], act: str) -> str:
+    return "q_" + "_".join(map(str, shape)) + f"_{act}.so"
+
+
+def _kiln(model, target: str, path: Path, build: bool = True):
+    import kiln
+
+    if build:
+        _build(model, target, path)
     return kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
         kiln.cpu()))
 
@@ -113,15 +142,24 @@ def bench_shape(shape: tuple[int, ...], act: str, args, folder: Path) -> list[tu
     xf = ((x.astype(np.float32) - (128 if act == "u8" else 0)) * 4 / 255).astype(np.float32)
     sess = _ort_session(qdq, args.threads)
     want = sess.run(None, {"x": x})[0]
-    int8 = _kiln(qdq, args.target, folder / f"q_{act}.so")
+    int8 = _kiln(qdq, args.target, folder / _lib_name(shape, act))
     int8.set_input("x", x)
     int8.run()
     steps = int(np.abs(int8.get_output(0).numpy().astype(np.int32) - want).max())
-    fp32 = _kiln(fmodel, args.target, folder / "f.so")
-    fp32.set_input("x", xf)
-    fsess = _ort_session(fmodel, args.threads)
-    calls = {"onnxruntime int8": lambda: sess.run(None, {"x": x}), "kiln int8": int8.run,
-             "kiln fp32": fp32.run, "onnxruntime fp32": lambda: fsess.run(None, {"x": xf})}
+    calls = {"onnxruntime int8": lambda: sess.run(None, {"x": x}), "kiln int8": int8.run}
+    if args.baseline_src:
+        before = _kiln(qdq, args.target, folder / "before" / _lib_name(shape, act), build=False)
+        before.set_input("x", x)
+        before.run()
+        if not (before.get_output(0).numpy() == int8.get_output(0).numpy()).all():
+            print(f"{shape} {act}: kiln before and kiln int8 differ", flush=True)
+        calls["kiln before"] = before.run
+    if not args.int8_only:
+        fp32 = _kiln(fmodel, args.target, folder / "f.so")
+        fp32.set_input("x", xf)
+        fsess = _ort_session(fmodel, args.threads)
+        calls["kiln fp32"] = fp32.run
+        calls["onnxruntime fp32"] = lambda: fsess.run(None, {"x": xf})
     times: dict[str, list[float]] = {name: [] for name in calls}
     for fn in calls.values():
         _mean_us(fn, 2)
@@ -135,12 +173,25 @@ def bench_shape(shape: tuple[int, ...], act: str, args, folder: Path) -> list[tu
 
 def main() -> None:
     args = _args()
+    shapes = [parse_shape(text) for text in args.shapes.split(",")]
+    if args.build_only:
+        for shape in shapes:
+            for act in args.activations.split(","):
+                _build(qdq_conv_model(*shape, act)[0], args.target,
+                       Path(args.build_only) / _lib_name(shape, act))
+        return
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
     print(f"threads {args.threads}, target {args.target!r}, {args.rounds} rounds x "
           f"{args.repeat} calls, median of round means; load average {os.getloadavg()[0]:.1f}")
     print(f"{'shape':>14} {'act':>3} {'engine':>17} {'us':>9} {'GOP/s':>7} {'x ORT8':>6} "
           f"{'steps':>5}")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline_src:
+            (Path(tmp) / "before").mkdir()
+            subprocess.run([sys.executable, __file__, "--build-only", str(Path(tmp) / "before"),
+                            "--shapes", args.shapes, "--activations", args.activations,
+                            "--target", args.target],
+                           env={**os.environ, "PYTHONPATH": args.baseline_src}, check=True)
         for text in args.shapes.split(","):
             for act in args.activations.split(","):
                 rows = bench_shape(parse_shape(text), act, args, Path(tmp))

@@ -236,3 +236,90 @@ def test_avx2_dense_uses_pmaddwd():
     asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
                   if m.type_key == "llvm")
     assert _ops(asm) == {"vpmaddwd"}, _ops(asm)
+
+
+PAIR_CONVS = [  # (dtype, zx, cin, cout, size, kernel, stride, extreme operands)
+    ("uint8", 0, 32, 24, 7, 1, 1, True),     # 1x1: a pixel row block, an output block of 8
+    ("int8", -128, 16, 16, 6, 1, 2, True),   # 1x1 stride 2
+    ("uint8", 255, 32, 16, 5, 3, 1, True),   # 3x3: the padding's pair words u(zx)
+    ("int8", 7, 64, 32, 6, 3, 2, False),
+]
+
+
+def _conv_func(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> Function:
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1),
+             "groups": 1, "input_zero_point": zx}
+    xv = Var("x", TensorType(x.shape, str(x.dtype)))
+    return Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
+
+
+@pytest.mark.parametrize("dtype,zx,cin,cout,size,kernel,stride,extreme", PAIR_CONVS)
+def test_conv_pairs_exact(dtype, zx, cin, cout, size, kernel, stride, extreme, target,
+                          monkeypatch):
+    """The NCHWc conv on activation pair words (stage ``qnn_conv_pairs``, the AVX2 form of
+    :func:`kiln.ops.integer._conv2d_quads`) forced on ``c`` and generic ``llvm``: equal to
+    numpy's int64 convolution, with 0/255 (-128/127) activations and -128/127 weights."""
+    from kiln.ops import integer
+
+    monkeypatch.setattr(integer, "dense_pairs_form", lambda: True)
+    x = _data((1, cin, size, size), dtype, extreme)
+    w = _weight((cout, cin, kernel, kernel), extreme)
+    func = _conv_func(x, w, zx, stride, kernel // 2)
+    if target == "c":  # the pair form's products called, the quads' only defined (prelude)
+        source = kiln.build(func, target="c").get_lib().get_source()
+        assert source.count("kiln_dot_i16x2(") > 1 and source.count("kiln_dot_u8i8x4(") == 1
+    np.testing.assert_array_equal(_run(func, x, target),
+                                  int_conv_reference(x, w, zx, stride, kernel // 2))
+
+
+@pytest.mark.skipif("avx2" not in cpu_flags(), reason="the CPU has no AVX2")
+@pytest.mark.parametrize("dtype,zx,kernel", [("uint8", 255, 1), ("int8", -128, 3)])
+def test_conv_pairs_avx2_exact(dtype, zx, kernel):
+    """On this CPU's AVX2 (unless it has VNNI): the pair words' ``vpmaddwd``, exact with
+    extreme operands."""
+    from kiln.ops.integer import dense_pairs_form
+
+    target = "llvm -mcpu=native"
+    with Target(target):
+        if not dense_pairs_form():
+            pytest.skip("the CPU has an 8-bit dot product: the quad form")
+    x = _data((1, 64, 9, 9), dtype, True)
+    w = _weight((32, 64, kernel, kernel), True)
+    func = _conv_func(x, w, zx, 1, kernel // 2)
+    np.testing.assert_array_equal(_run(func, x, target),
+                                  int_conv_reference(x, w, zx, 1, kernel // 2))
+
+
+def _product_loops(asm: str) -> list[list[str]]:
+    """The mnemonics of each innermost assembly loop (a label to its backward jump) that
+    has a ``vpmaddwd``."""
+    lines = asm.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              if (m := re.match(r"^(\.LBB\w+):", line))}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.match(r"\s+j\w+\s+(\.LBB\w+)", line)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [s.split()[0] for s in lines[labels[m.group(1)]:i + 1]
+                   if s.startswith("\t") and not s.strip().startswith(".")]
+            if "vpmaddwd" in ops:
+                loops.append(ops)
+    return loops
+
+
+@pytest.mark.skipif(not _x86(), reason="x86 assembly")
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_avx2_conv_pairs_not_widened_in_loop(kernel):
+    """Haswell: the conv's product loops broadcast pair words and widen nothing — no
+    ``vpand`` / ``vpsrlw`` on the activations (the quads' per-block widening); the weight's
+    bytes are two 16-bit shifts a vector."""
+    x = _data((1, 32, 8, 8), "uint8", False)
+    func = _conv_func(x, _weight((32, 32, kernel, kernel), False), 1, 1, kernel // 2)
+    lib = kiln.build(func, target="llvm -mcpu=haswell").get_lib()
+    asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
+                  if m.type_key == "llvm")
+    loops = _product_loops(asm)
+    assert loops
+    for ops in loops:
+        assert "vpand" not in ops and "vpsrlw" not in ops, sorted(set(ops))
+        assert ops.count("vpbroadcastd") * 4 >= ops.count("vpmaddwd"), sorted(set(ops))

@@ -17,7 +17,9 @@ are first packed the same way, four unsigned bytes a word (stage ``qnn_quads``, 
 once per call: tag ``pad`` for the conv schedule, which computes it at the root), and each
 reduction step is one ``dot_u8i8x4`` of a broadcast activation word and a vector of weight
 words: ``vpdpbusd`` with VNNI, two exact ``vpmaddwd`` on AVX2 (``kiln.codegen.llvm_vector``),
-a quarter of the reduction steps of the one-byte form.
+a quarter of the reduction steps of the one-byte form. Where the target has AVX2 and no VNNI
+the dense and the NCHWc conv take the quads as 16-bit pair words instead, widened once per
+call (stages ``qnn_pairs``, ``qnn_conv_pairs``; :func:`dense_pairs_form`).
 """
 
 from __future__ import annotations
@@ -128,10 +130,22 @@ def _zero_point_word(zx: int, dtype: str) -> L.PrimExpr:
     return L.const(np.int32(np.uint32(u * 0x01010101)), "int32")
 
 
+#: Whether the NCHWc conv takes activation pair words where the dense does (AVX2 without VNNI,
+#: :func:`dense_pairs_form`); False keeps the quads (the "before" of docs/decisions/021's
+#: measurement: ``benchmarks/model_ab.py --alt kiln.ops.integer.CONV_PAIRS=False``).
+CONV_PAIRS = True
+
+
 def _conv2d_quads(data, weight, attrs, out_type):
     """``Σ dot_u8i8x4(quads(x_pad)[.., q], w[.., q, b])`` over (rc, ry, rx, q); the quads
     read four channel bytes a word in one load (:func:`_word_of`), the padding's word
-    ``u(zx)`` selected per pixel."""
+    ``u(zx)`` selected per pixel.
+
+    On AVX2 without VNNI (:func:`dense_pairs_form`, :data:`CONV_PAIRS`) the padded stage holds
+    pair words instead (``qnn_conv_pairs``, ``[N, C, H', W', 2, b/4]`` int32, tag ``pad``:
+    materialized once per call, :func:`_pairs_of`) and each step is :func:`_pair_dot`: every
+    output-channel block and tap reads the activations widened, where the quads were widened
+    (mask, shift, mask) in the register block once per pixel, quad and channel block."""
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
     zx = attrs["input_zero_point"]
@@ -145,11 +159,23 @@ def _conv2d_quads(data, weight, attrs, out_type):
         inside = L.logical_and(y >= pt, y < h + pt, x >= pl, x < w + pl)
         return L.Select(inside, value, _zero_point_word(zx, data.dtype))
 
-    quads = te.compute((n_, c_, h + pt + pb, w + pl + pr, words), word, name="qnn_quads",
-                       tag="pad")
+    padded = (n_, c_, h + pt + pb, w + pl + pr)
     _, icc, kh, kw, _, _ = weight.shape
     rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
+    if CONV_PAIRS and dense_pairs_form():
+        pairs = te.compute((*padded, 2, words), lambda n, c, y, x, half, q: _pairs_of(
+            word(n, c, y, x, q), half), name="qnn_conv_pairs", tag="pad")
+
+        def pair_body(n, o, y, x, b):
+            pixel = (n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw)
+            w_ = weight[o, rc.var, ry.var, rx.var, rq.var, b]
+            return te.sum(_pair_dot(pairs[(*pixel, 0, rq.var)], pairs[(*pixel, 1, rq.var)],
+                                    w_), [rc, ry, rx, rq])
+
+        return te.compute(out_type.shape, pair_body, name="qnn_conv2d_NCHWc",
+                          tag="conv2d_NCHWc")
+    quads = te.compute((*padded, words), word, name="qnn_quads", tag="pad")
 
     def body(n, o, y, x, b):
         a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
@@ -290,12 +316,12 @@ PAIRS_BLOCK = 8
 
 
 def dense_pairs_form() -> bool:
-    """Whether the integer dense runs on int16 activation pairs (:func:`_dense_pairs`) where
-    its weight block is a multiple of :data:`PAIRS_BLOCK` columns: LLVM for x86 with AVX2 and
-    no VNNI (``Target.int8_dot() == "avx2"``) nor AMX (whose kernel takes the quads,
-    docs/decisions/026). Elsewhere the quads: ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as
-    they are; AVX-512BW without VNNI would gain as AVX2 but is not measured; the generic
-    lowering has no widening to save."""
+    """Whether the integer dense (:func:`_dense_pairs`, where its weight block is a multiple of
+    :data:`PAIRS_BLOCK` columns) and NCHWc conv (:func:`_conv2d_quads`) run on int16
+    activation pairs: LLVM for x86 with AVX2 and no VNNI (``Target.int8_dot() == "avx2"``)
+    nor AMX (whose kernel takes the quads, docs/decisions/026). Elsewhere the quads:
+    ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as they are; AVX-512BW without VNNI would
+    gain as AVX2 but is not measured; the generic lowering has no widening to save."""
     target = Target.current()
     return target is not None and target.int8_dot() == "avx2" and not target.amx_int8()
 
@@ -312,28 +338,37 @@ def _dense_pairs(data: te.Tensor, weight: te.Tensor, out_type) -> te.Tensor:
     at most 2 · 255 · 128."""
     b = weight.shape[2]
     words = weight.shape[1]
-    mask = L.const(0x00FF00FF, "int32")
-
-    def pair(i, h, q):  # h = 0: bytes 0 and 2 of the quad; h = 1: bytes 1 and 3
-        shift = L.Cast("int32", h * 8) if h.dtype != "int32" else h * 8
-        return L.Binary("&", L.Binary(">>", _word_of(data, (i, 4 * q)), shift), mask)
-
-    pairs = te.compute((data.shape[0], 2, words), pair, name="qnn_pairs", tag="qnn_pairs")
+    pairs = te.compute((data.shape[0], 2, words), lambda i, h, q: _pairs_of(
+        _word_of(data, (i, 4 * q)), h), name="qnn_pairs", tag="qnn_pairs")
     k = te.reduce_axis(words, "k")
 
+    def body(i, j):
+        return te.sum(_pair_dot(pairs[i, 0, k.var], pairs[i, 1, k.var],
+                                weight[j // b, k.var, j % b]), [k])
+
+    return te.compute(out_type.shape, body, name="qnn_dense_pack", tag="dense_pack")
+
+
+def _pairs_of(word: L.PrimExpr, half: L.PrimExpr) -> L.PrimExpr:
+    """int32 pair word of a quad word of four unsigned bytes: ``half`` (an index, 0 or 1)
+    0 → bytes 0 and 2 in the low and high 16 bits, 1 → bytes 1 and 3."""
+    shift = L.Cast("int32", half * 8) if half.dtype != "int32" else half * 8
+    return L.Binary("&", L.Binary(">>", word, shift), L.const(0x00FF00FF, "int32"))
+
+
+def _pair_dot(even: L.PrimExpr, odd: L.PrimExpr, w: L.PrimExpr) -> L.PrimExpr:
+    """``dot_u8i8x4`` of the quad whose pair words (:func:`_pairs_of`) are ``even`` and
+    ``odd`` with the weight word ``w`` (four int8): ``dot_i16x2(even, bytes 0, 2 of w) +
+    dot_i16x2(odd, bytes 1, 3 of w)``, the weight bytes sign-extended to int16 (on AVX2 two
+    ``vpmaddwd`` of broadcast pair words and 16-bit shifts of the weight vector)."""
     def halves(word):
         return L.Cast("int16", word), L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))
 
-    def weight_bytes(word, first):
+    def weight_bytes(first):
         def byte(shift):
-            value = L.Binary(">>", word, L.const(shift, "int32")) if shift else word
+            value = L.Binary(">>", w, L.const(shift, "int32")) if shift else w
             return L.Cast("int16", L.Cast("int8", value))
         return byte(8 * first), byte(8 * first + 16)
 
-    def body(i, j):
-        w = weight[j // b, k.var, j % b]
-        even = loop_int8.dot_i16x2(*halves(pairs[i, 0, k.var]), *weight_bytes(w, 0))
-        odd = loop_int8.dot_i16x2(*halves(pairs[i, 1, k.var]), *weight_bytes(w, 1))
-        return te.sum(even + odd, [k])
-
-    return te.compute(out_type.shape, body, name="qnn_dense_pack", tag="dense_pack")
+    return loop_int8.dot_i16x2(*halves(even), *weight_bytes(0)) + \
+        loop_int8.dot_i16x2(*halves(odd), *weight_bytes(1))
