@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     confirmed = result.confirmed if result else 0
     print(f"\n{args.model}, {args.target}, {args.threads} thread(s), measure {args.measure}; "
           f"tune: {trials} trials + {confirmed} re-measurements in {tune_s:.0f} s\n")
-    if result:
+    if result and result.latency() > 0:  # 0: no candidate was measured
         default, tuned = result.latency(default=True), result.latency()
         print(f"tuner's estimate of the tuned kernels' time per run (Σ weight × best): "
               f"{default * 1e3:.2f} ms default → {tuned * 1e3:.2f} ms "
