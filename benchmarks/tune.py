@@ -135,9 +135,9 @@ def main(argv=None) -> int:
         for _ in range(3):
             run()
     times: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in runs}
-    for _ in range(5):
-        for name, run in runs.items():
-            wall, cpu = _timed_runs(run, args.repeat)
+    for block in range(6):  # the order reversed every other block: no engine always follows
+        for name in (list(runs) if block % 2 == 0 else list(reversed(runs))):  # the same one
+            wall, cpu = _timed_runs(runs[name], args.repeat)
             times[name][0].extend(wall)
             times[name][1].extend(cpu)
     trials = result.trials if result else 0
