@@ -49,12 +49,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _feed(shapes: dict, rng) -> dict[str, np.ndarray]:
+def feed_inputs(shapes: dict, rng) -> dict[str, np.ndarray]:
+    """Seeded inputs of one case: token ids (int64) and an all-ones attention mask for the
+    encoders, uniform float32 images for the others."""
     if "input_ids" in shapes:
         shape = shapes["input_ids"]
         return {"input_ids": rng.integers(1000, 30000, shape).astype("int64"),
                 "attention_mask": np.ones(shape, "int64")}
     return {k: rng.uniform(-1, 1, s).astype("float32") for k, s in shapes.items()}
+
+
+def case_model_path(wheel: str, workdir: Path) -> Path:
+    """The ONNX file of a case's ``wheel`` entry of CASES: the cached wheel file, or (``:int8``)
+    its ``quantize_dynamic`` copy written to ``workdir``."""
+    from kiln.models import dynamic_int8
+    from kiln.models.fetch import wheel_file_path
+
+    path = wheel_file_path(wheel.split(":")[0])
+    return dynamic_int8(path, workdir) if wheel.endswith(":int8") else path
 
 
 def compile_cases(target: str, workdir: Path, only: str = "") -> list[dict]:
@@ -63,16 +75,12 @@ def compile_cases(target: str, workdir: Path, only: str = "") -> list[dict]:
 
     import kiln
     from kiln.frontend import from_onnx
-    from kiln.models import dynamic_int8
-    from kiln.models.fetch import wheel_file_path
 
     out = []
     for k, (name, wheel, shapes) in enumerate(CASES):
         if only and name not in only.split(","):
             continue
-        path = wheel_file_path(wheel.split(":")[0])
-        if wheel.endswith(":int8"):
-            path = dynamic_int8(path, workdir)
+        path = case_model_path(wheel, workdir)
         mod, params = from_onnx(onnx.load(path), shape=shapes)
         so = workdir / f"case{k}.so"
         kiln.build(mod, target=target, params=params).export_library(str(so))
@@ -93,7 +101,7 @@ def time_cases(cases: list[dict], threads: int, repeat: int) -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
     for case in cases:
-        feed = _feed({k: tuple(v) for k, v in case["shapes"].items()}, rng)
+        feed = feed_inputs({k: tuple(v) for k, v in case["shapes"].items()}, rng)
         sess = ort.InferenceSession(case["onnx"], opts, providers=["CPUExecutionProvider"])
         names = {i.name for i in sess.get_inputs()}
         gmod = kiln.graph_executor.GraphModule(

@@ -50,27 +50,30 @@ def node_times(executors, passes: int) -> list[dict[int, list[float]]]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ["KILN_NUM_THREADS"] = "1"
-    import numpy as np
-    import onnx
-    from models import input_shapes
+    from tune import load_bench_model
     from tune_timers import _naming
 
     import kiln
     from kiln.frontend import from_onnx
     from kiln.runtime.debug_executor import GraphExecutorDebug
-    from kiln.tune.records import config_times, cpu_fingerprint, load_records, median_record
+    from kiln.tune.records import (
+        best_records,
+        config_times,
+        cpu_fingerprint,
+        load_records,
+        median_record,
+    )
     from kiln.tune.tasks import extract_tasks
 
     work = Path(args.workdir)
-    model = onnx.load(work / f"{args.model}.onnx")
-    mod, params = from_onnx(model)
+    model, _, shapes, inputs = load_bench_model(args.model, args.seed, work)
+    mod, params = from_onnx(model, shape=shapes)
     tasks = {t.key: t for t in extract_tasks(mod, params, args.target)}
     records = load_records(work / "records.jsonl")
     times = config_times(records, args.target, cpu_fingerprint())
+    applied = best_records(records, args.target, cpu_fingerprint())  # what compile applies
     naming = _naming(records)  # kernel name -> workload key, from the build's own lowering
     kiln.build(mod, args.target, params=params, tuning_records=naming)
-    rng = np.random.default_rng(args.seed)
-    inputs = {n: rng.standard_normal(s).astype("float32") for n, s in input_shapes(model).items()}
     executors = []
     for name in ("untuned", "tuned"):
         ex = kiln.runtime.load_module(str(work / f"{name}.so"))["debug_create"](
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
             continue
         medians = {c: median_record(rs).best for c, rs in configs.items()}
         default = medians.get(json.dumps(task.default_config(), sort_keys=True), float("nan"))
-        chosen = min(medians, key=medians.get)
+        chosen = applied[task.key].config_key()
         total = [total[0] + default, total[1] + medians[chosen], total[2] + a, total[3] + b]
         if chosen == json.dumps(task.default_config(), sort_keys=True):
             continue

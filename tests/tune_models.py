@@ -55,3 +55,25 @@ def einsum_model() -> onnx.ModelProto:
                   [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2, 6, 8]),
                    helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2, 16, 8])],
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 16]), [])
+
+
+def qdq_conv_model() -> onnx.ModelProto:
+    """QDQ Conv 3x3 (pad 1) over 1 x 8 x 6 x 6, per-tensor scales (0-d constants, as
+    onnxruntime's quantize_static writes them), uint8 activations, int8 weights: one
+    qnn conv2d_NCHWc kernel whose scales and zero points are scalar parameters."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.array(v, dtype), name) for name, v, dtype in (
+        ("xs", 0.02, "float32"), ("xz", 128, "uint8"), ("ws", 0.01, "float32"),
+        ("wz", 0, "int8"), ("ys", 0.05, "float32"), ("yz", 120, "uint8"))]
+    inits.append(numpy_helper.from_array(rng.integers(-127, 127, (16, 8, 3, 3), dtype="int8"),
+                                         "w"))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"])]
+    return one_node_model(nodes,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                          helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6]),
+                          inits)

@@ -179,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(per output channel) or q4 (GGUF Q4_1 blocks of 32); default float32")
     p.add_argument("--tuning-records", metavar="FILE",
                    help="apply the best schedules of kiln tune's records (only those measured "
-                        "for this exact target on a CPU with this machine's fingerprint); "
+                        "for this exact target on a CPU with this machine's fingerprint, "
+                        "at this KILN_NUM_THREADS); "
                         "prints how many kernels were tuned and why the others were not")
     p.add_argument("--tuning-measure", default=RECORD_MEASURE, choices=MEASURE_METHODS,
                    help="apply the records timed with this kiln tune --measure method "

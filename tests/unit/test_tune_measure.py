@@ -8,7 +8,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from tune_models import dense_model
+from tune_models import dense_model, qdq_conv_model
 
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
@@ -43,6 +43,20 @@ def test_a_candidate_is_checked_then_timed(task):
                                    measure.kernel_inputs(task.payload))))[0]
     np.testing.assert_allclose(reference_output(task.payload, TARGET), want, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_kernel_with_scalar_constants_is_measured():
+    """Per-tensor QDQ scales and zero points are 0-d constants of the int8 conv kernel: they
+    are passed 0-d (every QDQ resnet50 candidate failed with 'expected ndim 0, got 1')."""
+    mod, params = from_onnx(qdq_conv_model())
+    (t,) = extract_tasks(mod, params, TARGET)
+    assert any(c is not None and np.ndim(c) == 0 for c in t.payload.constants)
+    config = list(t.configs())[-1]
+    result = measure_candidate(build_candidate(t.payload, config, TARGET), t.payload, config,
+                               TARGET, repeat=2)
+    assert result.error is None, result.error
+    assert [a.shape for a in measure.kernel_inputs(t.payload)] == \
+        [tuple(p.checked_type.shape) for p in t.payload.body.params]
 
 
 def test_a_wrong_result_is_an_error_not_a_time(task, monkeypatch):

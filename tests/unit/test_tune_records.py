@@ -27,7 +27,7 @@ from kiln.tune.records import (
 from kiln.tune.tasks import extract_tasks, lower_candidate
 
 TARGET = "llvm -mcpu=skylake-avx512"
-FP = {"cpu": "Test CPU", "features": ["+avx2", "+fma"], "cores": 2}
+FP = {"cpu": "Test CPU", "features": ["+avx2", "+fma"], "cores": 2, "threads": 1}
 OTHER_FP = {**FP, "cores": 4}
 
 
@@ -116,8 +116,23 @@ def test_once_configs_are_re_measured_a_config_measured_once_is_not_chosen():
 
 def test_the_fingerprint_names_this_cpu():
     fp = cpu_fingerprint()
-    assert set(fp) == {"cpu", "features", "cores"}
+    assert set(fp) == {"cpu", "features", "cores", "threads"}
     assert fp["cores"] >= 1 and isinstance(fp["cpu"], str) and fp["features"]
+
+
+@pytest.mark.parametrize("env, threads", [("1", 1), ("2", 2), ("7", 7), ("999", 256),
+                                          ("", None), ("0", None), ("2x", None)])
+def test_the_fingerprint_names_the_kernel_threads_as_the_runtime_counts_them(
+        monkeypatch, env, threads):
+    """KILN_NUM_THREADS when a positive integer (capped at the pool's 256), else the CPUs of
+    the affinity mask: backend.c's team size, so a record tuned at 1 thread is not applied
+    to a build whose library will run 2."""
+    import os
+
+    monkeypatch.setenv("KILN_NUM_THREADS", env)
+    assert cpu_fingerprint()["threads"] == (threads or len(os.sched_getaffinity(0)))
+    monkeypatch.delenv("KILN_NUM_THREADS")
+    assert cpu_fingerprint()["threads"] == len(os.sched_getaffinity(0))
 
 
 def test_the_fingerprint_id_is_stable_and_separates_cpus():
@@ -165,6 +180,7 @@ def test_a_record_of_this_cpu_and_target_is_applied():
 
 @pytest.mark.parametrize("record, why", [
     ({"fp": OTHER_FP}, "other CPU"),
+    ({"fp": {**FP, "threads": 2}}, "other threads"),
     ({"target": "llvm -mcpu=haswell"}, "other target"),
     ({"error": "wrong result"}, "failed"),
     ({"key": "0" * 32}, "no record"),

@@ -6,7 +6,9 @@
 with exactly this machine's fingerprint, is applied; every other kernel keeps the default
 schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``other CPU`` (records
 for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
-this kernel under another target string), ``other measure`` (records for this kernel, target
+this kernel under another target string), ``other threads`` (records for this kernel, target
+and CPU measured at another ``KILN_NUM_THREADS``: parallel loops were chosen for another
+thread count), ``other measure`` (records for this kernel, target
 and CPU timed with another measuring method, e.g. ``hot`` records from before cache flushing:
 their times are not comparable with this method's), ``failed`` (only records with errors) or
 ``stale`` (the record's config is no longer legal for the kernel's schedule). Kernels whose
@@ -42,7 +44,8 @@ from kiln.tune.tasks import workload_key
 log = logging.getLogger("kiln")
 
 #: the reasons a kernel fell back to its default schedule, in summary order
-REASONS = ("no record", "other CPU", "other target", "other measure", "failed", "stale")
+REASONS = ("no record", "other CPU", "other threads", "other target", "other measure",
+           "failed", "stale")
 
 
 class ApplyHistoryBest:
@@ -53,8 +56,9 @@ class ApplyHistoryBest:
     records : path or iterable of TuningRecord
         A JSON-lines file (:func:`kiln.tune.records.load_records`) or records.
     fingerprint : mapping, optional
-        The CPU the build is for (default: this machine's,
-        :func:`kiln.tune.records.cpu_fingerprint`).
+        The CPU and kernel threads the build is for (default: this machine's and this
+        process's ``KILN_NUM_THREADS``, :func:`kiln.tune.records.cpu_fingerprint`: compile
+        with the thread count the library will run at).
     measure : str
         Apply only records timed with this method (default: the tuner's,
         :data:`kiln.tune.measure.DEFAULT_MEASURE`).
@@ -122,6 +126,10 @@ class ApplyHistoryBest:
             return "other measure"
         if here:
             return "failed"
+        cpu = {k: v for k, v in self.fingerprint.items() if k != "threads"}
+        if any({k: v for k, v in r.fingerprint.items() if k != "threads"} == cpu
+               for r in same_key):
+            return "other threads"
         if same_key:
             return "other CPU"
         others = {r.target for r in self.records if r.target != self.target}

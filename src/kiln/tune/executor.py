@@ -9,7 +9,7 @@ Two kinds of job, both a picklable top-level function applied to picklable argum
   machine that is otherwise idle: in one long-lived worker process locally (a candidate that
   crashes takes down that process, not the tuner), Ray tasks that reserve a
   whole node carrying the custom resource ``kiln_cpu:<fingerprint>`` (same CPU model, ISA
-  features and core count as the records will be applied on).
+  features, core count and kernel threads as the records will be applied on).
 
 Results come back in the order of the inputs; a job that raises yields the exception object
 in its slot (the search records it as the candidate's error instead of stopping).

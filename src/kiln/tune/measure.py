@@ -136,7 +136,9 @@ def kernel_inputs(payload: KernelPayload) -> list[np.ndarray]:
     for param, value in zip(payload.body.params, payload.constants):
         ty = param.checked_type
         if value is not None:
-            args.append(np.ascontiguousarray(value, dtype=ty.dtype))
+            # np.array, not ascontiguousarray: that makes a 0-d constant (a per-tensor QDQ
+            # scale) 1-d, and the kernel refuses it
+            args.append(np.array(value, dtype=ty.dtype, order="C"))
             continue
         dtype = np.dtype(ty.dtype)
         if dtype.kind == "f":

@@ -5,8 +5,9 @@ https://docs.ray.io/en/latest/ray-core/scheduling/resources.html):
 
 - a node that may **measure** carries the custom resource ``kiln_cpu:<id>``, where ``<id>``
   is :func:`kiln.tune.records.fingerprint_id` of its :func:`~kiln.tune.records.cpu_fingerprint`
-  (model, ISA features, core count: the fingerprint the records carry), with quantity 1.
-  Start it on the measuring machine, in the environment that runs Kiln, with::
+  (model, ISA features, core count, KILN_NUM_THREADS: the fingerprint the records carry), with
+  quantity 1. Start it on the measuring machine, in the environment that runs Kiln (the
+  same ``KILN_NUM_THREADS`` as the driver's), with::
 
       ray start --address HEAD:6379 --resources "$(python -m kiln.tune.ray_executor)"
 

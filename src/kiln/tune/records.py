@@ -6,7 +6,8 @@ One line (keys in this order)::
      "config": {"tile_ow": 7, "unroll_ic": 4}, "costs": [1.2e-05, 1.1e-05],
      "measure": "flush", "error": null,
      "target": "llvm -mcpu=native",
-     "fingerprint": {"cpu": "AMD EPYC", "features": ["+avx", "+avx2", ...], "cores": 2},
+     "fingerprint": {"cpu": "AMD EPYC", "features": ["+avx", "+avx2", ...], "cores": 2,
+                     "threads": 1},
      "kiln_version": "0.1.0", "timestamp": 1764135600.0}
 
 ``costs`` are seconds per run (one per timed repeat), empty when ``error`` says why the
@@ -14,8 +15,9 @@ candidate has no time; ``measure`` says how they were timed
 (:data:`kiln.tune.measure.MEASURE_METHODS`; a line without it is from before the field and was
 timed ``hot``): times of different methods are never compared. A record is applied only where its ``target`` string and its whole
 ``fingerprint`` equal the build's (:mod:`kiln.tune.apply_history`): the model name, the ISA
-features LLVM sees (what ``-mcpu=native`` compiles for) and the logical core count decide the
-best schedule, and a record from another CPU is silently wrong at best.
+features LLVM sees (what ``-mcpu=native`` compiles for), the logical core count and the kernel
+threads (``KILN_NUM_THREADS``: what the parallel loops were timed at) decide the best schedule,
+and a record from another CPU or thread count is silently wrong at best.
 
 As AutoTVM's log format (``python/tvm/autotvm/record.py``: one JSON object a line, input =
 target + task + config, result = costs + error number + timestamp) and MetaSchedule's
@@ -48,6 +50,8 @@ FIELDS = ("workload_key", "kernel", "config", "costs", "error", "target", "finge
 MEASURE_METHODS = ("flush", "hot", "hot-prepared")
 #: the measuring method of the records written before lines had a ``measure`` field
 LEGACY_MEASURE = "hot"
+#: the most threads the runtime's pool runs (backend.c's KILN_MAX_THREADS)
+MAX_KERNEL_THREADS = 256
 #: the method a record made in code has unless told (kiln.tune.measure.DEFAULT_MEASURE; kept
 #: here so that reading records needs no builder)
 RECORD_MEASURE = "flush"
@@ -125,12 +129,34 @@ class TuningRecord:
                    str(obj["kiln_version"]), float(obj["timestamp"]), measure)
 
 
-@functools.lru_cache(maxsize=1)
 def cpu_fingerprint() -> dict[str, object]:
     """This machine's CPU as records name it: ``cpu`` (``/proc/cpuinfo``'s model name, else
     :func:`platform.processor`), ``features`` (the ISA features LLVM enables here, sorted,
-    :func:`kiln.target.host_cpu`; ``/proc/cpuinfo``'s flags without llvmlite) and ``cores``
-    (logical CPUs, :func:`os.cpu_count`)."""
+    :func:`kiln.target.host_cpu`; ``/proc/cpuinfo``'s flags without llvmlite), ``cores``
+    (logical CPUs, :func:`os.cpu_count`) and ``threads`` (:func:`kernel_threads`, read now:
+    the tuner's measuring process inherits this process's environment)."""
+    return {**_cpu_fingerprint(), "threads": kernel_threads()}
+
+
+def kernel_threads() -> int:
+    """The threads a Kiln library loaded by this process runs its parallel loops on, as the
+    runtime's pool counts them (``kiln_team_size`` in ``runtime/support/backend.c``):
+    ``KILN_NUM_THREADS`` when it is a positive integer (at most MAX_KERNEL_THREADS), else the
+    CPUs of this process's affinity mask."""
+    env = os.environ.get("KILN_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return min(int(env), MAX_KERNEL_THREADS)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call (macOS)
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_KERNEL_THREADS))
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_fingerprint() -> dict[str, object]:
+    """The fingerprint's fields that do not change while the process runs (cached: reading
+    the host's features loads LLVM)."""
     cpuinfo = _read_cpuinfo()
     model = cpuinfo.get("model name") or platform.processor() or platform.machine()
     try:
