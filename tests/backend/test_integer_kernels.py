@@ -229,13 +229,19 @@ def test_dense_narrow_weight_blocks_exact(rows, depth, cols):
 
 @pytest.mark.skipif(not _x86(), reason="x86 assembly")
 def test_avx2_dense_uses_pmaddwd():
-    """Haswell: the int8 dense's products are ``vpmaddwd`` only (no ``vpmaddubsw``)."""
+    """Haswell: the int8 dense's products are ``vpmaddwd`` only (no ``vpmaddubsw``), on
+    broadcast pair words widened before the loop: no ``vpand`` / ``vpsrlw`` in it (the quad
+    form had 32 of each per 128 ``vpmaddwd``)."""
     x = _data((32, 256), "uint8", False)
     lib = kiln.build(_dense_func(x, _weight((64, 256), False), 1),
                      target="llvm -mcpu=haswell").get_lib()
     asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
                   if m.type_key == "llvm")
     assert _ops(asm) == {"vpmaddwd"}, _ops(asm)
+    loops = _product_loops(asm)
+    assert loops
+    for ops in loops:
+        assert "vpand" not in ops and "vpsrlw" not in ops, sorted(set(ops))
 
 
 PAIR_CONVS = [  # (dtype, zx, cin, cout, size, kernel, stride, extreme operands)
