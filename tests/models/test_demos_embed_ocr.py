@@ -67,7 +67,7 @@ def ocr_demo(build_once, kiln_cache_dir) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("demo")
-def test_kiln_demo_ocr(wheel_file, build_once, kiln_cache_dir):
+def test_kiln_demo_ocr(build_once, kiln_cache_dir):
     folder = ocr_demo(build_once, kiln_cache_dir)
     code, text = (folder / "console.txt").read_text().split("\n", 1)
     assert code == "0", text
