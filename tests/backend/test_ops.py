@@ -101,6 +101,12 @@ CASES = [
     ("Unsqueeze", {"x": rand(3, 4)}, {"axes": np.array([0, 3], "int64")}, {}),
     ("ReduceMean", {"x": rand(2, 3, 4)}, {"axes": np.array([1], "int64")}, {"keepdims": 1}),
     ("ReduceSum", {"x": rand(2, 3, 4)}, {"axes": np.array([0, 2], "int64")}, {"keepdims": 0}),
+    # inception_v1's layers that no other c-target model of tests/models/test_models.py has:
+    # its final AveragePool, padded at the end only (7x7, pads 0,0,1,1), and its dense 5x5
+    # stride-1 convolutions
+    ("AveragePool", {"x": rand(1, 5, 7, 7)}, {}, {"kernel_shape": [7, 7], "pads": [0, 0, 1, 1]}),
+    ("Conv", {"x": rand(1, 16, 12, 12)}, {"w": rand(24, 16, 5, 5, seed=1), "b": rand(24, seed=2)},
+     {"pads": [2, 2, 2, 2]}),
 ]
 
 

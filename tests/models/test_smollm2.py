@@ -38,10 +38,12 @@ def _cache_env(kiln_cache_dir):
 def llm(kiln_cache_dir):
     """(model path, tokenizer, Kiln decoder, onnxruntime decoder), made once per worker.
 
-    Setting these up costs about 50 s even with the compiled decoder cached (the tokenizer read
-    from the GGUF, onnxruntime's session over 655 MB, the file digests): the ``xdist_group``
-    keeps this module on one worker (tests/conftest.py makes the mark work under pytest 9), and
-    session scope keeps the decoders if that worker runs another module in between.
+    Setting these up costs tens of seconds even with the compiled decoder cached
+    (onnxruntime's session over 655 MB, the file digests; the tokenizer is read from the GGUF
+    once, then from its JSON in the model cache, which the chat demo's process reads too): the
+    ``xdist_group`` keeps this module on one worker (tests/conftest.py makes the mark work under
+    pytest 9), and session scope keeps the decoders if that worker runs another module in
+    between.
     """
     pytest.importorskip("gguf")
     from kiln.llm import kiln_decoder, ort_decoder

