@@ -321,10 +321,14 @@ def _int8_vector_block() -> int:
     """Fewest columns of an integer dense block on a target whose LLVM codegen has an 8-bit dot
     product form (``Target.int8_dot()``): one vector of int32. Narrower blocks were scalar
     integer IR that LLVM 22's SLP vectorizer miscompiled on x86 (6x8 u8 · 8x2 s8 with blocks
-    of 2: one row wrong at O1-O3, exact with SLP off); padded they take the vector form. 1
-    elsewhere."""
+    of 2: one row wrong at O1-O3, exact with SLP off); padded they take the vector form. A
+    multi-level target (``-mcpu=portable``) pads when any level has such a form, to its widest
+    level's vector (layouts are shared by all levels). 1 elsewhere."""
     target = Target.current()
-    if target is None or target.kind != "llvm" or not target.int8_dot():
+    if target is None or target.kind != "llvm":
+        return 1
+    levels = [target.level(name) for name in target.levels] or [target]
+    if not any(level.int8_dot() for level in levels):
         return 1
     return target.vector_lanes("int32")
 
