@@ -121,7 +121,9 @@ def test_the_fingerprint_names_this_cpu():
 
 
 @pytest.mark.parametrize("env, threads", [("1", 1), ("2", 2), ("7", 7), ("999", 256),
-                                          ("", None), ("0", None), ("2x", None)])
+                                          ("", None), ("0", None), ("2x", None),
+                                          ("+3", 3), (" 4", 4), ("5 ", None), ("-1", None),
+                                          ("\u00b2", None), ("\u0663", None)])
 def test_the_fingerprint_names_the_kernel_threads_as_the_runtime_counts_them(
         monkeypatch, env, threads):
     """KILN_NUM_THREADS when a positive integer (capped at the pool's 256), else the CPUs of
@@ -181,6 +183,7 @@ def test_a_record_of_this_cpu_and_target_is_applied():
 @pytest.mark.parametrize("record, why", [
     ({"fp": OTHER_FP}, "other CPU"),
     ({"fp": {**FP, "threads": 2}}, "other threads"),
+    ({"fp": {k: v for k, v in FP.items() if k != "threads"}}, "no thread count"),
     ({"target": "llvm -mcpu=haswell"}, "other target"),
     ({"error": "wrong result"}, "failed"),
     ({"key": "0" * 32}, "no record"),

@@ -8,7 +8,8 @@ schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``oth
 for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
 this kernel under another target string), ``other threads`` (records for this kernel, target
 and CPU measured at another ``KILN_NUM_THREADS``: parallel loops were chosen for another
-thread count), ``other measure`` (records for this kernel, target
+thread count; ``no thread count``: records of this CPU written before they named it: re-tune,
+or add ``"threads": N`` to their fingerprints), ``other measure`` (records for this kernel, target
 and CPU timed with another measuring method, e.g. ``hot`` records from before cache flushing:
 their times are not comparable with this method's), ``failed`` (only records with errors) or
 ``stale`` (the record's config is no longer legal for the kernel's schedule). Kernels whose
@@ -44,8 +45,8 @@ from kiln.tune.tasks import workload_key
 log = logging.getLogger("kiln")
 
 #: the reasons a kernel fell back to its default schedule, in summary order
-REASONS = ("no record", "other CPU", "other threads", "other target", "other measure",
-           "failed", "stale")
+REASONS = ("no record", "other CPU", "other threads", "no thread count", "other target",
+           "other measure", "failed", "stale")
 
 
 class ApplyHistoryBest:
@@ -127,9 +128,12 @@ class ApplyHistoryBest:
         if here:
             return "failed"
         cpu = {k: v for k, v in self.fingerprint.items() if k != "threads"}
-        if any({k: v for k, v in r.fingerprint.items() if k != "threads"} == cpu
-               for r in same_key):
+        this_cpu = [r for r in same_key
+                    if {k: v for k, v in r.fingerprint.items() if k != "threads"} == cpu]
+        if any("threads" in r.fingerprint for r in this_cpu):
             return "other threads"
+        if this_cpu:  # written before records named their thread count
+            return "no thread count"
         if same_key:
             return "other CPU"
         others = {r.target for r in self.records if r.target != self.target}

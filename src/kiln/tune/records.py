@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import platform
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -141,10 +142,11 @@ def cpu_fingerprint() -> dict[str, object]:
 def kernel_threads() -> int:
     """The threads a Kiln library loaded by this process runs its parallel loops on, as the
     runtime's pool counts them (``kiln_team_size`` in ``runtime/support/backend.c``):
-    ``KILN_NUM_THREADS`` when it is a positive integer (at most MAX_KERNEL_THREADS), else the
+    ``KILN_NUM_THREADS`` when it is a positive integer as C's ``strtol`` reads it (leading
+    blanks and a sign, ASCII digits, nothing after; at most MAX_KERNEL_THREADS), else the
     CPUs of this process's affinity mask."""
     env = os.environ.get("KILN_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
+    if re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", env) and int(env) > 0:
         return min(int(env), MAX_KERNEL_THREADS)
     try:
         n = len(os.sched_getaffinity(0))
