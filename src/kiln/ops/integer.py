@@ -142,8 +142,9 @@ def _conv2d_quads(data, weight, attrs, out_type):
     ``u(zx)`` selected per pixel.
 
     On AVX2 without VNNI (:func:`dense_pairs_form`, :data:`CONV_PAIRS`) the padded stage holds
-    pair words instead (``qnn_conv_pairs``, ``[N, C, H', W', 2, b/4]`` int32, tag ``pad``:
-    materialized once per call, :func:`_pairs_of`) and each step is :func:`_pair_dot`: every
+    pair words instead (``qnn_conv_pairs``, ``[N, C, H', W', 2, ib/4]`` int32 for an input
+    block of ``ib`` channels, tag ``pad``: materialized once per call, :func:`_pairs_of`) and
+    each step is :func:`_pair_dot`: every
     output-channel block and tap reads the activations widened, where the quads were widened
     (mask, shift, mask) in the register block once per pixel, quad and channel block."""
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
