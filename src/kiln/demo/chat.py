@@ -13,7 +13,7 @@ from __future__ import annotations
 import resource
 import sys
 
-from kiln.demo.common import num_threads
+from kiln.runtime.threads import num_threads
 
 DEFAULT_PROMPT = "What is the capital of France?"
 

@@ -3,13 +3,13 @@ with the same thread budget, and time calls."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kiln.runtime.threads import num_threads
 from kiln.target import default_target
 
 #: the fastest target for this machine (``kiln compile``'s default: ``llvm -mcpu=native``, or
@@ -27,12 +27,6 @@ def median_ms(fn: Callable[[], Any], runs: int) -> tuple[Any, float]:
         out = fn()
         times.append((time.perf_counter() - start) * 1e3)
     return out, statistics.median(times)
-
-
-def num_threads() -> int:
-    """Kiln's thread budget: ``KILN_NUM_THREADS``, else all cores."""
-    value = os.environ.get("KILN_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
 
 
 def compile_model(model_path: Path, shapes: dict[str, tuple[int, ...]], so_path: Path):

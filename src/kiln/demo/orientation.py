@@ -46,7 +46,8 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     ----------
     runs : int
         Timed runs per image and engine (after one warm-up run); the table shows the median.
-        onnxruntime gets as many threads as Kiln (``KILN_NUM_THREADS``, else all cores).
+        onnxruntime gets as many threads as Kiln (``KILN_NUM_THREADS``, else the CPUs of the
+        affinity mask).
     output : str, optional
         Keep the compiled library at this path (default: a temporary directory).
     console : rich.console.Console, optional

@@ -32,7 +32,6 @@ import functools
 import json
 import os
 import platform
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,8 +50,6 @@ FIELDS = ("workload_key", "kernel", "config", "costs", "error", "target", "finge
 MEASURE_METHODS = ("flush", "hot", "hot-prepared")
 #: the measuring method of the records written before lines had a ``measure`` field
 LEGACY_MEASURE = "hot"
-#: the most threads the runtime's pool runs (backend.c's KILN_MAX_THREADS)
-MAX_KERNEL_THREADS = 256
 #: the method a record made in code has unless told (kiln.tune.measure.DEFAULT_MEASURE; kept
 #: here so that reading records needs no builder)
 RECORD_MEASURE = "flush"
@@ -140,19 +137,11 @@ def cpu_fingerprint() -> dict[str, object]:
 
 
 def kernel_threads() -> int:
-    """The threads a Kiln library loaded by this process runs its parallel loops on, as the
-    runtime's pool counts them (``kiln_team_size`` in ``runtime/support/backend.c``):
-    ``KILN_NUM_THREADS`` when it is a positive integer as C's ``strtol`` reads it (leading
-    blanks and a sign, ASCII digits, nothing after; at most MAX_KERNEL_THREADS), else the
-    CPUs of this process's affinity mask."""
-    env = os.environ.get("KILN_NUM_THREADS", "")
-    if re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", env) and int(env) > 0:
-        return min(int(env), MAX_KERNEL_THREADS)
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity call (macOS)
-        n = os.cpu_count() or 1
-    return max(1, min(n, MAX_KERNEL_THREADS))
+    """The threads a Kiln library loaded by this process runs its parallel loops on
+    (:func:`kiln.runtime.threads.num_threads`, as the pool counts them)."""
+    from kiln.runtime.threads import num_threads
+
+    return num_threads()
 
 
 @functools.lru_cache(maxsize=1)
