@@ -290,7 +290,7 @@ def dense_pack(inputs, attrs, out_type):
     (:func:`dense_pairs_form`, :func:`_dense_pairs`)."""
     data, weight, comp = inputs
     b = weight.shape[2]
-    if weight.dtype == "int32" and dense_pairs_form() and b % PAIRS_BLOCK == 0:
+    if weight.dtype == "int32" and dense_pairs_form():
         acc = _dense_pairs(data, weight, out_type)
     elif weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
@@ -309,20 +309,14 @@ def dense_pack(inputs, attrs, out_type):
                       name="qnn_compensate", tag="elemwise")
 
 
-#: columns of a packed weight block the pair form needs (a multiple of one ymm of int32): a
-#: narrower block gets no ``vpmaddwd``, and its pair form is scalar IR that LLVM 22's SLP
-#: vectorizer miscompiled (2x8 · 8x2 wrong at O1-O3, exact at O0). AlterOpLayout pads such
-#: blocks to one vector (``_int8_vector_block``); this keeps other callers on the quads.
-PAIRS_BLOCK = 8
-
-
 def dense_pairs_form() -> bool:
-    """Whether the integer dense (:func:`_dense_pairs`, where its weight block is a multiple of
-    :data:`PAIRS_BLOCK` columns) and NCHWc conv (:func:`_conv2d_quads`) run on int16
-    activation pairs: LLVM for x86 with AVX2 and no VNNI (``Target.int8_dot() == "avx2"``)
-    nor AMX (whose kernel takes the quads, docs/decisions/026). Elsewhere the quads:
-    ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as they are; AVX-512BW without VNNI would
-    gain as AVX2 but is not measured; the generic lowering has no widening to save."""
+    """Whether the integer dense (:func:`_dense_pairs`) and NCHWc conv (:func:`_conv2d_quads`)
+    run on int16 activation pairs: LLVM for x86 with AVX2 and no VNNI
+    (``Target.int8_dot() == "avx2"``) nor AMX (whose kernel takes the quads,
+    docs/decisions/026). Elsewhere the quads: ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as
+    they are; AVX-512BW without VNNI would gain as AVX2 but is not measured; the generic
+    lowering has no widening to save. The dense's weight blocks are at least one vector wide
+    here (AlterOpLayout's ``_int8_vector_block``: narrower ones were miscompiled by LLVM)."""
     target = Target.current()
     return target is not None and target.int8_dot() == "avx2" and not target.amx_int8()
 
