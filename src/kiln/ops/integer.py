@@ -232,11 +232,11 @@ def depthwise_conv2d_nchwc(inputs, attrs, out_type):
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     zx = attrs["input_zero_point"]
     padded = pad_hw(data, attrs["padding"], zx)
-    zero = L.IntImm(0)
     if weight.dtype == "int32":
         return _depthwise_tap_pairs(padded, weight, attrs, out_type)
     kh, kw = weight.shape[2], weight.shape[3]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    zero = L.IntImm(0)
 
     def body(n, c, y, x, b):
         value = L.Cast("int32", padded[n, c, y * sh + ry.var * dh, x * sw + rx.var * dw, b])
@@ -262,11 +262,11 @@ def _depthwise_tap_pairs(padded, weight, attrs, out_type):
             return value - L.const(zx, "int16") if zx else value
 
         t0 = rp.var * 2
+        t1 = L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))
         word = weight[c, zero, rp.var, zero, zero, b]
-        return te.sum(loop_int8.dot_i16x2(tap(t0), tap(L.minimum(t0 + 1, L.const(taps - 1, t0.dtype))),
-                                  L.Cast("int16", word),
-                                  L.Cast("int16", L.Binary(">>", word, L.const(16, "int32")))),
-                      [rp])
+        high = L.Binary(">>", word, L.const(16, "int32"))
+        return te.sum(loop_int8.dot_i16x2(tap(t0), tap(t1), L.Cast("int16", word),
+                                          L.Cast("int16", high)), [rp])
 
     return te.compute(out_type.shape, body, name=TAP_PAIRS_STAGE, tag="depthwise_conv2d_NCHWc")
 
