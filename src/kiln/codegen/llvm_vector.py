@@ -177,10 +177,8 @@ def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
     if isinstance(e, L.BufferLoad):
         return (e.dtype in ("int8", "uint8", "int16")
                 and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
-    if isinstance(e, L.Cast) and e.dtype == "int16" and e.value.dtype == "int32":
-        return _lane_wise(e.value, lanes, 32)  # a half of a 32-bit word
-    if isinstance(e, L.Cast) and e.dtype == "int8" and e.value.dtype == "int32":
-        return _lane_wise(e.value, lanes, 32)  # a byte of a 32-bit word
+    if isinstance(e, L.Cast) and e.dtype in ("int16", "int8") and e.value.dtype == "int32":
+        return _lane_wise(e.value, lanes, 32)  # a half or a byte of a 32-bit word
     if isinstance(e, L.Cast):
         return e.dtype == "int16" and e.value.dtype in ("int8", "uint8", "int16") and \
             _narrow_lane_wise(e.value, lanes)
