@@ -13,7 +13,8 @@ One line (keys in this order)::
 ``costs`` are seconds per run (one per timed repeat), empty when ``error`` says why the
 candidate has no time; ``measure`` says how they were timed
 (:data:`kiln.tune.measure.MEASURE_METHODS`; a line without it is from before the field and was
-timed ``hot``): times of different methods are never compared. A record is applied only where its ``target`` string and its whole
+timed ``hot``): times of different methods are never compared. A record is applied only where
+its ``target`` string and its whole
 ``fingerprint`` equal the build's (:mod:`kiln.tune.apply_history`): the model name, the ISA
 features LLVM sees (what ``-mcpu=native`` compiles for), the logical core count and the kernel
 threads (``KILN_NUM_THREADS``: what the parallel loops were timed at) decide the best schedule,
@@ -131,17 +132,12 @@ def cpu_fingerprint() -> dict[str, object]:
     """This machine's CPU as records name it: ``cpu`` (``/proc/cpuinfo``'s model name, else
     :func:`platform.processor`), ``features`` (the ISA features LLVM enables here, sorted,
     :func:`kiln.target.host_cpu`; ``/proc/cpuinfo``'s flags without llvmlite), ``cores``
-    (logical CPUs, :func:`os.cpu_count`) and ``threads`` (:func:`kernel_threads`, read now:
-    the tuner's measuring process inherits this process's environment)."""
-    return {**_cpu_fingerprint(), "threads": kernel_threads()}
+    (logical CPUs, :func:`os.cpu_count`) and ``threads`` (the kernels' thread count as the
+    runtime's pool counts it, :func:`kiln.runtime.threads.num_threads`, read now: the tuner's
+    measuring process inherits this process's environment)."""
+    from kiln.runtime.threads import num_threads  # the runtime package only when fingerprinting
 
-
-def kernel_threads() -> int:
-    """The threads a Kiln library loaded by this process runs its parallel loops on
-    (:func:`kiln.runtime.threads.num_threads`, as the pool counts them)."""
-    from kiln.runtime.threads import num_threads
-
-    return num_threads()
+    return {**_cpu_fingerprint(), "threads": num_threads()}
 
 
 @functools.lru_cache(maxsize=1)
