@@ -4,6 +4,8 @@ float32."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from kiln.ir import loop as L
 from kiln.ir import te
 from kiln.ir.op_registry import register_compute
@@ -29,27 +31,27 @@ def _axis_tables(attrs: dict, axis: int, in_size: int, out_size: int):
     """Per output index of one axis, as small materialized stages (tag ``resize_table``): each
     tap's input index and weight, and the in-crop flag (1.0 / 0.0) in tf_crop_and_resize mode.
 
-    Tables keep the per-pixel body to loads and multiply-adds: the coordinate arithmetic (and
-    an antialiased filter's normalization, O(taps) per weight) runs once per row and column."""
-
-    def taps_at(i):
-        return axis_taps(L.Cast("float32", i), attrs, axis, in_size, LOOP_ARITH)
-
-    probe, has_valid = taps_at(L.Var("probe"))
+    Tables keep the per-pixel body to loads and multiply-adds: the coordinate arithmetic runs
+    once per row and column. The tap formulas are built once over a probe index; the weights a
+    normalization divides by their sum are tables of their own (``Arith.stage``), so each table
+    is a small expression whatever the number of taps."""
     name = "hw"[axis]
-    tables = []
-    for k, (_, weight) in enumerate(probe):
-        index = te.compute((out_size,), lambda i, k=k: taps_at(i)[0][k][0],
-                           name=f"resize_{name}{k}_index", tag="resize_table")
-        if weight is None:
-            tables.append((index, None))
-            continue
-        tables.append((index, te.compute((out_size,), lambda i, k=k: taps_at(i)[0][k][1],
-                                         name=f"resize_{name}{k}_weight", tag="resize_table")))
+    probe = L.Var(f"resize_{name}")
+
+    def table(value: L.PrimExpr, what: str) -> te.Tensor:
+        return te.compute((out_size,), lambda i: L.substitute(value, {probe: i}),
+                          name=f"resize_{name}{what}", tag="resize_table")
+
+    def stage(values: list[L.PrimExpr]) -> list[L.PrimExpr]:
+        return [table(v, f"{k}_term")[probe] for k, v in enumerate(values)]
+
+    arith = dataclasses.replace(LOOP_ARITH, stage=stage)
+    taps, has_valid = axis_taps(L.Cast("float32", probe), attrs, axis, in_size, arith)
+    tables = [(table(index, f"{k}_index"), None if weight is None else table(weight, f"{k}_weight"))
+              for k, (index, weight) in enumerate(taps)]
     valid = None
     if has_valid is not None:
-        valid = te.compute((out_size,), lambda i: L.Select(taps_at(i)[1], L.FloatImm(1.0), 0.0),
-                           name=f"resize_{name}_valid", tag="resize_table")
+        valid = table(L.Select(has_valid, L.FloatImm(1.0), 0.0), "_valid")
     return tables, valid
 
 

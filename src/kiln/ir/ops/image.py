@@ -67,6 +67,10 @@ class Arith:
     cast: Callable[[Any, str], Any]
     within: Callable[[Any, Any, Any], Any]  # lo <= value <= hi, as a condition
     select: Callable[[Any, Any, Any], Any]
+    #: values computed once and read back (the compute's small tables): a normalization reads
+    #: every weight once per weight, and inline expressions would grow as taps² (taps⁴ when an
+    #: antialiased filter excludes the outside too)
+    stage: Callable[[list[Any]], list[Any]] = lambda values: values
 
 
 NUMPY_ARITH = Arith(np.floor, np.ceil, np.abs, np.clip, lambda v: v.astype(np.int64),
@@ -187,7 +191,7 @@ def _method_taps(coord: Any, attrs: dict, in_size: int, scale: float,
     if attrs["exclude_outside"]:  # cubic, or antialiased linear (onnxruntime refuses plain)
         weights = [ar.select(ar.within(i, 0, in_size - 1), w, 0.0)
                    for i, w in zip(index, weights)]
-        weights = _normalized(weights)
+        weights = _normalized(weights, ar)
     return [(ar.clamp(i, 0, last), w) for i, w in zip(index, weights)]
 
 
@@ -220,11 +224,12 @@ def _antialias_taps(coord: Any, attrs: dict, scale: float, ar: Arith) -> tuple[l
             outer = ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
             weights.append(ar.select(ar.within(d, 0.0, 1.0), inner,
                                      ar.select(ar.within(d, 0.0, 2.0), outer, 0.0)))
-    return [first + k for k in range(n)], _normalized(weights)
+    return [first + k for k in range(n)], _normalized(weights, ar)
 
 
-def _normalized(weights: list[Any]) -> list[Any]:
-    """``weights`` divided by their sum."""
+def _normalized(weights: list[Any], ar: Arith) -> list[Any]:
+    """``weights`` divided by their sum (each weight staged first: it is read n + 1 times)."""
+    weights = ar.stage(weights)
     total = weights[0]
     for w in weights[1:]:
         total = total + w
