@@ -157,6 +157,20 @@ def test_one_thread_is_timed_in_thread_cpu_time(monkeypatch):
     assert measure.measure_clock() is time.perf_counter
 
 
+def test_one_thread_is_counted_as_the_pool_counts_it(monkeypatch):
+    """The pool runs kernels on the caller whenever it has one thread: `` 1`` (as ``strtol``
+    reads it), or no variable and a one-CPU affinity mask (``taskset -c 0``, a container)."""
+    import time
+
+    monkeypatch.setenv("KILN_NUM_THREADS", " 1")
+    assert measure.measure_clock() is time.thread_time
+    monkeypatch.delenv("KILN_NUM_THREADS")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert measure.measure_clock() is time.thread_time
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert measure.measure_clock() is time.perf_counter
+
+
 class _FakeKernel:
     """A kernel whose prepared call notes how many flushes had run when it was called."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.runtime.threads import num_threads
 from kiln.target import Target
 from kiln.tune.cache_flush import CacheFlusher
 from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
@@ -53,7 +54,7 @@ class MeasureResult:
     """One candidate's measurement (picklable).
 
     ``costs``: seconds per run of the kernel, one per timed repeat (empty on error; thread
-    CPU seconds with ``KILN_NUM_THREADS=1``, see :func:`measure_clock`);
+    CPU seconds when the pool has one thread, see :func:`measure_clock`);
     ``error``: None, or why the candidate has no time (a build or run failure, a wrong
     result); ``all_cost``: wall seconds the measurement took; ``timestamp``: when it ended
     (seconds since the epoch)."""
@@ -185,10 +186,11 @@ def check_output(got: np.ndarray, want: np.ndarray, kernel: str) -> None:
 
 def measure_clock():
     """The clock candidates are timed with: the calling thread's CPU time
-    (:func:`time.thread_time`) when kernels run on it alone (``KILN_NUM_THREADS=1``: then
-    other processes on a shared machine do not count), else wall time
+    (:func:`time.thread_time`) when kernels run on it alone (the pool has one thread,
+    :func:`kiln.runtime.threads.num_threads`: ``KILN_NUM_THREADS=1`` or a one-CPU affinity
+    mask; then other processes on a shared machine do not count), else wall time
     (:func:`time.perf_counter`)."""
-    return time.thread_time if os.environ.get("KILN_NUM_THREADS") == "1" else time.perf_counter
+    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 def time_kernel(kernel, args, repeat: int, clock=time.perf_counter, method: str = "hot",
