@@ -30,6 +30,13 @@ def user_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "kiln"
 
 
+def jit_cache_path() -> Path:
+    """Where JIT-compiled libraries are cached (not created): ``$KILN_CACHE_DIR`` when set and
+    not empty, else a per-user temp folder ``<tmp>/kiln-cache-<uid>``."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
+
+
 def is_private_dir(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a directory (not a symlink) owned by this user and not writable
     by group or others."""
