@@ -50,6 +50,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kiln.errors import KilnError
 from kiln.runtime.private_dir import is_private_dir, jit_cache_path, private_dir, user_cache_dir
@@ -121,11 +122,11 @@ class CacheFolder:
     pattern: re.Pattern[str]
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One cached file: its space on disk (bytes) and modification time (ns since the epoch)."""
+class Entry(NamedTuple):
+    """One cached file: its space on disk (bytes) and modification time (ns since the epoch).
+    (A tuple with a ``str`` path: a scan makes tens of thousands.)"""
 
-    path: Path
+    path: str
     size: int
     mtime_ns: int
 
@@ -158,7 +159,8 @@ def cache_folders() -> list[CacheFolder]:
 
 
 def disk_size(st: os.stat_result) -> int:
-    """Bytes ``st`` occupies on disk (``st_blocks`` × 512, as ``du``)."""
+    """Bytes ``st`` occupies on disk (``st_blocks`` × 512, as ``du``; :func:`scan_folder`
+    inlines it)."""
     return st.st_blocks * 512
 
 
@@ -167,13 +169,14 @@ def scan_folder(folder: CacheFolder) -> list[Entry]:
     if not is_private_dir(folder.path):
         return []
     entries = []
+    match = folder.pattern.fullmatch
     try:
         listing = os.scandir(folder.path)
     except OSError:
         return []
     with listing:
         for item in listing:
-            if not folder.pattern.fullmatch(item.name):
+            if not match(item.name):
                 continue
             try:
                 if not item.is_file(follow_symlinks=False):
@@ -181,20 +184,13 @@ def scan_folder(folder: CacheFolder) -> list[Entry]:
                 st = item.stat(follow_symlinks=False)
             except OSError:  # removed meanwhile by another process
                 continue
-            entries.append(Entry(Path(item.path), disk_size(st), st.st_mtime_ns))
+            entries.append(Entry(item.path, st.st_blocks * 512, st.st_mtime_ns))
     return entries
 
 
 def scan() -> list[Entry]:
-    """Every evictable entry of :func:`cache_folders` (a folder listed twice counts once)."""
-    seen: set[Path] = set()
-    entries: list[Entry] = []
-    for folder in cache_folders():
-        if folder.path in seen:
-            continue
-        seen.add(folder.path)
-        entries += scan_folder(folder)
-    return entries
+    """Every evictable entry of :func:`cache_folders`."""
+    return [entry for folder in cache_folders() for entry in scan_folder(folder)]
 
 
 def touch(path: str | os.PathLike[str]) -> None:
@@ -204,7 +200,7 @@ def touch(path: str | os.PathLike[str]) -> None:
         os.utime(path)
 
 
-def _evict(entries: list[Entry], target: int, keep: set[Path]) -> tuple[int, int]:
+def _evict(entries: list[Entry], target: int, keep: set[str]) -> tuple[int, int]:
     """Remove the oldest of ``entries`` (not in ``keep``) until their total is at most
     ``target``; returns (entries removed, bytes removed)."""
     total = sum(e.size for e in entries)
@@ -255,7 +251,7 @@ def _write_ledger(fd: int, total: int, scanned: float) -> None:
     os.pwrite(fd, data, 0)
 
 
-def _trim_locked(limit: int, keep: set[Path], everything: bool = False) -> TrimReport:
+def _trim_locked(limit: int, keep: set[str], everything: bool = False) -> TrimReport:
     entries = scan()
     size = sum(e.size for e in entries)
     if everything:
@@ -295,7 +291,7 @@ def trim(limit: int | None = None, keep: Iterable[str | os.PathLike[str]] = ()) 
     """
     limit = max_size() if limit is None else limit
     with _ledger() as fd:
-        report = _trim_locked(limit, {Path(p) for p in keep})
+        report = _trim_locked(limit, {os.fspath(p) for p in keep})
         _write_ledger(fd, report.size_after, time.time())
     return report
 
@@ -328,7 +324,7 @@ def note_stored(path: str | os.PathLike[str]) -> None:
             state = _read_ledger(fd)
             now = time.time()
             if state is None or now - state[1] > RESCAN_S or state[0] + size > limit:
-                report = _trim_locked(limit, {Path(path)})
+                report = _trim_locked(limit, {os.fspath(path)})
                 _write_ledger(fd, report.size_after, now)
             else:
                 _write_ledger(fd, state[0] + size, state[1])
