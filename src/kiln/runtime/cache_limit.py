@@ -159,8 +159,7 @@ def cache_folders() -> list[CacheFolder]:
 
 
 def disk_size(st: os.stat_result) -> int:
-    """Bytes ``st`` occupies on disk (``st_blocks`` × 512, as ``du``; :func:`scan_folder`
-    inlines it)."""
+    """Bytes ``st`` occupies on disk (``st_blocks`` × 512, as ``du``)."""
     return st.st_blocks * 512
 
 
@@ -184,7 +183,7 @@ def scan_folder(folder: CacheFolder) -> list[Entry]:
                 st = item.stat(follow_symlinks=False)
             except OSError:  # removed meanwhile by another process
                 continue
-            entries.append(Entry(item.path, st.st_blocks * 512, st.st_mtime_ns))
+            entries.append(Entry(item.path, disk_size(st), st.st_mtime_ns))
     return entries
 
 
