@@ -1,4 +1,4 @@
-"""The ``kiln`` command line: compile, run, inspect, demo.
+"""The ``kiln`` command line: compile, tune, run, inspect, demo, cache.
 
 ::
 
@@ -15,6 +15,7 @@
     kiln inspect model.so [--graph graph.json] [--params model.params] [--bytecode]
     kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
     kiln demo chat [--prompt TEXT] [--max-new-tokens N] [--compare] [--quantize-weights Q]
+    kiln cache [--trim | --clear]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
 ``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
@@ -195,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kiln.cli_tune import add_parser as add_tune_parser
 
     add_tune_parser(sub, parse_input_shape, _positive_int)
+
+    from kiln.cli_cache import add_parser as add_cache_parser
+
+    add_cache_parser(sub)
 
     p = sub.add_parser("run", help="run a compiled library on inputs from .npz or random",
                        description="Run a compiled library once (or --repeat times).")

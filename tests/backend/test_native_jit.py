@@ -80,10 +80,14 @@ def test_jit_compiles_at_first_run_and_shares_the_cache(native_rt, jit_so, refer
     (dev,) = [m for m in modules_dfs(lib) if isinstance(m, SourceDeviceModule)]
     assert dev.library_path == str(built[0])
     assert sorted((cache / "device").glob("device-*.so")) == built
-    # a second kiln_run reuses it: no compile, the same bits
+    # a second kiln_run reuses it: no compile (the same file), the same bits; the hit
+    # refreshes its mtime (the LRU order of kiln.runtime.cache_limit)
+    os.utime(built[0], (1_000_000_000, 1_000_000_000))
+    inode = built[0].stat().st_ino
     (again,), _ = kiln_run(native_rt, so, [x], [(want.shape, want.dtype)], tmp_path,
                            env=_env(cache, KILN_DEVICE_CC="cc"))
     np.testing.assert_array_equal(again, got)
+    assert built[0].stat().st_ino == inode and built[0].stat().st_mtime > 1_000_000_000
 
 
 def test_jit_compiler_failure_is_an_error_with_its_stderr(native_rt, jit_so, tmp_path):

@@ -73,7 +73,10 @@ def test_jit_compile_leaves_only_the_cached_library(tmp_path, tmpdir_env):
     assert os.listdir(tmpdir_env) == []
     cache = tmp_path / "cache"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    # the size cap's ledger (kiln.runtime.cache_limit) is the one dot file
     names = sorted(os.listdir(cache))
+    assert names[0] == ".cache-size"
+    names = names[1:]
     assert len(names) == 2 and names[0].startswith("csource-") and names[0].endswith(".so")
     # and the compile cache's objects (kiln.runtime.compile_cache), whole entries only: the
     # kernels' and each support source's

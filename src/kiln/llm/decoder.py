@@ -7,8 +7,10 @@ A :class:`Decoder` runs the ONNX decoder interface of :mod:`kiln.models.llama_on
 The same call serves prompt processing (``past = 0``, any length) and decoding (one token).
 
 :func:`kiln_decoder` compiles the ONNX file once per (model content, target, weight
-quantization, Kiln source) into one VM library, cached in ``$KILN_CACHE_DIR/llm``; loading it
-again takes a second. :func:`ort_decoder` is the onnxruntime reference on the same file.
+quantization, Kiln source) into one VM library, cached in ``$KILN_CACHE_DIR/llm`` (bounded by
+``KILN_CACHE_MAX_SIZE`` with Kiln's other caches of compiled code, least recently used first:
+:mod:`kiln.runtime.cache_limit`); loading it again takes a second. :func:`ort_decoder` is the
+onnxruntime reference on the same file.
 """
 
 from __future__ import annotations
@@ -110,14 +112,18 @@ def _file_digest(path: Path) -> str:
 
 def compiled_decoder_path(model_path: Path, target: str,
                           quantize_weights: str | None = None) -> Path:
-    """The cached VM library of ``model_path`` for ``target``, compiled on first use.
+    """The cached VM library of ``model_path`` for ``target``, compiled on first use. A hit
+    refreshes the library's modification time; a compile may trim the caches to
+    ``KILN_CACHE_MAX_SIZE`` (the libraries of older Kiln sources go first, being least
+    recently used).
 
     Raises
     ------
     KilnError
-        If the model cannot be imported or compiled.
+        If the model cannot be imported or compiled, or ``KILN_CACHE_MAX_SIZE`` is not a size.
     """
     from kiln.models.fetch import file_lock
+    from kiln.runtime import cache_limit
     from kiln.runtime.private_dir import private_dir, user_cache_dir
 
     key = hashlib.sha256(":".join([_file_digest(model_path), target, str(quantize_weights),
@@ -125,10 +131,14 @@ def compiled_decoder_path(model_path: Path, target: str,
     root = private_dir(user_cache_dir() / "llm", "llm cache")
     path = root / f"{model_path.stem}-{key}.so"
     if path.exists():
+        cache_limit.touch(path)
         return path
     with file_lock(root / f".{key}.lock"):
-        if not path.exists():
-            _compile(model_path, target, quantize_weights, path)
+        if path.exists():
+            cache_limit.touch(path)
+            return path
+        _compile(model_path, target, quantize_weights, path)
+    cache_limit.note_stored(path)
     return path
 
 

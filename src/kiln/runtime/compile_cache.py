@@ -16,8 +16,10 @@ Where: ``$KILN_CACHE_DIR/objects`` (default ``~/.cache/kiln/objects``), a privat
 ``0700``, refused when it is a symlink, another user's or writable by others: objects found
 there are linked into libraries that get loaded as code; see
 :mod:`kiln.runtime.private_dir`). ``KILN_NO_CACHE=1`` turns the cache off (nothing is read or
-written; the model cache of :mod:`kiln.models` is not affected). Nothing is evicted: remove the
-folder to reclaim the space.
+written; the model cache of :mod:`kiln.models` is not affected). The folder is bounded by
+``KILN_CACHE_MAX_SIZE`` (default 5 GiB, one total with Kiln's other caches of compiled code):
+a store may trim the least recently used entries, and a hit refreshes its entry's modification
+time (:mod:`kiln.runtime.cache_limit`).
 
 Entries are written to a temporary name in the same folder and renamed into place, so two
 processes compiling the same kernel at once both succeed and readers never see a partial file.
@@ -35,6 +37,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from kiln.runtime import cache_limit
 from kiln.runtime.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
@@ -100,7 +103,8 @@ def _decode(data: bytes) -> list[bytes] | None:
 
 def load(key: str, kind: str, what: str = "") -> list[bytes] | None:
     """The parts stored under ``key`` (entry suffix ``kind``: ``"o"``, ``"llvm"``), or None on
-    a miss, with the cache off, or for an unreadable, short or corrupt entry."""
+    a miss, with the cache off, or for an unreadable, short or corrupt entry. A hit refreshes
+    the entry's modification time (the least recently used entries are evicted first)."""
     if not enabled():
         return None
     path = _path(key, kind)
@@ -117,13 +121,21 @@ def load(key: str, kind: str, what: str = "") -> list[bytes] | None:
                   len(data))
         return None
     log.debug("compile cache hit: %s <- %s", what or kind, path)
+    cache_limit.touch(path)
     return parts
 
 
 def store(key: str, kind: str, parts: Sequence[bytes], what: str = "") -> None:
     """Store ``parts`` under ``key``: written to a temporary name in the cache folder, then
-    renamed over any existing entry. Failures (a full disk, a read-only folder) are logged and
-    ignored: the cache only saves time."""
+    renamed over any existing entry; then :func:`kiln.runtime.cache_limit.note_stored` (which
+    may trim the caches to their cap). Failures (a full disk, a read-only folder) are logged
+    and ignored: the cache only saves time.
+
+    Raises
+    ------
+    KilnError
+        If ``KILN_CACHE_MAX_SIZE`` is not a size.
+    """
     if not enabled():
         return
     path = _path(key, kind)
@@ -135,6 +147,7 @@ def store(key: str, kind: str, parts: Sequence[bytes], what: str = "") -> None:
         os.replace(tmp, path)
         tmp = None
         log.debug("compile cache store: %s -> %s", what or kind, path)
+        cache_limit.note_stored(path)
     except OSError as err:
         log.debug("compile cache: cannot store %s (%s)", path, err.strerror)
     finally:

@@ -21,7 +21,7 @@ backend support code (its thread pool runs the kernels' parallel loops), and cac
 the sources, the compiler's identity and the flags in ``$KILN_CACHE_DIR/device`` (default
 ``~/.cache/kiln/device``, private, ``0700``), written to a temp name and renamed
 (``source_module.build_cached_library``), so processes share it and two compiling at once are
-safe.
+safe; the folder counts toward ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.cache_limit`).
 
 When the compiler builds for this host's machine the library is ``dlopen``\\ ed and called
 through ctypes. When it builds for another ISA (or ``$KILN_DEVICE_LAUNCHER`` is set) the

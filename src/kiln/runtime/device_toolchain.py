@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.errors import KilnError, ToolchainError
-from kiln.runtime import compile_cache, toolchain
+from kiln.runtime import cache_limit, compile_cache, toolchain
 from kiln.runtime.elf import host_elf, triple_machine
 from kiln.runtime.private_dir import private_dir, user_cache_dir
 
@@ -156,8 +156,11 @@ def build_server(cc: Sequence[str], flags: Sequence[str]) -> str:
                        "-ldl"])
         os.chmod(tmp, 0o700)  # executable before it is renamed into place
 
-    if not path.exists():
+    if path.exists():
+        cache_limit.touch(path)
+    else:
         toolchain.build_atomic(path, build)
+        cache_limit.note_stored(path)
     return str(path)
 
 

@@ -24,10 +24,19 @@ log = logging.getLogger("kiln")
 
 def user_cache_dir() -> Path:
     """Kiln's per-user cache folder (not created): ``$KILN_CACHE_DIR`` when set and not empty,
-    else ``~/.cache/kiln``. The model cache (:mod:`kiln.models`) and the compile cache
-    (:mod:`kiln.runtime.compile_cache`, in ``objects/``) live there."""
+    else ``~/.cache/kiln``. The model cache (:mod:`kiln.models`), the compile cache
+    (:mod:`kiln.runtime.compile_cache`, in ``objects/``), compiled decoders (``llm/``) and
+    device libraries (``device/``) live there; :mod:`kiln.runtime.cache_limit` bounds all but
+    the model files."""
     env = os.environ.get("KILN_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "kiln"
+
+
+def jit_cache_path() -> Path:
+    """Where JIT-compiled libraries are cached (not created): ``$KILN_CACHE_DIR`` when set and
+    not empty, else a per-user temp folder ``<tmp>/kiln-cache-<uid>``."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
 
 
 def is_private_dir(path: str | os.PathLike[str]) -> bool:

@@ -12,16 +12,15 @@ private shared library cached by content hash, so a freshly built module runs im
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kiln.runtime import toolchain
+from kiln.runtime import cache_limit, toolchain
 from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.private_dir import private_dir
+from kiln.runtime.private_dir import jit_cache_path, private_dir
 
 
 def cache_dir() -> Path:
@@ -29,9 +28,7 @@ def cache_dir() -> Path:
     (``<tmp>/kiln-cache-<uid>``), created ``0700``. The libraries there are loaded as code, so
     a folder that is not private (a symlink, another owner, writable by others) is not used:
     see :func:`kiln.runtime.private_dir.private_dir`."""
-    env = os.environ.get("KILN_CACHE_DIR")
-    path = Path(env) if env else Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
-    return private_dir(path, "cache")
+    return private_dir(jit_cache_path(), "cache")
 
 
 def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callable[[Path], list[str]],
@@ -44,7 +41,9 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     (default :func:`cache_dir`) under a hash of ``key_parts``, the backend source, the compiler
     (its command and :func:`~kiln.runtime.toolchain.compiler_identity`: version, target,
     configuration) and the flags; built once (linked to a private name, then renamed) and
-    reused by every process. Returns its path.
+    reused by every process. A hit refreshes the library's modification time and a build may
+    trim the caches to ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.cache_limit`: least
+    recently used first). Returns its path.
 
     Parameters
     ----------
@@ -71,6 +70,8 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     ------
     ToolchainError
         If the compiler is missing or fails.
+    KilnError
+        If ``KILN_CACHE_MAX_SIZE`` is not a size.
     """
     cc = list(cc) if cc else toolchain.find_cc()
     ident = toolchain.compiler_identity(tuple(cc), tuple(flags)) or ""
@@ -83,6 +84,7 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
         key.update(b"\0")
     target = (folder or cache_dir()) / f"{kind}-{key.hexdigest()[:32]}.so"
     if target.exists():
+        cache_limit.touch(target)
         return str(target)
     work = Path(tempfile.mkdtemp(prefix="kiln-jit-"))
     try:
@@ -93,6 +95,7 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
         toolchain.link_shared_atomic(objs, target, cc, link_options, link_flags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    cache_limit.note_stored(target)
     return str(target)
 
 

@@ -11,12 +11,15 @@
  * sha256 of each source, the backend source, the compiler words, its identity report, the flags
  * and link flags + -lm, and the (empty) link options, each followed by a NUL byte; first 32 hex
  * digits. Built in a temp folder, linked to a temp name in the cache folder and renamed into
- * place, so the Python runtime and other processes reuse it. A compiler failure is an error
+ * place, so the Python runtime and other processes reuse it (a hit refreshes its mtime; the
+ * Python side's size cap, kiln/runtime/cache_limit.py, evicts the least recently used; this
+ * runtime does not trim). A compiler failure is an error
  * carrying the compiler's stderr (TVMGetLastError). Kernels run in this process (no device
  * server: on the device, the compiler is the device's own or a cross compiler it can run).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +187,8 @@ static int kiln_jit_build(KilnJit* jit, char* target, size_t target_n) {
   kiln_sha256_hex(&h, hex);
   snprintf(target, target_n, "%s/device-%.32s.so", dir, hex);
   if (access(target, F_OK) == 0) {
+    /* a hit: refresh the mtime, which orders the cache's LRU eviction (cache_limit.py) */
+    utimensat(AT_FDCWD, target, NULL, 0);
     rc = 0;
     goto done;
   }
