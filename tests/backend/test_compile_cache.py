@@ -231,6 +231,25 @@ def test_llvm_workers_give_the_same_objects_as_one_process(cache, monkeypatch):
         m.func_names for m in [serial, *serial.imported_modules]]
 
 
+def test_llvm_worker_starts_without_the_loop_ir_or_the_runtime():
+    """A worker imports llvmlite, kiln.target and kiln.errors only (its start-up is paid once
+    per worker per build: importing kiln.codegen.llvm, with the loop IR and kiln.runtime's
+    numpy, tripled its CPU time)."""
+    code = ("import sys; from kiln.codegen.llvm_worker import main; main(); "
+            "print('MODULES', sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('kiln', 'numpy')))")
+    src = str(Path(codegen_llvm.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                          capture_output=True, env=env, check=False, timeout=120)
+    # main() answers "ready" on stdout and moves print() to stderr
+    lines = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("MODULES")]
+    assert proc.returncode == 0 and lines, proc.stderr.decode()
+    assert lines[0] == "MODULES " + repr(sorted([
+        "kiln", "kiln.codegen", "kiln.codegen.llvm_machine", "kiln.codegen.llvm_worker",
+        "kiln.errors", "kiln.target"]))
+
+
 def test_llvm_worker_reports_bad_ir_as_compile_error():
     jobs = [("this is not LLVM IR", "module A"), ("define void @f() {\n ret void\n}\n", "B")]
     with pytest.raises(CompileError, match="LLVM rejected the IR of module A"):

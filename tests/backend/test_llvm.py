@@ -6,6 +6,7 @@ foreign objects), large-blob export time, and ``kiln compile --target llvm``."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import re
@@ -22,7 +23,8 @@ from test_runtime_roundtrip import make_graph
 import kiln
 import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive
-from kiln.codegen.llvm import build_llvm
+from kiln.codegen.llvm import build_llvm, codegen_ir
+from kiln.codegen.llvm_machine import target_machine
 from kiln.errors import CompileError, KilnError, ToolchainError
 from kiln.graph_executor import GraphModule
 from kiln.ir import loop as L
@@ -212,6 +214,38 @@ def test_float16_kernel_runs():
     lib.get_function("half_kernel")(kiln.runtime.array(x), out)
     np.testing.assert_allclose(out.numpy(), (np.exp(x.astype(np.float32)) + x).astype(np.float16),
                                rtol=1e-3)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_codegen_ir_pauses_the_garbage_collector_and_restores_it(enabled):
+    """While it builds a module, codegen_ir keeps Python's cyclic collector off (its scans of
+    llvmlite's objects cost more CPU than building them), then collects the youngest generation
+    once; it leaves the collector as it found it, also when the codegen fails."""
+    kernels = [binary_kernel(f"k{i}", (64, 64), lambda x, y: x + y) for i in range(4)]
+    unpacked = L.PrimFunc("unpacked", [], L.Evaluate(L.IntImm(0)))
+    target = Target("llvm")
+    layout = str(target_machine(target).target_data)
+    codegen_ir(kernels[:1], target, data_layout=layout)  # imports the codegen (its collections)
+    started: list[int] = []
+
+    def record(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    was = gc.isenabled()
+    gc.callbacks.append(record)
+    try:
+        (gc.enable if enabled else gc.disable)()
+        text = codegen_ir(kernels, target, data_layout=layout)
+        assert gc.isenabled() is enabled
+        assert started == ([0] if enabled else [])
+        assert text.count('define i32 @"k') == 4
+        with pytest.raises(CompileError, match="needs MakePackedAPI first"):
+            codegen_ir([unpacked], target, data_layout=layout)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(record)
+        (gc.enable if was else gc.disable)()
 
 
 def test_unknown_triple():

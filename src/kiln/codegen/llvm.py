@@ -9,15 +9,16 @@ emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llv
 llvmlite runs one LLVM call at a time per process), else here — and the result is a
 :class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
 resolved), features, ABI, ``-opt-level``; relocations are PIC (the objects go into a shared
-library) with the small code model.
+library) with the small code model (:mod:`kiln.codegen.llvm_machine`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
-from typing import Any
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+from kiln.codegen.llvm_machine import compile_ir, machine_identity, target_machine
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir import loop as L
@@ -28,88 +29,6 @@ from kiln.target import Target
 #: kernels per LLVM module (on average; modules are balanced by estimated compile cost); several
 #: modules compile in parallel, and each is one compile-cache entry
 KERNELS_PER_MODULE = 4
-#: the optimization pipeline of :func:`compile_ir`, part of the compile-cache key (change it
-#: with the pipeline)
-PIPELINE = "kiln-llvm-v1: new pass manager, speed_level=opt_level, loop+slp vectorize, unroll"
-
-#: x86 tuning on by default (a later ``-mattr=-prefer-no-gather`` turns it off): LLVM's cost model
-#: prices AVX2/AVX-512 gathers and scatters as cheap and vectorizes reduction loops across rows
-#: with them; squeezenet's 1x1 convolutions ran 5x slower with ``-mcpu=native`` on an AVX-512
-#: host than without (measured: 125 ms vs 26 ms at one thread).
-X86_TUNING = ("+prefer-no-gather", "+prefer-no-scatter")
-
-_init_lock = threading.Lock()
-_initialized = False
-
-
-def llvm_binding() -> Any:
-    """``llvmlite.binding`` with every target, asm printer and the native asm parser
-    initialized (once).
-
-    Raises
-    ------
-    CompileError
-        If llvmlite is not installed.
-    """
-    global _initialized
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
-        raise CompileError("the llvm target needs llvmlite (pip install llvmlite)") from None
-    with _init_lock:
-        if not _initialized:
-            llvm.initialize_all_targets()
-            llvm.initialize_all_asmprinters()
-            llvm.initialize_native_asmparser()
-            _initialized = True
-    return llvm
-
-
-def target_machine(target: Target) -> Any:
-    """The ``llvmlite.binding.TargetMachine`` for ``target``.
-
-    Raises
-    ------
-    CompileError
-        If LLVM does not know the triple, cannot create the machine, or the target is not
-        64-bit (the packed ABI here assumes LP64).
-    """
-    llvm = llvm_binding()
-    triple = target.triple
-    try:
-        tgt = llvm.Target.from_triple(triple)
-    except RuntimeError as err:
-        raise CompileError(f"target '{target}': LLVM does not support triple {triple!r}: "
-                           f"{str(err).strip()}") from None
-    try:
-        tm = tgt.create_target_machine(**_machine_args(target))
-    except RuntimeError as err:
-        raise CompileError(f"target '{target}': LLVM cannot create a target machine "
-                           f"(cpu {target.mcpu!r}): {err}") from None
-    layout = str(tm.target_data)
-    if "-p:32" in layout or layout.startswith("p:32"):
-        raise CompileError(f"target '{target}': 32-bit targets are not supported (Kiln's "
-                           "packed ABI is LP64)")
-    return tm
-
-
-def _machine_args(target: Target) -> dict[str, Any]:
-    """``create_target_machine`` arguments for ``target`` (``native`` CPU and features
-    resolved)."""
-    features = (X86_TUNING if target.arch == "x86_64" else ()) + target.mattr
-    return {"cpu": target.mcpu, "features": ",".join(features), "opt": target.opt_level,
-            "reloc": "pic", "codemodel": "default", "abiname": target.mabi}
-
-
-def machine_identity(target: Target) -> str:
-    """Everything besides the IR text that decides :func:`compile_ir`'s output: the triple,
-    the target machine's arguments, the pass pipeline and the llvmlite and LLVM versions."""
-    import llvmlite
-
-    llvm = llvm_binding()
-    args = sorted(_machine_args(target).items())
-    return (f"triple={target.triple} {args!r} {PIPELINE} llvmlite={llvmlite.__version__} "
-            f"llvm={'.'.join(map(str, llvm.llvm_version_info))}")
 
 
 def function_attributes(target: Target) -> tuple[str, ...]:
@@ -133,49 +52,42 @@ def codegen_ir(funcs: Sequence[L.PrimFunc], target: Target, name: str = "kiln",
     """
     from kiln.codegen.llvm_func import ModuleCodegen
 
-    if data_layout is None:
-        data_layout = str(target_machine(target).target_data)
-    scalable = (target.arch == "riscv64" and target.vector_bits() > 0) or (
-        target.arch == "aarch64" and target.has_feature("sve"))
-    mc = ModuleCodegen(name, target.triple, data_layout, target.vector_bits(), scalable,
-                       function_attributes(target), target.int8_dot())
-    for f in funcs:
-        mc.add_function(f)
-    return str(mc.module)
+    with _collector_paused():
+        if data_layout is None:
+            data_layout = str(target_machine(target).target_data)
+        scalable = (target.arch == "riscv64" and target.vector_bits() > 0) or (
+            target.arch == "aarch64" and target.has_feature("sve"))
+        mc = ModuleCodegen(name, target.triple, data_layout, target.vector_bits(), scalable,
+                           function_attributes(target), target.int8_dot())
+        for f in funcs:
+            mc.add_function(f)
+        text = str(mc.module)
+        del mc  # garbage now: llvmlite's values, blocks and functions refer to each other
+    return text
 
 
-def compile_ir(text: str, target: Target, what: str = "module") -> tuple[bytes, str]:
-    """Parse, verify, optimize (``-opt-level``, default 3) and emit ``text`` in a fresh LLVM
-    context; returns (ELF object bytes, optimized IR text). Thread-safe.
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Run the body with Python's cyclic garbage collector paused, then collect the youngest
+    generation once (nothing changes when the collector was already off).
 
-    Raises
-    ------
-    CompileError
-        If the IR does not parse or verify (a codegen bug: the message names ``what``).
+    Why: a module being built is hundreds of thousands of llvmlite objects that all live until
+    its text is printed. The collector kept scanning them, promoting them and running full
+    collections over the whole compiler heap (1.7 of the 6 s of main-process CPU of an int8
+    ResNet-50 build). Paused, they stay young, and once the module is dropped one collection
+    of the youngest generation frees its reference cycles: the memory peak is the module's, as
+    before. The switch is process-wide (``gc`` has no per-thread one): other threads meanwhile
+    collect later, and a concurrent build in another thread finds it off and leaves it alone.
     """
-    llvm = llvm_binding()
-    tm = target_machine(target)
-    ctx = llvm.create_context()
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
     try:
-        mod = llvm.parse_assembly(text, context=ctx)
-        mod.verify()
-    except RuntimeError as err:
-        raise CompileError(f"LLVM rejected the IR of {what}: {err}") from None
-    if target.opt_level > 0:
-        pto = llvm.create_pipeline_tuning_options(speed_level=target.opt_level)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-    return tm.emit_object(mod), str(mod)
-
-
-def emit_assembly(text: str, target: Target) -> str:
-    """Assembly of (already optimized) IR ``text`` for ``target``, without further passes."""
-    llvm = llvm_binding()
-    mod = llvm.parse_assembly(text, context=llvm.create_context())
-    return target_machine(target).emit_assembly(mod)
+        yield
+    finally:
+        gc.enable()
+        gc.collect(0)
 
 
 def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",

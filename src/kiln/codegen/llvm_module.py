@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from kiln.codegen.llvm import emit_assembly, llvm_binding, target_machine
+from kiln.codegen.llvm_machine import emit_assembly, llvm_binding, target_machine
 from kiln.errors import KilnError
 from kiln.runtime.export import INCBIN_THRESHOLD, write_devc
 from kiln.runtime.object_module import ObjectModule

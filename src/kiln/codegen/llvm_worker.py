@@ -111,7 +111,7 @@ class _Worker:
 def compile_in_workers(jobs: Sequence[tuple[str, str]], target: str, workers: int
                        ) -> list[tuple[bytes, str]] | None:
     """Compile ``jobs`` — (LLVM IR text, what it holds) — for ``target`` in up to ``workers``
-    processes, as :func:`kiln.codegen.llvm.compile_ir` would.
+    processes, as :func:`kiln.codegen.llvm_machine.compile_ir` would.
 
     Returns
     -------
@@ -181,7 +181,8 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
     inp = sys.stdin.buffer
-    from kiln.codegen.llvm import compile_ir, llvm_binding
+    # llvm_machine, not llvm: a worker needs no loop IR and no kiln.runtime (faster start)
+    from kiln.codegen.llvm_machine import compile_ir, llvm_binding
     from kiln.target import Target
 
     llvm_binding()

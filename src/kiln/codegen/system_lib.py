@@ -143,7 +143,7 @@ def create_system_lib_module(lib: Module, target, symbols: Mapping[str, str] | N
     symbols = dict(zip(names, defined, strict=True))
     tgt = Target(target)
     if tgt.kind == "llvm":
-        from kiln.codegen.llvm import compile_ir, target_machine
+        from kiln.codegen.llvm_machine import compile_ir, target_machine
         from kiln.codegen.llvm_module import LLVMModule
 
         layout = str(target_machine(tgt).target_data)
