@@ -13,6 +13,13 @@ import pytest
 from kiln.models.fetch import file_lock
 
 
+@pytest.fixture(autouse=True)
+def _no_cache_cap_from_the_shell(monkeypatch):
+    """Tests see the default cache cap, whatever ``KILN_CACHE_MAX_SIZE`` the developer's shell
+    sets (a small one would evict entries tests check; 0 writes no ledger)."""
+    monkeypatch.delenv("KILN_CACHE_MAX_SIZE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def kiln_cache_dir(tmp_path_factory) -> Path:
     """The model cache for this test session (``$KILN_CACHE_DIR`` if set).

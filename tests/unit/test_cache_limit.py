@@ -51,7 +51,7 @@ def total(root: Path) -> int:
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("0", 0), ("123", 123), ("123B", 123), ("500M", 500 * 10**6), ("500MB", 500 * 10**6),
+    ("0", 0), ("0.0", 0), ("123B", 123), ("500M", 500 * 10**6), ("500MB", 500 * 10**6),
     ("5G", 5 * 10**9), ("5GiB", 5 * 2**30), ("5gib", 5 * 2**30), ("2Ki", 2048),
     ("1.5G", 1_500_000_000), (" 7 MiB ", 7 * 2**20), ("1T", 10**12), ("10k", 10_000),
 ])
@@ -63,6 +63,25 @@ def test_parse_size_accepts_ccache_sizes(text, expected):
 def test_parse_size_rejects_anything_else_naming_the_variable(text):
     with pytest.raises(KilnError, match=re.escape(f"KILN_CACHE_MAX_SIZE={text!r} is not a size")):
         cache_limit.parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["10", "0.5", "123"])
+def test_parse_size_refuses_a_bare_number(text):
+    """ccache reads a bare number as gigabytes, a byte count would make the cap tiny: a unit
+    is required (only 0 needs none)."""
+    with pytest.raises(KilnError, match="needs a unit"):
+        cache_limit.parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["0.4B", "0.0001K"])
+def test_parse_size_refuses_a_size_that_rounds_to_no_limit(text):
+    with pytest.raises(KilnError, match="less than one byte"):
+        cache_limit.parse_size(text)
+
+
+def test_parse_size_reads_a_huge_number_exactly():
+    """Read as a decimal, not a float (a float overflowed to a bare OverflowError)."""
+    assert cache_limit.parse_size("9" * 400 + "G") == int("9" * 400) * 10**9
 
 
 def test_max_size_default_env_and_bad_value(root, monkeypatch):
@@ -103,7 +122,7 @@ def test_a_load_hit_refreshes_the_entry_so_it_survives(root):
 def test_hysteresis_trims_to_a_fraction_then_stores_below_the_cap_do_not_trim(root,
                                                                                monkeypatch):
     cap = 10 * BLOCK
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(cap))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{cap}B")
     for n in range(8):
         put(obj(root, n), BLOCK, 1000 - n)
     assert cache_limit.trim().removed == 0  # 8 blocks: under the cap, nothing to do
@@ -157,6 +176,50 @@ def test_entries_removed_by_another_process_during_a_trim_are_fine(root, monkeyp
         obj(root, n).name for n in (2, 3, 4, 5))
 
 
+def test_an_entry_hit_after_the_scan_is_not_removed(root, monkeypatch):
+    """A trim decides on the times of its scan; an entry another process hits meanwhile (its
+    path handed out for a dlopen) must survive."""
+    for n in range(6):
+        put(obj(root, n), BLOCK, 100 - n)
+    scan = cache_limit.scan
+
+    def scan_then_hit_the_oldest():
+        entries = scan()
+        cache_limit.touch(obj(root, 0))
+        return entries
+
+    monkeypatch.setattr(cache_limit, "scan", scan_then_hit_the_oldest)
+    cache_limit.trim(limit=5 * BLOCK)
+    assert obj(root, 0).exists()
+
+
+def test_stale_temp_files_and_staging_folders_are_removed(root):
+    """What a crashed store or export left (older than TEMP_STALE_S) goes; fresh ones stay."""
+    old = cache_limit.TEMP_STALE_S + 60
+    stale = [put(root / "objects" / ".0123456789abcdef.x1y2.tmp", BLOCK, old),
+             put(root / f".object-{'a' * 32}.so.k3j4.tmp", BLOCK, old)]
+    staging = root / "llm" / "tmpab12cd34"
+    put(staging / f"m-{'f' * 20}.so", BLOCK, old)
+    os.utime(staging, (time.time() - old,) * 2)
+    fresh = [put(root / "objects" / ".fedcba9876543210.z9.tmp", BLOCK, 60),
+             put(root / "llm" / "tmpcd34ef56" / f"m-{'e' * 20}.so", BLOCK, 60)]
+    cache_limit.trim(limit=0)
+    assert not any(p.exists() for p in stale) and not staging.exists()
+    assert all(p.exists() for p in fresh)
+
+
+def test_an_unusable_cache_root_skips_the_accounting_quietly(root, monkeypatch, caplog):
+    """No writable ``$KILN_CACHE_DIR`` (a container's HOME=/): stores elsewhere still work,
+    without a warning per store."""
+    blocker = root / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(blocker / "cache"))
+    entry = put(root / "elsewhere" / "x.o", BLOCK)
+    with caplog.at_level("WARNING", logger="kiln"):
+        cache_limit.note_stored(entry)
+    assert caplog.records == [] and entry.exists()
+
+
 def test_concurrent_trims_in_threads_and_processes_do_not_raise(root):
     for n in range(300):
         put(obj(root, n), BLOCK, 1000 - n)
@@ -186,7 +249,7 @@ def test_concurrent_trims_in_threads_and_processes_do_not_raise(root):
 
 def test_the_cap_holds_across_many_short_processes(root, monkeypatch):
     cap = 16 * BLOCK
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(cap))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{cap}B")
     code = (f"import sys; sys.path.insert(0, {SRC!r})\n"
             "from kiln.runtime import compile_cache\n"
             "for n in range(3): compile_cache.store(compile_cache.make_key(sys.argv[1], str(n)), "
@@ -200,14 +263,14 @@ def test_the_cap_holds_across_many_short_processes(root, monkeypatch):
 def test_a_first_store_trims_a_folder_filled_before_the_cap(root, monkeypatch):
     for n in range(20):  # an unbounded cache from before, no ledger
         put(obj(root, n), BLOCK, 1000 - n)
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(10 * BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{10 * BLOCK}B")
     compile_cache.store(compile_cache.make_key("new"), "o", [b"new"])
     assert total(root) <= 8 * BLOCK
     assert compile_cache.load(compile_cache.make_key("new"), "o") == [b"new"]
 
 
 def test_unreported_files_are_found_by_the_periodic_rescan(root, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(10 * BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{10 * BLOCK}B")
     cache_limit.trim()  # the ledger: 0 bytes, scanned now
     for n in range(20):  # written by a process that does not report (the C runtime's JIT)
         put(root / "device" / f"device-{n:032x}.so", BLOCK, 1000 - n)
@@ -221,7 +284,7 @@ def test_unreported_files_are_found_by_the_periodic_rescan(root, monkeypatch):
 
 
 def test_the_entry_just_stored_is_kept_even_above_the_cap(root, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(2 * BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{2 * BLOCK}B")
     put(obj(root, 0), BLOCK, 100)
     big = put(root / "llm" / f"m-{'1' * 20}.so", 4 * BLOCK)
     cache_limit.note_stored(big)
@@ -229,7 +292,7 @@ def test_the_entry_just_stored_is_kept_even_above_the_cap(root, monkeypatch):
 
 
 def test_no_cache_bypasses_the_cap(root, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{BLOCK}B")
     old = [put(obj(root, n), BLOCK, 100) for n in range(3)]
     mtimes = [p.stat().st_mtime_ns for p in old]
     monkeypatch.setenv("KILN_NO_CACHE", "1")
@@ -262,7 +325,7 @@ def test_compiled_decoder_hit_refreshes_and_compile_trims(root, monkeypatch, tmp
         put(path, 4 * BLOCK)
 
     monkeypatch.setattr(decoder, "_compile", fake_compile)
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(4 * BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{4 * BLOCK}B")
     model = put(tmp_path / "tiny.onnx", 100)
     older = put(obj(root, 0), BLOCK, 100)
     path = decoder.compiled_decoder_path(model, "c")
@@ -280,7 +343,7 @@ def test_kiln_cache_cli_lists_trims_and_clears(root, monkeypatch, capsys):
     assert cli.main(["cache"]) == 0
     out = capsys.readouterr().out
     assert f"{root / 'objects'}" in out and "5 entries" in out and "5.0 GiB" in out
-    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", str(4 * BLOCK))
+    monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{4 * BLOCK}B")
     assert cli.main(["cache", "--trim"]) == 0
     assert "removed 2 entries (8.0 KiB)" in capsys.readouterr().out
     assert cli.main(["cache", "--clear"]) == 0

