@@ -362,3 +362,40 @@ def test_vectorized_loops_are_explicit_vectors(target, lanes):
     got = rt.empty(want.shape, "float32")
     lib["block"](*[rt.array(a) for a in args], got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_overlapping_builds_in_threads_keep_the_collector_paused_until_the_last_ends():
+    """Two threads building at once: the collector stays off until the last build ends (found
+    in review: the first build to end switched it on under the second)."""
+    import threading
+
+    from kiln.codegen.llvm import _collector_paused
+
+    was = gc.isenabled()
+    gc.enable()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def build_a():
+        with _collector_paused():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def build_b():
+        a_in.wait(10)
+        with _collector_paused():
+            b_in.set()
+            a_out.wait(10)
+            seen["during b, after a"] = gc.isenabled()
+
+    try:
+        threads = [threading.Thread(target=build_a), threading.Thread(target=build_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert seen == {"during b, after a": False}
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -15,6 +15,7 @@ library) with the small code model (:mod:`kiln.codegen.llvm_machine`).
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -66,6 +67,12 @@ def codegen_ir(funcs: Sequence[L.PrimFunc], target: Target, name: str = "kiln",
     return text
 
 
+#: builds in progress in this process, and whether the collector was on when the first began
+_pause_lock = threading.Lock()
+_pause_depth = 0
+_pause_resumes = False
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Run the body with Python's cyclic garbage collector paused, then collect the youngest
@@ -76,18 +83,27 @@ def _collector_paused() -> Iterator[None]:
     collections over the whole compiler heap (1.7 of the 6 s of main-process CPU of an int8
     ResNet-50 build). Paused, they stay young, and once the module is dropped one collection
     of the youngest generation frees its reference cycles: the memory peak is the module's, as
-    before. The switch is process-wide (``gc`` has no per-thread one): other threads meanwhile
-    collect later, and a concurrent build in another thread finds it off and leaves it alone.
+    before. The switch is process-wide (``gc`` has no per-thread one): builds in several threads
+    share one pause (a count under a lock), which the last one to end lifts; other threads
+    meanwhile collect later, and a ``gc.enable``/``gc.disable`` they call during a build is
+    overridden when the pause is lifted.
     """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    global _pause_depth, _pause_resumes
+    with _pause_lock:
+        if _pause_depth == 0:
+            _pause_resumes = gc.isenabled()
+            gc.disable()
+        _pause_depth += 1
     try:
         yield
     finally:
-        gc.enable()
-        gc.collect(0)
+        with _pause_lock:
+            _pause_depth -= 1
+            resume = _pause_depth == 0 and _pause_resumes
+            if resume:
+                gc.enable()
+        if resume:
+            gc.collect(0)
 
 
 def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
