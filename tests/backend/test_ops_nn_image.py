@@ -52,6 +52,12 @@ CASES = [
     ("Resize", {"x": rand(1, 2, 9, 11)}, {"roi": ROI,
                                          "scales": np.array([1, 1, 0.6, 1.4], np.float32)},
      {"mode": "cubic", "antialias": 1, "exclude_outside": 1}),
+    # an axis of scale 1 maps to itself in onnxruntime, crop and extrapolation ignored
+    ("Resize", {"x": rand(1, 1, 10, 5)}, {"roi": np.array([0, 0, 0, 0.05, 1, 1, 1, 1.2],
+                                                         np.float32),
+                                         "scales": np.array([1, 1, 1.2, 1], np.float32)},
+     {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 3.0}),
     ("Resize", X4, {"roi": np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32),
                     "scales": np.array([1, 1, 1.5, 1.5], np.float32)},
      {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",

@@ -235,3 +235,29 @@ def test_resize_antialias_kernel_source_stays_small():
     source = kiln.build(mod, target="c", params=params).get_lib().get_source()
     assert len(source) < 200_000, len(source)
     assert max(len(line) for line in source.splitlines()) < 20_000
+
+
+@pytest.mark.parametrize("attrs", [
+    {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+     "extrapolation_value": 3.0},
+    {"mode": "cubic", "coordinate_transformation_mode": "tf_crop_and_resize"},
+    {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn",
+     "nearest_mode": "round_prefer_ceil"},
+    {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
+     "nearest_mode": "ceil"},
+], ids=["linear-crop", "cubic-crop", "nearest-tf-half-pixel", "nearest-crop"])
+def test_resize_an_axis_of_scale_one_is_not_transformed(attrs):
+    """onnxruntime maps an axis whose scale is exactly 1 to itself, whatever the coordinate
+    mode: no crop, no extrapolation, no half-pixel shift (upsample.cc: ``scale == 1 ? x :``)."""
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], **attrs)
+    inits = {"roi": np.array([0, 0, 0, 0.05, 1, 1, 1, 1.2], np.float32),
+             "scales": np.array([1, 1, 1.2, 1.0], np.float32)}
+    check(node, {"x": rand(1, 1, 10, 5)}, 19, inits, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_crop_with_unit_scales_is_the_input():
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    inits = {"roi": np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], np.float32),
+             "scales": np.array([1, 1, 1, 1], np.float32)}
+    check(node, {"x": rand(1, 2, 4, 5)}, 19, inits)

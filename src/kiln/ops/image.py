@@ -73,9 +73,10 @@ def resize2d(inputs, attrs, out_type):
                     both = wy[y] * wx[x]
                     term = term * (both if dtype == "float32" else L.Cast(dtype, both))
                 total = term if total is None else total + term
-        if valid_y is None:
+        valid = [v[i] for v, i in ((valid_y, y), (valid_x, x)) if v is not None]
+        if not valid:  # no crop, or neither axis resized
             return total
-        inside = (valid_y[y] * valid_x[x]) > 0.5
+        inside = (valid[0] if len(valid) == 1 else valid[0] * valid[1]) > 0.5
         return L.Select(inside, total, L.const(attrs["extrapolation_value"], dtype))
 
     return te.compute(out_type.shape, body, name="resize2d", tag="injective")

@@ -26,6 +26,8 @@ Semantics are onnxruntime's (``onnxruntime/core/providers/cpu/tensor/upsamplebas
 rounds it and clamps to the input; linear clamps it to ``[0, size - 1]`` and interpolates
 between the two neighbouring pixels of each axis; cubic weighs the four pixels around it with
 Keys' kernel (R. Keys 1981, "Cubic convolution interpolation for digital image processing").
+An axis whose scale is exactly 1 maps each output index to itself in every mode (onnxruntime
+skips the transform there: no crop, no extrapolation, no half-pixel shift).
 Every method is separable: an output pixel is ``sum over taps i, j of wy[i] * wx[j] *
 data[iy[i], ix[j]]``. The same formulas (:func:`axis_taps`) serve the numpy reference and the
 compute (``kiln.ops.image``): they take numpy float32 arrays or loop-IR expressions alike,
@@ -155,6 +157,10 @@ def axis_taps(x: Any, attrs: dict, axis: int, in_size: arith.Dim,
     scale = attrs["scale"][axis]
     mode = attrs["coordinate_transformation_mode"]
     roi = attrs["roi"]
+    if scale == 1.0:
+        # onnxruntime maps an axis that is not resized to itself, whatever the mode: no crop,
+        # no extrapolation, no half-pixel shift (upsample.cc: ``scale == 1 ? x : ...``)
+        return _method_taps(x, attrs, in_size, scale, ar), None
     coord = source_coordinate(x, mode, scale, in_size, attrs["size"][axis], ar.cast,
                               (roi[axis], roi[2 + axis]))
     # onnxruntime extrapolates outside [0, size - 1] in crop mode.
@@ -275,8 +281,12 @@ def _resize2d_ref(data: np.ndarray, **attrs) -> np.ndarray:
                 weight = wy.astype(t)[:, None] * wx.astype(t)[None, :]
                 term = term * weight
             out += term
-    if valid_y is not None:
-        inside = valid_y[:, None] & valid_x[None, :]
+    if valid_y is not None or valid_x is not None:  # per axis: None where it is not resized
+        inside = np.ones(out.shape[2:], dtype=bool)
+        if valid_y is not None:
+            inside &= valid_y[:, None]
+        if valid_x is not None:
+            inside &= valid_x[None, :]
         out = np.where(inside, out, t(attrs["extrapolation_value"])).astype(data.dtype)
     return out
 
