@@ -174,6 +174,42 @@ def test_pointwise_conv_plane_blocks(check_model, cin, cout, size, stride, resid
     check_model(model, inputs)
 
 
+def _three_vector_stage(channels: int, size: int):
+    """MobileNetV2's narrow stage: 1×1 conv → depthwise 3×3 → residual add → 1×1 conv."""
+    w = {"w1": rand(channels, 16, 1, 1, seed=1) * 0.3, "b1": rand(channels, seed=2),
+         "wd": rand(channels, 1, 3, 3, seed=3) * 0.3, "w2": rand(32, channels, 1, 1, seed=4) * 0.3}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "wd"], ["d"], pads=[1, 1, 1, 1], group=channels),
+             helper.make_node("Add", ["d", "r"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y0"])]
+    graph = helper.make_graph(
+        nodes, "stage", [helper.make_tensor_value_info("x", F32, (1, 16, size, size))],
+        [helper.make_tensor_value_info("y0", F32, None)],
+        [numpy_helper.from_array(v, k) for k, v in w.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model, {"x": rand(1, 16, size, size)}
+
+
+@pytest.mark.parametrize("size", [7, 13])
+def test_three_vector_blocks(check_model, size):
+    """12 channels: blocks of three 4-float vectors with SSE2's 16 registers (plain x86 llvm
+    and c targets; docs/decisions/003), against onnxruntime."""
+    check_model(*_three_vector_stage(12, size))
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "c -mcpu=haswell"])
+def test_three_vector_blocks_avx2(tmp_path, target):
+    """24 channels on AVX2 (MobileNetV2's 24-channel stage): NCHW24c, register blocks of 4
+    pixels × 3 ymm, against onnxruntime."""
+    from conftest import assert_close_to_reference, compile_and_run, run_onnxruntime
+
+    model, inputs = _three_vector_stage(24, 14)
+    assert_close_to_reference(compile_and_run(model, inputs, tmp_path, target),
+                              run_onnxruntime(model, inputs), 1e-4)
+
+
 @pytest.mark.parametrize("cout,size,kernel,pad", [
     (32, 17, 3, 1),  # MobileNetV2's stem, a small plane
     (64, 19, 3, 0),  # SqueezeNet's (unpadded)

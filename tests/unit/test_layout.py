@@ -298,3 +298,54 @@ def test_k_block_choice(shape, oc, k, expect):
     rc, _, _, ri = conv.body.axes
     got = nn_cpu._k_block(conv, rc, k * k * ri.extent)
     assert (got if got is None else tuple(got)) == expect
+
+
+HASWELL = "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"
+
+
+@pytest.mark.parametrize("target,oc,block", [
+    (HASWELL, 24, 24),  # 16 ymm: three vectors, not one (8)
+    (HASWELL, 72, 24),
+    (HASWELL, 48, 16),  # the full block divides: unchanged
+    (HASWELL, 40, 8),   # three vectors do not divide either
+    ("llvm -mtriple=x86_64-linux-gnu", 12, 12),  # SSE2: 16 xmm of 4 floats
+    ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 24, 8),  # 32 zmm: unchanged
+    ("llvm -mtriple=aarch64-linux-gnu", 24, 8),
+])
+def test_three_vector_blocks_with_sixteen_registers(target, oc, block):
+    """Outputs that two vectors do not divide but three do run in blocks of three vectors on
+    targets with 16 vector registers (``THREE_VECTOR_BLOCKS``); other targets keep their
+    measured blocks (docs/decisions/003)."""
+    x, y = _conv_graph((1, 16, 2, 2), oc, 1, 1, 0)
+    with Target(target):
+        altered = alter_op_layout(Function([x], [y]))
+    (conv,) = [c for c in post_order(altered.outputs)
+               if isinstance(c, Call) and c.op.name == "nn.conv2d_NCHWc"]
+    assert conv.checked_type.shape[-1] == block
+
+
+def test_three_vector_block_flows_through_depthwise_and_residual_add():
+    """MobileNetV2's 24-channel stage on AVX2: 1×1 conv → depthwise → residual add → 1×1 conv
+    all in NCHW24c (no transform in between), the same values as the NCHW graph, also lowered
+    (register blocks of 4 pixels × 3 vectors) on the loop-IR interpreter."""
+    x, y = _conv_graph((1, 8, 5, 5), 24, 1, 1, 0)
+    d = Call("nn.conv2d", [y, Constant(_rand(24, 1, 3, 3))],
+             {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 24})
+    z = Call("nn.conv2d", [Call("add", [d, y]), Constant(_rand(16, 24, 1, 1))],
+             {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1})
+    func = Function([x], [z])
+    with Target(HASWELL):
+        altered = alter_op_layout(func)
+        transforms = [(n.attrs["src_layout"], n.attrs["dst_layout"])
+                      for n in post_order(altered.outputs)
+                      if isinstance(n, Call) and n.op.name == "layout_transform"]
+        assert transforms == [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW")]
+        depthwise = [n for n in post_order(altered.outputs)
+                     if isinstance(n, Call) and n.op.name == "nn.depthwise_conv2d_NCHWc"]
+        assert [n.checked_type.shape for n in depthwise] == [(1, 1, 5, 5, 24)]
+        data = _rand(1, 8, 5, 5)
+        expect = evaluate(func, {"x": data})[0]
+        np.testing.assert_allclose(evaluate(altered, {"x": data})[0], expect, rtol=1e-4,
+                                   atol=1e-4)
+        (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)

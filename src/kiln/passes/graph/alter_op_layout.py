@@ -87,8 +87,25 @@ def _block_limit() -> int:
     return max(8, min(32, CONV_VECTORS * target.vector_lanes("float32")))
 
 
-def _out_block(channels: int) -> int:
+#: With 16 vector registers (AVX2, SSE), float outputs that the full block does not divide but
+#: three vectors do (24 channels on AVX2: MobileNetV2's 24-channel stage) take blocks of three
+#: vectors: 4 pixels × 3 accumulator vectors + 3 weight vectors + a broadcast input fill the
+#: 16 registers (MLAS's AVX2 tile, 3 filter blocks), where one-vector blocks (8) loaded an
+#: input broadcast per FMA (docs/decisions/003).
+THREE_VECTOR_BLOCKS = True
+
+
+def _out_block(channels: int, integer: bool = False) -> int:
+    """Channel block of ``channels`` conv outputs: the largest power-of-two fraction of the
+    full block that divides them, or three vectors (THREE_VECTOR_BLOCKS) for float convs on
+    targets with 16 vector registers."""
     block = _block_limit()
+    target = Target.current()
+    if channels % block and THREE_VECTOR_BLOCKS and not integer and target is not None \
+            and target.vector_registers() < 32:
+        three = 3 * target.vector_lanes("float32")
+        if channels % three == 0:
+            return three
     while channels % block:
         block //= 2
     return block
@@ -125,12 +142,12 @@ def _crop(x: Expr, shape: tuple[int, ...]) -> Expr:
 IMAGE_CHANNELS = 4
 
 
-def _in_block(channels: int) -> int:
+def _in_block(channels: int, integer: bool = False) -> int:
     """Input block of a conv reading an NCHW value: 1 for an image (:data:`IMAGE_CHANNELS`),
     one block of all channels up to a full block, else the output block of that many."""
     if channels <= IMAGE_CHANNELS:
         return 1
-    return channels if channels <= _block_limit() else _out_block(channels)
+    return channels if channels <= _block_limit() else _out_block(channels, integer)
 
 
 def alter_op_layout(func: Function) -> Function:
@@ -209,15 +226,15 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     form = blocked.get(data.uid)
     padded = out_channels
     if groups == 1:
-        ib = form[1] if form else _in_block(channels)
-        ob = _out_block(out_channels)
+        ib = form[1] if form else _in_block(channels, integer)
+        ob = _out_block(out_channels, integer)
         padded = _padded_outputs(out_channels, _block_limit(), ob)
         if padded != out_channels:
             ob = _block_limit()
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
     elif groups == channels == out_channels:
-        ib = ob = form[1] if form else _out_block(channels)
+        ib = ob = form[1] if form else _out_block(channels, integer)
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
         if integer:  # int16 pairs of taps (kiln/ops/integer.py)
