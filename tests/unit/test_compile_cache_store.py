@@ -1,9 +1,12 @@
 """The compile cache's storage (no compiler needed): keys, entry format, corrupt entries, the
-opt-out, the private folder, concurrent writers; and how kernels are split into compilation
-units (``kiln.codegen.partition``)."""
+opt-out, the private folder, concurrent writers; how kernels are split into compilation units
+(``kiln.codegen.partition``); and the direct mode's parsers and manifest checks
+(``kiln.runtime.cc_manifest``)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import stat
 import threading
@@ -12,7 +15,7 @@ import pytest
 
 from kiln.codegen.partition import partition, stmt_cost
 from kiln.ir import loop as L
-from kiln.runtime import compile_cache
+from kiln.runtime import cc_manifest, compile_cache
 
 
 @pytest.fixture
@@ -140,3 +143,83 @@ def test_partition_small_and_empty():
     one = [_kernel("a", 2)]
     assert partition(one, 8) == [one]
     assert stmt_cost(_kernel("b", 8).body) == 1 + 8
+
+
+# ------------------------------------------------------------------- direct mode (manifests)
+def test_depfile_parses_escapes_and_continuations():
+    text = "kiln: /s/a.c /usr/include/stdio.h \\\n /x/with\\ space.h /x/h\\#.h\n"
+    assert cc_manifest.parse_depfile(text) == ["/s/a.c", "/usr/include/stdio.h",
+                                               "/x/with space.h", "/x/h#.h"]
+    assert cc_manifest.parse_depfile("a.o: /s/a.c\n") is None  # not the target asked for
+    assert cc_manifest.parse_depfile("kiln: /s/a$$b.h\n") is None  # Make's $$: not read
+    assert cc_manifest.parse_depfile("kiln: /s/a\\b.h\n") is None
+
+
+def test_search_list_of_gcc_and_clang_reports():
+    report = ("ignoring nonexistent directory \"/usr/local/include/x86_64-linux-gnu\"\n"
+              "ignoring duplicate directory \"/usr/include\"\n"
+              "#include \"...\" search starts here:\n /q\n"
+              "#include <...> search starts here:\n /work/inc\n /usr/include\n"
+              "End of search list.\n")
+    found = cc_manifest.parse_search_list(report)
+    assert found == cc_manifest.SearchList(("/q", "/work/inc", "/usr/include"),
+                                           ("/usr/local/include/x86_64-linux-gnu",))
+    assert cc_manifest.parse_search_list("gcc version 12\n") is None  # e.g. translated
+    framework = report.replace(" /q\n", " /Library/Frameworks (framework directory)\n")
+    assert cc_manifest.parse_search_list(framework) is None
+
+
+def test_scan_finds_every_header_name_a_file_spells():
+    text = ('#include <stdio.h>\n  #  include_next "next.h" // trailing comment\n'
+            '/* a comment\n   over lines */ #include "after_comment.h"\n'
+            '#include \\\n  "continued.h"\n'
+            'const char* s = "#include <not_a_directive.h>";\n'
+            '#if __has_include(<opt.h>) && defined(__has_include)\n#endif\n'
+            '#ifdef __has_include_next\n#endif\n'
+            '/* #include <commented_out.h> */\n')
+    found = cc_manifest.scan(text.encode())
+    assert found.names == {"stdio.h", "next.h", "after_comment.h", "continued.h", "opt.h"}
+    assert found.unsafe == "" and not found.uses_path
+
+
+@pytest.mark.parametrize("text, why", [
+    ("#include HEADER\n", "computed header name"),
+    ("#define H(x) __has_include(x)\n", "computed __has_include argument"),
+    ("%:include <a.h>\n", "%:"),
+    ("const char* d = __DATE__;\n", "date or time"),
+    ("#define T __TIMESTAMP__\n", "date or time"),
+])
+def test_scan_refuses_what_a_manifest_cannot_follow(text, why):
+    assert why in cc_manifest.scan(text.encode()).unsafe
+
+
+def test_scan_notes_the_file_macros_and_ignores_lookalikes():
+    assert cc_manifest.scan(b"#define W __FILE__\n").uses_path
+    assert cc_manifest.scan(b"#define W __BASE_FILE__\n").uses_path
+    assert not cc_manifest.scan(b"int my__FILE__x; /* __FILE__ */\n").uses_path
+    assert cc_manifest.scan(b"int my__DATE__x;\n").unsafe == ""
+
+
+def test_file_digest_follows_content(tmp_path):
+    path = tmp_path / "h.h"
+    path.write_bytes(b"#define A 1\n")
+    first = cc_manifest.file_digest(str(path))
+    assert first == hashlib.sha256(b"#define A 1\n").hexdigest()
+    path.write_bytes(b"#define A 2\n")  # same size, within the same clock tick
+    assert cc_manifest.file_digest(str(path)) == hashlib.sha256(b"#define A 2\n").hexdigest()
+    assert cc_manifest.file_digest(str(tmp_path / "missing.h")) is None
+
+
+def test_manifest_lookup_misses_on_a_corrupt_or_foreign_manifest(cache, caplog):
+    direct = cc_manifest.Direct(compile_cache.make_key("m"), "/s/a.c", "0" * 64)
+    assert cc_manifest.lookup(direct) is None
+    for text in (b"[1, 2", b'{"version": 99}', b'{"version": 1, "source": null}',
+                 b'{"version": 1, "source": "/t/a.c", "object_key": "k"}'):
+        compile_cache.store(direct.key, "manifest", [text])
+        with caplog.at_level("DEBUG", logger="kiln"):
+            assert cc_manifest.lookup(direct) is None
+    assert "manifest miss" in caplog.records[-1].getMessage()
+    good = {"version": 1, "source": None, "object_key": "k", "files": [], "dirs": [],
+            "probes": [["/nonexistent/kiln-probe.h", False]], "source_probes": []}
+    compile_cache.store(direct.key, "manifest", [json.dumps(good).encode()])
+    assert cc_manifest.lookup(direct) == "k"

@@ -18,12 +18,13 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.errors import ToolchainError
-from kiln.runtime import compile_cache
+from kiln.runtime import cc_manifest, compile_cache
 
 log = logging.getLogger("kiln")
 
@@ -97,6 +98,15 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
     ToolchainError
         If the program is missing or exits nonzero (message: command line and stderr).
     """
+    proc = _run_process(cmd, cwd)
+    if proc.stderr.strip():
+        log.debug("%s", proc.stderr.strip())
+    return proc.stdout
+
+
+def _run_process(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
+    """:func:`run`, returning the finished process (its stdout and stderr)."""
     cmd = [str(c) for c in cmd]
     line = shlex.join(cmd)
     log.debug("run: %s", line)
@@ -112,9 +122,7 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
         if len(out) > _MAX_STDERR:
             out = "...\n" + out[-_MAX_STDERR:]
         raise ToolchainError(f"command failed (exit {proc.returncode}): {line}\n{out}")
-    if proc.stderr.strip():
-        log.debug("%s", proc.stderr.strip())
-    return proc.stdout
+    return proc
 
 
 @functools.lru_cache(maxsize=16)
@@ -168,15 +176,40 @@ def object_cache_key(cc: Sequence[str], flags: Sequence[str], source: str) -> st
     """The compile-cache key of compiling C ``source`` with ``cc flags -c``: the compiler's
     identity, the command line without file names and the preprocessed source (``-E -P``:
     every header included, no file names); None when the compiler's identity is unknown or
-    the source does not preprocess (the compile then reports the error)."""
+    the source does not preprocess (the compile then reports the error).
+
+    The preprocessor only runs when the compile cache has no manifest of ``source`` (same
+    content, compiler and command line) whose headers and include lookups are unchanged
+    (:mod:`kiln.runtime.cc_manifest`, ccache's direct mode); a run records one.
+    """
     ident = compiler_identity(tuple(cc), tuple(flags))
     if ident is None:
         return None
-    try:
-        text = run([*cc, *flags, "-E", "-P", source])
-    except ToolchainError:
-        return None
-    return compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join([*cc, *flags]), text)
+    command, source = [*cc, *flags], os.path.abspath(source)
+    direct = cc_manifest.begin(ident, command, source)
+    if direct is not None:
+        key = cc_manifest.lookup(direct)
+        if key is not None:
+            return key
+    with tempfile.TemporaryDirectory(prefix="kiln-deps-") as tmp:
+        depfile = os.path.join(tmp, "deps")
+        # -MD -MF: the headers read, -v: the search list; neither changes the output
+        extra = ["-MD", "-MF", depfile, "-MT", "kiln", "-v"] if direct is not None else []
+        started = time.time_ns()
+        try:
+            proc = _run_process([*command, "-E", "-P", *extra, source])
+        except ToolchainError:
+            return None
+        key = compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join(command),
+                                     proc.stdout)
+        if direct is not None:
+            try:
+                with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
+                    deps = f.read()
+            except OSError:
+                deps = ""
+            cc_manifest.record(direct, key, deps, proc.stderr, started)
+    return key
 
 
 def _compile_one(cc: list[str], flags: list[str], src: str, obj: str, cwd: str | None) -> None:
