@@ -324,6 +324,22 @@ def test_file_macro_pins_the_manifest_to_the_source_path(tmp_path, cache, prepro
     assert preprocessed() == ["a.c", "a.c"]
 
 
+def test_header_beside_the_source_pins_the_manifest_to_the_source_path(tmp_path, cache,
+                                                                       preprocessed):
+    src, flags = _project(tmp_path, _USES_K, {"src/k.h": "#define SCALE 2.0f\n"})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c"]
+    other = tmp_path / "other"  # the same source beside another k.h
+    other.mkdir()
+    (other / "k.h").write_text("#define SCALE 7.0f\n")
+    (other / "a.c").write_text(_USES_K)
+    settle()
+    assert toolchain.object_cache_key(cc, flags, str(other / "a.c")) != key
+    assert preprocessed() == ["a.c", "a.c"]
+
+
 def test_options_it_cannot_follow_disable_direct_mode(tmp_path, cache, preprocessed):
     src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
     (tmp_path / "pre.h").write_text("#define PRE 1\n")
@@ -332,6 +348,17 @@ def test_options_it_cannot_follow_disable_direct_mode(tmp_path, cache, preproces
     assert toolchain.object_cache_key(cc, flags, src) == toolchain.object_cache_key(cc, flags,
                                                                                     src)
     assert preprocessed() == ["a.c", "a.c"]
+    assert _entries(cache, "manifest") == []
+
+
+def test_a_compiler_without_dependency_options_still_gets_keys(tmp_path, cache, preprocessed):
+    wrapper = tmp_path / "old-cc"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -MD ] && exit 1; done\n'
+                       f'exec {toolchain.find_cc()[0]} "$@"\n')
+    wrapper.chmod(0o755)
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    key = toolchain.object_cache_key([str(wrapper)], flags, src)
+    assert key is not None and key == toolchain.object_cache_key([str(wrapper)], flags, src)
     assert _entries(cache, "manifest") == []
 
 

@@ -213,13 +213,15 @@ def test_file_digest_follows_content(tmp_path):
 def test_manifest_lookup_misses_on_a_corrupt_or_foreign_manifest(cache, caplog):
     direct = cc_manifest.Direct(compile_cache.make_key("m"), "/s/a.c", "0" * 64)
     assert cc_manifest.lookup(direct) is None
+    key = "ab" * 32
     for text in (b"[1, 2", b'{"version": 99}', b'{"version": 1, "source": null}',
-                 b'{"version": 1, "source": "/t/a.c", "object_key": "k"}'):
+                 b'{"version": 1, "source": null, "object_key": "../../x"}',
+                 b'{"version": 1, "source": "/t/a.c", "object_key": "%s"}' % key.encode()):
         compile_cache.store(direct.key, "manifest", [text])
         with caplog.at_level("DEBUG", logger="kiln"):
             assert cc_manifest.lookup(direct) is None
     assert "manifest miss" in caplog.records[-1].getMessage()
-    good = {"version": 1, "source": None, "object_key": "k", "files": [], "dirs": [],
+    good = {"version": 1, "source": None, "object_key": key, "files": [], "dirs": [],
             "probes": [["/nonexistent/kiln-probe.h", False]], "source_probes": []}
     compile_cache.store(direct.key, "manifest", [json.dumps(good).encode()])
-    assert cc_manifest.lookup(direct) == "k"
+    assert cc_manifest.lookup(direct) == key

@@ -80,6 +80,8 @@ _HAS = re.compile(r"__has_(?:include_next|include|embed)(?:__)?\b")
 _HAS_TEST = re.compile(r'\s*\(\s*(?:"([^"\n]*)"|<([^>\n]*)>)')
 _HAS_DEFINED = re.compile(r"(?:\bdefined\s*\(?|#\s*(?:ifdef|ifndef|elifdef|elifndef))\s*$")
 #: macros whose value depends on the time (no manifest) or on the source's path (pinned)
+#: an object key (compile_cache.make_key)
+_KEY = re.compile(r"[0-9a-f]{64}")
 _TIME_MACROS = ("__DATE__", "__TIME__", "__TIMESTAMP__")
 _PATH_MACROS = ("__FILE__", "__BASE_FILE__", "__FILE_NAME__")
 
@@ -129,19 +131,21 @@ def lookup(direct: Direct) -> str | None:
     try:
         manifest = json.loads(parts[0])
         why = _stale(manifest, direct.source)
-    except (ValueError, KeyError, TypeError, IndexError) as err:
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
         why = f"unreadable manifest ({type(err).__name__})"
     if why:
         log.debug("compile cache manifest miss: %s (%s)", direct.source, why)
         return None
     log.debug("compile cache manifest hit: %s", direct.source)
-    return str(manifest["object_key"])
+    return manifest["object_key"]
 
 
 def _stale(manifest: dict, source: str) -> str | None:
     """Why ``manifest`` does not hold for ``source`` now, or None when it does."""
     if manifest["version"] != VERSION:
         return "another manifest version"
+    if not _KEY.fullmatch(str(manifest["object_key"])):
+        return "no object key"
     pinned = manifest["source"]
     if pinned is not None and pinned != source:
         return f"recorded for {pinned}"

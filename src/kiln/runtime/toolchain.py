@@ -191,24 +191,37 @@ def object_cache_key(cc: Sequence[str], flags: Sequence[str], source: str) -> st
         key = cc_manifest.lookup(direct)
         if key is not None:
             return key
-    with tempfile.TemporaryDirectory(prefix="kiln-deps-") as tmp:
-        depfile = os.path.join(tmp, "deps")
-        # -MD -MF: the headers read, -v: the search list; neither changes the output
-        extra = ["-MD", "-MF", depfile, "-MT", "kiln", "-v"] if direct is not None else []
-        started = time.time_ns()
         try:
-            proc = _run_process([*command, "-E", "-P", *extra, source])
-        except ToolchainError:
-            return None
-        key = compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join(command),
-                                     proc.stdout)
-        if direct is not None:
-            try:
-                with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
-                    deps = f.read()
-            except OSError:
-                deps = ""
-            cc_manifest.record(direct, key, deps, proc.stderr, started)
+            with tempfile.TemporaryDirectory(prefix="kiln-deps-") as tmp:
+                return _preprocessed_key(ident, command, source, direct, tmp)
+        except OSError as err:  # no temporary folder: no manifest
+            log.debug("compile cache: no manifest for %s (%s)", source, err)
+    return _preprocessed_key(ident, command, source)
+
+
+def _preprocessed_key(ident: str, command: list[str], source: str,
+                      direct: cc_manifest.Direct | None = None, tmp: str = "") -> str | None:
+    """The object key from ``command -E -P source``; with ``direct``, the run also writes the
+    headers read (``-MD`` into ``tmp``) and the search list (``-v``), recorded as its
+    manifest. None when the source does not preprocess."""
+    depfile = os.path.join(tmp, "deps")
+    # neither -MD nor -v changes the output
+    extra = ["-MD", "-MF", depfile, "-MT", "kiln", "-v"] if direct is not None else []
+    started = time.time_ns()
+    try:
+        proc = _run_process([*command, "-E", "-P", *extra, source])
+    except ToolchainError:
+        # a compiler without those options still gets a key (the error, if any, is the
+        # compile's to report)
+        return _preprocessed_key(ident, command, source) if extra else None
+    key = compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join(command), proc.stdout)
+    if direct is not None:
+        try:
+            with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
+                deps = f.read()
+        except OSError:
+            deps = ""
+        cc_manifest.record(direct, key, deps, proc.stderr, started)
     return key
 
 
@@ -238,10 +251,11 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
     object of a C source is taken from the compile cache when the compiler, the flags and the
     preprocessed source are the same as a previous compile's
-    (:mod:`kiln.runtime.compile_cache`; hits are logged). An assembler source (``.S``) is
-    never cached (``.incbin`` data is not in its text) and is assembled in
-    its own folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was
-    unpacked (a ``.tar`` export).
+    (:mod:`kiln.runtime.compile_cache`; hits are logged; the preprocessor is skipped when the
+    source and its headers are unchanged: :func:`object_cache_key`). An assembler source
+    (``.S``) is never cached (``.incbin`` data is not in its text) and is assembled in its own
+    folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was unpacked
+    (a ``.tar`` export).
 
     Returns
     -------
