@@ -2,6 +2,7 @@
 what the compile cache's direct mode (docs/decisions/029-compile-cache-direct-mode.md) saves.
 
     python benchmarks/compile_cache_direct.py --src /work/main/src,src [--rounds 5] [--n 5]
+                                              [--cold]
 
 For each round, one fresh worker process per source tree (alternating, so both see the same
 machine load) imports Kiln from that tree, builds a one-``Relu`` ONNX model for target ``c``
@@ -9,7 +10,8 @@ machine load) imports Kiln from that tree, builds a one-``Relu`` ONNX model for 
 workers of one tree), then times ``--n`` more build + export runs. Time is the process's CPU
 time *with its children* (``getrusage``: user + system of this process and of the compilers it
 waited for), robust to other processes on shared cores. Prints the median per tree and the load
-average.
+average. With ``--cold`` every timed build gets a fresh, empty cache folder instead (every key
+a miss: what recording the manifests costs on top of the compiles).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def worker(n: int, out_dir: str) -> None:
-    """Build + export a one-Relu model ``n + 1`` times; print the CPU seconds of the last n."""
+def worker(n: int, out_dir: str, cold: bool) -> None:
+    """Build + export a one-Relu model ``n + 1`` times; print the CPU seconds of the last n
+    (with ``cold``, each in a fresh cache folder)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -46,6 +49,8 @@ def worker(n: int, out_dir: str) -> None:
     onnx.checker.check_model(model)
     times = []
     for k in range(n + 1):
+        if cold:
+            os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(dir=out_dir)
         start = cpu_seconds()
         mod, params = kiln.frontend.from_onnx(model)
         lib = kiln.build(mod, target="c", params=params)
@@ -60,11 +65,12 @@ def main() -> None:
                         help="comma-separated Kiln source trees (folders holding kiln/)")
     parser.add_argument("--rounds", type=int, default=5, help="worker processes per tree")
     parser.add_argument("--n", type=int, default=5, help="timed build + exports per worker")
+    parser.add_argument("--cold", action="store_true", help="an empty cache for every build")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.n, args.out)
+        worker(args.n, args.out, args.cold)
         return
     trees = [os.path.abspath(s) for s in args.src.split(",")]
     results: dict[str, list[float]] = {t: [] for t in trees}
@@ -76,7 +82,8 @@ def main() -> None:
                 env.pop("KILN_NO_CACHE", None)
                 out = subprocess.run(
                     [sys.executable, __file__, "--worker", "--n", str(args.n), "--out", scratch,
-                     "--src", tree], env=env, capture_output=True, text=True, check=True)
+                     "--src", tree, *(["--cold"] if args.cold else [])],
+                    env=env, capture_output=True, text=True, check=True)
                 results[tree] += json.loads(out.stdout.strip().splitlines()[-1])
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
