@@ -235,7 +235,8 @@ class FileScan:
     #: why no manifest can hold for a source reading it (a computed header name, a time
     #: macro), or ""
     unsafe: str
-    #: it uses ``__FILE__`` or a relative: the preprocessed text holds the source's path
+    #: it uses ``__FILE__``, ``__BASE_FILE__`` or ``__FILE_NAME__``: the preprocessed text
+    #: may hold the source's path
     uses_path: bool
 
 
