@@ -23,7 +23,7 @@ import kiln.runtime as rt
 from kiln.codegen import llvm as codegen_llvm
 from kiln.codegen import llvm_worker
 from kiln.errors import CompileError
-from kiln.runtime import compile_cache, toolchain
+from kiln.runtime import cc_manifest, compile_cache, toolchain
 
 
 @pytest.fixture
@@ -363,13 +363,15 @@ def test_a_compiler_without_dependency_options_still_gets_keys(tmp_path, cache, 
 
 
 def test_header_changed_just_before_preprocessing_is_not_recorded(tmp_path, cache,
-                                                                  preprocessed):
+                                                                  preprocessed, monkeypatch):
     src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
-    (tmp_path / "inc2" / "k.h").write_text("#define SCALE 5.0f\n")  # no settle()
+    (tmp_path / "inc2" / "k.h").write_text("#define SCALE 5.0f\n")
+    # "just before": within the window, widened so that a slow machine cannot leave it
+    monkeypatch.setattr(cc_manifest, "RECENT_NS", 600 * 10**9)
     cc = toolchain.find_cc()
     key = toolchain.object_cache_key(cc, flags, src)
     assert _entries(cache, "manifest") == []  # it may have changed while it was read
-    settle()
+    monkeypatch.setattr(cc_manifest, "RECENT_NS", 0)
     assert toolchain.object_cache_key(cc, flags, src) == key
     assert len(_entries(cache, "manifest")) == 1
 
