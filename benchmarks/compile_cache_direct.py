@@ -1,7 +1,7 @@
 """CPU time of a tiny model's build + export with a warm compile cache, per Kiln source tree:
 what the compile cache's direct mode (docs/decisions/029-compile-cache-direct-mode.md) saves.
 
-    python benchmarks/compile_cache_direct.py --src /work/main/src,src [--rounds 5] [--n 5]
+    python benchmarks/compile_cache_direct.py --src OLD_CHECKOUT/src,src [--rounds 5] [--n 5]
                                               [--cold]
 
 For each round, one fresh worker process per source tree (alternating, so both see the same
