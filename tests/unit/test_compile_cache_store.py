@@ -178,8 +178,39 @@ def test_scan_finds_every_header_name_a_file_spells():
             '#ifdef __has_include_next\n#endif\n'
             '/* #include <commented_out.h> */\n')
     found = cc_manifest.scan(text.encode())
-    assert found.names == {"stdio.h", "next.h", "after_comment.h", "continued.h", "opt.h"}
+    # names in strings and comments are probed too: more probes never give a wrong hit
+    assert found.names == {"stdio.h", "next.h", "after_comment.h", "continued.h", "opt.h",
+                           "not_a_directive.h", "commented_out.h"}
     assert found.unsafe == "" and not found.uses_path
+
+
+@pytest.mark.parametrize("text", [
+    '#if __has_inc\\  \nlude("new.h")\n#endif\n',  # backslash, blanks, newline: gcc splices
+    '#if __has_inc??/\nlude("new.h")\n#endif\n',  # the ??/ trigraph (ISO modes)
+    'int a = 1\'0; const char *s = "\'/*";\n#if __has_include("new.h")\n#endif\n',  # C23
+    'const char *r = R"x(" /* )x";\n#if __has_include("new.h")\n#endif\n',  # GNU raw string
+    '// comment\r#if __has_include("new.h")\r#endif\r',  # CR line ends
+], ids=["backslash-blank-newline", "trigraph-continuation", "digit-separator", "raw-string",
+        "cr-only"])
+def test_scan_finds_names_however_the_lines_are_lexed(text):
+    """Found in review: a lexer differing from gcc's hid a ``__has_include`` name, and a header
+    created under it later gave a stale hit. The scan reads every spelling, in and out of
+    comments and strings, with lines spliced and not."""
+    assert "new.h" in cc_manifest.scan(text.encode()).names
+
+
+def test_scan_reads_a_comment_between_hash_and_directive_as_a_space():
+    found = cc_manifest.scan(b'# /* c */ include "x.h"\n')
+    assert "x.h" in found.names and found.unsafe == ""
+    hazard = cc_manifest.scan(b'const char *r = R"x(a)x";\n# /* c */ include "y.h"\n')
+    assert "comment between #" in hazard.unsafe
+
+
+def test_prose_in_a_comment_does_not_cost_a_manifest_unless_the_lexer_is_unsure():
+    """glibc's limits.h: "#include_next outside the double inclusion check because..."."""
+    prose = b"/* We use #include_next outside the double inclusion check. */\n"
+    assert cc_manifest.scan(prose).unsafe == ""
+    assert "computed" in cc_manifest.scan(prose + b"int a = 1'0;\n").unsafe
 
 
 @pytest.mark.parametrize("text, why", [
@@ -196,8 +227,24 @@ def test_scan_refuses_what_a_manifest_cannot_follow(text, why):
 def test_scan_notes_the_file_macros_and_ignores_lookalikes():
     assert cc_manifest.scan(b"#define W __FILE__\n").uses_path
     assert cc_manifest.scan(b"#define W __BASE_FILE__\n").uses_path
-    assert not cc_manifest.scan(b"int my__FILE__x; /* __FILE__ */\n").uses_path
+    assert not cc_manifest.scan(b"int my__FILE__x;\n").uses_path
     assert cc_manifest.scan(b"int my__DATE__x;\n").unsafe == ""
+
+
+def test_begin_refuses_spec_files_and_reads_any_environment(monkeypatch):
+    """``-specs`` can add ``-include`` (found in review); a non-UTF-8 ``CPATH`` is hashed as
+    bytes, not a traceback."""
+    import kiln.runtime.cc_manifest as m
+
+    assert m.begin("id", ["cc", "-specs=my.specs"], __file__) is None
+    monkeypatch.setenv("CPATH", os.fsdecode(b"/tmp/\xff"))
+    assert m.begin("id", ["cc", "-O2"], __file__) is not None
+
+
+def test_file_digest_of_a_fifo_is_none_not_a_hang(tmp_path):
+    fifo = tmp_path / "h.h"
+    os.mkfifo(fifo)
+    assert cc_manifest.file_digest(str(fifo)) is None
 
 
 def test_file_digest_follows_content(tmp_path):

@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import shlex
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,10 +67,21 @@ RECENT_NS = 50_000_000
 #: that are looked up outside the search list (``-include``: the current folder first), option
 #: files (``@file``), other dependency outputs, the obsolete ``-I-``
 _UNSAFE_OPTION = re.compile(r"@|-include|--include|-imacros|--imacros|-M|-Wp,|-Xpreprocessor"
-                            r"|-I-$|--?save-temps|-fdirectives-only|-traditional")
+                            r"|-I-$|--?save-temps|-fdirectives-only|-traditional|--?specs")
+#: a line splice in any mode: a backslash (or the ``??/`` trigraph of ISO modes), blanks (gcc
+#: accepts them), then a line end
+_SPLICE = re.compile(r"(?:\\|\?\?/)[ \t\f\v]*\n")
+#: what follows a directive or ``__has_include`` before a splice (the spliced read has it whole)
+_SPLICED_ON = re.compile(r"[ \t\f\v]*(?:\\|\?\?/)[ \t\f\v]*(?:\n|$)")
+#: ``#``, then a comment (a space to the preprocessor) before what may be a directive name
+_HASH_COMMENT = re.compile(r"#[ \t]*/[*/]")
 #: a C comment, or a string or character literal (kept: a header name may look like a comment)
 _COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'
                                  r"'(?:\\.|[^'\\\n])*'", re.DOTALL)
+#: where that simple lexer and gcc's part ways (found in review): a GNU raw string, a C23 digit
+#: separator, the ``??/`` trigraph, a splice with blanks before the line end, a CR line end
+_LEXER_HAZARD = re.compile(r"""(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"|\d'\d|\?\?/|\\[ \t\f\v]+\r?\n"""
+                           r"|\r(?!\n)")
 # (each pattern starts with a literal, which Python's re searches for fast; the characters
 # before a match are checked in code)
 _DIRECTIVE = re.compile(r"#[ \t]*(?:include_next|include|import|embed)\b[ \t]*(.*)")
@@ -116,7 +128,8 @@ def begin(identity: str, command: Sequence[str], source: str) -> Direct | None:
         cwd = os.getcwd()
     except OSError:
         return None
-    env = [f"{v}={os.environ.get(v)}" for v in KEY_ENV]
+    # as bytes: a value need not be UTF-8 (os.environ holds such bytes as surrogates)
+    env = [v.encode() + b"=" + os.environb.get(v.encode(), b"\0unset") for v in KEY_ENV]
     key = compile_cache.make_key("kiln-cc-manifest-v1", identity, shlex.join(command), digest,
                                  cwd, *env)
     return Direct(key, source, digest)
@@ -253,17 +266,41 @@ def scan(data: bytes) -> FileScan:
 
 
 def _scan_text(text: str) -> FileScan:
-    # translation phases 2–3: join continued lines, a comment becomes one space
-    text = text.replace("\\\r\n", "").replace("\\\n", "")
-    text = _COMMENT_OR_LITERAL.sub(lambda m: " " if m.group(0)[0] == "/" else m.group(0), text)
+    # The header names to probe are read over-wide, never narrower than gcc: probing a name gcc
+    # does not read costs a stat, missing one it reads can give a stale hit (review found a
+    # lexer unlike gcc's hiding names). So they come from the text as written and with lines
+    # spliced, comments and literals included, and from the lexed text below.
+    lines = text.replace("\r\n", "\n").replace("\r", "\n")
+    wide = [_scan_lines(lines, anywhere=True),
+            _scan_lines(_SPLICE.sub("", lines), anywhere=True)]
+    names = wide[0].names | wide[1].names
+    if _LEXER_HAZARD.search(text):
+        # what cannot be followed (a computed name, the time) is judged over-wide too: a
+        # comment mentioning one costs this file its manifest, never a wrong hit
+        return FileScan(names, next((p.unsafe for p in wide if p.unsafe), "")
+                        or ("a comment between # and a directive name"
+                            if _HASH_COMMENT.search(lines) else ""),
+                        any(p.uses_path for p in wide))
+    # Otherwise comments and literals are lexed as gcc does (translation phases 2–3: join
+    # continued lines, a comment becomes one space), so prose in a system header's comment
+    # ("#include_next outside the ...") does not cost it its manifest.
+    lexed = text.replace("\\\n", "")
+    lexed = _COMMENT_OR_LITERAL.sub(lambda m: " " if m.group(0)[0] == "/" else m.group(0), lexed)
+    exact = _scan_lines(lexed, anywhere=False)
+    return FileScan(names | exact.names, exact.unsafe, exact.uses_path)
+
+
+def _scan_lines(text: str, anywhere: bool) -> FileScan:
+    """Header names, why no manifest can follow, and the path macros, of ``text``;
+    ``anywhere``: directives are taken wherever ``#`` stands, not only first on a line."""
     names, unsafe = set(), ""
     for m in _DIRECTIVE.finditer(text):
-        if text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip(" \t\f\v"):
+        if not anywhere and text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip(" \t\f\v"):
             continue  # not at the start of a line: no directive
         name = _HEADER_NAME.match(m.group(1))
-        if name is None:
+        if name is None and not _SPLICED_ON.match(m.group(1)):
             unsafe = f"computed header name: {m.group(0).strip()[:80]}"
-        else:
+        elif name is not None:
             names.add(name.group(1) if name.group(1) is not None else name.group(2))
     for m in _HAS.finditer(text):
         if m.start() and _is_word(text[m.start() - 1]):
@@ -271,7 +308,8 @@ def _scan_text(text: str) -> FileScan:
         test = _HAS_TEST.match(text, m.end())
         if test is not None:
             names.add(test.group(1) if test.group(1) is not None else test.group(2))
-        elif not _HAS_DEFINED.search(text, max(0, m.start() - 40), m.start()):
+        elif not _HAS_DEFINED.search(text, max(0, m.start() - 40), m.start()) \
+                and not _SPLICED_ON.match(text, m.end()):
             unsafe = f"computed {m.group(0)} argument"
     if _OTHER_HASH.search(text):
         unsafe = "a directive spelled with %: or ??="
@@ -308,11 +346,16 @@ def file_digest(path: str) -> str | None:
     would not change them)."""
     try:
         st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read: not a header to trust
+            return None
         stamp = _stamp(st)
         known = _digests.get(path)
         if known is not None and known[0] == stamp:
             return known[1]
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # replaced by a FIFO meanwhile
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             digest = hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
