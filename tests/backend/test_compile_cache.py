@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ import kiln.runtime as rt
 from kiln.codegen import llvm as codegen_llvm
 from kiln.codegen import llvm_worker
 from kiln.errors import CompileError
-from kiln.runtime import compile_cache, toolchain
+from kiln.runtime import cc_manifest, compile_cache, toolchain
 
 
 @pytest.fixture
@@ -64,9 +65,10 @@ def test_second_export_reuses_every_c_object(tmp_path, cache, compiles, caplog):
         make_factory().export_library(str(tmp_path / "b.so"))
     assert compiles == []
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("compile cache hit" in m for m in messages) == 4
-    # KILN_LOG=debug still shows every command: the preprocessing and the link
-    assert any(m.startswith("run: ") and " -E -P " in m for m in messages)
+    assert sum("compile cache hit" in m and "manifest" not in m for m in messages) == 4
+    # the keys came from the manifests (direct mode): no preprocessing; the link is logged
+    assert sum("compile cache manifest hit" in m for m in messages) == 4
+    assert not any(m.startswith("run: ") and " -E -P " in m for m in messages)
     assert any(m.startswith("run: ") and "-shared" in m for m in messages)
     assert filecmp.cmp(tmp_path / "a.so", tmp_path / "b.so", shallow=False)
     gm = rt.load_module(str(tmp_path / "b.so"))["default"](rt.cpu())
@@ -163,6 +165,224 @@ def test_two_processes_compiling_one_kernel_at_once(tmp_path, cache):
     (entry,) = _entries(cache)
     assert compile_cache.load(entry[:-2], "o") == [Path(objs[0]).read_bytes()]
     assert [p for p in os.listdir(cache) if p.endswith(".tmp")] == []
+
+
+# ----------------------------------------------------------------------------- direct mode
+@pytest.fixture
+def preprocessed(caplog):
+    """The sources the preprocessor ran on (``cc ... -E -P ... <src>``, from the debug log)."""
+    caplog.set_level(logging.DEBUG, logger="kiln")
+
+    def sources():
+        return [os.path.basename(m.split()[-1]) for m in (r.getMessage() for r in caplog.records)
+                if m.startswith("run: ") and " -E -P " in m]
+
+    return sources
+
+
+def settle():
+    """Wait until the files just written are older than the window in which direct mode
+    distrusts a header (it may have changed while the preprocessor ran)."""
+    time.sleep(0.06)
+
+
+def _project(tmp_path, source, headers):
+    """``src/a.c`` and headers ``{relative path: text}`` under tmp_path; (source, flags with
+    -I inc1 -I inc2)."""
+    for rel, text in headers.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "src").mkdir(exist_ok=True)
+    (tmp_path / "src" / "a.c").write_text(source)
+    for d in ("inc1", "inc2"):
+        (tmp_path / d).mkdir(exist_ok=True)
+    settle()
+    flags = [*toolchain.COMPILE_FLAGS, f"-I{tmp_path / 'inc1'}", f"-I{tmp_path / 'inc2'}"]
+    return str(tmp_path / "src" / "a.c"), flags
+
+
+_USES_K = '#include "k.h"\nfloat f(float x) { return x * SCALE; }\n'
+
+
+def test_unchanged_source_and_headers_skip_the_preprocessor(tmp_path, cache, preprocessed,
+                                                            caplog):
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert preprocessed() == ["a.c"]
+    assert len(_entries(cache, "manifest")) == 1
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c"]
+    assert any(r.getMessage() == f"compile cache manifest hit: {src}" for r in caplog.records)
+    # a copy in another folder (a new export folder) uses the same manifest
+    copy = tmp_path / "other" / "b.c"
+    copy.parent.mkdir()
+    copy.write_text(_USES_K)
+    assert toolchain.object_cache_key(cc, flags, str(copy)) == key
+    assert preprocessed() == ["a.c"]
+    assert toolchain.object_cache_key(cc, [*flags, "-DX=1"], src) != key  # another manifest
+    assert preprocessed() == ["a.c", "a.c"]
+
+
+def test_manifest_key_is_the_preprocessed_key_and_object_the_same(tmp_path, cache, compiles):
+    src, flags = _project(tmp_path, KERNELS, {})
+    (obj,) = toolchain.compile_objects([src])
+    first = Path(obj).read_bytes()
+    direct_key = toolchain.object_cache_key(toolchain.find_cc(),
+                                            [*flags[:len(toolchain.COMPILE_FLAGS)],
+                                             f"-I{toolchain.INCLUDE_DIR}"], src)
+    for entry in _entries(cache, "manifest"):
+        os.unlink(cache / entry)
+    os.unlink(obj)
+    toolchain.compile_objects([src])  # preprocesses again: same key, so the cached object
+    assert compiles == ["a.c"]
+    assert _entries(cache) == [f"{direct_key}.o"]
+    assert Path(obj).read_bytes() == first
+
+
+@pytest.mark.parametrize("change", ["edit", "shadow_in_earlier_dir", "shadow_in_source_dir",
+                                    "new_search_dir"])
+def test_header_changes_are_noticed(tmp_path, cache, compiles, preprocessed, change):
+    """An edited header, a header created earlier in the search path than the one recorded
+    (an -I folder before, or the source's own folder for #include "..."), a search folder
+    that did not exist: each is a new key and a compile."""
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    if change == "new_search_dir":
+        flags.insert(-2, f"-I{tmp_path / 'later'}")  # skipped: it does not exist yet
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    toolchain.compile_objects([src], cc, flags[len(toolchain.COMPILE_FLAGS):])
+    assert compiles == ["a.c"] and preprocessed() == ["a.c", "a.c"]
+    new = {"edit": "inc2/k.h", "shadow_in_earlier_dir": "inc1/k.h",
+           "shadow_in_source_dir": "src/k.h", "new_search_dir": "later/k.h"}[change]
+    (tmp_path / new).parent.mkdir(exist_ok=True)
+    (tmp_path / new).write_text("#define SCALE 3.0f\n")
+    settle()
+    changed = toolchain.object_cache_key(cc, flags, src)
+    assert changed != key
+    assert preprocessed() == ["a.c"] * 3  # the manifest did not match: preprocessed
+    toolchain.compile_objects([src], cc, flags[len(toolchain.COMPILE_FLAGS):])
+    assert compiles == ["a.c", "a.c"]
+    assert toolchain.object_cache_key(cc, flags, src) == changed  # recorded again: a hit
+    assert preprocessed() == ["a.c"] * 4
+
+
+def test_has_include_result_is_part_of_the_manifest(tmp_path, cache, preprocessed):
+    source = ('#if __has_include("opt.h")\n#include "opt.h"\n#else\n#define SCALE 1.0f\n'
+              '#endif\nfloat f(float x) { return x * SCALE; }\n')
+    src, flags = _project(tmp_path, source, {})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    (tmp_path / "inc2" / "opt.h").write_text("#define SCALE 4.0f\n")
+    settle()
+    assert toolchain.object_cache_key(cc, flags, src) != key
+    assert preprocessed() == ["a.c", "a.c"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bad_json", "wrong_shape"])
+def test_corrupt_manifest_falls_back_to_the_preprocessor(tmp_path, cache, preprocessed,
+                                                         damage):
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    (entry,) = _entries(cache, "manifest")
+    good = (cache / entry).read_bytes()
+    if damage == "truncate":
+        (cache / entry).write_bytes(good[:len(good) // 2])
+    else:  # a whole entry holding something else
+        text = b"{not json" if damage == "bad_json" else b'{"version": 1, "files": 3}'
+        compile_cache.store(entry[:-len(".manifest")], "manifest", [text])
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c", "a.c"]
+    assert (cache / entry).read_bytes() == good  # recorded again
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c", "a.c"]
+
+
+def test_date_and_time_macros_get_no_manifest(tmp_path, cache, preprocessed):
+    src, flags = _project(tmp_path, '#include "t.h"\nconst char* built = STAMP;\n',
+                          {"inc1/t.h": "#define STAMP __DATE__ \" \" __TIME__\n"})
+    cc = toolchain.find_cc()
+    toolchain.object_cache_key(cc, flags, src)
+    toolchain.object_cache_key(cc, flags, src)
+    assert preprocessed() == ["a.c", "a.c"]
+    assert _entries(cache, "manifest") == []
+
+
+def test_file_macro_pins_the_manifest_to_the_source_path(tmp_path, cache, preprocessed):
+    source = "const char* where = __FILE__;\n"
+    src, flags = _project(tmp_path, source, {})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c"]
+    copy = tmp_path / "other" / "a.c"
+    copy.parent.mkdir()
+    copy.write_text(source)
+    assert toolchain.object_cache_key(cc, flags, str(copy)) != key  # its own path inside
+    assert preprocessed() == ["a.c", "a.c"]
+
+
+def test_header_beside_the_source_pins_the_manifest_to_the_source_path(tmp_path, cache,
+                                                                       preprocessed):
+    src, flags = _project(tmp_path, _USES_K, {"src/k.h": "#define SCALE 2.0f\n"})
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert preprocessed() == ["a.c"]
+    other = tmp_path / "other"  # the same source beside another k.h
+    other.mkdir()
+    (other / "k.h").write_text("#define SCALE 7.0f\n")
+    (other / "a.c").write_text(_USES_K)
+    settle()
+    assert toolchain.object_cache_key(cc, flags, str(other / "a.c")) != key
+    assert preprocessed() == ["a.c", "a.c"]
+
+
+def test_options_it_cannot_follow_disable_direct_mode(tmp_path, cache, preprocessed):
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    (tmp_path / "pre.h").write_text("#define PRE 1\n")
+    flags += ["-include", str(tmp_path / "pre.h")]
+    cc = toolchain.find_cc()
+    assert toolchain.object_cache_key(cc, flags, src) == toolchain.object_cache_key(cc, flags,
+                                                                                    src)
+    assert preprocessed() == ["a.c", "a.c"]
+    assert _entries(cache, "manifest") == []
+
+
+def test_a_compiler_without_dependency_options_still_gets_keys(tmp_path, cache, preprocessed):
+    wrapper = tmp_path / "old-cc"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -MD ] && exit 1; done\n'
+                       f'exec {toolchain.find_cc()[0]} "$@"\n')
+    wrapper.chmod(0o755)
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    key = toolchain.object_cache_key([str(wrapper)], flags, src)
+    assert key is not None and key == toolchain.object_cache_key([str(wrapper)], flags, src)
+    assert _entries(cache, "manifest") == []
+
+
+def test_header_changed_just_before_preprocessing_is_not_recorded(tmp_path, cache,
+                                                                  preprocessed, monkeypatch):
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    (tmp_path / "inc2" / "k.h").write_text("#define SCALE 5.0f\n")
+    # "just before": within the window, widened so that a slow machine cannot leave it
+    monkeypatch.setattr(cc_manifest, "RECENT_NS", 600 * 10**9)
+    cc = toolchain.find_cc()
+    key = toolchain.object_cache_key(cc, flags, src)
+    assert _entries(cache, "manifest") == []  # it may have changed while it was read
+    monkeypatch.setattr(cc_manifest, "RECENT_NS", 0)
+    assert toolchain.object_cache_key(cc, flags, src) == key
+    assert len(_entries(cache, "manifest")) == 1
+
+
+def test_no_cache_writes_no_manifest(tmp_path, cache, preprocessed, monkeypatch):
+    monkeypatch.setenv("KILN_NO_CACHE", "1")
+    src, flags = _project(tmp_path, _USES_K, {"inc2/k.h": "#define SCALE 2.0f\n"})
+    toolchain.compile_objects([src], options=flags[len(toolchain.COMPILE_FLAGS):])
+    toolchain.compile_objects([src], options=flags[len(toolchain.COMPILE_FLAGS):])
+    assert preprocessed() == []
+    assert not cache.exists() or os.listdir(cache) == []
 
 
 # ------------------------------------------------------------------------------------ llvm

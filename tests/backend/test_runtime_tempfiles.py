@@ -79,8 +79,8 @@ def test_jit_compile_leaves_only_the_cached_library(tmp_path, tmpdir_env):
     names = names[1:]
     assert len(names) == 2 and names[0].startswith("csource-") and names[0].endswith(".so")
     # and the compile cache's objects (kiln.runtime.compile_cache), whole entries only: the
-    # kernels' and each support source's
+    # kernels' and each support source's, each with its manifest (kiln.runtime.cc_manifest)
     assert names[1] == "objects"
-    objects = os.listdir(cache / "objects")
-    assert len(objects) == 1 + len(toolchain.SUPPORT_SOURCES)
-    assert all(n.endswith(".o") for n in objects)
+    kinds = sorted(n.rsplit(".", 1)[1] for n in os.listdir(cache / "objects"))
+    sources = 1 + len(toolchain.SUPPORT_SOURCES)
+    assert kinds == ["manifest"] * sources + ["o"] * sources

@@ -7,7 +7,9 @@ come back on every rebuild. Two producers store their results here:
 - :func:`kiln.runtime.toolchain.compile_objects` — one object per C source file, keyed by the
   compiler's identity (its ``-###`` report: version, target, what ``-march=native`` means on
   this machine), the exact command line minus file names, and the *preprocessed* source (so a
-  changed header is a different key);
+  changed header is a different key); the preprocessor is skipped when a *manifest* (entry
+  kind ``"manifest"``, :mod:`kiln.runtime.cc_manifest`) shows that the source and every header
+  it read or looked for are unchanged;
 - :func:`kiln.codegen.llvm.build_llvm` — one object (and its optimized IR) per kernel group,
   keyed by the LLVM IR text, the target machine (triple, resolved CPU and features, ABI,
   optimization level) and the llvmlite/LLVM versions.
@@ -102,9 +104,10 @@ def _decode(data: bytes) -> list[bytes] | None:
 
 
 def load(key: str, kind: str, what: str = "") -> list[bytes] | None:
-    """The parts stored under ``key`` (entry suffix ``kind``: ``"o"``, ``"llvm"``), or None on
-    a miss, with the cache off, or for an unreadable, short or corrupt entry. A hit refreshes
-    the entry's modification time (the least recently used entries are evicted first)."""
+    """The parts stored under ``key`` (entry suffix ``kind``: ``"o"``, ``"llvm"``,
+    ``"manifest"``), or None on a miss, with the cache off, or for an unreadable, short or
+    corrupt entry. A hit refreshes the entry's modification time (the least recently used
+    entries are evicted first)."""
     if not enabled():
         return None
     path = _path(key, kind)

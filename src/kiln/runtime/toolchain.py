@@ -18,12 +18,13 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.errors import ToolchainError
-from kiln.runtime import compile_cache
+from kiln.runtime import cc_manifest, compile_cache
 
 log = logging.getLogger("kiln")
 
@@ -97,6 +98,15 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
     ToolchainError
         If the program is missing or exits nonzero (message: command line and stderr).
     """
+    proc = _run_process(cmd, cwd)
+    if proc.stderr.strip():
+        log.debug("%s", proc.stderr.strip())
+    return proc.stdout
+
+
+def _run_process(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
+    """:func:`run`, returning the finished process (its stdout and stderr)."""
     cmd = [str(c) for c in cmd]
     line = shlex.join(cmd)
     log.debug("run: %s", line)
@@ -112,9 +122,7 @@ def run(cmd: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> str:
         if len(out) > _MAX_STDERR:
             out = "...\n" + out[-_MAX_STDERR:]
         raise ToolchainError(f"command failed (exit {proc.returncode}): {line}\n{out}")
-    if proc.stderr.strip():
-        log.debug("%s", proc.stderr.strip())
-    return proc.stdout
+    return proc
 
 
 @functools.lru_cache(maxsize=16)
@@ -168,15 +176,53 @@ def object_cache_key(cc: Sequence[str], flags: Sequence[str], source: str) -> st
     """The compile-cache key of compiling C ``source`` with ``cc flags -c``: the compiler's
     identity, the command line without file names and the preprocessed source (``-E -P``:
     every header included, no file names); None when the compiler's identity is unknown or
-    the source does not preprocess (the compile then reports the error)."""
+    the source does not preprocess (the compile then reports the error).
+
+    The preprocessor only runs when the compile cache has no manifest of ``source`` (same
+    content, compiler and command line) whose headers and include lookups are unchanged
+    (:mod:`kiln.runtime.cc_manifest`, ccache's direct mode); a run records one.
+    """
     ident = compiler_identity(tuple(cc), tuple(flags))
     if ident is None:
         return None
+    command, source = [*cc, *flags], os.path.abspath(source)
+    direct = cc_manifest.begin(ident, command, source)
+    if direct is not None:
+        key = cc_manifest.lookup(direct)
+        if key is not None:
+            return key
+        try:
+            with tempfile.TemporaryDirectory(prefix="kiln-deps-") as tmp:
+                return _preprocessed_key(ident, command, source, direct, tmp)
+        except OSError as err:  # no temporary folder: no manifest
+            log.debug("compile cache: no manifest for %s (%s)", source, err)
+    return _preprocessed_key(ident, command, source)
+
+
+def _preprocessed_key(ident: str, command: list[str], source: str,
+                      direct: cc_manifest.Direct | None = None, tmp: str = "") -> str | None:
+    """The object key from ``command -E -P source``; with ``direct``, the run also writes the
+    headers read (``-MD`` into ``tmp``) and the search list (``-v``), recorded as its
+    manifest. None when the source does not preprocess."""
+    depfile = os.path.join(tmp, "deps")
+    # neither -MD nor -v changes the output
+    extra = ["-MD", "-MF", depfile, "-MT", "kiln", "-v"] if direct is not None else []
+    started = time.time_ns()
     try:
-        text = run([*cc, *flags, "-E", "-P", source])
+        proc = _run_process([*command, "-E", "-P", *extra, source])
     except ToolchainError:
-        return None
-    return compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join([*cc, *flags]), text)
+        # a compiler without those options still gets a key (the error, if any, is the
+        # compile's to report)
+        return _preprocessed_key(ident, command, source) if extra else None
+    key = compile_cache.make_key("kiln-cc-object-v1", ident, shlex.join(command), proc.stdout)
+    if direct is not None:
+        try:
+            with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
+                deps = f.read()
+        except OSError:
+            deps = ""
+        cc_manifest.record(direct, key, deps, proc.stderr, started)
+    return key
 
 
 def _compile_one(cc: list[str], flags: list[str], src: str, obj: str, cwd: str | None) -> None:
@@ -205,10 +251,11 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
     object of a C source is taken from the compile cache when the compiler, the flags and the
     preprocessed source are the same as a previous compile's
-    (:mod:`kiln.runtime.compile_cache`; hits are logged). An assembler source (``.S``) is
-    never cached (``.incbin`` data is not in its text) and is assembled in
-    its own folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was
-    unpacked (a ``.tar`` export).
+    (:mod:`kiln.runtime.compile_cache`; hits are logged; the preprocessor is skipped when the
+    source and its headers are unchanged: :func:`object_cache_key`). An assembler source
+    (``.S``) is never cached (``.incbin`` data is not in its text) and is assembled in its own
+    folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was unpacked
+    (a ``.tar`` export).
 
     Returns
     -------
