@@ -1,4 +1,4 @@
-"""Cost of the cache size cap (kiln.runtime.cache_limit): one trim scan of a large compile cache,
+"""Cost of the cache size cap (kiln.runtime.toolchain.cache_limit): one trim scan of a large compile cache,
 and the per-store bookkeeping that replaces a scan.
 
     python benchmarks/cache_trim.py [--entries 70000] [--size 2048] [--repeat 5] [--dir DIR]
@@ -50,7 +50,7 @@ def main() -> None:
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ["KILN_CACHE_DIR"] = str(root)
     os.environ.pop("KILN_CACHE_MAX_SIZE", None)
-    from kiln.runtime import cache_limit
+    from kiln.runtime.toolchain import cache_limit
 
     try:
         fill(root / "objects", args.entries, args.size)

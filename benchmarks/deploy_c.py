@@ -31,7 +31,7 @@ import kiln
 from kiln import models
 from kiln.crt.project import graph_project, write_project
 from kiln.frontend import from_onnx
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 
 QEMU = {
     "aarch64": ("llvm -mtriple=aarch64-linux-gnu", "aarch64-linux-gnu-gcc",

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     import kiln
     from kiln.frontend import from_onnx
-    from kiln.runtime.debug_executor import GraphExecutorDebug
+    from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.tune.records import (
         best_records,
         config_times,

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     import kiln
     from kiln import __version__, progress
     from kiln.frontend import from_onnx
-    from kiln.runtime.debug_executor import GraphExecutorDebug
+    from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.tune.executor import LocalExecutor
     from kiln.tune.measure import build_candidate, measure_candidate
     from kiln.tune.records import TuningRecord, cpu_fingerprint

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kiln.runtime as rt
-from kiln.runtime.device_module import SourceDeviceModule
+from kiln.runtime.jit.device_module import SourceDeviceModule
 
 RISCV_CC = "clang-14 --target=riscv64-linux-gnu"
 #: clang links riscv64 code with the GNU cross toolchain's crt files and the Debian sysroot

@@ -57,7 +57,7 @@ from typing import Any
 import kiln.runtime as rt
 from kiln.errors import KilnError
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.graph_executor import GraphExecutor
+from kiln.runtime.graph_executor.executor import GraphExecutor
 from kiln.runtime.module import Module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,6 +1,6 @@
 """Hand-assembled VM executables for the VM tests and the ``vm_exec`` fuzz target.
 
-:class:`Asm` is a tiny assembler over ``kiln.runtime.vm_executable``'s encoders; the programs
+:class:`Asm` is a tiny assembler over ``kiln.runtime.vm.executable``'s encoders; the programs
 below use Python "kernels" (a :class:`PyFunctionModule`) with destination passing, so they run
 without a C compiler:
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import PyFunctionModule, array
-from kiln.runtime.vm_executable import (
+from kiln.runtime.vm.executable import (
     CONST,
     HEAP,
     IMM,
@@ -34,7 +34,7 @@ from kiln.runtime.vm_executable import (
     if_,
     ret,
 )
-from kiln.runtime.vm_format import Sym
+from kiln.runtime.vm.executable_format import Sym
 
 B = "vm.builtin."
 __all__ = ["Asm", "B", "H", "I", "R", "add_mul", "call", "const", "consts_exe", "loop",

@@ -60,7 +60,7 @@ from kiln.passes.graph.sink_reshape import sink_reshape
 from kiln.passes.graph.split_concat import split_concat
 from kiln.passes.graph.split_groups import split_groups
 from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
-from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
+from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
 from kiln.target import Target, default_target
 
 log = logging.getLogger("kiln")
@@ -348,7 +348,7 @@ def choose_executor(func: Function, executor: str | None) -> str:
 def vm_executable(fused: Function, kernels, kernel_names: dict[int, str], lib):
     """The VM executable of a fused function over its compiled kernel library."""
     from kiln.backend.vm_codegen import compile_vm
-    from kiln.runtime.vm_executable import VMExecutable
+    from kiln.runtime.vm.executable import VMExecutable
 
     prog = compile_vm(fused, kernel_names, {k.name: list(k.attrs.get("symbol_args", []))
                                             for k in kernels})
@@ -450,7 +450,7 @@ def c_compile_options(target: Target) -> list[str]:
 def _jit_module(kernels) -> SourceDeviceModule:
     """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
     parallel at run time), kept as source in the artifact and compiled where the model runs
-    (``kiln.runtime.device_module``). Kernels of ``lower_primitive`` write one output, their
+    (``kiln.runtime.jit.device_module``). Kernels of ``lower_primitive`` write one output, their
     last argument."""
     funcs = [DeviceFunction(k.name, tuple(b.dtype for b in k.params), 1) for k in kernels]
     units = [build_c_source(u) for u in partition(kernels, KERNELS_PER_FILE)]

@@ -1,7 +1,7 @@
 """``kiln run`` and ``kiln inspect`` on VM libraries (root module ``relax.VMExecutable``).
 
 A VM library takes inputs of any shape its signature allows: each dim is an int or a symbol
-with bounds (``kiln.runtime.vm_format.Symbol``). Inputs come from an ``.npz`` (any allowed
+with bounds (``kiln.runtime.vm.executable_format.Symbol``). Inputs come from an ``.npz`` (any allowed
 shape) or are random: ``--input-shape NAME:SHAPE`` picks an input's shape, whose symbols then
 size every other input sharing them; a symbol no ``--input-shape`` sets takes its smallest
 allowed value (at least 1, a multiple of its divisor) — what onnxruntime's ``perf_test`` does
@@ -50,7 +50,7 @@ class VMSignature:
     function : str
     inputs, outputs : list of VMTensor
     symbols : dict
-        ``{name: kiln.runtime.vm_format.Symbol}`` (bounds and divisor).
+        ``{name: kiln.runtime.vm.executable_format.Symbol}`` (bounds and divisor).
     """
 
     function: str
@@ -79,7 +79,7 @@ def vm_signature(exe, function: str = MAIN) -> VMSignature:
     KilnError
         The executable has no such VM function.
     """
-    from kiln.runtime.vm_format import Sym
+    from kiln.runtime.vm.executable_format import Sym
 
     fidx = exe.func_index.get(function)
     if fidx is None or not exe.functions[fidx].is_vm:
@@ -185,7 +185,7 @@ def _as_tuple(value) -> tuple:
 
 def _median_report(reports: list):
     """One ProfileReport whose times are the medians of ``reports`` (same calls each time)."""
-    from kiln.runtime.vm_profile import KernelRow, ProfileReport
+    from kiln.runtime.vm.profile import KernelRow, ProfileReport
 
     if len(reports) == 1:
         return reports[0]

@@ -10,7 +10,7 @@ Usage, on a fresh build or an exported library loaded back::
     print(report.table())
 
 The runtime side (timing node by node over the same prebuilt kernel calls as ``run``) is
-``kiln.runtime.debug_executor.GraphExecutorDebug``. Imports only ``kiln.runtime``.
+``kiln.runtime.graph_executor.debug.GraphExecutorDebug``. Imports only ``kiln.runtime``.
 
 **Kiln:** ``run`` returns the :class:`DebugReport` instead of printing it, and outputs are
 dumped as one ``.npy`` per node output plus ``nodes.json`` (TVM writes ``output_tensors.params``

@@ -25,7 +25,7 @@ from typing import Any
 
 from kiln.errors import KilnError
 from kiln.runtime import Device, Module, NDArray, cpu
-from kiln.runtime.graph_executor import GraphExecutor
+from kiln.runtime.graph_executor.executor import GraphExecutor
 
 
 class GraphModule:
@@ -238,7 +238,7 @@ def create(graph_json: str, lib: Module, device: Device | None = None, debug: bo
     """
     if debug:
         from kiln.debug_executor import GraphModuleDebug
-        from kiln.runtime.debug_executor import GraphExecutorDebug
+        from kiln.runtime.graph_executor.debug import GraphExecutorDebug
 
         return GraphModuleDebug(GraphExecutorDebug(graph_json, lib, device or cpu()), dump_root)
     return GraphModule(GraphExecutor(graph_json, lib, device or cpu()))

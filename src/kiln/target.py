@@ -7,7 +7,7 @@ target only describes; codegens and schedules dispatch on it.
 
 The ``jit`` kind is a source-embedded device (the ``my_device`` of TVM's custom-device
 examples): every kernel is generated as C source that the artifact carries and the runtime
-compiles where the model runs (:mod:`kiln.runtime.device_module`). It takes no options. Its
+compiles where the model runs (:mod:`kiln.runtime.jit.device_module`). It takes no options. Its
 host (``host="c"`` or ``"llvm"``, default ``"c"``, as TVM's ``Target("my_device",
 host="llvm")``) is checked and recorded; with every kernel on the device, Kiln has no host code
 to generate — the exported library holds only the blob and the support code, which the system C

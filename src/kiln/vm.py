@@ -20,8 +20,8 @@ from typing import Any
 
 from kiln.errors import KilnError
 from kiln.runtime import Device, Module, NDArray, cpu
-from kiln.runtime.vm_executable import VMExecutable
-from kiln.runtime.vm_profile import BenchmarkResult, ProfileReport
+from kiln.runtime.vm.executable import VMExecutable
+from kiln.runtime.vm.profile import BenchmarkResult, ProfileReport
 
 #: TVM's allocator types (the Kiln VM's arena serves both)
 NAIVE_ALLOCATOR = 1

@@ -26,7 +26,7 @@ import kiln
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
 from kiln.ir.ops.integer import DENSE_QUAD_AXIS, pack_quads
 from kiln.ir.ops.nn import pack_dense_weight
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.target import Target
 
 RNG = np.random.default_rng(26)

@@ -23,7 +23,7 @@ import kiln.runtime as rt
 from kiln.codegen import llvm as codegen_llvm
 from kiln.codegen import llvm_worker
 from kiln.errors import CompileError
-from kiln.runtime import cc_manifest, compile_cache, toolchain
+from kiln.runtime.toolchain import cc_manifest, compile_cache, compiler as toolchain
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_no_cache_compiles_every_time(tmp_path, cache, compiles, monkeypatch):
 
 _CONCURRENT = textwrap.dedent("""
     import sys, time
-    from kiln.runtime import toolchain
+    from kiln.runtime.toolchain import compiler as toolchain
     while time.time() < float(sys.argv[2]):
         time.sleep(0.001)
     (obj,) = toolchain.compile_objects([sys.argv[1]])

@@ -31,7 +31,7 @@ from kiln.ir.ops.integer import pack_quads, pack_tap_pairs
 from kiln.passes.graph.fuse_ops import fuse_ops
 from kiln.passes.loop.make_packed_api import dl_dtype, make_packed_api
 from kiln.passes.loop.simplify import simplify
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.schedules import schedule_loops, schedule_te
 from kiln.target import Target
 

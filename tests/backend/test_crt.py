@@ -23,7 +23,7 @@ from kiln.crt.project import graph_project, write_project
 from kiln.errors import CompileError
 from kiln.ir.graph import Call, Constant, Function, TensorType, Var
 from kiln.ir.graph_eval import evaluate
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 
 RNG = np.random.default_rng(7)
 

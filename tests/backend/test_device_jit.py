@@ -28,7 +28,7 @@ import kiln
 import kiln.runtime as rt
 from kiln.errors import KilnError, ToolchainError
 from kiln.frontend import from_onnx
-from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
+from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_cache_is_shared_by_processes_and_safe_under_concurrent_compiles(device_
     np.testing.assert_allclose(np.load(str(x_path) + ".out.npy"), want, rtol=1e-5, atol=1e-6)
     lib = next(device_env.glob("device-*"))
     # a rebuild renames a new file into place (a new inode); a hit only refreshes the mtime
-    # (the size cap's LRU order: kiln.runtime.cache_limit)
+    # (the size cap's LRU order: kiln.runtime.toolchain.cache_limit)
     stamp = lib.stat().st_mtime_ns, lib.stat().st_ino
     # a third process finds the library: no compile, no link
     (out,) = _run_processes(so, x_path, 1, dict(os.environ))
@@ -332,7 +332,7 @@ def test_foreign_compiler_picks_qemu_or_says_what_is_missing(monkeypatch):
     missing = riscv_missing()
     if missing:
         pytest.skip(f"needs {missing}")
-    from kiln.runtime import device_toolchain as dm
+    from kiln.runtime.jit import device_toolchain as dm
 
     monkeypatch.delenv("KILN_DEVICE_LAUNCHER", raising=False)
     cc = RISCV_CC.split()

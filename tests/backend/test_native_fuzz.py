@@ -42,7 +42,7 @@ from test_native_json import json_factory
 
 import kiln.runtime as rt
 from kiln.runtime.blob import pack_imports
-from kiln.runtime.device_module import DeviceFunction
+from kiln.runtime.jit.device_module import DeviceFunction
 
 QUICK = {"blob": 300, "file": 100, "run": 300}
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "0"))

@@ -22,7 +22,7 @@ from test_native_runtime import assert_close, kiln_run
 
 import kiln
 from kiln.frontend import from_onnx
-from kiln.runtime.device_module import SourceDeviceModule
+from kiln.runtime.jit.device_module import SourceDeviceModule
 from kiln.runtime.module import modules_dfs
 
 
@@ -81,7 +81,7 @@ def test_jit_compiles_at_first_run_and_shares_the_cache(native_rt, jit_so, refer
     assert dev.library_path == str(built[0])
     assert sorted((cache / "device").glob("device-*.so")) == built
     # a second kiln_run reuses it: no compile (the same file), the same bits; the hit
-    # refreshes its mtime (the LRU order of kiln.runtime.cache_limit)
+    # refreshes its mtime (the LRU order of kiln.runtime.toolchain.cache_limit)
     os.utime(built[0], (1_000_000_000, 1_000_000_000))
     inode = built[0].stat().st_ino
     (again,), _ = kiln_run(native_rt, so, [x], [(want.shape, want.dtype)], tmp_path,

@@ -73,7 +73,7 @@ def control_flow_executable():
     """A VM executable by hand, no kernels: ``main(x: float32[n, 4], flag: bool[])`` returns
     ``reshape(x, [4, n])`` (through make_tuple / tuple_get) when ``flag``, else a copy of ``x``
     in an arena tensor (alloc_storage of a shape-program size, alloc_tensor, copy, goto)."""
-    from kiln.runtime.vm_executable import (
+    from kiln.runtime.vm.executable import (
         Symbol,
         VMExecutable,
         VMFunction,
@@ -282,7 +282,7 @@ def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
 def test_shape_to_tensor(asan, tmp_path):
     """``shape_to_tensor`` (a shape used as data, e.g. an If on ``Shape(x)[0] == 1``): the C VM
     under the sanitizers gives what the Python VM gives."""
-    from kiln.runtime.vm_executable import (
+    from kiln.runtime.vm.executable import (
         Symbol,
         VMExecutable,
         VMFunction,

@@ -77,8 +77,8 @@ def _calls_exe(runaway: bool):
     """``main(x, y) -> (pair(x, y), pair(y, x))`` with ``pair(a, b) -> (a, b)``: two calls of
     one VM function whose tuples must stay apart; ``runaway``: main calls a function that
     calls itself without end."""
-    from kiln.runtime.vm_bytecode import call, reg, ret
-    from kiln.runtime.vm_executable import VMExecutable, VMFunction
+    from kiln.runtime.vm.bytecode import call, reg, ret
+    from kiln.runtime.vm.executable import VMExecutable, VMFunction
 
     sig = [("x", "float32", [3]), ("y", "float32", [3])]
     main = ([*call(2, 3, [reg(0)]), *ret(2)] if runaway else

@@ -24,7 +24,7 @@ import pytest
 import kiln.runtime as rt
 from kiln.errors import KilnError, ModuleLoadError, ShapeError, ToolchainError
 from kiln.graph_executor import GraphModule
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import host_elf, machine_name
 
 KERNELS = r"""

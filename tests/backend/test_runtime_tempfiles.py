@@ -14,7 +14,7 @@ from fuzz_runtime import SO_KERNELS
 
 import kiln.runtime as rt
 from kiln.errors import ToolchainError
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 
 FUNCS = ["fused_add", "fused_mul"]
 
@@ -73,13 +73,13 @@ def test_jit_compile_leaves_only_the_cached_library(tmp_path, tmpdir_env):
     assert os.listdir(tmpdir_env) == []
     cache = tmp_path / "cache"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    # the size cap's ledger (kiln.runtime.cache_limit) is the one dot file
+    # the size cap's ledger (kiln.runtime.toolchain.cache_limit) is the one dot file
     names = sorted(os.listdir(cache))
     assert names[0] == ".cache-size"
     names = names[1:]
     assert len(names) == 2 and names[0].startswith("csource-") and names[0].endswith(".so")
-    # and the compile cache's objects (kiln.runtime.compile_cache), whole entries only: the
-    # kernels' and each support source's, each with its manifest (kiln.runtime.cc_manifest)
+    # and the compile cache's objects (kiln.runtime.toolchain.compile_cache), whole entries only: the
+    # kernels' and each support source's, each with its manifest (kiln.runtime.toolchain.cc_manifest)
     assert names[1] == "objects"
     kinds = sorted(n.rsplit(".", 1)[1] for n in os.listdir(cache / "objects"))
     sources = 1 + len(toolchain.SUPPORT_SOURCES)

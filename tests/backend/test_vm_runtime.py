@@ -17,8 +17,8 @@ from executor_helpers import FUNCS, KERNELS
 import kiln
 import kiln.runtime as rt
 from kiln.ir.graph import Call, Function, TensorType, Var
-from kiln.runtime.vm_executable import VMExecutable, VMFunction
-from kiln.runtime.vm_format import Symbol
+from kiln.runtime.vm.executable import VMExecutable, VMFunction
+from kiln.runtime.vm.executable_format import Symbol
 
 SHAPE = (4, 8)
 F32 = (2, 32)

@@ -25,7 +25,7 @@ from kiln.ir.graph import (
     post_order,
 )
 from kiln.ir.graph_eval import evaluate
-from kiln.runtime.json_runtime import JSONRuntimeModule
+from kiln.runtime.contrib.json.json_runtime import JSONRuntimeModule
 
 RNG = np.random.default_rng(3)
 

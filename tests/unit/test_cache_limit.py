@@ -1,4 +1,4 @@
-"""The size cap of Kiln's caches of compiled code (``kiln.runtime.cache_limit``): size parsing,
+"""The size cap of Kiln's caches of compiled code (``kiln.runtime.toolchain.cache_limit``): size parsing,
 LRU order, hysteresis, what is never removed, concurrent trims, the cross-process trigger, the
 producers' hooks and ``kiln cache``. No compiler needed."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from kiln import cli
 from kiln.errors import KilnError
-from kiln.runtime import cache_limit, compile_cache
+from kiln.runtime.toolchain import cache_limit, compile_cache
 
 BLOCK = 4096
 SRC = str(Path(cache_limit.__file__).resolve().parents[2])
@@ -224,7 +224,7 @@ def test_concurrent_trims_in_threads_and_processes_do_not_raise(root):
     for n in range(300):
         put(obj(root, n), BLOCK, 1000 - n)
     code = (f"import sys; sys.path.insert(0, {SRC!r})\n"
-            "from kiln.runtime import cache_limit\n"
+            "from kiln.runtime.toolchain import cache_limit\n"
             "for limit in range(200, 0, -20): cache_limit.trim(limit=limit * 4096)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
@@ -251,7 +251,7 @@ def test_the_cap_holds_across_many_short_processes(root, monkeypatch):
     cap = 16 * BLOCK
     monkeypatch.setenv("KILN_CACHE_MAX_SIZE", f"{cap}B")
     code = (f"import sys; sys.path.insert(0, {SRC!r})\n"
-            "from kiln.runtime import compile_cache\n"
+            "from kiln.runtime.toolchain import compile_cache\n"
             "for n in range(3): compile_cache.store(compile_cache.make_key(sys.argv[1], str(n)), "
             "'o', [bytes(3000)])\n")
     for run in range(8):  # 24 entries of one block each: 1.5 times the cap

@@ -145,7 +145,7 @@ def test_compile_symbol_errors_exit_2(argv, words, tmp_path, capsys, monkeypatch
 def _executable():
     """A VM executable by hand: main(x: int64[batch, seq], m: float32[batch, seq, 4]) -> x."""
     from kiln.runtime import array
-    from kiln.runtime.vm_executable import Symbol, VMExecutable, VMFunction, ret
+    from kiln.runtime.vm.executable import Symbol, VMExecutable, VMFunction, ret
 
     code = [*ret(0)]
     main = VMFunction(1, "main", 0, len(code), 2, 2,

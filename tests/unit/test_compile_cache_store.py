@@ -1,7 +1,7 @@
 """The compile cache's storage (no compiler needed): keys, entry format, corrupt entries, the
 opt-out, the private folder, concurrent writers; how kernels are split into compilation units
 (``kiln.codegen.partition``); and the direct mode's parsers and manifest checks
-(``kiln.runtime.cc_manifest``)."""
+(``kiln.runtime.toolchain.cc_manifest``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from kiln.codegen.partition import partition, stmt_cost
 from kiln.ir import loop as L
-from kiln.runtime import cc_manifest, compile_cache
+from kiln.runtime.toolchain import cc_manifest, compile_cache
 
 
 @pytest.fixture
@@ -234,7 +234,7 @@ def test_scan_notes_the_file_macros_and_ignores_lookalikes():
 def test_begin_refuses_spec_files_and_reads_any_environment(monkeypatch):
     """``-specs`` can add ``-include`` (found in review); a non-UTF-8 ``CPATH`` is hashed as
     bytes, not a traceback."""
-    import kiln.runtime.cc_manifest as m
+    import kiln.runtime.toolchain.cc_manifest as m
 
     assert m.begin("id", ["cc", "-specs=my.specs"], __file__) is None
     monkeypatch.setenv("CPATH", os.fsdecode(b"/tmp/\xff"))

@@ -9,7 +9,7 @@ import pytest
 
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime import get_global_func
-from kiln.runtime.device_module import DeviceFunction, SourceDeviceModule
+from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
 from kiln.runtime.stream import StreamWriter
 
 CODE = "/* kernels */ int x;\n"

@@ -10,8 +10,8 @@ import pytest
 
 import kiln.runtime as rt
 from kiln.errors import ModuleLoadError
-from kiln.runtime.graph_json import parse_graph
-from kiln.runtime.graph_storage import GraphStorage, aliased_entries, live_ranges
+from kiln.runtime.graph_executor.graph_json import parse_graph
+from kiln.runtime.graph_executor.storage import GraphStorage, aliased_entries, live_ranges
 from kiln.runtime.params import param_dict_names
 
 
@@ -103,7 +103,7 @@ def test_python_kernels_see_zero_copy_memory():
 
 
 def test_debug_executor_python_kernels():
-    from kiln.runtime.debug_executor import GraphExecutorDebug
+    from kiln.runtime.graph_executor.debug import GraphExecutorDebug
 
     ex = GraphExecutorDebug(graph([("add", [0, 1]), ("neg", [2])], [3], [0, 1, 2, 2],
                                   n_inputs=2), _py_kernels())

@@ -26,7 +26,7 @@ from kiln.frontend.onnx.context import NotConstantError, static_values_only
 from kiln.ir.arith import SymVar
 from kiln.ir.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
 from kiln.ir.graph_eval import evaluate
-from kiln.runtime.vm_bytecode import OP_CALL, DecodeContext, decode_function
+from kiln.runtime.vm.bytecode import OP_CALL, DecodeContext, decode_function
 
 
 def _loop_of(func: Function) -> LoopCall:

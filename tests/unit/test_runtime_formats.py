@@ -18,8 +18,8 @@ from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.graph_executor import GraphModule
 from kiln.runtime import dlpack as dlpack_mod
 from kiln.runtime.blob import index_modules, pack_imports, unpack_imports
-from kiln.runtime.graph_executor import GraphExecutor
-from kiln.runtime.graph_json import parse_graph
+from kiln.runtime.graph_executor.executor import GraphExecutor
+from kiln.runtime.graph_executor.graph_json import parse_graph
 from kiln.runtime.module import Module, PyFunctionModule
 from kiln.runtime.registry import remove_global_func
 

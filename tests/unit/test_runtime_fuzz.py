@@ -30,7 +30,7 @@ from fuzz_runtime import make_targets, run, run_in_workers
 
 import kiln.runtime as rt
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.graph_executor import GraphExecutor
+from kiln.runtime.graph_executor.executor import GraphExecutor
 
 TARGETS = ("params", "factory", "blob", "graph_text", "graph_struct", "kiln_json", "vm_exec")
 QUICK = 100

@@ -17,13 +17,13 @@ from fuzz_mutators import graph_docs, graph_params, numpy_kernels
 
 import kiln.runtime as rt
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
-from kiln.runtime import graph_json, graph_storage
-from kiln.runtime import private_dir as pd
+from kiln.runtime.graph_executor import graph_json, storage as graph_storage
+from kiln.runtime.toolchain import private_dir as pd
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.c_types import dtype_name
 from kiln.runtime.elf import check_loadable, host_elf
-from kiln.runtime.graph_executor import GraphExecutor
-from kiln.runtime.graph_json import parse_graph
+from kiln.runtime.graph_executor.executor import GraphExecutor
+from kiln.runtime.graph_executor.graph_json import parse_graph
 from kiln.runtime.module import PyFunctionModule
 from kiln.runtime.stream import StreamWriter
 
@@ -247,7 +247,7 @@ def test_models_cache_dir_is_private(tmp_path, monkeypatch):
     shared.chmod(0o777)
     monkeypatch.setenv("KILN_CACHE_DIR", str(shared))
     assert models.cache_dir() != shared
-    assert sys.modules["kiln.runtime.private_dir"] is pd
+    assert sys.modules["kiln.runtime.toolchain.private_dir"] is pd
 
 
 def test_factory_params_round_trip_still_exact():

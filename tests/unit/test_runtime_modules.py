@@ -19,7 +19,7 @@ from kiln.runtime.blob import pack_imports, unpack_imports
 from kiln.runtime.elf import check_objects_machine, machine_name, triple_machine
 from kiln.runtime.module import PyFunctionModule
 from kiln.runtime.registry import remove_global_func
-from kiln.runtime.tar import untar
+from kiln.runtime.toolchain.tar import untar
 
 
 def u64(v: int) -> bytes:

@@ -12,9 +12,9 @@ import vm_programs as P
 import kiln
 import kiln.runtime as rt
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
-from kiln.runtime.vm_executable import VMExecutable, VMFunction
-from kiln.runtime.vm_format import Sym, Symbol
-from kiln.runtime.vm_storage import Arena
+from kiln.runtime.vm.executable import VMExecutable, VMFunction
+from kiln.runtime.vm.executable_format import Sym, Symbol
+from kiln.runtime.vm.storage import Arena
 from kiln.vm import VirtualMachine
 
 RNG = np.random.default_rng(0)

@@ -13,7 +13,7 @@ import vm_programs as P
 import kiln.runtime as rt
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime.blob import LOADER_PREFIX
-from kiln.runtime.vm_bytecode import (
+from kiln.runtime.vm.bytecode import (
     ARG_MAX,
     ARG_MIN,
     CONST,
@@ -28,8 +28,8 @@ from kiln.runtime.vm_bytecode import (
     if_,
     ret,
 )
-from kiln.runtime.vm_executable import VMExecutable, VMFunction
-from kiln.runtime.vm_format import MAGIC, Sym, Symbol
+from kiln.runtime.vm.executable import VMExecutable, VMFunction
+from kiln.runtime.vm.executable_format import MAGIC, Sym, Symbol
 
 
 def _same(a: VMExecutable, b: VMExecutable) -> None:

@@ -18,7 +18,7 @@ from kiln.ir.arith import SymVar
 from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.ir.graph_eval import evaluate
 from kiln.runtime import dynamic_ops as D
-from kiln.runtime.vm_bytecode import HEAP, OP_CALL, DecodeContext, decode_function
+from kiln.runtime.vm.bytecode import HEAP, OP_CALL, DecodeContext, decode_function
 
 RNG = np.random.default_rng(1)
 

@@ -73,7 +73,7 @@ from kiln.ir.graph import (
     post_order,
 )
 from kiln.runtime.ndarray import array
-from kiln.runtime.vm_bytecode import (
+from kiln.runtime.vm.bytecode import (
     REG,
     call,
     const,
@@ -84,7 +84,7 @@ from kiln.runtime.vm_bytecode import (
     reg,
     ret,
 )
-from kiln.runtime.vm_format import KIND_PACKED, KIND_VM, VMFunction
+from kiln.runtime.vm.executable_format import KIND_PACKED, KIND_VM, VMFunction
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """How the VM bytecode runs a data-dependent op (``dyn.*``, decision 016).
 
-A ``dyn.*`` call becomes one call of its builtin (``kiln.runtime.vm_dynamic_ops``; the calls
+A ``dyn.*`` call becomes one call of its builtin (``kiln.runtime.vm.dynamic_builtins``; the calls
 of one ONNX node's several outputs share it) and a ``vm.builtin.bind_shape`` of its result:
 the late symbols of its type are bound to their heap slots there (or checked, when a sibling
 output bound them first), with their bounds. This module knows each op's builtin and its
@@ -18,7 +18,7 @@ from kiln.ir.arith import SymVar, free_symbols
 from kiln.ir.graph import Call, Expr, Function, IfCall, LoopCall, post_order
 from kiln.ir.ops.dynamic import bound_by
 from kiln.runtime.ndarray import array
-from kiln.runtime.vm_bytecode import const, imm
+from kiln.runtime.vm.bytecode import const, imm
 
 
 def _axis(a: int | None) -> int:

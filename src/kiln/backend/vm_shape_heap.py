@@ -7,7 +7,7 @@ from kiln.backend.vm_dynamic import depends_on
 from kiln.errors import CompileError
 from kiln.ir import arith
 from kiln.ir.arith import Dim, SymVar
-from kiln.runtime.vm_bytecode import heap, imm
+from kiln.runtime.vm.bytecode import heap, imm
 
 #: shape-program opcodes
 SHAPE_OPS = {"add": 0, "sub": 1, "mul": 2, "floordiv": 3, "floormod": 4, "min": 5, "max": 6}

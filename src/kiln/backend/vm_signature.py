@@ -11,7 +11,7 @@ from kiln.ir import arith
 from kiln.ir.arith import SymVar
 from kiln.ir.graph import Function, TensorType
 from kiln.passes.loop.make_packed_api import dl_dtype
-from kiln.runtime.vm_format import Sym, TensorSig
+from kiln.runtime.vm.executable_format import Sym, TensorSig
 
 #: match-spec dim kinds
 MATCH_EQUAL, MATCH_BIND, MATCH_CHECK = 0, 1, 2

@@ -4,7 +4,7 @@
 ``build_llvm(funcs, target)`` is the entry point: the kernels are split into groups of similar
 compile cost (one LLVM module each, like the C target's files: :mod:`kiln.codegen.partition`),
 each group's IR is built by :mod:`kiln.codegen.llvm_func`, taken from the compile cache
-(:mod:`kiln.runtime.compile_cache`, keyed by the IR text and the target machine) or optimized and
+(:mod:`kiln.runtime.toolchain.compile_cache`, keyed by the IR text and the target machine) or optimized and
 emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llvm_worker`:
 llvmlite runs one LLVM call at a time per process), else here — and the result is a
 :class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
@@ -23,8 +23,8 @@ from kiln.codegen.llvm_machine import compile_ir, machine_identity, target_machi
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.ir import loop as L
-from kiln.runtime import compile_cache
-from kiln.runtime.toolchain import cpu_count
+from kiln.runtime.toolchain import compile_cache
+from kiln.runtime.toolchain.compiler import cpu_count
 from kiln.target import Target
 
 #: kernels per LLVM module (on average; modules are balanced by estimated compile cost); several
@@ -118,7 +118,7 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
         An ``llvm`` target.
     jobs : int, optional
         Parallel LLVM compilations (worker processes; default: the CPUs this process may
-        use, ``kiln.runtime.toolchain.cpu_count``).
+        use, ``kiln.runtime.toolchain.compiler.cpu_count``).
 
     Returns
     -------

@@ -46,7 +46,7 @@ from kiln.codegen.llvm import build_llvm
 from kiln.codegen.llvm_module import LLVMModule
 from kiln.errors import CompileError
 from kiln.ir import loop as L
-from kiln.runtime.toolchain import compile_objects, link_relocatable
+from kiln.runtime.toolchain.compiler import compile_objects, link_relocatable
 from kiln.target import X86_LEVELS, Target
 
 #: the symbol that tells which level the dispatcher chose (``const char* __kiln_cpu_level()``)

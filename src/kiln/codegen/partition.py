@@ -8,7 +8,7 @@ longest-processing-time rule: kernels by decreasing cost, each into the cheapest
 
 The split depends only on the kernels (not on the machine's CPU count): the same model gives
 the same sources and objects everywhere, which the compile cache
-(:mod:`kiln.runtime.compile_cache`) relies on.
+(:mod:`kiln.runtime.toolchain.compile_cache`) relies on.
 """
 
 from __future__ import annotations

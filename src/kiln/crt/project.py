@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kiln.crt import BACKEND_SOURCES, CRT_DIR, GRAPH_SOURCES
 from kiln.errors import KilnError, ToolchainError
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import check_objects_machine
 from kiln.runtime.module import Module, modules_dfs
 

@@ -9,7 +9,7 @@ The same call serves prompt processing (``past = 0``, any length) and decoding (
 :func:`kiln_decoder` compiles the ONNX file once per (model content, target, weight
 quantization, Kiln source) into one VM library, cached in ``$KILN_CACHE_DIR/llm`` (bounded by
 ``KILN_CACHE_MAX_SIZE`` with Kiln's other caches of compiled code, least recently used first:
-:mod:`kiln.runtime.cache_limit`); loading it again takes a second. :func:`ort_decoder` is the
+:mod:`kiln.runtime.toolchain.cache_limit`); loading it again takes a second. :func:`ort_decoder` is the
 onnxruntime reference on the same file.
 """
 
@@ -123,8 +123,8 @@ def compiled_decoder_path(model_path: Path, target: str,
         If the model cannot be imported or compiled, or ``KILN_CACHE_MAX_SIZE`` is not a size.
     """
     from kiln.models.fetch import file_lock
-    from kiln.runtime import cache_limit
-    from kiln.runtime.private_dir import private_dir, user_cache_dir
+    from kiln.runtime.toolchain import cache_limit
+    from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
     key = hashlib.sha256(":".join([_file_digest(model_path), target, str(quantize_weights),
                                    _source_digest()]).encode()).hexdigest()[:20]

@@ -21,7 +21,7 @@ Quantized forms are made from these with onnxruntime's tools (``kiln.models.qdq`
 The cache directory is ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created with mode 0700). Writes
 are atomic (temporary file + ``os.replace``) and serialized by a file lock, so concurrent test
 workers can ask for the same model. The model files are never evicted: the size cap
-``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.cache_limit`) bounds compiled code only.
+``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.toolchain.cache_limit`) bounds compiled code only.
 """
 
 from kiln.models.fetch import (

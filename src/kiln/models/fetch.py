@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.errors import KilnError
-from kiln.runtime.private_dir import private_dir, user_cache_dir
+from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
 
@@ -120,7 +120,7 @@ def cache_dir() -> Path:
     Path
         ``$KILN_CACHE_DIR`` if set, else ``~/.cache/kiln``; a private temp folder for this
         process (with a warning) when that folder is not private
-        (:func:`kiln.runtime.private_dir.private_dir`).
+        (:func:`kiln.runtime.toolchain.private_dir.private_dir`).
     """
     return private_dir(user_cache_dir(), "cache")
 

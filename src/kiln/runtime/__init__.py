@@ -27,16 +27,16 @@ the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.o
 """
 
 from kiln.runtime.binary_module import BinaryModule, list_module_loaders, register_module_loader
-from kiln.runtime.cc import create_object, create_shared, cross_compiler
+from kiln.runtime.toolchain.cc import create_object, create_shared, cross_compiler
 from kiln.runtime.const_loader_module import ConstLoaderModule, create_metadata_module
-from kiln.runtime.debug_executor import GraphExecutorDebug
-from kiln.runtime.device_module import SourceDeviceModule
+from kiln.runtime.graph_executor.debug import GraphExecutorDebug
+from kiln.runtime.jit.device_module import SourceDeviceModule
 from kiln.runtime.dlpack import from_dlpack
 from kiln.runtime.export import export_library
-from kiln.runtime.graph_executor import GraphExecutor
-from kiln.runtime.graph_executor_factory import GraphExecutorFactoryModule
-from kiln.runtime.json_kernels import register_json_kernel
-from kiln.runtime.json_runtime import JSONRuntimeModule
+from kiln.runtime.graph_executor.executor import GraphExecutor
+from kiln.runtime.graph_executor.factory import GraphExecutorFactoryModule
+from kiln.runtime.contrib.json.json_kernels import register_json_kernel
+from kiln.runtime.contrib.json.json_runtime import JSONRuntimeModule
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.load import load_module
 from kiln.runtime.module import Module, PyFunctionModule
@@ -46,7 +46,7 @@ from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, save_param_dict
 from kiln.runtime.registry import get_global_func, list_global_func_names, register_func
 from kiln.runtime.source_module import CSourceModule
-from kiln.runtime.vm_executable import VMExecutable
+from kiln.runtime.vm.executable import VMExecutable
 
 __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",

@@ -25,12 +25,12 @@ import tempfile
 from collections.abc import Sequence
 
 from kiln.errors import KilnError, ToolchainError
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.blob import index_modules, pack_imports
-from kiln.runtime.cc import FCompile, create_object, create_shared, cross_compiler
+from kiln.runtime.toolchain.cc import FCompile, create_object, create_shared, cross_compiler
 from kiln.runtime.module import Module
 from kiln.runtime.registry import get_global_func
-from kiln.runtime.tar import tar
+from kiln.runtime.toolchain.tar import tar
 
 #: blobs at least this large go through ``.incbin`` instead of a C array
 INCBIN_THRESHOLD = 1 << 20
@@ -159,9 +159,9 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
         The root (usually a ``GraphExecutorFactoryModule``); it becomes module 0 of the blob.
     file_name : path
         The output; replaced atomically. With no ``fcompile`` its suffix picks what is
-        written: ``.so`` → shared library (:func:`kiln.runtime.cc.create_shared`), ``.o`` →
+        written: ``.so`` → shared library (:func:`kiln.runtime.toolchain.cc.create_shared`), ``.o`` →
         relocatable object (``create_object``), ``.tar`` → gzip tar of the sources and objects
-        (``kiln.runtime.tar.tar``), relinked by ``load_module``.
+        (``kiln.runtime.toolchain.tar.tar``), relinked by ``load_module``.
     fcompile : callable, optional
         ``fcompile(output, files, options=...)`` (e.g. :func:`cross_compiler`); its
         ``output_format`` attribute ("so", "o", "tar") says what it writes, whatever the suffix.

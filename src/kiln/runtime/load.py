@@ -27,19 +27,17 @@ import struct
 import tempfile
 
 from kiln.errors import ModuleLoadError
-from kiln.runtime import (
-    const_loader_module,  # noqa: F401  (registers its blob loader)
-    graph_executor_factory,  # noqa: F401  (registers its blob loader)
-    json_runtime,  # noqa: F401  (registers its blob loader: BYOC kiln_json)
-    toolchain,
-)
+from kiln.runtime import const_loader_module
+from kiln.runtime.graph_executor import factory as graph_executor_factory
+from kiln.runtime.contrib.json import json_runtime
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.cc import create_shared
+from kiln.runtime.toolchain.cc import create_shared
 from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable
 from kiln.runtime.export import LINK_OPTIONS_FILE
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.tar import untar
+from kiln.runtime.toolchain.tar import untar
 
 BLOB_SYMBOL = "__tvm_dev_mblob"
 ET_REL = 1  # ELF e_type of a relocatable object

@@ -17,17 +17,17 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kiln.runtime import cache_limit, toolchain
+from kiln.runtime.toolchain import cache_limit, compiler as toolchain
 from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
-from kiln.runtime.private_dir import jit_cache_path, private_dir
+from kiln.runtime.toolchain.private_dir import jit_cache_path, private_dir
 
 
 def cache_dir() -> Path:
     """Where JIT-compiled sources are cached: ``$KILN_CACHE_DIR`` or a per-user temp folder
     (``<tmp>/kiln-cache-<uid>``), created ``0700``. The libraries there are loaded as code, so
     a folder that is not private (a symlink, another owner, writable by others) is not used:
-    see :func:`kiln.runtime.private_dir.private_dir`."""
+    see :func:`kiln.runtime.toolchain.private_dir.private_dir`."""
     return private_dir(jit_cache_path(), "cache")
 
 
@@ -39,10 +39,10 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
                          support: Sequence[tuple[Path, str]] = toolchain.SUPPORT_SOURCES) -> str:
     """A shared library of ``objects(workdir)`` plus the backend support, cached in ``folder``
     (default :func:`cache_dir`) under a hash of ``key_parts``, the backend source, the compiler
-    (its command and :func:`~kiln.runtime.toolchain.compiler_identity`: version, target,
+    (its command and :func:`~kiln.runtime.toolchain.compiler.compiler_identity`: version, target,
     configuration) and the flags; built once (linked to a private name, then renamed) and
     reused by every process. A hit refreshes the library's modification time and a build may
-    trim the caches to ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.cache_limit`: least
+    trim the caches to ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.toolchain.cache_limit`: least
     recently used first). Returns its path.
 
     Parameters
@@ -56,15 +56,15 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     link_options : sequence of str
         Libraries after the objects (``-lopenblas``).
     cc : sequence of str, optional
-        The compiler (default :func:`~kiln.runtime.toolchain.find_cc`); also builds the support.
+        The compiler (default :func:`~kiln.runtime.toolchain.compiler.find_cc`); also builds the support.
     flags, link_flags : sequence of str
         Compile flags of the support source and link flags (defaults: the host's
         ``COMPILE_FLAGS``, ``LINK_FLAGS``; a device compiler passes its own).
     folder : Path, optional
-        The cache folder (a private one: :func:`kiln.runtime.private_dir.private_dir`).
+        The cache folder (a private one: :func:`kiln.runtime.toolchain.private_dir.private_dir`).
     support : sequence of (Path, str)
         The support sources compiled and linked with the objects (and hashed into the key):
-        :data:`~kiln.runtime.toolchain.SUPPORT_SOURCES`, or ``DEVICE_SUPPORT_SOURCES``.
+        :data:`~kiln.runtime.toolchain.compiler.SUPPORT_SOURCES`, or ``DEVICE_SUPPORT_SOURCES``.
 
     Raises
     ------

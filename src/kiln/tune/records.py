@@ -175,7 +175,7 @@ def _read_cpuinfo() -> dict[str, str]:
 
 def fingerprint_id(fingerprint: Mapping[str, object]) -> str:
     """A short stable name of a fingerprint (12 hex digits), e.g. for a Ray resource label."""
-    from kiln.runtime.compile_cache import make_key
+    from kiln.runtime.toolchain.compile_cache import make_key
 
     return make_key(json.dumps(dict(fingerprint), sort_keys=True))[:12]
 

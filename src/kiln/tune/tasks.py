@@ -20,7 +20,7 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.ir import loop as L
 from kiln.ir.graph import Constant, Function, IRModule, PrimitiveCall, structural_key
-from kiln.runtime.compile_cache import make_key
+from kiln.runtime.toolchain.compile_cache import make_key
 from kiln.target import Target, default_target
 from kiln.tune.knobs import check_config, configured
 from kiln.tune.space import Config, Task

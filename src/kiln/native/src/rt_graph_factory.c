@@ -1,7 +1,7 @@
 /*
  * The graph executor factory module (type_key GraphExecutorFactory): TVM's
  * src/runtime/graph_executor/graph_executor_factory.cc; Kiln's
- * kiln/runtime/graph_executor_factory.py, whose function names this file serves.
+ * kiln/runtime/graph_executor/factory.py, whose function names this file serves.
  *
  * Bytes (shared reference, section 6):
  *     string graph_json | u64 n | vec<string> names | n x NDArray | string module_name

@@ -1,6 +1,6 @@
 /*
  * The jit device module (type_key kiln_jit) natively: the Python side's
- * kiln/runtime/device_module.py without Python. Bytes (stream encoding):
+ * kiln/runtime/jit/device_module.py without Python. Bytes (stream encoding):
  *
  *     u64 version (1) | vec<string> sources | u64 n | n x (string name | vec<string> arg_dtypes |
  *                                                         u64 num_outputs)
@@ -12,7 +12,7 @@
  * and link flags + -lm, and the (empty) link options, each followed by a NUL byte; first 32 hex
  * digits. Built in a temp folder, linked to a temp name in the cache folder and renamed into
  * place, so the Python runtime and other processes reuse it (a hit refreshes its mtime; the
- * Python side's size cap, kiln/runtime/cache_limit.py, evicts the least recently used; this
+ * Python side's size cap, kiln/runtime/toolchain/cache_limit.py, evicts the least recently used; this
  * runtime does not trim). A compiler failure is an error
  * carrying the compiler's stderr (TVMGetLastError). Kernels run in this process (no device
  * server: on the device, the compiler is the device's own or a cross compiler it can run).

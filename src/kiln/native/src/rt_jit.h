@@ -1,7 +1,7 @@
 /*
  * The jit device (type_key kiln_jit) of libkiln_runtime: kernels shipped as C source, compiled
  * on first call by $KILN_DEVICE_CC into the private cache, with the Python side's key and layout
- * (kiln/runtime/device_module.py, device_toolchain.py, source_module.build_cached_library), so
+ * (kiln/runtime/jit/device_module.py, device_toolchain.py, source_module.build_cached_library), so
  * both reuse each other's builds.
  */
 #ifndef KILN_RT_JIT_H_

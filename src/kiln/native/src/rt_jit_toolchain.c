@@ -1,5 +1,5 @@
 /*
- * The jit device's toolchain in C, the twin of kiln/runtime/device_toolchain.py and
+ * The jit device's toolchain in C, the twin of kiln/runtime/jit/device_toolchain.py and
  * toolchain.compiler_identity (same flags, same probes, same report text, so the cache key is
  * the same): the compiler ($KILN_DEVICE_CC, else $CC, else cc/gcc/clang on PATH), the flags
  * (-O3 -fPIC -std=gnu99; -march=rv64gcv -mabi=lp64d for riscv64, plus -mllvm

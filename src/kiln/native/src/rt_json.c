@@ -2,7 +2,7 @@
  * The kiln_json module (type_key "kiln_json"): one external (BYOC) function shipped as a JSON
  * graph plus the names of its constants, run by an interpreter over the kernels of
  * rt_json_kernels.c. TVM's src/runtime/contrib/json/json_runtime.h; Kiln's
- * kiln/runtime/json_runtime.py, whose format, checks, function names and messages this file
+ * kiln/runtime/contrib/json/json_runtime.py, whose format, checks, function names and messages this file
  * repeats:
  *
  *     string symbol | string graph_json | vec<string> const_names
@@ -137,7 +137,7 @@ static int kiln_json_node(KilnJsonModule* m, const char* js, const KilnJsonToken
   }
   if ((n->kernel = kiln_json_kernel(n->name, strlen(n->name))) == NULL)
     return kiln_fail("node %d: no kiln_json kernel for '%s' (the C runtime has the built-in "
-                     "kernels of kiln.runtime.json_kernels)", nid, n->name);
+                     "kernels of kiln.runtime.contrib.json.json_kernels)", nid, n->name);
   if (n->num_inputs < n->kernel->min_inputs || n->num_inputs > n->kernel->max_inputs)
     return kiln_fail("node %d (%s): %d inputs", nid, n->name, n->num_inputs);
   for (i = -1; i < n->num_inputs; ++i) {

@@ -1,7 +1,7 @@
 /*
  * The kiln_json (BYOC JSON runtime) module in C: the graph's nodes as the loader checks them
  * (rt_json.c) and the kernels that run them (rt_json_kernels.c). The Python runtime is the spec:
- * kiln/runtime/json_runtime.py (format, checks, calling convention) and json_kernels.py (the
+ * kiln/runtime/contrib/json/json_runtime.py (format, checks, calling convention) and json_kernels.py (the
  * kernels' semantics, numpy's).
  */
 #ifndef KILN_RT_JSON_H_

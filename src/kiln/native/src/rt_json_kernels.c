@@ -1,6 +1,6 @@
 /*
  * The built-in kernels of the kiln_json runtime in C, float32: the ops of
- * kiln/runtime/json_kernels.py with numpy's semantics (broadcasting of the elementwise ops,
+ * kiln/runtime/contrib/json/json_kernels.py with numpy's semantics (broadcasting of the elementwise ops,
  * np.matmul's batch rules, max pooling whose windows past the padding read -inf). Each kernel's
  * prepare() reads its attrs and checks every shape at load, so run() only computes.
  * Convolution is im2col (skipped for 1x1 stride-1 unpadded convs) + a matrix product blocked

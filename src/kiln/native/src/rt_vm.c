@@ -1,7 +1,7 @@
 /*
  * The VM module (type_key relax.VirtualMachine) of libkiln_runtime: TVM's Relax VirtualMachine
  * (src/runtime/relax_vm/vm.cc: vm_initialization, InvokeBytecode, RunLoop, RunInstrCall) with
- * the names and behaviour of kiln/runtime/vm.py (storage and result copies: rt_vm_memory.c). exe["vm_load_executable"]() creates it;
+ * the names and behaviour of kiln/runtime/vm/virtual_machine.py (storage and result copies: rt_vm_memory.c). exe["vm_load_executable"]() creates it;
  * vm_initialization(device_type, device_id, alloc_type, ...) resolves the function table once
  * (kernels through the executable's imports; builtins prepared per call site, rt_vm_builtins.c)
  * and every VM function is then a function of this module, called by name with DLTensor

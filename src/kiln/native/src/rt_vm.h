@@ -2,7 +2,7 @@
  * The VM of libkiln_runtime: the executable (type_key relax.VMExecutable, decision 014's byte
  * format, rt_vm_exec.c), the builtins (rt_vm_builtins.c) and the VM module with its
  * interpreter (rt_vm.c). TVM's src/runtime/relax_vm/executable.cc, vm.cc and builtin.cc; Kiln's
- * kiln/runtime/vm_format.py, vm_bytecode.py, vm_executable.py, vm.py and vm_builtins.py, whose
+ * kiln/runtime/vm/executable_format.py, vm_bytecode.py, vm_executable.py, vm.py and vm_builtins.py, whose
  * checks and messages these files mirror (the executable is untrusted input: decision 004).
  */
 #ifndef KILN_RT_VM_H_

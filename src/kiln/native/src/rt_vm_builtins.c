@@ -3,7 +3,7 @@
  * static arguments are checked there (a malformed executable fails before running), and the
  * run function sees only the resolved arguments. TVM's src/runtime/relax_vm/builtin.cc
  * (match_shape, alloc_storage, alloc_tensor, reshape, make_tuple, tuple_getitem...); the checks
- * and messages of kiln/runtime/vm_builtins.py and vm_storage.py.
+ * and messages of kiln/runtime/vm/builtins.py and vm_storage.py.
  *
  * Implemented: match_shape, shape_compute, alloc_storage, alloc_tensor, reshape, copy,
  * tensor_to_heap, shape_to_tensor, read_bool, trap, make_tuple, tuple_get; bind_shape and the

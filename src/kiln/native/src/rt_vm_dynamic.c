@@ -1,7 +1,7 @@
 /*
  * Data-dependent builtins of decision 016 in C: nonzero, topk, compress, range,
  * constant_of_shape, reshape_to, expand, tile, slice. The twins of
- * kiln/runtime/vm_dynamic_ops.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
+ * kiln/runtime/vm/dynamic_builtins.py over kiln/runtime/dynamic_ops.py (the numpy definitions,
  * checked against onnx.reference and onnxruntime): the same arguments (tensors, then the
  * immediates), results and error messages. Each result is a new 64-byte aligned tensor, a
  * block of the call (kiln_vm_call_tensor); the bytecode then binds its late dims with

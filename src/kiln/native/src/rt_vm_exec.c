@@ -1,6 +1,6 @@
 /*
  * The VM executable module (type_key relax.VMExecutable, also relax.Executable): decision 014's
- * byte format read with the checks of kiln/runtime/vm_format.py (every offset, length and count
+ * byte format read with the checks of kiln/runtime/vm/executable_format.py (every offset, length and count
  * against the bytes present before allocating), then the cross-references of vm_executable.py
  * (function ranges, register and heap counts, signature symbols, duplicate names) and the
  * instruction decoding of vm_bytecode.py (every register, constant, function and heap index in

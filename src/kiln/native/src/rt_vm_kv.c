@@ -1,6 +1,6 @@
 /*
  * vm.builtin.kv_append (decision 019): key/value caches that grow in place. The C twin of
- * kiln/runtime/vm_kv_cache.py, with the same arguments, checks, messages and rule:
+ * kiln/runtime/vm/kv_cache.py, with the same arguments, checks, messages and rule:
  *
  * - an append buffer is a 64-byte aligned [capacity, *row] block with `filled` rows in use;
  * - kv_append(past, new) writes `new` behind `past` when `past` is exactly the rows

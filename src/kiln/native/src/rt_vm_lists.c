@@ -1,7 +1,7 @@
 /*
  * VM builtins of run-time loops and data-dependent shapes: list_new, list_append, list_stack
  * (a Loop's scan outputs, decision 015) and bind_shape (late symbols bound from a computed
- * value's shape, decision 016). kiln/runtime/vm_list_builtins.py and vm_builtins.bind_shape:
+ * value's shape, decision 016). kiln/runtime/vm/list_builtins.py and vm_builtins.bind_shape:
  * the same arguments, checks and messages. Lists, their element copies and the stacked
  * results are blocks of the call (kiln_vm_call_alloc), freed when it ends: memory is
  * O(total elements), as in Python.

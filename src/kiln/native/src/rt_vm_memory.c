@@ -1,5 +1,5 @@
 /*
- * The VM's memory (rt_vm.c's module): the storage arena (kiln/runtime/vm_storage.py's Arena:
+ * The VM's memory (rt_vm.c's module): the storage arena (kiln/runtime/vm/storage.py's Arena:
  * one 64-byte aligned buffer per (function, storage id), kept across calls and grown only when
  * a call needs more; TVM's src/runtime/relax_vm/builtin.cc alloc_storage over a pooled
  * allocator) and the copies of a call's result that the caller receives (vm.py's _copy_out),

@@ -70,7 +70,7 @@ KILN_EXPORT int TVMBackendFreeWorkspace(int device_type, int device_id, void* pt
   return 0;
 }
 
-/* One prepared packed call of the graph executor (kiln/runtime/call_batch.py mirrors it). */
+/* One prepared packed call of the graph executor (kiln/runtime/graph_executor/call_batch.py mirrors it). */
 typedef struct {
   TVMBackendPackedCFunc func;
   TVMValue* args;
@@ -97,7 +97,7 @@ KILN_EXPORT int KilnRunPackedCalls(const KilnPackedCall* calls, int64_t count, i
 
 /* Packed function: copy the bytes of tensor args[0] into tensor args[1] (same size). The VM's
  * replay writes a decoder's new key/value rows behind its cache with it, inside a batch of
- * KilnRunPackedCalls (kiln/runtime/vm_replay.py). */
+ * KilnRunPackedCalls (kiln/runtime/vm/replay.py). */
 KILN_EXPORT int KilnCopyTensor(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
                                int* ret_code, void* resource) {
   (void)ret;

@@ -1,8 +1,8 @@
 /*
- * Kiln's device server: runs the kernels of a `jit` module (kiln/runtime/device_module.py) on a
+ * Kiln's device server: runs the kernels of a `jit` module (kiln/runtime/jit/device_module.py) on a
  * device whose ISA differs from the host's, e.g. riscv64 under qemu-user or on a board reached
  * through a launcher command. It is compiled by the device compiler, started by the host, and
- * talks to it over its stdin/stdout with the framed protocol of kiln/runtime/device_server.py
+ * talks to it over its stdin/stdout with the framed protocol of kiln/runtime/jit/device_server.py
  * (docs/decisions/007-source-embedded-device.md):
  *
  *   frame   := u32 type  u64 length  payload[length]          (all integers little-endian)

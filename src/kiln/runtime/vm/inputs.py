@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import ALIGNMENT, NDArray, array, cpu
-from kiln.runtime.vm_format import TensorSig
+from kiln.runtime.vm.executable_format import TensorSig
 
 _DTYPE_NAMES = {np.dtype(n): n for n in C.SUPPORTED_DTYPES}
 _CPU = cpu()

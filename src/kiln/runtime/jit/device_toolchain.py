@@ -1,5 +1,5 @@
 """The device toolchain of the ``jit`` target: which compiler, which flags, and how to start the
-device server for a foreign ISA (used by :mod:`kiln.runtime.device_module`).
+device server for a foreign ISA (used by :mod:`kiln.runtime.jit.device_module`).
 
 - the compiler: ``$KILN_DEVICE_CC`` (words, e.g. ``clang-14 --target=riscv64-linux-gnu``),
   default the host C compiler (``$CC``, ``cc``);
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.errors import KilnError, ToolchainError
-from kiln.runtime import cache_limit, compile_cache, toolchain
+from kiln.runtime.toolchain import cache_limit, compile_cache, compiler as toolchain
 from kiln.runtime.elf import host_elf, triple_machine
-from kiln.runtime.private_dir import private_dir, user_cache_dir
+from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
 

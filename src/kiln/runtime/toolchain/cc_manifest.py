@@ -1,7 +1,7 @@
 """The compile cache's *direct mode* for C objects: reuse an object's key without running the
 preprocessor when neither the source nor anything the preprocessor looked at has changed.
 
-An object's key (:func:`kiln.runtime.toolchain.object_cache_key`) is a hash of the compiler's
+An object's key (:func:`kiln.runtime.toolchain.compiler.object_cache_key`) is a hash of the compiler's
 identity, the command line and the *preprocessed* source, and running the preprocessor costs
 0.1–0.2 s of CPU per source. As in ccache's direct mode (https://ccache.dev/manual/latest.html,
 "The direct mode"), the first preprocessing of a source also writes its dependency list
@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kiln.runtime import compile_cache
+from kiln.runtime.toolchain import compile_cache
 
 log = logging.getLogger("kiln")
 
@@ -111,7 +111,7 @@ class Direct:
 
 def begin(identity: str, command: Sequence[str], source: str) -> Direct | None:
     """The direct-mode lookup of compiling ``source`` (an absolute path) with ``command`` (the
-    compiler and its flags, no file names) whose :func:`~kiln.runtime.toolchain.
+    compiler and its flags, no file names) whose :func:`~kiln.runtime.toolchain.compiler.
     compiler_identity` is ``identity``; None when direct mode cannot be used: the cache is off,
     an option or environment variable it cannot account for is set, or the source is
     unreadable (the preprocessor then reports it)."""

@@ -1,5 +1,5 @@
 """What a traced VM function is made of, and the :class:`Tracer` that follows its first call
-(the replay is :mod:`kiln.runtime.vm_replay`, whose docstring describes the whole scheme).
+(the replay is :mod:`kiln.runtime.vm.replay`, whose docstring describes the whole scheme).
 
 Per register the tracer notes *where* each value lives, symbolically: a source (a parameter, a
 storage, or the result of a builtin that runs on every call), a byte offset and dims, each an
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.packed_func import PackedFunc
-from kiln.runtime.vm_storage import Storage
+from kiln.runtime.vm.storage import Storage
 
 if TYPE_CHECKING:
-    from kiln.runtime.vm_replay import Trace
+    from kiln.runtime.vm.replay import Trace
 
 #: builtins that only make views or tuples: followed symbolically, not run on replay
 _VIEWS = ("vm.builtin.alloc_tensor", "vm.builtin.reshape", "vm.builtin.make_tuple",
@@ -216,7 +216,7 @@ class Tracer:
         if not self.ok or desc is None:
             return None
         try:
-            from kiln.runtime.vm_replay import Trace  # (the replay imports this module)
+            from kiln.runtime.vm.replay import Trace  # (the replay imports this module)
 
             return Trace(self, desc)
         except Untraceable as err:

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import c_types as C
-from kiln.runtime.call_batch import KilnPackedCall, copier_of, runner_of
+from kiln.runtime.graph_executor.call_batch import KilnPackedCall, copier_of, runner_of
 from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
-from kiln.runtime.vm_storage import Storage
-from kiln.runtime.vm_trace import (
+from kiln.runtime.vm.storage import Storage
+from kiln.runtime.vm.trace import (
     Expr,
     Tracer,
     Untraceable,

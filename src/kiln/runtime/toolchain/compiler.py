@@ -5,7 +5,7 @@ Commands are argument lists (never a shell string) and every one is logged at DE
 :class:`ToolchainError` holding the command line and the tool's stderr.
 
 :func:`compile_objects` compiles in parallel (one job per CPU, largest source first) and reuses
-objects from the compile cache (:mod:`kiln.runtime.compile_cache`) for C sources.
+objects from the compile cache (:mod:`kiln.runtime.toolchain.compile_cache`) for C sources.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.errors import ToolchainError
-from kiln.runtime import cc_manifest, compile_cache
+from kiln.runtime.toolchain import cc_manifest, compile_cache
 
 log = logging.getLogger("kiln")
 
-RUNTIME_DIR = Path(__file__).resolve().parent
+RUNTIME_DIR = Path(__file__).resolve().parents[1]  # kiln/runtime: include/, support/
 INCLUDE_DIR = RUNTIME_DIR / "include"
 BACKEND_C = RUNTIME_DIR / "support" / "backend.c"
 #: the AMX int8 kernel (docs/decisions/026-amx.md), linked beside backend.c
@@ -180,7 +180,7 @@ def object_cache_key(cc: Sequence[str], flags: Sequence[str], source: str) -> st
 
     The preprocessor only runs when the compile cache has no manifest of ``source`` (same
     content, compiler and command line) whose headers and include lookups are unchanged
-    (:mod:`kiln.runtime.cc_manifest`, ccache's direct mode); a run records one.
+    (:mod:`kiln.runtime.toolchain.cc_manifest`, ccache's direct mode); a run records one.
     """
     ident = compiler_identity(tuple(cc), tuple(flags))
     if ident is None:
@@ -251,7 +251,7 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
     object of a C source is taken from the compile cache when the compiler, the flags and the
     preprocessed source are the same as a previous compile's
-    (:mod:`kiln.runtime.compile_cache`; hits are logged; the preprocessor is skipped when the
+    (:mod:`kiln.runtime.toolchain.compile_cache`; hits are logged; the preprocessor is skipped when the
     source and its headers are unchanged: :func:`object_cache_key`). An assembler source
     (``.S``) is never cached (``.incbin`` data is not in its text) and is assembled in its own
     folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was unpacked

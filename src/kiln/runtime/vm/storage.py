@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError, ShapeError
-from kiln.runtime.graph_json import memory_bytes
+from kiln.runtime.graph_executor.graph_json import memory_bytes
 from kiln.runtime.ndarray import ALIGNMENT, MAX_NBYTES, NDArray, checked_nbytes, cpu, empty
 
 #: views cached per storage before the cache is reset (varying shapes make new views)

@@ -25,8 +25,8 @@ log = logging.getLogger("kiln")
 def user_cache_dir() -> Path:
     """Kiln's per-user cache folder (not created): ``$KILN_CACHE_DIR`` when set and not empty,
     else ``~/.cache/kiln``. The model cache (:mod:`kiln.models`), the compile cache
-    (:mod:`kiln.runtime.compile_cache`, in ``objects/``), compiled decoders (``llm/``) and
-    device libraries (``device/``) live there; :mod:`kiln.runtime.cache_limit` bounds all but
+    (:mod:`kiln.runtime.toolchain.compile_cache`, in ``objects/``), compiled decoders (``llm/``) and
+    device libraries (``device/``) live there; :mod:`kiln.runtime.toolchain.cache_limit` bounds all but
     the model files."""
     env = os.environ.get("KILN_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "kiln"

@@ -35,7 +35,7 @@ import numpy as np
 
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime.binary_module import register_module_loader
-from kiln.runtime.json_kernels import Kernel, get_json_kernel
+from kiln.runtime.contrib.json.json_kernels import Kernel, get_json_kernel
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.packed_func import PackedFunc
@@ -98,7 +98,7 @@ def _parse(symbol: str, graph_json: str) -> tuple[list[_Node], list[int], list[t
             node.kernel = get_json_kernel(name)
             if node.kernel is None:
                 raise _fail(symbol, f"{where}: no kiln_json kernel for {name!r} (register one "
-                                    "with kiln.runtime.json_kernels.register_json_kernel)")
+                                    "with kiln.runtime.contrib.json.json_kernels.register_json_kernel)")
         elif inputs:
             raise _fail(symbol, f"{where}: an {node.op} node has no inputs")
         nodes.append(node)

@@ -17,8 +17,8 @@ import numpy as np
 
 from kiln.errors import KilnError
 from kiln.runtime.binary_module import register_module_loader
-from kiln.runtime.graph_executor import GraphExecutor
-from kiln.runtime.graph_json import parse_graph
+from kiln.runtime.graph_executor.executor import GraphExecutor
+from kiln.runtime.graph_executor.graph_json import parse_graph
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import Device, NDArray, cpu
 from kiln.runtime.packed_func import PackedFunc
@@ -123,7 +123,7 @@ class GraphExecutorFactoryModule(Module):
         KilnError
             ``module_name`` is not this factory's name.
         """
-        from kiln.runtime.debug_executor import GraphExecutorDebug
+        from kiln.runtime.graph_executor.debug import GraphExecutorDebug
 
         if isinstance(module_name, Device):  # debug_create(device)
             module_name, device = None, module_name

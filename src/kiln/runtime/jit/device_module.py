@@ -14,18 +14,18 @@ The source is a few C translation units (kernels grouped by compile cost, as for
 target) so that the first call compiles them in parallel, one per CPU.
 
 ``get_function(name)`` returns a packed function; its first call (of any function of the module)
-compiles the sources with the device compiler and flags (:mod:`kiln.runtime.device_toolchain`:
+compiles the sources with the device compiler and flags (:mod:`kiln.runtime.jit.device_toolchain`:
 ``$KILN_DEVICE_CC``, default the host C compiler; ``-O3 -fPIC``, RVV flags for riscv64,
 ``-fopenmp-simd`` when accepted, ``$KILN_DEVICE_CFLAGS``), linked ``-shared -pthread`` with the
 backend support code (its thread pool runs the kernels' parallel loops), and cached by a hash of
 the sources, the compiler's identity and the flags in ``$KILN_CACHE_DIR/device`` (default
 ``~/.cache/kiln/device``, private, ``0700``), written to a temp name and renamed
 (``source_module.build_cached_library``), so processes share it and two compiling at once are
-safe; the folder counts toward ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.cache_limit`).
+safe; the folder counts toward ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.toolchain.cache_limit`).
 
 When the compiler builds for this host's machine the library is ``dlopen``\\ ed and called
 through ctypes. When it builds for another ISA (or ``$KILN_DEVICE_LAUNCHER`` is set) the
-kernels run in the device server (:mod:`kiln.runtime.device_server`) under ``qemu-<arch>`` or
+kernels run in the device server (:mod:`kiln.runtime.jit.device_server`) under ``qemu-<arch>`` or
 the launcher; calls cross a pipe, transparently for the graph executor.
 """
 
@@ -43,9 +43,9 @@ import numpy as np
 
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime import c_types as C
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.binary_module import register_module_loader
-from kiln.runtime.device_toolchain import (
+from kiln.runtime.jit.device_toolchain import (
     build_server,
     device_cache_dir,
     device_compiler,
@@ -90,7 +90,7 @@ class _Remote:
     """Kernels run by a device server."""
 
     def __init__(self, path: str, cc: Sequence[str], flags: Sequence[str]):
-        from kiln.runtime.device_server import DeviceServer
+        from kiln.runtime.jit.device_server import DeviceServer
 
         command = server_command(build_server(cc, flags), cc)
         self.server = DeviceServer(command, Path(path).read_bytes(), f"{TYPE_KEY} module")

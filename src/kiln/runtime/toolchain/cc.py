@@ -4,7 +4,7 @@
 An *fcompile* is a callable ``fcompile(output, files, options=None)`` with the attribute
 ``output_format`` saying what it writes: ``"so"`` (a shared library: :func:`create_shared`),
 ``"o"`` (one relocatable object holding everything: :func:`create_object`) or ``"tar"``
-(``kiln.runtime.tar.tar``). ``export_library`` decides the link mode from that attribute, and
+(``kiln.runtime.toolchain.tar.tar``). ``export_library`` decides the link mode from that attribute, and
 from the output's suffix only when no fcompile states one. ``get_target_triple`` (optional)
 returns the linker's target triple.
 
@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kiln.runtime import toolchain
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import check_objects_machine
 
 FCompile = Callable[..., Any]

@@ -5,11 +5,11 @@ Kiln's own format (decision 014, ``vm_format``). It is binary-serializable (type
 ``relax.VMExecutable``, also loaded under TVM v0.18's ``relax.Executable``) and imports the
 kernel library, as the ``GraphExecutorFactory`` does, so ``export_library`` packs both into one
 ``.so`` and ``load_module`` gives it back as the root. ``exe["vm_load_executable"]()`` returns a
-``kiln.runtime.vm.VirtualMachine`` over it.
+``kiln.runtime.vm.virtual_machine.VirtualMachine`` over it.
 
 Building one (the compiler, or a test by hand)::
 
-    from kiln.runtime.vm_bytecode import call, ret, reg, imm, const, heap
+    from kiln.runtime.vm.bytecode import call, ret, reg, imm, const, heap
     code = [*call(-1, 1, [reg(0), imm(0), const(0)]),   # match_shape(x, 0, spec)
             *call(1, 2, [reg(0), reg(0)]),               # ... kernels and builtins
             *ret(1)]
@@ -36,7 +36,7 @@ from kiln.runtime.binary_module import register_module_loader
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray, array
 from kiln.runtime.packed_func import PackedFunc
-from kiln.runtime.vm_bytecode import (  # noqa: F401 - the builder API, re-exported
+from kiln.runtime.vm.bytecode import (  # noqa: F401 - the builder API, re-exported
     CONST,
     FUNC,
     HEAP,
@@ -60,7 +60,7 @@ from kiln.runtime.vm_bytecode import (  # noqa: F401 - the builder API, re-expor
     reg,
     ret,
 )
-from kiln.runtime.vm_format import (
+from kiln.runtime.vm.executable_format import (
     KIND_PACKED,
     KIND_VM,
     Constant,
@@ -242,7 +242,7 @@ class VMExecutable(Module):
 
     def vm_load_executable(self) -> Module:
         """A new VM module over this executable (call its ``vm_initialization`` next)."""
-        from kiln.runtime.vm import VirtualMachine
+        from kiln.runtime.vm.virtual_machine import VirtualMachine
 
         return VirtualMachine(self)
 

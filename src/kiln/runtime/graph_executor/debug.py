@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.runtime.graph_executor import GraphExecutor
+from kiln.runtime.graph_executor.executor import GraphExecutor
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import Device, NDArray, array
 

@@ -26,7 +26,7 @@ import math
 
 from kiln.errors import KilnError
 from kiln.runtime import c_types as C
-from kiln.runtime.graph_json import Graph, entry_nbytes, storage_pool_bytes
+from kiln.runtime.graph_executor.graph_json import Graph, entry_nbytes, storage_pool_bytes
 from kiln.runtime.ndarray import Device, NDArray, empty, wrap_aligned
 
 _FOREVER = math.inf

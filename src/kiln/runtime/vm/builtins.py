@@ -25,12 +25,12 @@ import numpy as np
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import NDArray, array, checked_nbytes
-from kiln.runtime.vm_bytecode import CONST, HEAP, IMM, REG
-from kiln.runtime.vm_dynamic_ops import DYNAMIC_BUILTINS
-from kiln.runtime.vm_format import Sym, Symbol, VMFunction
-from kiln.runtime.vm_kv_cache import KV_BUILTINS
-from kiln.runtime.vm_list_builtins import LIST_BUILTINS
-from kiln.runtime.vm_storage import Storage
+from kiln.runtime.vm.bytecode import CONST, HEAP, IMM, REG
+from kiln.runtime.vm.dynamic_builtins import DYNAMIC_BUILTINS
+from kiln.runtime.vm.executable_format import Sym, Symbol, VMFunction
+from kiln.runtime.vm.kv_cache import KV_BUILTINS
+from kiln.runtime.vm.list_builtins import LIST_BUILTINS
+from kiln.runtime.vm.storage import Storage
 
 PREFIX = "vm.builtin."
 #: storage ids a function may use

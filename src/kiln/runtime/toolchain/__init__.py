@@ -1,0 +1,1 @@
+"""kiln.runtime.toolchain.compiler."""

@@ -1,0 +1,1 @@
+"""kiln.runtime.vm.virtual_machine."""
