@@ -92,7 +92,7 @@ def main(argv=None) -> int:
 
     import kiln
     from kiln import progress
-    from kiln.cli_tune import tune_model
+    from kiln.cli.tune import tune_model
 
     progress.set_quiet(True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kiln-tune-bench-"))

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CLI = "import sys; from kiln.cli import main; sys.exit(main())"
+CLI = "import sys; from kiln.cli.main import main; sys.exit(main())"
 
 
 def _models(folder: Path) -> dict[str, Path]:

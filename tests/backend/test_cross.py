@@ -234,13 +234,13 @@ def test_cli_cross_exports_with_the_triples_gcc(explicit, tmp_path):
     and announced; the library is a RISC-V ELF."""
     if shutil.which("riscv64-linux-gnu-gcc") is None:
         pytest.skip("needs riscv64-linux-gnu-gcc (make toolchain installs it)")
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     so = tmp_path / "m.so"
     extra = ["--cross-compiler", "riscv64-linux-gnu-gcc", "--cross-compiler-options=-O2"] \
         if explicit else []
     lines: list[str] = []
-    from kiln import cli_compile
+    from kiln.cli import compile as cli_compile
 
     cli_compile.compile_model(str(_tiny_model(tmp_path / "m.onnx")), str(so),
                               target="llvm -mtriple=riscv64-linux-gnu -mattr=+v",

@@ -225,7 +225,7 @@ def test_cli_system_lib_static_library_and_project(tmp_path, capsys):
     model = tmp_path / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
                                 ir_version=8), model)
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     assert main(["compile", str(model), "--system-lib", "-o", str(tmp_path / "m.a"),
                  "--emit-c-project", str(tmp_path / "proj"), "-q"]) == 0

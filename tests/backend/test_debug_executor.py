@@ -11,7 +11,7 @@ import pytest
 from executor_helpers import kernels, make_graph
 
 import kiln.runtime as rt
-from kiln import cli
+from kiln.cli import main as cli
 from kiln.debug_executor import DebugReport, GraphModuleDebug, NodeTime
 from kiln.errors import KilnError
 from kiln.graph_executor import create

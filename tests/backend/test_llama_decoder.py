@@ -113,7 +113,7 @@ def test_tiny_llama_compiles_from_the_command_line_with_a_mask_over_past_and_seq
     import sys
 
     so = tmp_path / "tiny_cli.so"
-    cli = "import sys; from kiln.cli import main; sys.exit(main())"
+    cli = "import sys; from kiln.cli.main import main; sys.exit(main())"
     proc = subprocess.run([sys.executable, "-c", cli, "compile", str(tiny), "--target", "llvm",
                            "-o", str(so), "-q", "--input-shape",
                            "attention_mask:batchxpast+sequence", "--dim", "past=0..4096"],

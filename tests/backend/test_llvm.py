@@ -283,7 +283,7 @@ def test_build_uses_the_current_target():
 def test_cli_compile_llvm_native(tmp_path, capsys):
     import onnx
 
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     x = {"x": np.random.default_rng(0).standard_normal((4, 6)).astype("float32")}
     model = single_op("Tanh", x)

@@ -255,7 +255,7 @@ def test_vm_executor_over_a_portable_library(tmp_path):
 
 
 def test_inspect_names_the_levels(portable):
-    from kiln.cli_inspect import inspect_library
+    from kiln.cli.inspect import inspect_library
 
     _, _, so, _, _ = portable
     lines: list[str] = []

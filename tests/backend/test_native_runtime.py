@@ -188,7 +188,7 @@ def test_load_errors_are_messages(native_rt, compiled, tmp_path):
 def test_runtime_dir_cli_and_wheel_data():
     """`kiln runtime-dir` prints the sources' folder, and the wheel's package data holds every
     file of it that git tracks."""
-    out = subprocess.run([sys.executable, "-m", "kiln.cli", "runtime-dir"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "kiln.cli.main", "runtime-dir"], capture_output=True,
                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert Path(out.stdout.strip()) == RUNTIME_DIR
     assert (RUNTIME_DIR / "Makefile").is_file()

@@ -108,8 +108,8 @@ def run_vm(vm, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def kiln_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python -m kiln.cli ARGS`` and return the finished process (text output)."""
-    proc = subprocess.run([sys.executable, "-m", "kiln.cli", *args], capture_output=True,
+    """Run ``python -m kiln.cli.main ARGS`` and return the finished process (text output)."""
+    proc = subprocess.run([sys.executable, "-m", "kiln.cli.main", *args], capture_output=True,
                           text=True, check=False, timeout=900)
     if check:
         assert proc.returncode == 0, f"kiln {' '.join(args)} failed:\n{proc.stderr}"

@@ -59,7 +59,7 @@ def test_squeezenet_jit_from_the_command_line(device_cache, tmp_path, reference)
     np.savez(tmp_path / "in.npz", **inputs)
 
     def kiln_cli(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "kiln.cli", *args], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "kiln.cli.main", *args], capture_output=True,
                               text=True, check=False, timeout=600, env=dict(os.environ))
         assert proc.returncode == 0, f"kiln {' '.join(args)}:\n{proc.stderr}"
         return proc.stdout

@@ -126,7 +126,7 @@ def test_demo_chat_compare(llm, kiln_cache_dir):
     """``kiln demo chat --compare``: streams the reply, prints the timings, and finds the same
     token ids as onnxruntime (exit status 0)."""
     env = dict(os.environ, KILN_CACHE_DIR=str(kiln_cache_dir), KILN_NUM_THREADS="1")
-    cli = "import sys; from kiln.cli import main; sys.exit(main())"
+    cli = "import sys; from kiln.cli.main import main; sys.exit(main())"
     proc = subprocess.run([sys.executable, "-c", cli, "demo", "chat", "--compare",
                            "--max-new-tokens", "12"], capture_output=True, text=True, env=env,
                           timeout=600, check=False)

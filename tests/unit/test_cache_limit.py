@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import cli
+from kiln.cli import main as cli
 from kiln.errors import KilnError
 from kiln.runtime.toolchain import cache_limit, compile_cache
 

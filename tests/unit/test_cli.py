@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from kiln import cli, progress
-from kiln.cli_graph import graph_info
-from kiln.cli_run import load_inputs, random_inputs, save_npz
+from kiln.cli import main as cli
+from kiln import progress
+from kiln.cli.graph_info import graph_info
+from kiln.cli.run import load_inputs, random_inputs, save_npz
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
 
 
@@ -64,7 +65,7 @@ def test_default_target_is_the_hosts_fastest(monkeypatch, capsys):
     assert '(default: the fastest for this host, "llvm -mcpu=native"; "c -mcpu=native" ' \
         "without llvmlite)" in text and "-mcpu=portable" in text
     monkeypatch.setattr(target, "default_target", lambda: "sentinel")
-    from kiln.cli_compile import compile_model
+    from kiln.cli.compile import compile_model
 
     with pytest.raises(KilnError, match="unknown target 'sentinel'"):
         compile_model("m.onnx", "m.so")  # no target: default_target()'s
@@ -207,7 +208,7 @@ def test_quiet_flag_silences_progress(monkeypatch):
 
 
 def test_entry_point_subprocess(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kiln.cli", "inspect", str(tmp_path / "x.so")],
+    proc = subprocess.run([sys.executable, "-m", "kiln.cli.main", "inspect", str(tmp_path / "x.so")],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith("kiln: error:") and proc.stderr.count("\n") == 1

@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kiln import cli
-from kiln.cli_symbols import DimSpec, fix_symbols, input_dims, parse_dim, resolve_symbols
-from kiln.cli_vm import input_shapes, inspect_vm_lines, vm_signature
+from kiln.cli import main as cli
+from kiln.cli.symbols import DimSpec, fix_symbols, input_dims, parse_dim, resolve_symbols
+from kiln.cli.vm import input_shapes, inspect_vm_lines, vm_signature
 from kiln.errors import KilnError, ShapeError
 
 

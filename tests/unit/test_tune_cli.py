@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln import cli
-from kiln.cli_tune import parse_duration
+from kiln.cli import main as cli
+from kiln.cli.tune import parse_duration
 from kiln.tune.records import TuningRecord, append_records, load_records
 
 TARGET = "llvm"
@@ -146,6 +146,6 @@ def test_parse_duration(text, seconds):
 
 def test_a_local_tune_never_imports_ray():
     """Ray is optional: only ``--ray`` imports it (checked in a fresh interpreter)."""
-    code = ("import sys; import kiln.cli, kiln.cli_tune, kiln.tune.tuner; "
+    code = ("import sys; import kiln.cli.main, kiln.cli.tune, kiln.tune.tuner; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -128,7 +128,7 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
 
     import onnx
 
-    from kiln import cli
+    from kiln.cli import main as cli
     from kiln.tune import ray_executor
     from kiln.tune.records import load_records
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kiln.cli_graph import TensorInfo
+from kiln.cli.graph_info import TensorInfo
 from kiln.errors import KilnError, ShapeError
 
 MAIN = "main"
@@ -225,7 +225,7 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
         between inputs or lies outside its bounds, a kernel failure.
     """
     import kiln
-    from kiln.cli_run import format_timing
+    from kiln.cli.run import format_timing
     from kiln.vm import VirtualMachine
 
     vm = VirtualMachine(root, kiln.cpu())

@@ -1,10 +1,10 @@
 """``kiln inspect``: a compiled library's module tree, graph inputs/outputs and params; extracts
 the graph JSON and the params (TVM param-dict format). VM libraries: the executable's symbols,
-function signatures and constants (:func:`kiln.cli_vm.inspect_vm_lines`), and its bytecode."""
+function signatures and constants (:func:`kiln.cli.vm.inspect_vm_lines`), and its bytecode."""
 
 from __future__ import annotations
 
-from kiln.cli_run import open_library, write_atomic
+from kiln.cli.run import open_library, write_atomic
 from kiln.errors import KilnError
 
 
@@ -92,7 +92,7 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
         left half-written).
     """
     import kiln
-    from kiln.cli_vm import is_vm_library
+    from kiln.cli.vm import is_vm_library
 
     root = kiln.runtime.load_module(library)
     if is_vm_library(root):
@@ -106,7 +106,7 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
 
 def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str | None,
                 bytecode: bool) -> None:
-    from kiln.cli_vm import inspect_vm_lines
+    from kiln.cli.vm import inspect_vm_lines
 
     if graph_out or params_out:
         raise KilnError("--graph/--params need a graph-executor library; a VM library has "

@@ -1,6 +1,6 @@
 """``kiln run``: load a compiled library, feed inputs (.npz or seeded random), time, save outputs.
 
-Graph-executor libraries here; VM libraries (symbolic shapes) through :mod:`kiln.cli_vm`."""
+Graph-executor libraries here; VM libraries (symbolic shapes) through :mod:`kiln.cli.vm`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from kiln.cli_graph import TensorInfo, graph_info
+from kiln.cli.graph_info import TensorInfo, graph_info
 from kiln.errors import KilnError, ShapeError
 
 FACTORY_NAME = "default"
@@ -166,7 +166,7 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     ----------
     library : str
         Path of a ``.so`` written by ``kiln compile`` / ``export_library``: a graph-executor
-        factory, or a VM executable (models with symbolic dims; :mod:`kiln.cli_vm`).
+        factory, or a VM executable (models with symbolic dims; :mod:`kiln.cli.vm`).
     inputs : str, optional
         ``.npz`` with one array per graph input; random inputs (seeded) when absent. A VM
         library takes any shape its signature allows.
@@ -190,7 +190,7 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     input_shapes : list of (name, shape), optional
         ``--input-shape``: shapes of random inputs. For a VM library they size the inputs'
         symbols (other inputs sharing a symbol follow; a symbol no shape sets takes its
-        smallest allowed value, see :mod:`kiln.cli_vm`); for a graph library they must equal
+        smallest allowed value, see :mod:`kiln.cli.vm`); for a graph library they must equal
         the compiled shapes.
 
     Returns
@@ -208,7 +208,7 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         dtype, a symbol with two values, a value outside the symbol's bounds).
     """
     import kiln
-    from kiln.cli_vm import is_vm_library
+    from kiln.cli.vm import is_vm_library
 
     given = shape_dict(input_shapes)
     if inputs and given:
@@ -259,8 +259,8 @@ def _output_lines(result: dict[str, np.ndarray]) -> list[str]:
 def _run_vm_library(root, inputs: str | None, seed: int, repeat: int, profile: bool,
                     given: dict[str, tuple[int, ...]]):
     """A VM library: ``.npz`` or random inputs of the shapes ``given`` picks; see
-    :func:`kiln.cli_vm.run_vm`."""
-    from kiln.cli_vm import cast_inputs, concrete, input_shapes, run_vm, vm_signature
+    :func:`kiln.cli.vm.run_vm`."""
+    from kiln.cli.vm import cast_inputs, concrete, input_shapes, run_vm, vm_signature
 
     sig = vm_signature(root)
     lines = []

@@ -32,7 +32,7 @@ import re
 import sys
 import traceback
 
-from kiln.cli_symbols import parse_dim
+from kiln.cli.symbols import parse_dim
 from kiln.errors import KilnError
 from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
 
@@ -193,11 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_compile)
 
-    from kiln.cli_tune import add_parser as add_tune_parser
+    from kiln.cli.tune import add_parser as add_tune_parser
 
     add_tune_parser(sub, parse_input_shape, _positive_int)
 
-    from kiln.cli_cache import add_parser as add_cache_parser
+    from kiln.cli.cache import add_parser as add_cache_parser
 
     add_cache_parser(sub)
 
@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from kiln.cli_compile import compile_model
+    from kiln.cli.compile import compile_model
 
     compile_model(args.model, args.output, target=args.target, target_host=args.target_host,
                   input_shapes=args.input_shapes,
@@ -289,7 +289,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from kiln.cli_run import run_library
+    from kiln.cli.run import run_library
 
     run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
                 repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs,
@@ -298,7 +298,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from kiln.cli_inspect import inspect_library
+    from kiln.cli.inspect import inspect_library
 
     inspect_library(args.library, graph_out=args.graph, params_out=args.params,
                     bytecode=args.bytecode)

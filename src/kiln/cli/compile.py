@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kiln.cli_symbols import (
+from kiln.cli.symbols import (
     DimSpec,
     describe_bound,
     fix_symbols,
@@ -193,7 +193,7 @@ def pick_executor(executor: str | None, symbolic: list[str], system_lib: bool) -
     executor : str or None
         ``--executor``.
     symbolic : list of str
-        The inputs with symbolic dims (:func:`kiln.cli_symbols.symbolic_inputs`).
+        The inputs with symbolic dims (:func:`kiln.cli.symbols.symbolic_inputs`).
     system_lib : bool
         ``--system-lib`` (the C runtime: graph executor only).
 
@@ -227,7 +227,7 @@ def _model_name(path: str) -> str:
 def _export_for_c(lib, output: str | None, c_project: str | None) -> None:
     """A build for the C runtime: a static library (plus graph JSON and params for the graph
     executor), a shared library (graph executor: still loadable from Python), a C project."""
-    from kiln.cli_run import write_atomic
+    from kiln.cli.run import write_atomic
     from kiln.crt.aot_factory import AotExecutorFactory
     from kiln.crt.project import build_static_library, graph_project, write_project
     from kiln.runtime.params import save_param_dict
