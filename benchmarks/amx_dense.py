@@ -42,7 +42,7 @@ def main() -> None:
     args = _args()
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
     import kiln
-    from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+    from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="kiln-amx-bench-"))

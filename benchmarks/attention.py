@@ -48,7 +48,7 @@ def attention_model(s: int, t: int):
 def _build(model, max_keys, target: str, so: Path):
     import kiln
     from kiln.frontend import from_onnx
-    from kiln.passes.graph import fuse_attention
+    from kiln.relay.transform import fuse_attention
 
     old = fuse_attention.MAX_KEYS
     fuse_attention.MAX_KEYS = max_keys

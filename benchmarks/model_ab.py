@@ -3,7 +3,7 @@ in one process, 1 thread by default: the before / after of a schedule change
 (docs/decisions/003).
 
     .venv/bin/python benchmarks/model_ab.py --models squeezenet,resnet50,mobilenet_v2 \\
-        --alt kiln.ops.nn_nchwc.SUBSAMPLE_STRIDED_POINTWISE=False [--blocks 12] [--calls 3]
+        --alt kiln.topi.nn_nchwc.SUBSAMPLE_STRIDED_POINTWISE=False [--blocks 12] [--calls 3]
 
 Timing as ``benchmarks/fp32_conv.py``: CPU time of the calling thread over ``--calls`` runs,
 in alternating blocks (Kiln, Kiln alt, onnxruntime), the median over blocks; prints each build's

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 TINY = np.finfo(np.float32).tiny
 SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72283, 88.7229, 89.0, 1e30,

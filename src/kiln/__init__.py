@@ -27,11 +27,12 @@ def __getattr__(name):
     # Lazy submodules keep `import kiln` cheap and keep kiln.runtime free of compiler imports.
     import importlib
 
-    if name in ("frontend", "runtime", "graph_executor", "debug_executor", "vm", "ir", "passes",
-                "ops", "codegen", "target", "schedules", "byoc", "llm", "models"):
+    if name in ("frontend", "runtime", "graph_executor", "debug_executor", "vm", "relay", "tir",
+                "topi", "arith", "driver", "codegen", "target", "schedules", "byoc", "llm",
+                "models"):
         return importlib.import_module(f"kiln.{name}")
     if name == "build":
-        from kiln.build_module import build
+        from kiln.driver.build_module import build
 
         return build
     if name == "generate":

@@ -23,9 +23,9 @@ import pytest
 from conftest import cpu_flags, int_conv_reference, run_exported
 
 import kiln
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
-from kiln.ir.ops.integer import DENSE_QUAD_AXIS, pack_quads
-from kiln.ir.ops.nn import pack_dense_weight
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.op.integer import DENSE_QUAD_AXIS, pack_quads
+from kiln.relay.op.nn import pack_dense_weight
 from kiln.runtime.toolchain import compiler as toolchain
 from kiln.target import Target
 

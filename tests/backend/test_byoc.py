@@ -16,8 +16,8 @@ import kiln
 import kiln.runtime as rt
 from kiln import byoc
 from kiln.errors import ToolchainError
-from kiln.ir.graph import Call, Constant, Function, FunctionCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
+from kiln.relay.graph import Call, Constant, Function, FunctionCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
 from kiln.runtime.module import modules_dfs
 from kiln.runtime.registry import remove_global_func
 

@@ -21,8 +21,8 @@ import kiln
 from kiln.crt import CRT_DIR, GRAPH_SOURCES
 from kiln.crt.project import graph_project, write_project
 from kiln.errors import CompileError
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
-from kiln.ir.graph_eval import evaluate
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.interpreter import evaluate
 from kiln.runtime.toolchain import compiler as toolchain
 
 RNG = np.random.default_rng(7)

@@ -69,7 +69,7 @@ def test_feed_forward_block_matches_onnxruntime(check_model, seq, gelu):
 
 @pytest.mark.parametrize("gelu", ["erf", "tanh"])
 def test_feed_forward_block_fuses_into_two_dense_kernels(gelu):
-    from kiln.build_module import optimize, primitive_calls
+    from kiln.driver.build_module import optimize, primitive_calls
     from kiln.frontend import from_onnx
     from kiln.target import Target
 

@@ -10,8 +10,8 @@ from conftest import TARGETS, build_kernels
 from fast_exp_helpers import SPECIALS, check_clamped_exp, check_exp, clamped_exp_kernel, exp_kernel
 
 import kiln
-from kiln.passes.loop.fast_exp import lower_fast_exp
-from kiln.passes.loop.make_packed_api import make_packed_api
+from kiln.tir.transform.fast_exp import lower_fast_exp
+from kiln.tir.transform.make_packed_api import make_packed_api
 
 N = 1 << 21
 

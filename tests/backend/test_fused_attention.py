@@ -45,7 +45,7 @@ def _inputs(rng, b, s, t, mask=True):
 @pytest.fixture
 def any_length(monkeypatch):
     """FuseAttention for every key count (symbolic too), not only where it measured faster."""
-    from kiln.passes.graph import fuse_attention
+    from kiln.relay.transform import fuse_attention
 
     monkeypatch.setattr(fuse_attention, "MAX_KEYS", None)
     monkeypatch.setattr(fuse_attention, "SYMBOLIC_KEYS", True)
@@ -79,7 +79,7 @@ def test_attention_propagates_nan_as_onnxruntime(target, tmp_path):
 
 
 def test_attention_chain_becomes_one_kernel():
-    from kiln.build_module import optimize, primitive_calls
+    from kiln.driver.build_module import optimize, primitive_calls
     from kiln.frontend import from_onnx
     from kiln.target import Target
 
@@ -103,10 +103,10 @@ def test_attention_kernel_keeps_one_block_of_rows(any_length):
     intermediates one block of rows (scores and exp ``[ROW_BLOCK, T]``, max and sum one value
     per row), never the ``[B, H, S, T]`` scores."""
     from kiln.backend.te_compiler import lower_unpacked
-    from kiln.build_module import optimize, primitive_calls
+    from kiln.driver.build_module import optimize, primitive_calls
     from kiln.frontend import from_onnx
-    from kiln.ir import loop as L
-    from kiln.ops.attention import ROW_BLOCK
+    from kiln.tir import loop as L
+    from kiln.topi.attention import ROW_BLOCK
     from kiln.target import Target
 
     mod, params = from_onnx(_attention_model(1, 128, 128))

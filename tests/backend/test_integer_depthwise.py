@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
-from kiln.passes.graph.split_groups import MAX_GROUPS, MIN_GROUP_CHANNELS
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.transform.split_groups import MAX_GROUPS, MIN_GROUP_CHANNELS
 
 RNG = np.random.default_rng(2117)
 
@@ -92,7 +92,7 @@ def test_grouped_conv_exact(dtype, zx, cin, cout, groups, size, kernel, stride, 
                if n["op"] == "tvm_op"]
     depthwise = groups == cin == cout
     assert any("qnn_depthwise_conv2d_NCHWc" in k for k in kernels) == depthwise, kernels
-    if depthwise:  # the tap-pair form: int32 weight words (kiln.ir.ops.integer.pack_tap_pairs)
+    if depthwise:  # the tap-pair form: int32 weight words (kiln.relay.op.integer.pack_tap_pairs)
         params = lib.get_params()
         words = [v for v in params.values() if v.numpy().dtype == np.int32]
         assert len(words) == 1 and words[0].shape[2] == (kernel * kernel + 1) // 2, \

@@ -15,7 +15,7 @@ import pytest
 from conftest import cpu_flags, int_conv_reference
 
 import kiln
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.target import Target
 
 RNG = np.random.default_rng(21)
@@ -167,7 +167,7 @@ def _dense_reference(x: np.ndarray, w: np.ndarray, zx: int) -> np.ndarray:
 def test_dense_pairs_form_on_avx2_without_vnni(cpu, pairs):
     """The int8 dense takes int16 activation pairs on AVX2 without VNNI only; ``vpdpbusd``
     (and AVX-512BW, not measured) keep the quads; ``c`` and generic LLVM too."""
-    from kiln.ops.integer import dense_pairs_form
+    from kiln.topi.integer import dense_pairs_form
 
     with Target(f"llvm -mcpu={cpu}"):
         assert dense_pairs_form() is pairs
@@ -182,9 +182,9 @@ def test_dense_pairs_form_on_avx2_without_vnni(cpu, pairs):
     ("uint8", 0, 16, 384, 48, False),
 ])
 def test_dense_pairs_exact(dtype, zx, rows, k, n, extreme, target, monkeypatch):
-    """The pair form (:func:`kiln.ops.integer._dense_pairs`) forced on ``c`` and generic
+    """The pair form (:func:`kiln.topi.integer._dense_pairs`) forced on ``c`` and generic
     ``llvm`` (its plain-integer lowering): equal to numpy's int64 product."""
-    from kiln.ops import integer
+    from kiln.topi import integer
 
     monkeypatch.setattr(integer, "dense_pairs_form", lambda: True)
     x = _data((rows, k), dtype, extreme)
@@ -204,7 +204,7 @@ def test_dense_pairs_avx2_exact(dtype, zx, rows, extreme):
     """On this CPU's AVX2 (unless it has VNNI): ``vpmaddwd`` on the broadcast pair words and
     the weight vectors' even / odd bytes, exact with extreme operands (where ``vpmaddubsw``
     would saturate)."""
-    from kiln.ops.integer import dense_pairs_form
+    from kiln.topi.integer import dense_pairs_form
 
     target = "llvm -mcpu=native"
     with Target(target):
@@ -265,9 +265,9 @@ def _conv_func(x: np.ndarray, w: np.ndarray, zx: int, stride: int, pad: int) -> 
 def test_conv_pairs_exact(dtype, zx, cin, cout, size, kernel, stride, extreme, target,
                           monkeypatch):
     """The NCHWc conv on activation pair words (stage ``qnn_conv_pairs``, the AVX2 form of
-    :func:`kiln.ops.integer._conv2d_quads`) forced on ``c`` and generic ``llvm``: equal to
+    :func:`kiln.topi.integer._conv2d_quads`) forced on ``c`` and generic ``llvm``: equal to
     numpy's int64 convolution, with 0/255 (-128/127) activations and -128/127 weights."""
-    from kiln.ops import integer
+    from kiln.topi import integer
 
     monkeypatch.setattr(integer, "dense_pairs_form", lambda: True)
     x = _data((1, cin, size, size), dtype, extreme)
@@ -285,7 +285,7 @@ def test_conv_pairs_exact(dtype, zx, cin, cout, size, kernel, stride, extreme, t
 def test_conv_pairs_avx2_exact(dtype, zx, kernel):
     """On this CPU's AVX2 (unless it has VNNI): the pair words' ``vpmaddwd``, exact with
     extreme operands."""
-    from kiln.ops.integer import dense_pairs_form
+    from kiln.topi.integer import dense_pairs_form
 
     target = "llvm -mcpu=native"
     with Target(target):

@@ -27,9 +27,9 @@ from kiln.codegen.llvm import build_llvm, codegen_ir
 from kiln.codegen.llvm_machine import target_machine
 from kiln.errors import CompileError, KilnError, ToolchainError
 from kiln.graph_executor import GraphModule
-from kiln.ir import loop as L
-from kiln.ir import loop_interp
-from kiln.passes.loop.make_packed_api import make_packed_api
+from kiln.tir import loop as L
+from kiln.tir import interpreter as loop_interp
+from kiln.tir.transform.make_packed_api import make_packed_api
 from kiln.runtime import c_types
 from kiln.runtime.object_module import object_machine
 from kiln.target import Target, default_target
@@ -65,8 +65,8 @@ def sample_kernels():
 def check_sample_kernels(lib, conv, par):
     (call, arrays), (func, inputs, out) = conv, par
     from kiln.backend.te_compiler import to_te
-    from kiln.ir.lower import Schedule, lower
-    from kiln.passes.loop.simplify import simplify
+    from kiln.tir.lower import Schedule, lower
+    from kiln.tir.transform.simplify import simplify
     from kiln.schedules import schedule_loops, schedule_te
 
     ins, o = to_te(call.body)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 
 X86 = "llvm -mtriple=x86_64-linux-gnu"
 

@@ -15,7 +15,7 @@ import kiln
 from kiln.errors import CompileError
 from kiln.frontend import from_onnx
 from kiln.frontend.onnx import backend
-from kiln.ir.graph import IfCall, post_order
+from kiln.relay.graph import IfCall, post_order
 
 
 def _if_model():

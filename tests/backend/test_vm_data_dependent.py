@@ -16,7 +16,7 @@ from onnx_helpers import compile_vm
 import kiln
 from kiln.errors import CompileError, ShapeError
 from kiln.frontend import from_onnx
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.vm import VirtualMachine
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

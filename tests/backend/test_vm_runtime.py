@@ -16,7 +16,7 @@ from executor_helpers import FUNCS, KERNELS
 
 import kiln
 import kiln.runtime as rt
-from kiln.ir.graph import Call, Function, TensorType, Var
+from kiln.relay.graph import Call, Function, TensorType, Var
 from kiln.runtime.vm.executable import VMExecutable, VMFunction
 from kiln.runtime.vm.executable_format import Symbol
 

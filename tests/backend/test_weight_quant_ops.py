@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 from kiln.frontend import from_onnx
-from kiln.ir.ops.weight_quant import dequantize_q4_1, quantize_int8, quantize_q4_1
+from kiln.relay.op.weight_quant import dequantize_q4_1, quantize_int8, quantize_q4_1
 from kiln.vm import VirtualMachine
 
 RNG = np.random.default_rng(18)

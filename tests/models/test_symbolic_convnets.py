@@ -32,7 +32,7 @@ import kiln
 from kiln import models
 from kiln.demo.ocr_pipeline import det_input, rec_input, render_line
 from kiln.frontend import from_onnx
-from kiln.ir import arith
+from kiln import arith
 from kiln.runtime import load_module
 from kiln.target import default_target
 from kiln.vm import VirtualMachine

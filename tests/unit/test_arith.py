@@ -1,4 +1,4 @@
-"""kiln.ir.arith: canonical symbolic dims, simplification with bounds, evaluation."""
+"""kiln.arith: canonical symbolic dims, simplification with bounds, evaluation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from kiln.errors import ShapeError
-from kiln.ir import arith
-from kiln.ir.arith import SymVar, bounds, evaluate, floordiv, floormod, maximum, minimum
+from kiln import arith
+from kiln.arith import SymVar, bounds, evaluate, floordiv, floormod, maximum, minimum
 
 N = SymVar("n")
 SEQ = SymVar("seq", 1, 512)

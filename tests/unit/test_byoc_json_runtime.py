@@ -14,7 +14,7 @@ import kiln.runtime as rt
 from kiln.byoc import constant_names, external_functions, partition_for
 from kiln.byoc.kiln_json import serialize
 from kiln.errors import KilnError, ModuleLoadError
-from kiln.ir.graph import (
+from kiln.relay.graph import (
     Call,
     Constant,
     Function,
@@ -24,7 +24,7 @@ from kiln.ir.graph import (
     Var,
     post_order,
 )
-from kiln.ir.graph_eval import evaluate
+from kiln.relay.interpreter import evaluate
 from kiln.runtime.contrib.json.json_runtime import JSONRuntimeModule
 
 RNG = np.random.default_rng(3)

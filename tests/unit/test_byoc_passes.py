@@ -14,7 +14,7 @@ import pytest
 from kiln import byoc
 from kiln.backend.graph_codegen import graph_json
 from kiln.errors import CompileError
-from kiln.ir.graph import (
+from kiln.relay.graph import (
     Call,
     Constant,
     Function,
@@ -26,14 +26,14 @@ from kiln.ir.graph import (
     astext,
     post_order,
 )
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.pattern import is_constant, is_op, match, wildcard
-from kiln.passes.graph.annotate_target import annotate_target
-from kiln.passes.graph.annotated_regions import annotated_regions
-from kiln.passes.graph.fuse_ops import fuse_ops
-from kiln.passes.graph.merge_compiler_regions import merge_compiler_regions
-from kiln.passes.graph.merge_composite import merge_composite
-from kiln.passes.graph.partition_graph import partition_graph
+from kiln.relay.interpreter import evaluate
+from kiln.relay.pattern import is_constant, is_op, match, wildcard
+from kiln.relay.transform.annotate_target import annotate_target
+from kiln.relay.transform.annotated_regions import annotated_regions
+from kiln.relay.transform.fuse_ops import fuse_ops
+from kiln.relay.transform.merge_compiler_regions import merge_compiler_regions
+from kiln.relay.transform.merge_composite import merge_composite
+from kiln.relay.transform.partition_graph import partition_graph
 
 RNG = np.random.default_rng(7)
 CONV = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}

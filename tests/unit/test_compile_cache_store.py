@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from kiln.codegen.partition import partition, stmt_cost
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 from kiln.runtime.toolchain import cc_manifest, compile_cache
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from kiln.backend.aot_codegen import aot_codegen, c_identifier
 from kiln.backend.kernel_workspace import workspace_bytes
-from kiln.build_module import deploy_prefix
+from kiln.driver.build_module import deploy_prefix
 from kiln.codegen.system_lib import c_registry_source, llvm_registry_ir, names_blob
 from kiln.errors import CompileError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 
 def test_names_blob_is_count_names_and_an_extra_nul():

@@ -1,4 +1,4 @@
-"""EliminateCommonSubexpr (kiln.passes.graph.eliminate_common_subexpr): equal calls become one,
+"""EliminateCommonSubexpr (kiln.relay.transform.eliminate_common_subexpr): equal calls become one,
 different attributes, arguments or array attributes keep them apart, and the VM's own ops are
 never merged; the result evaluates like the input."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir.graph import Call, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph.eliminate_common_subexpr import eliminate_common_subexpr
+from kiln.relay.graph import Call, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform.eliminate_common_subexpr import eliminate_common_subexpr
 
 
 def _calls(func: Function) -> list[str]:

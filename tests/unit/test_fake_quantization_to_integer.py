@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph.alter_op_layout import alter_op_layout
-from kiln.passes.graph.fake_quantization_to_integer import fake_quantization_to_integer
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform.alter_op_layout import alter_op_layout
+from kiln.relay.transform.fake_quantization_to_integer import fake_quantization_to_integer
 
 RNG = np.random.default_rng(7)
 CONV = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}

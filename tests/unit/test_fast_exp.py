@@ -1,4 +1,4 @@
-"""FastExp (kiln.passes.loop.fast_exp) on the loop-IR interpreter: accuracy against float64 exp
+"""FastExp (kiln.tir.transform.fast_exp) on the loop-IR interpreter: accuracy against float64 exp
 on a sweep of [-104, 89] and the special values, and where the pass leaves ``exp`` alone. The
 dense sweep through compiled C and LLVM code is tests/backend/test_fast_exp_compiled.py."""
 
@@ -15,9 +15,9 @@ from fast_exp_helpers import (
     exp_kernel,
 )
 
-from kiln.ir import loop as L
-from kiln.ir.loop_interp import run
-from kiln.passes.loop.fast_exp import lower_fast_exp
+from kiln.tir import loop as L
+from kiln.tir.interpreter import run
+from kiln.tir.transform.fast_exp import lower_fast_exp
 
 
 def test_fast_exp_on_the_interpreter_matches_float64_exp():

@@ -13,8 +13,8 @@ from onnx import TensorProto, numpy_helper
 from onnx.backend.test.runner import Runner
 
 from kiln.frontend.onnx.backend import import_binding
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph import bind_params
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform import bind_params
 
 CASES = [
     "test_gridsample_bicubic", "test_gridsample_reflection_padding",

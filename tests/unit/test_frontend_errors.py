@@ -10,7 +10,7 @@ from test_frontend_ops import make_model, rand
 
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx, list_converters, load_onnx
-from kiln.ir.arith import SymVar
+from kiln.arith import SymVar
 
 
 def _named(op: str, inputs: list[str], outputs: list[str], name: str, **attrs):

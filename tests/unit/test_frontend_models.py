@@ -14,9 +14,9 @@ from onnx import helper
 from test_frontend_ops import run_ort
 
 from kiln.frontend import from_onnx, load_onnx
-from kiln.ir.graph import Call, Constant, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.relay.graph import Call, Constant, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform import bind_params, fold_constant, simplify_inference
 
 LIGHT = Path(onnx.__file__).parent / "backend/test/data/light"
 MODELS = ["resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",

@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kiln.frontend import from_onnx
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform import bind_params, fold_constant, simplify_inference
 
 
 def make_model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],

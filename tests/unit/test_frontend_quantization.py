@@ -183,8 +183,8 @@ def test_dequantized_weights_fold_to_float_constants(make):
     """An int8 weight dequantized in the graph (Cast → Mul, or DequantizeLinear per channel) is
     a compile-time constant after FoldConstant: only the float op remains (MatMul as dense)."""
     from kiln.frontend import from_onnx
-    from kiln.ir.graph import Call, post_order
-    from kiln.passes.graph import bind_params, fold_constant
+    from kiln.relay.graph import Call, post_order
+    from kiln.relay.transform import bind_params, fold_constant
 
     nodes, x, inits, opset, op = make()
     model = make_model(nodes, x, ["y"], opset, inits)

@@ -11,8 +11,8 @@ from onnx.reference import ReferenceEvaluator
 
 from kiln.errors import ShapeError
 from kiln.frontend import from_onnx
-from kiln.ir.arith import SymVar
-from kiln.ir.graph_eval import evaluate
+from kiln.arith import SymVar
+from kiln.relay.interpreter import evaluate
 
 
 def _const(name: str, values) -> helper.NodeProto:

@@ -1,5 +1,5 @@
 """``Stage.fuse`` (two adjacent loop axes as one, TVM's ``fuse``) and the codegens' addressing
-of ``[f // W, f % W]`` as one index (``kiln.ir.loop_index``): the flattened-plane register
+of ``[f // W, f % W]`` as one index (``kiln.tir.index``): the flattened-plane register
 blocks of 1×1 convs (docs/decisions/003, "Later: 1×1 convs blocked over the flattened plane")."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from kiln.errors import ScheduleError
-from kiln.ir import loop as L
-from kiln.ir import loop_interp, te
-from kiln.ir.loop_index import merge_split_indices, same_expr
-from kiln.ir.loop_verify import verify
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.simplify import simplify
+from kiln.tir import loop as L
+from kiln.tir import interpreter as loop_interp, te
+from kiln.tir.index import merge_split_indices, same_expr
+from kiln.tir.verify import verify
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.simplify import simplify
 
 
 def _pointwise(h: int, w: int, k: int = 8, c: int = 4):

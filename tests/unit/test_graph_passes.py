@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from kiln.errors import ShapeError
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph import bind_params, fold_constant, simplify_inference
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform import bind_params, fold_constant, simplify_inference
 
 F32 = "float32"
 

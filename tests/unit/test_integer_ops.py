@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.ir import loop_int8
-from kiln.ir.ops.integer import (
+from kiln.tir import intrin_int8 as loop_int8
+from kiln.relay.op.integer import (
     compensation,
     pack_quads,
     pack_tap_pairs,

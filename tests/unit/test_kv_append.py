@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from kiln.errors import ShapeError
-from kiln.ir import arith
-from kiln.ir.graph import Call, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.op_registry import get_op
-from kiln.passes.graph.kv_append import kv_append
+from kiln import arith
+from kiln.relay.graph import Call, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.op_registry import get_op
+from kiln.relay.transform.kv_append import kv_append
 
 PAST, SEQ = arith.SymVar("past", 0), arith.SymVar("seq")
 

@@ -9,12 +9,12 @@ from test_lowering import run_lowered
 
 from kiln.backend import te_compiler
 from kiln.errors import CompileError
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.layout import Layout, transform_array
-from kiln.ir.lower import Schedule
-from kiln.passes.graph.alter_op_layout import alter_op_layout
-from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.tir.layout import Layout, transform_array
+from kiln.tir.lower import Schedule
+from kiln.relay.transform.alter_op_layout import alter_op_layout
+from kiln.relay.transform.fuse_ops import fuse_ops
 from kiln.target import Target
 
 RNG = np.random.default_rng(7)

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kiln.ir import te
-from kiln.ir.layout import Layout, transform_array
-from kiln.ops.nn_nchwc import layout_transform
+from kiln.tir import te
+from kiln.tir.layout import Layout, transform_array
+from kiln.topi.nn_nchwc import layout_transform
 
 
 def _transform(src: str, dst: str, primal: dict[str, int]):
@@ -32,9 +32,9 @@ def test_unblock_tag(src, dst, block):
 def test_unblock_schedule_order_and_values():
     """The lowered loops walk x outside the unrolled channel lanes, and the interpreter's
     result is numpy's transform."""
-    from kiln.ir import loop as L
-    from kiln.ir import loop_interp
-    from kiln.ir.lower import Schedule, lower
+    from kiln.tir import loop as L
+    from kiln.tir import interpreter as loop_interp
+    from kiln.tir.lower import Schedule, lower
     from kiln.schedules.cpu import schedule_te
 
     x, out = _transform("NCHW8c", "NCHW", {"N": 1, "C": 16, "H": 3, "W": 5})

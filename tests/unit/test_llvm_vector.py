@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kiln.codegen.llvm_vector import flat_coefficient, lane_coefficient, vector_width
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 V = L.Var("v")
 I = L.Var("i")
@@ -65,7 +65,7 @@ def test_strided_loads_become_lane_by_lane_gathers():
 def test_fast_exp_lane_vocabulary_is_vectorized():
     """Integer arithmetic and shifts, float↔int casts, reinterpret, lane masks and selects
     on them (FastExp's expansion of exp)."""
-    from kiln.passes.loop.fast_exp import lower_fast_exp
+    from kiln.tir.transform.fast_exp import lower_fast_exp
 
     a, b = L.Buffer("a", (64,), "float32"), L.Buffer("b", (64,), "float32")
     ints = L.Buffer("n", (32,), "int32")

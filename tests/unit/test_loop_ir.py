@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from kiln.errors import ScheduleError
-from kiln.ir import loop as L
-from kiln.ir import loop_interp, te
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.simplify import simplify
+from kiln.tir import loop as L
+from kiln.tir import interpreter as loop_interp, te
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.simplify import simplify
 from kiln.schedules import primitives as P
 from kiln.schedules.cpu import schedule_loops
 
@@ -143,7 +143,7 @@ def test_schedule_loops_parallelizes_large_nests_only():
 
 def test_verifier_rejects_broken_ir():
     from kiln.errors import CompileError
-    from kiln.ir.loop_verify import verify
+    from kiln.tir.verify import verify
 
     out = L.Buffer("out", (4,), "float32")
     stray, i = L.Var("stray"), L.Var("i")

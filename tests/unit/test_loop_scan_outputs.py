@@ -19,13 +19,13 @@ from onnx_loops import (
 )
 
 from kiln.backend.vm_codegen import compile_vm
-from kiln.build_module import optimize, primitive_calls
+from kiln.driver.build_module import optimize, primitive_calls
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
 from kiln.frontend.onnx.context import NotConstantError, static_values_only
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
-from kiln.ir.graph_eval import evaluate
+from kiln.arith import SymVar
+from kiln.relay.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
+from kiln.relay.interpreter import evaluate
 from kiln.runtime.vm.bytecode import OP_CALL, DecodeContext, decode_function
 
 

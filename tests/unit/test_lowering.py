@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from kiln.backend.te_compiler import lower_primitive
-from kiln.ir import loop_interp
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.loop_verify import verify
-from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.tir import interpreter as loop_interp
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.tir.verify import verify
+from kiln.relay.transform.fuse_ops import fuse_ops
 
 
 def run_lowered(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Execute a fused function kernel by kernel on the interpreter (before MakePackedAPI)."""
     from kiln.backend import te_compiler
-    from kiln.ir.lower import Schedule, lower
-    from kiln.passes.loop.simplify import simplify
+    from kiln.tir.lower import Schedule, lower
+    from kiln.tir.transform.simplify import simplify
     from kiln.schedules import schedule_loops, schedule_te
 
     values: dict[int, np.ndarray] = {p.uid: inputs[p.name] for p in func.params}
@@ -127,14 +127,14 @@ def test_conv_epilogue_is_fused_in_place():
     call = next(n for n in post_order(fuse_ops(Function([x], [out])).outputs)
                 if isinstance(n, PrimitiveCall))
     kernel = lower_primitive(call, "k")
-    from kiln.ir import loop as L
+    from kiln.tir import loop as L
 
     allocs = [s.buffer.name for s in L.walk_stmts(kernel.body) if isinstance(s, L.Allocate)]
     assert not any(name.startswith("conv2d") for name in allocs), allocs
 
 
 def test_fold_scale_axis_moves_channel_scale_into_weights():
-    from kiln.passes.graph.fold_scale_axis import fold_scale_axis
+    from kiln.relay.transform.fold_scale_axis import fold_scale_axis
 
     x, w = var("x", X), Constant(rand(3, 2, 3, 3, seed=1))
     scale = Constant(np.abs(rand(3, 1, 1, seed=2)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from test_lowering import run_lowered
 
-from kiln.ir.graph import (
+from kiln.relay.graph import (
     Call,
     Constant,
     Function,
@@ -18,9 +18,9 @@ from kiln.ir.graph import (
     post_order,
     structural_key,
 )
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph.alter_op_layout import alter_op_layout
-from kiln.passes.graph.fuse_ops import fuse_ops
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform.alter_op_layout import alter_op_layout
+from kiln.relay.transform.fuse_ops import fuse_ops
 
 RNG = np.random.default_rng(5)
 CONV = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}

@@ -61,7 +61,7 @@ def test_thirty_two_registers_keep_the_measured_blocks():
 
 
 def test_sixteen_registers_pad_one_vector_output_blocks():
-    from kiln.passes.graph.alter_op_layout import _padded_outputs
+    from kiln.relay.transform.alter_op_layout import _padded_outputs
 
     with Target(f"{X86} -mcpu=haswell"):  # blocks of 8 = one ymm: 1000 classes as 1008
         assert _padded_outputs(1000, 16, 8) == 1008

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from kiln.backend.te_compiler import to_te
-from kiln.build_module import optimize
-from kiln.ir import loop as L
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.loop_interp import run
-from kiln.ir.loop_verify import verify
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.make_packed_api import make_packed_api
-from kiln.passes.loop.simplify import simplify
+from kiln.driver.build_module import optimize
+from kiln.tir import loop as L
+from kiln.arith import SymVar
+from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.tir.interpreter import run
+from kiln.tir.verify import verify
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.make_packed_api import make_packed_api
+from kiln.tir.transform.simplify import simplify
 from kiln.schedules import schedule_loops, schedule_te
 
 
@@ -73,8 +73,8 @@ def test_blocks_of_rows_match_numpy(s, t):
     """Row fusion over blocks of rows (``nn.attention``'s 4-row blocks, the last one moved back
     to end at the row count): the fused kernel on the interpreter matches numpy, and its
     intermediates are one block of rows."""
-    from kiln.ir.op_registry import get_op
-    from kiln.ops.attention import ROW_BLOCK
+    from kiln.relay.op_registry import get_op
+    from kiln.topi.attention import ROW_BLOCK
 
     b, h, d = 2, 2, 8
     shapes = {"q": (b, h, s, d), "kt": (b, h, d, t), "v": (b, h, t, d), "mask": (b, 1, 1, t)}

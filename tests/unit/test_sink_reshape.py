@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 from test_lowering import rand, run_lowered, var
 
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph.fuse_ops import fuse_ops
-from kiln.passes.graph.sink_reshape import sink_reshape
+from kiln.arith import SymVar
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform.fuse_ops import fuse_ops
+from kiln.relay.transform.sink_reshape import sink_reshape
 
 X = rand(2, 3, 8)
 RES = rand(2, 3, 4, seed=3)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.passes.graph.split_concat import split_concat
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.transform.split_concat import split_concat
 
 RNG = np.random.default_rng(3)
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kiln.ir import te
-from kiln.ops import nn_nchwc
+from kiln.tir import te
+from kiln.topi import nn_nchwc
 
 
 def _conv(size: int, kernel: int, stride: int, pad: int, ib: int = 16):

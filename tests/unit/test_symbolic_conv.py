@@ -11,13 +11,14 @@ from onnx import TensorProto, helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
-from kiln.ir import arith, te
-from kiln.ir import loop as L
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.ir.lower import Schedule, lower
-from kiln.ir.ops.nn import pool_output_size
-from kiln.passes.graph.alter_op_layout import alter_op_layout
-from kiln.passes.graph.split_concat import split_concat
+from kiln import arith
+from kiln.tir import te
+from kiln.tir import loop as L
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.tir.lower import Schedule, lower
+from kiln.relay.op.nn import pool_output_size
+from kiln.relay.transform.alter_op_layout import alter_op_layout
+from kiln.relay.transform.split_concat import split_concat
 from kiln.schedules import schedule_loops
 from kiln.schedules.nn_cpu import _divisors, _row_block
 from kiln.schedules.primitives import peel_lets

@@ -10,16 +10,16 @@ from kiln.backend.te_compiler import lower_primitive
 from kiln.backend.vm_arena import plan_arena
 from kiln.backend.vm_codegen import compile_vm
 from kiln.backend.vm_shape_heap import ShapeHeap
-from kiln.build_module import optimize
+from kiln.driver.build_module import optimize
 from kiln.errors import CompileError
-from kiln.ir import arith
-from kiln.ir import loop as L
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.loop_interp import run
-from kiln.ir.loop_text import astext
-from kiln.passes.loop.make_packed_api import make_packed_api
+from kiln import arith
+from kiln.tir import loop as L
+from kiln.arith import SymVar
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.tir.interpreter import run
+from kiln.tir.text import astext
+from kiln.tir.transform.make_packed_api import make_packed_api
 
 N = SymVar("n")
 S = SymVar("s", 1, 64)
@@ -57,8 +57,8 @@ def test_symbolic_kernels_match_the_graph_evaluator(shape):
 
 def _interpret(func: Function, values: dict) -> np.ndarray:
     from kiln.backend.te_compiler import to_te
-    from kiln.ir.lower import Schedule, lower
-    from kiln.passes.loop.simplify import simplify
+    from kiln.tir.lower import Schedule, lower
+    from kiln.tir.transform.simplify import simplify
     from kiln.schedules import schedule_loops, schedule_te
 
     env = {p.uid: values[p.name] for p in func.params}
@@ -142,7 +142,7 @@ def test_vm_program_of_a_symbolic_model():
 
 
 def test_graph_executor_refuses_symbolic_models():
-    from kiln.build_module import choose_executor
+    from kiln.driver.build_module import choose_executor
 
     with pytest.raises(CompileError, match=r"x: \(n, s, 8\)"):
         choose_executor(_model(), "graph")
@@ -152,7 +152,7 @@ def test_graph_executor_refuses_symbolic_models():
 def test_simplify_folds_symbolic_reshape_indices():
     """(b*S + s) // S -> b and % S -> s for loop variables of extent S; a flat index read in
     rows of 384 = 12 * 32 splits back into its parts."""
-    from kiln.passes.loop.simplify import simplify
+    from kiln.tir.transform.simplify import simplify
 
     seq = L.Var("S")
     x = L.Buffer("x", (seq * 4, 384), "float32")
@@ -183,8 +183,8 @@ def _interpret_versions(func: Function, values: dict, **options) -> np.ndarray:
     (``te_compiler``), as compiled kernels have it; ``options`` go to ``optimize``
     (``quantize_weights=``)."""
     from kiln.backend.te_compiler import _small_extent_version, to_te
-    from kiln.ir.lower import Schedule, lower
-    from kiln.passes.loop.simplify import simplify
+    from kiln.tir.lower import Schedule, lower
+    from kiln.tir.transform.simplify import simplify
     from kiln.schedules import schedule_loops, schedule_te
 
     env = {p.uid: values[p.name] for p in func.params}

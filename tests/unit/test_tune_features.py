@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from kiln.errors import KilnError
-from kiln.ir import te
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.simplify import simplify
+from kiln.tir import te
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.simplify import simplify
 from kiln.schedules import primitives as P
 from kiln.tune.features import FEATURE_NAMES, extract, knob_features
 from kiln.tune.space import Knob, Task

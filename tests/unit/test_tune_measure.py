@@ -12,7 +12,7 @@ from tune_models import dense_model, qdq_conv_model
 
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
-from kiln.ir.graph_eval import evaluate
+from kiln.relay.interpreter import evaluate
 from kiln.tune import measure
 from kiln.tune.cache_flush import CacheFlusher, l2_cache_bytes
 from kiln.tune.executor import SerialExecutor

@@ -10,10 +10,10 @@ import re
 import pytest
 from tune_models import dense_model
 
-from kiln.build_module import _lower_kernels, optimize, primitive_calls
+from kiln.driver.build_module import _lower_kernels, optimize, primitive_calls
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
-from kiln.ir.loop_text import astext
+from kiln.tir.text import astext
 from kiln.target import Target
 from kiln.tune.apply_history import ApplyHistoryBest
 from kiln.tune.records import (

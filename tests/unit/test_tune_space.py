@@ -16,9 +16,9 @@ from tune_models import conv_model, dense_model, depthwise_model, einsum_model, 
 from kiln.backend.te_compiler import lower_primitive
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.loop_interp import run
-from kiln.ir.loop_text import astext
+from kiln.relay.interpreter import evaluate
+from kiln.tir.interpreter import run
+from kiln.tir.text import astext
 from kiln.target import Target
 from kiln.tune.knobs import check_config, configured, knob
 from kiln.tune.measure import kernel_inputs

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from kiln.backend.te_compiler import to_te
-from kiln.build_module import optimize
-from kiln.ir import loop as L
-from kiln.ir.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.loop_interp import run
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.simplify import simplify
+from kiln.driver.build_module import optimize
+from kiln.tir import loop as L
+from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.tir.interpreter import run
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.simplify import simplify
 from kiln.schedules import schedule_loops, schedule_te
 
 

@@ -12,11 +12,11 @@ from onnx.reference import ReferenceEvaluator
 
 from kiln.backend.vm_codegen import compile_vm
 from kiln.backend.vm_shape_heap import ShapeHeap
-from kiln.build_module import choose_executor, optimize
+from kiln.driver.build_module import choose_executor, optimize
 from kiln.errors import CompileError, ShapeError
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
+from kiln.arith import SymVar
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
 from kiln.runtime import dynamic_ops as D
 from kiln.runtime.vm.bytecode import HEAP, OP_CALL, DecodeContext, decode_function
 

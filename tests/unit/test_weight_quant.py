@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from test_symbolic_kernels import _interpret_versions
 
-from kiln.build_module import optimize
+from kiln.driver.build_module import optimize
 from kiln.errors import CompileError
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.ir.graph_eval import evaluate
-from kiln.ir.ops.nn import pack_dense_weight, unpack_dense_weight
-from kiln.ir.ops.weight_quant import (
+from kiln.arith import SymVar
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.op.nn import pack_dense_weight, unpack_dense_weight
+from kiln.relay.op.weight_quant import (
     dense_q4_weight,
     dense_q8_weight,
     dequantize_q4_1,
@@ -27,7 +27,7 @@ from kiln.ir.ops.weight_quant import (
     unpack_nibble_words,
     unpack_nibbles,
 )
-from kiln.passes.graph.quantize_weights import quantize_weights
+from kiln.relay.transform.quantize_weights import quantize_weights
 
 RNG = np.random.default_rng(18)
 

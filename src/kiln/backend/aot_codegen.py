@@ -29,8 +29,8 @@ import numpy as np
 from kiln.backend.kernel_workspace import CRT_ALIGN, workspace_bytes
 from kiln.backend.memory_plan import plan_memory
 from kiln.errors import CompileError
-from kiln.ir import loop as L
-from kiln.passes.loop.make_packed_api import dl_dtype
+from kiln.tir import loop as L
+from kiln.tir.transform.make_packed_api import dl_dtype
 
 
 @dataclass

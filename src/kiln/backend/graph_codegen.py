@@ -18,7 +18,7 @@ import numpy as np
 
 from kiln.backend.memory_plan import StoragePlan, plan_memory
 from kiln.errors import CompileError
-from kiln.ir.graph import (
+from kiln.relay.graph import (
     Call,
     Constant,
     Expr,

@@ -11,14 +11,14 @@ import os
 from pathlib import Path
 
 from kiln.errors import CompileError
-from kiln.ir import loop as L
-from kiln.ir import te
-from kiln.ir.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
-from kiln.ir.loop_verify import verify
-from kiln.ir.lower import Schedule, lower
-from kiln.passes.loop.fast_exp import lower_fast_exp
-from kiln.passes.loop.make_packed_api import make_packed_api
-from kiln.passes.loop.simplify import simplify
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
+from kiln.tir.verify import verify
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.fast_exp import lower_fast_exp
+from kiln.tir.transform.make_packed_api import make_packed_api
+from kiln.tir.transform.simplify import simplify
 from kiln.schedules import schedule_loops, schedule_te, small_extents
 
 
@@ -109,7 +109,7 @@ def _dump(func: L.PrimFunc, stage: str) -> None:
     folder = os.environ.get("KILN_DUMP_IR")
     if not folder:
         return
-    from kiln.ir.loop_text import astext
+    from kiln.tir.text import astext
 
     path = Path(folder) / f"{func.name}.{stage}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@ symbolic sizes (decision 014)."""
 
 from __future__ import annotations
 
-from kiln.ir import arith
-from kiln.ir.arith import Dim
+from kiln import arith
+from kiln.arith import Dim
 
 #: byte alignment of every tensor in the arena (NDArray's alignment)
 ALIGN = 64

@@ -11,7 +11,7 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
    not overlap share a slot, sized by the symbolic max of its tenants);
 4. per fused kernel, ``vm.builtin.alloc_tensor`` of its output and a destination-passing call
    (shape symbols the kernel cannot read from its tensors follow as heap arguments);
-5. a run-time If (:class:`~kiln.ir.graph.IfCall`): ``vm.builtin.read_bool`` of the condition,
+5. a run-time If (:class:`~kiln.relay.graph.IfCall`): ``vm.builtin.read_bool`` of the condition,
    ``If``/``Goto`` around the two branches, each emitted like a function body (its own arena,
    its own storage id) with its results landing in the same registers;
 6. a data-dependent op (``dyn.*``, docs/decisions/016-data-dependent-shapes.md): its builtin
@@ -21,7 +21,7 @@ The program of ``main`` (docs/decisions/014-vm-executable.md):
    inline ``shape_compute`` after the binding, their slots valid only in the body that
    computed them; a kernel output sized by a late symbol gets an ``alloc_storage`` of its
    own right before the kernel (the arena is allocated before the op runs);
-7. a run-time loop (:class:`~kiln.ir.graph.LoopCall`): its state (iteration, condition,
+7. a run-time loop (:class:`~kiln.relay.graph.LoopCall`): its state (iteration, condition,
    carried values) in storage of its own, the step and the body emitted like branches
    between ``If``/``Goto``; each scan output collects a copy of its element every
    iteration (``vm.builtin.list_new`` / ``list_append``) and is stacked after the loop
@@ -57,9 +57,9 @@ from kiln.backend.vm_signature import (
     symbol,
 )
 from kiln.errors import CompileError
-from kiln.ir import arith
-from kiln.ir.arith import Dim, SymVar
-from kiln.ir.graph import (
+from kiln import arith
+from kiln.arith import Dim, SymVar
+from kiln.relay.graph import (
     Call,
     Constant,
     Expr,
@@ -186,7 +186,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
 
     Parameters
     ----------
-    func : the fused graph function (:func:`kiln.build_module.optimize`).
+    func : the fused graph function (:func:`kiln.driver.build_module.optimize`).
     kernel_names : each PrimitiveCall's uid → the kernel it calls.
     kernel_symbol_args : kernel name → the shape symbols it takes as int64 scalars after its
         tensors (``attrs["symbol_args"]`` of MakePackedAPI).

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.errors import CompileError
-from kiln.ir.arith import SymVar, free_symbols
-from kiln.ir.graph import Call, Expr, Function, IfCall, LoopCall, post_order
-from kiln.ir.ops.dynamic import bound_by
+from kiln.arith import SymVar, free_symbols
+from kiln.relay.graph import Call, Expr, Function, IfCall, LoopCall, post_order
+from kiln.relay.op.dynamic import bound_by
 from kiln.runtime.ndarray import array
 from kiln.runtime.vm.bytecode import const, imm
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kiln.backend.vm_dynamic import depends_on
 from kiln.errors import CompileError
-from kiln.ir import arith
-from kiln.ir.arith import Dim, SymVar
+from kiln import arith
+from kiln.arith import Dim, SymVar
 from kiln.runtime.vm.bytecode import heap, imm
 
 #: shape-program opcodes

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.errors import CompileError
-from kiln.ir import arith
-from kiln.ir.arith import SymVar
-from kiln.ir.graph import Function, TensorType
-from kiln.passes.loop.make_packed_api import dl_dtype
+from kiln import arith
+from kiln.arith import SymVar
+from kiln.relay.graph import Function, TensorType
+from kiln.tir.transform.make_packed_api import dl_dtype
 from kiln.runtime.vm.executable_format import Sym, TensorSig
 
 #: match-spec dim kinds

@@ -12,7 +12,7 @@ Design note. A backend registers, from its own module:
   binary-serializable module packed into its blob).
 
 ``kiln.build(mod, byoc=["name"])`` then runs :func:`partition_for` (MergeComposite →
-AnnotateTarget → MergeCompilerRegions → PartitionGraph, passes in ``kiln.passes.graph``), the
+AnnotateTarget → MergeCompilerRegions → PartitionGraph, passes in ``kiln.relay.transform``), the
 codegens (:func:`build_external`), and attaches the modules to the kernel library — through a
 const loader when one of them needs constants. Built in: ``cblas`` (OpenBLAS ``cblas_sgemm``,
 C source, type_key ``c``; ``kiln.byoc.cblas``) and ``kiln_json`` (a JSON graph + constants run by

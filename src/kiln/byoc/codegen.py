@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln.byoc.registry import get_compiler
 from kiln.errors import CompileError, KilnError
-from kiln.ir.graph import Constant, Function, FunctionCall, post_order
+from kiln.relay.graph import Constant, Function, FunctionCall, post_order
 from kiln.runtime.module import Module
 
 

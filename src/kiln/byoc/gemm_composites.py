@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kiln.ir.graph import Call, Expr, TensorType
-from kiln.ir.pattern import Pattern, is_op, wildcard
+from kiln.relay.graph import Call, Expr, TensorType
+from kiln.relay.pattern import Pattern, is_op, wildcard
 
 ANCHORS = ("nn.conv2d", "nn.dense", "nn.matmul")
 #: activation op → the name used in composite names

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 
 from kiln.byoc.registry import get_compiler
 from kiln.errors import CompileError
-from kiln.ir.graph import Call, Function
-from kiln.passes.graph.annotate_target import annotate_target
-from kiln.passes.graph.merge_compiler_regions import merge_compiler_regions
-from kiln.passes.graph.merge_composite import merge_composite
-from kiln.passes.graph.partition_graph import partition_graph
+from kiln.relay.graph import Call, Function
+from kiln.relay.transform.annotate_target import annotate_target
+from kiln.relay.transform.merge_compiler_regions import merge_compiler_regions
+from kiln.relay.transform.merge_composite import merge_composite
+from kiln.relay.transform.partition_graph import partition_graph
 
 
 def partition_for(func: Function, compilers: Sequence[str], mod_name: str = "default",

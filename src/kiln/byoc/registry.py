@@ -54,7 +54,7 @@ def register_pattern_table(compiler: str, table: Callable[[], PatternTable] | No
         The external compiler's name (an identifier, e.g. ``"cblas"``).
     table : callable, optional
         ``table() -> [(name, pattern, check), ...]``; without it, a decorator. ``name`` must be
-        ``"<compiler>.<composite>"``; ``pattern`` is built with ``kiln.ir.pattern``
+        ``"<compiler>.<composite>"``; ``pattern`` is built with ``kiln.relay.pattern``
         (``is_op``, ``wildcard``, ``is_constant``); ``check(root_call) -> bool`` (or None)
         rejects matches the compiler cannot take (dtype, attrs). Larger patterns first: the
         table is applied in order (MergeComposite).
@@ -88,9 +88,9 @@ def register_op_support(compiler: str, ops: str | Iterable[str],
     compiler : str
         The external compiler's name.
     ops : str or list of str
-        Graph op names (``kiln.ir.op_registry.list_ops()``), e.g. ``"nn.relu"``.
+        Graph op names (``kiln.relay.op_registry.list_ops()``), e.g. ``"nn.relu"``.
     predicate : callable, optional
-        ``predicate(call) -> bool`` on a :class:`kiln.ir.graph.Call` (read ``call.attrs``,
+        ``predicate(call) -> bool`` on a :class:`kiln.relay.graph.Call` (read ``call.attrs``,
         ``call.checked_type``, ``call.args[i].checked_type``); default: every call of the op.
 
     Returns
@@ -102,7 +102,7 @@ def register_op_support(compiler: str, ops: str | Iterable[str],
     CompileError
         An op name that is not a registered graph op.
     """
-    from kiln.ir.op_registry import list_ops
+    from kiln.relay.op_registry import list_ops
 
     names = [ops] if isinstance(ops, str) else list(ops)
     unknown = sorted(set(names) - set(list_ops()))
@@ -129,7 +129,7 @@ def register_external_codegen(compiler: str, codegen: Callable[..., Any] | None 
     compiler : str
         The external compiler's name.
     codegen : callable, optional
-        ``codegen(funcs: list[kiln.ir.graph.Function]) -> Module | list[Module]``, called once
+        ``codegen(funcs: list[kiln.relay.graph.Function]) -> Module | list[Module]``, called once
         per build with every partitioned function of this compiler (each has attrs
         ``Compiler``, ``global_symbol``; its body holds op calls and composite calls). The
         modules must serve a function named after each ``global_symbol`` taking the inputs then

@@ -175,7 +175,7 @@ def symbolic_dims(func) -> dict[str, str]:
     dict
         ``{name: "name in [lo, hi]"}`` (with ``divisible by d`` when it applies).
     """
-    from kiln.ir.arith import SymVar
+    from kiln.arith import SymVar
 
     symbols: dict[str, str] = {}
     for p in func.params:

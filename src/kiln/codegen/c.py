@@ -26,9 +26,9 @@ import re
 
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
-from kiln.ir import loop as L
-from kiln.ir import loop_int8
-from kiln.ir.loop_index import merge_split_indices
+from kiln.tir import loop as L
+from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir.index import merge_split_indices
 
 C_TYPES = {
     "float16": "_Float16", "float32": "float", "float64": "double", "int64": "int64_t",

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from kiln.codegen.llvm_machine import compile_ir, machine_identity, target_machine
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 from kiln.runtime.toolchain import compile_cache
 from kiln.runtime.toolchain.compiler import cpu_count
 from kiln.target import Target

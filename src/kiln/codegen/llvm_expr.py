@@ -2,7 +2,7 @@
 (TVM's ``CodeGenLLVM::VisitExpr_``, src/target/llvm/codegen_llvm.cc), and the ``kiln.*``
 packed-argument reads of MakePackedAPI (``CodeGenCPU``'s ``tvm_struct_get``).
 
-Semantics follow ``kiln.ir.loop_interp``: ``//`` and ``%`` on integers are floor division and
+Semantics follow ``kiln.tir.interpreter``: ``//`` and ``%`` on integers are floor division and
 modulo, ``/`` truncates; ``Select`` and ``and``/``or`` whose lazy side may trap (a load or an
 integer division) become branches, as C's ``?:``, ``&&`` and ``||``; bool is ``i1`` in registers
 and a byte in memory; casts to bool test ``!= 0``. Float ``+ - *`` carry the ``contract`` flag
@@ -37,10 +37,10 @@ from kiln.codegen.llvm_ir import (
     value_type,
 )
 from kiln.errors import CompileError
-from kiln.ir import loop as L
-from kiln.ir import loop_int8
-from kiln.ir import loop_speculation as speculation
-from kiln.ir.loop_index import merge_split_indices
+from kiln.tir import loop as L
+from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import speculation
+from kiln.tir.index import merge_split_indices
 
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
@@ -55,7 +55,7 @@ _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 
 def sides_may_trap(e: L.Select) -> bool:
     """Whether evaluating both sides of ``e`` for any condition could fault
-    (:func:`kiln.ir.loop_speculation.may_trap`), except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
+    (:func:`kiln.tir.speculation.may_trap`), except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
     what its sides load; a guarded load, padding's ``inside ? data[y - 1] : 0``, stays a
     branch)."""
     made = speculation.loads_in(e.cond)
@@ -100,7 +100,7 @@ class ExprCodegen:
         raise CompileError(f"LLVM codegen: unknown expression {type(e).__name__}")
 
     def call_extern(self, fr: Frame, e: L.Call) -> ir.Value:
-        """:func:`kiln.ir.loop.call_extern`: an ``extern_weak`` declaration, called when the
+        """:func:`kiln.tir.loop.call_extern`: an ``extern_weak`` declaration, called when the
         library defines it, else 1 (``handle`` arguments are pointers, the rest their type)."""
         b = fr.builder
         args = [self.expr(fr, a) for a in e.args]
@@ -416,7 +416,7 @@ class ExprCodegen:
 
 
 def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """:func:`kiln.ir.loop_int8.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
+    """:func:`kiln.tir.intrin_int8.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
     byte ``j``, ``(x >> 8j) & 255`` times ``(y << (24 - 8j)) >>s 24``, summed."""
     def splat(v: int) -> ir.Constant:
         if isinstance(x.type, ir.VectorType):
@@ -434,7 +434,7 @@ def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 def dot_i16x2_generic(b: ir.IRBuilder, a0: ir.Value, a1: ir.Value, b0: ir.Value,
                       b1: ir.Value) -> ir.Value:
-    """:func:`kiln.ir.loop_int8.dot_i16x2` on int16 scalars or vectors with plain integer IR: the
+    """:func:`kiln.tir.intrin_int8.dot_i16x2` on int16 scalars or vectors with plain integer IR: the
     four sign-extended to int32, ``a0 · b0 + a1 · b1`` (LLVM's x86 backend may match
     ``vpmaddwd`` itself)."""
     wide = ir.IntType(32)

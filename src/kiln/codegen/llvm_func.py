@@ -53,8 +53,8 @@ from kiln.codegen.llvm_ir import (
 from kiln.codegen.llvm_vector import VectorLoopCodegen
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
-from kiln.ir import loop as L
-from kiln.passes.loop.make_packed_api import dl_dtype
+from kiln.tir import loop as L
+from kiln.tir.transform.make_packed_api import dl_dtype
 
 
 def _max_bits(body: L.Stmt) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from kiln.errors import CompileError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 I1, I8, I16, I32, I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()

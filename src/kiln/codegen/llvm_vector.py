@@ -35,8 +35,8 @@ from kiln.codegen.llvm_expr import (
     sides_may_trap,
 )
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
-from kiln.ir import loop as L
-from kiln.ir import loop_int8
+from kiln.tir import loop as L
+from kiln.tir import intrin_int8 as loop_int8
 
 #: Float binary operators that have a lane-wise vector form here.
 _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
@@ -125,7 +125,7 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
     of ``bits``-wide elements and lane-dependent ``LetStmt`` variables with operators of the
     same width — float arithmetic, integer arithmetic and shifts, float/int casts and
     ``reinterpret`` between ``bits``-wide types, comparisons (lane masks) and selects on them,
-    intrinsics. (What FastExp's expansion of ``exp`` needs: :mod:`kiln.passes.loop.fast_exp`.)"""
+    intrinsics. (What FastExp's expansion of ``exp`` needs: :mod:`kiln.tir.transform.fast_exp`.)"""
     if not _uses(e, lanes.vars):
         return True
     if isinstance(e, L.Var):  # a lane-dependent binding (the loop variable itself as a value:
@@ -193,7 +193,7 @@ def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
 
 def _word_halves(lo: L.PrimExpr, hi: L.PrimExpr) -> L.PrimExpr | None:
     """``W`` when ``lo = int16(W)`` and ``hi = int16(W >> 16)`` of one int32 expression
-    (:func:`kiln.ir.ops.integer.pack_tap_pairs`'s words); None otherwise."""
+    (:func:`kiln.relay.op.integer.pack_tap_pairs`'s words); None otherwise."""
     if not (isinstance(lo, L.Cast) and isinstance(hi, L.Cast) and lo.value.dtype == "int32"):
         return None
     shift = hi.value
@@ -207,7 +207,7 @@ def _word_bytes(lo: L.PrimExpr, hi: L.PrimExpr) -> tuple[L.PrimExpr, int] | None
     """``(W, s)`` when ``lo = int16(int8(W >> s))`` and ``hi = int16(int8(W >> (s + 16)))``
     of one int32 expression, ``s`` 0 or 8 (``W >> 0`` written ``W``): bytes ``s / 8`` and
     ``s / 8 + 2`` of each word sign-extended, which are the word's 16-bit halves shifted
-    (the int8 dense's quad weights on AVX2, :func:`kiln.ops.integer._dense_pairs`); None
+    (the int8 dense's quad weights on AVX2, :func:`kiln.topi.integer._dense_pairs`); None
     otherwise."""
     def byte(e: L.PrimExpr) -> tuple[L.PrimExpr, int] | None:
         if not (isinstance(e, L.Cast) and e.dtype == "int16" and isinstance(e.value, L.Cast)

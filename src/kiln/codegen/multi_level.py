@@ -45,7 +45,7 @@ from pathlib import Path
 from kiln.codegen.llvm import build_llvm
 from kiln.codegen.llvm_module import LLVMModule
 from kiln.errors import CompileError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 from kiln.runtime.toolchain.compiler import compile_objects, link_relocatable
 from kiln.target import X86_LEVELS, Target
 

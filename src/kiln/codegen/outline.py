@@ -6,7 +6,7 @@ closure holds exactly these (TVM's ``CodeGenCPU::CreateParallelLaunch`` collects
 
 from __future__ import annotations
 
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 
 def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 
 def stmt_cost(s: L.Stmt) -> int:

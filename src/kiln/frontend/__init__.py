@@ -1,7 +1,7 @@
 """Model importers (TVM: ``relay.frontend``): a trained model in, graph IR plus parameters out.
 
 Only ONNX for now (``kiln.frontend.onnx``). A frontend emits ops of the fixed graph-op
-vocabulary (``kiln.ir.ops``) with static shapes and normalized attributes; everything the
+vocabulary (``kiln.relay.op``) with static shapes and normalized attributes; everything the
 frontend cannot express raises :class:`kiln.errors.UnsupportedOpError` naming op, node and
 opset. May import onnx, numpy, kiln.ir and kiln.errors — never kiln.runtime.
 """

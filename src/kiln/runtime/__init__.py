@@ -22,7 +22,7 @@ as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared
 ``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
 
 Layering: ``kiln.runtime`` imports only the standard library, numpy and ``kiln.errors`` — never
-the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.ops``,
+the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.topi``,
 ``kiln.codegen``) nor onnx — so a deployment needs only this package.
 """
 

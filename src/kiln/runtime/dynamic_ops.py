@@ -2,7 +2,7 @@
 
 These are the executable definitions of Kiln's data-dependent ops: the VM runs them as
 builtins (``vm_dynamic_ops``) and the graph IR uses them as the numpy references of its
-``dyn.*`` ops (``kiln.ir.ops.dynamic``), so compile-time folding and run time agree. Each
+``dyn.*`` ops (``kiln.relay.op.dynamic``), so compile-time folding and run time agree. Each
 follows the ONNX operator spec (onnx/docs/Operators.md) and is checked against
 ``onnx.reference.ReferenceEvaluator`` and onnxruntime by tests/backend/test_vm_data_dependent.py.
 

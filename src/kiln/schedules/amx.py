@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from kiln.ir import loop as L
-from kiln.ir.te import Tensor
+from kiln.tir import loop as L
+from kiln.tir.te import Tensor
 from kiln.target import Target
 
 #: the AMX kernel's tile: 16 rows, 16 quads (64 bytes) of K, 16 int32 columns
@@ -12,7 +12,7 @@ AMX_TILE = 16
 
 
 def amx_call(acc: Tensor):
-    """The :attr:`kiln.ir.lower.Stage.try_first` of an integer accumulator on quads, for a
+    """The :attr:`kiln.tir.lower.Stage.try_first` of an integer accumulator on quads, for a
     target with AMX-INT8 (:meth:`kiln.target.Target.amx_int8`): support/amx.c's
     ``KilnAMXGemmU8S8`` on the stage's buffers (docs/decisions/026-amx.md), else None.
 

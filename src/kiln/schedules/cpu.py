@@ -13,9 +13,9 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 
-from kiln.ir import loop as L
-from kiln.ir.lower import Schedule
-from kiln.ir.te import Tensor
+from kiln.tir import loop as L
+from kiln.tir.lower import Schedule
+from kiln.tir.te import Tensor
 from kiln.schedules import primitives as P
 from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from kiln.ir import arith
-from kiln.ir.lower import Schedule
-from kiln.ir.te import IterVar, Tensor
+from kiln import arith
+from kiln.tir.lower import Schedule
+from kiln.tir.te import IterVar, Tensor
 from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
@@ -34,7 +34,7 @@ ROW_CHOICES = (1, 2, 3, 4, 6, 8)
 DENSE_K_UNROLL = 8
 
 
-#: quads of the AVX2 int8 dense (activation pairs, kiln.ops.integer._dense_pairs) unrolled around
+#: quads of the AVX2 int8 dense (activation pairs, kiln.topi.integer._dense_pairs) unrolled around
 #: its register block: 2, not DENSE_K_UNROLL's 8 — with 8 the 4 x 16 block of MiniLM's GEMMs
 #: spilled accumulators (40 stack accesses in the loop, llvm-mca for znver3: 106 cycles per 128
 #: vpmaddwd; 2: none, 94) and ran 2-10% slower (benchmarks/int8_dense.py, docs/decisions/021)
@@ -70,7 +70,7 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
 
 @register_schedule("einsum")
 def schedule_einsum(sch: Schedule, t: Tensor) -> None:
-    """A matmul-like einsum (``kiln.ops.einsum.matmul_roles``) register-blocked as
+    """A matmul-like einsum (``kiln.topi.einsum.matmul_roles``) register-blocked as
     ``nn.matmul``: columns are its last output axis, rows an operand-A axis: a symbolic one
     (the sequence) with a tail block, or the largest static one taken whole (the three query
     heads per key head of grouped attention) when the columns are symbolic or no symbolic

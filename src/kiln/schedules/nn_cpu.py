@@ -13,10 +13,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kiln.ir import arith
-from kiln.ir.lower import Schedule
-from kiln.ir.te import IterVar, Tensor
-from kiln.ops.integer import TAP_PAIRS_STAGE
+from kiln import arith
+from kiln.tir.lower import Schedule
+from kiln.tir.te import IterVar, Tensor
+from kiln.topi.integer import TAP_PAIRS_STAGE
 from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.target import Target
@@ -411,7 +411,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     # copy (LLVM, 1 thread: 96 channels 112x112 stride 2, 565 -> 211 us; 144 channels 56x56,
     # 251 -> 126 us). GCC does not vectorize the guarded loads (10x slower), so C keeps the copy.
     target = Target.current()
-    pairs = conv.name == TAP_PAIRS_STAGE  # the int8 kernel's tap pairs (kiln/ops/integer.py)
+    pairs = conv.name == TAP_PAIRS_STAGE  # the int8 kernel's tap pairs (kiln/topi/integer.py)
     if pairs:
         sch[conv].unroll(conv.body.axes[0])
         taps *= 2
@@ -421,7 +421,7 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("qnn_rows")
 def schedule_qnn_rows(sch: Schedule, rows: Tensor) -> None:
-    """The padded image an int8 stem reads four bytes at a time (kiln/ops/integer.py,
+    """The padded image an int8 stem reads four bytes at a time (kiln/topi/integer.py,
     ``load_u8x4``): materialized, never inlined (a word load needs its buffer)."""
     sch[rows].compute_root()
     sch[rows].vectorize(rows.axes[-1])

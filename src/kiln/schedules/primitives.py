@@ -8,7 +8,7 @@ variable's name (:func:`get_loop`) or by walking (:func:`top_level_nests`).
 from __future__ import annotations
 
 from kiln.errors import ScheduleError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 
 def get_loop(func: L.PrimFunc, var_name: str) -> L.For:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 from kiln.target import Target
 
 #: combiners that give the same value in any order, and their identities

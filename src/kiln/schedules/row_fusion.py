@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 
 #: Partial results of a split row reduction: two AVX2 vectors, one AVX-512 vector.
 RFACTOR_LANES = 16

@@ -7,14 +7,14 @@ Kept apart from :mod:`kiln.schedules.nn_cpu` (convolutions) and
 
 from __future__ import annotations
 
-from kiln.ir.lower import Schedule
-from kiln.ir.te import Tensor
+from kiln.tir.lower import Schedule
+from kiln.tir.te import Tensor
 from kiln.schedules.cpu import register_schedule
 
 
 @register_schedule("layer_norm_sqsum")
 def schedule_layer_norm(sch: Schedule, t: Tensor) -> None:
-    """``nn.layer_norm`` (``kiln.ops.nn.layer_norm``: the row sum, the sum of squared
+    """``nn.layer_norm`` (``kiln.topi.nn.layer_norm``: the row sum, the sum of squared
     deviations, the normalized row) computed one row at a time in cache, both sums split into
     vector partial results (:mod:`kiln.schedules.row_fusion`). Before: three whole-tensor
     nests with scalar sums, 2.6 ns per element on paraphrase-MiniLM-L3's [1, 32, 384]."""
@@ -24,7 +24,7 @@ def schedule_layer_norm(sch: Schedule, t: Tensor) -> None:
 #: key columns of one register block of the attention scores: four AVX2 vectors (four
 #: independent FMA chains over the head dimension), two AVX-512 vectors
 SCORE_COLS = 64
-#: query rows per block (kiln.ops.attention.ROW_BLOCK) and key columns of a blocked scores
+#: query rows per block (kiln.topi.attention.ROW_BLOCK) and key columns of a blocked scores
 #: register block: rows x cols / 8 accumulators on AVX2, each loaded key vector used by every
 #: row of the block
 BLOCK_SCORE_COLS = 16
@@ -35,11 +35,11 @@ BLOCK_CONTEXT_COLS = 16
 
 @register_schedule("attention_scores")
 def schedule_attention(sch: Schedule, scores: Tensor) -> None:
-    """``nn.attention`` (kiln.ops.attention) by blocks of ROW_BLOCK query rows where the
+    """``nn.attention`` (kiln.topi.attention) by blocks of ROW_BLOCK query rows where the
     queries are at least a block (or symbolic: :func:`_schedule_row_blocks`), else one query
     row at a time (:func:`_schedule_rows`); :mod:`kiln.schedules.row_fusion` then fuses the
     stages under the (batch, head, row or block) loops."""
-    from kiln.ops.attention import row_block
+    from kiln.topi.attention import row_block
     from kiln.schedules.nn_cpu import _blockable
 
     rows, keys = scores.axes[2].extent, scores.axes[3].extent
@@ -135,7 +135,7 @@ def schedule_reshape(sch: Schedule, t: Tensor) -> None:
     hidden axis: ``[B, S, H, D] → [B, S, H·D]``): its last axis split by the source's last
     extent ``D``, the inner part vectorized, so each piece of ``D`` is one contiguous copy
     instead of a division and a remainder per element (with the reshape compute's own split
-    of the index, kiln.ops.transform.reshape). paraphrase-MiniLM-L3's
+    of the index, kiln.topi.transform.reshape). paraphrase-MiniLM-L3's
     ``fused_transpose_reshape`` at [1, 12, 128, 32], 1 thread: 123 → 8.4 us."""
     if t is not sch.output:
         return

@@ -30,8 +30,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from kiln.errors import KilnError
-from kiln.ir import loop as L
-from kiln.ir.graph import PrimitiveCall
+from kiln.tir import loop as L
+from kiln.relay.graph import PrimitiveCall
 from kiln.tune.knobs import check_config, configured
 from kiln.tune.records import (
     RECORD_MEASURE,

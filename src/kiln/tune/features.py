@@ -1,8 +1,8 @@
 """Features of a candidate's loop nest: what the cost model sees of a schedule.
 
-:func:`extract` turns a lowered kernel (:class:`kiln.ir.loop.PrimFunc`, after the schedule,
+:func:`extract` turns a lowered kernel (:class:`kiln.tir.loop.PrimFunc`, after the schedule,
 before codegen) into a fixed-length float vector (``float64``, length ``len(FEATURE_NAMES)``).
-Every :class:`~kiln.ir.loop.BufferStore` is one *statement*: the loops around it, what it
+Every :class:`~kiln.tir.loop.BufferStore` is one *statement*: the loops around it, what it
 computes per iteration and which bytes it touches give one row of ``STORE_FEATURES``; the
 vector is the iteration-weighted mean of those rows, their maximum, then a few whole-kernel
 numbers (``GLOBAL_FEATURES``). Counts and sizes enter as ``log2(1 + x)`` so that the model sees
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.ir import loop as L
+from kiln.tir import loop as L
 from kiln.tune.space import Config, Task
 
 #: what a symbolic extent (a batch, a sequence length) counts as
@@ -73,7 +73,7 @@ def extract(func: L.PrimFunc) -> np.ndarray:
 
     Parameters
     ----------
-    func : kiln.ir.loop.PrimFunc
+    func : kiln.tir.loop.PrimFunc
         A scheduled kernel (loops annotated serial/parallel/vectorized/unrolled).
 
     Returns
@@ -87,7 +87,7 @@ def extract(func: L.PrimFunc) -> np.ndarray:
         When ``func`` is not a PrimFunc.
     """
     if not isinstance(func, L.PrimFunc):
-        raise KilnError(f"features.extract takes a kiln.ir.loop.PrimFunc, not "
+        raise KilnError(f"features.extract takes a kiln.tir.loop.PrimFunc, not "
                         f"{type(func).__name__}")
     rows: list[np.ndarray] = []
     weights: list[float] = []

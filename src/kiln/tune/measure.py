@@ -88,7 +88,7 @@ def build_candidate(payload: KernelPayload, config: Config, target: str) -> byte
 
             lib = build_llvm([func], tgt, jobs=1)
         else:
-            from kiln.build_module import c_compile_options
+            from kiln.driver.build_module import c_compile_options
             from kiln.codegen.c import build_c_source
             from kiln.runtime import CSourceModule
 

@@ -1,8 +1,8 @@
 """Task extraction: a model's unique kernels, how often it runs each, and their knob spaces.
 
-The model goes through ``kiln.build``'s own graph pipeline (:func:`kiln.build_module.optimize`
+The model goes through ``kiln.build``'s own graph pipeline (:func:`kiln.driver.build_module.optimize`
 under the target) up to its fused primitive functions; identical ones (one
-:func:`kiln.ir.graph.structural_key`) are one task whose weight is their count. Each unique
+:func:`kiln.relay.graph.structural_key`) are one task whose weight is their count. Each unique
 kernel is lowered once under :func:`kiln.tune.knobs.configured` to learn the knobs its schedule
 declares. As AutoTVM's ``extract_from_program`` (``python/tvm/autotvm/task/relay_integration.py``)
 and MetaSchedule's ``extract_tasks`` (``python/tvm/meta_schedule/relay_integration.py``), but
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.ir import loop as L
-from kiln.ir.graph import Constant, Function, IRModule, PrimitiveCall, structural_key
+from kiln.tir import loop as L
+from kiln.relay.graph import Constant, Function, IRModule, PrimitiveCall, structural_key
 from kiln.runtime.toolchain.compile_cache import make_key
 from kiln.target import Target, default_target
 from kiln.tune.knobs import check_config, configured
@@ -84,7 +84,7 @@ def extract_tasks(mod: IRModule | Function, params: Mapping[str, np.ndarray] | N
     KilnError
         A multi-level or non-CPU target; anything :func:`kiln.build` would raise for the model.
     """
-    from kiln.build_module import optimize, primitive_calls
+    from kiln.driver.build_module import optimize, primitive_calls
 
     tgt = _tuning_target(target)
     func = mod["main"] if isinstance(mod, IRModule) else mod

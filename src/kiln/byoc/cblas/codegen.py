@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kiln.byoc.gemm_composites import GemmComposite, parse
 from kiln.errors import CompileError, ToolchainError
-from kiln.ir.graph import Function, FunctionCall, Var, post_order, structural_key
+from kiln.relay.graph import Function, FunctionCall, Var, post_order, structural_key
 from kiln.runtime import CSourceModule
 
 KERNELS_C = Path(__file__).with_name("cblas_kernels.c")

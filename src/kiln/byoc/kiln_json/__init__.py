@@ -24,7 +24,7 @@ from kiln.byoc.registry import (
     register_op_support,
     register_pattern_table,
 )
-from kiln.ir.graph import Call
+from kiln.relay.graph import Call
 
 NAME = "kiln_json"
 OPS = ("nn.conv2d", "nn.dense", "nn.matmul", "nn.bias_add", "add", "multiply", "nn.relu",

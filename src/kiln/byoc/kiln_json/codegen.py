@@ -18,7 +18,7 @@ from typing import Any
 from kiln.byoc.codegen import constant_names
 from kiln.byoc.gemm_composites import parse
 from kiln.errors import CompileError
-from kiln.ir.graph import Call, Constant, Function, FunctionCall, Var, post_order
+from kiln.relay.graph import Call, Constant, Function, FunctionCall, Var, post_order
 from kiln.runtime import JSONRuntimeModule
 
 

@@ -13,9 +13,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kiln.errors import ShapeError, UnsupportedOpError
-from kiln.ir.arith import Dim, SymExpr, UndecidedError
-from kiln.ir.graph import Call, Constant, Expr, Function, Var, post_order
-from kiln.ir.graph_eval import evaluate
+from kiln.arith import Dim, SymExpr, UndecidedError
+from kiln.relay.graph import Call, Constant, Expr, Function, Var, post_order
+from kiln.relay.interpreter import evaluate
 
 _REQUIRED = object()
 
@@ -220,7 +220,7 @@ class ConvertContext:
 
     def const_dims(self, index: int, what: str) -> tuple[Dim, ...]:
         """A constant integer input whose entries may be symbolic dims (the result of ``Shape``
-        on a symbolic input and arithmetic on it): ints and :mod:`kiln.ir.arith` expressions."""
+        on a symbolic input and arithmetic on it): ints and :mod:`kiln.arith` expressions."""
         value = self.const_value(index, what)
         if value.dtype == object:
             return tuple(value.reshape(-1).tolist())

@@ -1,16 +1,16 @@
 """ONNX control flow: If, Scan and Loop, at compile time or at run time.
 
 - ``If``: with a compile-time condition the chosen branch's nodes are converted in place; a
-  condition on data becomes an :class:`~kiln.ir.graph.IfCall` with both branches closed over
+  condition on data becomes an :class:`~kiln.relay.graph.IfCall` with both branches closed over
   the outer values they read, decided at run time by the VM executor.
 - ``Scan`` (opset 9+): over a static length the body is converted once per iteration (scan
   inputs sliced per step, scan outputs stacked along their axis); over a symbolic length it
-  becomes a run-time :class:`~kiln.ir.graph.LoopCall` whose carried buffers collect the scan
+  becomes a run-time :class:`~kiln.relay.graph.LoopCall` whose carried buffers collect the scan
   outputs.
 - ``Loop``: unrolled when the trip count is a compile-time constant (at most
   ``_MAX_UNROLL``) and the condition folds to a constant at every iteration (a constant
   count of 0 gives empty ``[0, *elem]`` scan outputs). Otherwise (a data trip count or
-  condition, no trip count, a sentinel count) a run-time :class:`~kiln.ir.graph.LoopCall`:
+  condition, no trip count, a sentinel count) a run-time :class:`~kiln.relay.graph.LoopCall`:
   carried values keep their types, and each scan output is the iterations' elements stacked
   along a new axis 0, ``[count, *elem_shape]`` over a late symbol ``loop_count_<output>``
   (decision 016) the VM binds after the loop. An element whose shape depends on data the
@@ -31,8 +31,8 @@ from onnx import numpy_helper
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters.dynamic import fallback, late
-from kiln.ir.arith import SymExpr, SymVar, free_symbols, shape_str
-from kiln.ir.graph import (
+from kiln.arith import SymExpr, SymVar, free_symbols, shape_str
+from kiln.relay.graph import (
     CALL_NODES,
     Call,
     Constant,
@@ -46,7 +46,7 @@ from kiln.ir.graph import (
     uid_mark,
     with_args,
 )
-from kiln.ir.ops.dynamic import bound_by
+from kiln.relay.op.dynamic import bound_by
 
 # convert_node(node, index, opset, values, unavailable, param_values) from the importer
 ConvertNode = Callable[..., None]

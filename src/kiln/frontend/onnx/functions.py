@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto, defs, helper
 
-from kiln.ir.graph import TensorType
+from kiln.relay.graph import TensorType
 
 
 def expand_function(node: NodeProto, opset: int, input_types: list[TensorType | None],

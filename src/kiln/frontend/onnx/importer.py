@@ -25,9 +25,9 @@ from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
-from kiln.ir import arith
-from kiln.ir.arith import Dim, SymVar
-from kiln.ir.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
+from kiln import arith
+from kiln.arith import Dim, SymVar
+from kiln.relay.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
 DimBound = tuple
@@ -100,7 +100,7 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         unnamed dims of two inputs become one variable (``{"input": ("batch", "n"), "state": (2,
         "batch", 128)}``). Dimensions left symbolic (ONNX
         ``dim_param``s, one variable per name across all inputs; unnamed or ``-1`` dims, a fresh
-        variable ``<input>_dim<k>`` each) stay :class:`kiln.ir.arith.SymVar` dims, and the model
+        variable ``<input>_dim<k>`` each) stay :class:`kiln.arith.SymVar` dims, and the model
         compiles for the VM executor (``kiln.build(..., executor="vm")``).
     dtype : str or dict[str, str]
         Dtype of inputs whose ONNX type leaves it undefined (default "float32").
@@ -118,7 +118,7 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         ``output_names`` are the ONNX graph output names.
     params : dict[str, np.ndarray]
         The initializer values by name (bind them with
-        :func:`kiln.passes.graph.bind_params`).
+        :func:`kiln.relay.transform.bind_params`).
 
     Raises
     ------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kiln.frontend.onnx.context import ConvertContext
-    from kiln.ir.graph import Expr
+    from kiln.relay.graph import Expr
 
     Converter = Callable[[ConvertContext], Expr | list[Expr]]
 

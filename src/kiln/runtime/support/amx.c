@@ -212,7 +212,7 @@ KILN_AMX_ATTR static int kiln_amx_task(int task_id, TVMParallelGroupEnv* penv, v
 
 /*
  * out[bt, i, j] = Σ_q dot_u8i8x4(A[bt, i, q], W[q, j]) for bt < batch, i < m, j < n: the
- * integer kernels' accumulator (kiln/ops/integer.py: qnn.dense_pack, and qnn.conv2d_NCHWc of a
+ * integer kernels' accumulator (kiln/topi/integer.py: qnn.dense_pack, and qnn.conv2d_NCHWc of a
  * 1×1 stride-1 unpadded conv, rows = pixels) with AMX TDPBUSD tiles. Strides in bytes for A,
  * int32 elements for out:
  *   A: the word of four u8 (k = 4q .. 4q+3) at a + bt·a_batch + (q / a_kblock)·a_kstride +

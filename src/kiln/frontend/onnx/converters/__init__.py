@@ -2,7 +2,7 @@
 
 A converter is ``fn(ctx: ConvertContext) -> Expr | list[Expr]`` registered with
 ``@onnx_op(op_type, since=opset)``. It emits only ops of the graph-op vocabulary
-(:mod:`kiln.ir.ops`), with fully normalized attributes.
+(:mod:`kiln.relay.op`), with fully normalized attributes.
 """
 
 from kiln.frontend.onnx.converters import (  # noqa: F401

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
-from kiln.ir.ops.common import FLOAT_DTYPES
+from kiln.relay.graph import Expr
+from kiln.relay.op.common import FLOAT_DTYPES
 
 _UNARY = {
     "Sin": ("sin", 7), "Cos": ("cos", 7), "Tan": ("tan", 7), "Asin": ("asin", 7),

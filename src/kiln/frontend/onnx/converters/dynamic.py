@@ -8,7 +8,7 @@ converters (``indexing``, ``reduce``, ``generate``, ``tensor``) call the builder
 
 Each data-dependent dim is a fresh *late symbol* (:func:`late`): named after the op and the
 node's output, ``lo`` 0, ``hi`` a static upper bound where one is known. The result is a
-``dyn.*`` graph op (:mod:`kiln.ir.ops.dynamic`) that the VM runs as a builtin and whose late
+``dyn.*`` graph op (:mod:`kiln.relay.op.dynamic`) that the VM runs as a builtin and whose late
 symbols it binds from the result's shape.
 """
 
@@ -25,8 +25,8 @@ from kiln.frontend.onnx.context import (
     NotConstantError,
 )
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.arith import Dim
-from kiln.ir.graph import Constant, Expr
+from kiln.arith import Dim
+from kiln.relay.graph import Constant, Expr
 
 
 def late(ctx: ConvertContext, what: str, hi: Dim | None = None, output: int = 0) -> tuple:

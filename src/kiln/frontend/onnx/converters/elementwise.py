@@ -8,7 +8,7 @@ import numpy as np
 from kiln.errors import UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.relay.graph import Expr
 
 _UNARY = {
     "Relu": "nn.relu",

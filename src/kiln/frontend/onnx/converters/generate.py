@@ -16,8 +16,8 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir import arith
-from kiln.ir.graph import Constant, Expr, symbolic_array
+from kiln import arith
+from kiln.relay.graph import Constant, Expr, symbolic_array
 
 
 @onnx_op("Range", since=11)

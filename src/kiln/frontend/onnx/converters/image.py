@@ -14,9 +14,9 @@ import numpy as np
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir import arith
-from kiln.ir.graph import Expr
-from kiln.ir.ops.image import antialias_footprint
+from kiln import arith
+from kiln.relay.graph import Expr
+from kiln.relay.op.image import antialias_footprint
 
 _METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 #: an antialiased output pixel reads taps² input pixels (unrolled in the kernel): a bound
@@ -128,7 +128,7 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
         raise ctx.unsupported(f"antialias over {max(taps)} pixels (scales {scales[2:]}; at most "
                               f"{MAX_ANTIALIAS_TAPS})")
     if tuple(out) == shape and scales[2:] == [1.0, 1.0]:  # each axis maps to itself
-        return x                                           # (kiln.ir.ops.image.axis_taps)
+        return x                                           # (kiln.relay.op.image.axis_taps)
     return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
                     method=_METHODS[mode], coordinate_transformation_mode=coordinate_mode,
                     rounding_method=rounding, roi=roi,

@@ -8,7 +8,7 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
+from kiln.relay.graph import Constant, Expr
 
 
 def _axis(ctx: ConvertContext, ndim: int, default: int = 0) -> int:

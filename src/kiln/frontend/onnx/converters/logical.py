@@ -7,7 +7,7 @@ from __future__ import annotations
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.converters.elementwise import binary_converter
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Expr
+from kiln.relay.graph import Expr
 
 _BINARY = {
     "Equal": ("equal", 7),

@@ -15,8 +15,8 @@ import numpy as np
 from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
-from kiln.ir.ops.common import broadcast_shapes
+from kiln.relay.graph import Constant, Expr
+from kiln.relay.op.common import broadcast_shapes
 
 
 def _spatial_2d(ctx: ConvertContext, x: Expr) -> None:

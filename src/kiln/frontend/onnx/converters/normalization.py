@@ -9,8 +9,8 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.converters.nn import _as_2d, _window_nd
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
-from kiln.ir.ops.common import FLOAT_DTYPES
+from kiln.relay.graph import Constant, Expr
+from kiln.relay.op.common import FLOAT_DTYPES
 
 
 def _float(ctx: ConvertContext, x: Expr) -> str:

@@ -21,8 +21,8 @@ from kiln.errors import UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.converters.nn import conv2d_call, matmul_call
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
-from kiln.ir.ops.qnn import DEQUANT_DTYPES, QUANT_DTYPES
+from kiln.relay.graph import Constant, Expr
+from kiln.relay.op.qnn import DEQUANT_DTYPES, QUANT_DTYPES
 
 
 def _params(ctx: ConvertContext, x: Expr, scale: Expr, zero_point: Expr | None,

@@ -18,8 +18,8 @@ import numpy as np
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
-from kiln.ir.ops.common import FLOAT_DTYPES
+from kiln.relay.graph import Constant, Expr
+from kiln.relay.op.common import FLOAT_DTYPES
 
 _INPUT_AXES_SINCE = 18  # ReduceSum: 13
 

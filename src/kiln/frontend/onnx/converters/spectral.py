@@ -13,8 +13,8 @@ import numpy as np
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir.graph import Constant, Expr
-from kiln.ir.ops.common import FLOAT_DTYPES
+from kiln.relay.graph import Constant, Expr
+from kiln.relay.op.common import FLOAT_DTYPES
 
 
 def _take_last(ctx: ConvertContext, x: Expr, index: int) -> Expr:

@@ -11,9 +11,9 @@ import numpy as np
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.ir import arith
-from kiln.ir.graph import Constant, Expr, symbolic_array
-from kiln.ir.ops.common import broadcast_shapes
+from kiln import arith
+from kiln.relay.graph import Constant, Expr, symbolic_array
+from kiln.relay.op.common import broadcast_shapes
 
 
 @onnx_op("Identity", since=1)

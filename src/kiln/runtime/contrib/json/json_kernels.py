@@ -6,7 +6,7 @@ writes its result into ``out`` (shape and dtype from the JSON node). ``attrs`` a
 attributes as JSON gives them back (lists for tuples). Convolution is im2col + one matrix
 product per group (Chellapilla et al. 2006; numpy's BLAS does the product); pooling reads the
 padded input through a strided window view. Semantics are those of Kiln's graph ops
-(``kiln.ir.ops``, the ONNX operators as onnxruntime computes them).
+(``kiln.relay.op``, the ONNX operators as onnxruntime computes them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""The einsum compute: one reduction over the letters missing from the output, of the product
+of the operands read at their letters (a size-1 axis under a longer letter reads index 0).
+
+A two-operand einsum summing one letter is a batched matrix product (attention's
+``bsgrd,tbgd->bgrst`` and ``bgrst,tbgd->bsgrd``): :func:`matmul_roles` names which output axes
+are its rows and its columns, and the CPU schedule register-blocks it as ``nn.matmul``
+(:func:`kiln.schedules.dense_cpu.schedule_einsum`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.relay.op_registry import register_compute
+from kiln.relay.op.einsum import letter_extents, parse_einsum
+
+
+@register_compute("einsum")
+def einsum(inputs, attrs, out_type):
+    terms, out = parse_einsum(attrs["equation"])
+    extents = letter_extents(terms, [t.shape for t in inputs])
+    summed = [c for c in extents if c not in out]
+    raxes = {c: te.reduce_axis(extents[c], f"r_{c}") for c in summed}
+
+    def body(*o):
+        var = {c: o[k] for k, c in enumerate(out)} | {c: r.var for c, r in raxes.items()}
+        value = None
+        for t, term in zip(inputs, terms):
+            idx = tuple(L.IntImm(0) if n == 1 and extents[c] != 1 else var[c]
+                        for c, n in zip(term, t.shape))
+            load = t[idx]
+            value = load if value is None else value * load
+        if not raxes:
+            return value
+        return te.sum(value, list(raxes.values()))
+
+    out_tensor = te.compute(out_type.shape, body, name="einsum", tag="einsum")
+    out_tensor.matmul_roles = matmul_roles(terms, out)
+    return out_tensor
+
+
+class MatmulRoles(NamedTuple):
+    """Output axes of a matmul-like einsum: ``col`` (the last output axis, from operand B)
+    and ``rows`` (output axes from operand A only, the candidates for register-block rows)."""
+
+    rows: tuple[int, ...]
+    col: int
+
+
+def matmul_roles(terms: list[str], out: str) -> MatmulRoles | None:
+    """The roles of ``terms -> out`` when it is a batched matrix product: two operands, one
+    summed letter that both have, and a last output letter that only one of them (B) has;
+    else None."""
+    if len(terms) != 2 or not out:
+        return None
+    summed = set("".join(terms)) - set(out)
+    col = out[-1]
+    owners = [t for t in terms if col in t]
+    if len(summed) != 1 or len(owners) != 1 or not all(summed <= set(t) for t in terms):
+        return None
+    a = terms[1] if owners[0] is terms[0] else terms[0]
+    rows = tuple(k for k, c in enumerate(out[:-1]) if c in a and c not in owners[0])
+    return MatmulRoles(rows, len(out) - 1) if rows else None

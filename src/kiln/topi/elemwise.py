@@ -1,0 +1,169 @@
+"""Elementwise and broadcast computes: unary math, activations, cast, reinterpret, binary
+arithmetic, where (comparisons: :mod:`kiln.topi.logical`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kiln.errors import CompileError
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.relay.op_registry import register_compute
+from kiln.topi.broadcast import broadcast_load
+
+
+def _unary(op: str, fn: Callable[[L.PrimExpr, dict], L.PrimExpr]) -> None:
+    tag = op.replace("nn.", "")
+
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        (x,) = inputs
+        return te.compute(x.shape, lambda *i: fn(x[i], attrs), name=tag, tag="elemwise")
+
+
+def _float_only(op: str, fn: Callable[[L.PrimExpr], L.PrimExpr]):
+    def checked(v: L.PrimExpr, attrs: dict) -> L.PrimExpr:
+        if not L.is_float(v.dtype):
+            raise CompileError(f"{op}: needs a float tensor, got {v.dtype}")
+        return fn(v)
+
+    return checked
+
+
+def _hardsigmoid(v: L.PrimExpr, alpha: float, beta: float) -> L.PrimExpr:
+    return L.maximum(L.minimum(v * alpha + beta, 1.0), 0.0)
+
+
+def _abs(v: L.PrimExpr, attrs: dict) -> L.PrimExpr:
+    if L.is_float(v.dtype):
+        return L.call("fabs", v)
+    return L.Select(v < 0, -v, v)
+
+
+def _cast(v: L.PrimExpr, attrs: dict) -> L.PrimExpr:
+    dtype = attrs["dtype"]
+    if dtype == "bool":
+        return L.Select(L.ne(v, L.const(0, v.dtype)), L.IntImm(1, "bool"), L.IntImm(0, "bool"))
+    if v.dtype == dtype:
+        return v
+    return L.Cast(dtype, v)
+
+
+_unary("nn.relu", lambda v, a: L.maximum(v, L.const(0, v.dtype)))
+_unary("negative", lambda v, a: -v)
+_unary("abs", _abs)
+_unary("clip", lambda v, a: L.minimum(L.maximum(v, L.const(a["a_min"], v.dtype)),
+                                      L.const(a["a_max"], v.dtype)))
+_unary("hardsigmoid", lambda v, a: _hardsigmoid(v, a["alpha"], a["beta"]))
+_unary("hardswish", lambda v, a: v * _hardsigmoid(v, 1.0 / 6.0, 0.5))
+_unary("leaky_relu", lambda v, a: L.Select(v < 0.0, v * a["alpha"], v))
+_unary("sigmoid", _float_only("sigmoid", lambda v: 1.0 / (1.0 + L.call("exp", -v))))
+_unary("cast", _cast)
+_unary("round", _float_only("round", lambda v: L.call("nearbyint", v)))
+_unary("reinterpret", lambda v, a: L.reinterpret(v, a["dtype"]))
+for _name in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan", "asin", "acos",
+              "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
+    _unary(_name, _float_only(_name, lambda v, n=_name: L.call(n, v)))
+_unary("sign", lambda v, a: L.Select(v > L.const(0, v.dtype), L.const(1, v.dtype),
+                                     L.Select(v < L.const(0, v.dtype), L.const(-1, v.dtype),
+                                              L.const(0, v.dtype))))
+
+
+def _trunc_mod(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if L.is_float(a.dtype):
+        return L.call("fmod", a, b)
+    return a - (a / b) * b  # "/" on integers truncates toward zero
+
+
+def _floor_mod(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if not L.is_float(a.dtype):
+        return a % b  # the loop IR's % on integers is the floor modulo
+    # numpy's float mod: fmod, moved into the divisor's sign (inf and nan as numpy gives them).
+    r = L.call("fmod", a, b)
+    zero = L.const(0, a.dtype)
+    wrong_sign = L.logical_and(L.ne(r, zero), L.ne(r < zero, b < zero))
+    return L.Select(wrong_sign, r + b, r)
+
+
+def _power(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    if L.is_float(a.dtype):
+        return L.call("pow", a, b)
+    # Integer powers (ONNX Pow on int32/int64) through double, exact for the results that fit.
+    return L.Cast(a.dtype, L.call("pow", L.Cast("float64", a), L.Cast("float64", b)))
+
+#: erf(x) ≈ x · P(x²) / Q(x²) on [-4, 4], coefficients from lowest degree: a weighted
+#: least-squares rational fit made for Kiln (numpy, float64, rounded to float32). Max abs error
+#: 4e-7 over [-4.5, 4.5] evaluated in float32 (libm's erff: ~6e-8); beyond ±4, erf is 1 to
+#: float32 precision and x is clamped.
+ERF_P = (1.1283791065216064, 0.18576297163963318, 0.05216521397233009, 0.003578843316063285,
+         0.0002827112330123782, 2.1090663722134195e-06)
+ERF_Q = (1.0, 0.49796128273010254, 0.11221852898597717, 0.01458844356238842,
+         0.0011213732650503516, 3.859757271129638e-05)
+
+
+def _horner(coeffs: tuple[float, ...], x: L.PrimExpr) -> L.PrimExpr:
+    acc: L.PrimExpr = L.const(coeffs[-1], x.dtype)
+    for c in reversed(coeffs[:-1]):
+        acc = acc * x + c
+    return acc
+
+
+def _erf(v: L.PrimExpr) -> L.PrimExpr:
+    """float32: the rational approximation above, plain arithmetic that vectorizes (GELU runs
+    it per activation; libm's erff is a scalar call, ~12 % of MiniLM-L3); float64: libm."""
+    if v.dtype != "float32":
+        return L.call("erf", v)
+    x = L.minimum(L.maximum(v, L.const(-4.0, v.dtype)), L.const(4.0, v.dtype))
+    x2 = x * x
+    approx = x * _horner(ERF_P, x2) / _horner(ERF_Q, x2)
+    # |erf| <= 1 (the fit overshoots by an ulp near ±4); NaN stays NaN (the clamp gives -1).
+    bounded = L.minimum(L.maximum(approx, L.const(-1.0, v.dtype)), L.const(1.0, v.dtype))
+    return L.Select(L.ne(v, v), v, bounded)
+
+
+_unary("erf", _float_only("erf", _erf))
+
+
+_BINARY: dict[str, Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]] = {
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: a / b,
+    "maximum": L.maximum,
+    "minimum": L.minimum,
+    "power": _power,
+    "mod": _trunc_mod,
+    "floor_mod": lambda a, b: _floor_mod(a, b),
+}
+
+
+def _binary(op: str, fn: Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        a, b = inputs
+        return te.compute(out_type.shape,
+                          lambda *i: fn(broadcast_load(a, i), broadcast_load(b, i)),
+                          name=op, tag="broadcast")
+
+
+for _name, _fn in _BINARY.items():
+    _binary(_name, _fn)
+
+
+
+@register_compute("nn.bias_add")
+def bias_add(inputs, attrs, out_type):
+    x, b = inputs
+    axis = attrs["axis"] % len(x.shape)
+    return te.compute(x.shape, lambda *i: x[i] + b[i[axis]], name="bias_add", tag="broadcast")
+
+
+@register_compute("where")
+def where(inputs, attrs, out_type):
+    cond, x, y = inputs
+
+    def body(*i):
+        c = broadcast_load(cond, i)
+        return L.Select(L.ne(c, L.const(0, c.dtype)), broadcast_load(x, i), broadcast_load(y, i))
+
+    return te.compute(out_type.shape, body, name="where", tag="broadcast")

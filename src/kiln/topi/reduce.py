@@ -1,0 +1,99 @@
+"""Reduction computes: sum, prod, mean, max, min over a tuple of axes, with or without keepdims."""
+
+from __future__ import annotations
+
+from kiln import arith
+from kiln.tir import te
+from kiln.tir import loop as L
+from kiln.relay.op_registry import register_compute
+from kiln.topi.dims import dim_value
+
+_REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,
+             "min": te.min_reduce}
+
+
+def _reduce(op: str) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes = sorted(a % len(x.shape) for a in attrs["axis"])
+        keep = attrs["keepdims"]
+        raxes = {a: te.reduce_axis(x.shape[a], f"r{a}") for a in axes}
+
+        def body(*o):
+            src, k = [], 0
+            for d in range(len(x.shape)):
+                if d in raxes:
+                    src.append(raxes[d].var)
+                    k += 1 if keep else 0
+                else:
+                    src.append(o[k])
+                    k += 1
+            return _REDUCERS[op](x[tuple(src)], list(raxes.values()))
+
+        red = te.compute(out_type.shape, body, name=op, tag="reduce")
+        if op != "mean":
+            return red
+        count = dim_value(arith.prod(x.shape[a] for a in axes), x.dtype)
+        return te.compute(out_type.shape, lambda *i: red[i] / count,
+                          name="mean", tag="elemwise")
+
+
+for _op in _REDUCERS:
+    _reduce(_op)
+
+
+def _arg(op: str) -> None:
+    @register_compute(op)
+    def _compute(inputs, attrs, out_type):
+        """Two reductions: the extremum m along the axis, then the first (last) index where the
+        input equals m."""
+        (x,) = inputs
+        axis = attrs["axis"] % len(x.shape)
+        n = x.shape[axis]
+        reducer = te.max_reduce if op == "argmax" else te.min_reduce
+        r = te.reduce_axis(n, "r")
+        kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+        ext = te.compute(kept, lambda *i: reducer(x[i[:axis] + (r.var,) + i[axis + 1:]], [r]),
+                         name=f"{op}_value", tag="reduce")
+        q = te.reduce_axis(n, "q")
+
+        def index(*o):
+            i = o if attrs["keepdims"] else o[:axis] + (L.IntImm(0),) + o[axis:]
+            hit = L.eq(x[i[:axis] + (q.var,) + i[axis + 1:]], ext[i[:axis] + (0,) + i[axis + 1:]])
+            if attrs["select_last_index"]:
+                return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+            return te.min_reduce(L.Select(hit, q.var, L.IntImm(n)), [q])
+
+        return te.compute(out_type.shape, index, name=op, tag="reduce")
+
+
+_arg("argmax")
+_arg("argmin")
+
+
+@register_compute("topk_indices")
+def topk_indices(inputs, attrs, out_type):
+    """By rank: rank[p] counts the elements that sort before p (larger, or equal with a smaller
+    index); output j along the axis is the index whose rank is j. O(n²) along the axis."""
+    (x,) = inputs
+    axis = attrs["axis"] % len(x.shape)
+    n = x.shape[axis]
+    before = (lambda a, b: a > b) if attrs["largest"] else (lambda a, b: a < b)
+    r = te.reduce_axis(n, "r")
+
+    def rank(*p):
+        other = x[p[:axis] + (r.var,) + p[axis + 1:]]
+        mine = x[p]
+        first = L.Binary("or", before(other, mine),
+                         L.logical_and(L.eq(other, mine), r.var < p[axis]))
+        return te.sum(L.Select(first, L.IntImm(1), L.IntImm(0)), [r])
+
+    ranks = te.compute(x.shape, rank, name="topk_rank", tag="reduce")
+    q = te.reduce_axis(n, "q")
+
+    def pick(*o):
+        hit = L.eq(ranks[o[:axis] + (q.var,) + o[axis + 1:]], o[axis])
+        return te.max_reduce(L.Select(hit, q.var, L.IntImm(-1)), [q])
+
+    return te.compute(out_type.shape, pick, name="topk_indices", tag="reduce")

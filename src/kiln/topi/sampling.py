@@ -1,0 +1,153 @@
+"""The grid_sample and col2im computes (see :mod:`kiln.relay.op.sampling`). grid_sample: per
+output position, the source coordinate of each spatial axis from the grid, then a reduction
+over the interpolation taps (1, 2 or 4 per axis) of weight × the padded read."""
+
+from __future__ import annotations
+
+import math
+
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.relay.op_registry import register_compute
+from kiln.relay.op.sampling import CUBIC_A, borders, col2im_geometry
+from kiln.topi.transform import unravel
+
+
+def _floor(v: L.PrimExpr) -> L.PrimExpr:
+    return L.call("floor", v)
+
+
+def _reflect(v: L.PrimExpr, lo: float, hi: float) -> L.PrimExpr:
+    """Fold ``v`` into [lo, hi] by reflecting at the nearer border until inside."""
+    dt = v.dtype
+    rng = L.const(hi - lo, dt)
+    lo_c, hi_c = L.const(lo, dt), L.const(hi, dt)
+
+    def fold(dx: L.PrimExpr, near: L.PrimExpr, far: L.PrimExpr, sign_near: int) -> L.PrimExpr:
+        n = _floor(dx / rng)
+        r = dx - n * rng
+        even = L.eq(n - _floor(n / L.const(2, dt)) * L.const(2, dt), L.const(0, dt))
+        inner = near + r if sign_near > 0 else near - r
+        outer = far - r if sign_near > 0 else far + r
+        return L.Select(even, inner, outer)
+
+    below = fold(lo_c - v, lo_c, hi_c, +1)
+    above = fold(v - hi_c, hi_c, lo_c, -1)
+    return L.Select(v < lo_c, below, L.Select(v > hi_c, above, v))
+
+
+def _cubic(t: L.PrimExpr, r: L.PrimExpr) -> L.PrimExpr:
+    """Keys' cubic weight of tap ``r`` (0..3, at floor - 1 + r) for the fraction ``t``."""
+    dt = t.dtype
+    a = L.const(CUBIC_A, dt)
+    one, two = L.const(1, dt), L.const(2, dt)
+
+    def near(d):
+        return ((a + two) * d - (a + L.const(3, dt))) * d * d + one
+
+    def far(d):
+        return ((a * d - L.const(5, dt) * a) * d + L.const(8, dt) * a) * d - L.const(4, dt) * a
+
+    return L.Select(L.eq(r, L.IntImm(0)), far(t + one),
+                    L.Select(L.eq(r, L.IntImm(1)), near(t),
+                             L.Select(L.eq(r, L.IntImm(2)), near(one - t), far(two - t))))
+
+
+@register_compute("image.grid_sample")
+def grid_sample(inputs, attrs, out_type):
+    x, grid = inputs
+    sizes = x.shape[2:]
+    nsp = len(sizes)
+    dt = x.dtype
+    mode, padding, align = attrs["mode"], attrs["padding_mode"], attrs["align_corners"]
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[mode]
+    raxes = [te.reduce_axis(taps, f"t{k}") for k in range(nsp)] if taps > 1 else []
+
+    def coordinate(n, o, k: int) -> L.PrimExpr:
+        size = sizes[k]
+        v = grid[(n, *o, nsp - 1 - k)]
+        one = L.const(1, dt)
+        if align:
+            c = (v + one) / L.const(2, dt) * L.const(size - 1, dt)
+        else:
+            c = ((v + one) * L.const(size, dt) - one) / L.const(2, dt)
+        if mode == "nearest":
+            c = L.call("nearbyint", c)
+        lo, hi = borders(size, align)
+        if padding == "border":
+            outside = L.Binary("or", c < L.const(lo, dt), c > L.const(hi, dt))
+            clamped = L.minimum(L.maximum(c, L.const(0, dt)), L.const(size - 1, dt))
+            c = L.Select(outside, clamped, c)
+        elif padding == "reflection":
+            c = _reflect(c, lo, hi)
+        return c
+
+    def tap_index(i: L.PrimExpr, k: int) -> tuple[L.PrimExpr, L.PrimExpr | None]:
+        """(index to read, in-range condition for zeros padding) of integer tap ``i``."""
+        size = sizes[k]
+        if padding == "zeros":
+            ok = L.logical_and(i >= 0, i < size)
+            return L.minimum(L.maximum(i, L.IntImm(0)), L.IntImm(size - 1)), ok
+        if padding == "border":
+            return L.minimum(L.maximum(i, L.IntImm(0)), L.IntImm(size - 1)), None
+        lo, hi = borders(size, align)
+        return L.Cast(L.INT, _reflect(L.Cast(dt, i), lo, hi)), None
+
+    def body(n, c, *o):
+        coords = [coordinate(n, o, k) for k in range(nsp)]
+        weight = None
+        index, conds = [], []
+        for k, co in enumerate(coords):
+            if mode == "nearest":
+                i, w = L.Cast(L.INT, co), None
+            else:
+                base = _floor(co)
+                t = co - base
+                r = raxes[k].var
+                i = L.Cast(L.INT, base) + r - (1 if mode == "cubic" else 0)
+                if mode == "linear":
+                    w = L.Select(L.eq(r, L.IntImm(0)), L.const(1, dt) - t, t)
+                else:
+                    w = _cubic(t, r)
+            idx, ok = tap_index(i, k)
+            index.append(idx)
+            if ok is not None:
+                conds.append(ok)
+            if w is not None:
+                weight = w if weight is None else weight * w
+        value = x[(n, c, *index)]
+        if conds:
+            value = L.Select(L.logical_and(*conds), value, L.const(0, dt))
+        if not raxes:
+            return value
+        return te.sum(weight * value, raxes)
+
+    return te.compute(out_type.shape, body, name="grid_sample", tag="grid_sample")
+
+
+@register_compute("col2im")
+def col2im(inputs, attrs, out_type):
+    """out[n, c, p] = the sum over kernel offsets k of x[n, c*K + k, b] for the block b whose
+    tap k lands on p: (p + pad - k*dil) divisible by the stride, inside the block grid."""
+    (x,) = inputs
+    image, block, dil, pads, strides, blocks = col2im_geometry(attrs)
+    nsp = len(image)
+    k_total = math.prod(block)
+    r = te.reduce_axis(k_total, "k")
+
+    def body(n, c, *p):
+        ks = unravel(r.var, tuple(block))
+        conds, bs = [], []
+        for d in range(nsp):
+            num = p[d] + pads[d] - ks[d] * dil[d]
+            conds += [num >= 0, L.eq(num % strides[d], L.IntImm(0)),
+                      num // strides[d] < blocks[d]]
+            bs.append(L.minimum(L.maximum(num // strides[d], L.IntImm(0)),
+                                L.IntImm(blocks[d] - 1)))
+        flat_b = bs[0]
+        for d in range(1, nsp):
+            flat_b = flat_b * blocks[d] + bs[d]
+        value = x[n, c * k_total + r.var, flat_b]
+        return te.sum(L.Select(L.logical_and(*conds), value, L.const(0, x.dtype)), [r])
+
+    return te.compute(out_type.shape, body, name="col2im", tag="col2im")

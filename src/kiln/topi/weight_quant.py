@@ -1,0 +1,77 @@
+"""Computes of the weight-only quantized dense ops ``nn.dense_q8`` and ``nn.dense_q4`` (formats
+and formulas on :mod:`kiln.relay.op.weight_quant`; docs/decisions/018).
+
+The weight is dequantized inside the reduction, one output-channel block at a time: the
+schedule (``kiln.schedules.dense_cpu``) vectorizes over the ``b`` channels of a packed block, so
+each ``k`` loads ``b`` int8 values (or ``b`` bytes of nibbles), widens them to float and feeds
+one FMA per channel with the broadcast activation. int8's per-channel scale multiplies the sum
+once, in the epilogue stage (fused with a bias add or whatever follows).
+"""
+
+from __future__ import annotations
+
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.relay.op_registry import register_compute
+from kiln.relay.op.weight_quant import Q4_BLOCK, Q4_WORD
+
+
+@register_compute("nn.dense_q8")
+def dense_q8(inputs, attrs, out_type):
+    """``out[i, j] = scale[j] · Σ_k data[i, k] · float(q[j // b, k, j % b])``."""
+    data, qweight, scale = inputs
+    k = te.reduce_axis(data.shape[1], "k")
+    b = qweight.shape[2]
+    acc = te.compute(out_type.shape, lambda i, j: te.sum(
+        data[i, k.var] * L.Cast("float32", qweight[j // b, k.var, j % b]), [k]),
+        name="dense_q8", tag="dense_q8")
+    return te.compute(out_type.shape, lambda i, j: acc[i, j] * scale[j],
+                      name="dense_q8_scale", tag="elemwise")
+
+
+def _nibble_scale(p: L.PrimExpr) -> L.PrimExpr:
+    """``16^-p`` for ``p`` in 0..6, exact (float32), as a chain of selects."""
+    value: L.PrimExpr = L.const(1.0, "float32")
+    for s in range(1, Q4_WORD - 1):
+        value = L.Select(L.eq(p, s), L.const(16.0 ** -s, "float32"), value)
+    return value
+
+
+@register_compute("nn.dense_q4")
+def dense_q4(inputs, attrs, out_type):
+    """``out[i, j] = Σ_kb (d[j // b, kb, j % b] · Σ_ki xq[i, k] · float(nib) + m[j // b, kb,
+    j % b] · xsum[i, kb])`` with ``k = 32 kb + ki``, ``p = k % 8``, ``word`` the uint32
+    ``[j // b, k // 8, j % b]`` holding ``q[j, k]`` at bits ``4 p``:
+
+    - ``nib = word & (15 << 4 p) = 16^p q`` for ``p < 7`` (no shift: the weight's power of 16
+      is compensated by ``xq[i, k] = data[i, k] / 16^p``, exactly), ``nib = word >> 28 = q``
+      for ``p = 7`` (``xq = data``);
+    - ``xsum[i, kb] = Σ_ki data[i, k]``.
+
+    Per weight one mask, one int→float conversion and one multiply-add into the block's partial
+    sum (:func:`kiln.tir.te.block_sum`); ``d`` and ``m`` once per block. ``xq`` and ``xsum`` are
+    per row, shared by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``)."""
+    data, qweight, d, m = inputs
+    rows, k = data.shape
+    r = te.reduce_axis(Q4_BLOCK, "r")
+    xsum = te.compute((rows, k // Q4_BLOCK), lambda i, kb: te.sum(
+        data[i, kb * Q4_BLOCK + r.var], [r]), name="dense_q4_xsum", tag="dense_q4_xsum")
+    xq = te.compute((rows, k), lambda i, kk: data[i, kk] * _nibble_scale(kk % Q4_WORD),
+                    name="dense_q4_x", tag="dense_q4_x")
+    kb = te.reduce_axis(k // Q4_BLOCK, "kb")
+    ki = te.reduce_axis(Q4_BLOCK, "ki")
+    b = qweight.shape[2]
+    words = Q4_BLOCK // Q4_WORD
+
+    def body(i, j):
+        word = qweight[j // b, kb.var * words + ki.var // Q4_WORD, j % b]
+        p = ki.var % Q4_WORD
+        shift = L.Cast("uint32", (p // (Q4_WORD - 1)) * 28)  # 28 for the top nibble, else 0
+        mask = L.Binary("<<", L.const(15, "uint32"), L.Cast("uint32", (p % (Q4_WORD - 1)) * 4))
+        nibble = L.Cast("int32", L.Binary("&", L.Binary(">>", word, shift), mask))
+        x = xq[i, kb.var * Q4_BLOCK + ki.var]
+        block = (j // b, kb.var, j % b)
+        return te.block_sum(x * L.Cast("float32", nibble), [kb], [ki],
+                            lambda part: d[block] * part + m[block] * xsum[i, kb.var])
+
+    return te.compute(out_type.shape, body, name="dense_q4", tag="dense_q4")
