@@ -201,6 +201,4 @@ def test_runtime_dir_cli_and_wheel_data():
     needed += [pkg / "crt" / n for n in ("kiln_crt_graph.h", "kiln_crt_json.h",
                                           "kiln_crt_graph_executor.c", "kiln_crt_json.c",
                                           "kiln_crt_arena.c")]
-    needed += [pkg / "runtime" / "include" / "kiln" / "c_runtime_api.h",
-               pkg / "runtime" / "support" / "backend.c"]  # embedded by rt_embed.S
     assert not [p for p in needed if p not in shipped]

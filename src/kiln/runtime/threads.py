@@ -1,5 +1,5 @@
 """How many threads the runtime's pool runs kernels' parallel loops on, read the way the pool
-itself reads it (``kiln_team_size`` in ``runtime/support/backend.c``; docs/decisions/020).
+itself reads it (``kiln_team_size`` in ``native/src/support/backend.c``; docs/decisions/020).
 
 TVM's counterpart is ``tvm.runtime.num_threads`` (``TVM_NUM_THREADS``, else the cores).
 """

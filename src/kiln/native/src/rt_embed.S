@@ -1,5 +1,5 @@
 /* The files the jit device compiles with its kernels, embedded in libkiln_runtime (the
-   Makefile passes their paths): the backend support (kiln/runtime/support/backend.c, also part
+   Makefile passes their paths): the backend support (src/support/backend.c, also part
    of the cache key) and the C ABI header it and the kernels include. */
   .section .rodata
   .global kiln_embedded_backend_c

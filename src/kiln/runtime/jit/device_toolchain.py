@@ -27,13 +27,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.errors import KilnError, ToolchainError
+from kiln.native import SUPPORT_DIR
 from kiln.runtime.toolchain import cache_limit, compile_cache, compiler as toolchain
 from kiln.runtime.elf import host_elf, triple_machine
 from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
 
-SERVER_C = toolchain.RUNTIME_DIR / "support" / "device_server.c"
+SERVER_C = SUPPORT_DIR / "device_server.c"
 #: the device flags every compile gets (the issue's ``-O3 -fPIC``; gnu99 as the host's)
 BASE_FLAGS = ("-O3", "-fPIC", "-std=gnu99")
 #: flags that make a riscv64 compiler emit RVV code (VLEN >= 128, Debian's lp64d ABI)

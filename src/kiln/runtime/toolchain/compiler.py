@@ -24,15 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.errors import ToolchainError
+from kiln.native import INCLUDE_DIR, SUPPORT_DIR
 from kiln.runtime.toolchain import cc_manifest, compile_cache
 
 log = logging.getLogger("kiln")
 
-RUNTIME_DIR = Path(__file__).resolve().parents[1]  # kiln/runtime: include/, support/
-INCLUDE_DIR = RUNTIME_DIR / "include"
-BACKEND_C = RUNTIME_DIR / "support" / "backend.c"
+#: the support source every library links (INCLUDE_DIR, the one include root, and SUPPORT_DIR
+#: are kiln.native's: all shipped C lives there, docs/decisions/030-one-c-tree.md)
+BACKEND_C = SUPPORT_DIR / "backend.c"
 #: the AMX int8 kernel (docs/decisions/026-amx.md), linked beside backend.c
-AMX_C = RUNTIME_DIR / "support" / "amx.c"
+AMX_C = SUPPORT_DIR / "amx.c"
 #: the support sources every host library links: (source, file name in the build folder)
 SUPPORT_SOURCES = ((BACKEND_C, "kiln_backend.c"), (AMX_C, "kiln_amx.c"))
 #: the support of a source-embedded device's libraries (target ``jit``): its kernels never call
