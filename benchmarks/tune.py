@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
     from kiln.frontend import from_onnx
-    from kiln.tune.apply_history import ApplyHistoryBest
+    from kiln.driver.apply_history import ApplyHistoryBest
 
     mod, params = from_onnx(model, shape=shapes)
     tuning = ApplyHistoryBest(str(records), measure=args.measure)  # records of this method

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     import kiln
     from kiln.frontend import from_onnx
     from kiln.runtime.graph_executor.debug import GraphExecutorDebug
-    from kiln.tune.records import (
+    from kiln.driver.tuning_records import (
         best_records,
         config_times,
         cpu_fingerprint,

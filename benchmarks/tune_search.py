@@ -47,7 +47,7 @@ class CachedMeasure:
         self.cache: dict[tuple[str, str], object] = {}
 
     def __call__(self, batch):
-        from kiln.tune.records import config_key
+        from kiln.driver.tuning_records import config_key
 
         keys = [(t.key, config_key(c)) for t, c in batch]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]

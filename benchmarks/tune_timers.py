@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.tune.executor import LocalExecutor
     from kiln.tune.measure import build_candidate, measure_candidate
-    from kiln.tune.records import TuningRecord, cpu_fingerprint
+    from kiln.driver.tuning_records import TuningRecord, cpu_fingerprint
     from kiln.tune.tasks import extract_tasks
 
     progress.set_quiet(True)
@@ -204,8 +204,8 @@ def _agreement(label, tasks, configs, a, b) -> None:
 def _naming(records):
     """An ApplyHistoryBest of ``records`` that also notes each kernel's workload key
     (``.keys``: kernel name → key)."""
-    from kiln.tune.apply_history import ApplyHistoryBest
-    from kiln.tune.tasks import workload_key
+    from kiln.driver.apply_history import ApplyHistoryBest
+    from kiln.driver.apply_history import workload_key
 
     class Naming(ApplyHistoryBest):
         def lower(self, call, name):

@@ -2,7 +2,7 @@
 
 ``make conformance`` runs every node test case that the installed onnx generates (onnx 1.23:
 1884, the ``*_expanded`` function-body variants included) through Kiln's ONNX backend
-(``kiln.frontend.onnx.backend``) and writes, under ``conformance/results/``:
+(``kiln.driver.onnx_backend``) and writes, under ``conformance/results/``:
 
 - ``<backend>.json``: totals, wall time, per op type counts, and every case with its status,
   reason and time;

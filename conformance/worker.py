@@ -26,7 +26,7 @@ RTOL, ATOL = 1e-3, 1e-5  # the issue's criterion (ONNX's generated cases default
 
 def _backend(name: str):
     if name == "kiln":
-        return importlib.import_module("kiln.frontend.onnx.backend")
+        return importlib.import_module("kiln.driver.onnx_backend")
     if name == "onnxruntime":
         return importlib.import_module("onnxruntime.backend")
     raise SystemExit(f"unknown backend {name!r} (kiln, onnxruntime)")

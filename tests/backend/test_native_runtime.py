@@ -198,7 +198,4 @@ def test_runtime_dir_cli_and_wheel_data():
     shipped = {p for g in globs for p in pkg.glob(g)}
     needed = [p for p in RUNTIME_DIR.rglob("*") if p.is_file() and "build" not in p.parts
               and p.suffix in (".c", ".h", ".hpp", ".S", "") and "__pycache__" not in p.parts]
-    needed += [pkg / "crt" / n for n in ("kiln_crt_graph.h", "kiln_crt_json.h",
-                                          "kiln_crt_graph_executor.c", "kiln_crt_json.c",
-                                          "kiln_crt_arena.c")]
     assert not [p for p in needed if p not in shipped]

@@ -1,4 +1,4 @@
-"""kiln.frontend.onnx.backend: ONNX's backend interface (prepare / run / run_node /
+"""kiln.driver.onnx_backend: ONNX's backend interface (prepare / run / run_node /
 supports_device) and the binding of run-time inputs that Kiln needs at compile time."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from kiln.errors import UnsupportedOpError
-from kiln.frontend.onnx import backend
+from kiln.driver import onnx_backend as backend
 from kiln.frontend.onnx.context import NotConstantError
 from kiln.frontend.onnx.importer import from_onnx
 

@@ -15,7 +15,7 @@ import warnings
 
 import onnx.backend.test
 
-from kiln.frontend.onnx import backend as kiln_backend
+from kiln.driver import onnx_backend as kiln_backend
 
 SAMPLE = (
     "test_abs",

@@ -14,7 +14,7 @@ from onnx_helpers import compile_vm
 import kiln
 from kiln.errors import CompileError
 from kiln.frontend import from_onnx
-from kiln.frontend.onnx import backend
+from kiln.driver import onnx_backend as backend
 from kiln.relay.graph import IfCall, post_order
 
 

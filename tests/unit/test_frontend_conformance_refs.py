@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 from onnx.backend.test.runner import Runner
 
-from kiln.frontend.onnx.backend import import_binding
+from kiln.driver.onnx_backend import import_binding
 from kiln.relay.interpreter import evaluate
 from kiln.relay.transform import bind_params
 

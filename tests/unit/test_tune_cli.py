@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 from kiln.cli import main as cli
 from kiln.cli.tune import parse_duration
-from kiln.tune.records import TuningRecord, append_records, load_records
+from kiln.driver.tuning_records import TuningRecord, append_records, load_records
 
 TARGET = "llvm"
 

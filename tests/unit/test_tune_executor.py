@@ -88,7 +88,7 @@ class _Inline:
 
 def test_measure_with_builds_then_measures_what_built():
     from kiln.tune.executor import measure_with
-    from kiln.tune.space import Knob, Task
+    from kiln.schedules.space import Knob, Task
 
     def build(payload, config, target):
         if config["b"] == 0:

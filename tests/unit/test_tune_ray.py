@@ -16,7 +16,7 @@ import pytest
 from tune_models import dense_model
 
 from kiln.errors import KilnError
-from kiln.tune.records import cpu_fingerprint, fingerprint_id
+from kiln.driver.tuning_records import cpu_fingerprint, fingerprint_id
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs ray (pip install kiln[tune])")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -102,7 +102,7 @@ def _measure(lib, config):
 
 def test_a_small_tune_through_ray(cluster):
     pytest.importorskip("lightgbm")
-    from kiln.tune.space import Knob, Task
+    from kiln.schedules.space import Knob, Task
     from kiln.tune.task_scheduler import TaskScheduler
 
     _, _, ex = cluster
@@ -130,7 +130,7 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
 
     from kiln.cli import main as cli
     from kiln.tune import ray_executor
-    from kiln.tune.records import load_records
+    from kiln.driver.tuning_records import load_records
 
     c, _, _ = cluster
     jobs = []

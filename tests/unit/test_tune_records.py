@@ -1,5 +1,5 @@
-"""Tuning records (kiln.tune.records) and applying them at compile time
-(kiln.tune.apply_history): round trips, file errors, and records from another CPU or target
+"""Tuning records (kiln.driver.tuning_records) and applying them at compile time
+(kiln.driver.apply_history): round trips, file errors, and records from another CPU or target
 refused and reported."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.tir.text import astext
 from kiln.target import Target
-from kiln.tune.apply_history import ApplyHistoryBest
-from kiln.tune.records import (
+from kiln.driver.apply_history import ApplyHistoryBest
+from kiln.driver.tuning_records import (
     TuningRecord,
     append_records,
     best_records,
@@ -194,7 +194,7 @@ def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     task, config = _dense_task()
     args = {"key": task.key, "config": config, **record}
     if record.get("target"):  # the same kernel's key for that target
-        from kiln.tune.tasks import workload_key
+        from kiln.driver.apply_history import workload_key
 
         args["key"] = workload_key(task.payload.body, record["target"])
     tuning = ApplyHistoryBest([_record(**args)], fingerprint=FP)

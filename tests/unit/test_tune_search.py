@@ -11,8 +11,8 @@ from kiln.errors import KilnError
 
 pytest.importorskip("lightgbm", reason="the cost model needs lightgbm (pip install kiln[tune])")
 
-from kiln.tune.records import config_key
-from kiln.tune.space import Knob, Task
+from kiln.driver.tuning_records import config_key
+from kiln.schedules.space import Knob, Task
 from kiln.tune.task_scheduler import TaskScheduler
 
 

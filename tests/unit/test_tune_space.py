@@ -1,4 +1,4 @@
-"""Tuning knobs (kiln.tune.knobs) and spaces (kiln.tune.tasks) without a toolchain: knobs read
+"""Tuning knobs (kiln.schedules.knobs) and spaces (kiln.tune.tasks) without a toolchain: knobs read
 the applied config, every candidate of a small conv2d (NCHWc) and dense (dense_pack) computes
 the graph's numpy result on the loop-IR interpreter, and the default config lowers exactly
 the loop IR of an ordinary build."""
@@ -20,7 +20,7 @@ from kiln.relay.interpreter import evaluate
 from kiln.tir.interpreter import run
 from kiln.tir.text import astext
 from kiln.target import Target
-from kiln.tune.knobs import check_config, configured, knob
+from kiln.schedules.knobs import check_config, configured, knob
 from kiln.tune.measure import kernel_inputs
 from kiln.tune.tasks import extract_tasks, lower_candidate
 

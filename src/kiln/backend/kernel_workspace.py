@@ -1,4 +1,5 @@
-"""How much workspace stack a kernel needs in the C runtime (``kiln/crt/kiln_crt_backend.c``).
+"""How much workspace stack a kernel needs in the C runtime
+(``kiln/native/src/crt/kiln_crt_backend.c``).
 
 Codegen gives every ``Allocate`` above ``STACK_LIMIT`` bytes (and not ``local``) to
 ``TVMBackendAllocWorkspace``; the CRT serves those from a stack in which each block takes a

@@ -208,7 +208,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         blocks of 32; weights whose K is not a multiple of 32 stay float32). The weights are
         stored quantized in the artifact and dequantized inside the kernels
         (:mod:`kiln.relay.transform.quantize_weights`, docs/decisions/018). Default: float32.
-    tuning_records : path or kiln.tune.apply_history.ApplyHistoryBest, optional
+    tuning_records : path or kiln.driver.apply_history.ApplyHistoryBest, optional
         Records of ``kiln tune`` (JSON lines): each kernel with a record measured for this
         exact target string on a CPU with this machine's fingerprint gets the fastest
         record's schedule, the others their default one; the summary (how many kernels
@@ -404,7 +404,7 @@ def _tuning(records):
     """An ApplyHistoryBest for ``build``'s ``tuning_records`` (None: no records)."""
     if records is None:
         return None
-    from kiln.tune.apply_history import ApplyHistoryBest
+    from kiln.driver.apply_history import ApplyHistoryBest
 
     return records if isinstance(records, ApplyHistoryBest) else ApplyHistoryBest(records)
 

@@ -30,5 +30,7 @@ RUNTIME_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = RUNTIME_DIR / "include"
 #: the support sources linked into exported libraries, and the device server
 SUPPORT_DIR = RUNTIME_DIR / "src" / "support"
+#: the C runtime's sources and headers (kiln.crt.project copies them into a C project's crt/)
+CRT_DIR = RUNTIME_DIR / "src" / "crt"
 
-__all__ = ["INCLUDE_DIR", "RUNTIME_DIR", "SUPPORT_DIR"]
+__all__ = ["CRT_DIR", "INCLUDE_DIR", "RUNTIME_DIR", "SUPPORT_DIR"]

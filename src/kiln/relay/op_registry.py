@@ -2,7 +2,7 @@
 
 An op is registered once with :func:`register_op` (in ``kiln.relay.op.*``: its type relation,
 fusion pattern and numpy reference) and gets its loop-level compute definition from
-``kiln.topi`` (topi) through :func:`register_compute`. Tests list the registry with :func:`list_ops`.
+``kiln.topi`` (``kiln.topi.registry.register_compute``). Tests list the registry with :func:`list_ops`.
 
 Pattern kinds follow TVM's ``relay.op.OpPattern`` (include/tvm/relay/op_attr_types.h).
 """
@@ -53,8 +53,9 @@ class OpDef:
 
     @property
     def compute(self) -> Callable[..., Any] | None:
-        _load_all()
-        return _COMPUTES.get(self.name)
+        from kiln.topi.registry import get_compute
+
+        return get_compute(self.name)
 
     def __reduce__(self):
         # by name: a graph function (a tuning task's kernel) pickles into another process,
@@ -63,7 +64,6 @@ class OpDef:
 
 
 _OPS: dict[str, OpDef] = {}
-_COMPUTES: dict[str, Callable[..., Any]] = {}
 
 
 def register_op(name: str, infer: Callable[..., Any], pattern: OpPattern,
@@ -72,17 +72,6 @@ def register_op(name: str, infer: Callable[..., Any], pattern: OpPattern,
     assert name not in _OPS, f"op {name} registered twice"
     _OPS[name] = OpDef(name, infer, pattern, ref, runtime)
     return _OPS[name]
-
-
-def register_compute(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: attach a topi compute definition to op ``name`` (checked by tests/unit)."""
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        assert name not in _COMPUTES, f"compute for {name} registered twice"
-        _COMPUTES[name] = fn
-        return fn
-
-    return wrap
 
 
 def get_op(name: str) -> OpDef:
@@ -110,5 +99,4 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    import kiln.relay.op
-    import kiln.topi  # noqa: F401
+    import kiln.relay.op  # noqa: F401

@@ -19,7 +19,7 @@ from kiln.tir.te import Tensor
 from kiln.schedules import primitives as P
 from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows
-from kiln.tune import knobs
+from kiln.schedules import knobs
 
 _TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
 

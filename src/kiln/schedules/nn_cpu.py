@@ -20,7 +20,7 @@ from kiln.topi.integer import TAP_PAIRS_STAGE
 from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.target import Target
-from kiln.tune.knobs import knob
+from kiln.schedules.knobs import knob
 
 
 @register_schedule("conv2d")

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.relay.op.einsum import letter_extents, parse_einsum
 
 

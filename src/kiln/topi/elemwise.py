@@ -8,7 +8,7 @@ from collections.abc import Callable
 from kiln.errors import CompileError
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.broadcast import broadcast_load
 
 

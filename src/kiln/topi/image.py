@@ -8,7 +8,7 @@ import dataclasses
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.relay.op.image import Arith, axis_taps
 from kiln.topi.dims import dim_value
 

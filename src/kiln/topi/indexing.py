@@ -9,7 +9,7 @@ import math
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.transform import unravel
 
 _REDUCERS = {"add": (te.sum, lambda a, b: a + b), "mul": (te.prod_reduce, lambda a, b: a * b),

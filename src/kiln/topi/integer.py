@@ -28,7 +28,7 @@ import numpy as np
 
 from kiln.tir import loop as L
 from kiln.tir import intrin_int8 as loop_int8, te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.nn import pad_hw
 from kiln.target import Target
 

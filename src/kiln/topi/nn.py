@@ -10,7 +10,7 @@ from __future__ import annotations
 from kiln import arith
 from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.dims import dim_value
 
 

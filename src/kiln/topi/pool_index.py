@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.nn import max_pool2d
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 
 
 def _param(t: te.Tensor, index: tuple, attrs: dict) -> L.PrimExpr:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kiln import arith
 from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.dims import dim_value
 
 _REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,

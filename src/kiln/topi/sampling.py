@@ -8,7 +8,7 @@ import math
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.relay.op.sampling import CUBIC_A, borders, col2im_geometry
 from kiln.topi.transform import unravel
 

@@ -7,7 +7,7 @@ import math
 from kiln import arith
 from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.relay.op_registry import register_compute
+from kiln.topi.registry import register_compute
 from kiln.topi.broadcast import broadcast_load
 
 

@@ -3,7 +3,7 @@ apply them at compile time. See docs/decisions/024-tuner.md.
 
 Modules (one concept each):
 
-- :mod:`kiln.tune.space` — ``Knob`` / ``Config`` / ``Task``: the contract every other module uses;
+- :mod:`kiln.schedules.space` — ``Knob`` / ``Config`` / ``Task``: the contract every other module uses;
 - ``knobs`` — how a schedule declares a knob and reads the value of the config being applied;
 - ``tasks`` — task extraction from a model (unique kernels, weight = occurrences);
 - ``measure`` — build one candidate, check it against the default schedule's output, time it;

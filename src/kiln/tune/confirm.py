@@ -6,7 +6,7 @@ most configs of a kernel are smaller. The fastest of a few hundred such measurem
 mostly the luckiest one: a tune's estimate went 1.2x faster while the model did not
 (the winner's curse). :func:`confirm_best` measures each task's best config again, each time
 next to the default config, until the config with the least *median* time
-(:func:`kiln.tune.records.best_records`, which ``kiln compile`` applies) has been measured
+(:func:`kiln.driver.tuning_records.best_records`, which ``kiln compile`` applies) has been measured
 ``rounds + 1`` times; the new records are appended like any other.
 
 AutoTVM and MetaSchedule keep the least time of a single measurement; this is the
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from kiln import __version__
 from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
-from kiln.tune.records import (
+from kiln.driver.tuning_records import (
     TuningRecord,
     append_records,
     best_records,
@@ -30,7 +30,7 @@ from kiln.tune.records import (
     config_times,
     load_records,
 )
-from kiln.tune.space import Task
+from kiln.schedules.space import Task
 
 
 def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: str,
@@ -45,7 +45,7 @@ def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: 
     output : path
         The records file: read for the times so far, appended to.
     target, fingerprint, measure : str, mapping, str
-        Which records count (:func:`kiln.tune.records.config_times`) and how to time.
+        Which records count (:func:`kiln.driver.tuning_records.config_times`) and how to time.
     executor :
         A :class:`kiln.tune.executor.Executor` (builds once per pair, then ``rounds``
         measurements of the default and the best, alternating).
@@ -82,7 +82,7 @@ def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: 
 
 def _unconfirmed(tasks, records, target, fingerprint, measure, rounds):
     """``(task, best config)`` for the tasks whose best config, as ``kiln compile`` picks it
-    (:func:`kiln.tune.records.best_records`), is not the default and has at most ``rounds``
+    (:func:`kiln.driver.tuning_records.best_records`), is not the default and has at most ``rounds``
     records."""
     times = config_times(records, target, fingerprint, measure)
     chosen = best_records(records, target, fingerprint, measure)

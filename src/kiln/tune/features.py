@@ -28,7 +28,7 @@ import numpy as np
 
 from kiln.errors import KilnError
 from kiln.tir import loop as L
-from kiln.tune.space import Config, Task
+from kiln.schedules.space import Config, Task
 
 #: what a symbolic extent (a batch, a sequence length) counts as
 SYMBOLIC_EXTENT_GUESS = 64

@@ -32,8 +32,8 @@ from kiln.errors import KilnError
 from kiln.runtime.threads import num_threads
 from kiln.target import Target
 from kiln.tune.cache_flush import CacheFlusher
-from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
-from kiln.tune.space import Config
+from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
+from kiln.schedules.space import Config
 from kiln.tune.tasks import KernelPayload, lower_candidate
 
 #: seed of the random inputs (one per task: the same data for every candidate)

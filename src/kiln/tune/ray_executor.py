@@ -4,7 +4,7 @@ Resource scheme (Ray's custom resources:
 https://docs.ray.io/en/latest/ray-core/scheduling/resources.html):
 
 - a node that may **measure** carries the custom resource ``kiln_cpu:<id>``, where ``<id>``
-  is :func:`kiln.tune.records.fingerprint_id` of its :func:`~kiln.tune.records.cpu_fingerprint`
+  is :func:`kiln.driver.tuning_records.fingerprint_id` of its :func:`~kiln.driver.tuning_records.cpu_fingerprint`
   (model, ISA features, core count, KILN_NUM_THREADS: the fingerprint the records carry), with
   quantity 1. Start it on the measuring machine, in the environment that runs Kiln (the
   same ``KILN_NUM_THREADS`` as the driver's), with::
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.tune.records import cpu_fingerprint, fingerprint_id
+from kiln.driver.tuning_records import cpu_fingerprint, fingerprint_id
 
 RESOURCE_PREFIX = "kiln_cpu:"
 

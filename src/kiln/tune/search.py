@@ -1,6 +1,6 @@
 """Evolutionary search over one task's knob space: which candidates to measure next.
 
-A :class:`EvolutionarySearch` holds what was measured for one :class:`~kiln.tune.space.Task`
+A :class:`EvolutionarySearch` holds what was measured for one :class:`~kiln.schedules.space.Task`
 (never proposed again) and, on :meth:`~EvolutionarySearch.propose`, returns a batch of
 unmeasured configs:
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.tune.records import config_key
-from kiln.tune.space import Config, Task
+from kiln.driver.tuning_records import config_key
+from kiln.schedules.space import Config, Task
 
 #: ``(task, config) -> float64 vector``: e.g. ``features.knob_features`` or
 #: ``features.lowered_features(lower)``

@@ -3,7 +3,7 @@
 The model goes through ``kiln.build``'s own graph pipeline (:func:`kiln.driver.build_module.optimize`
 under the target) up to its fused primitive functions; identical ones (one
 :func:`kiln.relay.graph.structural_key`) are one task whose weight is their count. Each unique
-kernel is lowered once under :func:`kiln.tune.knobs.configured` to learn the knobs its schedule
+kernel is lowered once under :func:`kiln.schedules.knobs.configured` to learn the knobs its schedule
 declares. As AutoTVM's ``extract_from_program`` (``python/tvm/autotvm/task/relay_integration.py``)
 and MetaSchedule's ``extract_tasks`` (``python/tvm/meta_schedule/relay_integration.py``), but
 the kernels are Kiln's own fused functions, so a task is exactly what ``kiln.build`` compiles.
@@ -20,10 +20,10 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.tir import loop as L
 from kiln.relay.graph import Constant, Function, IRModule, PrimitiveCall, structural_key
-from kiln.runtime.toolchain.compile_cache import make_key
 from kiln.target import Target, default_target
-from kiln.tune.knobs import check_config, configured
-from kiln.tune.space import Config, Task
+from kiln.schedules.knobs import check_config, configured
+from kiln.driver.apply_history import workload_key
+from kiln.schedules.space import Config, Task
 
 log = logging.getLogger("kiln")
 
@@ -47,13 +47,6 @@ class KernelPayload:
     def call(self) -> PrimitiveCall:
         """A PrimitiveCall of ``body`` for the lowering (which reads only its body)."""
         return PrimitiveCall(self.body, list(self.body.params), self.name)
-
-
-def workload_key(body: Function, target: str) -> str:
-    """The workload key of a fused function for ``target``: SHA-256 (first 32 hex digits) of
-    its structural key (ops, attrs, shapes, dtypes, wiring, scalar constants) and the target
-    string. Stable across processes and runs."""
-    return make_key("kiln-workload-v1", structural_key(body), str(target))[:32]
 
 
 def extract_tasks(mod: IRModule | Function, params: Mapping[str, np.ndarray] | None = None,

@@ -42,7 +42,7 @@ from kiln.tune.measure import (
     build_candidate,
     measure_candidate,
 )
-from kiln.tune.records import (
+from kiln.driver.tuning_records import (
     TuningRecord,
     append_records,
     best_records,
@@ -53,7 +53,7 @@ from kiln.tune.records import (
     median_record,
 )
 from kiln.tune.search import Measured
-from kiln.tune.space import Task
+from kiln.schedules.space import Task
 from kiln.tune.task_scheduler import TaskScheduler, TuneEvent
 from kiln.tune.tasks import lower_candidate
 
@@ -209,7 +209,7 @@ def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
             measure: str) -> None:
     """Each task's best and default time as ``kiln compile`` ranks them: the median over a
     config's records, configs measured once left out once others were re-measured
-    (:func:`kiln.tune.records.best_records`)."""
+    (:func:`kiln.driver.tuning_records.best_records`)."""
     times = config_times(records, target, fp, measure)
     chosen = best_records(records, target, fp, measure)
     for state in states.values():

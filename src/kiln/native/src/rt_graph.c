@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../crt/kiln_crt_graph.h"
+#include "crt/kiln_crt_graph.h"
 #include "rt_graph.h"
 
 #define KILN_ALIGN 64

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../crt/kiln_crt_json.h"
+#include "crt/kiln_crt_json.h"
 #include "rt_graph.h"
 
 #define KILN_PARAMS_MAGIC 0xF7E58D4F05049CB7ULL

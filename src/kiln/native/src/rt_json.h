@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "kiln_crt_json.h"
+#include "crt/kiln_crt_json.h"
 #include "rt_internal.h"
 
 #define KILN_JSON_MAX_NDIM 32

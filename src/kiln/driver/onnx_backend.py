@@ -3,7 +3,7 @@
 With it ONNX's own conformance runner drives Kiln::
 
     import onnx.backend.test
-    from kiln.frontend.onnx import backend as kiln_backend
+    from kiln.driver import onnx_backend as kiln_backend
 
     globals().update(onnx.backend.test.BackendTest(kiln_backend, __name__).test_cases)
 

@@ -2,7 +2,7 @@
 
 ``kiln.build(..., tuning_records=path)`` lowers each unique kernel through
 :meth:`ApplyHistoryBest.lower`: the fastest error-free record for the kernel's workload key
-(:func:`kiln.tune.tasks.workload_key`, which includes the target string), measured on a CPU
+(:func:`workload_key`, which includes the target string), measured on a CPU
 with exactly this machine's fingerprint, is applied; every other kernel keeps the default
 schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``other CPU`` (records
 for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
@@ -31,16 +31,24 @@ from collections.abc import Iterable, Mapping
 
 from kiln.errors import KilnError
 from kiln.tir import loop as L
-from kiln.relay.graph import PrimitiveCall
-from kiln.tune.knobs import check_config, configured
-from kiln.tune.records import (
+from kiln.relay.graph import Function, PrimitiveCall, structural_key
+from kiln.schedules.knobs import check_config, configured
+from kiln.driver.tuning_records import (
     RECORD_MEASURE,
     TuningRecord,
     best_records,
     cpu_fingerprint,
     load_records,
 )
-from kiln.tune.tasks import workload_key
+from kiln.runtime.toolchain.compile_cache import make_key
+
+
+def workload_key(body: Function, target: str) -> str:
+    """The workload key of a fused function for ``target``: SHA-256 (first 32 hex digits) of
+    its structural key (ops, attrs, shapes, dtypes, wiring, scalar constants) and the target
+    string. Stable across processes and runs."""
+    return make_key("kiln-workload-v1", structural_key(body), str(target))[:32]
+
 
 log = logging.getLogger("kiln")
 
@@ -55,10 +63,10 @@ class ApplyHistoryBest:
     Parameters
     ----------
     records : path or iterable of TuningRecord
-        A JSON-lines file (:func:`kiln.tune.records.load_records`) or records.
+        A JSON-lines file (:func:`kiln.driver.tuning_records.load_records`) or records.
     fingerprint : mapping, optional
         The CPU and kernel threads the build is for (default: this machine's and this
-        process's ``KILN_NUM_THREADS``, :func:`kiln.tune.records.cpu_fingerprint`: compile
+        process's ``KILN_NUM_THREADS``, :func:`kiln.driver.tuning_records.cpu_fingerprint`: compile
         with the thread count the library will run at).
     measure : str
         Apply only records timed with this method (default: the tuner's,

@@ -6,7 +6,7 @@ A schedule calls :func:`knob` where it would use a constant or a rule's result::
 
 Outside a tuning context (an ordinary build) it returns ``default`` and costs nothing else.
 Inside :func:`configured` (task extraction, a candidate's lowering, a build applying tuning
-records) it records the declared :class:`~kiln.tune.space.Knob` — its values with the default
+records) it records the declared :class:`~kiln.schedules.space.Knob` — its values with the default
 first, so the default schedule is always candidate 0 — and returns the config's value for that
 name when the config has one.
 
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kiln.errors import KilnError
-from kiln.tune.space import Config, Knob
+from kiln.schedules.space import Config, Knob
 
 
 @dataclass

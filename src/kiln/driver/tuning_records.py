@@ -15,7 +15,7 @@ candidate has no time; ``measure`` says how they were timed
 (:data:`kiln.tune.measure.MEASURE_METHODS`; a line without it is from before the field and was
 timed ``hot``): times of different methods are never compared. A record is applied only where
 its ``target`` string and its whole
-``fingerprint`` equal the build's (:mod:`kiln.tune.apply_history`): the model name, the ISA
+``fingerprint`` equal the build's (:mod:`kiln.driver.apply_history`): the model name, the ISA
 features LLVM sees (what ``-mcpu=native`` compiles for), the logical core count and the kernel
 threads (``KILN_NUM_THREADS``: what the parallel loops were timed at) decide the best schedule,
 and a record from another CPU or thread count is silently wrong at best.
