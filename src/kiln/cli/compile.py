@@ -20,7 +20,7 @@ from kiln.cli.symbols import (
     symbolic_inputs,
 )
 from kiln.errors import CompileError, KilnError
-from kiln.tune.records import RECORD_MEASURE
+from kiln.driver.tuning_records import RECORD_MEASURE
 
 
 def compile_model(model: str, output: str | None, target: str | None = None,
@@ -78,7 +78,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         why the others fell back) goes to ``echo``.
     tuning_measure : str
         ``--tuning-measure``: apply only records timed with this method
-        (:data:`kiln.tune.records.MEASURE_METHODS`; default ``flush``).
+        (:data:`kiln.driver.tuning_records.MEASURE_METHODS`; default ``flush``).
 
     Returns
     -------
@@ -127,7 +127,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         raise KilnError("--system-lib builds for the C runtime, which has no VM executor")
     tuning = None
     if tuning_records is not None:
-        from kiln.tune.apply_history import ApplyHistoryBest
+        from kiln.driver.apply_history import ApplyHistoryBest
 
         tuning = ApplyHistoryBest(tuning_records, measure=tuning_measure)
     start = time.perf_counter()

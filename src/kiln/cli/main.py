@@ -34,7 +34,7 @@ import traceback
 
 from kiln.cli.symbols import parse_dim
 from kiln.errors import KilnError
-from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
+from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
 
 EXIT_ERROR = 2
 #: ``kiln demo NAME`` → its module in kiln.demo

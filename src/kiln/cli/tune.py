@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from kiln.errors import KilnError
-from kiln.tune.records import MEASURE_METHODS, RECORD_MEASURE
+from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
