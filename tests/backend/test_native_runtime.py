@@ -199,3 +199,7 @@ def test_runtime_dir_cli_and_wheel_data():
     needed = [p for p in RUNTIME_DIR.rglob("*") if p.is_file() and "build" not in p.parts
               and p.suffix in (".c", ".h", ".hpp", ".S", "") and "__pycache__" not in p.parts]
     assert not [p for p in needed if p not in shipped]
+    # every C file Kiln ships lives in that one folder (docs/decisions/030-one-c-tree.md)
+    outside = [p for p in pkg.rglob("*") if p.suffix in (".c", ".h", ".hpp", ".S")
+               and RUNTIME_DIR not in p.parents]
+    assert not outside

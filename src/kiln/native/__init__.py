@@ -32,5 +32,7 @@ INCLUDE_DIR = RUNTIME_DIR / "include"
 SUPPORT_DIR = RUNTIME_DIR / "src" / "support"
 #: the C runtime's sources and headers (kiln.crt.project copies them into a C project's crt/)
 CRT_DIR = RUNTIME_DIR / "src" / "crt"
+#: C that BYOC codegens paste into their generated sources (``cblas_kernels.c``)
+BYOC_DIR = RUNTIME_DIR / "src" / "byoc"
 
-__all__ = ["CRT_DIR", "INCLUDE_DIR", "RUNTIME_DIR", "SUPPORT_DIR"]
+__all__ = ["BYOC_DIR", "CRT_DIR", "INCLUDE_DIR", "RUNTIME_DIR", "SUPPORT_DIR"]

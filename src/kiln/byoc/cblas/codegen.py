@@ -22,14 +22,14 @@ import os
 import shlex
 import shutil
 import subprocess
-from pathlib import Path
-
 from kiln.byoc.gemm_composites import GemmComposite, parse
 from kiln.errors import CompileError, ToolchainError
+from kiln.native import BYOC_DIR
 from kiln.relay.graph import Function, FunctionCall, Var, post_order, structural_key
 from kiln.runtime import CSourceModule
 
-KERNELS_C = Path(__file__).with_name("cblas_kernels.c")
+#: the support code pasted at the top of every generated source (kiln/native/src/byoc/)
+KERNELS_C = BYOC_DIR / "cblas_kernels.c"
 PKG = "openblas"
 _ACT = {None: "KILN_ACT_NONE", "nn.relu": "KILN_ACT_RELU", "clip": "KILN_ACT_CLIP",
         "hardswish": "KILN_ACT_HARDSWISH"}
