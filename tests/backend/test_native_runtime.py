@@ -42,9 +42,11 @@ CASES = [
 ]
 
 
-def build_runtime(build: Path, cc: str | None = None, extra: tuple[str, ...] = ()) -> Path:
-    """``make -C <runtime dir> BUILD=build [CC=cc]``; returns ``build``."""
-    cmd = ["make", "-s", "-j2", "-C", str(RUNTIME_DIR), f"BUILD={build}", *extra]
+def build_runtime(build: Path, cc: str | None = None, extra: tuple[str, ...] = (),
+                  source: Path = RUNTIME_DIR) -> Path:
+    """``make -C source BUILD=build [CC=cc]`` (``source``: the runtime dir, or a copy of it);
+    returns ``build``."""
+    cmd = ["make", "-s", "-j2", "-C", str(source), f"BUILD={build}", *extra]
     if cc:
         cmd.append(f"CC={cc}")
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
