@@ -22,6 +22,7 @@ import os
 import shlex
 import shutil
 import subprocess
+
 from kiln.byoc.gemm_composites import GemmComposite, parse
 from kiln.errors import CompileError, ToolchainError
 from kiln.native import BYOC_DIR
