@@ -1,7 +1,7 @@
 """User module types and the const loader, exported through the real C compiler and loaded
 back: binary modules at several depths of the import tree, a missing loader, a renamed type key
 kept loading by an alias, and an external module that gets its constants from the const loader
-(shared reference section 7) exactly once.
+(docs/formats.md §7) exactly once.
 """
 
 from __future__ import annotations

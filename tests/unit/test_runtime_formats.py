@@ -1,6 +1,6 @@
 """Runtime byte formats and pure-Python runtime pieces (no C toolchain needed).
 
-Formats: shared reference ``runtime-formats.md`` sections 1, 2, 4, 5, 6.
+Formats: docs/formats.md sections 1, 2, 4, 5, 6.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Runtime module types and their formats, without a C toolchain: user binary modules and their
-loaders (aliases), the const loader (shared reference section 7) and ``create_metadata_module``,
+loaders (aliases), the const loader (docs/formats.md §7) and ``create_metadata_module``,
 the safe ``untar``, and the triple → ELF machine table of the pre-link check.
 """
 

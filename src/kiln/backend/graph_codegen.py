@@ -1,6 +1,6 @@
 """Write the graph executor's JSON for a fused function (TVM's GraphExecutorCodegen).
 
-Format: shared reference, section 4 (src/relay/backend/graph_executor_codegen.cc). Graph inputs
+Format: docs/formats.md §4 (src/relay/backend/graph_executor_codegen.cc). Graph inputs
 become ``null`` nodes named after the model's inputs; constants feeding kernels become ``null``
 nodes named ``p0, p1, ...`` whose values go to the params dict; each primitive call becomes a
 ``tvm_op`` node. An external (BYOC) function call becomes a ``tvm_op`` node too, named and

@@ -1,6 +1,6 @@
 """Lower a fused primitive function to a packed loop-IR kernel (TVM's TECompiler / CompileEngine).
 
-Steps, in the fixed order DESIGN.md names (``KILN_DUMP_IR=dir`` writes each stage):
+Steps, in the fixed order docs/design.md §1.5 names (``KILN_DUMP_IR=dir`` writes each stage):
 compute (topi) → tensor-level schedule → lower → Simplify → loop schedule → FastExp (float32
 ``exp`` as vectorizable arithmetic) → MakePackedAPI.
 """

@@ -3,7 +3,7 @@ src/target/llvm/codegen_llvm.cc and codegen_cpu.cc), built with ``llvmlite.ir``.
 
 Each packed PrimFunc ``f`` (after MakePackedAPI) becomes:
 
-- ``f``: the packed-ABI entry (shared reference §3). It runs the leading ``AssertStmt``s (the
+- ``f``: the packed-ABI entry (docs/formats.md §3.3). It runs the leading ``AssertStmt``s (the
   argument checks), checks that every tensor's data is 64-byte aligned (Kiln's NDArrays always
   are; the check turns a foreign unaligned pointer into an error instead of undefined behaviour)
   and calls ``f_compute_`` with the data pointers.

@@ -1,5 +1,5 @@
 """LLVM IR building blocks shared by the LLVM code generator (``llvm_expr``, ``llvm_func``):
-the types of loop-IR dtypes and of the DLPack structs (LP64 layout, shared reference §3), the
+the types of loop-IR dtypes and of the DLPack structs (LP64 layout, docs/formats.md §3.1), the
 module being built (:class:`ModuleCodegen`: declarations, string constants, loop metadata, the
 ``kiln_is_compact`` helper) and the function being filled (:class:`Frame`). Built with
 ``llvmlite.ir`` (opaque pointers: LLVM 22).
@@ -17,7 +17,7 @@ from kiln.tir import loop as L
 I1, I8, I16, I32, I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 F32, F64 = ir.FloatType(), ir.DoubleType()
-# DLPack structs, LP64 (shared reference §3): natural layout, DLTensor is 48 bytes.
+# DLPack structs, LP64 (docs/formats.md §3.1): natural layout, DLTensor is 48 bytes.
 DLDEVICE = ir.LiteralStructType([I32, I32])
 DLDATATYPE = ir.LiteralStructType([I8, I8, I16])
 DLTENSOR = ir.LiteralStructType([PTR, DLDEVICE, I32, DLDATATYPE, PTR, PTR, I64])

@@ -1,11 +1,11 @@
 """The system library: a function registry compiled next to the kernels, so a statically
 linked C program finds them by name without ``dlsym`` (TVM's ``--system-lib`` with the C
 runtime: ``CodeGenCHost``'s registry and ``TVMSystemLibEntryPoint``,
-include/tvm/runtime/crt/func_registry.h; shared reference, section 8).
+include/tvm/runtime/crt/func_registry.h; docs/formats.md §8).
 
 :func:`create_system_lib_module` checks the kernel library's module tree (only DSO-exportable
-modules without constants can be linked into a system library: the rule of the shared
-reference, section 7) and returns one more module holding::
+modules without constants can be linked into a system library: docs/formats.md §8, after
+the const loader rule of §7) and returns one more module holding::
 
     const TVMModule* <prefix>TVMSystemLibEntryPoint(void);   // -> {&registry}
     registry = {names blob, {&<symbol of name 0>, &<symbol of name 1>, ...}}

@@ -1,7 +1,7 @@
 """Pack and unpack the imports blob ``__tvm_dev_mblob`` (TVM's ``ModuleSerializer`` in
 src/target/codegen.cc and ``ProcessModuleBlob`` in src/runtime/library_module.cc).
 
-Format (shared reference, section 2)::
+Format (docs/formats.md §2)::
 
     blob    := u64 nbytes  payload[nbytes]
     payload := u64 num_entries  entry*num_entries

@@ -1,8 +1,8 @@
 """ctypes mirrors of the C ABI in ``include/kiln/c_runtime_api.h`` and the one dtype table.
 
-Layouts follow DLPack's ``dlpack.h`` and TVM's ``include/tvm/runtime/c_runtime_api.h`` (shared
-reference ``runtime-formats.md``, section 3). Every other runtime file takes its structs and its
-numpy ↔ ``DLDataType`` mapping from here, so there is exactly one definition of each.
+Layouts follow DLPack's ``dlpack.h`` and TVM's ``include/tvm/runtime/c_runtime_api.h``
+(docs/formats.md §3). Every other runtime file takes its structs and its numpy ↔ ``DLDataType``
+mapping from here, so there is exactly one definition of each.
 """
 
 from __future__ import annotations

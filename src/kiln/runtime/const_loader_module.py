@@ -11,7 +11,7 @@ An external (BYOC) module that needs constants declares ``get_symbol() -> str``,
 order (the packed C ABI has no array object, so a C module can take them as ``DLTensor``\\ s);
 a missing ``__init_<symbol>`` is an error rather than silently skipped.
 
-Serialized form (shared reference, section 7)::
+Serialized form (docs/formats.md §7)::
 
     vec<string> variables | u64 n | n × NDArray | vec<string> symbols | u64 m | m × vec<string>
 """

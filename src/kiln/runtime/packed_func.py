@@ -2,7 +2,7 @@
 
 TVM's ``python/tvm/_ffi/_ctypes/packed_func.py``. A C packed function has the signature
 ``int32 f(TVMValue* args, int32* type_codes, int32 num_args, TVMValue* ret, int32* ret_code,
-void* resource_handle)`` (shared reference, section 3). Arguments convert as: NDArray → its
+void* resource_handle)`` (docs/formats.md §3). Arguments convert as: NDArray → its
 ``DLTensor*`` (type code 7), int → 0, float → 2, str → 11, None → 4, Device → 6. A nonzero return
 means failure; the message is read through the *same library's* ``TVMGetLastError`` because each
 exported library carries its own error buffer (``support/backend.c``).

@@ -1,7 +1,7 @@
 """The params blob (``save_param_dict`` / ``load_param_dict``) and the NDArray stream format.
 
 TVM's ``src/runtime/file_utils.cc`` (``SaveParams``) and ``src/runtime/ndarray.cc``
-(``SaveDLTensor``); shared reference, section 5::
+(``SaveDLTensor``); docs/formats.md §5::
 
     u64 0xF7E58D4F05049CB7 | u64 0 | vec<string> names | u64 count |
       count × NDArray := u64 0xDD5E40F096B4A13F | u64 0 | DLDevice(cpu,0) | i32 ndim |

@@ -1,8 +1,8 @@
 """dmlc-core stream encoding (``include/dmlc/serializer.h``): a writer and a bounds-checked reader.
 
 All little-endian. ``u64``/``i32``/POD: raw bytes; ``string``: ``u64 len`` + bytes (no NUL);
-``vector<POD>``: ``u64 count`` + elements; ``vector<string>``: ``u64 count`` + strings (shared
-reference, section 1). The reader checks every length against the bytes that remain *before*
+``vector<POD>``: ``u64 count`` + elements; ``vector<string>``: ``u64 count`` + strings
+(docs/formats.md §1). The reader checks every length against the bytes that remain *before*
 allocating anything, so a corrupt length raises :class:`ModuleLoadError` instead of allocating
 gigabytes or reading past the end.
 """

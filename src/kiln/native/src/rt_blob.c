@@ -8,7 +8,7 @@
  *
  * Every length is checked against the bytes that remain, so a damaged blob is an error naming
  * what was found, never a read out of bounds. Also the stream reader and the NDArray reader of
- * the params format (shared reference, sections 1 and 5).
+ * the params format (docs/formats.md §1 and §5).
  */
 #include <stdlib.h>
 #include <string.h>

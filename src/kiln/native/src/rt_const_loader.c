@@ -3,7 +3,7 @@
  * too): constants for external (BYOC) modules, handed to each one's __init_<symbol> once before
  * its first use. TVM's src/runtime/const_loader_module.cc; Kiln's
  * kiln/runtime/const_loader_module.py, whose checks and calling convention (one tensor argument
- * per constant, in get_const_vars order) this file repeats. Bytes (shared reference, section 7):
+ * per constant, in get_const_vars order) this file repeats. Bytes (docs/formats.md §7):
  *
  *     vec<string> variables | u64 n | n x NDArray | vec<string> symbols | u64 m | m x vec<string>
  */

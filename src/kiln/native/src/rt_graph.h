@@ -10,7 +10,7 @@ typedef struct {
   KilnModule base;
   char* graph_json;
   size_t graph_len;
-  uint8_t* params; /* the factory's params as a params blob (section 5), for LoadParams */
+  uint8_t* params; /* the factory's params as a params blob (docs/formats.md §5), for LoadParams */
   TVMByteArray params_bytes; /* the same, returned by get_graph_params */
   size_t params_len;
   char** param_names;

@@ -3,7 +3,7 @@
  * src/runtime/graph_executor/graph_executor_factory.cc; Kiln's
  * kiln/runtime/graph_executor/factory.py, whose function names this file serves.
  *
- * Bytes (shared reference, section 6):
+ * Bytes (docs/formats.md §6):
  *     string graph_json | u64 n | vec<string> names | n x NDArray | string module_name
  * Functions: <module_name>(device) -> executor module (rt_graph.c), get_graph_json, get_lib,
  * get_graph_params (the params as the params blob load_params reads, kTVMBytes: the C ABI has

@@ -1,7 +1,7 @@
 /*
  * Internals of libkiln_runtime: the module and function objects behind the C API handles
  * (TVM's ModuleNode / PackedFunc, include/tvm/runtime/module.h and packed_func.h), the stream
- * reader of the blob formats (dmlc-core's serializer.h; shared reference, section 1), and the
+ * reader of the blob formats (dmlc-core's serializer.h; docs/formats.md §1), and the
  * module loaders by type_key (runtime.module.loadbinary_<type_key>).
  */
 #ifndef KILN_RT_INTERNAL_H_
@@ -89,7 +89,7 @@ int kiln_read_bytes(KilnStream* s, const uint8_t** data, size_t* n, const char* 
 int kiln_read_count(KilnStream* s, size_t item_size, uint64_t* out, const char* field);
 int kiln_skip(KilnStream* s, size_t n, const char* field);
 
-/* One NDArray of the params format (shared reference, section 5), borrowed from the stream. */
+/* One NDArray of the params format (docs/formats.md §5), borrowed from the stream. */
 typedef struct {
   DLDataType dtype;
   int32_t ndim;

@@ -94,7 +94,7 @@ class GraphExecutor(Module):
     Parameters
     ----------
     graph_json : str
-        TVM graph JSON (shared reference, section 4).
+        TVM graph JSON (docs/formats.md §4).
     lib : Module
         Where ``func_name`` of each op is looked up (``get_function`` with imports).
     device : Device

@@ -3,7 +3,7 @@
 python/tvm/contrib/graph_executor_factory... ``relay.build``'s result).
 
 It is binary-serializable (type_key ``GraphExecutorFactory``) and imports the library, so it is
-the usual root of an exported artifact. Serialized form (shared reference, section 6)::
+the usual root of an exported artifact. Serialized form (docs/formats.md §6)::
 
     string graph_json | u64 n | vec<string> names | n × NDArray | string module_name
 """
@@ -34,7 +34,7 @@ class GraphExecutorFactoryModule(Module):
     Parameters
     ----------
     graph_json : str
-        TVM graph JSON (shared reference, section 4); validated now.
+        TVM graph JSON (docs/formats.md §4); validated now.
     lib : Module
         The module holding the kernels (a ``CSourceModule`` tree, or a loaded library).
     params : mapping of str to numpy array or NDArray

@@ -1,5 +1,5 @@
 """Parse and validate the graph executor's JSON (TVM's ``GraphExecutor::Load``,
-src/runtime/graph_executor/graph_executor.h; shared reference, section 4).
+src/runtime/graph_executor/graph_executor.h; docs/formats.md §4).
 
 Everything the executor later indexes is checked here, so a malformed graph fails with a
 :class:`ModuleLoadError` naming the node or attribute instead of an IndexError mid-run.

@@ -4,8 +4,8 @@ custom-device examples; TVM's ``CSourceModule`` kept as source, src/target/sourc
 
 The module is binary-serializable, so ``export_library`` packs it into the blob *as source*
 (whatever the ``fcompile``), and ``load_module`` rebuilds it with
-``runtime.module.loadbinary_kiln_jit``. Serialized form (stream encoding, shared reference
-section 1)::
+``runtime.module.loadbinary_kiln_jit``. Serialized form (docs/formats.md §10.1;
+stream encoding of §1)::
 
     u64 version (1) | vec<string> sources | u64 n | n × (string name | vec<string> arg_dtypes |
                                                         u64 num_outputs)

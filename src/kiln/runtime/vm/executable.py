@@ -1,6 +1,6 @@
 """``VMExecutable``: the VM's bytecode, constants and function table, as a runtime module.
 
-TVM's ``relax.Executable`` (include/tvm/runtime/vm/executable.h; shared reference §8b) with
+TVM's ``relax.Executable`` (include/tvm/runtime/vm/executable.h; docs/formats.md §9) with
 Kiln's own format (decision 014, ``vm_format``). It is binary-serializable (type_key
 ``relax.VMExecutable``, also loaded under TVM v0.18's ``relax.Executable``) and imports the
 kernel library, as the ``GraphExecutorFactory`` does, so ``export_library`` packs both into one

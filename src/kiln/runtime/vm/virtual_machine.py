@@ -1,6 +1,6 @@
 """The VM runtime module: runs a :class:`VMExecutable`'s bytecode (decision 014).
 
-TVM's Relax ``VirtualMachine`` (src/runtime/relax_vm/vm.cc; shared reference §8b): a register
+TVM's Relax ``VirtualMachine`` (src/runtime/relax_vm/vm.cc; docs/formats.md §9): a register
 machine with four opcodes (Call, Ret, Goto, If) whose calls reach kernels of the library and the
 builtins of ``vm_builtins``. ``exe["vm_load_executable"]()`` creates it; ``vm_initialization(
 device_type, device_id, alloc_type)`` resolves the function table (kernels through the

@@ -1,6 +1,6 @@
 """MakePackedAPI: wrap a kernel into the packed C calling convention with argument checks.
 
-The packed ABI (shared reference, section 3; TVM src/tir/transforms/make_packed_api.cc) passes
+The packed ABI (docs/formats.md §3.3; TVM src/tir/transforms/make_packed_api.cc) passes
 ``TVMValue* args, int* type_codes, int num_args``. This pass prepends checks that return -1 with a
 message naming the kernel and argument: the argument count, each type code (DLTensor handle),
 a non-null handle, ndim, dtype (code, bits, lanes), every dimension of the shape, compact strides

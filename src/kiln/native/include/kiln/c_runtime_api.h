@@ -1,7 +1,7 @@
 /*
  * Kiln's C ABI: DLPack tensors, the packed-function calling convention and the backend callbacks
  * that generated kernels use. Follows Apache TVM's include/tvm/runtime/c_runtime_api.h,
- * c_backend_api.h and DLPack's dlpack.h (see shared reference: runtime-formats.md, section 3).
+ * c_backend_api.h and DLPack's dlpack.h (see docs/formats.md §3).
  * Every exported library carries its own implementation of the backend callbacks
  * (kiln/runtime/support/backend.c), so an artifact needs no runtime library.
  */

@@ -11,7 +11,7 @@
  * the next call on this thread), kTVMDLTensorHandle (borrowed: valid while the module that
  * returned it lives and until its next call that changes it), kTVMArgInt, kTVMNullptr.
  *
- * Kiln's file formats: shared reference runtime-formats.md; this runtime's design:
+ * Kiln's file formats: docs/formats.md; this runtime's design:
  * docs/decisions/022-native-runtime.md.
  */
 #ifndef KILN_RUNTIME_H_

@@ -2,11 +2,11 @@
  * Kiln's C runtime (CRT): run a Kiln model from C without Python, dlopen or a heap.
  *
  * - The system library: generated code defines a TVMFuncRegistry and TVMSystemLibEntryPoint()
- *   (TVM's include/tvm/runtime/crt/func_registry.h; shared reference, section 8), so functions
+ *   (TVM's include/tvm/runtime/crt/func_registry.h; docs/formats.md §8), so functions
  *   are found by name in a statically linked program, without dlsym.
  * - Packed calls: TVMModGetFunction / TVMFuncCall over that registry.
- * - The graph executor: reads the graph JSON and params blob that kiln.build writes (shared
- *   reference, sections 4 and 5) with its own small JSON reader.
+ * - The graph executor: reads the graph JSON and params blob that kiln.build writes
+ *   (docs/formats.md §4 and §5) with its own small JSON reader.
  * - The backend callbacks generated kernels need (TVMBackendAllocWorkspace from a workspace
  *   stack, TVMAPISetLastError, a serial TVMBackendParallelLaunch): kiln_crt_backend.c.
  *
@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-/* -- system library (shared reference, section 8) */
+/* -- system library (docs/formats.md §8) */
 /* names: little-endian u16 count, then each name NUL-terminated, then an extra NUL;
    funcs[i] is the function named by the i-th name. */
 typedef struct {

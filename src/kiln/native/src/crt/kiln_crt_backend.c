@@ -1,5 +1,5 @@
 /*
- * The backend callbacks that generated kernels call (shared reference, section 3; TVM's
+ * The backend callbacks that generated kernels call (docs/formats.md §3.5; TVM's
  * include/tvm/runtime/c_backend_api.h and src/runtime/crt/common/crt_backend_api.c), for
  * programs without Python: the error string, workspaces from a caller-given stack, a serial
  * parallel launch (the arena: kiln_crt_arena.c). Used by the graph executor and by AOT code.

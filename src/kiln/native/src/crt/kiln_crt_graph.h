@@ -2,7 +2,7 @@
  * The graph executor and the arena it lives in, shared by the C runtime (CRT, system library:
  * kiln_crt.h) and the native runtime (libkiln_runtime, dlopen'ed libraries: kiln/native/).
  * The executor finds its kernels through a lookup callback, so it depends on neither runtime's
- * module system. TVM's src/runtime/crt/graph_executor/graph_executor.c; shared reference,
+ * module system. TVM's src/runtime/crt/graph_executor/graph_executor.c; docs/formats.md
  * sections 4 (graph JSON) and 5 (params blob). C99; functions return 0, or -1 with the message
  * in TVMGetLastError().
  */
@@ -53,7 +53,7 @@ typedef int (*KilnGraphLookup)(void* ctx, const char* name, TVMBackendPackedCFun
 int KilnGraphExecutor_CreateWithLookup(const char* json, size_t json_len, KilnGraphLookup lookup,
                                        void* lookup_ctx, KilnArena* arena,
                                        KilnGraphExecutor** out);
-/* Copy the params in a params blob (shared reference, section 5) into their storage. */
+/* Copy the params in a params blob (docs/formats.md §5) into their storage. */
 int KilnGraphExecutor_LoadParams(KilnGraphExecutor* ge, const void* blob, size_t nbytes);
 /* Graph inputs here are all arg_nodes, params included, in arg_nodes order. */
 int KilnGraphExecutor_NumInputs(const KilnGraphExecutor* ge);

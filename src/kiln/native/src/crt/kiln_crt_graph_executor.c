@@ -1,8 +1,8 @@
 /*
  * The graph executor of the C runtime (TVM's src/runtime/crt/graph_executor/graph_executor.c):
- * reads the graph JSON (shared reference, section 4), plans storage as the JSON says (a pool per
+ * reads the graph JSON (docs/formats.md §4), plans storage as the JSON says (a pool per
  * storage id, of the largest entry using it), prepares every kernel call once (SetupOpExecs) and
- * runs them in order; params come from a params blob (section 5). Everything lives in the
+ * runs them in order; params come from a params blob (§5). Everything lives in the
  * caller's arena. Kernels are found through a lookup callback (KilnGraphExecutor_CreateWithLookup),
  * so the CRT (system-library registry, kiln_crt_registry.c) and the native runtime (dlopen'ed
  * libraries, kiln/native/src/rt_graph.c) share this one executor.

@@ -1,7 +1,7 @@
 /*
  * Function lookup in a system library's TVMFuncRegistry and packed calls (TVM's
- * src/runtime/crt/common/func_registry.c and crt_runtime_api.c). Names blob: shared reference,
- * section 8. Also the graph executor over a system library: its kernel lookup and its run with
+ * src/runtime/crt/common/func_registry.c and crt_runtime_api.c). Names blob: docs/formats.md
+ * §8. Also the graph executor over a system library: its kernel lookup and its run with
  * the arena's free bytes as the kernels' workspace stack.
  */
 #include "kiln_crt.h"

@@ -4,7 +4,7 @@
  * batched call loop, and the thread pool behind TVMBackendParallelLaunch (C and LLVM kernels).
  * Follows TVM's src/runtime/c_runtime_api.cc (TVMAPISetLastError),
  * include/tvm/runtime/c_backend_api.h (TVMBackendAllocWorkspace, TVMBackendParallelLaunch) and
- * src/runtime/thread_pool.cc; see the shared reference, runtime-formats.md, section 3.
+ * src/runtime/thread_pool.cc; see docs/formats.md §3.5.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, syscall */
 #include <kiln/c_runtime_api.h>
