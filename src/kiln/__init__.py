@@ -9,6 +9,8 @@ The deploy API follows Apache TVM's classic stack::
     gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
 
 Layering (see DESIGN.md): ``kiln.runtime`` never imports the compiler packages.
+
+May import: anything in kiln (the facade: lazy attributes only).
 """
 
 from kiln.errors import (  # noqa: F401

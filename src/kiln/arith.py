@@ -12,6 +12,8 @@ Simplification uses each variable's bounds (``lo``/``hi``) and divisor: ``(4*n +
 ``max(n, 1) == n`` for ``n >= 1``, ``(8*k) % 4 == 0``. Nothing here calls ``int()`` on a symbolic
 value: :meth:`SymExpr.__int__` raises :class:`~kiln.errors.ShapeError` naming the expression, which
 is how a converter that needs a static value reports it.
+
+May import: kiln.errors only.
 """
 
 from __future__ import annotations

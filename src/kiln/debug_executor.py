@@ -15,6 +15,8 @@ The runtime side (timing node by node over the same prebuilt kernel calls as ``r
 **Kiln:** ``run`` returns the :class:`DebugReport` instead of printing it, and outputs are
 dumped as one ``.npy`` per node output plus ``nodes.json`` (TVM writes ``output_tensors.params``
 and a Chrome trace under ``_tvmdbg_device_CPU_0``).
+
+May import: kiln.graph_executor, kiln.runtime (and kiln.errors).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Errors a user can trigger. Every one is a :class:`KilnError`; the CLI prints one line and exits 2."""
+"""Errors a user can trigger. Every one is a :class:`KilnError`; the CLI prints one line and exits 2.
+
+May import: nothing of kiln (the standard library only).
+"""
 
 
 class KilnError(Exception):

@@ -16,6 +16,8 @@ Usage::
 :class:`GraphModule` wraps an executor *module* and calls it through its packed functions, as
 TVM's wrapper does, so it works the same on any executor module. Lives outside
 ``kiln.runtime``'s internals but imports only ``kiln.runtime``.
+
+May import: kiln.runtime (and kiln.errors).
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ API
 
 Nesting is allowed: a ``task`` inside a ``stage`` shares one live display. The display is not
 thread-safe; call it from the thread that drives compilation.
+
+May import: kiln.errors only.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ Schedules read the SIMD width from :meth:`Target.vector_bits` / :meth:`Target.ve
 512 bits with AVX-512, 256 with AVX/AVX2, 128 for SSE, NEON and RVV with VLEN=128 (``zvl<N>b``
 raises it). The LLVM host queries (``-mcpu=native``, the default triple) import llvmlite lazily;
 nothing else here depends on a code generator.
+
+May import: kiln.errors only.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ Usage::
 :class:`VirtualMachine` creates the runtime VM module (``vm_load_executable``) and initializes
 it (``vm_initialization``), then calls it through its packed functions, as TVM's wrapper does.
 Imports only ``kiln.runtime``.
+
+May import: kiln.runtime (and kiln.errors).
 """
 
 from __future__ import annotations

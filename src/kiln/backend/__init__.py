@@ -2,4 +2,7 @@
 memory (``memory_plan``) and write the graph executor's JSON (``graph_codegen``) or the VM's
 bytecode (``vm_codegen``: shape heap, arena over symbolic sizes, run-time Ifs; ``vm_dynamic``:
 the builtin calls of data-dependent ops).
-May import kiln.ir, kiln.topi, kiln.schedules, kiln.passes, kiln.codegen and kiln.errors."""
+
+May import: kiln.relay, kiln.topi, kiln.tir, kiln.arith, kiln.schedules, kiln.codegen,
+kiln.runtime, kiln.target (and kiln.errors).
+"""

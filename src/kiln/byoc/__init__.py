@@ -18,7 +18,8 @@ const loader when one of them needs constants. Built in: ``cblas`` (OpenBLAS ``c
 C source, type_key ``c``; ``kiln.byoc.cblas``) and ``kiln_json`` (a JSON graph + constants run by
 ``kiln.runtime.contrib.json.json_runtime``; ``kiln.byoc.kiln_json``). docs/byoc.md walks through a new one.
 
-May import kiln.ir, kiln.passes, kiln.runtime, kiln.errors.
+May import: kiln.relay, kiln.tir, kiln.codegen, kiln.runtime, kiln.target, kiln.native (and
+kiln.errors).
 """
 
 from kiln.byoc.codegen import build_external, constant_names, external_functions

@@ -6,6 +6,8 @@ llvmlite, optimized and emitted as an ELF object per group (an ``LLVMModule``, l
 for any triple LLVM knows; ``llvm_machine`` (the target machine, the optimization of one module)
 is all that the ``llvm_worker`` processes import. Both map the same loop-IR vocabulary and the same packed
 ABI (``kiln.tir.transform.make_packed_api``), and both outline parallel loops into lambdas for
-``TVMBackendParallelLaunch`` (``outline``: what a lambda captures). May import kiln.ir, kiln.passes, kiln.target,
-kiln.runtime and kiln.errors; llvmlite is imported only by the llvm files.
+``TVMBackendParallelLaunch`` (``outline``: what a lambda captures). llvmlite is imported only
+by the llvm files.
+
+May import: kiln.tir, kiln.target, kiln.runtime (and kiln.errors).
 """

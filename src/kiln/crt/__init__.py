@@ -10,6 +10,8 @@ The runtime's C sources (``kiln_crt*.c``/``.h``, C99, no allocation beyond a cal
 system-library registry lookup, packed calls, the graph executor with its JSON reader, the
 backend callbacks kernels need) live with all of Kiln's C in ``kiln/native/src/crt/``
 (:data:`CRT_DIR`; docs/decisions/030-one-c-tree.md); a C project gets them in its ``crt/``.
+
+May import: kiln.backend, kiln.runtime, kiln.native (and kiln.errors).
 """
 
 from __future__ import annotations

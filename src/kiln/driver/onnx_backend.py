@@ -189,15 +189,14 @@ def _bind_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> on
 
 
 def _compile(mod: Any, params: dict[str, np.ndarray], target: str) -> Any:
-    # Imported here: the frontend itself must not depend on the runtime (kiln.frontend's rule);
-    # the backend is the one frontend module that ties import, build and run together.
-    import kiln
+    from kiln.driver.build_module import build
     from kiln.graph_executor import GraphModule
+    from kiln.runtime import VMExecutable, cpu
 
-    lib = kiln.build(mod, target=target, params=params)
-    if isinstance(lib, kiln.runtime.VMExecutable):  # symbolic dims or a run-time If
+    lib = build(mod, target=target, params=params)
+    if isinstance(lib, VMExecutable):  # symbolic dims or a run-time If
         return _VMRunner(lib)
-    return GraphModule(lib["default"](kiln.cpu()))
+    return GraphModule(lib["default"](cpu()))
 
 
 class _VMRunner:

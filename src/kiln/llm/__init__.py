@@ -8,6 +8,9 @@ reference), and generation on top of it (greedy or sampled, streaming, left-padd
 >>> prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Hi!"}]))
 >>> out = generate(dec, [prompt], max_new_tokens=32, stop_token_ids=[tok.eos_token_id])
 >>> tok.decode(out.tokens[0])
+
+May import: kiln.driver, kiln.frontend, kiln.models, kiln.runtime, kiln.vm, kiln.progress (and
+kiln.errors).
 """
 
 from kiln.llm.decoder import Decoder, compiled_decoder_path, kiln_decoder, ort_decoder

@@ -145,15 +145,15 @@ def compiled_decoder_path(model_path: Path, target: str,
 def _compile(model_path: Path, target: str, quantize_weights: str | None, path: Path) -> None:
     import tempfile
 
-    import kiln
     from kiln import progress
+    from kiln.driver.build_module import build
     from kiln.frontend import from_onnx, load_onnx
 
     with progress.stage(f"Importing {model_path.name}"):
         mod, params = from_onnx(load_onnx(str(model_path)), shape={"attention_mask": MASK_SHAPE},
                                 dim_bounds=DIM_BOUNDS)
     options = {"quantize_weights": quantize_weights} if quantize_weights else {}
-    exe = kiln.build(mod, target=target, params=params, executor="vm", **options)
+    exe = build(mod, target=target, params=params, executor="vm", **options)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         staged = Path(tmp) / path.name
         with progress.stage(f"Exporting {path.name}"):
@@ -174,12 +174,11 @@ def kiln_decoder(model_path: Path, target: str = "llvm -mcpu=native",
     quantize_weights : {None, "int8", "q4"}
         Weight-only quantization of the matmul weights, dequantized inside the kernels.
     """
-    import kiln
+    from kiln.runtime import cpu, load_module
     from kiln.vm import VirtualMachine
 
-    lib = kiln.runtime.load_module(str(compiled_decoder_path(model_path, target,
-                                                             quantize_weights)))
-    vm = VirtualMachine(lib, kiln.cpu())
+    lib = load_module(str(compiled_decoder_path(model_path, target, quantize_weights)))
+    vm = VirtualMachine(lib, cpu())
     main = vm["main"]
     exe = vm.module.exe
     params = exe.functions[exe.func_index["main"]].params

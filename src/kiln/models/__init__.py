@@ -22,6 +22,8 @@ The cache directory is ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created with mo
 are atomic (temporary file + ``os.replace``) and serialized by a file lock, so concurrent test
 workers can ask for the same model. The model files are never evicted: the size cap
 ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.toolchain.cache_limit`) bounds compiled code only.
+
+May import: kiln.runtime (and kiln.errors).
 """
 
 from kiln.models.fetch import (

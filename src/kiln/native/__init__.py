@@ -18,6 +18,8 @@ ships with it::
 
 Nothing here is imported by the compiler: Python only reads the paths below. The folder builds
 wherever it is copied (no path leaves it). See docs/decisions/022-native-runtime.md.
+
+May import: kiln.errors only.
 """
 
 from __future__ import annotations

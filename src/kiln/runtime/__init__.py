@@ -1,29 +1,38 @@
 """Kiln's runtime: what a deployed model needs, and nothing of the compiler.
 
 Design note. This package mirrors Apache TVM's classic runtime: a tree of :class:`Module`
-objects (C source or a loaded library holding kernels; a binary-serializable
-``GraphExecutorFactory`` holding graph JSON and params) that ``export_library`` turns into one
-shared object (or a relocatable object, or a tar to relink: ``cc``, ``tar``) with the imports
-blob ``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. User module types
-subclass :class:`BinaryModule` and ``register_module_loader``; external modules that need
-constants get them through a ``ConstLoaderModule`` (``create_metadata_module``); the BYOC
-``kiln_json`` backend's functions load as ``JSONRuntimeModule`` (``json_runtime``, kernels in
-``json_kernels``). Models with symbolic shapes ship a ``VMExecutable`` (``vm_executable``: the
-bytecode and its byte format ``vm_format``/``vm_bytecode``) run by the VM module (``vm``, with
-``vm_builtins``, ``vm_storage``, ``vm_inputs``, ``vm_replay``, ``vm_profile``, and
-``vm_dynamic_ops`` over ``dynamic_ops``: the ops whose output shape depends on data). Compiled
-kernels arrive as C source (``CSourceModule``) or as LLVM objects (``ObjectModule``, type_key
-``llvm``), or as C source compiled where the model runs (``SourceDeviceModule``, type_key
-``kiln_jit``, the ``jit`` target: compiler and flags in ``device_toolchain``, foreign ISAs run
-in ``device_server``). Kernels use the
-packed C ABI of ``include/kiln/c_runtime_api.h``; tensors cross it
-as DLPack ``DLTensor`` structs of :class:`NDArray` objects. Byte formats: shared reference
-``runtime-formats.md``. Files: one concept each (``ndarray``, ``packed_func``, ``module``,
-``blob``, ``params``, ``graph_storage``, ``graph_executor``, ``debug_executor``...).
+objects (C source or a loaded library holding kernels; a binary-serializable executor factory
+holding graph JSON and params, or a VM executable) that ``export_library`` turns into one
+shared object (or a relocatable object, or a tar to relink) with the imports blob
+``__tvm_dev_mblob``, and ``load_module`` turns back into the tree. Byte formats and ABIs:
+docs/formats.md. User module types subclass :class:`BinaryModule` and
+``register_module_loader``; external modules that need constants get them through a
+``ConstLoaderModule`` (``create_metadata_module``). Kernels use the packed C ABI of
+``kiln/native/include/kiln/c_runtime_api.h``; tensors cross it as DLPack ``DLTensor`` structs
+of :class:`NDArray` objects.
 
-Layering: ``kiln.runtime`` imports only the standard library, numpy and ``kiln.errors`` — never
-the compiler packages (``kiln.ir``, ``kiln.frontend``, ``kiln.passes``, ``kiln.topi``,
-``kiln.codegen``) nor onnx — so a deployment needs only this package.
+The core is flat, one concept per file: ``ndarray``, ``dlpack``, ``packed_func``,
+``registry``, ``module`` and the module types (``library_module``, ``object_module``,
+``source_module``, ``binary_module``, ``const_loader_module``), ``blob``, ``stream``,
+``params``, ``export``, ``load``, ``elf``, ``c_types``, ``threads``, ``dynamic_ops`` (numpy
+definitions of the ops whose output shape depends on data). One folder per executor or
+service:
+
+- ``graph_executor/``: the graph executor, its factory module, graph JSON, planned storage,
+  batched C calls and the debug executor;
+- ``vm/``: the VM (``virtual_machine``), its executable and byte format, bytecode, builtins,
+  storage, inputs, replay of traced calls and profiling (decision 014);
+- ``jit/``: the ``jit`` target's source-embedded device (``device_module``), its compiler
+  and flags (``device_toolchain``) and the device server for foreign ISAs (``device_server``);
+- ``toolchain/``: running the system C compiler (``compiler``, ``cc``, ``tar``) and the caches
+  of compiled code (``compile_cache``, ``cc_manifest``, ``cache_limit``, ``private_dir``);
+- ``contrib/json/``: the BYOC ``kiln_json`` runtime module and its kernels.
+
+Layering: the standard library, numpy, ``kiln.errors`` and the C sources' paths in
+``kiln.native`` — never the compiler packages nor onnx — so a deployment needs only this
+package.
+
+May import: kiln.native (and kiln.errors).
 """
 
 from kiln.runtime.binary_module import BinaryModule, list_module_loaders, register_module_loader

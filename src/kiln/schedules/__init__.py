@@ -5,7 +5,9 @@ overrides of convolutions, pools and softmax; ``dense_cpu`` the matrix products 
 einsum, dense_pack, the weight-quantized denses); ``amx`` which integer stages try the AMX
 tile kernel first; ``transformer_cpu`` the row-wise ops of transformer encoders (LayerNorm,
 attention). ``primitives`` are the checked loop
-transformations they use. May import kiln.ir and kiln.errors.
+transformations they use.
+
+May import: kiln.topi, kiln.tir, kiln.arith, kiln.target (and kiln.errors).
 """
 
 from kiln.schedules import dense_cpu, nn_cpu, transformer_cpu  # noqa: F401

@@ -1,1 +1,1 @@
-"""kiln.runtime.contrib."""
+"""Runtime modules of the BYOC backends (TVM's ``src/runtime/contrib/``)."""
