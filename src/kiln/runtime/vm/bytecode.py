@@ -1,7 +1,7 @@
 """The VM's instruction words: argument encoding, instruction encoders, decoding and checks.
 
 Decision 014 (docs/decisions/014-vm-executable.md), after TVM's Relax VM bytecode
-(include/tvm/runtime/vm/bytecode.h; shared reference §8b). Every word is an ``i64``:
+(include/tvm/runtime/vm/bytecode.h; docs/formats.md §9.3). Every word is an ``i64``:
 
 - an argument carries its kind in bits 63..56 (:data:`REG`, :data:`IMM`, :data:`CONST`,
   :data:`FUNC`, :data:`HEAP`) and its value sign-extended from the low 56 bits;

@@ -2,8 +2,8 @@
 
 Little-endian. Header: magic ``b"KILNVMEX"``, ``u32`` version (1), ``u32 n_sections``, then
 ``n_sections × (u32 id, u64 offset, u64 length)``; offsets count from the start of the bytes.
-Sections: 1 symbols, 2 functions, 3 constants, 4 code (payloads in the decision record).
-Strings use the stream encoding (``u64`` length + UTF-8, shared reference §1), tensors the
+Sections: 1 symbols, 2 functions, 3 constants, 4 code (payloads: docs/formats.md §9.2).
+Strings use the stream encoding (``u64`` length + UTF-8, docs/formats.md §1), tensors the
 NDArray format of §5.
 
 Reading checks every offset, length and count against the bytes present *before* allocating,
