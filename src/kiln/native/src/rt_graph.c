@@ -2,7 +2,7 @@
  * The graph executor module of libkiln_runtime: TVM's src/runtime/graph_executor/
  * graph_executor.cc; Kiln's kiln/runtime/graph_executor/executor.py, whose function names this file
  * serves. The executor itself (graph JSON, storage plan, prebuilt calls, params) is the C
- * runtime's (kiln/crt/kiln_crt_graph_executor.c), created here over a lookup in the factory's
+ * runtime's (crt/kiln_crt_graph_executor.c), created here over a lookup in the factory's
  * imports (the factory: rt_graph_factory.c).
  *
  * Functions: set_input(key, tensor), set_input_zero_copy(key, tensor), get_input(key),
