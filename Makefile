@@ -29,6 +29,9 @@
 #                   per op type to conformance/results/kiln.{md,json}; CONFORMANCE_ARGS="--backend
 #                   onnxruntime" runs onnxruntime under the same rules; not part of make test
 #   make lint       ruff over src/, tests/ and benchmarks/
+#   make vocabulary regenerate the C VM's rt_vocabulary.h (opcodes, argument kinds, section
+#                   ids, tags, builtin names) from the Python VM's tables
+#                   (tools/gen_c_vocabulary.py); tests/unit/test_c_vocabulary.py fails when stale
 #   make clean      remove the virtual environment and caches
 
 PYTHON ?= python3
@@ -48,7 +51,7 @@ CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint toolchain cross-toolchain \
+.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary toolchain cross-toolchain \
 	device-toolchain blas-toolchain venv clean
 
 all: test
@@ -178,6 +181,9 @@ fuzz: $(STAMP) toolchain
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m ruff check src tests benchmarks conformance
+
+vocabulary: $(STAMP)
+	$(PY) tools/gen_c_vocabulary.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

@@ -309,7 +309,7 @@ static int kiln_vm_prepare_site(KilnVM* vm, const KilnVMFunction* f, KilnVMSite*
     s->vmcall = 1;
     return 0;
   }
-  if (strncmp(callee->name, "vm.builtin.", 11) == 0)
+  if (strncmp(callee->name, KILN_VM_BUILTIN_PREFIX, KILN_VM_BUILTIN_PREFIX_LEN) == 0)
     return kiln_vm_prepare_builtin(vm, e, f, callee->name, s);
   s->kernel = vm->kernels[ins->func_idx];
   for (i = 0; i < n; ++i)
@@ -354,7 +354,9 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
     return -1;
   for (i = 0; i < e->num_funcs; ++i) {
     const KilnVMFunction* f = &e->funcs[i];
-    if (f->kind != KILN_VM_KIND_PACKED || strncmp(f->name, "vm.builtin.", 11) == 0) continue;
+    if (f->kind != KILN_VM_KIND_PACKED ||
+        strncmp(f->name, KILN_VM_BUILTIN_PREFIX, KILN_VM_BUILTIN_PREFIX_LEN) == 0)
+      continue;
     for (k = 0; vm->kernels[i] == NULL && k < (size_t)exe_mod->num_imports; ++k)
       if (kiln_module_get_function(exe_mod->imports[k], f->name, 1, &vm->kernels[i]) != 0)
         return -1;

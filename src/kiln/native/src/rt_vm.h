@@ -12,17 +12,11 @@
 #include <stdint.h>
 
 #include "rt_internal.h"
+/* opcodes, argument kinds, format numbers, type key, limits, builtin prefix: generated from the
+   Python tables (make vocabulary), not typed here */
+#include "rt_vocabulary.h"
 
-#define KILN_VM_TYPE_KEY "relax.VMExecutable"
-#define KILN_VM_MAX_REGS (1 << 20)
-#define KILN_VM_MAX_HEAP (1 << 20)
-#define KILN_VM_MAX_STORAGE_ID (1 << 16)
 #define KILN_VM_MAX_NDIM 32
-
-enum { KILN_VM_KIND_PACKED = 0, KILN_VM_KIND_VM = 1 };
-enum { KILN_OP_CALL = 1, KILN_OP_RET = 2, KILN_OP_GOTO = 3, KILN_OP_IF = 4 };
-enum { KILN_ARG_REG = 0, KILN_ARG_IMM = 1, KILN_ARG_CONST = 2, KILN_ARG_FUNC = 3, KILN_ARG_HEAP = 4 };
-enum { KILN_TAG_NDARRAY = 0, KILN_TAG_INT_ARRAY = 1, KILN_TAG_STRING = 2, KILN_TAG_INT = 3 };
 
 typedef struct {
   char* name;

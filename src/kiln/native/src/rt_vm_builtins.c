@@ -22,9 +22,8 @@
 
 #define KILN_ALIGN 64
 
-static const char* const kiln_python_only[] = {
-    "unique", "non_max_suppression",
-};
+/* builtins.PYTHON_ONLY_BUILTINS (rt_vocabulary.h, with the reasons in builtins.py) */
+static const char* const kiln_python_only[] = KILN_VM_PYTHON_ONLY_BUILTINS_INIT;
 
 int kiln_site_fail(const KilnVMSite* s, const char* fmt, ...) {
   char msg[1024];
@@ -524,7 +523,7 @@ static int kiln_prep_shape_to_tensor(const KilnVMExec* e, KilnVMSite* s) {
 /* -- the table */
 int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunction* f,
                             const char* name, KilnVMSite* s) {
-  const char* b = name + strlen("vm.builtin.");
+  const char* b = name + KILN_VM_BUILTIN_PREFIX_LEN;
   size_t i;
   (void)vm;
   s->builtin = name;
@@ -575,7 +574,7 @@ int kiln_vm_prepare_builtin(KilnVM* vm, const KilnVMExec* e, const KilnVMFunctio
     s->run = kiln_tuple_get;
     return 0;
   }
-  for (i = 0; i < sizeof(kiln_python_only) / sizeof(kiln_python_only[0]); ++i)
+  for (i = 0; kiln_python_only[i] != NULL; ++i)
     if (strcmp(b, kiln_python_only[i]) == 0)
       return kiln_fail("VM: builtin '%s' (function '%s' instruction at word %lld) is not "
                        "implemented by the native runtime's VM; run this model with the Python "

@@ -16,12 +16,12 @@
 
 #include "rt_vm.h"
 
-#define KILN_VM_MAGIC "KILNVMEX"
-#define KILN_VM_VERSION 1
 #define KILN_ALIGN 64
 
-static const char* const kiln_vm_section_names[5] = {"?", "symbols", "functions", "constants",
-                                                     "code"};
+/* indexed by section id / opcode (rt_vocabulary.h) */
+static const char* const kiln_vm_section_names[] = KILN_SEC_NAMES_INIT;
+static const char* const kiln_vm_section_what[] = KILN_SEC_WHAT_INIT;
+static const char* const kiln_vm_op_names[] = KILN_OP_NAMES_INIT;
 
 static const struct {
   const char* name;
@@ -271,16 +271,16 @@ static int kiln_vm_decode(const KilnVMExec* e, KilnVMFunction* f, const int64_t*
       ins->args = f->arg_words + nargs_total;
       for (k = 0; k < nargs; ++k) {
         uint64_t u = (uint64_t)code[pc + 4 + k];
-        int64_t v = (int64_t)(u & ((1ULL << 56) - 1));
-        if (v & (1LL << 55)) v -= (1LL << 56);
-        ins->args[k].kind = (int)(u >> 56);
+        int64_t v = (int64_t)(u & ((1ULL << KILN_ARG_VALUE_BITS) - 1));
+        if (v & (1LL << (KILN_ARG_VALUE_BITS - 1))) v -= (1LL << KILN_ARG_VALUE_BITS);
+        ins->args[k].kind = (int)(u >> KILN_ARG_VALUE_BITS);
         ins->args[k].value = v;
         if (kiln_vm_check_arg(e, f, pc, (int)k, ins->args[k]) != 0) return -1;
       }
       nargs_total += nargs;
       pc += 4 + nargs;
     } else if (op == KILN_OP_RET || op == KILN_OP_GOTO) {
-      if (pc + 2 > end) return KILN_BAD(pc, "%s instruction truncated", op == 2 ? "ret" : "goto");
+      if (pc + 2 > end) return KILN_BAD(pc, "%s instruction truncated", kiln_vm_op_names[op]);
       if (op == KILN_OP_RET && (code[pc + 1] < 0 || code[pc + 1] >= f->num_regs))
         return KILN_BAD(pc, "ret of register %lld out of range", (long long)code[pc + 1]);
       if (op == KILN_OP_RET) ins->dst = code[pc + 1];
@@ -393,41 +393,41 @@ static uint64_t kiln_get_u64(const uint8_t* p) {
 }
 
 /* The section table (vm_format._read_sections): sec[id] = (offset, length), checked. */
-static int kiln_vm_sections(const uint8_t* data, size_t n, KilnStream sec[5]) {
+static int kiln_vm_sections(const uint8_t* data, size_t n, KilnStream sec[KILN_SEC_LAST + 1]) {
   uint32_t version, count, i;
   int id;
-  memset(sec, 0, 5 * sizeof(KilnStream));
-  if (n < 16) return kiln_fail("VM executable: truncated: the header needs 16 bytes, %zu left", n);
-  if (memcmp(data, KILN_VM_MAGIC, 8) != 0)
+  memset(sec, 0, (KILN_SEC_LAST + 1) * sizeof(KilnStream));
+  if (n < KILN_VM_HEADER_SIZE)
+    return kiln_fail("VM executable: truncated: the header needs %d bytes, %zu left",
+                     KILN_VM_HEADER_SIZE, n);
+  if (memcmp(data, KILN_VM_MAGIC, KILN_VM_MAGIC_LEN) != 0)
     return kiln_fail("VM executable: not a Kiln VM executable (bad magic)");
-  version = kiln_get_u32(data + 8);
-  count = kiln_get_u32(data + 12);
+  version = kiln_get_u32(data + KILN_VM_MAGIC_LEN);
+  count = kiln_get_u32(data + KILN_VM_MAGIC_LEN + 4);
   if (version != KILN_VM_VERSION)
     return kiln_fail("VM executable: format version %u is not supported (this runtime reads "
                      "version %d)", version, KILN_VM_VERSION);
-  if ((uint64_t)count * 20 > n - 16)
+  if ((uint64_t)count * KILN_VM_ENTRY_SIZE > n - KILN_VM_HEADER_SIZE)
     return kiln_fail("VM executable: corrupt section table: %u entries cannot fit in %zu bytes",
-                     count, n - 16);
+                     count, n - KILN_VM_HEADER_SIZE);
   for (i = 0; i < count; ++i) {
-    const uint8_t* entry = data + 16 + 20 * (size_t)i;
+    const uint8_t* entry = data + KILN_VM_HEADER_SIZE + KILN_VM_ENTRY_SIZE * (size_t)i;
     uint32_t sid = kiln_get_u32(entry);
     uint64_t off = kiln_get_u64(entry + 4), len = kiln_get_u64(entry + 12);
-    const char* name = sid >= 1 && sid <= 4 ? kiln_vm_section_names[sid] : "unknown";
+    int known = sid <= KILN_SEC_LAST && kiln_vm_section_what[sid] != NULL;
+    const char* name = known ? kiln_vm_section_names[sid] : "unknown";
     if (off > n || len > n - off)
       return kiln_fail("VM executable: section %s (entry %u): offset %llu + length %llu runs "
                        "past the end (%zu bytes)", name, i, (unsigned long long)off,
                        (unsigned long long)len, n);
-    if (sid < 1 || sid > 4) continue; /* unknown sections are skipped */
+    if (!known) continue; /* unknown sections are skipped */
     if (sec[sid].what != NULL) return kiln_fail("VM executable: section %s appears twice", name);
     sec[sid].p = data + off;
     sec[sid].left = (size_t)len;
-    sec[sid].what = sid == 1   ? "VM executable section 'symbols'"
-                    : sid == 2 ? "VM executable section 'functions'"
-                    : sid == 3 ? "VM executable section 'constants'"
-                               : "VM executable section 'code'";
+    sec[sid].what = kiln_vm_section_what[sid];
   }
-  for (id = 1; id <= 4; ++id)
-    if (sec[id].what == NULL)
+  for (id = KILN_SEC_FIRST; id <= KILN_SEC_LAST; ++id)
+    if (kiln_vm_section_what[id] != NULL && sec[id].what == NULL)
       return kiln_fail("VM executable: required section '%s' is missing",
                        kiln_vm_section_names[id]);
   return 0;
@@ -435,7 +435,7 @@ static int kiln_vm_sections(const uint8_t* data, size_t n, KilnStream sec[5]) {
 
 int kiln_load_vm_executable(const uint8_t* data, size_t n, KilnModule** out) {
   KilnVMExec* e = (KilnVMExec*)kiln_module_new(sizeof(KilnVMExec), KILN_VM_TYPE_KEY);
-  KilnStream sec[5];
+  KilnStream sec[KILN_SEC_LAST + 1];
   int64_t* code = NULL;
   uint64_t ncode, k;
   size_t i, j;
@@ -443,14 +443,15 @@ int kiln_load_vm_executable(const uint8_t* data, size_t n, KilnModule** out) {
   if (e == NULL) return -1;
   e->base.get_own = kiln_vm_exec_get_own;
   e->base.destroy = kiln_vm_exec_destroy;
-  if (kiln_vm_sections(data, n, sec) != 0 || kiln_vm_symbols(e, &sec[1]) != 0 ||
-      kiln_vm_functions(e, &sec[2]) != 0 || kiln_vm_constants(e, &sec[3]) != 0 ||
-      kiln_read_count(&sec[4], 8, &ncode, "code length") != 0 ||
+  if (kiln_vm_sections(data, n, sec) != 0 || kiln_vm_symbols(e, &sec[KILN_SEC_SYMBOLS]) != 0 ||
+      kiln_vm_functions(e, &sec[KILN_SEC_FUNCTIONS]) != 0 ||
+      kiln_vm_constants(e, &sec[KILN_SEC_CONSTANTS]) != 0 ||
+      kiln_read_count(&sec[KILN_SEC_CODE], 8, &ncode, "code length") != 0 ||
       (code = (int64_t*)kiln_calloc(ncode, sizeof(int64_t))) == NULL)
     goto fail;
   for (k = 0; k < ncode; ++k)
-    if (kiln_read_i64(&sec[4], &code[k], "code words") != 0) goto fail;
-  if (kiln_done(&sec[4]) != 0) goto fail;
+    if (kiln_read_i64(&sec[KILN_SEC_CODE], &code[k], "code words") != 0) goto fail;
+  if (kiln_done(&sec[KILN_SEC_CODE]) != 0) goto fail;
   for (i = 0; i < e->num_funcs; ++i) {
     for (j = 0; j < i; ++j)
       if (strcmp(e->funcs[i].name, e->funcs[j].name) == 0) {

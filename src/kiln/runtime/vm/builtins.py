@@ -506,6 +506,16 @@ BUILTINS: dict[str, Callable[[Site], Run]] = {
 BUILTINS.update((PREFIX + name, f) for name, f in DYNAMIC_BUILTINS.items())
 BUILTINS.update((PREFIX + name, f) for name, f in LIST_BUILTINS.items())
 BUILTINS.update((PREFIX + name, f) for name, f in KV_BUILTINS.items())
+#: builtins (names without :data:`PREFIX`) that the native runtime's C VM does not implement,
+#: with the reason; it refuses them at ``vm_initialization`` naming the builtin and pointing to
+#: this runtime (the list is generated into its ``rt_vocabulary.h``, and
+#: tests/unit/test_c_vocabulary.py checks every other name here against the C dispatch)
+PYTHON_ONLY_BUILTINS: dict[str, str] = {
+    "unique": "not ported to C yet (decision 022, left for later): numpy's sorted unique with "
+              "first indices, inverse and counts, four data-dependent outputs",
+    "non_max_suppression": "not ported to C yet (decision 022, left for later): ONNX's greedy "
+                           "per-batch, per-class IoU selection",
+}
 
 
 def prepare_builtin(site: Site) -> Run:
@@ -525,4 +535,5 @@ def prepare_builtin(site: Site) -> Run:
     return factory(site)
 
 
-__all__ = ["BUILTINS", "PREFIX", "Frame", "Site", "check_bounds", "prepare_builtin"]
+__all__ = ["BUILTINS", "PREFIX", "PYTHON_ONLY_BUILTINS", "Frame", "Site", "check_bounds",
+           "prepare_builtin"]

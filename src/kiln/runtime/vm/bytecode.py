@@ -13,6 +13,10 @@ The compiler builds code with the encoders (:func:`call`, :func:`ret`, :func:`go
 :func:`if_`, :func:`encode_arg`); the runtime decodes it once with :func:`decode_function`,
 which checks every index against the executable and raises :class:`ModuleLoadError` naming the
 function and the instruction.
+
+The C VM's copy of the opcodes and argument kinds (``rt_vocabulary.h`` of the native runtime)
+is generated from this module by ``make vocabulary`` (tools/gen_c_vocabulary.py); a unit test
+fails when it is stale.
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ FUNC = 3
 HEAP = 4
 ARG_KIND_NAMES = {REG: "REG", IMM: "IMM", CONST: "CONST", FUNC: "FUNC", HEAP: "HEAP"}
 
-_VALUE_BITS = 56
-_VALUE_MASK = (1 << _VALUE_BITS) - 1
-_SIGN_BIT = 1 << (_VALUE_BITS - 1)
+#: bits of an argument's value (the kind sits above them)
+VALUE_BITS = 56
+_VALUE_MASK = (1 << VALUE_BITS) - 1
+_SIGN_BIT = 1 << (VALUE_BITS - 1)
 #: the range of an argument's value (56-bit two's complement)
-ARG_MIN = -(1 << (_VALUE_BITS - 1))
-ARG_MAX = (1 << (_VALUE_BITS - 1)) - 1
+ARG_MIN = -(1 << (VALUE_BITS - 1))
+ARG_MAX = (1 << (VALUE_BITS - 1)) - 1
 
 
 def _to_i64(u: int) -> int:
@@ -74,7 +79,7 @@ def encode_arg(kind: int, value: int) -> int:
     if not ARG_MIN <= value <= ARG_MAX:
         raise ValueError(f"encode_arg: {ARG_KIND_NAMES[kind]} value {value} does not fit in "
                          f"56 bits")
-    return _to_i64((kind << _VALUE_BITS) | (value & _VALUE_MASK))
+    return _to_i64((kind << VALUE_BITS) | (value & _VALUE_MASK))
 
 
 def decode_arg(word: int) -> tuple[int, int]:
@@ -82,8 +87,8 @@ def decode_arg(word: int) -> tuple[int, int]:
     u = word & ((1 << 64) - 1)
     value = u & _VALUE_MASK
     if value & _SIGN_BIT:
-        value -= 1 << _VALUE_BITS
-    return u >> _VALUE_BITS, value
+        value -= 1 << VALUE_BITS
+    return u >> VALUE_BITS, value
 
 
 def reg(v: int) -> int:
@@ -314,7 +319,7 @@ def instr_text(ins: Instr, func_names: Sequence[str]) -> str:
 
 __all__ = [
     "ARG_MAX", "ARG_MIN", "CONST", "FUNC", "HEAP", "IMM", "OP_CALL", "OP_GOTO", "OP_IF",
-    "OP_RET", "REG", "DecodeContext", "Instr", "arg_text", "call", "const", "decode_arg",
-    "decode_function", "encode_arg", "func", "goto", "heap", "if_", "imm", "instr_text", "reg",
-    "ret",
+    "OP_RET", "REG", "VALUE_BITS", "DecodeContext", "Instr", "arg_text", "call", "const",
+    "decode_arg", "decode_function", "encode_arg", "func", "goto", "heap", "if_", "imm",
+    "instr_text", "reg", "ret",
 ]

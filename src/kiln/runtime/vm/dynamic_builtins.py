@@ -73,6 +73,7 @@ def _tensor_op(name: str, fn: Callable[..., Any], ntensors: int, nimm: int = 0,
         return run
 
     factory.__name__ = name
+    factory.arity = (ntensors, nimm)  # type: ignore[attr-defined]  # the C twin's, checked
     return factory
 
 

@@ -9,6 +9,10 @@ NDArray format of §5.
 Reading checks every offset, length and count against the bytes present *before* allocating,
 skips unknown section ids, and raises :class:`ModuleLoadError` naming the section and the field
 for anything malformed (never ``IndexError``/``struct.error``/``MemoryError``).
+
+The C reader's copy of the magic, version, section ids, function kinds and constant tags
+(``rt_vocabulary.h`` of the native runtime) is generated from this module by ``make
+vocabulary`` (tools/gen_c_vocabulary.py); a unit test fails when it is stale.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ SECTION_NAMES = {SEC_SYMBOLS: "symbols", SEC_FUNCTIONS: "functions",
                  SEC_CONSTANTS: "constants", SEC_CODE: "code"}
 _ENTRY = struct.Struct("<IQQ")
 _HEADER = struct.Struct("<8sII")
+#: bytes of the header (magic, version, section count) and of one section table entry
+HEADER_SIZE = _HEADER.size
+ENTRY_SIZE = _ENTRY.size
 
 KIND_PACKED = 0
 KIND_VM = 1

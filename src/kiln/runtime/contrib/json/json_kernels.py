@@ -139,5 +139,9 @@ for _name, _kernel in _BUILTIN.items():
     register_json_kernel(_name, _kernel)
 for _name in ("conv2d", "conv2d_bias", "conv2d_relu", "conv2d_bias_relu"):
     register_json_kernel(f"kiln_json.{_name}", _composite_conv)
+#: the kernels Kiln itself provides (before any vendor registers more); the native runtime's
+#: rt_json_kernels.c has the same names (tests/unit/test_c_vocabulary.py checks both ways)
+BUILTIN_KERNELS: tuple[str, ...] = tuple(list_json_kernels())
 
-__all__ = ["conv2d", "get_json_kernel", "list_json_kernels", "register_json_kernel"]
+__all__ = ["BUILTIN_KERNELS", "conv2d", "get_json_kernel", "list_json_kernels",
+           "register_json_kernel"]
