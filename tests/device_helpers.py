@@ -13,6 +13,7 @@ import pytest
 
 import kiln.runtime as rt
 from kiln.runtime.jit.device_module import SourceDeviceModule
+from kiln.runtime.toolchain import compiler as toolchain
 
 RISCV_CC = "clang-14 --target=riscv64-linux-gnu"
 #: clang links riscv64 code with the GNU cross toolchain's crt files and the Debian sysroot
@@ -53,5 +54,5 @@ def vector_ops(lib: str) -> list[str]:
     tool = shutil.which("llvm-objdump-14") or shutil.which("llvm-objdump")
     if tool is None:
         pytest.skip("needs llvm-objdump (apt-get install llvm-14) to disassemble RVV")
-    text = rt.toolchain.run([tool, "-d", "--mattr=+v", lib])
+    text = toolchain.run([tool, "-d", "--mattr=+v", lib])
     return re.findall(r"\t(v[a-z0-9]+(?:\.[a-z0-9]+)*)\t", text)

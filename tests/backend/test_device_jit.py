@@ -29,6 +29,7 @@ import kiln.runtime as rt
 from kiln.errors import KilnError, ToolchainError
 from kiln.frontend import from_onnx
 from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
+from kiln.runtime.toolchain import compiler as toolchain
 
 
 @pytest.fixture
@@ -336,7 +337,7 @@ def test_foreign_compiler_picks_qemu_or_says_what_is_missing(monkeypatch):
 
     monkeypatch.delenv("KILN_DEVICE_LAUNCHER", raising=False)
     cc = RISCV_CC.split()
-    assert dm.is_foreign(cc) and not dm.is_foreign(rt.toolchain.find_cc())
+    assert dm.is_foreign(cc) and not dm.is_foreign(toolchain.find_cc())
     flags, link_flags = dm.device_flags(cc)
     assert flags[:5] == ["-O3", "-fPIC", "-std=gnu99", "-march=rv64gcv", "-mabi=lp64d"]
     assert "-riscv-v-vector-bits-min=128" in flags and "-shared" in link_flags
