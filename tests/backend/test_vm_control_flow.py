@@ -225,3 +225,25 @@ def test_scan_over_a_symbolic_length_is_a_run_time_loop(config, tmp_path):
         feed = {"s0": s0, "xs": xs.astype(np.float32)}
         for got, want in zip(vm["main"](*feed.values()), sess.run(None, feed)):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+def test_cli_picks_the_vm_for_a_data_if_at_fixed_shapes(tmp_path, capsys):
+    """``kiln compile`` with every input shape fixed but an If decided by data: the default
+    executor is the VM (the same choice as ``kiln.build``'s), not a refused graph executor."""
+    import onnx
+
+    from kiln.cli.main import main
+    from kiln.vm import VirtualMachine
+
+    model = _if_model()
+    path = tmp_path / "if.onnx"
+    onnx.save(model, path)
+    so = tmp_path / "if.so"
+    assert main(["compile", str(path), "-o", str(so), "--target", "c", "-q",
+                 "--input-shape", "x:3x4"]) == 0, capsys.readouterr().err
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    ref = ReferenceEvaluator(model)
+    for sign in (1, -1):
+        x = sign * np.abs(np.random.default_rng(1).standard_normal((3, 4))).astype("float32")
+        for got, want in zip(vm["main"](x), ref.run(None, {"x": x})):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)

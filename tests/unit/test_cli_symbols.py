@@ -123,10 +123,10 @@ def _error_line(capsys) -> str:
 
 
 @pytest.mark.parametrize(("argv", "words"), [
-    (["--executor", "graph"], ["--executor graph needs static shapes", "x[batch, seq]",
+    (["--executor", "graph"], ["graph executor needs static shapes", "x[batch, seq]",
                                "y[batch, seq]", "k[k_dim0, 4]", "--input-shape", "--dim"]),
     (["--executor", "aot", "-o", "m.a", "--input-shape", "x:1x2"], ["k[k_dim0, 4]"]),
-    (["--system-lib", "--dim", "batch=1"], ["--system-lib needs static shapes",
+    (["--system-lib", "--dim", "batch=1"], ["--system-lib) needs static shapes",
                                             "x[1, seq]"]),
     (["--dim", "nope=1..2"], ["nope", "batch, k_dim0, seq"]),
     (["--input-shape", "x:1x10", "--input-shape", "y:1x12"], ["symbol seq", "y:1x12"]),

@@ -17,10 +17,10 @@ from kiln.cli.symbols import (
     input_dims,
     name_symbols,
     resolve_symbols,
-    symbolic_inputs,
 )
-from kiln.errors import CompileError, KilnError
+from kiln.driver.build_module import choose_executor
 from kiln.driver.tuning_records import RECORD_MEASURE
+from kiln.errors import KilnError
 
 
 def compile_model(model: str, output: str | None, target: str | None = None,
@@ -123,8 +123,6 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                         "project (--emit-c-project)")
     if out.parent and not out.parent.exists():
         raise KilnError(f"cannot write {out}: directory {out.parent} does not exist")
-    if executor == "vm" and crt:
-        raise KilnError("--system-lib builds for the C runtime, which has no VM executor")
     tuning = None
     if tuning_records is not None:
         from kiln.driver.apply_history import ApplyHistoryBest
@@ -136,9 +134,9 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         name_symbols(proto, shapes)
         model_dims = input_dims(proto)
         fixed, bounds = resolve_symbols(model_dims, shapes, list(dims or []))
-        executor = pick_executor(executor, symbolic_inputs(model_dims, fixed), system_lib)
         fix_symbols(proto, fixed)
         mod, params = from_onnx(proto, shape=shapes, dim_bounds=bounds)
+    executor = choose_executor(mod["main"], executor, "crt" if system_lib else None)
     symbols = symbolic_dims(mod["main"])
     if symbols and executor == "vm":
         echo(f"symbolic dims {', '.join(symbols.values())}: compiling for the VM executor")
@@ -183,38 +181,6 @@ def symbolic_dims(func) -> dict[str, str]:
             if isinstance(d, SymVar):
                 symbols.setdefault(d.name, describe_bound(d.name, (d.lo, d.hi, d.divisor)))
     return symbols
-
-
-def pick_executor(executor: str | None, symbolic: list[str], system_lib: bool) -> str:
-    """``--executor``, or the default: ``"vm"`` when symbolic dims remain, else ``"graph"``.
-
-    Parameters
-    ----------
-    executor : str or None
-        ``--executor``.
-    symbolic : list of str
-        The inputs with symbolic dims (:func:`kiln.cli.symbols.symbolic_inputs`).
-    system_lib : bool
-        ``--system-lib`` (the C runtime: graph executor only).
-
-    Raises
-    ------
-    CompileError
-        The graph or AOT executor, or ``--system-lib``, while symbolic dims remain (the
-        message lists the inputs and how to fix them).
-    """
-    if not symbolic:
-        return executor or "graph"
-    listed = ", ".join(symbolic)
-    fix = "fix them with --input-shape NAME:SHAPE or --dim NAME=N"
-    if executor in ("graph", "aot"):
-        raise CompileError(f"--executor {executor} needs static shapes, but these inputs have "
-                           f"symbolic dims: {listed}; {fix}, or leave out --executor to "
-                           "compile for the VM")
-    if system_lib:
-        raise CompileError(f"--system-lib needs static shapes (the C runtime has no VM), but "
-                           f"these inputs have symbolic dims: {listed}; {fix}")
-    return "vm"
 
 
 def _model_name(path: str) -> str:

@@ -269,25 +269,6 @@ def fix_symbols(model, fixed: dict[str, int]) -> None:
                 d.dim_value = fixed[_symbol_name(vi, k, d)]  # clears dim_param (a oneof)
 
 
-def symbolic_inputs(dims: dict[str, list[int | str]], fixed: dict[str, int]) -> list[str]:
-    """The inputs that keep symbolic dims once ``fixed`` is applied, as
-    ``"input_ids[batch_size, sequence_length]"`` (fixed symbols shown as their values).
-
-    Parameters
-    ----------
-    dims : dict
-        :func:`input_dims` of the model.
-    fixed : dict
-        ``{symbol: value}`` (:func:`resolve_symbols`).
-    """
-    out = []
-    for name, ds in dims.items():
-        shown = [fixed.get(d, d) if isinstance(d, str) else d for d in ds]
-        if any(isinstance(d, str) for d in shown):
-            out.append(f"{name}[{', '.join(map(str, shown))}]")
-    return out
-
-
 def describe_bound(name: str, bound: Bound | None) -> str:
     """``sequence_length in [1, 512]`` (and ``divisible by d``), as the VM's symbols print."""
     lo, hi, div = bound if bound is not None else (1, None, 1)

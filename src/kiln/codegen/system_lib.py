@@ -134,6 +134,7 @@ def create_system_lib_module(lib: Module, target, symbols: Mapping[str, str] | N
         A module of ``lib`` cannot join (see :func:`system_lib_functions`), or a symbol is not a
         valid identifier.
     """
+    from kiln.codegen.registry import get_codegen
     from kiln.target import Target
 
     # the modules define symbols; the registry maps the graph's names to them
@@ -142,18 +143,7 @@ def create_system_lib_module(lib: Module, target, symbols: Mapping[str, str] | N
     names = [name_of.get(s, s) for s in defined]
     symbols = dict(zip(names, defined, strict=True))
     tgt = Target(target)
-    if tgt.kind == "llvm":
-        from kiln.codegen.llvm_machine import compile_ir, target_machine
-        from kiln.codegen.llvm_module import LLVMModule
-
-        layout = str(target_machine(tgt).target_data)
-        text = llvm_registry_ir(names, symbols, prefix, tgt.triple, layout)
-        obj, ir = compile_ir(text, tgt, what="the system library registry")
-        reg: Module = LLVMModule(obj, [], tgt, ir)
-    else:
-        from kiln.runtime import CSourceModule
-
-        reg = CSourceModule(c_registry_source(names, symbols, prefix), [])
+    reg: Module = get_codegen(tgt.kind).system_lib_registry(names, symbols, prefix, tgt)
     reg.entry_point = prefix + ENTRY_POINT  # type: ignore[attr-defined]
     lib.import_module(reg)
     return reg

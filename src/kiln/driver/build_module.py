@@ -1,14 +1,12 @@
 """``kiln.build``: graph IR module → GraphExecutorFactoryModule (TVM's ``relay.build``).
 
-The pipeline, in order: BindParams → PromoteFloat16 → SimplifyInference →
-FakeQuantizationToInteger (QDQ groups → integer ops) → FoldConstant → FoldScaleAxis →
-FoldConstant → EliminateCommonSubexpr → [QuantizeWeights] → [BYOC: MergeComposite →
-AnnotateTarget → MergeCompilerRegions → PartitionGraph] → AlterOpLayout (NCHW → NCHWc) →
-SinkReshape → EliminateCommonSubexpr → FuseAttention → [VM: KVAppend] → FuseOps → per fused
-function: compute → schedule → lower → loop passes → MakePackedAPI → C or LLVM codegen; external
-functions go to their codegens; then the graph JSON with its memory plan. Identical fused
-functions compile to one kernel. The target is the current one (``with target:``) while the graph is optimized and
-kernels are lowered, so passes and schedules can read it.
+The pipeline: the graph passes of :data:`GRAPH_PASSES` (BindParams ... FuseOps, in that order),
+then per fused function: compute → schedule → lower → loop passes → MakePackedAPI → the target
+kind's code generator (:mod:`kiln.codegen.registry`); external functions go to their BYOC
+codegens; then the executor's artifact (:func:`choose_executor`): graph JSON with its memory
+plan, VM bytecode, or AOT C. Identical fused functions compile to one kernel. The target is the
+current one (``with target:``) while the graph is optimized and kernels are lowered, so passes
+and schedules can read it.
 
 BYOC partitions after the folding passes (an external backend sees convolutions with batch norm
 already folded in) and before AlterOpLayout (offloaded convolutions keep the NCHW/OIHW layout
@@ -18,15 +16,15 @@ every library takes); docs/decisions/006-byoc.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from kiln import progress
 from kiln.backend.graph_codegen import graph_json
 from kiln.backend.te_compiler import lower_primitive
-from kiln.codegen.c import build_c_source
-from kiln.codegen.partition import partition
+from kiln.codegen.registry import get_codegen
 from kiln.errors import CompileError
 from kiln.tir import loop as L
 from kiln.arith import shape_str
@@ -59,47 +57,76 @@ from kiln.relay.transform.quantize_weights import quantize_weights as quantize_d
 from kiln.relay.transform.sink_reshape import sink_reshape
 from kiln.relay.transform.split_concat import split_concat
 from kiln.relay.transform.split_groups import split_groups
-from kiln.runtime import CSourceModule, GraphExecutorFactoryModule
-from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
+from kiln.runtime import GraphExecutorFactoryModule
 from kiln.target import Target, default_target
 
 log = logging.getLogger("kiln")
 
-# Kernels per generated C file (on average; files are balanced by estimated compile cost, see
-# kiln.codegen.partition): several files let the C compiler run in parallel and keep the
-# compile cache's unit small.
-KERNELS_PER_FILE = 4
+@dataclass(frozen=True)
+class PassOptions:
+    """What the graph passes of one build depend on (the arguments of :func:`optimize`)."""
+
+    params: Mapping[str, np.ndarray] | None
+    byoc: tuple[str, ...]
+    mod_name: str
+    quantize_weights: str | None
+    vm: bool
 
 
-def optimize(func: Function, params: dict[str, np.ndarray] | None,
+@dataclass(frozen=True)
+class GraphPass:
+    """One step of the graph pipeline: ``run(func, options) -> func`` when ``enabled``."""
+
+    name: str
+    run: Callable[[Function, PassOptions], Function]
+    enabled: Callable[[PassOptions], bool] = lambda options: True
+
+
+def _partition(func: Function, o: PassOptions) -> Function:
+    from kiln.byoc import partition_for
+
+    return partition_for(func, o.byoc, o.mod_name)
+
+
+#: The graph-level pipeline, in order (TVM's relay.build pass sequence). FoldConstant runs
+#: again after FoldScaleAxis (the scales it folds are constants); the partitioning for external
+#: compilers comes after the folding passes; KVAppend only in VM builds, before fusion; the
+#: branches and loop bodies of run-time Ifs and Loops go through this same list last.
+GRAPH_PASSES: tuple[GraphPass, ...] = (
+    GraphPass("BindParams", lambda f, o: bind_params(f, o.params), lambda o: bool(o.params)),
+    GraphPass("PromoteFloat16", lambda f, o: promote_float16(f)),
+    GraphPass("SimplifyInference", lambda f, o: simplify_inference(f)),
+    GraphPass("FakeQuantizationToInteger", lambda f, o: fake_quantization_to_integer(f)),
+    GraphPass("FoldConstant", lambda f, o: fold_constant(f)),
+    GraphPass("FoldScaleAxis", lambda f, o: fold_scale_axis(f)),
+    GraphPass("FoldConstant", lambda f, o: fold_constant(f)),
+    GraphPass("EliminateCommonSubexpr", lambda f, o: eliminate_common_subexpr(f)),
+    GraphPass("QuantizeWeights", lambda f, o: quantize_dense_weights(f, o.quantize_weights),
+              lambda o: bool(o.quantize_weights)),
+    GraphPass("PartitionGraph", _partition, lambda o: bool(o.byoc)),
+    GraphPass("SplitConcat", lambda f, o: split_concat(f)),
+    GraphPass("SplitGroups", lambda f, o: split_groups(f)),
+    GraphPass("AlterOpLayout", lambda f, o: alter_op_layout(f)),
+    GraphPass("SinkReshape", lambda f, o: sink_reshape(f)),
+    GraphPass("EliminateCommonSubexpr", lambda f, o: eliminate_common_subexpr(f)),
+    GraphPass("FuseAttention", lambda f, o: fuse_attention(f)),
+    GraphPass("KVAppend", lambda f, o: kv_append(f), lambda o: o.vm),
+    GraphPass("FuseOps", lambda f, o: fuse_ops(f)),
+    GraphPass("OptimizeBranches", lambda f, o: optimize_branches(f, o.mod_name)),
+)
+
+
+def optimize(func: Function, params: Mapping[str, np.ndarray] | None,
              byoc: Sequence[str] = (), mod_name: str = "default",
              quantize_weights: str | None = None, vm: bool = False) -> Function:
-    """The graph-level pass pipeline up to (and including) FuseOps; with ``byoc``, the
-    partitioning for those external compilers after the folding passes; with
-    ``quantize_weights``, QuantizeWeights in that mode after them; with ``vm`` (a VM build),
-    KVAppend before FuseOps (key/value caches that grow in place)."""
-    if params:
-        func = bind_params(func, params)
-    func = promote_float16(func)
-    func = simplify_inference(func)
-    func = fake_quantization_to_integer(func)
-    func = fold_constant(func)
-    func = fold_scale_axis(func)
-    func = fold_constant(func)
-    func = eliminate_common_subexpr(func)
-    if quantize_weights:
-        func = quantize_dense_weights(func, quantize_weights)
-    if byoc:
-        from kiln.byoc import partition_for
-
-        func = partition_for(func, byoc, mod_name)
-    func = split_concat(func)
-    func = split_groups(func)
-    func = alter_op_layout(func)
-    func = fuse_attention(eliminate_common_subexpr(sink_reshape(func)))
-    if vm:
-        func = kv_append(func)
-    return optimize_branches(fuse_ops(func), mod_name)
+    """``func`` through :data:`GRAPH_PASSES`, up to and including FuseOps: with ``byoc``, the
+    partitioning for those external compilers; with ``quantize_weights``, QuantizeWeights in
+    that mode; with ``vm`` (a VM build), KVAppend (key/value caches that grow in place)."""
+    options = PassOptions(params, tuple(byoc), mod_name, quantize_weights, vm)
+    for graph_pass in GRAPH_PASSES:
+        if graph_pass.enabled(options):
+            func = graph_pass.run(func, options)
+    return func
 
 
 def optimize_branches(func: Function, mod_name: str = "default") -> Function:
@@ -241,7 +268,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         target = Target.current() or default_target()
     tgt = Target(target)
     func = mod["main"] if isinstance(mod, IRModule) else mod
-    executor = choose_executor(func, executor)
+    executor = choose_executor(func, executor, runtime)
     prefix = deploy_prefix(runtime, executor, system_lib_prefix, mod_name)
     if isinstance(byoc, str):
         byoc = [byoc]
@@ -278,17 +305,10 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
                                  for k in ks] for level, ks in per_level.items()}
         with progress.stage(f"Generating code with LLVM for {', '.join(tgt.levels)}"):
             lib = build_multi_level(per_level, tgt)
-    elif tgt.kind == "llvm":
-        from kiln.codegen.llvm import build_llvm
-
-        with progress.stage("Generating code with LLVM"):
-            lib = build_llvm(kernels, tgt)
-    elif tgt.kind == "jit":
-        with progress.stage("Generating C for the jit device"):
-            lib = _jit_module(kernels)
     else:
-        with progress.stage("Generating C"):
-            lib = _c_modules(kernels, c_compile_options(tgt))
+        codegen = get_codegen(tgt.kind)
+        with progress.stage(codegen.stage):
+            lib = codegen.build(kernels, tgt)
     if byoc:
         from kiln.byoc import build_external
         from kiln.runtime import create_metadata_module
@@ -313,36 +333,53 @@ RUNTIMES = (None, "crt")
 EXECUTORS = ("graph", "aot", "vm")
 
 
-def choose_executor(func: Function, executor: str | None) -> str:
-    """``executor``, or the default: ``"vm"`` when an input has symbolic dims, the graph has
-    a run-time If or Loop, or an op the VM runs itself (a data-dependent output shape:
-    NonZero, Unique...; docs/decisions/016-data-dependent-shapes.md), else ``"graph"``.
+def choose_executor(func: Function, executor: str | None, runtime: str | None = None) -> str:
+    """The executor of a build — the one choice ``kiln.build`` and ``kiln compile`` share.
+
+    ``executor``, or the default: ``"vm"`` when an input has symbolic dims, the graph has a
+    run-time If or Loop, or an op the VM runs itself (a data-dependent output shape: NonZero,
+    Unique...; docs/decisions/016-data-dependent-shapes.md), else ``"graph"``. With
+    ``runtime="crt"`` (the C runtime, ``--system-lib``) the default is ``"graph"``: the C
+    runtime has no VM.
 
     Raises
     ------
     CompileError
-        The graph or AOT executor for a model with symbolic dims (the message lists them), a
-        run-time If or Loop, or data-dependent shapes (the message names the ops).
+        An unknown executor; the graph or AOT executor, or the C runtime, for a model with
+        symbolic dims (the message lists the inputs and how to fix them), a run-time If or
+        Loop, or data-dependent shapes (the message names the ops).
     """
-    symbolic = {f"{p.name}: {shape_str(p.checked_type.shape)}" for p in func.params
-                if not p.checked_type.is_static}
+    if executor not in (None, *EXECUTORS):
+        raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
+    symbolic = sorted(f"{p.name}[{', '.join(map(str, p.checked_type.shape))}]"
+                      for p in func.params if not p.checked_type.is_static)
     nodes = list(post_order(func.outputs))
     control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in nodes)
     runtime_ops = sorted({n.op.name for n in nodes if isinstance(n, Call) and n.op.runtime})
-    if executor is None:
-        return "vm" if symbolic or control_flow or runtime_ops else "graph"
-    if executor in ("graph", "aot") and symbolic:
-        raise CompileError(f"the {executor} executor needs static shapes, but these inputs have "
-                           f"symbolic dims: {', '.join(sorted(symbolic))}; fix them (shape=, "
-                           "--input-shape) or use executor='vm'")
-    if executor in ("graph", "aot") and runtime_ops:
-        raise CompileError(f"the {executor} executor cannot run ops whose output shape depends "
-                           f"on data ({', '.join(runtime_ops)}): their shapes are known only "
-                           "at run time; use executor='vm'")
-    if executor in ("graph", "aot") and control_flow:
-        raise CompileError(f"the {executor} executor cannot run an If or Loop decided by data; "
-                           "use executor='vm'")
-    return executor
+    needs_vm = bool(symbolic or control_flow or runtime_ops)
+    if executor is None and runtime != "crt":
+        return "vm" if needs_vm else "graph"
+    if executor == "vm" and runtime == "crt":
+        raise CompileError("the C runtime (runtime='crt', --system-lib) has no VM executor; "
+                           "use the Python or native runtime, or static shapes with the graph "
+                           "executor")
+    if executor == "vm":
+        return executor
+    what = (f"the {executor} executor" if executor else
+            "the C runtime (runtime='crt', --system-lib)")
+    if symbolic:
+        raise CompileError(f"{what} needs static shapes, but these inputs have symbolic dims: "
+                           f"{', '.join(symbolic)}; fix them (--input-shape NAME:SHAPE or "
+                           "--dim NAME=N; shape= in from_onnx) or compile for the VM "
+                           "(executor 'vm', the default)")
+    if runtime_ops:
+        raise CompileError(f"{what} cannot run ops whose output shape depends on data "
+                           f"({', '.join(runtime_ops)}): their shapes are known only at run "
+                           "time; compile for the VM (executor 'vm', the default)")
+    if control_flow:
+        raise CompileError(f"{what} cannot run an If or Loop decided by data; compile for the "
+                           "VM (executor 'vm', the default)")
+    return executor or "graph"
 
 
 def vm_executable(fused: Function, kernels, kernel_names: dict[int, str], lib):
@@ -370,9 +407,6 @@ def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,
         raise CompileError(f"unknown runtime {runtime!r}: expected 'crt' or None (Python)")
     if executor not in EXECUTORS:
         raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
-    if executor == "vm" and runtime == "crt":
-        raise CompileError("the C runtime (runtime='crt') has no VM yet; use the Python runtime "
-                           "or static shapes with executor='graph'")
     if system_lib_prefix and runtime != "crt":
         raise CompileError("system_lib_prefix needs runtime='crt' (the system library)")
     if executor == "aot":
@@ -439,29 +473,3 @@ def _unique(name: str, used: set[str]) -> str:
         cand = f"{name}_{k}"
     used.add(cand)
     return cand
-
-
-def c_compile_options(target: Target) -> list[str]:
-    """C compiler flags for ``target``: ``-mcpu=X`` → ``-march=X`` (``native``: this CPU)."""
-    cpu = target.options.get("mcpu")
-    return [f"-march={cpu}"] if isinstance(cpu, str) else []
-
-
-def _jit_module(kernels) -> SourceDeviceModule:
-    """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
-    parallel at run time), kept as source in the artifact and compiled where the model runs
-    (``kiln.runtime.jit.device_module``). Kernels of ``lower_primitive`` write one output, their
-    last argument."""
-    funcs = [DeviceFunction(k.name, tuple(b.dtype for b in k.params), 1) for k in kernels]
-    units = [build_c_source(u) for u in partition(kernels, KERNELS_PER_FILE)]
-    return SourceDeviceModule(units, funcs)
-
-
-def _c_modules(kernels, options: list[str]) -> CSourceModule:
-    """One C source module per group of kernels (groups of similar compile cost, independent
-    of the machine); the first imports the rest."""
-    mods = [CSourceModule(build_c_source(c), [k.name for k in c], compile_options=options)
-            for c in partition(kernels, KERNELS_PER_FILE)]
-    for m in mods[1:]:
-        mods[0].import_module(m)
-    return mods[0]

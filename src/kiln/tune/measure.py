@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.codegen.registry import get_codegen
 from kiln.errors import KilnError
 from kiln.runtime.threads import num_threads
 from kiln.target import Target
@@ -83,17 +84,7 @@ def build_candidate(payload: KernelPayload, config: Config, target: str) -> byte
     func = lower_candidate(payload, config)
     tgt = Target(target)
     with tgt:
-        if tgt.kind == "llvm":
-            from kiln.codegen.llvm import build_llvm
-
-            lib = build_llvm([func], tgt, jobs=1)
-        else:
-            from kiln.driver.build_module import c_compile_options
-            from kiln.codegen.c import build_c_source
-            from kiln.runtime import CSourceModule
-
-            lib = CSourceModule(build_c_source([func]), [func.name],
-                                compile_options=c_compile_options(tgt))
+        lib = get_codegen(tgt.kind).build([func], tgt, jobs=1)
     with tempfile.TemporaryDirectory(prefix="kiln-tune-") as folder:
         path = Path(folder) / "kernel.so"
         lib.export_library(str(path))
