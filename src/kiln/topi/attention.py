@@ -29,8 +29,18 @@ ROW_BLOCK = 4
 
 
 def row_block(rows) -> int:
-    """The query rows per block for ``rows`` query rows (an int or a shape symbol): ROW_BLOCK,
-    or 1 (row by row) for fewer static rows."""
+    """The query rows per block for ``rows`` query rows: ROW_BLOCK, or 1 for fewer static rows.
+
+    Parameters
+    ----------
+    rows : int or arith.Dim
+        The query count ``S`` (static, or a shape symbol).
+
+    Returns
+    -------
+    int
+        ROW_BLOCK (4), or 1 (row by row) when ``rows`` is a static int below ROW_BLOCK.
+    """
     return 1 if isinstance(rows, int) and rows < ROW_BLOCK else ROW_BLOCK
 
 
@@ -48,6 +58,36 @@ def _shifted(y: L.PrimExpr) -> L.PrimExpr:
 
 @register_compute("nn.attention")
 def attention(inputs, attrs, out_type):
+    """Scaled dot-product attention ``softmax(q · kt · scale + mask, axis=-1) · v``.
+
+    Vaswani et al. 2017, "Attention Is All You Need", eq. (1), with an additive mask (the chain
+    kiln.relay.transform.fuse_attention matches); docs/decisions/025-fused-attention.md.
+    The softmax is ``exp(x - max) * (1 / sum)``; a float32 ``x - max`` is clamped to
+    [NORMAL_LOW, 0] (:func:`_shifted`). With one query row a block (:func:`row_block`) and a
+    static key count ``T`` divisible by CONTEXT_CHAINS, the context is summed as CONTEXT_CHAINS
+    interleaved partial sums over the keys (stage ``[B, H, S, CONTEXT_CHAINS, E]``).
+
+    Parameters
+    ----------
+    q : te.Tensor
+        4-D, [batch, heads, queries, head_dim] (``[B, H, S, D]``), float.
+    kt : te.Tensor
+        4-D, [batch, heads, head_dim, keys] (``[B, H, D, T]``, the keys transposed), q's dtype.
+    v : te.Tensor
+        4-D, [batch, heads, keys, value_dim] (``[B, H, T, E]``), q's dtype.
+    mask : te.Tensor
+        Broadcastable to ``[B, H, S, T]`` (numpy rule, :func:`broadcast_load`), added to the
+        scaled scores (a scalar 0 where the model has no mask), q's dtype.
+    scale : float
+        attrs: the factor of the scores (``1 / sqrt(D)`` in BERT-like models).
+
+    Returns
+    -------
+    te.Tensor
+        4-D, ``[B, H, S, E]`` (``out_type.shape``), q's dtype; stages tagged
+        ``attention_scores``, ``attention_exp``, ``attention_inv``, ``attention_context`` (module
+        docstring), the output ``elemwise``.
+    """
     q, kt, v, mask = inputs
     b, h, s, d = q.shape
     t = kt.shape[3]

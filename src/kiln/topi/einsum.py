@@ -19,6 +19,34 @@ from kiln.relay.op.einsum import letter_extents, parse_einsum
 
 @register_compute("einsum")
 def einsum(inputs, attrs, out_type):
+    """ONNX Einsum: the product of the operands at their letters, summed over the missing letters.
+
+    ``out[o] = Σ_{summed letters} Π_t inputs[t][letters of term t]``
+    (https://onnx.ai/onnx/operators/onnx__Einsum.html; explicit form only). An operand's size-1
+    axis under a letter whose extent is longer is read at index 0 (broadcast). The result
+    carries ``matmul_roles`` (:func:`matmul_roles`) for the CPU schedule.
+
+    Parameters
+    ----------
+    operands : list of te.Tensor
+        ``inputs``: one tensor per term of the equation, of one dtype; operand ``t`` has rank
+        ``len(terms[t])``, axis ``k`` the extent of letter ``terms[t][k]`` (or 1).
+    equation : str
+        attrs: explicit letter form, ``"bsgrd,tbgd->bgrst"`` (no ellipsis: the frontend gives
+        ellipsis dimensions letters of their own).
+
+    Returns
+    -------
+    te.Tensor
+        One axis per output letter, ``[extent(c) for c in out]`` (``out_type.shape``), the
+        operands' dtype; tag ``einsum``.
+
+    Raises
+    ------
+    ShapeError
+        From :func:`kiln.relay.op.einsum.parse_einsum` / ``letter_extents``: an equation not in
+        explicit letter form, or mismatched extents (type inference has raised it first).
+    """
     terms, out = parse_einsum(attrs["equation"])
     extents = letter_extents(terms, [t.shape for t in inputs])
     summed = [c for c in extents if c not in out]
@@ -50,9 +78,24 @@ class MatmulRoles(NamedTuple):
 
 
 def matmul_roles(terms: list[str], out: str) -> MatmulRoles | None:
-    """The roles of ``terms -> out`` when it is a batched matrix product: two operands, one
-    summed letter that both have, and a last output letter that only one of them (B) has;
-    else None."""
+    """The roles of ``terms -> out`` when it is a batched matrix product, else None.
+
+    A batched matrix product: two operands, one summed letter that both have, and a last output
+    letter that only one of them (B) has.
+
+    Parameters
+    ----------
+    terms : list of str
+        The input subscripts (``["bsgrd", "tbgd"]``).
+    out : str
+        The output subscripts (``"bgrst"``).
+
+    Returns
+    -------
+    MatmulRoles or None
+        ``col``: the last output axis (B's letter); ``rows``: the positions of output letters of
+        operand A only. None when the equation is not such a product or A has no such letter.
+    """
     if len(terms) != 2 or not out:
         return None
     summed = set("".join(terms)) - set(out)

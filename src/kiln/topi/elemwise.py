@@ -17,6 +17,37 @@ def _unary(op: str, fn: Callable[[L.PrimExpr, dict], L.PrimExpr]) -> None:
 
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
+        """Compute of a unary graph op ``op``: ``out[i] = fn(x[i], attrs)``, one element each.
+
+        The ops and their formulas (ONNX's operators of the same name): ``nn.relu`` max(x, 0);
+        ``negative``; ``abs`` (fabs for floats); ``clip`` min(max(x, a_min), a_max); ``hardsigmoid``
+        max(min(alpha·x + beta, 1), 0); ``hardswish`` x · hardsigmoid(x; 1/6, 1/2); ``leaky_relu``
+        x < 0 ? alpha·x : x; ``sigmoid`` 1 / (1 + exp(-x)); ``cast``; ``round`` (nearbyint: half
+        to even); ``reinterpret`` (ONNX BitCast); ``sign``; ``erf`` (float32: the rational fit
+        ERF_P / ERF_Q); and the libm functions exp, log, sqrt, tanh, floor, ceil, sin ... atanh.
+
+        Parameters
+        ----------
+        x : te.Tensor
+            Any shape and layout; float for sigmoid, round, erf and the libm functions.
+        a_min, a_max : float
+            attrs of ``clip``: the bounds, in x's units.
+        alpha, beta : float
+            attrs of ``hardsigmoid`` (slope, offset) and ``leaky_relu`` (``alpha``: the slope of
+            negative inputs).
+        dtype : str
+            attrs of ``cast`` (to bool: x != 0) and ``reinterpret`` (same width as x's).
+
+        Returns
+        -------
+        te.Tensor
+            x's shape, x's dtype (``cast``, ``reinterpret``: ``dtype``); tag ``elemwise``.
+
+        Raises
+        ------
+        CompileError
+            A float-only op (sigmoid, round, erf, exp, log, ...) on a non-float tensor.
+        """
         (x,) = inputs
         return te.compute(x.shape, lambda *i: fn(x[i], attrs), name=tag, tag="elemwise")
 
@@ -140,6 +171,24 @@ _BINARY: dict[str, Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]] = {
 def _binary(op: str, fn: Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
+        """Compute of a broadcasting binary op ``op``: ``out[i] = fn(a[i], b[i])`` (numpy rule).
+
+        add, subtract, multiply, divide (integers: truncated toward zero, as C), maximum, minimum,
+        power (integers through float64 ``pow``), ``mod`` (the remainder with the dividend's sign:
+        C's ``%`` / ``fmod``; ONNX Mod fmod=1) and ``floor_mod`` (the divisor's sign, as numpy's
+        ``%``; ONNX Mod fmod=0).
+
+        Parameters
+        ----------
+        a, b : te.Tensor
+            Of one dtype, shapes broadcastable to each other (:func:`broadcast_load`).
+
+        Returns
+        -------
+        te.Tensor
+            ``broadcast_shapes(a.shape, b.shape)`` (``out_type.shape``), a's dtype; tag
+            ``broadcast``.
+        """
         a, b = inputs
         return te.compute(out_type.shape,
                           lambda *i: fn(broadcast_load(a, i), broadcast_load(b, i)),
@@ -153,6 +202,22 @@ for _name, _fn in _BINARY.items():
 
 @register_compute("nn.bias_add")
 def bias_add(inputs, attrs, out_type):
+    """``nn.bias_add``: ``out[i] = x[i] + bias[i[axis]]`` (TVM's ``topi.nn.bias_add``).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any rank (NCHW activations: ``axis`` 1).
+    bias : te.Tensor
+        1-D, ``[x.shape[axis]]``, x's dtype.
+    axis : int
+        attrs: the axis of x the bias runs along (negative: from the end).
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``broadcast``.
+    """
     x, b = inputs
     axis = attrs["axis"] % len(x.shape)
     return te.compute(x.shape, lambda *i: x[i] + b[i[axis]], name="bias_add", tag="broadcast")
@@ -160,6 +225,21 @@ def bias_add(inputs, attrs, out_type):
 
 @register_compute("where")
 def where(inputs, attrs, out_type):
+    """ONNX Where: ``out[i] = cond[i] ? x[i] : y[i]``, all three broadcast (numpy rule).
+
+    Parameters
+    ----------
+    cond : te.Tensor
+        bool, broadcastable to the output.
+    x, y : te.Tensor
+        Of one dtype, broadcastable to the output.
+
+    Returns
+    -------
+    te.Tensor
+        ``broadcast_shapes(cond.shape, x.shape, y.shape)`` (``out_type.shape``), x's dtype;
+        tag ``broadcast``.
+    """
     cond, x, y = inputs
 
     def body(*i):

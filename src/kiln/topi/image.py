@@ -57,6 +57,37 @@ def _axis_tables(attrs: dict, axis: int, in_size: int, out_size: int):
 
 @register_compute("image.resize2d")
 def resize2d(inputs, attrs, out_type):
+    """ONNX Resize of the H and W axes: per output pixel, the sum over taps of ``wy · wx · data``.
+
+    ``out[n, c, y, x] = Σ_{i, j} wy_i[y] · wx_j[x] · data[n, c, iy_i[y], ix_j[x]]``, the tap
+    indices and weights per row and per column being small materialized tables (tag
+    ``resize_table``, :func:`_axis_tables`) built from :func:`kiln.relay.op.image.axis_taps` in
+    float32: onnxruntime's semantics (``onnxruntime/core/providers/cpu/tensor/upsamplebase.h``,
+    ``upsample.cc``); cubic: Keys 1981. In ``tf_crop_and_resize`` mode a pixel whose source
+    coordinate is outside the input is ``extrapolation_value``.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, channel, in_height, in_width] (NCHW), float.
+    size : tuple of int
+        attrs: ``(out_height, out_width)``.
+    scale : tuple of float
+        attrs: ``(scale_h, scale_w)``, the float32 scales of the coordinate transform.
+    method, coordinate_transformation_mode, rounding_method : str
+        attrs: ``nearest_neighbor`` / ``linear`` / ``cubic``; ONNX Resize's modes
+        (:mod:`kiln.relay.op.image`); nearest's rounding.
+    cubic_alpha, exclude_outside, antialias, roi, extrapolation_value
+        attrs: Keys' ``A``; zero weight outside the input; a filter widened by ``1 / scale``
+        when downsampling; the normalized crop ``(h0, w0, h1, w1)`` and the value outside it
+        (tf_crop_and_resize).
+
+    Returns
+    -------
+    te.Tensor
+        4-D, [batch, channel, out_height, out_width] (``out_type.shape``), data's dtype; tag
+        ``injective``.
+    """
     (data,) = inputs
     h, w = data.shape[2:]
     oh, ow = out_type.shape[2:]

@@ -28,6 +28,25 @@ def _clamp(i: L.PrimExpr, extent: int) -> L.PrimExpr:
 
 @register_compute("gather")
 def gather_elements(inputs, attrs, out_type):
+    """ONNX GatherElements (graph op ``gather``): ``out[i] = data[i with i[axis] := indices[i]]``.
+
+    https://onnx.ai/onnx/operators/onnx__GatherElements.html. A negative index counts from the
+    end of ``axis``; indices are not range-checked at run time.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        Rank ``r``, any dtype.
+    indices : te.Tensor
+        Rank ``r``, int32 or int64, values in ``[-data.shape[axis], data.shape[axis])``.
+    axis : int
+        attrs: the gathered axis (negative: from the end).
+
+    Returns
+    -------
+    te.Tensor
+        indices' shape, data's dtype; tag ``injective``.
+    """
     data, indices = inputs
     axis = attrs["axis"] % len(data.shape)
 
@@ -40,6 +59,32 @@ def gather_elements(inputs, attrs, out_type):
 
 @register_compute("scatter_elements")
 def scatter_elements(inputs, attrs, out_type):
+    """ONNX ScatterElements: ``data`` with ``updates[i]`` at ``i`` with ``i[axis] := indices[i]``.
+
+    https://onnx.ai/onnx/operators/onnx__ScatterElements.html. Written as a reduction over the
+    ``indices.shape[axis]`` candidate sources of each output element: ``reduction`` "none"
+    takes the last matching update (stage ``scatter_last``, tag ``reduce``), the others combine
+    every matching update with the identity-initialized accumulator (``scatter_acc``) and then
+    with ``data``. Negative indices count from the end of ``axis``.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        Rank ``r``, any dtype.
+    indices : te.Tensor
+        Rank ``r``, int32 or int64, each dimension at most data's.
+    updates : te.Tensor
+        indices' shape, data's dtype.
+    axis : int
+        attrs: the scattered axis.
+    reduction : str
+        attrs: ``"none"``, ``"add"``, ``"mul"``, ``"max"`` or ``"min"``.
+
+    Returns
+    -------
+    te.Tensor
+        data's shape and dtype; tag ``scatter``.
+    """
     data, indices, updates = inputs
     axis = attrs["axis"] % len(data.shape)
     n = indices.shape[axis]
@@ -79,6 +124,26 @@ def scatter_elements(inputs, attrs, out_type):
 
 @register_compute("gather_nd")
 def gather_nd(inputs, attrs, out_type):
+    """ONNX GatherND: slices of ``data`` at the index tuples in the last axis of ``indices``.
+
+    https://onnx.ai/onnx/operators/onnx__GatherND.html: ``out[o] = data[o[:b] + tuple(indices[
+    o[:q-1]]) + o[q-1:]]``. Negative indices count from the end; no run-time range check.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        Rank ``r``, any dtype.
+    indices : te.Tensor
+        Rank ``q``, ``[*batch, ..., k]``, int32 or int64; its first ``b`` dims match data's.
+    batch_dims : int
+        attrs: ``b``, the leading dims shared by data and indices.
+
+    Returns
+    -------
+    te.Tensor
+        ``indices.shape[:-1] + data.shape[b + k:]`` (rank ``q + r - k - 1 - b``), data's dtype;
+        tag ``injective``.
+    """
     data, indices = inputs
     b = attrs["batch_dims"]
     k = indices.shape[-1]
@@ -94,6 +159,27 @@ def gather_nd(inputs, attrs, out_type):
 
 @register_compute("scatter_nd")
 def scatter_nd(inputs, attrs, out_type):
+    """ONNX ScatterND: a copy of ``data`` with ``updates`` at the index tuples of ``indices``.
+
+    https://onnx.ai/onnx/operators/onnx__ScatterND.html. As :func:`scatter_elements`, a
+    reduction over all ``prod(indices.shape[:-1])`` updates for each output element.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        Rank ``r``, any dtype.
+    indices : te.Tensor
+        ``[*u, k]``, int32 or int64, ``k <= r``.
+    updates : te.Tensor
+        ``[*u] + data.shape[k:]``, data's dtype.
+    reduction : str
+        attrs: ``"none"``, ``"add"``, ``"mul"``, ``"max"`` or ``"min"``.
+
+    Returns
+    -------
+    te.Tensor
+        data's shape and dtype; tag ``scatter``.
+    """
     data, indices, updates = inputs
     k = indices.shape[-1]
     batch = indices.shape[:-1]
@@ -127,8 +213,26 @@ def scatter_nd(inputs, attrs, out_type):
 def _cumulative(op: str, reducer, ident: int) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
-        """out[p] = the reduction of x along the axis over the positions before (or after,
-        with ``reverse``) p[axis], p itself included unless ``exclusive``."""
+        """ONNX CumSum / CumProd along ``axis`` (graph ops ``cumsum``, ``cumprod``).
+
+        ``out[p]`` = the sum (product) of ``x`` along the axis over the positions before (after,
+        with ``reverse``) ``p[axis]``, ``p`` itself included unless ``exclusive``: one reduction
+        over the whole axis per element, masked (O(n²) along the axis).
+
+        Parameters
+        ----------
+        x : te.Tensor
+            Any shape, numeric.
+        axis : int
+            attrs: the scanned axis (negative: from the end).
+        exclusive, reverse : bool
+            attrs: ONNX's ``exclusive`` and ``reverse``.
+
+        Returns
+        -------
+        te.Tensor
+            x's shape and dtype; tag ``reduce``.
+        """
         (x,) = inputs
         axis = attrs["axis"] % len(x.shape)
         r = te.reduce_axis(x.shape[axis], "r")

@@ -34,7 +34,18 @@ from kiln.target import Target
 
 
 def unsigned(x: L.PrimExpr) -> L.PrimExpr:
-    """int32 ``u(x)``: ``x`` for uint8, ``x + 128`` for int8 (as ``zext(uint8(x)) ^ 128``)."""
+    """int32 ``u(x)``: ``x`` for uint8, ``x + 128`` for int8 (as ``zext(uint8(x)) ^ 128``).
+
+    Parameters
+    ----------
+    x : PrimExpr
+        A uint8 or int8 value (any other dtype is treated as int8's bit pattern).
+
+    Returns
+    -------
+    PrimExpr
+        int32, in 0..255.
+    """
     if x.dtype == "uint8":
         return L.Cast("int32", x)
     return L.Binary("^", L.Cast("int32", L.Cast("uint8", x)), L.const(128, "int32"))
@@ -60,7 +71,29 @@ def _unsigned_word(values: list[L.PrimExpr]) -> L.PrimExpr:
 
 @register_compute("qnn.conv2d")
 def conv2d(inputs, attrs, out_type):
-    """NCHW, any groups: ``Σ (int32(x_pad) - zx) · int32(w)``, ``x_pad`` padded with ``zx``."""
+    """``qnn.conv2d``: ``Σ (int32(x_pad) - zx) · int32(w)``, NCHW, any groups, exact in int32.
+
+    TVM's ``qnn.conv2d`` after its canonicalization (``src/relay/qnn/op/convolution.cc``) with a
+    zero weight zero point (ONNX ConvInteger / QLinearConv's core; docs/decisions/021).
+    ``x_pad`` is padded with ``zx``, so padding contributes 0.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, in_channel, in_height, in_width] (NCHW), uint8 or int8.
+    weight : te.Tensor
+        4-D, [out_channel, in_channel // groups, kernel_h, kernel_w] (OIHW), int8.
+    strides, padding, dilation, groups
+        attrs, as ``nn.conv2d``'s (:func:`kiln.topi.nn.conv2d`).
+    input_zero_point : int
+        attrs: ``zx``, the activation's zero point (in data's range).
+
+    Returns
+    -------
+    te.Tensor
+        [batch, out_channel, out_height, out_width], int32, out_height as ``nn.conv2d``'s; tag
+        ``conv2d``.
+    """
     data, weight = inputs
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilation"]
@@ -83,8 +116,35 @@ def conv2d(inputs, attrs, out_type):
 
 @register_compute("qnn.conv2d_NCHWc")
 def conv2d_nchwc(inputs, attrs, out_type):
-    """``Σ u(x_pad) · w`` (tag ``conv2d_NCHWc``: the float conv's register-blocked schedule),
-    then ``- compensation`` per output channel (an elementwise stage)."""
+    """``qnn.conv2d_NCHWc``: ``Σ u(x_pad) · w`` (tag ``conv2d_NCHWc``), then ``- compensation``.
+
+    ``u`` is :func:`unsigned`; ``x_pad`` is padded with ``zx``; the compensation (``u(zx) · Σ w``
+    per output channel, :func:`kiln.relay.op.integer.compensation`) is subtracted in an
+    elementwise stage (``qnn_compensate``, tag ``elemwise``) that fuses with the requantizing
+    epilogue. int32 (quad) weights take :func:`_conv2d_quads` (blocked data) or
+    :func:`_conv2d_width_quads` (NCHW data); on AVX2 without VNNI the quads become pair words
+    (:func:`dense_pairs_form`, CONV_PAIRS: reads ``Target.current()``).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        5-D, [batch, in_channel // ib, in_height, in_width, ib] (NCHW{ib}c), or 4-D NCHW
+        (``ib = 1``), uint8 or int8.
+    weight : te.Tensor
+        6-D, [out_channel // ob, in_channel // ib, kernel_h, kernel_w, ib, ob] int8; quads:
+        ``ib/4`` int32 words in place of ``ib`` (blocked data) or
+        [out_channel // ob, in_channel, kernel_h, kernel_w // 4, 1, ob] (NCHW data, dilation 1).
+    compensation : te.Tensor
+        2-D, [out_channel // ob, ob], int32.
+    strides, padding, dilation, input_zero_point
+        attrs, as :func:`conv2d`'s (groups 1).
+
+    Returns
+    -------
+    te.Tensor
+        5-D, [batch, out_channel // ob, out_height, out_width, ob] (NCHW{ob}c), int32, out_height
+        as ``nn.conv2d``'s.
+    """
     data, weight, comp = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     if weight.dtype == "int32":
@@ -221,13 +281,33 @@ TAP_PAIRS_STAGE = "qnn_depthwise_conv2d_NCHWc_pairs"
 
 @register_compute("qnn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
-    """``Σ_taps (x_pad - zx) · w`` per channel lane, ``x_pad`` padded with ``zx``; int8
-    weights: one int32 multiply-add per tap; tap pairs (:func:`kiln.relay.op.integer.
-    pack_tap_pairs`): ``Σ_p dot_i16x2(x'(2p), x'(2p + 1), lo16(w[p]), hi16(w[p]))``,
-    ``x' = int16(x_pad) - zx`` (an odd window's last pair repeats its last input with a zero
-    weight) — on x86 one ``vpmaddwd`` per two taps and 8 lanes, the weight pairs read from
-    memory as they are. Exact: ``|x'| ≤ 255``, ``|w| ≤ 128``, a pair sum at most 65 280.
-    Tag ``depthwise_conv2d_NCHWc``: the float depthwise schedule over the ``b`` lanes."""
+    """``qnn.depthwise_conv2d_NCHWc``: ``Σ_taps (x_pad - zx) · w`` per channel lane, exact in int32.
+
+    ``x_pad`` is padded with ``zx``. int8 weights: one int32 multiply-add per tap. Tap pairs
+    (int32 weights, :func:`kiln.relay.op.integer.pack_tap_pairs`):
+    ``Σ_p dot_i16x2(x'(2p), x'(2p + 1), lo16(w[p]), hi16(w[p]))`` with ``x' = int16(x_pad) - zx``
+    (an odd window's last pair repeats its last input with a zero weight) — on x86 one
+    ``vpmaddwd`` per two taps and 8 lanes, the weight pairs read from memory as they are. Exact:
+    ``|x'| ≤ 255``, ``|w| ≤ 128``, a pair sum at most 65 280 (stage TAP_PAIRS_STAGE).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        5-D, [batch, channel // b, in_height, in_width, b] (NCHW{b}c), uint8 or int8.
+    weight : te.Tensor
+        6-D, [channel // b, 1, kernel_h, kernel_w, 1, b] int8, or int32 tap pairs
+        [channel // b, 1, ceil(kernel_h * kernel_w / 2), 1, 1, b].
+    strides, padding, dilation, input_zero_point
+        attrs, as :func:`conv2d`'s (channel multiplier 1).
+    kernel_size : tuple of int
+        attrs (tap pairs only): ``(kernel_h, kernel_w)``.
+
+    Returns
+    -------
+    te.Tensor
+        5-D, [batch, channel // b, out_height, out_width, b], int32, out_height as
+        ``nn.conv2d``'s; tag ``depthwise_conv2d_NCHWc`` (the float depthwise schedule).
+    """
     data, weight = inputs
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     zx = attrs["input_zero_point"]
@@ -273,7 +353,24 @@ def _depthwise_tap_pairs(padded, weight, attrs, out_type):
 
 @register_compute("qnn.dense")
 def dense(inputs, attrs, out_type):
-    """``Σ_k (int32(x) - zx) · int32(w)``."""
+    """``qnn.dense``: ``out[i, j] = Σ_k (int32(x[i, k]) - zx) · int32(w[j, k])``, exact in int32.
+
+    TVM's ``qnn.dense`` with a zero weight zero point (ONNX MatMulInteger's core).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        2-D, [M, K], uint8 or int8.
+    weight : te.Tensor
+        2-D, [N, K], int8.
+    input_zero_point : int
+        attrs: ``zx``, the activation's zero point.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N], int32; tag ``dense``.
+    """
     data, weight = inputs
     zx = L.const(attrs["input_zero_point"], "int32")
     k = te.reduce_axis(data.shape[1], "k")
@@ -284,10 +381,28 @@ def dense(inputs, attrs, out_type):
 
 @register_compute("qnn.dense_pack")
 def dense_pack(inputs, attrs, out_type):
-    """``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), then ``- compensation[j]``.
-    Quad weights (int32 words of four int8 along K): on quads of the activations, or on their
-    int16 pairs where the target has ``vpmaddwd`` and no 8-bit dot product
-    (:func:`dense_pairs_form`, :func:`_dense_pairs`)."""
+    """``qnn.dense_pack``: ``Σ_k u(x) · w[j // b, k, j % b]`` (tag ``dense_pack``), ``- comp[j]``.
+
+    ``u`` is :func:`unsigned`; the compensation is subtracted in stage ``qnn_compensate`` (tag
+    ``elemwise``). Quad weights (int32 words of four int8 along K): on quads of the activations
+    (stage ``qnn_quads``), or on their int16 pairs (``qnn_pairs``, :func:`_dense_pairs`) where
+    the target has ``vpmaddwd`` and no 8-bit dot product (:func:`dense_pairs_form`: reads
+    ``Target.current()``).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        2-D, [M, K], uint8 or int8.
+    weight : te.Tensor
+        3-D, [N // b, K, b] int8 (``dense_pack``'s layout), or int32 quads [N // b, K // 4, b].
+    compensation : te.Tensor
+        1-D, [N], int32: ``u(zx) · Σ_k w[n, k]``.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N] (``N = weight.shape[0] * b``), int32.
+    """
     data, weight, comp = inputs
     b = weight.shape[2]
     if weight.dtype == "int32" and dense_pairs_form():
@@ -310,13 +425,22 @@ def dense_pack(inputs, attrs, out_type):
 
 
 def dense_pairs_form() -> bool:
-    """Whether the integer dense (:func:`_dense_pairs`) and NCHWc conv (:func:`_conv2d_quads`)
-    run on int16 activation pairs: LLVM for x86 with AVX2 and no VNNI
-    (``Target.int8_dot() == "avx2"``) nor AMX (whose kernel takes the quads,
-    docs/decisions/026). Elsewhere the quads: ``vpdpbusd`` / ``usdot`` / ``sdot`` take them as
-    they are; AVX-512BW without VNNI would gain as AVX2 but is not measured; the generic
-    lowering has no widening to save. The dense's weight blocks are at least one vector wide
-    here (AlterOpLayout's ``_int8_vector_block``: narrower ones were miscompiled by LLVM)."""
+    """Whether the integer dense and NCHWc conv run on int16 activation pairs (AVX2, no VNNI).
+
+    The dense (:func:`_dense_pairs`) and the conv (:func:`_conv2d_quads`) take the pairs on
+    LLVM for x86 with AVX2 and no VNNI (``Target.int8_dot() == "avx2"``) nor AMX (whose kernel
+    takes the quads, docs/decisions/026). Elsewhere the quads: ``vpdpbusd`` / ``usdot`` /
+    ``sdot`` take them as they are; AVX-512BW without VNNI would gain as AVX2 but is not
+    measured; the generic lowering has no widening to save. The dense's weight blocks are at
+    least one vector wide here (AlterOpLayout's ``_int8_vector_block``: narrower ones were
+    miscompiled by LLVM).
+
+    Returns
+    -------
+    bool
+        From ``Target.current()`` (False with no current target): its ``int8_dot()`` and
+        ``amx_int8()``.
+    """
     target = Target.current()
     return target is not None and target.int8_dot() == "avx2" and not target.amx_int8()
 

@@ -20,6 +20,16 @@ def register_compute(name: str) -> Callable[[Callable[..., Any]], Callable[..., 
 
     Registering a name twice is a programming error (``AssertionError``); tests/unit check
     that every op with a compute is a registered graph op.
+
+    Parameters
+    ----------
+    name : str
+        The graph op's name in :mod:`kiln.relay.op` (``"nn.conv2d"``, ``"add"``...).
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the compute unchanged, so it stays importable by name.
     """
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,8 +41,20 @@ def register_compute(name: str) -> Callable[[Callable[..., Any]], Callable[..., 
 
 
 def get_compute(name: str) -> Callable[..., Any] | None:
-    """The compute definition of graph op ``name``, or ``None`` when it has none; imports every
-    ``kiln.topi`` module first (they register on import)."""
+    """The compute definition of graph op ``name``, or ``None`` when it has none.
+
+    Imports every ``kiln.topi`` module first (they register on import).
+
+    Parameters
+    ----------
+    name : str
+        The graph op's name.
+
+    Returns
+    -------
+    callable or None
+        ``fn(inputs: list[te.Tensor], attrs: dict, out_type: TensorType) -> te.Tensor``.
+    """
     import kiln.topi  # noqa: F401
 
     return _COMPUTES.get(name)
