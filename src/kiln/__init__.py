@@ -8,7 +8,7 @@ The deploy API follows Apache TVM's classic stack::
     loaded = kiln.runtime.load_module("model.so")
     gmod = kiln.graph_executor.GraphModule(loaded["default"](kiln.cpu()))
 
-Layering (see DESIGN.md): ``kiln.runtime`` never imports the compiler packages.
+Layering (docs/design.md §2): ``kiln.runtime`` never imports the compiler packages.
 
 May import: anything in kiln (the facade: lazy attributes only).
 """

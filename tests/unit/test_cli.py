@@ -10,10 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from kiln.cli import main as cli
 from kiln import progress
+from kiln.cli import arguments
+from kiln.cli import compile as cli_compile
+from kiln.cli import inspect as cli_inspect
+from kiln.cli import main as cli
+from kiln.cli.files import load_inputs, random_inputs, save_npz
 from kiln.cli.graph_info import graph_info
-from kiln.cli.run import load_inputs, random_inputs, save_npz
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
 
 
@@ -29,13 +32,13 @@ from kiln.errors import KilnError, ModuleLoadError, ShapeError
     ("y:2*n", "y", ("2*n",)),
 ])
 def test_parse_input_shape(text, name, shape):
-    assert cli.parse_input_shape(text) == (name, shape)
+    assert arguments.parse_input_shape(text) == (name, shape)
 
 
 @pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:1.5", "x:2a", "x:1,,2"])
 def test_parse_input_shape_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        cli.parse_input_shape(text)
+        arguments.parse_input_shape(text)
 
 
 def test_compile_arguments():
@@ -169,7 +172,7 @@ def test_unexpected_exception_is_one_line(monkeypatch, capsys):
         raise RuntimeError("first line\nsecond line")
 
     monkeypatch.delenv("KILN_LOG", raising=False)
-    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    monkeypatch.setattr(cli_inspect, "_run", boom)
     assert cli.main(["inspect", "x.so"]) == 2
     line = _one_error_line(capsys)
     assert "RuntimeError" in line and "first line" in line and "second" not in line
@@ -180,7 +183,7 @@ def test_debug_log_shows_traceback(monkeypatch, capsys):
         raise KilnError("kaputt")
 
     monkeypatch.setenv("KILN_LOG", "debug")
-    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    monkeypatch.setattr(cli_inspect, "_run", boom)
     logger = logging.getLogger("kiln")
     handlers, level = list(logger.handlers), logger.level
     try:
@@ -199,7 +202,7 @@ def test_quiet_flag_silences_progress(monkeypatch):
         seen["enabled"] = progress.enabled()
         return 0
 
-    monkeypatch.setattr(cli, "_cmd_compile", fake)
+    monkeypatch.setattr(cli_compile, "_run", fake)
     try:
         assert cli.main(["compile", "m.onnx", "-o", "m.so", "--quiet"]) == 0
     finally:
@@ -290,3 +293,13 @@ def test_closed_pipe_ends_quietly(monkeypatch, capsys):
         action.set_defaults(func=write_to_closed_pipe)
     assert cli.main(["inspect", "m.so"]) == 141
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_command_prints_its_help(command, capsys):
+    """``kiln COMMAND --help`` exits 0 with a usage line (argparse expands ``%`` in help
+    texts: a literal percent sign must be written ``%%``)."""
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser().parse_args([command.replace("_", "-"), "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: kiln ")

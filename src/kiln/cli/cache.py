@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     action = p.add_mutually_exclusive_group()
     action.add_argument("--trim", action="store_true",
                         help="trim now: if above the cap, remove the least recently used "
-                             f"entries until {cache_limit.TRIM_TO:.0%} of the cap remains")
+                             f"entries until {cache_limit.TRIM_TO * 100:.0f}%% of the cap remains")
     action.add_argument("--clear", action="store_true", help="remove every cached entry")
     p.set_defaults(func=run_cache)
 

@@ -7,19 +7,23 @@ symbolic inputs)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
+from kiln.cli.arguments import byoc_names, parse_input_shape
 from kiln.cli.symbols import (
     DimSpec,
     describe_bound,
     fix_symbols,
     input_dims,
     name_symbols,
+    parse_dim,
     resolve_symbols,
+    symbolic_inputs,
 )
-from kiln.driver.build_module import choose_executor
-from kiln.driver.tuning_records import RECORD_MEASURE
+from kiln.driver.build_module import choose_executor, executor_for
+from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
 from kiln.errors import KilnError
 
 
@@ -111,6 +115,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
             raise KilnError(f"--input-shape given twice for {name!r}: {shapes[name]} and {shape}")
         shapes[name] = shape
     crt = system_lib or executor == "aot"
+    runtime = "crt" if system_lib else None
     if output is None and c_project is None:
         raise KilnError("nothing to write: give -o/--output (or --emit-c-project DIR)")
     if c_project is not None and not crt:
@@ -134,9 +139,11 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         name_symbols(proto, shapes)
         model_dims = input_dims(proto)
         fixed, bounds = resolve_symbols(model_dims, shapes, list(dims or []))
+        if executor in ("graph", "aot") or system_lib:  # refused before the import
+            executor_for(executor, runtime, symbolic_inputs(model_dims, fixed))
         fix_symbols(proto, fixed)
         mod, params = from_onnx(proto, shape=shapes, dim_bounds=bounds)
-    executor = choose_executor(mod["main"], executor, "crt" if system_lib else None)
+    executor = choose_executor(mod["main"], executor, runtime)
     symbols = symbolic_dims(mod["main"])
     if symbols and executor == "vm":
         echo(f"symbolic dims {', '.join(symbols.values())}: compiling for the VM executor")
@@ -193,7 +200,7 @@ def _model_name(path: str) -> str:
 def _export_for_c(lib, output: str | None, c_project: str | None) -> None:
     """A build for the C runtime: a static library (plus graph JSON and params for the graph
     executor), a shared library (graph executor: still loadable from Python), a C project."""
-    from kiln.cli.run import write_atomic
+    from kiln.cli.files import write_atomic
     from kiln.crt.aot_factory import AotExecutorFactory
     from kiln.crt.project import build_static_library, graph_project, write_project
     from kiln.runtime.params import save_param_dict
@@ -246,3 +253,85 @@ def _cross_fcompile(tgt, compiler: str | None, options: str, echo):
             return None  # export_library says to pass a cross compiler
         echo(f"linking for {tgt.triple} with {compiler} (--cross-compiler to choose another)")
     return cross_compiler(compiler, options=shlex.split(options))
+
+
+def add_parser(sub) -> None:
+    """Register ``kiln compile`` on the ``kiln`` subparsers."""
+    p = sub.add_parser("compile", help="compile an ONNX model into a shared library",
+                       description="Compile an ONNX model into one shared library (.so).")
+    p.add_argument("model", help="the ONNX model file")
+    p.add_argument("-o", "--output",
+                   help="the library to write: .so or .tar; with --system-lib or --executor "
+                        "aot also .a (a static library for the C runtime)")
+    p.add_argument("--target", default=None,
+                   help='compilation target (default: the fastest for this host, "llvm '
+                        '-mcpu=native"; "c -mcpu=native" without llvmlite): "llvm [-mcpu=CPU] '
+                        '[-mtriple=...] [-mattr=...]", "llvm -mcpu=portable" (x86-64: kernels '
+                        'for x86-64-v2, v3 and v4 in one library, chosen on the CPU at load '
+                        'time; or a list, -mcpu=x86-64-v3,x86-64-v4), "c [-mcpu=CPU]" (the '
+                        'system C compiler; "c" alone: its generic baseline) or "jit" (kernels '
+                        'kept as C source, compiled where the model runs by $KILN_DEVICE_CC)')
+    p.add_argument("--target-host", default=None, metavar="TARGET",
+                   help='the host target of --target jit: "c" (default) or "llvm"')
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="fix an input's shape, e.g. data:1x3x224x224 or input:0:1x10 "
+                        "(repeatable); its symbolic dims are fixed in every input that shares "
+                        "them; dims left symbolic compile for the VM executor")
+    p.add_argument("--dim", dest="dims", action="append", default=[], type=parse_dim,
+                   metavar="NAME=LO..HI[:DIV]",
+                   help="bounds of a symbolic dim (ONNX dim_param), e.g. sequence_length=1..512, "
+                        "seq=8..512:8 (multiples of 8) or batch_size=1.. (no upper bound; "
+                        "default 1..); NAME=N fixes it to N (repeatable)")
+    p.add_argument("--byoc", action="append", default=[], metavar="COMPILER",
+                   type=byoc_names,
+                   help="offload what an external compiler supports to it: cblas (OpenBLAS) "
+                        "or kiln_json (JSON graph runtime); repeatable or comma-separated, "
+                        "first listed wins")
+    p.add_argument("--system-lib", action="store_true",
+                   help="also build the system library (function registry) to run the model "
+                        "with Kiln's C runtime, without Python or dlopen")
+    p.add_argument("--system-lib-prefix", default="", metavar="PREFIX",
+                   help="prefix of the kernels' symbols and of TVMSystemLibEntryPoint, to link "
+                        "several models into one program (with --system-lib)")
+    p.add_argument("--executor", choices=["graph", "vm", "aot"], default=None,
+                   help="graph (graph JSON + params, run by a graph executor; the default for "
+                        "static shapes), vm (bytecode run by Kiln's VM, any shape the symbolic "
+                        "dims allow; the default when symbolic dims remain) or aot (one "
+                        "generated C function, static memory plan, linked params)")
+    p.add_argument("--cross-compiler", metavar="CC",
+                   help="link a library for a foreign -mtriple with this compiler, e.g. "
+                        "riscv64-linux-gnu-gcc (default: <triple>-gcc when on PATH)")
+    p.add_argument("--cross-compiler-options", default="", metavar="FLAGS",
+                   help="extra flags for --cross-compiler, e.g. \"-march=rv64gcv\"")
+    p.add_argument("--quantize-weights", choices=["int8", "q4"], default=None,
+                   help="store the weights of MatMul/Gemm layers with constant weights (at "
+                        "least 64x64) quantized and dequantize them inside the kernels: int8 "
+                        "(per output channel) or q4 (GGUF Q4_1 blocks of 32); default float32")
+    p.add_argument("--tuning-records", metavar="FILE",
+                   help="apply the best schedules of kiln tune's records (only those measured "
+                        "for this exact target on a CPU with this machine's fingerprint, "
+                        "at this KILN_NUM_THREADS); "
+                        "prints how many kernels were tuned and why the others were not")
+    p.add_argument("--tuning-measure", default=RECORD_MEASURE, choices=MEASURE_METHODS,
+                   help="apply the records timed with this kiln tune --measure method "
+                        "(default: flush; records written before methods were recorded are "
+                        "hot)")
+    p.add_argument("--emit-c-project", metavar="DIR",
+                   help="write a ready C project (sources, runtime, main.c, Makefile honouring "
+                        "CC=) to DIR; with --executor aot or --system-lib")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    compile_model(args.model, args.output, target=args.target, target_host=args.target_host,
+                  input_shapes=args.input_shapes,
+                  byoc=[name for names in args.byoc for name in names],
+                  executor=args.executor, system_lib=args.system_lib,
+                  system_lib_prefix=args.system_lib_prefix, c_project=args.emit_c_project,
+                  dims=args.dims, quantize_weights=args.quantize_weights,
+                  cross_compiler=args.cross_compiler,
+                  cross_compiler_options=args.cross_compiler_options,
+                  tuning_records=args.tuning_records, tuning_measure=args.tuning_measure)
+    return 0

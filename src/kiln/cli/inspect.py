@@ -4,7 +4,9 @@ function signatures and constants (:func:`kiln.cli.vm.inspect_vm_lines`), and it
 
 from __future__ import annotations
 
-from kiln.cli.run import open_library, write_atomic
+import argparse
+
+from kiln.cli.files import open_library, write_atomic
 from kiln.errors import KilnError
 
 
@@ -159,3 +161,25 @@ def _inspect_graph(library: str, root, echo, graph_out: str | None,
         blob = save_param_dict(params)
         write_atomic(params_out, lambda f: f.write(blob))
         echo(f"wrote {len(params)} params to {params_out}")
+
+
+def add_parser(sub) -> None:
+    """Register ``kiln inspect`` on the ``kiln`` subparsers."""
+    p = sub.add_parser("inspect", help="show a compiled library's modules, graph and params",
+                       description="Show the module tree, graph inputs/outputs and params; "
+                                   "for a VM library its symbols, function signatures and "
+                                   "constants.")
+    p.add_argument("library", help="the compiled library (.so)")
+    p.add_argument("--graph", metavar="FILE", help="write the graph JSON to FILE")
+    p.add_argument("--params", metavar="FILE",
+                   help="write the params to FILE (TVM param-dict format)")
+    p.add_argument("--bytecode", action="store_true",
+                   help="VM libraries: also print the executable as text (symbols, constants, "
+                        "instructions)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    inspect_library(args.library, graph_out=args.graph, params_out=args.params,
+                    bytecode=args.bytecode)
+    return 0

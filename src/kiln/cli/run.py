@@ -4,155 +4,23 @@ Graph-executor libraries here; VM libraries (symbolic shapes) through :mod:`kiln
 
 from __future__ import annotations
 
-import contextlib
-import os
-import statistics
-import tempfile
+import argparse
 import time
-import zipfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
-from kiln.cli.graph_info import TensorInfo, graph_info
+from kiln.cli.arguments import parse_input_shape, positive_int
+from kiln.cli.files import (
+    format_timing,
+    load_inputs,
+    open_library,
+    random_inputs,
+    read_npz,
+    save_npz,
+)
 from kiln.errors import KilnError, ShapeError
 
 FACTORY_NAME = "default"
-
-
-def open_library(path: str, root=None):
-    """Load ``path`` (or use its loaded ``root``); return ``(root module, GraphInfo, params
-    {name: NDArray})``.
-
-    Raises
-    ------
-    ModuleLoadError
-        If the library cannot be loaded or is not a graph-executor factory.
-    """
-    import kiln
-    from kiln.errors import ModuleLoadError
-
-    root = root if root is not None else kiln.runtime.load_module(path)
-    fn_json = root.get_function("get_graph_json")
-    fn_params = root.get_function("get_graph_params")
-    if fn_json is None or fn_params is None:
-        raise ModuleLoadError(f"{path}: root module {root.type_key!r} is not a graph executor "
-                              f"factory (no get_graph_json/get_graph_params) nor a VM executable")
-    params = fn_params()
-    return root, graph_info(fn_json(), set(params)), params
-
-
-def random_inputs(inputs: list[TensorInfo], seed: int) -> dict[str, np.ndarray]:
-    """Seeded random arrays for graph inputs: N(0, 1) for floats, 0..9 for integers.
-
-    Parameters
-    ----------
-    inputs : list of TensorInfo
-        The graph inputs (name, shape, dtype).
-    seed : int
-        Seed of :func:`numpy.random.default_rng`.
-
-    Returns
-    -------
-    dict
-        ``{name: array}`` with the inputs' shapes and dtypes.
-    """
-    rng = np.random.default_rng(seed)
-    out = {}
-    for t in inputs:
-        dtype = np.dtype(t.dtype)
-        if np.issubdtype(dtype, np.floating):
-            out[t.name] = rng.standard_normal(t.shape).astype(dtype)
-        elif dtype == np.bool_:
-            out[t.name] = rng.integers(0, 2, t.shape).astype(dtype)
-        else:
-            out[t.name] = rng.integers(0, 10, t.shape).astype(dtype)
-    return out
-
-
-def read_npz(path: str, names: list[str]) -> dict[str, np.ndarray]:
-    """Read an ``.npz`` whose keys must be exactly ``names`` (the model's inputs).
-
-    Raises
-    ------
-    KilnError
-        Unreadable file, a missing or unknown key.
-    """
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise KilnError(f"cannot read inputs {path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise KilnError(f"cannot read inputs {path}: {err}") from None
-    missing = [n for n in names if n not in arrays]
-    extra = [k for k in arrays if k not in names]
-    if missing or extra:
-        raise KilnError(f"{path}: keys {sorted(arrays)} do not match the graph inputs {names}"
-                        + (f"; missing {missing}" if missing else "")
-                        + (f"; unknown {extra}" if extra else ""))
-    return arrays
-
-
-def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
-    """Read graph inputs from an ``.npz`` whose keys are the input names.
-
-    Raises
-    ------
-    KilnError
-        Unreadable file, a missing or unknown key.
-    ShapeError
-        An array whose shape differs from the graph's (dtypes are cast when safe).
-    """
-    arrays = read_npz(path, [t.name for t in inputs])
-    out = {}
-    for t in inputs:
-        arr = arrays[t.name]
-        if tuple(arr.shape) != t.shape:
-            raise ShapeError(f"input {t.name!r}: {path} has shape {tuple(arr.shape)}, "
-                             f"the library expects {t.shape}")
-        if not np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
-            raise ShapeError(f"input {t.name!r}: {path} has dtype {arr.dtype}, "
-                             f"the library expects {t.dtype}")
-        out[t.name] = np.ascontiguousarray(arr, dtype=t.dtype)
-    return out
-
-
-def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Create or replace ``path`` atomically: ``write(f)`` fills a temporary file in the same
-    directory, which is renamed over ``path`` only when it succeeds.
-
-    Raises
-    ------
-    KilnError
-        If the directory does not exist or is not writable.
-    """
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as err:
-        raise KilnError(f"cannot write {path}: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` atomically (:func:`write_atomic`).
-
-    Raises
-    ------
-    KilnError
-        If the directory does not exist or is not writable.
-    """
-    write_atomic(path, lambda f: np.savez(f, **arrays))
 
 
 def run_library(library: str, inputs: str | None = None, outputs: str | None = None,
@@ -330,10 +198,34 @@ def _run_graph_library(library: str, root, inputs: str | None, seed: int, repeat
     return result, lines
 
 
-def format_timing(times: list[float]) -> str:
-    """``run: 1.23 ms`` or ``run ×N: median … ms (min …, max …)``."""
-    if len(times) == 1:
-        return f"run: {times[0]:.2f} ms"
-    return (f"run ×{len(times)}: median {statistics.median(times):.2f} ms "
-            f"(min {min(times):.2f}, max {max(times):.2f})")
+def add_parser(sub) -> None:
+    """Register ``kiln run`` on the ``kiln`` subparsers."""
+    p = sub.add_parser("run", help="run a compiled library on inputs from .npz or random",
+                       description="Run a compiled library once (or --repeat times).")
+    p.add_argument("library", help="the compiled library (.so)")
+    p.add_argument("--inputs", help=".npz with one array per graph input (keys: input names); "
+                                    "random inputs when absent")
+    p.add_argument("--outputs", help="write the outputs to this .npz (keys: output names)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default: 0)")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", default=[],
+                   type=parse_input_shape, metavar="NAME:SHAPE",
+                   help="shape of a random input of a VM library (symbolic dims), e.g. "
+                        "input_ids:1x77; inputs sharing its symbols follow, and symbols no "
+                        "shape sets take their smallest allowed value (repeatable)")
+    p.add_argument("--repeat", type=positive_int, default=1,
+                   help="timed runs; prints min/median/max (default: 1); with --profile: "
+                        "measurements per node")
+    p.add_argument("--profile", action="store_true",
+                   help="print per-node times (graph: the debug executor, slowest first; "
+                        "VM: every kernel call in order)")
+    p.add_argument("--dump-outputs", metavar="DIR",
+                   help="write every node's output to DIR (.npy per output, nodes.json); "
+                        "implies --profile")
+    p.set_defaults(func=_run)
 
+
+def _run(args: argparse.Namespace) -> int:
+    run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
+                repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs,
+                input_shapes=args.input_shapes)
+    return 0

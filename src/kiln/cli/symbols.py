@@ -274,3 +274,22 @@ def describe_bound(name: str, bound: Bound | None) -> str:
     lo, hi, div = bound if bound is not None else (1, None, 1)
     text = f"{name} in [{lo}, {'inf' if hi is None else hi}]"
     return text + (f" divisible by {div}" if div != 1 else "")
+
+
+def symbolic_inputs(dims: dict[str, list[int | str]], fixed: dict[str, int]) -> list[str]:
+    """The inputs that keep symbolic dims once ``fixed`` is applied, as
+    ``"input_ids[batch_size, sequence_length]"`` (fixed symbols shown as their values).
+
+    Parameters
+    ----------
+    dims : dict
+        :func:`input_dims` of the model.
+    fixed : dict
+        ``{symbol: value}`` (:func:`resolve_symbols`).
+    """
+    out = []
+    for name, ds in dims.items():
+        shown = [fixed.get(d, d) if isinstance(d, str) else d for d in ds]
+        if any(isinstance(d, str) for d in shown):
+            out.append(f"{name}[{', '.join(map(str, shown))}]")
+    return out

@@ -18,8 +18,9 @@ import argparse
 import re
 from pathlib import Path
 
-from kiln.errors import KilnError
+from kiln.cli.arguments import parse_input_shape, positive_int
 from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
+from kiln.errors import KilnError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -51,7 +52,7 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def add_parser(sub, parse_input_shape, positive_int) -> None:
+def add_parser(sub) -> None:
     """Register ``kiln tune`` on the ``kiln`` subparsers."""
     p = sub.add_parser("tune", help="tune a model's kernels on this CPU (records for compile)",
                        description="Measure schedule candidates of the model's kernels on "

@@ -225,7 +225,7 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
         between inputs or lies outside its bounds, a kernel failure.
     """
     import kiln
-    from kiln.cli.run import format_timing
+    from kiln.cli.files import format_timing
     from kiln.vm import VirtualMachine
 
     vm = VirtualMachine(root, kiln.cpu())

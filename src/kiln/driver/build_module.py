@@ -26,8 +26,6 @@ from kiln.backend.graph_codegen import graph_json
 from kiln.backend.te_compiler import lower_primitive
 from kiln.codegen.registry import get_codegen
 from kiln.errors import CompileError
-from kiln.tir import loop as L
-from kiln.arith import shape_str
 from kiln.relay.graph import (
     CALL_NODES,
     Call,
@@ -59,6 +57,7 @@ from kiln.relay.transform.split_concat import split_concat
 from kiln.relay.transform.split_groups import split_groups
 from kiln.runtime import GraphExecutorFactoryModule
 from kiln.target import Target, default_target
+from kiln.tir import loop as L
 
 log = logging.getLogger("kiln")
 
@@ -349,13 +348,24 @@ def choose_executor(func: Function, executor: str | None, runtime: str | None = 
         symbolic dims (the message lists the inputs and how to fix them), a run-time If or
         Loop, or data-dependent shapes (the message names the ops).
     """
-    if executor not in (None, *EXECUTORS):
-        raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
     symbolic = sorted(f"{p.name}[{', '.join(map(str, p.checked_type.shape))}]"
                       for p in func.params if not p.checked_type.is_static)
     nodes = list(post_order(func.outputs))
     control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in nodes)
     runtime_ops = sorted({n.op.name for n in nodes if isinstance(n, Call) and n.op.runtime})
+    return executor_for(executor, runtime, symbolic, runtime_ops, control_flow)
+
+
+def executor_for(executor: str | None, runtime: str | None = None,
+                 symbolic: Sequence[str] = (), runtime_ops: Sequence[str] = (),
+                 control_flow: bool = False) -> str:
+    """The rules of :func:`choose_executor` over what a model needs: the inputs with symbolic
+    dims (``"x[batch, 3]"``), the ops the VM runs itself, whether it has a run-time If or Loop.
+    ``kiln compile`` asks them early, from the ONNX inputs alone, when an executor or the C
+    runtime is requested (the same errors, before the import).
+    """
+    if executor not in (None, *EXECUTORS):
+        raise CompileError(f"unknown executor {executor!r}: expected one of {EXECUTORS}")
     needs_vm = bool(symbolic or control_flow or runtime_ops)
     if executor is None and runtime != "crt":
         return "vm" if needs_vm else "graph"
