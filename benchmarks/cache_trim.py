@@ -1,4 +1,5 @@
-"""Cost of the cache size cap (kiln.runtime.toolchain.cache_limit): one trim scan of a large compile cache,
+"""Cost of the cache size cap (kiln.runtime.toolchain.cache_limit): one trim scan of a large compile
+cache,
 and the per-store bookkeeping that replaces a scan.
 
     python benchmarks/cache_trim.py [--entries 70000] [--size 2048] [--repeat 5] [--dir DIR]

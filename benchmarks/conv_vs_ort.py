@@ -91,10 +91,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ["KILN_NUM_THREADS"] = "1"
     import onnxruntime as ort
-    from models import input_shapes, load_model
 
     import kiln
     from kiln.frontend import from_onnx
+    from models import input_shapes, load_model
 
     model = load_model(args.model, args.seed)
     rng = np.random.default_rng(0)

@@ -178,7 +178,8 @@ def report(rows: list[dict], rss: dict, args) -> str:
     for r in rows:
         b, s = r["shape"]
         lines.append(f"| {b}×{s} | {r['vm_ms']:.3f} | {r['static_ms']:.3f} | {r['ort_ms']:.3f} "
-                     f"| {r['vm_static']:.2f} | {r['vm_ort']:.2f} | {r['vm_minus_static_us']:.0f} |")
+                     f"| {r['vm_static']:.2f} | {r['vm_ort']:.2f} "
+                     f"| {r['vm_minus_static_us']:.0f} |")
     lines.append(f"| geomean | | | | {geo('vm_static'):.2f} | {geo('vm_ort'):.2f} | |")
     growth = 100 * (rss["random"] / rss["largest"] - 1)
     lines += ["", (f"Peak RSS: largest shape (1×384) only {rss['largest']:.1f} MiB; after "

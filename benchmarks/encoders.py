@@ -1,7 +1,8 @@
 """Transformer and OCR encoders: Kiln vs onnxruntime at fixed shapes (issue 17's encoder targets).
 
 Cases: paraphrase-MiniLM-L3-v2 (``kiln.models`` wheel ``minilm_l3``) at [1, 32] and [1, 128]
-tokens, in float32 and dynamically quantized to int8 (``kiln.models.dynamic_int8``), and the PP-OCRv4 text detector at 1x3x480x640 and recognizer at 1x3x48x320 (wheels
+tokens, in float32 and dynamically quantized to int8 (``kiln.models.dynamic_int8``), and the
+PP-OCRv4 text detector at 1x3x480x640 and recognizer at 1x3x48x320 (wheels
 ``ppocrv4_det`` / ``ppocrv4_rec``). Each is compiled once per shape (static graph executor build,
 ``--target``, default ``llvm -mcpu=native``); then, per thread count, a child process (with
 ``KILN_NUM_THREADS`` set before the libraries load) times Kiln and an onnxruntime session side

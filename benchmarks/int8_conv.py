@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 from weight_quant import _ort_session
 
-DEFAULT_SHAPES = "3x64x224k7s2,64x64x56k3,64x256x56k1,256x64x56k1,128x128x28k3,512x512x7k3,256x512x56k1s2"
+DEFAULT_SHAPES = ("3x64x224k7s2,64x64x56k3,64x256x56k1,256x64x56k1,128x128x28k3,512x512x7k3,"
+                  "256x512x56k1s2")
 
 
 def _args() -> argparse.Namespace:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from fp32_conv import _cpu_us, _kiln, _set_attrs
+
 from models import input_shapes, load_model
 
 

@@ -202,7 +202,8 @@ def environment(args: argparse.Namespace) -> dict:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
-            "batch": 1, "byoc": args.byoc, "repeat": args.repeat, "warmup": args.warmup, "seed": args.seed,
+            "batch": 1, "byoc": args.byoc, "repeat": args.repeat, "warmup": args.warmup,
+            "seed": args.seed,
             "kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
             "numpy": numpy.__version__, "llvmlite": llvmlite.__version__,
             "python": platform.python_version(), "platform": platform.platform(),

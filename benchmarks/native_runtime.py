@@ -4,7 +4,8 @@ latency per run, start-up to the first result, and the runtime library's size.
 For each model (default: the five of ``models.py``): compile it as ``models.py`` does (seeded
 weights, ``--target``, one ``.so``), then, one thread (``KILN_NUM_THREADS=1``), alternately
 ``--rounds`` times: a fresh Python process (``load_module`` + ``default(cpu)`` + ``set_input`` +
-first ``run``, timed from before the load, then ``--repeat`` runs, each timed) and ``kiln_run model.so
+first ``run``, timed from before the load, then ``--repeat`` runs, each timed) and ``kiln_run
+model.so
 --repeat N`` (the same phases, timed in C), the order alternating between rounds. Reports, per
 side, the median over rounds of: load + executor creation, start-up to the first result, and
 the median and minimum of the runs' wall time, and the median of their CPU time (one kernel

@@ -69,6 +69,7 @@ def load_bench_model(name: str, seed: int, work: Path):
     import numpy as np
     import onnx
     from encoders import CASES, case_model_path, feed_inputs
+
     from models import input_shapes, load_model
 
     rng = np.random.default_rng(seed)
@@ -108,8 +109,8 @@ def main(argv=None) -> int:
                             measure=args.measure, confirm=args.confirm)
     tune_s = time.perf_counter() - start
     libs = {"untuned": work / "untuned.so", "tuned": work / "tuned.so"}
-    from kiln.frontend import from_onnx
     from kiln.driver.apply_history import ApplyHistoryBest
+    from kiln.frontend import from_onnx
 
     mod, params = from_onnx(model, shape=shapes)
     tuning = ApplyHistoryBest(str(records), measure=args.measure)  # records of this method

@@ -54,8 +54,6 @@ def main(argv=None) -> int:
     from tune_timers import _naming
 
     import kiln
-    from kiln.frontend import from_onnx
-    from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.driver.tuning_records import (
         best_records,
         config_times,
@@ -63,6 +61,8 @@ def main(argv=None) -> int:
         load_records,
         median_record,
     )
+    from kiln.frontend import from_onnx
+    from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.tune.tasks import extract_tasks
 
     work = Path(args.workdir)

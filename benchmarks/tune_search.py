@@ -80,11 +80,10 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(f"needs the tuner's builder (kiln.tune.tasks, kiln.tune.measure): {exc}")
         return 2
-    from models import load_model
-
     from kiln.frontend import from_onnx
     from kiln.tune.executor import LocalExecutor, measure_with
     from kiln.tune.features import lowered_features
+    from models import load_model
 
     mod, params = from_onnx(load_model(args.model, args.seed))
     tasks = extract_tasks(mod, params, args.target)

@@ -88,16 +88,16 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ["KILN_NUM_THREADS"] = "1"
     import numpy as np
-    from models import input_shapes, load_model
 
     import kiln
     from kiln import __version__, progress
+    from kiln.driver.tuning_records import TuningRecord, cpu_fingerprint
     from kiln.frontend import from_onnx
     from kiln.runtime.graph_executor.debug import GraphExecutorDebug
     from kiln.tune.executor import LocalExecutor
     from kiln.tune.measure import build_candidate, measure_candidate
-    from kiln.driver.tuning_records import TuningRecord, cpu_fingerprint
     from kiln.tune.tasks import extract_tasks
+    from models import input_shapes, load_model
 
     progress.set_quiet(True)
     methods = args.methods.split(",")
@@ -204,8 +204,7 @@ def _agreement(label, tasks, configs, a, b) -> None:
 def _naming(records):
     """An ApplyHistoryBest of ``records`` that also notes each kernel's workload key
     (``.keys``: kernel name → key)."""
-    from kiln.driver.apply_history import ApplyHistoryBest
-    from kiln.driver.apply_history import workload_key
+    from kiln.driver.apply_history import ApplyHistoryBest, workload_key
 
     class Naming(ApplyHistoryBest):
         def lower(self, call, name):

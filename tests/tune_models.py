@@ -36,7 +36,8 @@ def depthwise_model() -> onnx.ModelProto:
     """Depthwise Conv 3x3 (group = channels) over 1 x 16 x 6 x 6."""
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array(rng.standard_normal((16, 1, 3, 3)).astype("float32"), "w")
-    return one_node_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=16)],
+    return one_node_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1],
+                                            group=16)],
                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6]), [w])
 
@@ -51,7 +52,8 @@ def matmul_model() -> onnx.ModelProto:
 
 def einsum_model() -> onnx.ModelProto:
     """Attention scores as an Einsum (bhid,bhjd->bhij over 1 x 2 x 6 x 8 and 1 x 2 x 16 x 8)."""
-    return one_node_model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bhid,bhjd->bhij")],
+    return one_node_model([helper.make_node("Einsum", ["a", "b"], ["y"],
+                                            equation="bhid,bhjd->bhij")],
                   [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2, 6, 8]),
                    helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2, 16, 8])],
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 16]), [])

@@ -45,7 +45,8 @@ def _models(folder: Path) -> dict[str, Path]:
     kv = cfg.kv_heads * cfg.head_dim
     shapes = {"token_embd.weight": (cfg.vocab, cfg.hidden), "output_norm.weight": (cfg.hidden,),
               "blk.0.attn_norm.weight": (cfg.hidden,), "blk.0.ffn_norm.weight": (cfg.hidden,),
-              "blk.0.attn_q.weight": (cfg.hidden, cfg.hidden), "blk.0.attn_k.weight": (kv, cfg.hidden),
+              "blk.0.attn_q.weight": (cfg.hidden, cfg.hidden),
+              "blk.0.attn_k.weight": (kv, cfg.hidden),
               "blk.0.attn_v.weight": (kv, cfg.hidden),
               "blk.0.attn_output.weight": (cfg.hidden, cfg.hidden),
               "blk.0.ffn_gate.weight": (cfg.ffn, cfg.hidden),

@@ -1,4 +1,5 @@
-"""Errors a user can trigger. Every one is a :class:`KilnError`; the CLI prints one line and exits 2.
+"""Errors a user can trigger. Every one is a :class:`KilnError`; the CLI prints one line and exits
+2.
 
 May import: nothing of kiln (the standard library only).
 """
@@ -25,7 +26,8 @@ class ToolchainError(KilnError):
 
 
 class ModuleLoadError(KilnError):
-    """A compiled artifact could not be loaded: missing/corrupt blob, wrong architecture, no loader."""
+    """A compiled artifact could not be loaded: missing/corrupt blob, wrong architecture, no
+    loader."""
 
 
 class ScheduleError(KilnError):

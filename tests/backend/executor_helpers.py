@@ -79,7 +79,8 @@ SIG(k_scale) {
 SIG(k_pairsum) {
   if (check("k_pairsum", 2, num_args, codes)) return -1;
   int64_t n = numel(T(1));
-  if (numel(T(0)) != 2 * n) { TVMAPISetLastError("k_pairsum: input must be twice the output"); return -1; }
+  if (numel(T(0)) != 2 * n) { TVMAPISetLastError("k_pairsum: input must be twice the output");
+  return -1; }
   for (int64_t i = 0; i < n; ++i) F(1)[i] = F(0)[2 * i] + F(0)[2 * i + 1];
   return 0;
 }

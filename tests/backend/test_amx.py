@@ -1,6 +1,7 @@
 """The AMX int8 kernel (docs/decisions/026-amx.md): support/amx.c's ``KilnAMXGemmU8S8``
 (``ldtilecfg``, ``tileloadd``, ``tdpbusd``, ``tilestored``, ``tilerelease``) and the integer
-dense and 1×1 convolution kernels that try it first on targets with AMX-INT8, then run their own VNNI / AVX2 loops
+dense and 1×1 convolution kernels that try it first on targets with AMX-INT8, then run their own
+VNNI / AVX2 loops
 when it declines (no AMX in cpuid, ``arch_prctl(ARCH_REQ_XCOMP_PERM)`` refused, ``KILN_AMX=0``,
 a shape below one tile).
 
@@ -20,9 +21,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import cpu_flags, int_conv_reference, run_exported
 
 import kiln
+from conftest import cpu_flags, int_conv_reference, run_exported
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.relay.op.integer import DENSE_QUAD_AXIS, pack_quads
 from kiln.relay.op.nn import pack_dense_weight

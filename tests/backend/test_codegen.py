@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TARGETS, build_kernels
 
 import kiln
+from conftest import TARGETS, build_kernels
 from kiln.backend.te_compiler import lower_primitive, to_te
-from kiln.tir import loop as L
-from kiln.tir import interpreter as loop_interp
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.tir.lower import Schedule, lower
 from kiln.relay.op.integer import pack_quads, pack_tap_pairs
 from kiln.relay.transform.fuse_ops import fuse_ops
+from kiln.schedules import schedule_loops, schedule_te
+from kiln.tir import interpreter as loop_interp
+from kiln.tir import loop as L
+from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.make_packed_api import make_packed_api
 from kiln.tir.transform.simplify import simplify
-from kiln.schedules import schedule_loops, schedule_te
 
 
 def rand(*shape, seed=0):

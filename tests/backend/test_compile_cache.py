@@ -23,7 +23,8 @@ import kiln.runtime as rt
 from kiln.codegen import llvm as codegen_llvm
 from kiln.codegen import llvm_worker
 from kiln.errors import CompileError
-from kiln.runtime.toolchain import cc_manifest, compile_cache, compiler as toolchain
+from kiln.runtime.toolchain import cc_manifest, compile_cache
+from kiln.runtime.toolchain import compiler as toolchain
 
 
 @pytest.fixture

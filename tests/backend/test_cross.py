@@ -23,17 +23,17 @@ from test_llvm import binary_kernel
 import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive, to_te
 from kiln.codegen.llvm import build_llvm
-from kiln.tir import interpreter as loop_interp
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
-from kiln.tir.lower import Schedule, lower
-from kiln.relay.op_registry import get_op
 from kiln.relay.op.integer import pack_quads, pack_tap_pairs
+from kiln.relay.op_registry import get_op
 from kiln.relay.transform.fuse_ops import fuse_ops
-from kiln.tir.transform.make_packed_api import dl_dtype, make_packed_api
-from kiln.tir.transform.simplify import simplify
 from kiln.runtime.toolchain import compiler as toolchain
 from kiln.schedules import schedule_loops, schedule_te
 from kiln.target import Target
+from kiln.tir import interpreter as loop_interp
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.make_packed_api import dl_dtype, make_packed_api
+from kiln.tir.transform.simplify import simplify
 
 HARNESS = Path(__file__).with_name("cross_harness.c")
 CROSS = {

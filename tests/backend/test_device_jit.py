@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from device_helpers import RISCV_CC, SYSROOT, device_module, riscv_missing, vector_ops
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 import kiln.runtime as rt
+from device_helpers import RISCV_CC, SYSROOT, device_module, riscv_missing, vector_ops
 from kiln.errors import KilnError, ToolchainError
 from kiln.frontend import from_onnx
 from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+
 from onnx_helpers import compile_vm
 
 SCORES = ("bsgrd,tbgd->bgrst", ["b", "s", 3, 3, 16], ["t", "b", 3, 16], ["b", 3, 3, "s", "t"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
 from onnx_helpers import compile_vm
 
 H, F = 32, 64  # hidden and feed-forward widths (two and four packed column blocks)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TARGETS, build_kernels
-from fast_exp_helpers import SPECIALS, check_clamped_exp, check_exp, clamped_exp_kernel, exp_kernel
 
 import kiln
+from conftest import TARGETS, build_kernels
+from fast_exp_helpers import SPECIALS, check_clamped_exp, check_exp, clamped_exp_kernel, exp_kernel
 from kiln.tir.transform.fast_exp import lower_fast_exp
 from kiln.tir.transform.make_packed_api import make_packed_api
 

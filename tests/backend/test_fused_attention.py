@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
 from onnx_helpers import compile_vm
 
 H, D = 3, 16
@@ -105,9 +106,9 @@ def test_attention_kernel_keeps_one_block_of_rows(any_length):
     from kiln.backend.te_compiler import lower_unpacked
     from kiln.driver.build_module import optimize, primitive_calls
     from kiln.frontend import from_onnx
+    from kiln.target import Target
     from kiln.tir import loop as L
     from kiln.topi.attention import ROW_BLOCK
-    from kiln.target import Target
 
     mod, params = from_onnx(_attention_model(1, 128, 128))
     with Target("llvm"):

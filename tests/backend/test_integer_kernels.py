@@ -12,9 +12,9 @@ import re
 
 import numpy as np
 import pytest
-from conftest import cpu_flags, int_conv_reference
 
 import kiln
+from conftest import cpu_flags, int_conv_reference
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.target import Target
 
@@ -132,7 +132,8 @@ def test_vnni_conv_exact(dtype, zx):
     xv = Var("x", TensorType(x.shape, dtype))
     func = Function([xv], [Call("qnn.conv2d", [xv, Constant(w)], attrs)])
     assert Target("llvm -mcpu=native").int8_dot().startswith("vnni")
-    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"), int_conv_reference(x, w, zx, 1, 1))
+    np.testing.assert_array_equal(_run(func, x, "llvm -mcpu=native"),
+                                  int_conv_reference(x, w, zx, 1, 1))
 
 
 @pytest.mark.skipif(not _x86(), reason="x86 assembly")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from device_helpers import device_module, use_riscv_device, vector_ops
 
 import kiln
+from device_helpers import device_module, use_riscv_device, vector_ops
 from kiln.frontend import from_onnx
 from kiln.llm import Decoder, generate, ort_decoder
 from kiln.llm.decoder import DIM_BOUNDS, MASK_SHAPE

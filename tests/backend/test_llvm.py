@@ -27,12 +27,12 @@ from kiln.codegen.llvm import build_llvm, codegen_ir
 from kiln.codegen.llvm_machine import target_machine
 from kiln.errors import CompileError, KilnError, ToolchainError
 from kiln.graph_executor import GraphModule
-from kiln.tir import loop as L
-from kiln.tir import interpreter as loop_interp
-from kiln.tir.transform.make_packed_api import make_packed_api
 from kiln.runtime import c_types
 from kiln.runtime.object_module import object_machine
 from kiln.target import Target, default_target
+from kiln.tir import interpreter as loop_interp
+from kiln.tir import loop as L
+from kiln.tir.transform.make_packed_api import make_packed_api
 
 HOST = Target("llvm -mcpu=native")
 
@@ -65,9 +65,9 @@ def sample_kernels():
 def check_sample_kernels(lib, conv, par):
     (call, arrays), (func, inputs, out) = conv, par
     from kiln.backend.te_compiler import to_te
+    from kiln.schedules import schedule_loops, schedule_te
     from kiln.tir.lower import Schedule, lower
     from kiln.tir.transform.simplify import simplify
-    from kiln.schedules import schedule_loops, schedule_te
 
     ins, o = to_te(call.body)
     oracle = schedule_loops(simplify(lower(schedule_te(Schedule(o)), ins, "conv")))

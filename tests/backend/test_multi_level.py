@@ -19,10 +19,10 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_close_to_reference, cpu_flags, run_onnxruntime
 from onnx import TensorProto, helper
 
 import kiln
+from conftest import assert_close_to_reference, cpu_flags, run_onnxruntime
 from kiln.codegen.multi_level import LEVEL_SYMBOL, variant_name
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
@@ -176,7 +176,8 @@ def test_every_level_is_in_the_library(portable):
     kernels = lib.imported_modules[0].list_function_names()
     dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)], capture_output=True,
                          text=True, check=True).stdout
-    bodies = dict(re.findall(r"^[0-9a-f]+ <([^>]+)>:\n(.*?)(?=\n\n|\Z)", dis, re.MULTILINE | re.DOTALL))
+    bodies = dict(re.findall(r"^[0-9a-f]+ <([^>]+)>:\n(.*?)(?=\n\n|\Z)", dis,
+                             re.MULTILINE | re.DOTALL))
     # a variant and its outlined parts (``<variant>_parallel0``, ``<variant>_compute_``)
     regs = {level: "".join(body for name, body in bodies.items() for k in kernels
                            if re.fullmatch(re.escape(variant_name(k, level)) + r"(_\w+)?", name))

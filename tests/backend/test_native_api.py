@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzz_mutators import graph_docs, graph_params
-from fuzz_runtime import build_so
 
 import kiln.runtime as rt
+from fuzz_mutators import graph_docs, graph_params
+from fuzz_runtime import build_so
 
 EXT_SOURCE = r"""
 #include <kiln/c_runtime_api.h>

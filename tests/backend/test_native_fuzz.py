@@ -13,7 +13,8 @@ creation (which hands the kiln_json functions their constants);
 ``file`` — whole libraries (in-place blob damage, truncation at any length) loaded by
 ``TVMModLoadFromFile`` in a child process each; ``run`` — kiln_json functions whose graph JSON
 is damaged (tokens or values: :func:`json_case`) loaded as ``blob``, then the executor run
-(the interpreter checks every argument, so a damaged graph must be an error there too). Default suite: :data:`QUICK` cases per target;
+(the interpreter checks every argument, so a damaged graph must be an error there too). Default
+suite: :data:`QUICK` cases per target;
 ``make fuzz``: ``$KILN_FUZZ_CASES`` (default 5000) per target, twice that for ``blob``.
 """
 
@@ -28,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_native_json import json_factory
+
+import kiln.runtime as rt
 from fuzz_mutators import (
     blob_corpus,
     graph_docs,
@@ -38,9 +42,6 @@ from fuzz_mutators import (
     mutate_text,
 )
 from fuzz_runtime import SoCorpus, build_so, so_file_mutation
-from test_native_json import json_factory
-
-import kiln.runtime as rt
 from kiln.runtime.blob import pack_imports
 from kiln.runtime.jit.device_module import DeviceFunction
 

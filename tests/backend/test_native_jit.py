@@ -15,12 +15,12 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from device_helpers import RISCV_CC, riscv_missing, vector_ops
 from onnx import TensorProto, helper
 from test_native_cross import cross_runtime
 from test_native_runtime import assert_close, kiln_run
 
 import kiln
+from device_helpers import RISCV_CC, riscv_missing, vector_ops
 from kiln.frontend import from_onnx
 from kiln.runtime.jit.device_module import SourceDeviceModule
 from kiln.runtime.module import modules_dfs

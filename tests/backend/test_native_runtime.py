@@ -21,12 +21,12 @@ import numpy as np
 import onnx
 import pytest
 import tomllib
-from onnx_helpers import graph_inputs
 
 import kiln
 from kiln import models
 from kiln.frontend import from_onnx
 from kiln.native import RUNTIME_DIR
+from onnx_helpers import graph_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20240601
@@ -190,7 +190,8 @@ def test_load_errors_are_messages(native_rt, compiled, tmp_path):
 def test_runtime_dir_cli_and_wheel_data():
     """`kiln runtime-dir` prints the sources' folder, and the wheel's package data holds every
     file of it that git tracks."""
-    out = subprocess.run([sys.executable, "-m", "kiln.cli.main", "runtime-dir"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "kiln.cli.main", "runtime-dir"],
+                         capture_output=True,
                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert Path(out.stdout.strip()) == RUNTIME_DIR
     assert (RUNTIME_DIR / "Makefile").is_file()

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fuzz_mutators import mutate_bytes
-from fuzz_runtime import SoCorpus
 from onnx import TensorProto, helper
 
 import kiln
+from fuzz_mutators import mutate_bytes
+from fuzz_runtime import SoCorpus
 from kiln.vm import VirtualMachine
 
 HERE = Path(__file__).resolve().parent

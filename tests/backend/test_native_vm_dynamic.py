@@ -11,13 +11,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 from test_native_vm import _export, asan, kiln_run_vm, run_vm_fuzz  # noqa: F401 (asan: a fixture)
 from test_native_vm_kv import CVM
 from test_vm_data_dependent import _model
 
 import kiln
+from conftest import run_onnxruntime
 from kiln.vm import VirtualMachine
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

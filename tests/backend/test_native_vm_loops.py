@@ -1,5 +1,6 @@
 """Run-time loops and calls between VM functions in the native runtime's VM
-(src/kiln/native/src/rt_vm*.c): ONNX ``Loop`` models compiled for the VM — a data trip count and condition (a backward ``goto``), scan
+(src/kiln/native/src/rt_vm*.c): ONNX ``Loop`` models compiled for the VM — a data trip count and
+condition (a backward ``goto``), scan
 outputs stacked by the list builtins (``list_new``, ``list_append``, ``list_stack``) with the
 count bound by ``bind_shape``, stacked outputs feeding kernels, loops that run no iteration —
 exported once each, run by ``kiln_run`` (also under ASan + UBSan) vs the Python VM on the same
@@ -10,7 +11,6 @@ hand-written executables calling VM functions (two calls of one callee, runaway 
 from __future__ import annotations
 
 import numpy as np
-import onnx_loops
 import pytest
 from onnx.reference import ReferenceEvaluator
 from test_native_json import SANITIZER_ENV
@@ -18,6 +18,7 @@ from test_native_vm import kiln_run_vm
 from test_vm_control_flow import LOOP_CASES, _loop_model
 
 import kiln
+import onnx_loops
 from kiln.frontend import from_onnx
 from kiln.vm import VirtualMachine
 

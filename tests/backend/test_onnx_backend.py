@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from kiln.errors import UnsupportedOpError
 from kiln.driver import onnx_backend as backend
+from kiln.errors import UnsupportedOpError
 from kiln.frontend.onnx.context import NotConstantError
 from kiln.frontend.onnx.importer import from_onnx
 

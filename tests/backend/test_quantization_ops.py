@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import compile_and_run, run_onnxruntime
 from onnx import helper, numpy_helper
+
+from conftest import compile_and_run, run_onnxruntime
 
 RNG = np.random.default_rng(11)
 

@@ -24,8 +24,8 @@ import kiln.runtime as rt
 from kiln.errors import KilnError, ToolchainError
 from kiln.graph_executor import GraphModule
 from kiln.runtime import export
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import host_elf, machine_name, read_elf_header
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.toolchain.tar import tar as tar_fcompile
 
 ET_REL, ET_DYN = 1, 3

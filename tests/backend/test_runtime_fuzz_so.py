@@ -22,9 +22,9 @@ import os
 
 import numpy as np
 import pytest
-from fuzz_runtime import build_so, make_targets, run, run_in_workers
 
 import kiln.runtime as rt
+from fuzz_runtime import build_so, make_targets, run, run_in_workers
 from kiln.graph_executor import GraphModule
 
 QUICK = 100

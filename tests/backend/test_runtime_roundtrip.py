@@ -24,8 +24,8 @@ import pytest
 import kiln.runtime as rt
 from kiln.errors import KilnError, ModuleLoadError, ShapeError, ToolchainError
 from kiln.graph_executor import GraphModule
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import host_elf, machine_name
+from kiln.runtime.toolchain import compiler as toolchain
 
 KERNELS = r"""
 #include <kiln/c_runtime_api.h>

@@ -9,10 +9,10 @@ import stat
 import tempfile
 
 import pytest
-from fuzz_mutators import graph_docs, graph_params
-from fuzz_runtime import SO_KERNELS
 
 import kiln.runtime as rt
+from fuzz_mutators import graph_docs, graph_params
+from fuzz_runtime import SO_KERNELS
 from kiln.errors import ToolchainError
 from kiln.runtime.toolchain import compiler as toolchain
 
@@ -78,8 +78,10 @@ def test_jit_compile_leaves_only_the_cached_library(tmp_path, tmpdir_env):
     assert names[0] == ".cache-size"
     names = names[1:]
     assert len(names) == 2 and names[0].startswith("csource-") and names[0].endswith(".so")
-    # and the compile cache's objects (kiln.runtime.toolchain.compile_cache), whole entries only: the
-    # kernels' and each support source's, each with its manifest (kiln.runtime.toolchain.cc_manifest)
+    # and the compile cache's objects (kiln.runtime.toolchain.compile_cache), whole entries only:
+    # the
+    # kernels' and each support source's, each with its manifest
+    # (kiln.runtime.toolchain.cc_manifest)
     assert names[1] == "objects"
     kinds = sorted(n.rsplit(".", 1)[1] for n in os.listdir(cache / "objects"))
     sources = 1 + len(toolchain.SUPPORT_SOURCES)

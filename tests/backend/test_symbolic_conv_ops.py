@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_close_to_reference, run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from conftest import assert_close_to_reference, run_onnxruntime
 from kiln.frontend import from_onnx
 from kiln.vm import VirtualMachine
 

@@ -4,7 +4,8 @@ Its semantics through a small C harness (``pool_harness.c``) calling ``TVMBacken
 and ``TVMBackendParallelBarrier`` directly: thread ids per task, many launches of every
 ``num_task``, barriers, nested launches (serial, on the task's own thread), a failing worker's
 message reaching the caller, ``fork`` with workers running, a launch from a second thread
-during one (serial), a second library in the same process (its own pool), and the team size from ``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
+during one (serial), a second library in the same process (its own pool), and the team size from
+``KILN_NUM_THREADS`` or the affinity mask. Then a small conv net, for the c and llvm targets, at 1
 and 2 threads, equal to each other and to onnxruntime. Each setting runs in its own process
 (the team is fixed at a library's first launch).
 """
@@ -21,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TARGETS, assert_close_to_reference, run_onnxruntime
 from onnx import TensorProto, helper
 
 import kiln
 import kiln.runtime as rt
+from conftest import TARGETS, assert_close_to_reference, run_onnxruntime
 from kiln.frontend import from_onnx
 from kiln.runtime.module import modules_dfs
 

@@ -5,17 +5,17 @@ evaluator, on c and llvm, and through the ONNX backend."""
 from __future__ import annotations
 
 import numpy as np
-import onnx_loops
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from onnx_helpers import compile_vm
 
 import kiln
+import onnx_loops
+from kiln.driver import onnx_backend as backend
 from kiln.errors import CompileError
 from kiln.frontend import from_onnx
-from kiln.driver import onnx_backend as backend
 from kiln.relay.graph import IfCall, post_order
+from onnx_helpers import compile_vm
 
 
 def _if_model():
@@ -133,11 +133,13 @@ def test_loop_stacks_scan_outputs_over_a_run_time_count(make, feeds, target, tmp
 
 
 def test_loop_scan_outputs_are_empty_of_the_element_shape(tmp_path):
-    vm = compile_vm(onnx_loops.threshold_model(), tmp_path / "empty.so", "c", instruction="list_new")
+    vm = compile_vm(onnx_loops.threshold_model(), tmp_path / "empty.so", "c",
+                    instruction="list_new")
     x = np.ones((3, 2), np.float32)
     outs = [o.numpy() for o in vm["main"](x, np.array(False), np.array(1.0, np.float32))]
     assert [o.shape for o in outs] == [(3, 2), (0,), (0, 3, 2), (0,)]
-    vm = compile_vm(onnx_loops.downstream_model(), tmp_path / "down.so", "c", instruction="list_new")
+    vm = compile_vm(onnx_loops.downstream_model(), tmp_path / "down.so", "c",
+                    instruction="list_new")
     total, sq = (o.numpy() for o in vm["main"](np.ones(4, np.float32), np.array(0, np.int64)))
     np.testing.assert_array_equal(total, np.zeros(4, np.float32))
     assert sq.shape == (0,)

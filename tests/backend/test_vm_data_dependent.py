@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from onnx_helpers import compile_vm
 
 import kiln
+from conftest import run_onnxruntime
 from kiln.errors import CompileError, ShapeError
 from kiln.frontend import from_onnx
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.vm import VirtualMachine
+from onnx_helpers import compile_vm
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
 import kiln
 import kiln.runtime as rt
+from conftest import run_onnxruntime
 from kiln.frontend import from_onnx
 from kiln.vm import VirtualMachine
 

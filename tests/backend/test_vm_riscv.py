@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from device_helpers import use_riscv_device
 from onnx.reference import ReferenceEvaluator
 from test_vm_control_flow import _cases, _if_model
 
 import kiln
+from device_helpers import use_riscv_device
 from kiln.frontend import from_onnx
 from kiln.vm import VirtualMachine
 

@@ -11,11 +11,11 @@ import weakref
 
 import numpy as np
 import pytest
-import vm_programs as P
 from executor_helpers import FUNCS, KERNELS
 
 import kiln
 import kiln.runtime as rt
+import vm_programs as P
 from kiln.relay.graph import Call, Function, TensorType, Var
 from kiln.runtime.vm.executable import VMExecutable, VMFunction
 from kiln.runtime.vm.executable_format import Symbol
@@ -96,7 +96,8 @@ def test_replay_fast_path_is_used(factory, tmp_path):
     stats = vm.replay_stats()
     assert stats["replays"] == 4 and stats["recordings"] == 1
     (trace,) = vm.module._traces.values()
-    assert trace.num_calls == 2 and [s[0] for s in trace.steps] == ["py", "batch"]  # storage, 2 kernels
+    # storage, then the 2 kernels in one batch
+    assert trace.num_calls == 2 and [s[0] for s in trace.steps] == ["py", "batch"]
     assert trace.steps[1][1:3] == (0, 2)
     # inputs given as aligned NDArrays are used in place by the replayed kernels too, and the
     # VM keeps no reference to them after the call

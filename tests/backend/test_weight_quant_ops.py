@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import run_exported, run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from conftest import run_exported, run_onnxruntime
 from kiln.frontend import from_onnx
 from kiln.relay.op.weight_quant import dequantize_q4_1, quantize_int8, quantize_q4_1
 from kiln.vm import VirtualMachine

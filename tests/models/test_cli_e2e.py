@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import pytest
 from model_helpers import assert_matches_reference, kiln_cli
-from onnx_helpers import graph_inputs
 
 from kiln import models
+from onnx_helpers import graph_inputs
 
 pytestmark = pytest.mark.xdist_group("cli-squeezenet")
 

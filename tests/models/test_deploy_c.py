@@ -22,13 +22,13 @@ import numpy as np
 import onnx
 import pytest
 from model_helpers import assert_matches_reference
-from onnx_helpers import graph_inputs
 
 import kiln
 from kiln import models
 from kiln.crt.project import graph_project, write_project
 from kiln.frontend import from_onnx
 from kiln.runtime.toolchain import compiler as toolchain
+from onnx_helpers import graph_inputs
 
 SEED = 20240601
 ISAS = {
@@ -122,6 +122,8 @@ def _check_rvv(project) -> None:
     asm = "".join(toolchain.run(["riscv64-linux-gnu-objdump", "-d", str(k)]) for k in kernels)
     assert "vsetvli" in asm and re.search(r"\bvle32\.v\b", asm), "no RVV instructions"
     assert re.search(r"\bvf(n?m(acc|add|sub)|mul|add)\.v[vf]\b", asm), "no RVV float math"
-    defined = toolchain.run(["riscv64-linux-gnu-nm", "--defined-only", str(project / "kiln_m_main")])
+    defined = toolchain.run(["riscv64-linux-gnu-nm", "--defined-only",
+                             str(project / "kiln_m_main")])
     assert all(sym in defined for sym in re.findall(
-        r"^[0-9a-f]+ T (\S+)$", toolchain.run(["riscv64-linux-gnu-nm", str(kernels[0])]), re.MULTILINE))
+        r"^[0-9a-f]+ T (\S+)$", toolchain.run(["riscv64-linux-gnu-nm", str(kernels[0])]),
+        re.MULTILINE))

@@ -27,10 +27,10 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from device_helpers import RISCV_CC, device_module, riscv_missing, vector_ops
 from model_helpers import assert_matches_reference, compile_to_library, run_compiled
 from test_models import SEED, _inputs
 
+from device_helpers import RISCV_CC, device_module, riscv_missing, vector_ops
 from kiln import models
 
 

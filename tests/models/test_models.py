@@ -1,6 +1,7 @@
 """Whole models vs onnxruntime: the ONNX-zoo "light" models (random weights; constant weights
 for two of them) and the PP-LCNet text-orientation classifier, compiled for target ``c``
-(all but vgg19 and inception_v1) and ``llvm -mcpu=native`` (:data:`LLVM_MODELS`, random weights, and the classifier),
+(all but vgg19 and inception_v1) and ``llvm -mcpu=native`` (:data:`LLVM_MODELS`, random weights, and
+the classifier),
 exported to a ``.so``, loaded back and run on a seeded random input.
 
 Each (model, weights, target) case is one test that compiles once and runs every check on the
@@ -44,9 +45,9 @@ from model_helpers import (
     compile_to_library,
     run_compiled,
 )
-from onnx_helpers import graph_inputs
 
 from kiln import models
+from onnx_helpers import graph_inputs
 
 SEED = 20240601
 BIG = {"vgg19", "densenet121", "inception_v2", "resnet50"}

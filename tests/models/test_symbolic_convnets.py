@@ -25,17 +25,16 @@ from model_helpers import (
     with_symbolic_batch,
 )
 from onnx import TensorProto, helper
-from onnx_helpers import compile_vm
 from test_demos_embed_ocr import ocr_demo
 
 import kiln
-from kiln import models
+from kiln import arith, models
 from kiln.demo.ocr_pipeline import det_input, rec_input, render_line
 from kiln.frontend import from_onnx
-from kiln import arith
 from kiln.runtime import load_module
 from kiln.target import default_target
 from kiln.vm import VirtualMachine
+from onnx_helpers import compile_vm
 
 SEED = 20240601
 TARGETS = {"c": "c", "llvm": "llvm -mcpu=native"}

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from kiln.errors import ShapeError
 from kiln import arith
 from kiln.arith import SymVar, bounds, evaluate, floordiv, floormod, maximum, minimum
+from kiln.errors import ShapeError
 
 N = SymVar("n")
 SEQ = SymVar("seq", 1, 512)

@@ -1,4 +1,5 @@
-"""The size cap of Kiln's caches of compiled code (``kiln.runtime.toolchain.cache_limit``): size parsing,
+"""The size cap of Kiln's caches of compiled code (``kiln.runtime.toolchain.cache_limit``): size
+parsing,
 LRU order, hysteresis, what is never removed, concurrent trims, the cross-process trigger, the
 producers' hooks and ``kiln cache``. No compiler needed."""
 

@@ -35,7 +35,8 @@ def test_parse_input_shape(text, name, shape):
     assert arguments.parse_input_shape(text) == (name, shape)
 
 
-@pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:1.5", "x:2a", "x:1,,2"])
+@pytest.mark.parametrize("text", ["data", ":1x2", "x:1x0", "x:1x-2", "x:1xx2", "x:1.5", "x:2a",
+                                  "x:1,,2"])
 def test_parse_input_shape_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
         arguments.parse_input_shape(text)
@@ -211,7 +212,8 @@ def test_quiet_flag_silences_progress(monkeypatch):
 
 
 def test_entry_point_subprocess(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kiln.cli.main", "inspect", str(tmp_path / "x.so")],
+    proc = subprocess.run([sys.executable, "-m", "kiln.cli.main", "inspect",
+                           str(tmp_path / "x.so")],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith("kiln: error:") and proc.stderr.count("\n") == 1

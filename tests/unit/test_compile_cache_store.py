@@ -14,8 +14,8 @@ import threading
 import pytest
 
 from kiln.codegen.partition import partition, stmt_cost
-from kiln.tir import loop as L
 from kiln.runtime.toolchain import cc_manifest, compile_cache
+from kiln.tir import loop as L
 
 
 @pytest.fixture

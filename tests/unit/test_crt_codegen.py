@@ -12,8 +12,8 @@ import pytest
 
 from kiln.backend.aot_codegen import aot_codegen, c_identifier
 from kiln.backend.kernel_workspace import workspace_bytes
-from kiln.driver.build_module import deploy_prefix
 from kiln.codegen.system_lib import c_registry_source, llvm_registry_ir, names_blob
+from kiln.driver.build_module import deploy_prefix
 from kiln.errors import CompileError
 from kiln.tir import loop as L
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fast_exp_helpers import (
     SPECIALS,
     check_clamped_exp,
@@ -14,7 +15,6 @@ from fast_exp_helpers import (
     count_calls,
     exp_kernel,
 )
-
 from kiln.tir import loop as L
 from kiln.tir.interpreter import run
 from kiln.tir.transform.fast_exp import lower_fast_exp

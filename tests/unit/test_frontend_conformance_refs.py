@@ -18,8 +18,10 @@ from kiln.relay.transform import bind_params
 
 CASES = [
     "test_gridsample_bicubic", "test_gridsample_reflection_padding",
-    "test_gridsample_volumetric_nearest_align_corners_1", "test_scatter_elements_with_duplicate_indices",
-    "test_scatternd_max", "test_gather_elements_negative_indices", "test_gathernd_example_int32_batch_dim1",
+    "test_gridsample_volumetric_nearest_align_corners_1",
+    "test_scatter_elements_with_duplicate_indices",
+    "test_scatternd_max", "test_gather_elements_negative_indices",
+    "test_gathernd_example_int32_batch_dim1",
     "test_top_k_smallest", "test_einsum_batch_diagonal", "test_cumsum_1d_reverse_exclusive",
     "test_argmax_negative_axis_keepdims_random_select_last_index", "test_edge_pad", "test_wrap_pad",
     "test_reflect_pad", "test_bitshift_right_int32_negative_shift", "test_mod_mixed_sign_int8",

@@ -8,9 +8,9 @@ import pytest
 from onnx import TensorProto, helper
 from test_frontend_ops import make_model, rand
 
+from kiln.arith import SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx, list_converters, load_onnx
-from kiln.arith import SymVar
 
 
 def _named(op: str, inputs: list[str], outputs: list[str], name: str, **attrs):

@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from kiln.arith import SymVar
 from kiln.errors import ShapeError
 from kiln.frontend import from_onnx
-from kiln.arith import SymVar
 from kiln.relay.interpreter import evaluate
 
 

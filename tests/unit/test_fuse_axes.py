@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from kiln.errors import ScheduleError
+from kiln.tir import interpreter as loop_interp
 from kiln.tir import loop as L
-from kiln.tir import interpreter as loop_interp, te
+from kiln.tir import te
 from kiln.tir.index import merge_split_indices, same_expr
-from kiln.tir.verify import verify
 from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.simplify import simplify
+from kiln.tir.verify import verify
 
 
 def _pointwise(h: int, w: int, k: int = 8, c: int = 4):

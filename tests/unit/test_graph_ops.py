@@ -9,9 +9,9 @@ import pytest
 from kiln.errors import KilnError, ShapeError
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var
 from kiln.relay.interpreter import evaluate
-from kiln.relay.op_registry import OpPattern, get_op, list_ops
 from kiln.relay.op.nn import pool_output_size
 from kiln.relay.op.transform import slice_length
+from kiln.relay.op_registry import OpPattern, get_op, list_ops
 
 VOCABULARY = {
     OpPattern.ELEMWISE: ["nn.relu", "sigmoid", "exp", "log", "sqrt", "tanh", "erf", "negative",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.tir import intrin_int8 as loop_int8
 from kiln.relay.op.integer import (
     compensation,
     pack_quads,
@@ -16,6 +15,7 @@ from kiln.relay.op.integer import (
     unpack_tap_pairs,
 )
 from kiln.target import Target
+from kiln.tir import intrin_int8 as loop_int8
 
 RNG = np.random.default_rng(3)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.errors import ShapeError
 from kiln import arith
+from kiln.errors import ShapeError
 from kiln.relay.graph import Call, Function, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
 from kiln.relay.op_registry import get_op

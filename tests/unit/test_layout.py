@@ -11,11 +11,11 @@ from kiln.backend import te_compiler
 from kiln.errors import CompileError
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
-from kiln.tir.layout import Layout, transform_array
-from kiln.tir.lower import Schedule
 from kiln.relay.transform.alter_op_layout import alter_op_layout
 from kiln.relay.transform.fuse_ops import fuse_ops
 from kiln.target import Target
+from kiln.tir.layout import Layout, transform_array
+from kiln.tir.lower import Schedule
 
 RNG = np.random.default_rng(7)
 

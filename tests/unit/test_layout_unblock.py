@@ -32,10 +32,10 @@ def test_unblock_tag(src, dst, block):
 def test_unblock_schedule_order_and_values():
     """The lowered loops walk x outside the unrolled channel lanes, and the interpreter's
     result is numpy's transform."""
-    from kiln.tir import loop as L
-    from kiln.tir import interpreter as loop_interp
-    from kiln.tir.lower import Schedule, lower
     from kiln.schedules.cpu import schedule_te
+    from kiln.tir import interpreter as loop_interp
+    from kiln.tir import loop as L
+    from kiln.tir.lower import Schedule, lower
 
     x, out = _transform("NCHW8c", "NCHW", {"N": 1, "C": 16, "H": 3, "W": 5})
     func = lower(schedule_te(Schedule(out)), [x], "unblock")

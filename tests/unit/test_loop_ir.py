@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 from kiln.errors import ScheduleError
-from kiln.tir import loop as L
-from kiln.tir import interpreter as loop_interp, te
-from kiln.tir.lower import Schedule, lower
-from kiln.tir.transform.simplify import simplify
 from kiln.schedules import primitives as P
 from kiln.schedules.cpu import schedule_loops
+from kiln.tir import interpreter as loop_interp
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.tir.lower import Schedule, lower
+from kiln.tir.transform.simplify import simplify
 
 
 def _run(func, *arrays):

@@ -6,6 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from kiln.arith import SymVar
+from kiln.backend.vm_codegen import compile_vm
+from kiln.driver.build_module import optimize, primitive_calls
+from kiln.errors import ShapeError, UnsupportedOpError
+from kiln.frontend import from_onnx
+from kiln.frontend.onnx.context import NotConstantError, static_values_only
+from kiln.relay.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
+from kiln.relay.interpreter import evaluate
+from kiln.runtime.vm.bytecode import OP_CALL, DecodeContext, decode_function
 from onnx_loops import (
     check_references,
     constant_empty_model,
@@ -17,16 +27,6 @@ from onnx_loops import (
     trip_count_feeds,
     trip_count_model,
 )
-
-from kiln.backend.vm_codegen import compile_vm
-from kiln.driver.build_module import optimize, primitive_calls
-from kiln.errors import ShapeError, UnsupportedOpError
-from kiln.frontend import from_onnx
-from kiln.frontend.onnx.context import NotConstantError, static_values_only
-from kiln.arith import SymVar
-from kiln.relay.graph import Constant, Function, LoopCall, TensorType, Var, post_order, with_args
-from kiln.relay.interpreter import evaluate
-from kiln.runtime.vm.bytecode import OP_CALL, DecodeContext, decode_function
 
 
 def _loop_of(func: Function) -> LoopCall:

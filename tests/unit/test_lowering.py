@@ -7,19 +7,19 @@ import numpy as np
 import pytest
 
 from kiln.backend.te_compiler import lower_primitive
-from kiln.tir import interpreter as loop_interp
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
-from kiln.tir.verify import verify
 from kiln.relay.transform.fuse_ops import fuse_ops
+from kiln.tir import interpreter as loop_interp
+from kiln.tir.verify import verify
 
 
 def run_lowered(func: Function, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Execute a fused function kernel by kernel on the interpreter (before MakePackedAPI)."""
     from kiln.backend import te_compiler
+    from kiln.schedules import schedule_loops, schedule_te
     from kiln.tir.lower import Schedule, lower
     from kiln.tir.transform.simplify import simplify
-    from kiln.schedules import schedule_loops, schedule_te
 
     values: dict[int, np.ndarray] = {p.uid: inputs[p.name] for p in func.params}
     for node in post_order(func.outputs):

@@ -7,17 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kiln.arith import SymVar
 from kiln.backend.te_compiler import to_te
 from kiln.driver.build_module import optimize
-from kiln.tir import loop as L
-from kiln.arith import SymVar
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.schedules import schedule_loops, schedule_te
+from kiln.tir import loop as L
 from kiln.tir.interpreter import run
-from kiln.tir.verify import verify
 from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.make_packed_api import make_packed_api
 from kiln.tir.transform.simplify import simplify
-from kiln.schedules import schedule_loops, schedule_te
+from kiln.tir.verify import verify
 
 
 def _kernel(op: str, shape: tuple, axis: int) -> L.PrimFunc:
@@ -90,7 +90,8 @@ def test_blocks_of_rows_match_numpy(s, t):
     assert rows and all(shape == (ROW_BLOCK, t) for shape in rows), rows
     rng = np.random.default_rng(0)
     x = [rng.standard_normal(shape).astype("float32") for shape in shapes.values()]
-    x[3] = np.where(np.arange(t) < t - 2, 0.0, -10000.0).astype("float32") * np.ones(shapes["mask"], "float32")
+    x[3] = (np.where(np.arange(t) < t - 2, 0.0, -10000.0).astype("float32")
+            * np.ones(shapes["mask"], "float32"))
     out = np.zeros((b, h, s, d), "float32")
     run(kernel, *x, out)
     want = get_op("nn.attention").ref(*x, scale=0.5)

@@ -16,6 +16,8 @@ import os
 import signal
 
 import pytest
+
+import kiln.runtime as rt
 from fuzz_mutators import (
     blob_corpus,
     factory_corpus,
@@ -27,8 +29,6 @@ from fuzz_mutators import (
     vm_kernels,
 )
 from fuzz_runtime import make_targets, run, run_in_workers
-
-import kiln.runtime as rt
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.graph_executor.executor import GraphExecutor
 

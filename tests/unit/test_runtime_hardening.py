@@ -13,19 +13,20 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from fuzz_mutators import graph_docs, graph_params, numpy_kernels
 
 import kiln.runtime as rt
+from fuzz_mutators import graph_docs, graph_params, numpy_kernels
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
-from kiln.runtime.graph_executor import graph_json, storage as graph_storage
-from kiln.runtime.toolchain import private_dir as pd
 from kiln.runtime.blob import unpack_imports
 from kiln.runtime.c_types import dtype_name
 from kiln.runtime.elf import check_loadable, host_elf
+from kiln.runtime.graph_executor import graph_json
+from kiln.runtime.graph_executor import storage as graph_storage
 from kiln.runtime.graph_executor.executor import GraphExecutor
 from kiln.runtime.graph_executor.graph_json import parse_graph
 from kiln.runtime.module import PyFunctionModule
 from kiln.runtime.stream import StreamWriter
+from kiln.runtime.toolchain import private_dir as pd
 
 
 def _graph(mutate) -> str:

@@ -1,6 +1,7 @@
 """SinkReshape (reshapes below element-wise ops and LayerNorm) and FuseOps' diamonds: a
 transformer layer's dense → reshape → bias → GELU → residual → LayerNorm chain becomes one
-dense kernel with its epilogue (the residual's reshape included), then a LayerNorm, with the same values (graph evaluator and the
+dense kernel with its epilogue (the residual's reshape included), then a LayerNorm, with the same
+values (graph evaluator and the
 loop-IR interpreter)."""
 
 from __future__ import annotations

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from kiln import arith
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
-from kiln import arith
-from kiln.tir import te
-from kiln.tir import loop as L
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
-from kiln.tir.lower import Schedule, lower
 from kiln.relay.op.nn import pool_output_size
 from kiln.relay.transform.alter_op_layout import alter_op_layout
 from kiln.relay.transform.split_concat import split_concat
 from kiln.schedules import schedule_loops
 from kiln.schedules.nn_cpu import _divisors, _row_block
 from kiln.schedules.primitives import peel_lets
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.tir.lower import Schedule, lower
 
 RNG = np.random.default_rng(11)
 N, H, W = arith.SymVar("N"), arith.SymVar("H"), arith.SymVar("W")

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kiln import arith
+from kiln.arith import SymVar
 from kiln.backend.te_compiler import lower_primitive
 from kiln.backend.vm_arena import plan_arena
 from kiln.backend.vm_codegen import compile_vm
 from kiln.backend.vm_shape_heap import ShapeHeap
 from kiln.driver.build_module import optimize
 from kiln.errors import CompileError
-from kiln import arith
-from kiln.tir import loop as L
-from kiln.arith import SymVar
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
+from kiln.tir import loop as L
 from kiln.tir.interpreter import run
 from kiln.tir.text import astext
 from kiln.tir.transform.make_packed_api import make_packed_api
@@ -57,9 +57,9 @@ def test_symbolic_kernels_match_the_graph_evaluator(shape):
 
 def _interpret(func: Function, values: dict) -> np.ndarray:
     from kiln.backend.te_compiler import to_te
+    from kiln.schedules import schedule_loops, schedule_te
     from kiln.tir.lower import Schedule, lower
     from kiln.tir.transform.simplify import simplify
-    from kiln.schedules import schedule_loops, schedule_te
 
     env = {p.uid: values[p.name] for p in func.params}
     fused = optimize(func, {})
@@ -183,9 +183,9 @@ def _interpret_versions(func: Function, values: dict, **options) -> np.ndarray:
     (``te_compiler``), as compiled kernels have it; ``options`` go to ``optimize``
     (``quantize_weights=``)."""
     from kiln.backend.te_compiler import _small_extent_version, to_te
+    from kiln.schedules import schedule_loops, schedule_te
     from kiln.tir.lower import Schedule, lower
     from kiln.tir.transform.simplify import simplify
-    from kiln.schedules import schedule_loops, schedule_te
 
     env = {p.uid: values[p.name] for p in func.params}
     symbols = _bindings(func, values)

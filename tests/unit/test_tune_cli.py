@@ -56,7 +56,8 @@ def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     assert len(records) == 4 and all(r.error is None for r in records)
     assert {r.kernel for r in records} == {"fused_nn_conv2d_NCHWc_nn_relu",
                                            "fused_nn_dense_pack"}
-    assert "measured 4 candidates (0 from earlier records; 0 re-measurements" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "measured 4 candidates (0 from earlier records; 0 re-measurements" in printed
     # the conv's fastest record: a config other than the default
     conv = next(r for r in records[1:] if r.kernel.startswith("fused_nn_conv2d"))
     assert conv.config != records[0].config  # records[0]: the conv's default

@@ -87,8 +87,8 @@ class _Inline:
 
 
 def test_measure_with_builds_then_measures_what_built():
-    from kiln.tune.executor import measure_with
     from kiln.schedules.space import Knob, Task
+    from kiln.tune.executor import measure_with
 
     def build(payload, config, target):
         if config["b"] == 0:

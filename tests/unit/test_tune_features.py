@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from kiln.errors import KilnError
+from kiln.schedules import primitives as P
+from kiln.schedules.space import Knob, Task
 from kiln.tir import te
 from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.simplify import simplify
-from kiln.schedules import primitives as P
 from kiln.tune.features import FEATURE_NAMES, extract, knob_features
-from kiln.schedules.space import Knob, Task
 
 
 def _matmul(n=64, m=32, k=48):

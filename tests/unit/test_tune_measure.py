@@ -8,19 +8,19 @@ import ctypes
 
 import numpy as np
 import pytest
-from tune_models import dense_model, qdq_conv_model
 
+from kiln.driver.tuning_records import load_records
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.relay.interpreter import evaluate
+from kiln.schedules.space import Knob, Task
 from kiln.tune import measure
 from kiln.tune.cache_flush import CacheFlusher, l2_cache_bytes
 from kiln.tune.executor import SerialExecutor
 from kiln.tune.measure import build_candidate, measure_candidate, reference_output, time_kernel
-from kiln.driver.tuning_records import load_records
-from kiln.schedules.space import Knob, Task
 from kiln.tune.tasks import extract_tasks
 from kiln.tune.tuner import tune
+from tune_models import dense_model, qdq_conv_model
 
 TARGET = "llvm"
 
@@ -237,8 +237,13 @@ def test_an_unknown_measure_method_is_refused_by_tune(task, tmp_path):
 def test_confirm_measures_a_lucky_winner_again_next_to_the_default(task, tmp_path):
     """A config whose one record is impossibly fast is measured twice more, alternating
     with the default; ranked by median, its lucky record no longer decides."""
+    from kiln.driver.tuning_records import (
+        TuningRecord,
+        append_records,
+        best_records,
+        cpu_fingerprint,
+    )
     from kiln.tune.confirm import confirm_best
-    from kiln.driver.tuning_records import TuningRecord, append_records, best_records, cpu_fingerprint
 
     small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
     out, fp = tmp_path / "r.jsonl", cpu_fingerprint()
@@ -282,7 +287,12 @@ def test_a_tune_with_confirm_reports_median_times(task, tmp_path, monkeypatch):
 def test_a_resumed_tune_copies_every_re_measurement(task, tmp_path):
     """Records of a confirmed config come over whole: ranked by one record, the copy would
     pick unroll_k=1 (1.9 s once) over the re-measured unroll_k=2 (3.0 then 1.0)."""
-    from kiln.driver.tuning_records import TuningRecord, append_records, best_records, cpu_fingerprint
+    from kiln.driver.tuning_records import (
+        TuningRecord,
+        append_records,
+        best_records,
+        cpu_fingerprint,
+    )
 
     small = Task(task.key, task.name, 1, (Knob("unroll_k", (8, 2, 1)),), task.payload)
     old, out, fp = tmp_path / "old.jsonl", tmp_path / "r.jsonl", cpu_fingerprint()

@@ -13,10 +13,10 @@ import tempfile
 import time
 
 import pytest
-from tune_models import dense_model
 
-from kiln.errors import KilnError
 from kiln.driver.tuning_records import cpu_fingerprint, fingerprint_id
+from kiln.errors import KilnError
+from tune_models import dense_model
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs ray (pip install kiln[tune])")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -129,8 +129,8 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
     import onnx
 
     from kiln.cli import main as cli
-    from kiln.tune import ray_executor
     from kiln.driver.tuning_records import load_records
+    from kiln.tune import ray_executor
 
     c, _, _ = cluster
     jobs = []

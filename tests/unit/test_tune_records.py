@@ -8,14 +8,9 @@ import json
 import re
 
 import pytest
-from tune_models import dense_model
 
-from kiln.driver.build_module import _lower_kernels, optimize, primitive_calls
-from kiln.errors import KilnError
-from kiln.frontend import from_onnx
-from kiln.tir.text import astext
-from kiln.target import Target
 from kiln.driver.apply_history import ApplyHistoryBest
+from kiln.driver.build_module import _lower_kernels, optimize, primitive_calls
 from kiln.driver.tuning_records import (
     TuningRecord,
     append_records,
@@ -24,7 +19,12 @@ from kiln.driver.tuning_records import (
     fingerprint_id,
     load_records,
 )
+from kiln.errors import KilnError
+from kiln.frontend import from_onnx
+from kiln.target import Target
+from kiln.tir.text import astext
 from kiln.tune.tasks import extract_tasks, lower_candidate
+from tune_models import dense_model
 
 TARGET = "llvm -mcpu=skylake-avx512"
 FP = {"cpu": "Test CPU", "features": ["+avx2", "+fma"], "cores": 2, "threads": 1}

@@ -184,10 +184,10 @@ def _lower_matmul(task, config):
     """A real lowering per config: the matmul's column loop split by ``split``, the row loop
     parallel if ``parallel``; ``vectorize`` = 1 asks to vectorize the split loop, which holds
     the reduction, so the schedule primitive refuses (ScheduleError)."""
+    from kiln.schedules import primitives as P
     from kiln.tir import te
     from kiln.tir.lower import Schedule, lower
     from kiln.tir.transform.simplify import simplify
-    from kiln.schedules import primitives as P
 
     a = te.placeholder((32, 16), "float32", "a")
     b = te.placeholder((16, 32), "float32", "b")

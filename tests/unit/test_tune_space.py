@@ -11,18 +11,18 @@ import re
 import numpy as np
 import onnx
 import pytest
-from tune_models import conv_model, dense_model, depthwise_model, einsum_model, matmul_model
 
 from kiln.backend.te_compiler import lower_primitive
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.relay.interpreter import evaluate
+from kiln.schedules.knobs import check_config, configured, knob
+from kiln.target import Target
 from kiln.tir.interpreter import run
 from kiln.tir.text import astext
-from kiln.target import Target
-from kiln.schedules.knobs import check_config, configured, knob
 from kiln.tune.measure import kernel_inputs
 from kiln.tune.tasks import extract_tasks, lower_candidate
+from tune_models import conv_model, dense_model, depthwise_model, einsum_model, matmul_model
 
 #: AVX-512 (32 registers: pixel blocks are divisors) and AVX2 (16: shifted last blocks)
 TARGETS = ["llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell"]

@@ -11,12 +11,12 @@ import pytest
 
 from kiln.backend.te_compiler import to_te
 from kiln.driver.build_module import optimize
-from kiln.tir import loop as L
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.schedules import schedule_loops, schedule_te
+from kiln.tir import loop as L
 from kiln.tir.interpreter import run
 from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.simplify import simplify
-from kiln.schedules import schedule_loops, schedule_te
 
 
 def _kernel(op: str, shape: tuple, axis) -> L.PrimFunc:

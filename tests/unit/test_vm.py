@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import vm_programs as P
 
 import kiln
 import kiln.runtime as rt
+import vm_programs as P
 from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.runtime.vm.executable import VMExecutable, VMFunction
 from kiln.runtime.vm.executable_format import Sym, Symbol

@@ -8,9 +8,9 @@ import struct
 
 import numpy as np
 import pytest
-import vm_programs as P
 
 import kiln.runtime as rt
+import vm_programs as P
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime.blob import LOADER_PREFIX
 from kiln.runtime.vm.bytecode import (

@@ -10,11 +10,11 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from kiln.arith import SymVar
 from kiln.backend.vm_codegen import compile_vm
 from kiln.backend.vm_shape_heap import ShapeHeap
 from kiln.driver.build_module import choose_executor, optimize
 from kiln.errors import CompileError, ShapeError
-from kiln.arith import SymVar
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
 from kiln.runtime import dynamic_ops as D

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from test_symbolic_kernels import _interpret_versions
 
+from kiln.arith import SymVar
 from kiln.driver.build_module import optimize
 from kiln.errors import CompileError
-from kiln.arith import SymVar
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
 from kiln.relay.op.nn import pack_dense_weight, unpack_dense_weight

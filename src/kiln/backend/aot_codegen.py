@@ -199,7 +199,9 @@ class _AotWriter:
         p = self.p
         if e in self.args:
             name = self.args[e]
-            return f"(void*)({p}_params + {self.param_offset[name]})" if name in self.params else "0"
+            if name not in self.params:
+                return "0"
+            return f"(void*)({p}_params + {self.param_offset[name]})"
         if e in self.heads:
             return "0"
         return f"{p}_workspace + {self.offsets[self.storage_id[e]]}"

@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 
 from kiln.errors import CompileError
+from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
+from kiln.schedules import schedule_loops, schedule_te, small_extents
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, Var, post_order
-from kiln.tir.verify import verify
 from kiln.tir.lower import Schedule, lower
 from kiln.tir.transform.fast_exp import lower_fast_exp
 from kiln.tir.transform.make_packed_api import make_packed_api
 from kiln.tir.transform.simplify import simplify
-from kiln.schedules import schedule_loops, schedule_te, small_extents
+from kiln.tir.verify import verify
 
 
 def to_te(body: Function) -> tuple[list[te.Tensor], te.Tensor]:

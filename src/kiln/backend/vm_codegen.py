@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kiln import arith
+from kiln.arith import Dim, SymVar
 from kiln.backend.vm_arena import plan_arena
 from kiln.backend.vm_dynamic import (
     MULTI_OUTPUT,
@@ -57,8 +59,6 @@ from kiln.backend.vm_signature import (
     symbol,
 )
 from kiln.errors import CompileError
-from kiln import arith
-from kiln.arith import Dim, SymVar
 from kiln.relay.graph import (
     Call,
     Constant,

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.errors import CompileError
 from kiln.arith import SymVar, free_symbols
+from kiln.errors import CompileError
 from kiln.relay.graph import Call, Expr, Function, IfCall, LoopCall, post_order
 from kiln.relay.op.dynamic import bound_by
 from kiln.runtime.ndarray import array

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from kiln.backend.vm_dynamic import depends_on
-from kiln.errors import CompileError
 from kiln import arith
 from kiln.arith import Dim, SymVar
+from kiln.backend.vm_dynamic import depends_on
+from kiln.errors import CompileError
 from kiln.runtime.vm.bytecode import heap, imm
 
 #: shape-program opcodes

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.errors import CompileError
 from kiln import arith
 from kiln.arith import SymVar
+from kiln.errors import CompileError
 from kiln.relay.graph import Function, TensorType
-from kiln.tir.transform.make_packed_api import dl_dtype
 from kiln.runtime.vm.executable_format import Sym, TensorSig
+from kiln.tir.transform.make_packed_api import dl_dtype
 
 #: match-spec dim kinds
 MATCH_EQUAL, MATCH_BIND, MATCH_CHECK = 0, 1, 2

@@ -16,7 +16,8 @@ AnnotateTarget → MergeCompilerRegions → PartitionGraph, passes in ``kiln.rel
 codegens (:func:`build_external`), and attaches the modules to the kernel library — through a
 const loader when one of them needs constants. Built in: ``cblas`` (OpenBLAS ``cblas_sgemm``,
 C source, type_key ``c``; ``kiln.byoc.cblas``) and ``kiln_json`` (a JSON graph + constants run by
-``kiln.runtime.contrib.json.json_runtime``; ``kiln.byoc.kiln_json``). docs/byoc.md walks through a new one.
+``kiln.runtime.contrib.json.json_runtime``; ``kiln.byoc.kiln_json``). docs/byoc.md walks through a
+new one.
 
 May import: kiln.relay, kiln.tir, kiln.codegen, kiln.runtime, kiln.target, kiln.native (and
 kiln.errors).

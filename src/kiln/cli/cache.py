@@ -4,7 +4,8 @@
 
     kiln cache [--trim | --clear]
 
-Prints each folder of evictable entries (:mod:`kiln.runtime.toolchain.cache_limit`) with its entry count
+Prints each folder of evictable entries (:mod:`kiln.runtime.toolchain.cache_limit`) with its entry
+count
 and size on disk, the total and the cap (``KILN_CACHE_MAX_SIZE``). ``--trim`` removes the least
 recently used entries now if the total is above the cap; ``--clear`` removes every entry. The
 model files in the cache root (ONNX, GGUF, vocabularies) are neither counted nor removed. A bad

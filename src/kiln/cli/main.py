@@ -2,7 +2,8 @@
 
 ::
 
-    kiln compile model.onnx [--target llvm -mcpu=native] -o model.so [--input-shape NAME:1x3x224x224 ...]
+    kiln compile model.onnx [--target llvm -mcpu=native] -o model.so [--input-shape NAME:1x3x224x224
+    ...]
                  [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
                  [--byoc cblas ...] [--target-host llvm] [--quantize-weights int8|q4]
                  [--tuning-records records.jsonl] [--quiet]

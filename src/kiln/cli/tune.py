@@ -4,7 +4,8 @@
 
     kiln tune model.onnx [--target "llvm -mcpu=native"] (--trials N | --time-budget 10m)
               -o records.jsonl [--tuning-records old.jsonl ...] [--input-shape NAME:SHAPE]
-              [--search model|random] [--batch-size N] [--early-stopping N] [--ray ADDRESS] [--repeat N]
+              [--search model|random] [--batch-size N] [--early-stopping N] [--ray ADDRESS]
+              [--repeat N]
               [--quiet]
 
 Then ``kiln compile model.onnx --tuning-records records.jsonl -o model.so`` applies them (on a

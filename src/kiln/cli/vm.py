@@ -1,7 +1,8 @@
 """``kiln run`` and ``kiln inspect`` on VM libraries (root module ``relax.VMExecutable``).
 
 A VM library takes inputs of any shape its signature allows: each dim is an int or a symbol
-with bounds (``kiln.runtime.vm.executable_format.Symbol``). Inputs come from an ``.npz`` (any allowed
+with bounds (``kiln.runtime.vm.executable_format.Symbol``). Inputs come from an ``.npz`` (any
+allowed
 shape) or are random: ``--input-shape NAME:SHAPE`` picks an input's shape, whose symbols then
 size every other input sharing them; a symbol no ``--input-shape`` sets takes its smallest
 allowed value (at least 1, a multiple of its divisor) — what onnxruntime's ``perf_test`` does

@@ -26,13 +26,14 @@ import re
 
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
-from kiln.tir import loop as L
 from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import loop as L
 from kiln.tir.index import merge_split_indices
 
 C_TYPES = {
     "float16": "_Float16", "float32": "float", "float64": "double", "int64": "int64_t",
-    "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t",
+    "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
+    "uint16": "uint16_t",
     "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
 }
 _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",

@@ -4,10 +4,12 @@
 ``build_llvm(funcs, target)`` is the entry point: the kernels are split into groups of similar
 compile cost (one LLVM module each, like the C target's files: :mod:`kiln.codegen.partition`),
 each group's IR is built by :mod:`kiln.codegen.llvm_func`, taken from the compile cache
-(:mod:`kiln.runtime.toolchain.compile_cache`, keyed by the IR text and the target machine) or optimized and
+(:mod:`kiln.runtime.toolchain.compile_cache`, keyed by the IR text and the target machine) or
+optimized and
 emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llvm_worker`:
 llvmlite runs one LLVM call at a time per process), else here — and the result is a
-:class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
+:class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target
+machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
 resolved), features, ABI, ``-opt-level``; relocations are PIC (the objects go into a shared
 library) with the small code model (:mod:`kiln.codegen.llvm_machine`).
 """
@@ -22,10 +24,10 @@ from contextlib import contextmanager
 from kiln.codegen.llvm_machine import compile_ir, machine_identity, target_machine
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
-from kiln.tir import loop as L
 from kiln.runtime.toolchain import compile_cache
 from kiln.runtime.toolchain.compiler import cpu_count
 from kiln.target import Target
+from kiln.tir import loop as L
 
 #: kernels per LLVM module (on average; modules are balanced by estimated compile cost); several
 #: modules compile in parallel, and each is one compile-cache entry

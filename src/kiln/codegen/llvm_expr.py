@@ -37,8 +37,8 @@ from kiln.codegen.llvm_ir import (
     value_type,
 )
 from kiln.errors import CompileError
-from kiln.tir import loop as L
 from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import loop as L
 from kiln.tir import speculation
 from kiln.tir.index import merge_split_indices
 
@@ -55,7 +55,8 @@ _ICMP = ("<", "<=", ">", ">=", "==", "!=")
 
 def sides_may_trap(e: L.Select) -> bool:
     """Whether evaluating both sides of ``e`` for any condition could fault
-    (:func:`kiln.tir.speculation.may_trap`), except for loads the condition itself makes (FastExp's NaN test ``x != x ? x : f(x)`` loads
+    (:func:`kiln.tir.speculation.may_trap`), except for loads the condition itself makes (FastExp's
+    NaN test ``x != x ? x : f(x)`` loads
     what its sides load; a guarded load, padding's ``inside ? data[y - 1] : 0``, stays a
     branch)."""
     made = speculation.loads_in(e.cond)
@@ -416,7 +417,8 @@ class ExprCodegen:
 
 
 def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """:func:`kiln.tir.intrin_int8.dot_u8i8x4` on int32 scalars or vectors with plain integer IR: per
+    """:func:`kiln.tir.intrin_int8.dot_u8i8x4` on int32 scalars or vectors with plain integer IR:
+    per
     byte ``j``, ``(x >> 8j) & 255`` times ``(y << (24 - 8j)) >>s 24``, summed."""
     def splat(v: int) -> ir.Constant:
         if isinstance(x.type, ir.VectorType):

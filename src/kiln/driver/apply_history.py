@@ -29,10 +29,6 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from kiln.errors import KilnError
-from kiln.tir import loop as L
-from kiln.relay.graph import Function, PrimitiveCall, structural_key
-from kiln.schedules.knobs import check_config, configured
 from kiln.driver.tuning_records import (
     RECORD_MEASURE,
     TuningRecord,
@@ -40,7 +36,11 @@ from kiln.driver.tuning_records import (
     cpu_fingerprint,
     load_records,
 )
+from kiln.errors import KilnError
+from kiln.relay.graph import Function, PrimitiveCall, structural_key
 from kiln.runtime.toolchain.compile_cache import make_key
+from kiln.schedules.knobs import check_config, configured
+from kiln.tir import loop as L
 
 
 def workload_key(body: Function, target: str) -> str:

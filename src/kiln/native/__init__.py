@@ -1,4 +1,5 @@
-"""Everything Kiln ships in C, in one folder (``kiln runtime-dir``; docs/decisions/030-one-c-tree.md).
+"""Everything Kiln ships in C, in one folder (``kiln runtime-dir``;
+docs/decisions/030-one-c-tree.md).
 
 What lives here: the Makefile of libkiln_runtime, Kiln's native runtime (load a ``.so``
 exported by Kiln from C or C++ without Python: TVM's ``libtvm_runtime`` role, TVM's C API

@@ -3,7 +3,8 @@
 Nodes are immutable and typed at construction: building a :class:`Call` runs its op's type
 relation, so every node carries a :class:`TensorType`. A dimension is an ``int`` or a symbolic
 expression of :mod:`kiln.arith` (ONNX ``dim_param`` inputs: ``sequence_length``,
-``2 * sequence_length``, ...); a static model has ints only. A :class:`Function` lists its parameters and
+``2 * sequence_length``, ...); a static model has ints only. A :class:`Function` lists its
+parameters and
 its outputs; an :class:`IRModule` maps names to functions, with ``"main"`` the model.
 
 Call-like nodes (they have ``args``): :class:`Call` (an operator), :class:`PrimitiveCall` (a
@@ -20,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln import arith
 from kiln.arith import Dim, SymVar
+from kiln.errors import ShapeError
 
 _ids = itertools.count()
 

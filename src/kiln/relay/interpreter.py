@@ -12,9 +12,9 @@ from collections import Counter
 
 import numpy as np
 
-from kiln.errors import KilnError, ShapeError
 from kiln import arith
 from kiln.arith import SymVar, shape_str
+from kiln.errors import KilnError, ShapeError
 from kiln.relay.graph import (
     CALL_NODES,
     Call,

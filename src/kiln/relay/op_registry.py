@@ -1,8 +1,10 @@
-"""The registry of graph operators (``OpDef``): type relation, pattern kind, numpy reference, compute.
+"""The registry of graph operators (``OpDef``): type relation, pattern kind, numpy reference,
+compute.
 
 An op is registered once with :func:`register_op` (in ``kiln.relay.op.*``: its type relation,
 fusion pattern and numpy reference) and gets its loop-level compute definition from
-``kiln.topi`` (``kiln.topi.registry.register_compute``). Tests list the registry with :func:`list_ops`.
+``kiln.topi`` (``kiln.topi.registry.register_compute``). Tests list the registry with
+:func:`list_ops`.
 
 Pattern kinds follow TVM's ``relay.op.OpPattern`` (include/tvm/relay/op_attr_types.h).
 """

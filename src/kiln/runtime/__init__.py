@@ -36,16 +36,15 @@ May import: kiln.native (and kiln.errors).
 """
 
 from kiln.runtime.binary_module import BinaryModule, list_module_loaders, register_module_loader
-from kiln.runtime.toolchain.cc import create_object, create_shared, cross_compiler
 from kiln.runtime.const_loader_module import ConstLoaderModule, create_metadata_module
-from kiln.runtime.graph_executor.debug import GraphExecutorDebug
-from kiln.runtime.jit.device_module import SourceDeviceModule
-from kiln.runtime.dlpack import from_dlpack
-from kiln.runtime.export import export_library
-from kiln.runtime.graph_executor.executor import GraphExecutor
-from kiln.runtime.graph_executor.factory import GraphExecutorFactoryModule
 from kiln.runtime.contrib.json.json_kernels import register_json_kernel
 from kiln.runtime.contrib.json.json_runtime import JSONRuntimeModule
+from kiln.runtime.dlpack import from_dlpack
+from kiln.runtime.export import export_library
+from kiln.runtime.graph_executor.debug import GraphExecutorDebug
+from kiln.runtime.graph_executor.executor import GraphExecutor
+from kiln.runtime.graph_executor.factory import GraphExecutorFactoryModule
+from kiln.runtime.jit.device_module import SourceDeviceModule
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.load import load_module
 from kiln.runtime.module import Module, PyFunctionModule
@@ -55,13 +54,15 @@ from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, save_param_dict
 from kiln.runtime.registry import get_global_func, list_global_func_names, register_func
 from kiln.runtime.source_module import CSourceModule
+from kiln.runtime.toolchain.cc import create_object, create_shared, cross_compiler
 from kiln.runtime.vm.executable import VMExecutable
 
 __all__ = [
     "BinaryModule", "CSourceModule", "ConstLoaderModule", "Device", "GraphExecutor",
     "GraphExecutorDebug", "GraphExecutorFactoryModule", "JSONRuntimeModule", "LibraryModule",
     "Module", "NDArray",
-    "ObjectModule", "PackedFunc", "PyFunctionModule", "SourceDeviceModule", "VMExecutable", "array", "cpu", "create_metadata_module",
+    "ObjectModule", "PackedFunc", "PyFunctionModule", "SourceDeviceModule", "VMExecutable",
+    "array", "cpu", "create_metadata_module",
     "create_object", "create_shared", "cross_compiler", "empty", "export_library", "from_dlpack",
     "get_global_func", "list_global_func_names", "list_module_loaders", "load_module",
     "load_param_dict", "register_func", "register_json_kernel", "register_module_loader",

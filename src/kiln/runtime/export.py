@@ -25,11 +25,11 @@ import tempfile
 from collections.abc import Sequence
 
 from kiln.errors import KilnError, ToolchainError
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.blob import index_modules, pack_imports
-from kiln.runtime.toolchain.cc import FCompile, create_object, create_shared, cross_compiler
 from kiln.runtime.module import Module
 from kiln.runtime.registry import get_global_func
+from kiln.runtime.toolchain import compiler as toolchain
+from kiln.runtime.toolchain.cc import FCompile, create_object, create_shared, cross_compiler
 from kiln.runtime.toolchain.tar import tar
 
 #: blobs at least this large go through ``.incbin`` instead of a C array
@@ -159,7 +159,8 @@ def export_library(module: Module, file_name: str | os.PathLike[str],
         The root (usually a ``GraphExecutorFactoryModule``); it becomes module 0 of the blob.
     file_name : path
         The output; replaced atomically. With no ``fcompile`` its suffix picks what is
-        written: ``.so`` → shared library (:func:`kiln.runtime.toolchain.cc.create_shared`), ``.o`` →
+        written: ``.so`` → shared library (:func:`kiln.runtime.toolchain.cc.create_shared`), ``.o``
+        →
         relocatable object (``create_object``), ``.tar`` → gzip tar of the sources and objects
         (``kiln.runtime.toolchain.tar.tar``), relinked by ``load_module``.
     fcompile : callable, optional

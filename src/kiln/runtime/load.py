@@ -6,10 +6,12 @@ extracted into a private temporary folder (``tar.untar``: no absolute names, ``.
 devices) and its sources and objects relinked with the system compiler (plus the ``-l``/``-L``
 options of ``kiln_link_options.txt``, which an export writes for modules with ``link_options``,
 e.g. a BYOC module that calls OpenBLAS); a relocatable ELF object (``export_library("m.o")``)
-is linked alone (such link options are not recorded there); the shared library made so is loaded like
+is linked alone (such link options are not recorded there); the shared library made so is loaded
+like
 any other and the folder removed (the mapping outlives the file).
 
-Order of checks for a shared library, each failing with a :class:`ModuleLoadError` that names the file: it exists;
+Order of checks for a shared library, each failing with a :class:`ModuleLoadError` that names the
+file: it exists;
 it is an ELF file for this host's machine whose segments lie inside the file (``elf.py``);
 ``dlopen`` accepts it; it defines ``__tvm_dev_mblob``; the blob's ``u64 nbytes`` fits inside the
 file-backed segment that holds it (so a corrupt length never reads unmapped memory); the blob
@@ -27,16 +29,13 @@ import struct
 import tempfile
 
 from kiln.errors import ModuleLoadError
-from kiln.runtime import const_loader_module
-from kiln.runtime.graph_executor import factory as graph_executor_factory
-from kiln.runtime.contrib.json import json_runtime
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.toolchain.cc import create_shared
 from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable
 from kiln.runtime.export import LINK_OPTIONS_FILE
 from kiln.runtime.library_module import LibraryModule
 from kiln.runtime.module import Module
+from kiln.runtime.toolchain import compiler as toolchain
+from kiln.runtime.toolchain.cc import create_shared
 from kiln.runtime.toolchain.tar import untar
 
 BLOB_SYMBOL = "__tvm_dev_mblob"

@@ -5,7 +5,8 @@ The code is one complete C translation unit that includes ``<kiln/c_runtime_api.
 parallel work with ``TVMBackendParallelLaunch`` (the support code's thread pool) and may use
 ``#pragma omp simd`` (compiled with ``-fopenmp-simd``: no OpenMP runtime is linked, so
 ``#pragma omp parallel`` is ignored). ``export_library`` compiles it into the shared object.
-Before export ``get_function`` still works: the source (plus the backend support file) is compiled into a
+Before export ``get_function`` still works: the source (plus the backend support file) is compiled
+into a
 private shared library cached by content hash, so a freshly built module runs immediately.
 """
 
@@ -17,9 +18,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kiln.runtime.toolchain import cache_limit, compiler as toolchain
 from kiln.runtime.library_module import JitLibraryMixin, LibraryModule
 from kiln.runtime.module import Module
+from kiln.runtime.toolchain import cache_limit
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.toolchain.private_dir import jit_cache_path, private_dir
 
 
@@ -31,7 +33,8 @@ def cache_dir() -> Path:
     return private_dir(jit_cache_path(), "cache")
 
 
-def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callable[[Path], list[str]],
+def build_cached_library(kind: str, key_parts: Sequence[bytes],
+                         objects: Callable[[Path], list[str]],
                          link_options: Sequence[str] = (), cc: Sequence[str] | None = None,
                          flags: Sequence[str] = toolchain.COMPILE_FLAGS,
                          link_flags: Sequence[str] = toolchain.LINK_FLAGS,
@@ -56,7 +59,8 @@ def build_cached_library(kind: str, key_parts: Sequence[bytes], objects: Callabl
     link_options : sequence of str
         Libraries after the objects (``-lopenblas``).
     cc : sequence of str, optional
-        The compiler (default :func:`~kiln.runtime.toolchain.compiler.find_cc`); also builds the support.
+        The compiler (default :func:`~kiln.runtime.toolchain.compiler.find_cc`); also builds the
+        support.
     flags, link_flags : sequence of str
         Compile flags of the support source and link flags (defaults: the host's
         ``COMPILE_FLAGS``, ``LINK_FLAGS``; a device compiler passes its own).

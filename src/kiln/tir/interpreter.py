@@ -12,8 +12,8 @@ import operator
 
 import numpy as np
 
-from kiln.tir import loop as L
 from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import loop as L
 
 _ARITH = {
     "+": operator.add, "-": operator.sub, "*": operator.mul,

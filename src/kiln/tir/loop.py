@@ -16,7 +16,8 @@ nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyin
 trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
 dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
 :func:`reinterpret`), the int8 kernels' ``dot_u8i8x4``, ``load_u8x4`` and
-``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by MakePackedAPI (``kiln.*``).
+``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by MakePackedAPI
+(``kiln.*``).
 """
 
 from __future__ import annotations
@@ -478,7 +479,8 @@ def substitute(e: PrimExpr, vmap: dict[Var, PrimExpr]) -> PrimExpr:
 
 
 def map_stmt(s: Stmt, fexpr, fstmt=None) -> Stmt:
-    """Rebuild statement ``s``: ``fexpr`` maps every expression; ``fstmt`` post-visits statements."""
+    """Rebuild statement ``s``: ``fexpr`` maps every expression; ``fstmt`` post-visits
+    statements."""
 
     def rec(s: Stmt) -> Stmt:
         if isinstance(s, For):

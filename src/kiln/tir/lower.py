@@ -17,8 +17,8 @@ Loop-level primitives (parallel, fuse, unroll, ...) act on the lowered PrimFunc 
 
 from __future__ import annotations
 
-from kiln.errors import ScheduleError
 from kiln import arith
+from kiln.errors import ScheduleError
 from kiln.tir import loop as L
 from kiln.tir.te import IterVar, Reduce, Tensor, TensorLoad, buffer_shape
 

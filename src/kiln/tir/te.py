@@ -2,9 +2,11 @@
 
 A :class:`Tensor` is produced by a placeholder or by :func:`compute`, whose body is a scalar loop-IR
 expression over the tensor's axis variables; ``T[i, j]`` inside a body reads another tensor.
-Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`prod_reduce` / :func:`max_reduce` /
+Reductions are written with :func:`reduce_axis` and :func:`sum` / :func:`prod_reduce` /
+:func:`max_reduce` /
 :func:`min_reduce` at the top of a body; :func:`block_sum` nests one sum in another (a partial sum
-per block of the reduction, scaled once per block). ``kiln.tir.lower`` turns a schedule over these stages into
+per block of the reduction, scaled once per block). ``kiln.tir.lower`` turns a schedule over these
+stages into
 a :class:`~kiln.tir.loop.PrimFunc`.
 """
 
@@ -16,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln import arith
-from kiln.tir import loop as L
 from kiln.arith import Dim
+from kiln.tir import loop as L
 
 _names = itertools.count()
 

@@ -21,7 +21,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kiln import __version__
-from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
 from kiln.driver.tuning_records import (
     TuningRecord,
     append_records,
@@ -31,6 +30,7 @@ from kiln.driver.tuning_records import (
     load_records,
 )
 from kiln.schedules.space import Task
+from kiln.tune.measure import MeasureResult, build_candidate, measure_candidate
 
 
 def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: str,

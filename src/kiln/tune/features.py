@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.tir import loop as L
 from kiln.schedules.space import Config, Task
+from kiln.tir import loop as L
 
 #: what a symbolic extent (a batch, a sequence length) counts as
 SYMBOLIC_EXTENT_GUESS = 64

@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from kiln.codegen.registry import get_codegen
+from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
 from kiln.errors import KilnError
 from kiln.runtime.threads import num_threads
+from kiln.schedules.space import Config
 from kiln.target import Target
 from kiln.tune.cache_flush import CacheFlusher
-from kiln.driver.tuning_records import MEASURE_METHODS, RECORD_MEASURE
-from kiln.schedules.space import Config
 from kiln.tune.tasks import KernelPayload, lower_candidate
 
 #: seed of the random inputs (one per task: the same data for every candidate)

@@ -4,7 +4,8 @@ Resource scheme (Ray's custom resources:
 https://docs.ray.io/en/latest/ray-core/scheduling/resources.html):
 
 - a node that may **measure** carries the custom resource ``kiln_cpu:<id>``, where ``<id>``
-  is :func:`kiln.driver.tuning_records.fingerprint_id` of its :func:`~kiln.driver.tuning_records.cpu_fingerprint`
+  is :func:`kiln.driver.tuning_records.fingerprint_id` of its
+  :func:`~kiln.driver.tuning_records.cpu_fingerprint`
   (model, ISA features, core count, KILN_NUM_THREADS: the fingerprint the records carry), with
   quantity 1. Start it on the measuring machine, in the environment that runs Kiln (the
   same ``KILN_NUM_THREADS`` as the driver's), with::
@@ -29,8 +30,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kiln.errors import KilnError
 from kiln.driver.tuning_records import cpu_fingerprint, fingerprint_id
+from kiln.errors import KilnError
 
 RESOURCE_PREFIX = "kiln_cpu:"
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kiln.errors import KilnError
 from kiln.driver.tuning_records import config_key
+from kiln.errors import KilnError
 from kiln.schedules.space import Config, Task
 
 #: ``(task, config) -> float64 vector``: e.g. ``features.knob_features`` or

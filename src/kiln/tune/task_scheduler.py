@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.schedules.space import Config, Task
 from kiln.tune.cost_model import CostModel
 from kiln.tune.features import knob_features
 from kiln.tune.search import EvolutionarySearch, Featurize, Measured, config_key
-from kiln.schedules.space import Config, Task
 
 Measure = Callable[[list[tuple[Task, dict]]], Sequence[object]]
 #: Ansor's value for a task without any valid measurement yet (seconds)

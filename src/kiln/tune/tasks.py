@@ -1,6 +1,7 @@
 """Task extraction: a model's unique kernels, how often it runs each, and their knob spaces.
 
-The model goes through ``kiln.build``'s own graph pipeline (:func:`kiln.driver.build_module.optimize`
+The model goes through ``kiln.build``'s own graph pipeline
+(:func:`kiln.driver.build_module.optimize`
 under the target) up to its fused primitive functions; identical ones (one
 :func:`kiln.relay.graph.structural_key`) are one task whose weight is their count. Each unique
 kernel is lowered once under :func:`kiln.schedules.knobs.configured` to learn the knobs its schedule
@@ -17,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kiln.errors import KilnError
-from kiln.tir import loop as L
-from kiln.relay.graph import Constant, Function, IRModule, PrimitiveCall, structural_key
-from kiln.target import Target, default_target
-from kiln.schedules.knobs import check_config, configured
 from kiln.driver.apply_history import workload_key
+from kiln.errors import KilnError
+from kiln.relay.graph import Constant, Function, IRModule, PrimitiveCall
+from kiln.schedules.knobs import check_config, configured
 from kiln.schedules.space import Config, Task
+from kiln.target import Target, default_target
+from kiln.tir import loop as L
 
 log = logging.getLogger("kiln")
 

@@ -30,7 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kiln import __version__, progress
+from kiln.driver.tuning_records import (
+    TuningRecord,
+    append_records,
+    best_records,
+    config_key,
+    config_times,
+    cpu_fingerprint,
+    load_records,
+    median_record,
+)
 from kiln.errors import KilnError
+from kiln.schedules.space import Task
 from kiln.target import Target
 from kiln.tune.confirm import confirm_best
 from kiln.tune.executor import LocalExecutor, measure_with
@@ -42,18 +53,7 @@ from kiln.tune.measure import (
     build_candidate,
     measure_candidate,
 )
-from kiln.driver.tuning_records import (
-    TuningRecord,
-    append_records,
-    best_records,
-    config_key,
-    config_times,
-    cpu_fingerprint,
-    load_records,
-    median_record,
-)
 from kiln.tune.search import Measured
-from kiln.schedules.space import Task
 from kiln.tune.task_scheduler import TaskScheduler, TuneEvent
 from kiln.tune.tasks import lower_candidate
 
@@ -154,7 +154,8 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
     Raises
     ------
     KilnError
-        Neither ``trials`` nor ``time_budget`` given, an unknown ``search`` or ``measure``, a records file
+        Neither ``trials`` nor ``time_budget`` given, an unknown ``search`` or ``measure``, a
+        records file
         that cannot be read or written, or LightGBM missing (``pip install kiln[tune]``).
     """
     if trials is None and time_budget is None:

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.arith import Dim, SymExpr, UndecidedError
+from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.relay.graph import Call, Constant, Expr, Function, Var, post_order
 from kiln.relay.interpreter import evaluate
 

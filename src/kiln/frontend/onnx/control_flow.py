@@ -28,10 +28,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from kiln.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters.dynamic import fallback, late
-from kiln.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.relay.graph import (
     CALL_NODES,
     Call,

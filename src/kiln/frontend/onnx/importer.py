@@ -19,14 +19,14 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
+from kiln import arith
+from kiln.arith import Dim, SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
-from kiln import arith
-from kiln.arith import Dim, SymVar
 from kiln.relay.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded

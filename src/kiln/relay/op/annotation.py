@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity
+from kiln.relay.op_registry import OpPattern, register_op
 
 BEGIN = "annotation.compiler_begin"
 END = "annotation.compiler_end"

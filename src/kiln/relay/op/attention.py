@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln import arith
+from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import broadcast_shapes, expect_arity, expect_float, same_dtype
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def _same(a, b) -> bool:

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln.arith import Dim, SymExpr, bounds, shape_str
+from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 
 FLOAT_DTYPES = ("float16", "float32", "float64")

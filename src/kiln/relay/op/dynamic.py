@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln.arith import Dim, SymVar
+from kiln.errors import ShapeError
 from kiln.relay.graph import Call, Expr, LoopCall, TensorType
 from kiln.relay.op_registry import OpPattern, register_op
 from kiln.runtime import dynamic_ops as D

@@ -11,8 +11,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import same_dtype
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def parse_einsum(equation: str) -> tuple[list[str], str]:

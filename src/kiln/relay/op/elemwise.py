@@ -15,8 +15,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import broadcast_shapes, expect_arity, expect_float, same_dtype
+from kiln.relay.op_registry import OpPattern, register_op
 
 # ---------------------------------------------------------------------------------------------
 # unary

@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln import arith
+from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, expect_float, expect_rank, surely_less
+from kiln.relay.op_registry import OpPattern, register_op
 
 #: modes whose transform reads only the scale, not the sizes: the ones a symbolic size allows
 SCALE_ONLY_MODES = ("half_pixel", "asymmetric", "tf_half_pixel_for_nn")

@@ -19,8 +19,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, normalize_axis
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def _expect_indices(t: TensorType) -> None:

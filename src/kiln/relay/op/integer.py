@@ -54,11 +54,11 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.tir.layout import transform_array
-from kiln.relay.op_registry import OpPattern, get_op, register_op
 from kiln.relay.op.common import expect_arity, expect_rank
 from kiln.relay.op.layout import block_layouts
 from kiln.relay.op.nn import _pad_hw, unpack_dense_weight
+from kiln.relay.op_registry import OpPattern, get_op, register_op
+from kiln.tir.layout import transform_array
 
 #: activation dtypes of the integer ops
 DATA_DTYPES = ("uint8", "int8")

@@ -18,9 +18,9 @@ import numpy as np
 
 from kiln.errors import CompileError, ShapeError
 from kiln.relay.graph import TensorType
-from kiln.tir.layout import Layout, transform_array
-from kiln.relay.op_registry import OpPattern, get_op, register_op
 from kiln.relay.op.common import expect_arity, expect_rank, same_dtype
+from kiln.relay.op_registry import OpPattern, get_op, register_op
+from kiln.tir.layout import Layout, transform_array
 
 
 def _layout_transform_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

@@ -2,8 +2,10 @@
 dense, matmul, pooling, softmax,
 LRN, layer_norm, and the inference-only ops batch_norm and dropout (removed by SimplifyInference).
 
-Output sizes follow the ONNX operator specs (Conv, ConvTranspose, Gemm, MatMul, MaxPool, AveragePool, Softmax,
-LRN, LayerNormalization, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling drops a last window
+Output sizes follow the ONNX operator specs (Conv, ConvTranspose, Gemm, MatMul, MaxPool,
+AveragePool, Softmax,
+LRN, LayerNormalization, BatchNormalization) as implemented by onnxruntime; ``ceil_mode`` pooling
+drops a last window
 that would start in the bottom/right padding (onnxruntime ``PoolAttributes::ComputeOutputSize``).
 """
 
@@ -14,11 +16,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.errors import ShapeError
 from kiln import arith
+from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.tir.layout import transform_array
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import (
     broadcast_shapes,
     expect_arity,
@@ -29,6 +29,8 @@ from kiln.relay.op.common import (
     same_dtype,
     surely_less,
 )
+from kiln.relay.op_registry import OpPattern, register_op
+from kiln.tir.layout import transform_array
 
 
 def _windows(x: np.ndarray, out_hw: tuple[int, int], kernel: tuple[int, int],

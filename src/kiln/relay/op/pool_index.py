@@ -12,9 +12,9 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, expect_rank
 from kiln.relay.op.nn import pool_output_size
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def _infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

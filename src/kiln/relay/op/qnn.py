@@ -26,8 +26,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import FLOAT_DTYPES, expect_arity, normalize_axis
+from kiln.relay.op_registry import OpPattern, register_op
 
 #: storage dtypes of quantized values (QuantizeLinear outputs)
 QUANT_DTYPES = ("int8", "uint8", "int16", "uint16")

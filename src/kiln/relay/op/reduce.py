@@ -1,4 +1,5 @@
-"""Reduction graph ops: sum, prod, mean, max, min over ``axis`` (a tuple of ints), with ``keepdims``.
+"""Reduction graph ops: sum, prod, mean, max, min over ``axis`` (a tuple of ints), with
+``keepdims``.
 
 ``axis`` lists the reduced axes (negative values count from the end; an empty tuple reduces
 nothing). The result keeps the input dtype; ``mean`` of integers truncates like a cast.
@@ -10,8 +11,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, normalize_axis
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def reduce_axes(shape: tuple[int, ...], axis: tuple[int, ...]) -> tuple[int, ...]:

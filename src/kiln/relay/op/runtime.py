@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.errors import KilnError, ShapeError
 from kiln import arith
+from kiln.errors import KilnError, ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def _match_cast_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

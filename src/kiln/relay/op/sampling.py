@@ -19,8 +19,8 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, expect_float
+from kiln.relay.op_registry import OpPattern, register_op
 
 MODES = ("nearest", "linear", "cubic")
 PADDING_MODES = ("zeros", "border", "reflection")

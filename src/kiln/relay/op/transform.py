@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.errors import ShapeError
 from kiln import arith
+from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import (
     broadcast_shapes,
     expect_arity,
@@ -21,6 +20,7 @@ from kiln.relay.op.common import (
     same_dtype,
     surely_less,
 )
+from kiln.relay.op_registry import OpPattern, register_op
 
 
 def _reshape_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

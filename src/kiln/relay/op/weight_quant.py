@@ -31,9 +31,9 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op_registry import OpPattern, register_op
 from kiln.relay.op.common import expect_arity, expect_rank
 from kiln.relay.op.nn import pack_dense_weight, unpack_dense_weight
+from kiln.relay.op_registry import OpPattern, register_op
 
 #: values of one Q4_1 block (ggml's ``QK4_1``)
 Q4_BLOCK = 32

@@ -38,8 +38,6 @@ import numpy as np
 
 from kiln import arith
 from kiln.relay.graph import Call, Constant, Expr, Function, rewrite, same_call
-from kiln.tir.layout import transform_array
-from kiln.relay.op_registry import OpPattern
 from kiln.relay.op.integer import (
     CONV_QUAD_AXIS,
     DATA_DTYPES,
@@ -50,7 +48,9 @@ from kiln.relay.op.integer import (
     pack_tap_pairs,
 )
 from kiln.relay.op.nn import pack_dense_weight
+from kiln.relay.op_registry import OpPattern
 from kiln.target import Target
+from kiln.tir.layout import transform_array
 
 name = "AlterOpLayout"
 

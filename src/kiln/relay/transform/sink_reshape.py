@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from kiln import arith
 from kiln.relay.graph import Call, Constant, Expr, Function, rewrite, same_call
-from kiln.relay.op_registry import OpPattern
 from kiln.relay.op.reduce import reduce_axes
+from kiln.relay.op_registry import OpPattern
 
 name = "SinkReshape"
 #: attributes that tie an element-wise op to an axis or layout of its operands

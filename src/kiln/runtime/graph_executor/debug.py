@@ -98,7 +98,8 @@ class GraphExecutorDebug(GraphExecutor):
             node = g.nodes[nid]
             eids = [g.entry_id(nid, k) for k in range(node.num_outputs)]
             out.append({"nid": nid, "name": node.name, "func_name": node.func_name,
-                        "shapes": [g.shape[e] for e in eids], "dtypes": [g.dltype[e] for e in eids]})
+                        "shapes": [g.shape[e] for e in eids],
+                        "dtypes": [g.dltype[e] for e in eids]})
         return out
 
     def _run_ops(self, start: int, stop: int) -> None:

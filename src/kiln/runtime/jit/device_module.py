@@ -43,7 +43,6 @@ import numpy as np
 
 from kiln.errors import KilnError, ModuleLoadError
 from kiln.runtime import c_types as C
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.binary_module import register_module_loader
 from kiln.runtime.jit.device_toolchain import (
     build_server,
@@ -59,6 +58,7 @@ from kiln.runtime.ndarray import NDArray
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.source_module import build_cached_library
 from kiln.runtime.stream import StreamReader, StreamWriter
+from kiln.runtime.toolchain import compiler as toolchain
 
 TYPE_KEY = "kiln_jit"
 FORMAT_VERSION = 1

@@ -28,8 +28,9 @@ from pathlib import Path
 
 from kiln.errors import KilnError, ToolchainError
 from kiln.native import SUPPORT_DIR
-from kiln.runtime.toolchain import cache_limit, compile_cache, compiler as toolchain
 from kiln.runtime.elf import host_elf, triple_machine
+from kiln.runtime.toolchain import cache_limit, compile_cache
+from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")

@@ -9,7 +9,8 @@ Kiln keeps compiled code in four folders (its *evictable* entries):
 - ``$KILN_CACHE_DIR/device`` — device-compiled libraries and device servers
   (:mod:`kiln.runtime.jit.device_module`, the native runtime's JIT): ``device-<key>.so``,
   ``server-<key>``;
-- the JIT folder (:func:`kiln.runtime.toolchain.private_dir.jit_cache_path`: ``$KILN_CACHE_DIR`` itself,
+- the JIT folder (:func:`kiln.runtime.toolchain.private_dir.jit_cache_path`: ``$KILN_CACHE_DIR``
+itself,
   or ``<tmp>/kiln-cache-<uid>``) — ``csource-<key>.so`` and ``object-<key>.so``.
 
 Only files whose names have those shapes are entries: temp files being written (dot-prefixed,
@@ -333,7 +334,8 @@ def trim(limit: int | None = None, keep: Iterable[str | os.PathLike[str]] = ()) 
     Parameters
     ----------
     limit : int, optional
-        The cap in bytes (default :func:`max_size`); 0 = no limit (only scans and removes stale temp files).
+        The cap in bytes (default :func:`max_size`); 0 = no limit (only scans and removes stale temp
+        files).
     keep : iterable of paths
         Entries never removed (the one a store just wrote).
 

@@ -4,7 +4,8 @@
 An *fcompile* is a callable ``fcompile(output, files, options=None)`` with the attribute
 ``output_format`` saying what it writes: ``"so"`` (a shared library: :func:`create_shared`),
 ``"o"`` (one relocatable object holding everything: :func:`create_object`) or ``"tar"``
-(``kiln.runtime.toolchain.tar.tar``). ``export_library`` decides the link mode from that attribute, and
+(``kiln.runtime.toolchain.tar.tar``). ``export_library`` decides the link mode from that attribute,
+and
 from the output's suffix only when no fcompile states one. ``get_target_triple`` (optional)
 returns the linker's target triple.
 
@@ -21,8 +22,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.elf import check_objects_machine
+from kiln.runtime.toolchain import compiler as toolchain
 
 FCompile = Callable[..., Any]
 
@@ -33,7 +34,8 @@ def _cc_words(cc: str | Sequence[str] | None) -> list[str]:
     return shlex.split(cc) if isinstance(cc, str) else [str(w) for w in cc]
 
 
-def _compile_and_check(files: str | Sequence[str], cc: list[str], options: Sequence[str]) -> list[str]:
+def _compile_and_check(files: str | Sequence[str], cc: list[str],
+                       options: Sequence[str]) -> list[str]:
     """Compile the sources among ``files`` and check every object's machine; returns the link
     inputs in the order of ``files`` (each source replaced by its object)."""
     files = [os.fspath(files)] if isinstance(files, (str, os.PathLike)) else [

@@ -1,7 +1,8 @@
 """The compile cache's *direct mode* for C objects: reuse an object's key without running the
 preprocessor when neither the source nor anything the preprocessor looked at has changed.
 
-An object's key (:func:`kiln.runtime.toolchain.compiler.object_cache_key`) is a hash of the compiler's
+An object's key (:func:`kiln.runtime.toolchain.compiler.object_cache_key`) is a hash of the
+compiler's
 identity, the command line and the *preprocessed* source, and running the preprocessor costs
 0.1–0.2 s of CPU per source. As in ccache's direct mode (https://ccache.dev/manual/latest.html,
 "The direct mode"), the first preprocessing of a source also writes its dependency list

@@ -4,11 +4,13 @@ Compiling the kernels of a model is most of ``kiln.build`` + ``export_library`` 
 seconds of C compiler or LLVM time against under a second for the rest), and the same kernels
 come back on every rebuild. Two producers store their results here:
 
-- :func:`kiln.runtime.toolchain.compiler.compile_objects` — one object per C source file, keyed by the
+- :func:`kiln.runtime.toolchain.compiler.compile_objects` — one object per C source file, keyed by
+the
   compiler's identity (its ``-###`` report: version, target, what ``-march=native`` means on
   this machine), the exact command line minus file names, and the *preprocessed* source (so a
   changed header is a different key); the preprocessor is skipped when a *manifest* (entry
-  kind ``"manifest"``, :mod:`kiln.runtime.toolchain.cc_manifest`) shows that the source and every header
+  kind ``"manifest"``, :mod:`kiln.runtime.toolchain.cc_manifest`) shows that the source and every
+  header
   it read or looked for are unchanged;
 - :func:`kiln.codegen.llvm.build_llvm` — one object (and its optimized IR) per kernel group,
   keyed by the LLVM IR text, the target machine (triple, resolved CPU and features, ABI,
@@ -17,7 +19,8 @@ come back on every rebuild. Two producers store their results here:
 Where: ``$KILN_CACHE_DIR/objects`` (default ``~/.cache/kiln/objects``), a private folder (mode
 ``0700``, refused when it is a symlink, another user's or writable by others: objects found
 there are linked into libraries that get loaded as code; see
-:mod:`kiln.runtime.toolchain.private_dir`). ``KILN_NO_CACHE=1`` turns the cache off (nothing is read or
+:mod:`kiln.runtime.toolchain.private_dir`). ``KILN_NO_CACHE=1`` turns the cache off (nothing is read
+or
 written; the model cache of :mod:`kiln.models` is not affected). The folder is bounded by
 ``KILN_CACHE_MAX_SIZE`` (default 5 GiB, one total with Kiln's other caches of compiled code):
 a store may trim the least recently used entries, and a hit refreshes its entry's modification
@@ -130,7 +133,8 @@ def load(key: str, kind: str, what: str = "") -> list[bytes] | None:
 
 def store(key: str, kind: str, parts: Sequence[bytes], what: str = "") -> None:
     """Store ``parts`` under ``key``: written to a temporary name in the cache folder, then
-    renamed over any existing entry; then :func:`kiln.runtime.toolchain.cache_limit.note_stored` (which
+    renamed over any existing entry; then :func:`kiln.runtime.toolchain.cache_limit.note_stored`
+    (which
     may trim the caches to their cap). Failures (a full disk, a read-only folder) are logged
     and ignored: the cache only saves time.
 

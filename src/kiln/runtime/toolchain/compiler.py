@@ -252,7 +252,8 @@ def compile_objects(sources: Sequence[str | os.PathLike[str]], cc: Sequence[str]
     ``jobs`` compilers run at once (default: :func:`cpu_count`), the largest sources first. The
     object of a C source is taken from the compile cache when the compiler, the flags and the
     preprocessed source are the same as a previous compile's
-    (:mod:`kiln.runtime.toolchain.compile_cache`; hits are logged; the preprocessor is skipped when the
+    (:mod:`kiln.runtime.toolchain.compile_cache`; hits are logged; the preprocessor is skipped when
+    the
     source and its headers are unchanged: :func:`object_cache_key`). An assembler source
     (``.S``) is never cached (``.incbin`` data is not in its text) and is assembled in its own
     folder, so ``.incbin "devc.bin"`` finds the file beside it wherever the folder was unpacked

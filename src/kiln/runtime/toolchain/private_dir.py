@@ -26,7 +26,8 @@ def user_cache_dir() -> Path:
     """Kiln's per-user cache folder (not created): ``$KILN_CACHE_DIR`` when set and not empty,
     else ``~/.cache/kiln``. The model cache (:mod:`kiln.models`), the compile cache
     (:mod:`kiln.runtime.toolchain.compile_cache`, in ``objects/``), compiled decoders (``llm/``) and
-    device libraries (``device/``) live there; :mod:`kiln.runtime.toolchain.cache_limit` bounds all but
+    device libraries (``device/``) live there; :mod:`kiln.runtime.toolchain.cache_limit` bounds all
+    but
     the model files."""
     env = os.environ.get("KILN_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "kiln"

@@ -12,7 +12,8 @@ a function calling them is never replayed from a recording.
 |---|---|---|
 | ``nonzero`` | x | int64 ``[rank, n]`` |
 | ``unique`` | x, ``IMM`` axis, ``IMM`` sorted | (Y, indices, inverse_indices, counts) |
-| ``non_max_suppression`` | ``IMM`` center_point_box, boxes, scores, max_out, iou, score | int64 ``[n, 3]`` |
+| ``non_max_suppression`` | ``IMM`` center_point_box, boxes, scores, max_out, iou, score | int64
+``[n, 3]`` |
 | ``compress`` | x, condition, ``IMM`` axis | selected slices |
 | ``topk`` | x, k, ``IMM`` axis, ``IMM`` largest | (values, indices) |
 | ``range`` | start, limit, delta | ``[n]`` |

@@ -12,7 +12,8 @@ loop's count symbol (``vm.builtin.bind_shape``). Memory is O(total elements), no
 |---|---|---|
 | ``list_new`` | (none) | an empty accumulator |
 | ``list_append`` | accumulator, tensor | (none): the tensor's copy appended |
-| ``list_stack`` | accumulator, ``CONST`` label, ``CONST`` dtype, elem dims (``IMM``/``HEAP``)... | a new tensor ``[count, *dims]`` (``[0, *dims]`` when empty) |
+| ``list_stack`` | accumulator, ``CONST`` label, ``CONST`` dtype, elem dims (``IMM``/``HEAP``)... |
+a new tensor ``[count, *dims]`` (``[0, *dims]`` when empty) |
 
 Every one carries ``run.effect = "data"``: a function that runs them is interpreted on every
 call, never replayed from a recording (its loop runs a data-dependent number of times).

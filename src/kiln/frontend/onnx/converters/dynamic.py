@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from kiln.arith import Dim
 from kiln.frontend.onnx.context import (
     DATA_DEPENDENT_SHAPES,
     SUPPORTED_DTYPES,
@@ -25,7 +26,6 @@ from kiln.frontend.onnx.context import (
     NotConstantError,
 )
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.arith import Dim
 from kiln.relay.graph import Constant, Expr
 
 

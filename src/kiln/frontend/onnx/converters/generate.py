@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
+from kiln import arith
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln import arith
 from kiln.relay.graph import Constant, Expr, symbolic_array
 
 

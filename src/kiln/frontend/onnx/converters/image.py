@@ -2,7 +2,8 @@
 deprecated predecessor) → ``image.resize2d``.
 
 Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C unscaled) in
-modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``, ``axes`` and
+modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``,
+``axes`` and
 ``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
 transform uses ``scale = float32(out) / float32(in)``.
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln import arith
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln import arith
 from kiln.relay.graph import Expr
 from kiln.relay.op.image import antialias_footprint
 

@@ -1,5 +1,6 @@
 """Converters of ONNX index-driven ops: GatherElements, ScatterElements (and the deprecated
-Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence, MaxUnpool, TensorScatter."""
+Scatter), GatherND, ScatterND, CumSum, CumProd, Compress, ReverseSequence, MaxUnpool,
+TensorScatter."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def _cumulative(op: str):
     def convert(ctx: ConvertContext) -> Expr:
         x = ctx.input(0)
         (axis,) = ctx.const_ints(1, f"{ctx.node.op_type} axis")
-        return ctx.call(op, [x], axis=ctx.axis(axis, x.checked_type.ndim), exclusive=bool(ctx.attr("exclusive", 0)),
+        return ctx.call(op, [x], axis=ctx.axis(axis, x.checked_type.ndim),
+                        exclusive=bool(ctx.attr("exclusive", 0)),
                         reverse=bool(ctx.attr("reverse", 0)))
 
     return convert

@@ -1,4 +1,5 @@
-"""Converters of neural-network ONNX ops: Conv, ConvTranspose, Gemm, MatMul, pooling, BatchNormalization,
+"""Converters of neural-network ONNX ops: Conv, ConvTranspose, Gemm, MatMul, pooling,
+BatchNormalization,
 LayerNormalization, LRN, Softmax/LogSoftmax and Dropout.
 
 Padding follows the ONNX spec: explicit ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]``

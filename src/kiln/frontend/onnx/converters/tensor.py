@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln import arith
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln import arith
 from kiln.relay.graph import Constant, Expr, symbolic_array
 from kiln.relay.op.common import broadcast_shapes
 

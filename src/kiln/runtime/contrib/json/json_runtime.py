@@ -98,7 +98,7 @@ def _parse(symbol: str, graph_json: str) -> tuple[list[_Node], list[int], list[t
             node.kernel = get_json_kernel(name)
             if node.kernel is None:
                 raise _fail(symbol, f"{where}: no kiln_json kernel for {name!r} (register one "
-                                    "with kiln.runtime.contrib.json.json_kernels.register_json_kernel)")
+                                    "with kiln.runtime.register_json_kernel)")
         elif inputs:
             raise _fail(symbol, f"{where}: an {node.op} node has no inputs")
         nodes.append(node)
