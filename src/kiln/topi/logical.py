@@ -18,6 +18,22 @@ _CMP = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "grea
 def _binary(op: str, cmp: str) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
+        """Compute of a broadcasting comparison or logical op: ``out[i] = a[i] <cmp> b[i]``, bool.
+
+        equal, not_equal, less, less_equal, greater, greater_equal (ONNX's comparisons, IEEE
+        ordered: false with a NaN, ``!=`` true), logical_and, logical_or, logical_xor (``!=`` of
+        0/1 bools).
+
+        Parameters
+        ----------
+        a, b : te.Tensor
+            Of one dtype (bool for the logical ops), broadcastable to each other.
+
+        Returns
+        -------
+        te.Tensor
+            ``broadcast_shapes(a.shape, b.shape)`` (``out_type.shape``), bool; tag ``broadcast``.
+        """
         a, b = inputs
         return te.compute(out_type.shape,
                           lambda *i: L.Binary(cmp, broadcast_load(a, i), broadcast_load(b, i)),
@@ -30,6 +46,18 @@ for _op, _cmp in _CMP.items():
 
 @register_compute("logical_not")
 def logical_not(inputs, attrs, out_type):
+    """ONNX Not: ``out[i] = x[i] == 0``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, bool.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape, bool; tag ``elemwise``.
+    """
     (x,) = inputs
     return te.compute(x.shape, lambda *i: L.eq(x[i], L.const(0, x.dtype)), name="logical_not",
                       tag="elemwise")
@@ -37,12 +65,38 @@ def logical_not(inputs, attrs, out_type):
 
 @register_compute("isnan")
 def isnan(inputs, attrs, out_type):
+    """ONNX IsNaN: ``out[i] = x[i] != x[i]``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, float.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape, bool; tag ``elemwise``.
+    """
     (x,) = inputs
     return te.compute(x.shape, lambda *i: L.ne(x[i], x[i]), name="isnan", tag="elemwise")
 
 
 @register_compute("isinf")
 def isinf(inputs, attrs, out_type):
+    """ONNX IsInf: ``x[i] == +inf`` and / or ``x[i] == -inf``, as the attrs select.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, float.
+    detect_positive, detect_negative : bool
+        attrs: test for +inf, for -inf (neither: all false).
+
+    Returns
+    -------
+    te.Tensor
+        x's shape, bool; tag ``elemwise``.
+    """
     (x,) = inputs
     inf = L.const(float("inf"), x.dtype)
 
@@ -81,6 +135,24 @@ def _shift(symbol: str, x: L.PrimExpr, y: L.PrimExpr) -> L.PrimExpr:
 def _bitwise(op: str, symbol: str) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
+        """Compute of a broadcasting bitwise op: and, or, xor, left_shift, right_shift.
+
+        ONNX BitwiseAnd / BitwiseOr / BitwiseXor and BitShift (``a << b``, ``a >> b``).
+
+        Shifts by an amount outside ``[0, bits)`` give the sign fill alone (0, or -1 for a negative
+        signed ``>>``) where C leaves them undefined (:func:`_shift`).
+
+        Parameters
+        ----------
+        a, b : te.Tensor
+            Of one integer dtype, broadcastable to each other; ``b`` the shift amount of a shift.
+
+        Returns
+        -------
+        te.Tensor
+            ``broadcast_shapes(a.shape, b.shape)`` (``out_type.shape``), a's dtype; tag
+            ``broadcast``.
+        """
         a, b = inputs
 
         def body(*i):
@@ -96,6 +168,18 @@ for _op, _symbol in _BITWISE.items():
 
 @register_compute("bitwise_not")
 def bitwise_not(inputs, attrs, out_type):
+    """ONNX BitwiseNot: ``out[i] = x[i] ^ all_ones``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, an integer dtype (``int*`` or ``uint*``).
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``elemwise``.
+    """
     (x,) = inputs
     bits = int(x.dtype.lstrip("uint"))
     ones = L.const(-1 if x.dtype.startswith("int") else (1 << bits) - 1, x.dtype)

@@ -1,5 +1,5 @@
-"""Neural-network computes: conv2d, conv2d_transpose, dense (plain and packed), matmul, pooling, softmax, LRN,
-layer_norm (NCHW / OIHW layouts).
+"""Neural-network computes: conv2d, conv2d_transpose, dense (plain and packed), matmul,
+pooling, softmax, LRN, layer_norm (NCHW / OIHW layouts).
 
 Formulas follow the ONNX operator specs (Conv, Gemm, MatMul, MaxPool, AveragePool, Softmax, LRN)
 and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materialize it.
@@ -16,7 +16,24 @@ from kiln.topi.dims import dim_value
 
 def pad_hw(data: te.Tensor, padding: tuple[int, int, int, int], value: float = 0.0,
            tag: str = "pad") -> te.Tensor:
-    """Pad axes 2 and 3 (H, W) of an NCHW or NCHWc tensor by (top, left, bottom, right)."""
+    """Pad axes 2 and 3 (H, W) of an NCHW or NCHWc tensor by (top, left, bottom, right).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D [batch, channel, height, width] (NCHW) or 5-D [.., width, block] (NCHW{b}c).
+    padding : tuple of int
+        ``(pad_top, pad_left, pad_bottom, pad_right)``, in pixels, each >= 0.
+    value, tag
+        The padding's value (a zero point for integer convs); the stage's tag (``"pad"``: the
+        conv schedules materialize it).
+
+    Returns
+    -------
+    te.Tensor
+        ``data`` itself without padding; else [batch, channel, height + pad_top + pad_bottom,
+        width + pad_left + pad_right(, block)], data's dtype.
+    """
     pt, pl, pb, pr = padding
     if not any(padding):
         return data
@@ -32,6 +49,33 @@ def pad_hw(data: te.Tensor, padding: tuple[int, int, int, int], value: float = 0
 
 @register_compute("nn.conv2d")
 def conv2d(inputs, attrs, out_type):
+    """2-D convolution, NCHW data and OIHW weight, any groups (ONNX Conv).
+
+    ``out[n, o, y, x] = Σ_{rc, ry, rx} pad(data)[n, g·(C/G) + rc, y·stride_h + ry·dilation_h,
+    x·stride_w + rx·dilation_w] · weight[o, rc, ry, rx]`` with ``g = o // (O/G)``. TVM's
+    ``python/tvm/topi/nn/conv2d.py`` (``conv2d_nchw``, ``group_conv2d_nchw``); padding is a
+    ``pad`` stage (:func:`pad_hw`). Sums accumulate in data's dtype.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, in_channel, in_height, in_width] (NCHW), float32, or int32 (integer convs
+        on widened operands, docs/decisions/011).
+    weight : te.Tensor
+        4-D, [out_channel, in_channel // groups, kernel_h, kernel_w] (OIHW), data's dtype.
+    strides, padding, dilation : tuple of int
+        attrs, in input pixels: ``(stride_h, stride_w)``; ``(pad_top, pad_left, pad_bottom,
+        pad_right)``; ``(dilation_h, dilation_w)``.
+    groups : int
+        attrs: ONNX ``group``; in_channel and out_channel are multiples of it.
+
+    Returns
+    -------
+    te.Tensor
+        4-D, [batch, out_channel, out_height, out_width], data's dtype, tag ``conv2d``;
+        ``out_height = (in_height + pad_top + pad_bottom - dilation_h * (kernel_h - 1) - 1)
+        // stride_h + 1``, out_width likewise.
+    """
     data, weight = inputs
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilation"]
@@ -52,17 +96,34 @@ def conv2d(inputs, attrs, out_type):
 
 @register_compute("nn.conv2d_transpose")
 def conv2d_transpose(inputs, attrs, out_type):
-    """``out[n, o, y, x] = sum over c, ky, kx of data[n, c, iy, ix] * weight[c, o % O/g, ky, kx]``
-    over the taps where ``y + pad_top = iy * sh + ky * dh`` (and the same for columns).
+    """2-D transposed convolution, NCHW data and IOHW weight (ONNX ConvTranspose).
 
-    Without dilation, output row ``y`` has phase ``p = (y + pad_top) % sh`` and only kernel rows
-    ``ky = p + sh * j`` land on it, from input row ``(y + pad_top) // sh - j``. The reduction
-    runs per phase (the sub-pixel view of a transposed convolution) into
-    ``[N, O, sh, sw, ceil((OH + pad_top) / sh), ceil((OW + pad_left) / sw)]``, whose rows read
-    contiguous input rows, and the output gathers from it: a stride-2 2×2 kernel does one tap
-    per output, not four masked ones. With dilation every tap is tested
-    (:func:`_conv2d_transpose_dilated`).
-    Indices are clamped so that masked taps load in bounds.
+    ``out[n, o, y, x] = Σ_{c, ky, kx} data[n, c, iy, ix] · weight[c, o % (O/G), ky, kx]`` over
+    ``c`` in o's group and the taps where ``y + pad_top = iy·stride_h + ky·dilation_h`` (columns
+    likewise). Without dilation, output row ``y`` has phase ``p = (y + pad_top) % stride_h`` and
+    only kernel rows ``ky = p + stride_h·j`` land on it, from input row ``(y + pad_top) //
+    stride_h - j``: the reduction runs per phase (the sub-pixel view, Shi et al. 2016, "Is the
+    deconvolution layer the same as a convolutional layer?") into ``[N, O, stride_h, stride_w,
+    ceil((OH + pad_top) / stride_h), ceil((OW + pad_left) / stride_w)]`` (tag
+    ``conv2d_transpose``), which the output gathers (tag ``injective``): a stride-2 2×2 kernel
+    does one tap per output, not four masked ones. With dilation every tap is tested
+    (:func:`_conv2d_transpose_dilated`). Input indices are clamped for the masked taps.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, in_channel, in_height, in_width] (NCHW), float.
+    weight : te.Tensor
+        4-D, [in_channel, out_channel // groups, kernel_h, kernel_w] (IOHW), data's dtype.
+    strides, padding, dilation, groups
+        attrs, as :func:`conv2d`'s (``output_padding`` only enters ``out_type``).
+
+    Returns
+    -------
+    te.Tensor
+        4-D, [batch, out_channel, out_height, out_width] (``out_type.shape``), data's dtype;
+        ``out_height = (in_height - 1) * stride_h + (kernel_h - 1) * dilation_h + 1 +
+        output_padding_h - pad_top - pad_bottom``.
     """
     data, weight = inputs
     if tuple(attrs["dilation"]) != (1, 1):
@@ -129,6 +190,18 @@ def _conv2d_transpose_dilated(data, weight, attrs, out_type):
 
 @register_compute("nn.dense")
 def dense(inputs, attrs, out_type):
+    """``out[i, j] = Σ_k data[i, k] · weight[j, k]`` (ONNX Gemm with transB; TVM's topi.nn.dense).
+
+    Parameters
+    ----------
+    data, weight : te.Tensor
+        2-D, [M, K] and [N, K], of one dtype.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N], data's dtype; tag ``dense``.
+    """
     data, weight = inputs
     k = te.reduce_axis(data.shape[1], "k")
     return te.compute(out_type.shape,
@@ -138,7 +211,23 @@ def dense(inputs, attrs, out_type):
 
 @register_compute("nn.dense_pack")
 def dense_pack(inputs, attrs, out_type):
-    """``out[i, j] = sum_k data[i, k] * weight[j // b, k, j % b]`` (weight ``[N/b, K, b]``)."""
+    """``out[i, j] = Σ_k data[i, k] · weight[j // b, k, j % b]`` (weight packed at compile time).
+
+    TVM's ``python/tvm/topi/x86/dense.py`` ``dense_pack`` layout (``NK{b}n``,
+    :func:`kiln.relay.op.nn.pack_dense_weight`; docs/decisions/003).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        2-D, [M, K].
+    weight : te.Tensor
+        3-D, [N // b, K, b], data's dtype.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N] with ``N = weight.shape[0] * b``, data's dtype; tag ``dense_pack``.
+    """
     data, weight = inputs
     k = te.reduce_axis(data.shape[1], "k")
     b = weight.shape[2]
@@ -149,6 +238,23 @@ def dense_pack(inputs, attrs, out_type):
 
 @register_compute("nn.matmul")
 def matmul(inputs, attrs, out_type):
+    """ONNX MatMul (numpy ``matmul``) of operands of rank >= 2, batch dims broadcast.
+
+    ``out[*batch, i, j] = Σ_k a[*batch_a, i, k] · b[*batch_b, k, j]``, each operand's batch
+    index aligned right and read at 0 along its size-1 dims.
+
+    Parameters
+    ----------
+    a : te.Tensor
+        [*batch_a, M, K].
+    b : te.Tensor
+        [*batch_b, K, N], a's dtype.
+
+    Returns
+    -------
+    te.Tensor
+        [*broadcast(batch_a, batch_b), M, N] (``out_type.shape``), a's dtype; tag ``matmul``.
+    """
     a, b = inputs
     k = te.reduce_axis(a.shape[-1], "k")
     nbatch = len(out_type.shape) - 2
@@ -176,6 +282,27 @@ def _pool_window(attrs):
 
 @register_compute("nn.max_pool2d")
 def max_pool2d(inputs, attrs, out_type):
+    """ONNX MaxPool over H and W: the maximum of each (dilated) window, padding excluded.
+
+    Taps in the padding (or past the input: ``ceil_mode``) read the dtype's lowest value.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, channel, in_height, in_width] (NCHW), or 5-D NCHW{b}c
+        [batch, channel // b, in_height, in_width, b] (``layout`` attr).
+    pool_size, strides, dilation, padding : tuple of int
+        attrs, in pixels: ``(kernel_h, kernel_w)``, ``(stride_h, stride_w)``, ``(dilation_h,
+        dilation_w)`` (default (1, 1)), ``(pad_top, pad_left, pad_bottom, pad_right)``.
+
+    Returns
+    -------
+    te.Tensor
+        [batch, data.shape[1], out_height, out_width(, b)] (``out_type.shape``), data's
+        dtype, tag ``pool``; :func:`kiln.relay.op.nn.pool_output_size`: ``(in_height + pad_top +
+        pad_bottom - dilation_h * (kernel_h - 1) - 1) // stride_h + 1`` (``ceil_mode``: rounded
+        up, less a last window that would start in the bottom padding).
+    """
     (data,) = inputs
     kh, kw, sh, sw, dh, dw = _pool_window(attrs)
     pt, pl, _, _ = attrs["padding"]
@@ -195,6 +322,25 @@ def max_pool2d(inputs, attrs, out_type):
 
 @register_compute("nn.avg_pool2d")
 def avg_pool2d(inputs, attrs, out_type):
+    """ONNX AveragePool over H and W: each window's sum over the taps it counts.
+
+    The sum (stage ``pool_sum``, tag ``pool``) over the taps inside the input, divided (stage
+    ``avg_pool2d``, tag ``elemwise``) by the taps inside the padded input when
+    ``count_include_pad``, inside the input otherwise; taps of ``ceil_mode``'s extension never
+    count (onnxruntime's rule).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        As :func:`max_pool2d`'s, float.
+    pool_size, strides, dilation, padding, count_include_pad
+        attrs, as :func:`max_pool2d`'s; whether padding taps count in the divisor.
+
+    Returns
+    -------
+    te.Tensor
+        As :func:`max_pool2d`'s (tag ``elemwise``).
+    """
     (data,) = inputs
     kh, kw, sh, sw, dh, dw = _pool_window(attrs)
     pt, pl, pb, pr = attrs["padding"]
@@ -245,6 +391,18 @@ def _global_pool(inputs, combiner: str):
 
 @register_compute("nn.global_avg_pool2d")
 def global_avg_pool2d(inputs, attrs, out_type):
+    """ONNX GlobalAveragePool: the mean over H and W (a ``pool`` sum, then ``elemwise`` / H·W).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D NCHW [batch, channel, height, width] or 5-D NCHW{b}c [.., width, b], float.
+
+    Returns
+    -------
+    te.Tensor
+        [batch, data.shape[1], 1, 1(, b)], data's dtype.
+    """
     total, count = _global_pool(inputs, "sum")
     divisor = dim_value(count, total.dtype)
     return te.compute(out_type.shape, lambda *i: total[i] / divisor,
@@ -253,6 +411,18 @@ def global_avg_pool2d(inputs, attrs, out_type):
 
 @register_compute("nn.global_max_pool2d")
 def global_max_pool2d(inputs, attrs, out_type):
+    """ONNX GlobalMaxPool: the maximum over H and W.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        As :func:`global_avg_pool2d`'s (any dtype).
+
+    Returns
+    -------
+    te.Tensor
+        [batch, data.shape[1], 1, 1(, b)], data's dtype; tag ``pool``.
+    """
     return _global_pool(inputs, "max")[0]
 
 
@@ -275,6 +445,23 @@ def _at_axis0(i: tuple, axis: int) -> tuple:
 
 @register_compute("nn.softmax")
 def softmax(inputs, attrs, out_type):
+    """ONNX Softmax (opset 13, one axis): ``exp(x - max) · (1 / Σ exp(x - max))`` along ``axis``.
+
+    Stages: row max (``reduce``), exp (tag ``softmax_exp``: fused row by row), row sum, the
+    output (``elemwise``: times the row's reciprocal, as MLAS; within 1 ulp of ``e / s``).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any rank, float.
+    axis : int
+        attrs: the normalized axis (negative: from the end).
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``elemwise``.
+    """
     (x,) = inputs
     axis = attrs["axis"] % len(x.shape)
     m = _axis_reduce(x, axis, "max")
@@ -289,6 +476,20 @@ def softmax(inputs, attrs, out_type):
 
 @register_compute("nn.log_softmax")
 def log_softmax(inputs, attrs, out_type):
+    """ONNX LogSoftmax: ``(x - max) - log(Σ exp(x - max))`` along ``axis``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any rank, float.
+    axis : int
+        attrs: the normalized axis.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``elemwise`` (the shifted stage: ``softmax_exp``).
+    """
     (x,) = inputs
     axis = attrs["axis"] % len(x.shape)
     m = _axis_reduce(x, axis, "max")
@@ -301,6 +502,25 @@ def log_softmax(inputs, attrs, out_type):
 
 @register_compute("nn.lrn")
 def lrn(inputs, attrs, out_type):
+    """ONNX LRN: ``x / (bias + alpha / size · Σ x²)^beta`` over a window of ``size`` channels.
+
+    The window of channel ``c`` is ``[c - (size - 1) // 2, c + size - 1 - (size - 1) // 2]``,
+    clipped to the axis (stage ``lrn_sqsum``, tag ``reduce``).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any rank (NCHW: ``axis`` 1), float.
+    size, axis : int
+        attrs: the window, in channels; the channel axis.
+    alpha, beta, bias : float
+        attrs: ONNX's ``alpha``, ``beta``, ``bias``.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``elemwise``.
+    """
     (x,) = inputs
     size, axis = attrs["size"], attrs["axis"] % len(x.shape)
     alpha, beta, bias = attrs["alpha"], attrs["beta"], attrs["bias"]
@@ -320,9 +540,27 @@ def lrn(inputs, attrs, out_type):
 
 @register_compute("nn.layer_norm")
 def layer_norm(inputs, attrs, out_type):
-    """Two passes over ``axis``: the mean, then the variance of the centered values (more
-    accurate than E[x²] - E[x]² for inputs with a large mean); ``y = (x - mean) /
-    sqrt(var + epsilon) * gamma + beta``."""
+    """TVM's ``nn.layer_norm`` along one axis: ``(x - mean) / sqrt(var + epsilon) · gamma + beta``.
+
+    Two passes over ``axis``: the mean, then the variance of the centered values (more accurate
+    than E[x²] - E[x]² for inputs with a large mean). Stages: the sum (``reduce``), the sum of
+    squared deviations (tag ``layer_norm_sqsum``: the schedule fuses the rows), the output.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any rank ([batch, seq, hidden] with ``axis`` -1), float.
+    gamma, beta : te.Tensor
+        1-D, [x.shape[axis]], x's dtype: the scale and the shift.
+    axis, epsilon
+        attrs: the normalized axis (one axis, not ONNX's ``axis``-to-last); added to the
+        variance.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape and dtype; tag ``elemwise``.
+    """
     x, gamma, beta = inputs
     axis = attrs["axis"] % len(x.shape)
     count = dim_value(x.shape[axis], x.dtype)

@@ -17,6 +17,31 @@ from kiln.topi.nn import pad_hw
 
 @register_compute("layout_transform")
 def layout_transform(inputs, attrs, out_type):
+    """The same tensor in another layout: ``out[i] = x[src.index(dst.primal_index(i))]``.
+
+    TVM's ``relay.layout_transform`` (layouts as :class:`kiln.tir.layout.Layout`: ``NCHW``,
+    ``NCHW16c``, ``OIHW16i16o``...). An ``NCHW{b}c`` → ``NCHW`` transform of static channels gets
+    tag ``layout_unblock`` and ``out.block = b`` (:func:`_unblock_factor`); others ``injective``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        In ``src_layout``, any dtype.
+    src_layout, dst_layout : str
+        attrs: layout names over the same primal axes; a blocked axis's extent is a multiple
+        of its block.
+
+    Returns
+    -------
+    te.Tensor
+        ``dst_layout``'s shape of x's primal extents (``out_type.shape``; NCHW [N, C, H, W] →
+        NCHW{b}c [N, C // b, H, W, b]), x's dtype.
+
+    Raises
+    ------
+    CompileError
+        From :meth:`Layout.parse`: a malformed layout name.
+    """
     (x,) = inputs
     src, dst = Layout.parse(attrs["src_layout"]), Layout.parse(attrs["dst_layout"])
     block = _unblock_factor(src, dst, out_type.shape)
@@ -84,6 +109,30 @@ def _subsampled(data: te.Tensor, attrs, kernel: tuple[int, int]):
 
 @register_compute("nn.conv2d_NCHWc")
 def conv2d_nchwc(inputs, attrs, out_type):
+    """Blocked-channel 2-D convolution (groups 1): NCHW{ib}c data, OIHW{ib}i{ob}o weight.
+
+    ``out[n, o, y, x, b] = Σ_{rc, ry, rx, ri} pad(data)[n, rc, y·stride_h + ry·dilation_h,
+    x·stride_w + rx·dilation_w, ri] · weight[o, rc, ry, rx, ri, b]``: TVM's
+    ``python/tvm/topi/nn/conv2d.py`` ``conv2d_NCHWc``. A strided unpadded 1×1 conv first
+    subsamples its input (stage ``subsample``, tag ``pad``: :func:`_subsampled`); padding is a
+    ``pad`` stage.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        5-D, [batch, in_channel // ib, in_height, in_width, ib] (NCHW{ib}c), or 4-D NCHW
+        (``ib = 1``: an image), float.
+    weight : te.Tensor
+        6-D, [out_channel // ob, in_channel // ib, kernel_h, kernel_w, ib, ob], data's dtype.
+    strides, padding, dilation
+        attrs, as :func:`kiln.topi.nn.conv2d`'s.
+
+    Returns
+    -------
+    te.Tensor
+        5-D, [batch, out_channel // ob, out_height, out_width, ob] (NCHW{ob}c), data's dtype,
+        out_height as ``nn.conv2d``'s; tag ``conv2d_NCHWc``.
+    """
     data, weight = inputs
     _, icc, kh, kw, ib, _ = weight.shape
     subsampled = _subsampled(data, attrs, (kh, kw))
@@ -105,6 +154,27 @@ def conv2d_nchwc(inputs, attrs, out_type):
 
 @register_compute("nn.depthwise_conv2d_NCHWc")
 def depthwise_conv2d_nchwc(inputs, attrs, out_type):
+    """Blocked-channel depthwise 2-D convolution (channel multiplier 1).
+
+    ``out[n, c, y, x, b] = Σ_{ry, rx} pad(data)[n, c, y·stride_h + ry·dilation_h, x·stride_w +
+    rx·dilation_w, b] · weight[c, 0, ry, rx, 0, b]``: TVM's
+    ``python/tvm/topi/nn/depthwise_conv2d.py`` ``depthwise_conv2d_NCHWc``.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        5-D, [batch, channel // b, in_height, in_width, b] (NCHW{b}c), float.
+    weight : te.Tensor
+        6-D, [channel // b, 1, kernel_h, kernel_w, 1, b], data's dtype.
+    strides, padding, dilation
+        attrs, as :func:`kiln.topi.nn.conv2d`'s.
+
+    Returns
+    -------
+    te.Tensor
+        5-D, [batch, channel // b, out_height, out_width, b], data's dtype; tag
+        ``depthwise_conv2d_NCHWc``.
+    """
     data, weight = inputs
     padded, at = _padded_window(data, attrs)
     kh, kw = weight.shape[2], weight.shape[3]

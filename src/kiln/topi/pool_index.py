@@ -11,6 +11,29 @@ from kiln.topi.nn import max_pool2d
 
 @register_compute("nn.max_pool2d_indices")
 def max_pool2d_indices(inputs, attrs, out_type):
+    """ONNX MaxPool's second output: the flat input index of each window's first maximum.
+
+    The window maxima (:func:`kiln.topi.nn.max_pool2d`), then per window the least key
+    ``tap · size + flat`` over the taps inside the input that equal the maximum (stage
+    ``max_pool_first``, tag ``reduce``; ``size`` = the input's element count, taps in scan
+    order: rows, then columns), then ``key % size``.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        4-D, [batch, channel, in_height, in_width] (NCHW only).
+    pool_size, strides, dilation, padding
+        attrs, as :func:`kiln.topi.nn.max_pool2d`'s.
+    storage_order : int
+        attrs: 0 row major, ``((n·C + c)·H + h)·W + w``; 1 column major, ``((n·C + c)·W + w)·H
+        + h``.
+
+    Returns
+    -------
+    te.Tensor
+        [batch, channel, out_height, out_width] as the pool's (``out_type.shape``), int64; tag
+        ``elemwise``.
+    """
     (data,) = inputs
     maxima = max_pool2d(inputs, attrs, out_type)
     _, c, h, w = data.shape

@@ -31,6 +31,31 @@ def _as(dtype: str, v: L.PrimExpr) -> L.PrimExpr:
 
 @register_compute("qnn.quantize")
 def quantize(inputs, attrs, out_type):
+    """ONNX QuantizeLinear: ``saturate(nearbyint(x / scale) + zero_point)`` of the output dtype.
+
+    https://onnx.ai/onnx/operators/onnx__QuantizeLinear.html; the division is a float division
+    and the zero point is added in x's dtype, then clamped to the output range and converted
+    (module docstring). ``unit_scale`` skips the division.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, float.
+    scale : te.Tensor
+        x's dtype: rank 0 (per tensor), 1-D ``[x.shape[axis]]`` (per axis), or x's shape with
+        ``ceil(x.shape[axis] / block_size)`` along ``axis`` (blocked).
+    zero_point : te.Tensor
+        scale's shape, the output dtype (int8, uint8, int16 or uint16).
+    axis, block_size : int
+        attrs: the quantized axis (normalized); the block length along it (0: not blocked).
+    unit_scale : bool, optional
+        attrs: the scale is 1 (a requantizing epilogue whose multiplier is already applied).
+
+    Returns
+    -------
+    te.Tensor
+        x's shape, ``out_type.dtype``; tag ``elemwise``.
+    """
     x, scale, zero_point = inputs
     out = out_type.dtype
     info = np.iinfo(out)
@@ -49,6 +74,24 @@ def quantize(inputs, attrs, out_type):
 
 @register_compute("qnn.dequantize")
 def dequantize(inputs, attrs, out_type):
+    """ONNX DequantizeLinear: ``float(int32(x) - int32(zero_point)) · scale``, in scale's dtype.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, int8, uint8, int16, uint16 or int32.
+    scale : te.Tensor
+        Float; shaped as :func:`quantize`'s.
+    zero_point : te.Tensor
+        scale's shape, x's dtype.
+    axis, block_size : int
+        attrs, as :func:`quantize`'s.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape, scale's dtype; tag ``elemwise``.
+    """
     x, scale, zero_point = inputs
 
     def body(*i):

@@ -15,6 +15,25 @@ _REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.ma
 def _reduce(op: str) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
+        """ONNX ReduceSum / ReduceProd / ReduceMean / ReduceMax / ReduceMin over a tuple of axes.
+
+        One reduction stage (tag ``reduce``); ``mean`` divides it by the reduced element count in
+        x's dtype (an ``elemwise`` stage: integers truncate).
+
+        Parameters
+        ----------
+        x : te.Tensor
+            Any shape, numeric.
+        axis : tuple of int
+            attrs: the reduced axes (negative: from the end; empty: none).
+        keepdims : bool
+            attrs: keep each reduced axis as size 1.
+
+        Returns
+        -------
+        te.Tensor
+            x's shape without the reduced axes (size 1 with ``keepdims``), x's dtype.
+        """
         (x,) = inputs
         axes = sorted(a % len(x.shape) for a in attrs["axis"])
         keep = attrs["keepdims"]
@@ -46,8 +65,27 @@ for _op in _REDUCERS:
 def _arg(op: str) -> None:
     @register_compute(op)
     def _compute(inputs, attrs, out_type):
-        """Two reductions: the extremum m along the axis, then the first (last) index where the
-        input equals m."""
+        """ONNX ArgMax / ArgMin along one axis: the first (``select_last_index``: last) extremum.
+
+        Two reductions: the extremum ``m`` along the axis (stage ``{op}_value``, kept as size 1),
+        then the least (greatest) index where the input equals ``m`` (a NaN never equals it: the
+        index is then the axis length, or -1 with ``select_last_index``).
+
+        Parameters
+        ----------
+        x : te.Tensor
+            Any shape, numeric.
+        axis : int
+            attrs: the reduced axis (negative: from the end).
+        keepdims, select_last_index : bool
+            attrs: ONNX's ``keepdims`` and ``select_last_index``.
+
+        Returns
+        -------
+        te.Tensor
+            x's shape without ``axis`` (size 1 with ``keepdims``), int64 (``out_type``); tag
+            ``reduce``.
+        """
         (x,) = inputs
         axis = attrs["axis"] % len(x.shape)
         n = x.shape[axis]
@@ -74,8 +112,28 @@ _arg("argmin")
 
 @register_compute("topk_indices")
 def topk_indices(inputs, attrs, out_type):
-    """By rank: rank[p] counts the elements that sort before p (larger, or equal with a smaller
-    index); output j along the axis is the index whose rank is j. O(n²) along the axis."""
+    """The indices of ONNX TopK's sorted output along ``axis`` (the values are gathered apart).
+
+    By rank: ``rank[p]`` counts the elements that sort before ``p`` (larger, or with
+    ``largest`` false smaller; or equal with a smaller index: a stable order), stage
+    ``topk_rank`` (tag ``reduce``); output ``j`` along the axis is the index whose rank is
+    ``j``. O(n²) along the axis.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape, numeric.
+    axis : int
+        attrs: the sorted axis.
+    largest : bool
+        attrs: descending (True) or ascending order.
+
+    Returns
+    -------
+    te.Tensor
+        x's shape with ``k`` along ``axis`` (``out_type.shape``, ``k <= x.shape[axis]``),
+        ``out_type.dtype`` (int64); tag ``reduce``.
+    """
     (x,) = inputs
     axis = attrs["axis"] % len(x.shape)
     n = x.shape[axis]

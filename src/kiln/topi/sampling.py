@@ -55,6 +55,32 @@ def _cubic(t: L.PrimExpr, r: L.PrimExpr) -> L.PrimExpr:
 
 @register_compute("image.grid_sample")
 def grid_sample(inputs, attrs, out_type):
+    """ONNX GridSample (opset 20, 2-D and 3-D): ``x`` sampled at the normalized grid coordinates.
+
+    Per output position, each spatial axis's source coordinate from the grid (``align_corners``:
+    ``(g + 1) / 2 · (size - 1)``, else ``((g + 1) · size - 1) / 2``; clamped for ``border``,
+    reflected for ``reflection`` when outside the border), then a reduction over the
+    interpolation taps (1, 2 or 4 per axis) of ``weight × x`` at the tap (zeros padding: 0
+    outside the input). Follows ONNX's reference, ``onnx/reference/ops/op_grid_sample.py``;
+    cubic is Keys' kernel with ``A = CUBIC_A`` (-0.75).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        [batch, channel, *spatial] (NCHW, or NCDHW for 3-D), float, static spatial sizes.
+    grid : te.Tensor
+        [batch, *out_spatial, k] with ``k = len(spatial)``, in [-1, 1], last axis ordered x,
+        y[, z] (innermost spatial axis first), x's dtype.
+    mode, padding_mode : str
+        attrs: ``nearest`` / ``linear`` / ``cubic``; ``zeros`` / ``border`` / ``reflection``.
+    align_corners : bool
+        attrs: -1 and 1 are the centres (True) or the outer edges (False) of the corner pixels.
+
+    Returns
+    -------
+    te.Tensor
+        [batch, channel, *out_spatial] (``out_type.shape``), x's dtype; tag ``grid_sample``.
+    """
     x, grid = inputs
     sizes = x.shape[2:]
     nsp = len(sizes)
@@ -127,8 +153,27 @@ def grid_sample(inputs, attrs, out_type):
 
 @register_compute("col2im")
 def col2im(inputs, attrs, out_type):
-    """out[n, c, p] = the sum over kernel offsets k of x[n, c*K + k, b] for the block b whose
-    tap k lands on p: (p + pad - k*dil) divisible by the stride, inside the block grid."""
+    """ONNX Col2Im: the column blocks of ``x`` summed back into an image (the inverse of im2col).
+
+    ``out[n, c, p] = Σ_k x[n, c·K + k, b]`` for the block ``b`` whose tap ``k`` lands on ``p``:
+    ``p + pad - k·dilation`` divisible by the stride and inside the block grid (one reduction
+    over the ``K = prod(block_shape)`` kernel offsets).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        3-D, [batch, channel · prod(block_shape), prod(blocks)], ``blocks[d] = (image[d] +
+        pad_begin[d] + pad_end[d] - dilation[d] · (block[d] - 1) - 1) // stride[d] + 1``.
+    image_shape, block_shape, dilations, strides : tuple of int
+        attrs: the output's spatial shape; the kernel; per spatial dim, in pixels.
+    pads : tuple of int
+        attrs: ONNX's ``[begin..., end...]``.
+
+    Returns
+    -------
+    te.Tensor
+        [batch, channel, *image_shape], x's dtype; tag ``col2im``.
+    """
     (x,) = inputs
     image, block, dil, pads, strides, blocks = col2im_geometry(attrs)
     nsp = len(image)

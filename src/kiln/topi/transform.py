@@ -19,7 +19,21 @@ def _ravel(idx: tuple, shape: tuple[int, ...]) -> L.PrimExpr:
 
 
 def unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
-    """The row-major multi-index of flat position ``flat`` in ``shape``."""
+    """The row-major multi-index of flat position ``flat`` in ``shape``.
+
+    Parameters
+    ----------
+    flat : PrimExpr
+        In ``[0, prod(shape))``.
+    shape : tuple of int
+        The extents (static).
+
+    Returns
+    -------
+    tuple of PrimExpr
+        One index per dimension: ``flat // prod(shape[k+1:]) % shape[k]`` (no modulo for the
+        first).
+    """
     idx = []
     for k in range(len(shape)):
         inner = math.prod(shape[k + 1:])
@@ -29,6 +43,24 @@ def unravel(flat: L.PrimExpr, shape: tuple[int, ...]) -> tuple:
 
 @register_compute("reshape")
 def reshape(inputs, attrs, out_type):
+    """ONNX Reshape: the row-major order of ``x`` read into ``newshape``.
+
+    ``out[i] = x[unravel(ravel(i, out), x.shape)]``. When trailing axes merge with static shapes
+    (``[.., H, D] → [.., H·D]``), the source's last index is the output's modulo D, so a loop
+    split by D (schedule ``reshape``) walks both contiguously.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape and dtype.
+    newshape : tuple of int
+        attrs: the concrete output shape (``out_type.shape``), same element count.
+
+    Returns
+    -------
+    te.Tensor
+        ``newshape``, x's dtype; tag ``reshape``.
+    """
     (x,) = inputs
     out, src = out_type.shape, x.shape
     last, inner = out[-1] if out else 1, src[-1] if src else 1
@@ -47,6 +79,20 @@ def reshape(inputs, attrs, out_type):
 
 @register_compute("transpose")
 def transpose(inputs, attrs, out_type):
+    """ONNX Transpose: ``out[i] = x[j]`` with ``j[axes[k]] = i[k]``.
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape and dtype.
+    axes : tuple of int
+        attrs: a full permutation of x's axes (ONNX ``perm``).
+
+    Returns
+    -------
+    te.Tensor
+        ``[x.shape[a] for a in axes]``, x's dtype; tag ``injective``.
+    """
     (x,) = inputs
     axes = attrs["axes"]
 
@@ -61,6 +107,21 @@ def transpose(inputs, attrs, out_type):
 
 @register_compute("concatenate")
 def concatenate(inputs, attrs, out_type):
+    """ONNX Concat along ``axis``: each output element selects the input its index falls in.
+
+    Parameters
+    ----------
+    *tensors : te.Tensor
+        ``inputs``: one or more, of one rank and dtype, equal off ``axis``.
+    axis : int
+        attrs: the joined axis (negative: from the end).
+
+    Returns
+    -------
+    te.Tensor
+        The inputs' shape with ``Σ t.shape[axis]`` along ``axis``, their dtype; tag
+        ``injective``.
+    """
     axis = attrs["axis"] % len(out_type.shape)
 
     def body(*i):
@@ -79,6 +140,22 @@ def concatenate(inputs, attrs, out_type):
 
 @register_compute("strided_slice")
 def strided_slice(inputs, attrs, out_type):
+    """ONNX Slice: ``out[i] = x[begin + strides · i]`` per axis (normalized bounds).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape and dtype.
+    begin, strides : tuple of int
+        attrs: one entry per axis, normalized by the frontend (``end`` enters ``out_type``:
+        :func:`kiln.relay.op.transform.slice_length`).
+
+    Returns
+    -------
+    te.Tensor
+        ``[slice_length(n, b, e, s)]`` per axis (``out_type.shape``), x's dtype; tag
+        ``injective``.
+    """
     (x,) = inputs
     begin, strides = attrs["begin"], attrs["strides"]
     return te.compute(out_type.shape,
@@ -88,6 +165,28 @@ def strided_slice(inputs, attrs, out_type):
 
 @register_compute("take")
 def take(inputs, attrs, out_type):
+    """ONNX Gather: ``data`` indexed along ``axis`` by ``indices`` (clamped to the axis).
+
+    ``out[i] = data[i[:axis] + (indices[i[axis:axis + q]],) + i[axis + q:]]``, ``q`` the rank
+    of ``indices``. A negative index counts from the end; out-of-range ones are clamped to
+    the axis (TVM's ``take`` mode "clip") so that a bad token id cannot read outside the
+    table.
+
+    Parameters
+    ----------
+    data : te.Tensor
+        Any shape and dtype.
+    indices : te.Tensor
+        Any shape (rank 0 included), integer.
+    axis : int
+        attrs: the indexed axis of data.
+
+    Returns
+    -------
+    te.Tensor
+        ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``, data's dtype; tag
+        ``injective``.
+    """
     data, indices = inputs
     axis = attrs["axis"] % len(data.shape)
     nidx = len(indices.shape)
@@ -108,6 +207,20 @@ def take(inputs, attrs, out_type):
 
 @register_compute("expand")
 def expand(inputs, attrs, out_type):
+    """ONNX Expand: ``x`` broadcast to ``newshape`` (numpy rule, :func:`broadcast_load`).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Rank at most ``len(newshape)``, each dimension 1 or newshape's.
+    newshape : tuple of int
+        attrs: the concrete output shape.
+
+    Returns
+    -------
+    te.Tensor
+        ``newshape``, x's dtype; tag ``broadcast``.
+    """
     (x,) = inputs
     return te.compute(out_type.shape, lambda *i: broadcast_load(x, i), name="expand",
                       tag="broadcast")
@@ -134,6 +247,28 @@ def _pad_source(i: L.PrimExpr, before: int, after: int, n: arith.Dim, mode: str)
 
 @register_compute("nn.pad")
 def pad(inputs, attrs, out_type):
+    """ONNX Pad (graph op ``nn.pad``): ``x`` padded (or, by negative widths, cropped) per axis.
+
+    Modes: ``constant`` (``pad_value`` outside, reads clamped so the select may be eager),
+    ``edge`` (the nearest element), ``reflect`` (mirrored, the edge not repeated; period
+    ``2 (n - 1)``), ``wrap`` (period ``n``, x's extent, also on a cropped axis).
+
+    Parameters
+    ----------
+    x : te.Tensor
+        Any shape and dtype.
+    pad_width : tuple of (int, int)
+        attrs: ``(before, after)`` per axis, in elements; negative values crop.
+    pad_value : float
+        attrs: the constant mode's value.
+    pad_mode : str
+        attrs: ``constant``, ``edge``, ``reflect`` or ``wrap``.
+
+    Returns
+    -------
+    te.Tensor
+        ``[n + before + after]`` per axis, x's dtype; tag ``injective``.
+    """
     (x,) = inputs
     mode = attrs["pad_mode"]
     width = attrs["pad_width"]
@@ -158,6 +293,20 @@ def pad(inputs, attrs, out_type):
 
 @register_compute("arange")
 def arange(inputs, attrs, out_type):
+    """ONNX Range over shape values: ``out[k] = start + k · delta`` for ``k`` in ``[0, count)``.
+
+    Parameters
+    ----------
+    start, delta : te.Tensor
+        Rank 0, of one dtype.
+    count : int or arith.Dim
+        attrs: the length (possibly symbolic: a causal mask's ``Range(past, total)``).
+
+    Returns
+    -------
+    te.Tensor
+        1-D, ``[count]``, start's dtype; tag ``injective``.
+    """
     start, delta = inputs
     dtype = out_type.dtype
 

@@ -18,7 +18,25 @@ from kiln.relay.op.weight_quant import Q4_BLOCK, Q4_WORD
 
 @register_compute("nn.dense_q8")
 def dense_q8(inputs, attrs, out_type):
-    """``out[i, j] = scale[j] · Σ_k data[i, k] · float(q[j // b, k, j % b])``."""
+    """``out[i, j] = scale[j] · Σ_k data[i, k] · float(q[j // b, k, j % b])`` (int8 weight).
+
+    Symmetric per-output-channel int8 (docs/decisions/018): the sum (stage ``dense_q8``, tag
+    ``dense_q8``), then the scale (tag ``elemwise``, fused with what follows).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        2-D, [M, K], float32.
+    qweight : te.Tensor
+        3-D, [N // b, K, b], int8 (``dense_pack``'s layout).
+    scale : te.Tensor
+        1-D, [N], float32.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N], float32.
+    """
     data, qweight, scale = inputs
     k = te.reduce_axis(data.shape[1], "k")
     b = qweight.shape[2]
@@ -39,7 +57,9 @@ def _nibble_scale(p: L.PrimExpr) -> L.PrimExpr:
 
 @register_compute("nn.dense_q4")
 def dense_q4(inputs, attrs, out_type):
-    """``out[i, j] = Σ_kb (d[j // b, kb, j % b] · Σ_ki xq[i, k] · float(nib) + m[j // b, kb,
+    """GGUF Q4_1 dense: ``out[i, j] = Σ_k data[i, k] · (d[j, k // 32] · q[j, k] + m[j, k // 32])``.
+
+    Computed as ``Σ_kb (d[j // b, kb, j % b] · Σ_ki xq[i, k] · float(nib) + m[j // b, kb,
     j % b] · xsum[i, kb])`` with ``k = 32 kb + ki``, ``p = k % 8``, ``word`` the uint32
     ``[j // b, k // 8, j % b]`` holding ``q[j, k]`` at bits ``4 p``:
 
@@ -50,7 +70,24 @@ def dense_q4(inputs, attrs, out_type):
 
     Per weight one mask, one int→float conversion and one multiply-add into the block's partial
     sum (:func:`kiln.tir.te.block_sum`); ``d`` and ``m`` once per block. ``xq`` and ``xsum`` are
-    per row, shared by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``)."""
+    per row, shared by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``).
+    The format is ggml's (``ggml/src/ggml-quants.c``, ``dequantize_row_q4_1``; docs/decisions/018).
+
+    Parameters
+    ----------
+    data : te.Tensor
+        2-D, [M, K], float32, K a multiple of 32.
+    qweight : te.Tensor
+        3-D, [N // b, K // 8, b], uint32 nibble words (:func:`kiln.relay.op.weight_quant.
+        pack_nibble_words`).
+    d, m : te.Tensor
+        3-D, [N // b, K // 32, b], float32: each block's scale and minimum.
+
+    Returns
+    -------
+    te.Tensor
+        2-D, [M, N], float32; tag ``dense_q4``.
+    """
     data, qweight, d, m = inputs
     rows, k = data.shape
     r = te.reduce_axis(Q4_BLOCK, "r")
