@@ -12,9 +12,11 @@ AMX_TILE = 16
 
 
 def amx_call(acc: Tensor):
-    """The :attr:`kiln.tir.lower.Stage.try_first` of an integer accumulator on quads, for a
-    target with AMX-INT8 (:meth:`kiln.target.Target.amx_int8`): support/amx.c's
-    ``KilnAMXGemmU8S8`` on the stage's buffers (docs/decisions/026-amx.md), else None.
+    """The ``try_first`` call of an integer accumulator on quads to the AMX tile kernel, or None.
+
+    The :attr:`kiln.tir.lower.Stage.try_first` of the stage, for a target with AMX-INT8
+    (``Target.current().amx_int8()``): support/amx.c's ``KilnAMXGemmU8S8`` on the stage's
+    buffers (docs/decisions/026-amx.md); the loops stay as the fallback.
 
     - ``qnn.dense_pack``: ``Σ dot_u8i8x4(quads[i, q], w[j // b, q, j % b])``, A = the quads
       [M, K/4], out [M, N];
@@ -23,7 +25,21 @@ def amx_call(acc: Tensor):
       [N, O/ob, H, W, ob] (blocks of ob columns), W = [O/ob, C/ib, 1, 1, ib/4, ob].
 
     Only static shapes that fill a tile: at least 16 rows, K at least 64, weight (and output)
-    blocks a multiple of 16 columns."""
+    blocks a multiple of 16 columns (AMX_TILE).
+
+    Parameters
+    ----------
+    acc : te.Tensor
+        The int32 accumulator stage (tag ``dense_pack`` or ``conv2d_NCHWc``), its inputs the
+        ``qnn_quads`` stage and the int32 quad weight.
+
+    Returns
+    -------
+    callable or None
+        ``call(buffer_of) -> PrimExpr``: the extern call on the first elements of the output,
+        quads and weight buffers with (batch, M, N, K/4, block, strides...); None for another
+        target, stage or shape.
+    """
     target = Target.current()
     if target is None or not target.amx_int8() or acc.dtype != "int32":
         return None

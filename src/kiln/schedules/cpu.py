@@ -38,8 +38,15 @@ _SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
 
 @contextlib.contextmanager
 def small_extents():
-    """While active, schedules block no symbolic axis with a tail (the version of a kernel for
-    extents smaller than its blocks; see ``te_compiler.lower_primitive``)."""
+    """Context manager: while active, schedules block no symbolic axis with a tail.
+
+    The version of a kernel for extents smaller than its blocks (see
+    ``te_compiler.lower_primitive``); :func:`tails_allowed` reads it.
+
+    Yields
+    ------
+    None
+    """
     token = _SMALL_EXTENTS.set(True)
     try:
         yield
@@ -48,12 +55,35 @@ def small_extents():
 
 
 def tails_allowed() -> bool:
-    """Whether a schedule may split a symbolic axis into blocks with a partial last one."""
+    """Whether a schedule may split a symbolic axis into blocks with a partial last one.
+
+    Returns
+    -------
+    bool
+        False inside :func:`small_extents`, else True.
+    """
     return not _SMALL_EXTENTS.get()
 
 
 def register_schedule(tag: str, target: str = "cpu"):
-    """Decorator: ``fn(schedule, stage_tensor)`` adjusts the schedule of stages tagged ``tag``."""
+    """Decorator: ``fn(schedule, stage_tensor)`` adjusts the schedule of stages tagged ``tag``.
+
+    TVM's ``@autotvm.register_topi_schedule`` / strategy table, keyed by the stage's tag
+    (:mod:`kiln.topi`). A schedule may declare tuning knobs (:func:`kiln.schedules.knobs.knob`:
+    a :class:`KilnError` for an illegal config value in a strict tuning context).
+
+    Parameters
+    ----------
+    tag : str
+        The tag of the stages ``fn`` schedules (``"conv2d"``, ``"dense_pack"``...).
+    target : str
+        The target family (only ``"cpu"`` has schedules).
+
+    Returns
+    -------
+    callable
+        The decorator; it returns ``fn`` unchanged (a later registration of the same tag wins).
+    """
 
     def wrap(fn: Callable[[Schedule, Tensor], None]):
         _TE_SCHEDULES[(tag, target)] = fn
@@ -63,7 +93,23 @@ def register_schedule(tag: str, target: str = "cpu"):
 
 
 def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
-    """The default tensor-level schedule: inline injective stages, then per-tag overrides."""
+    """The default tensor-level schedule: inline injective stages, then per-tag overrides.
+
+    Every non-reduction stage but the output is inlined (:meth:`Schedule.inline_injective`),
+    then each stage in order whose tag has a registered schedule gets it.
+
+    Parameters
+    ----------
+    sch : Schedule
+        The fused function's tensor-level schedule (changed in place).
+    target : str
+        The target family of the registered schedules.
+
+    Returns
+    -------
+    Schedule
+        ``sch``.
+    """
     sch.inline_injective()
     for t in sch.order:
         fn = _TE_SCHEDULES.get((t.tag, target))
@@ -73,10 +119,27 @@ def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
 
 
 def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
-    """Parallelize every top-level loop nest of ``func`` over its (fused) outer loops (after
-    fusing softmax-like nests row by row when the tensor-level schedule asked for it:
-    :func:`kiln.schedules.row_fusion.fuse_rows`; otherwise after splitting min / max
-    reductions into vector lanes: :func:`kiln.schedules.reduce_rfactor.vectorize_reductions`)."""
+    """The default loop-level schedule: every top-level loop nest of ``func`` parallelized.
+
+    First the nests of a row-fused kernel are fused row by row when the tensor-level schedule
+    set ``attrs["fuse_rows"]`` (:func:`kiln.schedules.row_fusion.fuse_rows`), otherwise float
+    min / max reductions are split into vector lanes
+    (:func:`kiln.schedules.reduce_rfactor.vectorize_reductions`). Then each nest of at least
+    MIN_PARALLEL_WORK (4096) scalar iterations (a symbolic extent counts as
+    SYMBOLIC_EXTENT_GUESS) has its outer loops fused until the loop has MIN_PARALLEL_EXTENT (16)
+    iterations (:func:`_parallelize`), and that loop is parallel. Knob (tuning contexts only):
+    ``parallel_extent``, the least extent, from PARALLEL_EXTENT_CHOICES (1, 4, 16, 64, 256);
+    measured: those that parallelize differently (:func:`_parallel_extents`).
+
+    Parameters
+    ----------
+    func : PrimFunc
+        A lowered kernel.
+
+    Returns
+    -------
+    PrimFunc
+    """
     if func.attrs.get("fuse_rows"):
         func = fuse_rows(func)
     else:

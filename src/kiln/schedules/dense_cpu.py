@@ -48,13 +48,25 @@ MATMUL_COLS = 16
 
 @register_schedule("matmul")
 def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
-    """Batched products of activations (attention scores, weighted values), as dense_pack
-    without packing: ``i_o, j_o, k, i_i (unrolled), j_i (vectorized)`` with the
-    ``DENSE_ROWS × MATMUL_COLS`` block of accumulators in registers; each ``k`` loads one
-    contiguous piece of a row of B. Symbolic rows take a tail block (clamped reads, guarded
-    stores), symbolic columns a last block moved back to end at the row's end (whole vectors;
-    ``split(tail="shift")``); extents below a block run the version with ``k`` outside a
-    contiguous output row."""
+    """Schedule of stages tagged ``matmul`` (``nn.matmul``: attention scores, weighted values).
+
+    As dense_pack without packing: ``*batch, i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i
+    (vectorized)`` (:func:`_register_block`) with the ``tile_y × MATMUL_COLS`` block of
+    accumulators in registers (``cache_write_local``); each ``k`` loads one contiguous piece of a
+    row of B. Rows split by ``tile_y`` with a tail block (clamped reads, guarded stores),
+    columns by MATMUL_COLS (16) with the last block moved back to end at the row's end
+    (``split(tail="shift")``). Rows below DENSE_ROWS or columns below 16 (static; symbolic ones
+    where tails are not allowed) keep the order ``*batch, i, k, j`` (a contiguous output row).
+    Knobs: ``tile_y`` (ROW_CHOICES up to a static row count, default DENSE_ROWS = 6),
+    ``unroll_k`` (the largest divisors of K up to UNROLL_CHOICES, default up to
+    DENSE_K_UNROLL = 8). Reads no target property; the loop-level schedule parallelizes.
+
+    Parameters
+    ----------
+    sch : Schedule
+    mm : te.Tensor
+        The stage: ``[*batch, M, N]``, one reduce axis ``k`` (:func:`kiln.topi.nn.matmul`).
+    """
     *outer, i, j = mm.axes
     (k,) = mm.body.axes
     stage = sch[mm]
@@ -70,11 +82,25 @@ def schedule_matmul(sch: Schedule, mm: Tensor) -> None:
 
 @register_schedule("einsum")
 def schedule_einsum(sch: Schedule, t: Tensor) -> None:
-    """A matmul-like einsum (``kiln.topi.einsum.matmul_roles``) register-blocked as
-    ``nn.matmul``: columns are its last output axis, rows an operand-A axis: a symbolic one
-    (the sequence) with a tail block, or the largest static one taken whole (the three query
-    heads per key head of grouped attention) when the columns are symbolic or no symbolic
-    row axis can be blocked (one decoded token). Other einsums keep the default loop nest."""
+    """Schedule of stages tagged ``einsum``: a matmul-like einsum register-blocked as ``nn.matmul``.
+
+    Only with ``t.matmul_roles`` (:func:`kiln.topi.einsum.matmul_roles`), one reduce axis and a
+    column axis (the last output axis) of at least MATMUL_COLS (16); other einsums keep the
+    default loop nest. Rows are an operand-A axis: a symbolic one (the sequence) split with a
+    tail block (knob ``tile_y``: ROW_CHOICES, default DENSE_ROWS), or the largest static one
+    of extent >= 2 taken in divisor blocks (knob ``tile_y``: its divisors up to 8, default the
+    largest up to DENSE_ROWS: the three query heads per key head of grouped attention) when
+    the columns are symbolic or no symbolic row axis can be blocked (one decoded token).
+    Columns split by 2 × MATMUL_COLS when static, a multiple of 32, and rows blocks of <= 3,
+    else by MATMUL_COLS, the last block shifted back; then :func:`_register_block` (the other
+    axes outermost; knob ``unroll_k``).
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The einsum stage (:func:`kiln.topi.einsum.einsum`).
+    """
     roles = getattr(t, "matmul_roles", None)
     if roles is None or len(t.body.axes) != 1:
         return
@@ -150,8 +176,24 @@ def _register_block(stage, outer, rows: tuple[IterVar, IterVar], cols: tuple[Ite
 
 @register_schedule("dense_pack")
 def schedule_dense_pack(sch: Schedule, dense: Tensor) -> None:
-    """``i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i (vectorized)``: each ``k`` streams
-    one contiguous row of the packed weight into ``i_i × b`` accumulators held in registers."""
+    """Schedule of stages tagged ``dense_pack`` (``nn.dense_pack``, ``qnn.dense_pack``'s sum).
+
+    ``i_o, j_o, k_o, k_i (unrolled), i_i (unrolled), j_i (vectorized)``: each ``k`` streams one
+    contiguous row of the packed weight ``[N/b, K, b]`` into ``i_i × b`` accumulators held in
+    registers (:func:`_register_block`, ``cache_write_local``); columns split by the weight
+    block ``b``; a packed weight over L2_WEIGHT_BYTES (1 MiB) puts ``j_o`` outside ``i_o``
+    (streamed once). The int8 dense's activation stages (tags ``qnn_quads``, ``qnn_pairs``)
+    are materialized (``compute_root``). Knobs: ``tile_y`` (:func:`_row_limits`, default
+    DENSE_ROWS // :func:`wide_block_scale`), ``unroll_k`` (default: up to DENSE_K_UNROLL, or
+    PAIRS_K_UNROLL = 2 on pairs). Target properties: ``vector_bits`` and ``vector_lanes`` (the
+    block's scale), ``amx_int8`` (``try_first`` = :func:`kiln.schedules.amx.amx_call`).
+
+    Parameters
+    ----------
+    sch : Schedule
+    dense : te.Tensor
+        The stage: ``[M, N]``, one reduce axis ``k``; a 3-D input is the packed weight.
+    """
     i, j = dense.axes
     (k,) = dense.body.axes
     block = _packed_weight(dense).shape[2]
@@ -181,11 +223,24 @@ DENSE_QUANT_K_UNROLL = {"dense_q8": DENSE_K_UNROLL, "dense_q4": 32}
 @register_schedule("dense_q8")
 @register_schedule("dense_q4")
 def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
-    """The quantized dense ops (docs/decisions/018) as dense_pack, their weights widened to
-    float in the vectorized channel loop; a single row accumulates up to DENSE_COL_BLOCKS
-    column blocks at once (keeping MIN_PARALLEL_EXTENT parallel column groups where there
-    are that many blocks). ``nn.dense_q4`` reduces over (block, k in the block): the block's
-    ``d`` and ``m`` vectors are invariant in the inner loops."""
+    """Schedule of stages tagged ``dense_q8`` / ``dense_q4`` (docs/decisions/018), as dense_pack's.
+
+    The weights are widened to float in the vectorized channel loop ``j_i`` (the block ``b``);
+    ``dense_q4_x`` (the rescaled activations) is materialized; ``nn.dense_q4`` reduces over
+    (block ``kb``, ``k`` in the block), ``kb`` outside the register block so that its ``d`` and
+    ``m`` vectors are invariant inside. A single-row block (``i_i`` of extent 1) accumulates
+    several column blocks at once (unrolled), up to DENSE_COL_BLOCKS (q8: 4, q4: 2) while
+    MIN_PARALLEL_EXTENT (16) column groups remain. Knobs: ``tile_y`` (as dense_pack's),
+    ``tile_cb`` (the column blocks: divisors of N/b up to 8), ``unroll_k`` (default up to
+    DENSE_QUANT_K_UNROLL: q8 8, q4 32). Target properties: ``vector_bits``, ``vector_lanes``
+    (:func:`wide_block_scale`).
+
+    Parameters
+    ----------
+    sch : Schedule
+    dense : te.Tensor
+        The stage: ``[M, N]`` (:func:`kiln.topi.weight_quant.dense_q8` / ``dense_q4``).
+    """
     i, j = dense.axes
     *outer_k, k = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight

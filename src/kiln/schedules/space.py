@@ -23,7 +23,13 @@ Config = Mapping[str, int | str]
 
 @dataclass(frozen=True)
 class Knob:
-    """One schedule choice: ``values[0]`` is what the default rule picks."""
+    """One schedule choice: ``values[0]`` is what the default rule picks.
+
+    Raises
+    ------
+    ValueError
+        On construction with no value.
+    """
 
     name: str
     values: tuple[int | str, ...]
@@ -50,13 +56,31 @@ class Task:
     payload: object = field(default=None, compare=False, repr=False)
 
     def default_config(self) -> dict[str, int | str]:
+        """The config of every knob's first value: the default schedule.
+
+        Returns
+        -------
+        dict of str to int or str
+        """
         return {k.name: k.values[0] for k in self.space}
 
     def size(self) -> int:
+        """The number of configs: the product of the knobs' value counts (1 with no knob).
+
+        Returns
+        -------
+        int
+        """
         return math.prod(len(k.values) for k in self.space)
 
     def configs(self) -> Iterator[dict[str, int | str]]:
-        """Every config, the default first (small spaces only: see :meth:`size`)."""
+        """Every config, the default first (small spaces only: see :meth:`size`).
+
+        Yields
+        ------
+        dict of str to int or str
+            Knob name to value, in ``itertools.product`` order of the knobs' values.
+        """
         names = [k.name for k in self.space]
         for values in itertools.product(*(k.values for k in self.space)):
             yield dict(zip(names, values))

@@ -2,7 +2,9 @@
 the reshape that merges attention heads.
 
 Kept apart from :mod:`kiln.schedules.nn_cpu` (convolutions) and
-:mod:`kiln.schedules.dense_cpu` (matrix products) so each file stays one concept. May import kiln.ir and kiln.schedules.cpu.
+:mod:`kiln.schedules.dense_cpu` (matrix products) so each file stays one concept. Imports
+kiln.tir, kiln.schedules.cpu, and (inside functions) kiln.topi.attention and
+kiln.schedules.nn_cpu.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from kiln.schedules.cpu import register_schedule
 
 @register_schedule("layer_norm_sqsum")
 def schedule_layer_norm(sch: Schedule, t: Tensor) -> None:
-    """``nn.layer_norm`` (``kiln.topi.nn.layer_norm``: the row sum, the sum of squared
-    deviations, the normalized row) computed one row at a time in cache, both sums split into
-    vector partial results (:mod:`kiln.schedules.row_fusion`). Before: three whole-tensor
-    nests with scalar sums, 2.6 ns per element on paraphrase-MiniLM-L3's [1, 32, 384]."""
+    """Schedule of stages tagged ``layer_norm_sqsum``: ``nn.layer_norm`` fused row by row.
+
+    ``kiln.topi.nn.layer_norm``'s row sum, sum of squared deviations and normalized row are
+    computed one row at a time in cache, both sums split into vector partial results
+    (``sch.attrs["fuse_rows"]``: :func:`kiln.schedules.row_fusion.fuse_rows`). Before: three
+    whole-tensor nests with scalar sums, 2.6 ns per element on paraphrase-MiniLM-L3's
+    [1, 32, 384]. No split, no knob, no target property.
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The sum-of-squares stage, x's shape with 1 along the normalized axis.
+    """
     sch.attrs["fuse_rows"] = True
 
 
@@ -35,10 +47,28 @@ BLOCK_CONTEXT_COLS = 16
 
 @register_schedule("attention_scores")
 def schedule_attention(sch: Schedule, scores: Tensor) -> None:
-    """``nn.attention`` (kiln.topi.attention) by blocks of ROW_BLOCK query rows where the
-    queries are at least a block (or symbolic: :func:`_schedule_row_blocks`), else one query
-    row at a time (:func:`_schedule_rows`); :mod:`kiln.schedules.row_fusion` then fuses the
-    stages under the (batch, head, row or block) loops."""
+    """Schedule of stages tagged ``attention_scores``: ``nn.attention`` by blocks of query rows.
+
+    By blocks of ROW_BLOCK (4) query rows where the queries are at least a block (or symbolic,
+    while tails are allowed) and the keys static or blockable by BLOCK_SCORE_COLS
+    (:func:`_schedule_row_blocks`), else one query row at a time (:func:`_schedule_rows`);
+    ``attention_exp`` and ``attention_inv`` are materialized, and
+    :mod:`kiln.schedules.row_fusion` (``sch.attrs["fuse_rows"]``) then fuses the stages under the
+    (batch, head, row or block) loops. Blocks: the scores in ``block × BLOCK_SCORE_COLS`` (16)
+    accumulators (``n, c, i_o, j_o, d, i_i (unrolled), j_i (vectorized)``), the context in
+    ``block × BLOCK_CONTEXT_COLS`` (16) (``n, c, i_o, k_o, r, i_i (unrolled), k_i
+    (vectorized)``). Rows: the scores in blocks of SCORE_COLS (64) keys (``n, c, i, j_o, d,
+    j_i (vectorized)``), the context row ``n, c, i, r, [chain (unrolled),] k (vectorized)``.
+    Splits are ``tail="shift"``; register blocks ``cache_write_local``. No knob, no target
+    property.
+
+    Parameters
+    ----------
+    sch : Schedule
+    scores : te.Tensor
+        The scores stage ``[B, H, S, T]``, reduce axis ``d`` (:func:`kiln.topi.attention.
+        attention`).
+    """
     from kiln.topi.attention import row_block
     from kiln.schedules.nn_cpu import _blockable
 
@@ -131,12 +161,22 @@ def _schedule_rows(sch: Schedule, scores: Tensor) -> None:
 
 @register_schedule("reshape")
 def schedule_reshape(sch: Schedule, t: Tensor) -> None:
-    """A kernel that ends in a reshape merging trailing axes (attention heads back into the
-    hidden axis: ``[B, S, H, D] → [B, S, H·D]``): its last axis split by the source's last
-    extent ``D``, the inner part vectorized, so each piece of ``D`` is one contiguous copy
-    instead of a division and a remainder per element (with the reshape compute's own split
-    of the index, kiln.topi.transform.reshape). paraphrase-MiniLM-L3's
-    ``fused_transpose_reshape`` at [1, 12, 128, 32], 1 thread: 123 → 8.4 us."""
+    """Schedule of stages tagged ``reshape`` ending a kernel that merges trailing axes.
+
+    Attention heads back into the hidden axis (``[B, S, H, D] → [B, S, H·D]``): the output's
+    last axis split by the source's last extent ``D``, the inner part vectorized, so each piece
+    of ``D`` is one contiguous copy instead of a division and a remainder per element (with the
+    reshape compute's own split of the index, kiln.topi.transform.reshape).
+    paraphrase-MiniLM-L3's ``fused_transpose_reshape`` at [1, 12, 128, 32], 1 thread: 123 →
+    8.4 us. Only for the kernel's output, static last extents with ``1 < D < last`` and
+    ``last % D == 0``; no knob.
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The reshape stage.
+    """
     if t is not sch.output:
         return
     (src,) = t.inputs()
