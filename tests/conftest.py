@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Test modules import their helpers by module name (tests/helpers/), and a few share code with
+# another test module of their layer: every package folder of the layers is on sys.path too.
+_TESTS = Path(__file__).resolve().parent
+for _folder in [_TESTS / "helpers", *sorted(_TESTS.glob("*/*/"))]:
+    if _folder.is_dir() and not _folder.name.startswith(("_", ".")):
+        sys.path.insert(0, str(_folder))
 
 from kiln.models.fetch import file_lock
 

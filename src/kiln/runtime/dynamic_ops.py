@@ -4,7 +4,8 @@ These are the executable definitions of Kiln's data-dependent ops: the VM runs t
 builtins (``vm_dynamic_ops``) and the graph IR uses them as the numpy references of its
 ``dyn.*`` ops (``kiln.relay.op.dynamic``), so compile-time folding and run time agree. Each
 follows the ONNX operator spec (onnx/docs/Operators.md) and is checked against
-``onnx.reference.ReferenceEvaluator`` and onnxruntime by tests/backend/test_vm_data_dependent.py.
+``onnx.reference.ReferenceEvaluator`` and onnxruntime by
+tests/backend/runtime/test_vm_data_dependent.py.
 
 Every function takes and returns numpy arrays; a value the spec rejects (a ``k`` larger than
 its axis, a reshape that does not fit) raises :class:`~kiln.errors.ShapeError` naming the op.

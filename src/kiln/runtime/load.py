@@ -102,7 +102,7 @@ def load_module(path: str | os.PathLike[str], fmt: str = "") -> Module:
        its kernels run with your process's rights when the graph runs. Loading itself runs no
        other code from the file: the ELF headers, the blob, the graph JSON and the params are
        only read, and every corruption of them raises :class:`ModuleLoadError` (fuzzed:
-       ``tests/fuzz_runtime.py``). What is checked is integrity, not trust: the checks catch
+       ``tests/helpers/fuzz_runtime.py``). What is checked is integrity, not trust: the checks catch
        truncated or corrupted files, not a malicious one
        (docs/decisions/004-loading-untrusted-artifacts.md).
 

@@ -7,7 +7,7 @@ DequantizeLinear (linear quantization, round half to even, saturation).
   ``scale`` are floats of one dtype; ``zero_point`` has ``out_dtype`` (int8, uint8, int16 or
   uint16). The division is a true float division (not a multiplication by ``1/scale``) and the
   zero point is added in the float dtype; that is bit-exact against onnxruntime, ties included
-  (tests/unit/test_frontend_quantization.py).
+  (tests/unit/frontend/test_frontend_quantization.py).
 - ``qnn.dequantize(x, scale, zero_point; axis, block_size)``:
   ``y = float(int32(x) - int32(zero_point)) * scale``, in ``scale``'s dtype; ``x`` and
   ``zero_point`` have one integer dtype (int8, uint8, int16, uint16 or int32).

@@ -509,7 +509,7 @@ BUILTINS.update((PREFIX + name, f) for name, f in KV_BUILTINS.items())
 #: builtins (names without :data:`PREFIX`) that the native runtime's C VM does not implement,
 #: with the reason; it refuses them at ``vm_initialization`` naming the builtin and pointing to
 #: this runtime (the list is generated into its ``rt_vocabulary.h``, and
-#: tests/unit/test_c_vocabulary.py checks every other name here against the C dispatch)
+#: tests/unit/native/test_c_vocabulary.py checks every other name here against the C dispatch)
 PYTHON_ONLY_BUILTINS: dict[str, str] = {
     "unique": "not ported to C yet (decision 022, left for later): numpy's sorted unique with "
               "first indices, inverse and counts, four data-dependent outputs",

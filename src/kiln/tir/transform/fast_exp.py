@@ -39,7 +39,8 @@ No float compare or float select remains: GCC (``-ftrapping-math``, its default)
 branches and then does not vectorize the loop.
 
 Measured against float64 exp over a dense sweep of [-104, 89] and the special values
-(tests/backend/test_fast_exp_compiled.py, docs/decisions/017-fast-exp.md): at most 1 ulp (relative
+(tests/backend/tir/test_fast_exp_compiled.py, docs/decisions/017-fast-exp.md): at most 1 ulp
+(relative
 error
 ≤ 8.4e-8) for normal results, 1 ulp of the subnormals below, specials exact — C and LLVM, with
 or without FMA contraction.

@@ -140,7 +140,7 @@ for _name, _kernel in _BUILTIN.items():
 for _name in ("conv2d", "conv2d_bias", "conv2d_relu", "conv2d_bias_relu"):
     register_json_kernel(f"kiln_json.{_name}", _composite_conv)
 #: the kernels Kiln itself provides (before any vendor registers more); the native runtime's
-#: rt_json_kernels.c has the same names (tests/unit/test_c_vocabulary.py checks both ways)
+#: rt_json_kernels.c has the same names (tests/unit/native/test_c_vocabulary.py checks both ways)
 BUILTIN_KERNELS: tuple[str, ...] = tuple(list_json_kernels())
 
 __all__ = ["BUILTIN_KERNELS", "conv2d", "get_json_kernel", "list_json_kernels",

@@ -1,0 +1,70 @@
+"""The ops of convolutional models over symbolic N, H, W, through the VM: one graph with a
+conv (NCHWc after AlterOpLayout), pads in three modes, ceil_mode pools, a transposed conv, a
+nearest ×2 Resize, global and reduce means; compiled once per target, run at several shapes
+against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from backend_helpers import assert_close_to_reference, run_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+from kiln.frontend import from_onnx
+from kiln.vm import VirtualMachine
+
+SHAPES = [(1, 4, 7, 9), (2, 4, 16, 5), (3, 4, 4, 4)]
+RNG = np.random.default_rng(5)
+
+
+def _const(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _model() -> onnx.ModelProto:
+    pads = [0, 0, 1, 2, 0, 0, 2, 1]
+    nodes = [
+        helper.make_node("Pad", ["x", "pads", "half"], ["pad_constant"], mode="constant"),
+        helper.make_node("Pad", ["x", "pads"], ["pad_edge"], mode="edge"),
+        helper.make_node("Pad", ["x", "pads"], ["pad_reflect"], mode="reflect"),
+        helper.make_node("Conv", ["x", "w", "b"], ["conv"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("MaxPool", ["x"], ["max_pool"], kernel_shape=[3, 3], strides=[2, 2],
+                         ceil_mode=1),
+        helper.make_node("AveragePool", ["x"], ["avg_pool"], kernel_shape=[3, 3],
+                         strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0),
+        helper.make_node("ConvTranspose", ["x", "wt"], ["conv_transpose"], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["x"], ["global_pool"]),
+        helper.make_node("Resize", ["x", "", "scales"], ["upsample"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=[2, 3], keepdims=1),
+    ]
+    outputs = [n.output[0] for n in nodes if n.output[0] != "conv"]
+    inits = [_const("pads", np.array(pads, np.int64)), _const("half", np.float32(0.5)),
+             _const("w", RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)),
+             _const("b", RNG.standard_normal(16).astype(np.float32)),
+             _const("wt", RNG.standard_normal((4, 4, 2, 2)).astype(np.float32)),
+             _const("scales", np.array([1, 1, 2, 2], np.float32))]
+    graph = helper.make_graph(
+        nodes, "symbolic_conv_ops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def model() -> onnx.ModelProto:
+    return _model()
+
+
+def test_symbolic_conv_ops_match_onnxruntime(model, target, tmp_path):
+    mod, params = from_onnx(model, dim_bounds={"H": (3, None), "W": (3, None)})
+    exe = kiln.build(mod, target=target, params=params)
+    exe.export_library(str(tmp_path / "ops.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "ops.so")), kiln.cpu())
+    for shape in SHAPES:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        got = [o.numpy() for o in vm["main"](x)]
+        assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))
