@@ -49,7 +49,7 @@ def to_te(body: Function) -> tuple[list[te.Tensor], te.Tensor]:
     return inputs, tensors[body.outputs[0].uid]
 
 
-def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.PrimFunc:
+def lower_primitive(call: PrimitiveCall, name: str) -> L.PrimFunc:
     """The packed kernel ``name`` computing ``call.body``.
 
     Raises
@@ -58,23 +58,21 @@ def lower_primitive(call: PrimitiveCall, name: str, target: str = "cpu") -> L.Pr
         If an op has no compute definition or the kernel cannot be lowered.
     """
     arg_names = [p.name for p in call.body.params] + ["out"]
-    return make_packed_api(lower_unpacked(call, name, target), arg_names)
+    return make_packed_api(lower_unpacked(call, name), arg_names)
 
 
-def lower_unpacked(call: PrimitiveCall, name: str, target: str = "cpu") -> L.PrimFunc:
+def lower_unpacked(call: PrimitiveCall, name: str) -> L.PrimFunc:
     """The kernel of :func:`lower_primitive` before MakePackedAPI: one buffer parameter per
     argument then the output, what the loop-IR interpreter runs."""
     inputs, output = to_te(call.body)
-    sch = schedule_te(Schedule(output), target)
-    func = _checked(_small_extent_version(call, lower(sch, inputs, name), sch, target),
-                    "0_lower")
+    sch = schedule_te(Schedule(output))
+    func = _checked(_small_extent_version(call, lower(sch, inputs, name), sch), "0_lower")
     func = _checked(simplify(func), "1_simplify")
     func = _checked(schedule_loops(func), "2_schedule")
     return _checked(lower_fast_exp(func), "3_fast_exp")
 
 
-def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
-                          target: str) -> L.PrimFunc:
+def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule) -> L.PrimFunc:
     """``func``, or — when its schedule blocks a symbolic axis with a tail (e.g. 6-row register
     blocks over ``batch x sequence`` rows) — ``if extent < least: <unblocked version> else:
     func``. A tail block over one row computes its whole block for it (MiniLM at one token:
@@ -91,7 +89,7 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
         return func
     with small_extents():
         inputs, output = to_te(call.body)
-        small = lower(schedule_te(Schedule(output), target), inputs, func.name, func.params)
+        small = lower(schedule_te(Schedule(output)), inputs, func.name, func.params)
     cond = L.logical_or(*(L.as_index(extent) < factor for extent, factor in tails))
     return L.PrimFunc(func.name, func.params, L.IfThenElse(cond, small.body, func.body),
                       dict(func.attrs))

@@ -13,15 +13,15 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 
-from kiln.tir import loop as L
-from kiln.tir.lower import Schedule
-from kiln.tir.te import Tensor
+from kiln.schedules import knobs
 from kiln.schedules import primitives as P
 from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows
-from kiln.schedules import knobs
+from kiln.tir import loop as L
+from kiln.tir.lower import Schedule
+from kiln.tir.te import Tensor
 
-_TE_SCHEDULES: dict[tuple[str, str], Callable[[Schedule, Tensor], None]] = {}
+_TE_SCHEDULES: dict[str, Callable[[Schedule, Tensor], None]] = {}
 
 # Fuse outer loops until a parallel loop has at least this many iterations (so both cores, and
 # more, get balanced work), but stop before fusing into tiny inner loops.
@@ -65,7 +65,7 @@ def tails_allowed() -> bool:
     return not _SMALL_EXTENTS.get()
 
 
-def register_schedule(tag: str, target: str = "cpu"):
+def register_schedule(tag: str):
     """Decorator: ``fn(schedule, stage_tensor)`` adjusts the schedule of stages tagged ``tag``.
 
     TVM's ``@autotvm.register_topi_schedule`` / strategy table, keyed by the stage's tag
@@ -75,9 +75,8 @@ def register_schedule(tag: str, target: str = "cpu"):
     Parameters
     ----------
     tag : str
-        The tag of the stages ``fn`` schedules (``"conv2d"``, ``"dense_pack"``...).
-    target : str
-        The target family (only ``"cpu"`` has schedules).
+        The tag of the stages ``fn`` schedules (``"conv2d"``, ``"dense_pack"``...). A schedule
+        reads the target it schedules for from :meth:`kiln.target.Target.current`.
 
     Returns
     -------
@@ -86,13 +85,13 @@ def register_schedule(tag: str, target: str = "cpu"):
     """
 
     def wrap(fn: Callable[[Schedule, Tensor], None]):
-        _TE_SCHEDULES[(tag, target)] = fn
+        _TE_SCHEDULES[tag] = fn
         return fn
 
     return wrap
 
 
-def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
+def schedule_te(sch: Schedule) -> Schedule:
     """The default tensor-level schedule: inline injective stages, then per-tag overrides.
 
     Every non-reduction stage but the output is inlined (:meth:`Schedule.inline_injective`),
@@ -102,8 +101,6 @@ def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
     ----------
     sch : Schedule
         The fused function's tensor-level schedule (changed in place).
-    target : str
-        The target family of the registered schedules.
 
     Returns
     -------
@@ -112,7 +109,7 @@ def schedule_te(sch: Schedule, target: str = "cpu") -> Schedule:
     """
     sch.inline_injective()
     for t in sch.order:
-        fn = _TE_SCHEDULES.get((t.tag, target))
+        fn = _TE_SCHEDULES.get(t.tag)
         if fn is not None:
             fn(sch, t)
     return sch

@@ -195,7 +195,7 @@ def _interpret_versions(func: Function, values: dict, **options) -> np.ndarray:
             continue
         inputs, output = to_te(node.body)
         sch = schedule_te(Schedule(output))
-        prim = _small_extent_version(node, lower(sch, inputs, "k"), sch, "cpu")
+        prim = _small_extent_version(node, lower(sch, inputs, "k"), sch)
         prim = schedule_loops(simplify(prim))
         args = [a.data if isinstance(a, Constant) else env[a.uid] for a in node.args]
         shape = tuple(arith.evaluate(d, symbols) for d in node.checked_type.shape)
