@@ -28,6 +28,11 @@
 #                   backend on CONFORMANCE_WORKERS processes (default: all cores); writes a table
 #                   per op type to conformance/results/kiln.{md,json}; CONFORMANCE_ARGS="--backend
 #                   onnxruntime" runs onnxruntime under the same rules; not part of make test
+#   make ops        regenerate docs/ops.md, the supported-ops table (converter registry, onnx's
+#                   schemas, the committed conformance summary docs/ops-conformance.json;
+#                   tools/gen_ops_table.py); OPS_RESULTS=conformance/results/kiln.json first
+#                   refreshes that summary from a make conformance run;
+#                   tests/unit/test_ops_table.py fails when docs/ops.md is stale
 #   make lint       ruff over src/, tests/ and benchmarks/
 #   make vocabulary regenerate the C VM's rt_vocabulary.h (opcodes, argument kinds, section
 #                   ids, tags, builtin names) from the Python VM's tables
@@ -49,9 +54,11 @@ INT8_CONV_BENCH_ARGS ?=
 PORTABLE_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
+OPS_RESULTS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary toolchain cross-toolchain \
+.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops toolchain \
+	cross-toolchain \
 	device-toolchain blas-toolchain venv clean
 
 all: test
@@ -184,6 +191,9 @@ lint: $(STAMP)
 
 vocabulary: $(STAMP)
 	$(PY) tools/gen_c_vocabulary.py
+
+ops: $(STAMP)
+	$(PY) tools/gen_ops_table.py $(if $(OPS_RESULTS),--results $(OPS_RESULTS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info
