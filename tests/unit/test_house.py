@@ -27,14 +27,6 @@ MAX_LINES = 600
 
 #: (importing module, imported unit): why the import is still there
 ALLOWED_BREAKS: dict[tuple[str, str], str] = {
-    ("kiln.topi.einsum", "kiln.relay"): "shares parse_einsum / letter_extents with the op's "
-    "type relation in kiln.relay.op.einsum; to move into kiln.topi",
-    ("kiln.topi.image", "kiln.relay"): "shares the resize taps (Arith, axis_taps) with the "
-    "op's numpy reference in kiln.relay.op.image; to move into kiln.topi",
-    ("kiln.topi.sampling", "kiln.relay"): "shares CUBIC_A, borders, col2im_geometry with "
-    "kiln.relay.op.sampling; to move into kiln.topi",
-    ("kiln.topi.weight_quant", "kiln.relay"): "shares the q4 packing constants with "
-    "kiln.relay.op.weight_quant; to move into kiln.topi",
     ("kiln.graph_executor", "kiln.debug_executor"): "GraphModule.debug() hands back the debug "
     "wrapper of the same executor (TVM's graph_executor has the same hook)",
 }

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.topi.registry import register_compute
-from kiln.topi.broadcast import broadcast_load
 from kiln.tir.transform.fast_exp import NORMAL_LOW
+from kiln.topi.broadcast import broadcast_load
+from kiln.topi.registry import register_compute
 
 #: interleaved partial sums of the context over the keys when their count is a static multiple
 #: and the query rows are computed one at a time: one query row's context over 32 values is

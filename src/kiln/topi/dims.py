@@ -4,8 +4,8 @@ its loop-IR expression over the shape variables that MakePackedAPI binds."""
 from __future__ import annotations
 
 from kiln import arith
-from kiln.tir import te
 from kiln.tir import loop as L
+from kiln.tir import te
 
 
 def dim_value(dim: arith.Dim | float, dtype: str) -> L.PrimExpr:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from kiln.errors import CompileError
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.topi.registry import register_compute
 from kiln.topi.broadcast import broadcast_load
+from kiln.topi.registry import register_compute
 
 
 def _unary(op: str, fn: Callable[[L.PrimExpr, dict], L.PrimExpr]) -> None:

@@ -1,5 +1,5 @@
 """Image computes: ``image.resize2d`` (nearest, linear, cubic), with the tap formulas of
-:mod:`kiln.relay.op.image` (:func:`~kiln.relay.op.image.axis_taps`) evaluated per output pixel in
+:mod:`kiln.relay.op.image` (:func:`~kiln.topi.resize_taps.axis_taps`) evaluated per output pixel in
 float32."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import dataclasses
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.topi.registry import register_compute
-from kiln.relay.op.image import Arith, axis_taps
 from kiln.topi.dims import dim_value
+from kiln.topi.registry import register_compute
+from kiln.topi.resize_taps import Arith, axis_taps
 
 
 def _clamp(v: L.PrimExpr, lo, hi) -> L.PrimExpr:
@@ -61,7 +61,7 @@ def resize2d(inputs, attrs, out_type):
 
     ``out[n, c, y, x] = Σ_{i, j} wy_i[y] · wx_j[x] · data[n, c, iy_i[y], ix_j[x]]``, the tap
     indices and weights per row and per column being small materialized tables (tag
-    ``resize_table``, :func:`_axis_tables`) built from :func:`kiln.relay.op.image.axis_taps` in
+    ``resize_table``, :func:`_axis_tables`) built from :func:`kiln.topi.resize_taps.axis_taps` in
     float32: onnxruntime's semantics (``onnxruntime/core/providers/cpu/tensor/upsamplebase.h``,
     ``upsample.cc``); cubic: Keys 1981. In ``tf_crop_and_resize`` mode a pixel whose source
     coordinate is outside the input is ``extrapolation_value``.

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.tir import loop as L
-from kiln.tir import intrin_int8 as loop_int8, te
-from kiln.topi.registry import register_compute
-from kiln.topi.nn import pad_hw
 from kiln.target import Target
+from kiln.tir import intrin_int8 as loop_int8
+from kiln.tir import loop as L
+from kiln.tir import te
+from kiln.topi.nn import pad_hw
+from kiln.topi.registry import register_compute
 
 
 def unsigned(x: L.PrimExpr) -> L.PrimExpr:

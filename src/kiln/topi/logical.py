@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.topi.registry import register_compute
 from kiln.topi.broadcast import broadcast_load
+from kiln.topi.registry import register_compute
 
 _CMP = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">",
         "greater_equal": ">=", "logical_and": "and", "logical_or": "or", "logical_xor": "!="}

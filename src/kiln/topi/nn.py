@@ -8,10 +8,10 @@ and TVM's topi/nn; padding is an explicit "pad" stage so schedules can materiali
 from __future__ import annotations
 
 from kiln import arith
-from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.topi.registry import register_compute
+from kiln.tir import te
 from kiln.topi.dims import dim_value
+from kiln.topi.registry import register_compute
 
 
 def pad_hw(data: te.Tensor, padding: tuple[int, int, int, int], value: float = 0.0,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from kiln.tir import loop as L
 from kiln.tir import te
 from kiln.tir.layout import Layout
-from kiln.topi.registry import register_compute
 from kiln.topi.nn import pad_hw
+from kiln.topi.registry import register_compute
 
 
 @register_compute("layout_transform")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kiln.tir import loop as L
 from kiln.tir import te
-from kiln.topi.registry import register_compute
 from kiln.topi.nn import max_pool2d
+from kiln.topi.registry import register_compute
 
 
 @register_compute("nn.max_pool2d_indices")

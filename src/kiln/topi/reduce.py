@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kiln import arith
-from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.topi.registry import register_compute
+from kiln.tir import te
 from kiln.topi.dims import dim_value
+from kiln.topi.registry import register_compute
 
 _REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "mean": te.sum, "max": te.max_reduce,
              "min": te.min_reduce}

@@ -9,8 +9,22 @@ import math
 from kiln.tir import loop as L
 from kiln.tir import te
 from kiln.topi.registry import register_compute
-from kiln.relay.op.sampling import CUBIC_A, borders, col2im_geometry
 from kiln.topi.transform import unravel
+
+CUBIC_A = -0.75
+
+
+def borders(size: int, align_corners: bool) -> tuple[float, float]:
+    return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+
+
+def col2im_geometry(attrs: dict) -> tuple:
+    image, block = attrs["image_shape"], attrs["block_shape"]
+    dil, pads, strides = attrs["dilations"], attrs["pads"], attrs["strides"]
+    nsp = len(image)
+    blocks = tuple((image[d] + pads[d] + pads[d + nsp] - dil[d] * (block[d] - 1) - 1)
+                   // strides[d] + 1 for d in range(nsp))
+    return image, block, dil, pads, strides, blocks
 
 
 def _floor(v: L.PrimExpr) -> L.PrimExpr:

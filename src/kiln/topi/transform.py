@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 from kiln import arith
-from kiln.tir import te
 from kiln.tir import loop as L
-from kiln.topi.registry import register_compute
+from kiln.tir import te
 from kiln.topi.broadcast import broadcast_load
+from kiln.topi.registry import register_compute
 
 
 def _ravel(idx: tuple, shape: tuple[int, ...]) -> L.PrimExpr:

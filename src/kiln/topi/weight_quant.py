@@ -13,7 +13,13 @@ from __future__ import annotations
 from kiln.tir import loop as L
 from kiln.tir import te
 from kiln.topi.registry import register_compute
-from kiln.relay.op.weight_quant import Q4_BLOCK, Q4_WORD
+
+#: values of one Q4_1 block (ggml's ``QK4_1``)
+Q4_BLOCK = 32
+
+
+#: nibbles of one ``nn.dense_q4`` weight word (``k`` of one output channel)
+Q4_WORD = 8
 
 
 @register_compute("nn.dense_q8")

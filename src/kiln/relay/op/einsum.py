@@ -13,29 +13,7 @@ from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import same_dtype
 from kiln.relay.op_registry import OpPattern, register_op
-
-
-def parse_einsum(equation: str) -> tuple[list[str], str]:
-    """(input subscripts, output subscripts) of an explicit letter-only equation."""
-    if "->" not in equation or "." in equation:
-        raise ShapeError(f"einsum equation {equation!r} is not in explicit letter form")
-    lhs, out = equation.split("->")
-    return lhs.split(","), out
-
-
-def letter_extents(terms: list[str], shapes: list[tuple[int, ...]]) -> dict[str, int]:
-    """Each letter's extent; raises ShapeError for a rank or extent mismatch."""
-    extents: dict[str, int] = {}
-    for term, shape in zip(terms, shapes):
-        if len(term) != len(shape):
-            raise ShapeError(f"subscripts {term!r} do not match shape {shape}")
-        for letter, n in zip(term, shape):
-            cur = extents.get(letter)
-            if cur is None or cur == 1:
-                extents[letter] = n
-            elif n not in (1, cur):
-                raise ShapeError(f"letter {letter!r} has extents {cur} and {n}")
-    return extents
+from kiln.topi.einsum import letter_extents, parse_einsum
 
 
 def _einsum_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

@@ -21,10 +21,10 @@ from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import expect_arity, expect_float
 from kiln.relay.op_registry import OpPattern, register_op
+from kiln.topi.sampling import CUBIC_A, borders, col2im_geometry
 
 MODES = ("nearest", "linear", "cubic")
 PADDING_MODES = ("zeros", "border", "reflection")
-CUBIC_A = -0.75
 
 
 def _infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -38,10 +38,6 @@ def _infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     if attrs["mode"] not in MODES or attrs["padding_mode"] not in PADDING_MODES:
         raise ShapeError(f"mode {attrs['mode']!r} / padding_mode {attrs['padding_mode']!r}")
     return TensorType(x.shape[:2] + grid.shape[1:-1], x.dtype)
-
-
-def borders(size: int, align_corners: bool) -> tuple[float, float]:
-    return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
 
 
 def reflect(v: float, lo: float, hi: float) -> float:
@@ -113,15 +109,6 @@ def _ref(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str,
 
 
 register_op("image.grid_sample", _infer, OpPattern.OPAQUE, _ref)
-
-
-def col2im_geometry(attrs: dict) -> tuple:
-    image, block = attrs["image_shape"], attrs["block_shape"]
-    dil, pads, strides = attrs["dilations"], attrs["pads"], attrs["strides"]
-    nsp = len(image)
-    blocks = tuple((image[d] + pads[d] + pads[d + nsp] - dil[d] * (block[d] - 1) - 1)
-                   // strides[d] + 1 for d in range(nsp))
-    return image, block, dil, pads, strides, blocks
 
 
 def _col2im_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:

@@ -34,9 +34,8 @@ from kiln.relay.graph import TensorType
 from kiln.relay.op.common import expect_arity, expect_rank
 from kiln.relay.op.nn import pack_dense_weight, unpack_dense_weight
 from kiln.relay.op_registry import OpPattern, register_op
+from kiln.topi.weight_quant import Q4_BLOCK, Q4_WORD
 
-#: values of one Q4_1 block (ggml's ``QK4_1``)
-Q4_BLOCK = 32
 #: largest int8 magnitude of the symmetric format (-128 is never used: ``-q`` stays in range)
 Q8_MAX = 127
 
@@ -125,10 +124,6 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
     q = np.empty((pairs.shape[0], 2 * pairs.shape[1]), np.uint8)
     q[:, 0::2], q[:, 1::2] = pairs & 15, pairs >> 4
     return q
-
-
-#: nibbles of one ``nn.dense_q4`` weight word (``k`` of one output channel)
-Q4_WORD = 8
 
 
 def pack_nibble_words(q: np.ndarray, block: int) -> np.ndarray:

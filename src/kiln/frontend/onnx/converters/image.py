@@ -129,7 +129,7 @@ def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
         raise ctx.unsupported(f"antialias over {max(taps)} pixels (scales {scales[2:]}; at most "
                               f"{MAX_ANTIALIAS_TAPS})")
     if tuple(out) == shape and scales[2:] == [1.0, 1.0]:  # each axis maps to itself
-        return x                                           # (kiln.relay.op.image.axis_taps)
+        return x                                           # (kiln.topi.resize_taps.axis_taps)
     return ctx.call("image.resize2d", [x], size=(out[2], out[3]), scale=(scales[2], scales[3]),
                     method=_METHODS[mode], coordinate_transformation_mode=coordinate_mode,
                     rounding_method=rounding, roi=roi,
