@@ -5,7 +5,8 @@
 #   make demo       compile the text-orientation model for the host's fastest target (llvm
 #                   -mcpu=native) and check it against onnxruntime (prints both latencies)
 #   make test       the whole test suite (pytest -n 2); first installs the aarch64/riscv64 cross
-#                   toolchains and qemu-user for tests/backend/test_cross.py, clang/lld/llvm 14
+#                   toolchains and qemu-user for tests/backend/codegen/test_cross.py, clang/lld/
+#                   llvm 14
 #                   for the jit device's riscv64 RVV tests, and OpenBLAS with pkg-config for the
 #                   BYOC cblas backend (root + apt-get; otherwise those tests skip)
 #   make test-fast  tests/unit only
@@ -33,10 +34,12 @@
 #                   tools/gen_ops_table.py); OPS_RESULTS=conformance/results/kiln.json first
 #                   refreshes that summary from a make conformance run;
 #                   tests/unit/test_ops_table.py fails when docs/ops.md is stale
-#   make lint       ruff over src/, tests/ and benchmarks/
+#   make lint       ruff over src/, tests/, benchmarks/, conformance/, tools/ and examples/
+#                   (pyflakes, pycodestyle with the 100-column limit, import sorting; CI runs it)
 #   make vocabulary regenerate the C VM's rt_vocabulary.h (opcodes, argument kinds, section
 #                   ids, tags, builtin names) from the Python VM's tables
-#                   (tools/gen_c_vocabulary.py); tests/unit/test_c_vocabulary.py fails when stale
+#                   (tools/gen_c_vocabulary.py); tests/unit/native/test_c_vocabulary.py fails
+#                   when stale
 #   make clean      remove the virtual environment and caches
 
 PYTHON ?= python3
@@ -182,12 +185,12 @@ conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
 
 fuzz: $(STAMP) toolchain
-	$(PY) -m pytest tests/unit/test_runtime_fuzz.py tests/backend/test_runtime_fuzz_so.py \
-	  tests/backend/test_native_fuzz.py -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit/runtime/test_runtime_fuzz.py \
+	  tests/backend/runtime/test_runtime_fuzz_so.py tests/backend/native/test_native_fuzz.py -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m ruff check src tests benchmarks conformance
+	$(PY) -m ruff check src tests benchmarks conformance tools examples
 
 vocabulary: $(STAMP)
 	$(PY) tools/gen_c_vocabulary.py

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from kiln.target import Target
 from kiln.tir import loop as L
 from kiln.tir.te import Tensor
-from kiln.target import Target
 
 #: the AMX kernel's tile: 16 rows, 16 quads (64 bytes) of K, 16 int32 columns
 AMX_TILE = 16

@@ -12,12 +12,12 @@ import math
 import numpy as np
 
 from kiln import arith
-from kiln.tir.lower import Schedule
-from kiln.tir.te import IterVar, Tensor
 from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
-from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
 from kiln.schedules.knobs import knob
+from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
+from kiln.tir.lower import Schedule
+from kiln.tir.te import IterVar, Tensor
 
 #: rows of a dense register block. First measured on a 128×384 · 384×1536 GEMM, one core: 4
 #: rows 82 GFLOP/s, 8 rows 131 (onnxruntime ~165), before the reduction was unrolled by 8

@@ -14,13 +14,13 @@ from typing import NamedTuple
 import numpy as np
 
 from kiln import arith
+from kiln.schedules.amx import amx_call
+from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
+from kiln.schedules.knobs import knob
+from kiln.target import Target
 from kiln.tir.lower import Schedule
 from kiln.tir.te import IterVar, Tensor
 from kiln.topi.integer import TAP_PAIRS_STAGE
-from kiln.schedules.amx import amx_call
-from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
-from kiln.target import Target
-from kiln.schedules.knobs import knob
 
 
 @register_schedule("conv2d")

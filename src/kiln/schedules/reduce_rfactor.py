@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 
-from kiln.tir import loop as L
 from kiln.target import Target
+from kiln.tir import loop as L
 
 #: combiners that give the same value in any order, and their identities
 EXACT_OPS = {"min": math.inf, "max": -math.inf}

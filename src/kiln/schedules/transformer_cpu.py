@@ -9,9 +9,9 @@ kiln.schedules.nn_cpu.
 
 from __future__ import annotations
 
+from kiln.schedules.cpu import register_schedule
 from kiln.tir.lower import Schedule
 from kiln.tir.te import Tensor
-from kiln.schedules.cpu import register_schedule
 
 
 @register_schedule("layer_norm_sqsum")
@@ -69,8 +69,8 @@ def schedule_attention(sch: Schedule, scores: Tensor) -> None:
         The scores stage ``[B, H, S, T]``, reduce axis ``d`` (:func:`kiln.topi.attention.
         attention`).
     """
-    from kiln.topi.attention import row_block
     from kiln.schedules.nn_cpu import _blockable
+    from kiln.topi.attention import row_block
 
     rows, keys = scores.axes[2].extent, scores.axes[3].extent
     block = row_block(rows)
