@@ -21,7 +21,7 @@ Options of the ``llvm`` kind (LLVM's names):
   on x86-64 a comma-separated list of psABI microarchitecture levels (``x86-64``,
   ``x86-64-v2``, ``x86-64-v3``, ``x86-64-v4``) or ``portable`` (= ``x86-64-v2,x86-64-v3,
   x86-64-v4``) asks for a multi-level library: every kernel compiled once per level and chosen
-  on the CPU when the library is loaded (:mod:`kiln.codegen.multi_level`,
+  on the CPU when the library is loaded (:mod:`kiln.codegen.llvm.multi_level`,
   docs/decisions/023-default-target-and-multi-level.md);
 - ``-mattr``: comma-separated features, ``+avx2,-avx512f`` (applied after the CPU's own);
 - ``-mabi``: the ABI name (RISC-V: default ``lp64d`` when the D extension is on);

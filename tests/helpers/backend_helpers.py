@@ -79,11 +79,11 @@ TARGETS = ["c", "llvm"]
 def build_kernels(funcs, target: str):
     """A runtime module holding the packed PrimFuncs ``funcs``, for ``target``."""
     if target == "c":
-        from kiln.codegen.c import build_c_source
+        from kiln.codegen.c.source import build_c_source
         from kiln.runtime import CSourceModule
 
         return CSourceModule(build_c_source(funcs), [f.name for f in funcs])
-    from kiln.codegen.llvm import build_llvm
+    from kiln.codegen.llvm.build import build_llvm
 
     return build_llvm(funcs, target)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.codegen.c import STACK_LIMIT
+from kiln.codegen.c.source import STACK_LIMIT
 from kiln.tir import loop as L
 
 #: the CRT's workspace alignment and block header (KILN_CRT_ALIGN in kiln_crt.h)

@@ -49,7 +49,7 @@ def module_tree_lines(root) -> list[str]:
 def cpu_dispatch_line(library: str) -> str | None:
     """``cpu dispatch: x86-64-v2, x86-64-v3, x86-64-v4; this CPU runs x86-64-v3`` for a
     multi-level library (``llvm -mcpu=portable``: the ``__kiln_cpu_levels`` and
-    ``__kiln_cpu_level`` functions of :mod:`kiln.codegen.multi_level`'s dispatcher), else
+    ``__kiln_cpu_level`` functions of :mod:`kiln.codegen.llvm.multi_level`'s dispatcher), else
     None."""
     import ctypes
 

@@ -4,11 +4,11 @@
 Every place that turns kernels into a runtime module — ``kiln.build``, the tuner's candidate
 builds, the C runtime's system library — asks :func:`get_codegen` for the target's kind, so
 a new code generator is one :class:`Codegen` and one :func:`register_codegen` call. The
-built-in kinds are ``llvm`` (:mod:`kiln.codegen.llvm`, LLVM objects through llvmlite), ``c``
-(:mod:`kiln.codegen.c`, C source compiled at export time) and ``jit`` (the same C, kept in
+built-in kinds are ``llvm`` (:mod:`kiln.codegen.llvm.build`, LLVM objects through llvmlite), ``c``
+(:mod:`kiln.codegen.c.source`, C source compiled at export time) and ``jit`` (the same C, kept in
 the artifact and compiled where the model runs: :mod:`kiln.runtime.jit.device_module`).
 Multi-level libraries (``llvm -mcpu=portable``) compile one kernel list per level and are
-built by :mod:`kiln.codegen.multi_level`.
+built by :mod:`kiln.codegen.llvm.multi_level`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def c_compile_options(target: Target) -> list[str]:
 def _build_c(kernels: Sequence, target: Target, jobs: int | None = None):
     """One C source module per group of kernels (groups of similar compile cost, independent
     of the machine); the first imports the rest."""
-    from kiln.codegen.c import build_c_source
+    from kiln.codegen.c.source import build_c_source
     from kiln.codegen.partition import partition
     from kiln.runtime import CSourceModule
 
@@ -72,7 +72,7 @@ def _build_jit(kernels: Sequence, target: Target, jobs: int | None = None):
     """The kernels as C source (translation units grouped as for the ``c`` target, compiled in
     parallel at run time), kept as source in the artifact and compiled where the model runs.
     Kernels of ``lower_primitive`` write one output, their last argument."""
-    from kiln.codegen.c import build_c_source
+    from kiln.codegen.c.source import build_c_source
     from kiln.codegen.partition import partition
     from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
 
@@ -82,7 +82,7 @@ def _build_jit(kernels: Sequence, target: Target, jobs: int | None = None):
 
 
 def _build_llvm(kernels: Sequence, target: Target, jobs: int | None = None):
-    from kiln.codegen.llvm import build_llvm
+    from kiln.codegen.llvm.build import build_llvm
 
     return build_llvm(kernels, target, jobs=jobs)
 
@@ -95,8 +95,8 @@ def _c_registry(names: list[str], symbols: Mapping[str, str], prefix: str, targe
 
 
 def _llvm_registry(names: list[str], symbols: Mapping[str, str], prefix: str, target: Target):
-    from kiln.codegen.llvm_machine import compile_ir, target_machine
-    from kiln.codegen.llvm_module import LLVMModule
+    from kiln.codegen.llvm.machine import compile_ir, target_machine
+    from kiln.codegen.llvm.module import LLVMModule
     from kiln.codegen.system_lib import llvm_registry_ir
 
     layout = str(target_machine(target).target_data)

@@ -200,7 +200,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         the artifact and compiled on first call where the model runs, by
         ``$KILN_DEVICE_CC``: :class:`kiln.runtime.SourceDeviceModule`);
         ``"llvm -mcpu=portable"`` builds one library for every x86-64 CPU (kernels per
-        x86-64 level, chosen at load time: :mod:`kiln.codegen.multi_level`). Default:
+        x86-64 level, chosen at load time: :mod:`kiln.codegen.llvm.multi_level`). Default:
         ``Target.current()``, else :func:`kiln.target.default_target` — the fastest target for
         this host, ``"llvm -mcpu=native"`` when llvmlite is installed, as ``kiln compile``
         (docs/decisions/023-default-target-and-multi-level.md).
@@ -297,7 +297,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     if prefix:
         kernels = [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs) for k in kernels]
     if tgt.kind == "llvm" and tgt.levels:
-        from kiln.codegen.multi_level import build_multi_level
+        from kiln.codegen.llvm.multi_level import build_multi_level
 
         if prefix:
             per_level = {level: [L.PrimFunc(prefix + k.name, k.params, k.body, k.attrs)

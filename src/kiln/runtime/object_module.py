@@ -3,7 +3,7 @@
 
 The module holds only bytes and names: the ELF object, the packed functions it defines and,
 for inspection, the LLVM IR text it came from. The code generator
-(``kiln.codegen.llvm_module``) creates it, so this package never imports llvmlite.
+(``kiln.codegen.llvm.module``) creates it, so this package never imports llvmlite.
 ``export_library`` saves it as ``lib<i>.o`` and hands the object straight to the linker. Before
 export ``get_function`` still works when the object is for this host's machine: it is linked with
 the backend support code into a private shared library cached by content hash (like

@@ -16,7 +16,7 @@ With quad-packed weights (int32 words of four int8 weights along the reduction) 
 are first packed the same way, four unsigned bytes a word (stage ``qnn_quads``, materialized
 once per call: tag ``pad`` for the conv schedule, which computes it at the root), and each
 reduction step is one ``dot_u8i8x4`` of a broadcast activation word and a vector of weight
-words: ``vpdpbusd`` with VNNI, two exact ``vpmaddwd`` on AVX2 (``kiln.codegen.llvm_vector``),
+words: ``vpdpbusd`` with VNNI, two exact ``vpmaddwd`` on AVX2 (``kiln.codegen.llvm.vector``),
 a quarter of the reduction steps of the one-byte form. Where the target has AVX2 and no VNNI
 the dense and the NCHWc conv take the quads as 16-bit pair words instead, widened once per
 call (stages ``qnn_pairs``, ``qnn_conv_pairs``; :func:`dense_pairs_form`).

@@ -350,7 +350,7 @@ def test_nested_min_max_stay_linear(target):
 
     func = L.PrimFunc("nested_min_max", [x, out], _loop(N, "vectorized", body))
     if target == "c":
-        from kiln.codegen.c import build_c_source
+        from kiln.codegen.c.source import build_c_source
 
         assert len(build_c_source([make_packed_api(func)])) < 20000
     data = _floats()[1] * 3

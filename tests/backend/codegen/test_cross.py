@@ -23,7 +23,7 @@ from test_llvm import binary_kernel
 
 import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive, to_te
-from kiln.codegen.llvm import build_llvm
+from kiln.codegen.llvm.build import build_llvm
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
 from kiln.relay.op.integer import pack_quads, pack_tap_pairs
 from kiln.relay.op_registry import get_op

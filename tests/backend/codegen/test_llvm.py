@@ -23,8 +23,8 @@ from test_runtime_roundtrip import make_graph
 import kiln
 import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive
-from kiln.codegen.llvm import build_llvm, codegen_ir
-from kiln.codegen.llvm_machine import target_machine
+from kiln.codegen.llvm.build import build_llvm, codegen_ir
+from kiln.codegen.llvm.machine import target_machine
 from kiln.errors import CompileError, KilnError, ToolchainError
 from kiln.graph_executor import GraphModule
 from kiln.runtime import c_types
@@ -369,7 +369,7 @@ def test_overlapping_builds_in_threads_keep_the_collector_paused_until_the_last_
     in review: the first build to end switched it on under the second)."""
     import threading
 
-    from kiln.codegen.llvm import _collector_paused
+    from kiln.codegen.llvm.build import _collector_paused
 
     was = gc.isenabled()
     gc.enable()

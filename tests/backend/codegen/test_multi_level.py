@@ -1,5 +1,5 @@
 """Multi-level (portable) libraries: one ``.so`` with kernels for several x86-64 levels, the
-level chosen on the CPU at load time (kiln.codegen.multi_level, docs/decisions/023).
+level chosen on the CPU at load time (kiln.codegen.llvm.multi_level, docs/decisions/023).
 
 Each test builds its model once for ``llvm -mcpu=portable`` (x86-64-v2, v3, v4) and runs the
 exported library in subprocesses: the level is chosen when a library is loaded, so the
@@ -23,7 +23,7 @@ from backend_helpers import assert_close_to_reference, cpu_flags, run_onnxruntim
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.codegen.multi_level import LEVEL_SYMBOL, variant_name
+from kiln.codegen.llvm.multi_level import LEVEL_SYMBOL, variant_name
 from kiln.errors import KilnError
 from kiln.frontend import from_onnx
 from kiln.target import Target, host_triple

@@ -20,8 +20,8 @@ from test_llvm import binary_kernel
 from test_runtime_roundtrip import KERNELS, make_factory
 
 import kiln.runtime as rt
-from kiln.codegen import llvm as codegen_llvm
-from kiln.codegen import llvm_worker
+from kiln.codegen.llvm import build as codegen_llvm
+from kiln.codegen.llvm import worker as llvm_worker
 from kiln.errors import CompileError
 from kiln.runtime.toolchain import cc_manifest, compile_cache
 from kiln.runtime.toolchain import compiler as toolchain
@@ -454,12 +454,12 @@ def test_llvm_workers_give_the_same_objects_as_one_process(cache, monkeypatch):
 
 def test_llvm_worker_starts_without_the_loop_ir_or_the_runtime():
     """A worker imports llvmlite, kiln.target and kiln.errors only (its start-up is paid once
-    per worker per build: importing kiln.codegen.llvm, with the loop IR and kiln.runtime's
+    per worker per build: importing kiln.codegen.llvm.build, with the loop IR and kiln.runtime's
     numpy, tripled its CPU time)."""
-    code = ("import sys; from kiln.codegen.llvm_worker import main; main(); "
+    code = ("import sys; from kiln.codegen.llvm.worker import main; main(); "
             "print('MODULES', sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('kiln', 'numpy')))")
-    src = str(Path(codegen_llvm.__file__).parents[2])
+    src = str(Path(codegen_llvm.__file__).parents[3])  # src/ (kiln/codegen/llvm/build.py)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
                           capture_output=True, env=env, check=False, timeout=120)
@@ -467,8 +467,8 @@ def test_llvm_worker_starts_without_the_loop_ir_or_the_runtime():
     lines = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("MODULES")]
     assert proc.returncode == 0 and lines, proc.stderr.decode()
     assert lines[0] == "MODULES " + repr(sorted([
-        "kiln", "kiln.codegen", "kiln.codegen.llvm_machine", "kiln.codegen.llvm_worker",
-        "kiln.errors", "kiln.target"]))
+        "kiln", "kiln.codegen", "kiln.codegen.llvm", "kiln.codegen.llvm.machine",
+        "kiln.codegen.llvm.worker", "kiln.errors", "kiln.target"]))
 
 
 def test_llvm_worker_reports_bad_ir_as_compile_error():

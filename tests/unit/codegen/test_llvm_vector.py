@@ -1,9 +1,9 @@
 """Which ``vectorized`` loops the LLVM codegen emits as explicit vectors
-(:func:`kiln.codegen.llvm_vector.vector_width`); no compiler needed."""
+(:func:`kiln.codegen.llvm.vector.vector_width`); no compiler needed."""
 
 from __future__ import annotations
 
-from kiln.codegen.llvm_vector import flat_coefficient, lane_coefficient, vector_width
+from kiln.codegen.llvm.vector import flat_coefficient, lane_coefficient, vector_width
 from kiln.tir import loop as L
 
 V = L.Var("v")

@@ -20,7 +20,7 @@ from kiln.errors import KilnError
 from kiln.runtime.toolchain import cache_limit, compile_cache
 
 BLOCK = 4096
-SRC = str(Path(cache_limit.__file__).resolve().parents[2])
+SRC = str(Path(cache_limit.__file__).resolve().parents[3])  # src/
 
 
 @pytest.fixture

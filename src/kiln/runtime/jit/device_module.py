@@ -125,7 +125,7 @@ class SourceDeviceModule(Module):
     Parameters
     ----------
     sources : str or sequence of str
-        C translation units (``kiln.codegen.c.build_c_source``) that together define every
+        C translation units (``kiln.codegen.c.source.build_c_source``) that together define every
         function.
     functions : sequence of DeviceFunction
         The packed functions it defines, with their argument dtypes and output count.

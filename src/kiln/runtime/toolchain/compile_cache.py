@@ -12,7 +12,7 @@ the
   kind ``"manifest"``, :mod:`kiln.runtime.toolchain.cc_manifest`) shows that the source and every
   header
   it read or looked for are unchanged;
-- :func:`kiln.codegen.llvm.build_llvm` — one object (and its optimized IR) per kernel group,
+- :func:`kiln.codegen.llvm.build.build_llvm` — one object (and its optimized IR) per kernel group,
   keyed by the LLVM IR text, the target machine (triple, resolved CPU and features, ABI,
   optimization level) and the llvmlite/LLVM versions.
 

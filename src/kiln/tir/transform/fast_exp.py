@@ -5,7 +5,7 @@ docs/decisions/017-fast-exp.md).
 ``exp`` left as an intrinsic is one libm call per element: LLVM has no vector ``llvm.exp`` without
 a vector math library, and GCC calls ``expf`` per element. Expanded into multiplies, adds,
 compares, selects, casts and bit operations it vectorizes like any arithmetic (the explicit
-vectors of :mod:`kiln.codegen.llvm_vector`, LLVM's loop vectorizer, GCC's).
+vectors of :mod:`kiln.codegen.llvm.vector`, LLVM's loop vectorizer, GCC's).
 
 The algorithm is Cephes' ``expf`` (Stephen L. Moshier, Cephes Math Library 2.2, ``expf.c``; the
 same as TVM's ``topi/include/tvm/topi/elemwise.h`` ``fast_exp_float32`` and Julien Pommier's

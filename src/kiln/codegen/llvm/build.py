@@ -3,15 +3,15 @@
 
 ``build_llvm(funcs, target)`` is the entry point: the kernels are split into groups of similar
 compile cost (one LLVM module each, like the C target's files: :mod:`kiln.codegen.partition`),
-each group's IR is built by :mod:`kiln.codegen.llvm_func`, taken from the compile cache
+each group's IR is built by :mod:`kiln.codegen.llvm.func`, taken from the compile cache
 (:mod:`kiln.runtime.toolchain.compile_cache`, keyed by the IR text and the target machine) or
 optimized and
-emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llvm_worker`:
+emitted — in worker processes when several groups miss (:mod:`kiln.codegen.llvm.worker`:
 llvmlite runs one LLVM call at a time per process), else here — and the result is a
-:class:`~kiln.codegen.llvm_module.LLVMModule` per group, the first importing the rest. The target
+:class:`~kiln.codegen.llvm.module.LLVMModule` per group, the first importing the rest. The target
 machine comes from the :class:`~kiln.target.Target`: triple, CPU (``native``
 resolved), features, ABI, ``-opt-level``; relocations are PIC (the objects go into a shared
-library) with the small code model (:mod:`kiln.codegen.llvm_machine`).
+library) with the small code model (:mod:`kiln.codegen.llvm.machine`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from kiln.codegen.llvm_machine import compile_ir, machine_identity, target_machine
+from kiln.codegen.llvm.machine import compile_ir, machine_identity, target_machine
 from kiln.codegen.partition import partition
 from kiln.errors import CompileError
 from kiln.runtime.toolchain import compile_cache
@@ -53,7 +53,7 @@ def codegen_ir(funcs: Sequence[L.PrimFunc], target: Target, name: str = "kiln",
         A function was not passed through MakePackedAPI or uses an unsupported dtype,
         intrinsic or statement (the message names it).
     """
-    from kiln.codegen.llvm_func import ModuleCodegen
+    from kiln.codegen.llvm.func import ModuleCodegen
 
     with _collector_paused():
         if data_layout is None:
@@ -132,8 +132,8 @@ def build_llvm(funcs: Sequence[L.PrimFunc], target: str | Target = "llvm",
     CompileError
         Not an llvm target, an unknown triple, or a kernel the codegen cannot handle.
     """
-    from kiln.codegen.llvm_module import LLVMModule
-    from kiln.codegen.llvm_worker import compile_in_workers
+    from kiln.codegen.llvm.module import LLVMModule
+    from kiln.codegen.llvm.worker import compile_in_workers
 
     tgt = Target(target)
     if tgt.kind != "llvm":

@@ -147,7 +147,7 @@ class ModuleCodegen:
             raise CompileError(f"LLVM codegen: {func.name} needs MakePackedAPI first")
         if func.name in self.module.globals:
             raise CompileError(f"LLVM codegen: two kernels named {func.name}")
-        from kiln.codegen.llvm_func import FuncCodegen  # (it imports this file)
+        from kiln.codegen.llvm.func import FuncCodegen  # (it imports this file)
 
         try:
             FuncCodegen(self, func).emit()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from kiln.codegen.llvm_machine import emit_assembly, llvm_binding, target_machine
+from kiln.codegen.llvm.machine import emit_assembly, llvm_binding, target_machine
 from kiln.errors import KilnError
 from kiln.runtime.export import INCBIN_THRESHOLD, write_devc
 from kiln.runtime.object_module import ObjectModule
@@ -34,7 +34,7 @@ NAMES_SYMBOL = "__kiln_func_names"
 
 
 class LLVMModule(ObjectModule):
-    """An ``llvm`` module built by :func:`kiln.codegen.llvm.build_llvm`.
+    """An ``llvm`` module built by :func:`kiln.codegen.llvm.build.build_llvm`.
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """The LLVM target machine and the optimization of one module: what the LLVM worker processes
-(:mod:`kiln.codegen.llvm_worker`) run, split from :mod:`kiln.codegen.llvm` so that a worker
+(:mod:`kiln.codegen.llvm.worker`) run, split from :mod:`kiln.codegen.llvm.build` so that a worker
 imports llvmlite, :mod:`kiln.target` and :mod:`kiln.errors` only.
 
-A worker that imported :mod:`kiln.codegen.llvm` also loaded the loop IR, the partitioner and
+A worker that imported :mod:`kiln.codegen.llvm.build` also loaded the loop IR, the partitioner and
 ``kiln.runtime`` (numpy, ctypes, the module system) that it never uses: 0.46–0.59 s of CPU per
 worker start against 0.17–0.20 s for llvmlite alone, and a build that misses the compile cache on
 two or more kernel groups starts one worker per CPU.

@@ -1,5 +1,5 @@
 """LLVM optimization and object emission in worker processes, for
-:func:`kiln.codegen.llvm.build_llvm`.
+:func:`kiln.codegen.llvm.build.build_llvm`.
 
 llvmlite serializes every call into LLVM with one process-wide lock (``llvmlite.binding.ffi``),
 so threads do not optimize modules in parallel: ResNet-50's two kernel modules took 6.1 s on
@@ -33,7 +33,7 @@ from kiln.errors import CompileError
 log = logging.getLogger("kiln")
 
 _BOOT = ("import pickle, sys; sys.path[:0] = pickle.load(sys.stdin.buffer); "
-         "from kiln.codegen.llvm_worker import main; main()")
+         "from kiln.codegen.llvm.worker import main; main()")
 _STDERR_TAIL = 4000
 
 
@@ -111,7 +111,7 @@ class _Worker:
 def compile_in_workers(jobs: Sequence[tuple[str, str]], target: str, workers: int
                        ) -> list[tuple[bytes, str]] | None:
     """Compile ``jobs`` — (LLVM IR text, what it holds) — for ``target`` in up to ``workers``
-    processes, as :func:`kiln.codegen.llvm_machine.compile_ir` would.
+    processes, as :func:`kiln.codegen.llvm.machine.compile_ir` would.
 
     Returns
     -------
@@ -182,7 +182,7 @@ def main() -> None:
     os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
     inp = sys.stdin.buffer
     # llvm_machine, not llvm: a worker needs no loop IR and no kiln.runtime (faster start)
-    from kiln.codegen.llvm_machine import compile_ir, llvm_binding
+    from kiln.codegen.llvm.machine import compile_ir, llvm_binding
     from kiln.target import Target
 
     llvm_binding()

@@ -20,7 +20,7 @@ on fixed-width SIMD targets when the extent allows, ``llvm.loop.vectorize.width`
 lanes for the loop's widest element; ``unrolled`` ones ``llvm.loop.unroll.full``. Local and small
 (≤ 1 KiB) allocations are ``alloca``s in the function's entry block so SROA/mem2reg promote them;
 larger ones use ``TVMBackendAllocWorkspace``/``TVMBackendFreeWorkspace``. Expressions:
-:mod:`kiln.codegen.llvm_expr`.
+:mod:`kiln.codegen.llvm.expr`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from kiln.codegen.c import STACK_LIMIT
-from kiln.codegen.llvm_expr import ExprCodegen
-from kiln.codegen.llvm_ir import (
+from kiln.codegen.c.source import STACK_LIMIT
+from kiln.codegen.llvm.expr import ExprCodegen
+from kiln.codegen.llvm.ir import (
     DLTENSOR,
     ERROR_BUFFER,
     I1,
@@ -50,7 +50,7 @@ from kiln.codegen.llvm_ir import (
     memory_type,
     value_type,
 )
-from kiln.codegen.llvm_vector import VectorLoopCodegen
+from kiln.codegen.llvm.vector import VectorLoopCodegen
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.tir import loop as L

@@ -12,7 +12,7 @@ masks and selects on them). W is the target's lanes for the element type, or the
 of two dividing E below that. Anything else (a store that is not contiguous, ``v`` used as a
 value, a load indexed by a lane-dependent binding, a lane-dependent select whose side may
 trap, bool or mixed-width elements, integer division) keeps the scalar loop with LLVM's
-vectorizer hints (:mod:`kiln.codegen.llvm_func`).
+vectorizer hints (:mod:`kiln.codegen.llvm.func`).
 
 Why not leave it all to LLVM's loop vectorizer: after full unrolling of the register block, its
 choices depend on the whole kernel. A 1×1 convolution with a fused residual add came out with
@@ -28,13 +28,13 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
-from kiln.codegen.llvm_expr import (
+from kiln.codegen.llvm.expr import (
     _LLVM_INTRINSICS,
     dot_i16x2_generic,
     dot_u8i8x4_generic,
     sides_may_trap,
 )
-from kiln.codegen.llvm_ir import I64, Frame, dtype_bits, memory_type, value_type
+from kiln.codegen.llvm.ir import I64, Frame, dtype_bits, memory_type, value_type
 from kiln.tir import intrin_int8 as loop_int8
 from kiln.tir import loop as L
 
@@ -288,7 +288,7 @@ def _vector_plan(s: L.For, vector_bits: int) -> tuple[int, Lanes] | None:
 
 
 class VectorLoopCodegen:
-    """Mixin of :class:`~kiln.codegen.llvm_func.FuncCodegen`: the vector form of a loop that
+    """Mixin of :class:`~kiln.codegen.llvm.func.FuncCodegen`: the vector form of a loop that
     :func:`vector_width` accepted."""
 
     def vector_for(self, fr: Frame, s: L.For, vector_bits: int) -> bool:

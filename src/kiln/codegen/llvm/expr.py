@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from kiln.codegen.llvm_ir import (
+from kiln.codegen.llvm.ir import (
     DLTENSOR,
     F32,
     I1,
