@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:  # run from a checkout without installing kiln
     sys.path.insert(0, str(ROOT / "src"))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/generated.py
+from generated import write_or_check  # noqa: E402
+
 from kiln.native import RUNTIME_DIR
 from kiln.runtime.vm import builtins as B
 from kiln.runtime.vm import bytecode as BC
@@ -203,17 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="do not write; exit 1 when the header differs from the tables")
     args = parser.parse_args(argv)
-    path, text = header_path(), render()
-    current = path.read_text() if path.is_file() else None
-    if args.check:
-        if current != text:
-            print(f"{path} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        path.write_text(text)
-        print(f"wrote {path}")
-    return 0
+    return write_or_check(header_path(), render(), args.check, COMMAND)
 
 
 if __name__ == "__main__":

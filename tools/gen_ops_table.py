@@ -38,6 +38,9 @@ if str(ROOT / "src") not in sys.path:  # run from a checkout without installing 
 import onnx
 from onnx import defs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/generated.py
+from generated import write_or_check  # noqa: E402
+
 from kiln.frontend.onnx import control_flow
 from kiln.frontend.onnx.importer import MAX_OPSET, MIN_OPSET
 from kiln.frontend.onnx.registry import find_converter, list_converters
@@ -397,17 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     if summary["onnx"] != onnx.__version__:
         print(f"gen_ops_table: warning: the conformance summary is of onnx {summary['onnx']}, "
               f"onnx {onnx.__version__} is installed", file=sys.stderr)
-    text = render(summary)
-    current = DOC.read_text() if DOC.is_file() else None
-    if args.check:
-        if current != text:
-            print(f"{DOC} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    return write_or_check(DOC, render(summary), args.check, COMMAND)
 
 
 if __name__ == "__main__":
