@@ -12,15 +12,9 @@ AlterOpLayout): :mod:`merge_composite` (patterns → composite functions), :mod:
 (grow regions, never into a cycle; regions: :mod:`annotated_regions`), :mod:`partition_graph`
 (regions → external functions with ``Compiler`` and ``global_symbol``).
 
-The usual order after import is bind_params → simplify_inference →
-:mod:`fake_quantization_to_integer` (QDQ groups → integer ops, before the weights' dequantize
-folds) → fold_constant. Then
-(``kiln.driver.build_module.optimize``): fold_scale_axis, fold_constant,
-:mod:`eliminate_common_subexpr`, BYOC partitioning,
-:mod:`split_concat`, :mod:`split_groups`, :mod:`alter_op_layout`, :mod:`sink_reshape`
-(+ CSE), :mod:`fuse_attention`, (VM builds) :mod:`kv_append`, :mod:`fuse_ops`. May import
-kiln.ir and
-kiln.errors.
+The order they run in is one list, :data:`kiln.driver.build_module.GRAPH_PASSES` (BindParams
+... FuseOps). They import the graph IR, :mod:`kiln.arith` and the op vocabulary, never the
+runtime, the frontend or the code generators.
 """
 
 from kiln.relay.transform.bind_params import bind_params
