@@ -16,6 +16,9 @@ import sys
 from kiln.runtime.threads import num_threads
 
 DEFAULT_PROMPT = "What is the capital of France?"
+#: what the demo imports beyond ``pip install kiln`` (the ``llm`` extra, in ``demo``); with
+#: ``compare`` also onnxruntime
+NEEDS = ("gguf", "tokenizers", "jinja2")
 
 
 def _peak_rss_mib() -> float:
@@ -35,10 +38,14 @@ def run_demo(prompt: str | None = None, max_new_tokens: int = 64, compare: bool 
     Raises
     ------
     KilnError
-        If the model cannot be fetched, converted, compiled or loaded.
+        If a module it needs is missing (before any work), or the model cannot be fetched,
+        converted, compiled or loaded.
     """
     from rich.console import Console
 
+    from kiln.demo.common import require_modules
+
+    require_modules("chat", NEEDS + (("onnxruntime",) if compare else ()))
     from kiln.llm import SamplingConfig, TextStreamer, generate, kiln_decoder, ort_decoder
     from kiln.models import smollm2, smollm2_tokenizer
 

@@ -3,18 +3,48 @@ with the same thread budget, and time calls."""
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kiln.errors import KilnError
 from kiln.runtime.threads import num_threads
 from kiln.target import default_target
 
 #: the fastest target for this machine (``kiln compile``'s default: ``llvm -mcpu=native``, or
 #: ``c -mcpu=native`` without llvmlite): the demos run where they are built
 TARGET = default_target()
+
+#: the demos' modules that ``pip install kiln`` does not bring (the ``demo`` extra does), and
+#: the distribution each comes from where its name differs
+DEMO_DISTRIBUTIONS = {"PIL": "Pillow"}
+
+
+def require_modules(demo: str, modules: tuple[str, ...]) -> None:
+    """Check that the modules ``demo`` imports are installed, before it fetches or compiles
+    anything (a missing onnxruntime would otherwise fail after the compile).
+
+    Raises
+    ------
+    KilnError
+        Naming the missing modules and the extra that installs them.
+    """
+    missing = [name for name in modules if not _installed(name)]
+    if missing:
+        names = ", ".join(f"{name} ({DEMO_DISTRIBUTIONS[name]})" if name in DEMO_DISTRIBUTIONS
+                          else name for name in missing)
+        raise KilnError(f"kiln demo {demo} needs {names}, not installed: "
+                        "pip install 'kiln[demo]'")
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ValueError:  # in sys.modules without a spec: imported, so installed
+        return True
 
 
 def median_ms(fn: Callable[[], Any], runs: int) -> tuple[Any, float]:

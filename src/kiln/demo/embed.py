@@ -16,10 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.demo.common import TARGET, compile_vm, median_ms, ort_session, run_vm
+from kiln.demo.common import (
+    TARGET,
+    compile_vm,
+    median_ms,
+    ort_session,
+    require_modules,
+    run_vm,
+)
 from kiln.demo.wordpiece import WordPiece
 from kiln.models import wheel_file_path
 
+#: what the demo imports beyond ``pip install kiln`` (the ``demo`` extra)
+NEEDS = ("onnxruntime",)
 #: the longest sequence the model takes (its position table); longer sentences are cut
 MAX_SEQ = 512
 #: bounds of the model's symbolic dims (``from_onnx``'s ``dim_bounds``)
@@ -88,11 +97,13 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     Raises
     ------
     KilnError
-        If a file cannot be fetched, or the model cannot be compiled, exported or loaded.
+        If onnxruntime is missing (before any work), a file cannot be fetched, or the model
+        cannot be compiled, exported or loaded.
     """
     from rich.columns import Columns
     from rich.console import Console
 
+    require_modules("embed", NEEDS)
     console = console or Console()
     model_path = wheel_file_path("minilm_l3")
     tokenizer = WordPiece(wheel_file_path("bert_uncased_vocab"))

