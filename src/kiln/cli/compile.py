@@ -8,6 +8,7 @@ symbolic inputs)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
@@ -321,7 +322,15 @@ def add_parser(sub) -> None:
                    help="write a ready C project (sources, runtime, main.c, Makefile honouring "
                         "CC=) to DIR; with --executor aot or --system-lib")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, check_arguments=functools.partial(_check_arguments, p))
+
+
+def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot say alone: something to write (``-o`` or ``--emit-c-project``);
+    ``parser.error`` (kiln compile's usage, exit status 2) otherwise."""
+    if args.output is None and args.emit_c_project is None:
+        parser.error(f"-o/--output is required (or --emit-c-project DIR): kiln compile "
+                     f"{args.model} -o {Path(args.model).with_suffix('.so')}")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
 ``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
 logging on the ``kiln`` logger (every external command is logged) and shows tracebacks.
-Argument errors are argparse's (usage and message, exit status 2).
+Argument errors are argparse's (the command's usage and message, exit status 2).
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = setup_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "compile" and args.output is None and args.emit_c_project is None:
-        parser.error("compile needs -o/--output (or --emit-c-project DIR)")
+    check = getattr(args, "check_arguments", None)
+    if check is not None:  # a command's checks across arguments: its own usage and error
+        check(args)
     from kiln import progress
 
     if getattr(args, "quiet", False):

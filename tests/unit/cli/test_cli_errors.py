@@ -44,3 +44,14 @@ def test_demo_names_a_missing_module_before_compiling(argv, module, named, monke
     line = _one_error_line(capsys)
     assert f"needs {named}, not installed: pip install 'kiln[demo]'" in line, line
     assert f"kiln demo {argv[1] if len(argv) > 1 else 'orientation'} " in line
+
+
+def test_compile_without_output_gives_compiles_own_usage(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compile", "models/m.onnx"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kiln compile ") and "[-o OUTPUT]" in err, err
+    assert err.rstrip().splitlines()[-1] == (
+        "kiln compile: error: -o/--output is required (or --emit-c-project DIR): "
+        "kiln compile models/m.onnx -o models/m.so")
