@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import llvmlite.binding as llvm
 import pytest
 
-from kiln.errors import KilnError
+from kiln.errors import CompileError, KilnError
 from kiln.target import Target, host_triple
 
 
@@ -108,3 +110,52 @@ def test_jit_target_and_its_host():
         Target("jit", host="jit")
     with pytest.raises(KilnError, match="jit target takes no options"):
         Target("jit -mcpu=native")
+
+
+X86 = "-mtriple=x86_64-unknown-linux-gnu"
+AARCH64 = "-mtriple=aarch64-unknown-linux-gnu"
+RISCV = "-mtriple=riscv64-unknown-linux-gnu"
+
+
+@pytest.mark.parametrize("spec, match", [
+    # the CPU, the triple and the closest names LLVM knows for it
+    (f"llvm {X86} -mcpu=foo", "CPU 'foo' for triple x86_64-unknown-linux-gnu"),
+    (f"llvm {X86} -mcpu=skylake-avx51", "did you mean skylake-avx512, skylake"),
+    (f"llvm {AARCH64} -mcpu=cortex-a67", "'cortex-a67' for triple aarch64.*cortex-a76"),
+    (f"llvm {AARCH64} -mcpu=x86-64-v3", "CPU 'x86-64-v3' for triple aarch64"),
+    (f"llvm {AARCH64} -mcpu=skylake", "CPU 'skylake' for triple aarch64"),
+    (f"llvm {RISCV} -mcpu=generic-rv46", "'generic-rv46' for triple riscv64.*generic-rv64"),
+    (f"llvm {RISCV} -mattr=+v,+zvl256", r"feature '\+zvl256' \(-mattr\).*zvl256b"),
+    (f"llvm {X86} -mcpu=haswell -mattr=+avx2,-avx52", r"feature '-avx52'.*avx2"),
+    ("llvm -mcpu", "-mcpu needs a value"),
+])
+def test_unknown_llvm_cpu_or_feature_is_refused_up_front(spec, match, capfd):
+    with pytest.raises(CompileError, match=match):
+        Target(spec)
+    # LLVM's own warnings ("not a recognized processor") do not reach the terminal
+    assert "not a recognized" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("spec", [
+    "llvm -mcpu=native", "llvm -mcpu=native -mattr=-avx512f", f"llvm {X86} -mcpu=portable",
+    f"llvm {X86} -mcpu=x86-64", f"llvm {X86} -mcpu=x86-64-v2", f"llvm {X86} -mcpu=x86-64-v4",
+    f"llvm {X86} -mcpu=x86-64-v3,x86-64-v4", f"llvm {X86} -mcpu=sapphirerapids -mattr=-amx-int8",
+    f"llvm {AARCH64} -mcpu=neoverse-n1 -mattr=+dotprod,+i8mm", f"llvm {RISCV} -mattr=v,+zvl512b",
+    f"llvm {RISCV} -mcpu=generic-rv64", "llvm -mattr=-prefer-no-gather",
+    "c -mcpu=whatever",  # the C compiler's -march: its own check
+    "llvm -mtriple=nosuch-unknown-linux-gnu -mcpu=foo",  # no such LLVM target: building says
+])
+def test_known_llvm_names_stay_valid(spec, capfd):
+    t = Target(spec)
+    assert Target(str(t)) == t
+    if t.levels:
+        t.level(t.levels[0])
+    assert "not a recognized" not in capfd.readouterr().err
+
+
+def test_name_check_is_cached_and_cheap():
+    Target(f"llvm {AARCH64} -mcpu=cortex-a76")
+    start = time.perf_counter()
+    for _ in range(200):
+        Target(f"llvm {AARCH64} -mcpu=cortex-a76")
+    assert time.perf_counter() - start < 0.5
