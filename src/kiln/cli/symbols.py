@@ -16,6 +16,7 @@ import argparse
 from dataclasses import dataclass
 
 from kiln.errors import KilnError, ShapeError
+from kiln.frontend.onnx.importer import dim_symbol
 
 #: a symbol's bounds as ``from_onnx(dim_bounds=...)`` takes them: (lo, hi or None, divisor)
 Bound = tuple[int, int | None, int]
@@ -137,9 +138,9 @@ def _is_fixed(d) -> bool:
 
 
 def _symbol_name(vi, k: int, d) -> str:
-    """The symbol of dim ``k`` of input ``vi``: its ``dim_param``, else ``<input>_dim<k>`` (as
-    :func:`kiln.frontend.from_onnx` names it)."""
-    return d.dim_param or f"{vi.name}_dim{k}"
+    """The symbol of dim ``k`` of input ``vi``, as :func:`kiln.frontend.from_onnx` names it
+    (:func:`kiln.frontend.onnx.importer.dim_symbol`: anonymous dims are fresh symbols)."""
+    return dim_symbol(vi.name, k, d.dim_param)
 
 
 def _symbol_values(dims: dict[str, list[int | str]], shapes: dict[str, tuple[int, ...]]

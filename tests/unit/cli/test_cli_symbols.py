@@ -188,3 +188,16 @@ def test_inspect_vm_lines():
         in text
     assert "  m: [batch, seq, 4] float32" in text
     assert "constants: 1 (1 tensors, 32 bytes" in text
+
+
+def test_two_question_mark_dims_take_different_sizes():
+    """``--input-shape x:1x3x48x192`` on ``x[?, 3, '?', '?']``: two ``?`` are two symbols."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", f, [None, 3, "?", "?"])],
+        [helper.make_tensor_value_info("y", f, [None, 3, "?", "?"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert input_dims(model) == {"x": ["x_dim0", 3, "x_dim2", "x_dim3"]}
+    fixed, _ = resolve_symbols(input_dims(model), {"x": (1, 3, 48, 192)}, [])
+    assert fixed == {"x_dim0": 1, "x_dim2": 48, "x_dim3": 192}

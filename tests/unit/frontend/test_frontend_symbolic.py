@@ -83,3 +83,20 @@ def test_bounds_of_one_value_fix_the_dim():
     mod, _ = from_onnx(_model(), dim_bounds={"seq": (4, 4)})
     batch, seq = mod["main"].params[0].checked_type.shape[:2]
     assert isinstance(batch, SymVar) and seq == 4
+
+
+def _anonymous_dims_model():
+    """``x[?, 3, '?', '?']`` as Paddle2ONNX writes it: an empty dim and two ``?`` params."""
+    f = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", f, [None, 3, "?", "?"])
+    y = helper.make_tensor_value_info("y", f, [None, 3, "?", "?"])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_anonymous_dims_are_each_a_fresh_symbol():
+    mod, _ = from_onnx(_anonymous_dims_model())
+    shape = mod["main"].params[0].checked_type.shape
+    assert [str(d) for d in shape] == ["x_dim0", "3", "x_dim2", "x_dim3"]
+    mod, _ = from_onnx(_anonymous_dims_model(), shape={"x": (1, 3, 48, 192)})
+    assert mod["main"].params[0].checked_type.shape == (1, 3, 48, 192)

@@ -176,6 +176,20 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
     return IRModule.from_function(func), {v.name: param_values[v.name] for v in kept}
 
 
+#: ``dim_param`` values that name no symbol: each such dim is a fresh one (Paddle2ONNX writes
+#: ``?`` for every unknown dim, some exporters ``-1``); ``unk__N`` names (onnx's and tf2onnx's
+#: shape inference) are unique per unknown dim already, and kept
+ANONYMOUS_DIMS = frozenset({"", "?", "-1"})
+
+
+def dim_symbol(input_name: str, k: int, dim_param: str) -> str:
+    """The symbol of dim ``k`` of graph input ``input_name``: its ``dim_param``, or
+    ``<input>_dim<k>`` when it has none or an anonymous one (:data:`ANONYMOUS_DIMS`), so that
+    two unnamed dims are two symbols."""
+    param = dim_param.strip()
+    return f"{input_name}_dim{k}" if param in ANONYMOUS_DIMS else param
+
+
 class SymbolTable:
     """The symbolic dims of a model's inputs: one :class:`SymVar` per ``dim_param`` name, with
     the bounds the user declared."""
@@ -240,7 +254,7 @@ def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int | str, ...] | 
         elif fixed is not None:
             out.append(fixed)
         else:
-            out.append(symbols.get(dim.dim_param or f"{name}_dim{k}"))
+            out.append(symbols.get(dim_symbol(name, k, dim.dim_param)))
     return TensorType(tuple(out), elem)
 
 
