@@ -22,6 +22,45 @@ import numpy as np
 from kiln.cli.graph_info import TensorInfo, graph_info
 from kiln.errors import KilnError, ShapeError
 
+#: the tags an ONNX ModelProto starts with: ir_version (field 1, a varint), then usually
+#: producer_name, producer_version, domain, model_version, doc_string, graph or opset_import
+_ONNX_FIRST_TAG = 0x08
+_ONNX_SECOND_TAGS = frozenset((0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42))
+
+
+def is_onnx_file(path: str) -> bool:
+    """Whether ``path`` is (most likely) an ONNX model rather than a library: not ELF, and
+    named ``.onnx`` or starting the way a serialized ModelProto does."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    if head.startswith(b"\x7fELF"):
+        return False
+    if Path(path).suffix.lower() == ".onnx":
+        return True
+    return (len(head) >= 3 and head[0] == _ONNX_FIRST_TAG and 0 < head[1] < 0x80
+            and head[2] in _ONNX_SECOND_TAGS)
+
+
+def load_library(path: str):
+    """``kiln.runtime.load_module(path)``, after telling an ONNX model from a library.
+
+    Raises
+    ------
+    ModuleLoadError
+        ``path`` is an ONNX model (saying to compile it first), or cannot be loaded.
+    """
+    import kiln
+    from kiln.errors import ModuleLoadError
+
+    if is_onnx_file(path):
+        so = Path(path).with_suffix(".so")
+        raise ModuleLoadError(f"{path} is an ONNX model, not a compiled library: kiln compile "
+                              f"{path} -o {so} first")
+    return kiln.runtime.load_module(path)
+
 
 def open_library(path: str, root=None):
     """Load ``path`` (or use its loaded ``root``); return ``(root module, GraphInfo, params
@@ -32,10 +71,9 @@ def open_library(path: str, root=None):
     ModuleLoadError
         If the library cannot be loaded or is not a graph-executor factory.
     """
-    import kiln
     from kiln.errors import ModuleLoadError
 
-    root = root if root is not None else kiln.runtime.load_module(path)
+    root = root if root is not None else load_library(path)
     fn_json = root.get_function("get_graph_json")
     fn_params = root.get_function("get_graph_params")
     if fn_json is None or fn_params is None:

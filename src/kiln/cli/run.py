@@ -13,6 +13,7 @@ from kiln.cli.arguments import parse_input_shape, positive_int
 from kiln.cli.files import (
     format_timing,
     load_inputs,
+    load_library,
     open_library,
     random_inputs,
     read_npz,
@@ -75,14 +76,13 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         Graph: an input shape that differs from the library's. VM: the VM's checks (rank,
         dtype, a symbol with two values, a value outside the symbol's bounds).
     """
-    import kiln
     from kiln.cli.vm import is_vm_library
 
     given = shape_dict(input_shapes)
     if inputs and given:
         raise KilnError("--input-shape sets the shapes of random inputs; with --inputs the "
                         "arrays' own shapes are used")
-    root = kiln.runtime.load_module(library)
+    root = load_library(library)
     if is_vm_library(root):
         if dump_outputs is not None:
             raise KilnError("--dump-outputs needs a graph-executor library (the VM profiler "

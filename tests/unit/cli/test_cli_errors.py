@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import sys
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 from test_cli import _one_error_line
 
 import kiln
@@ -55,3 +57,21 @@ def test_compile_without_output_gives_compiles_own_usage(capsys):
     assert err.rstrip().splitlines()[-1] == (
         "kiln compile: error: -o/--output is required (or --emit-c-project DIR): "
         "kiln compile models/m.onnx -o models/m.so")
+
+
+def _relu_model() -> onnx.ModelProto:
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in "xy")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "model.pb", "model"])
+def test_run_on_an_onnx_model_says_to_compile_it(name, tmp_path, capsys):
+    """By its name (.onnx) or by its first bytes (a serialized ModelProto), not 'no ELF
+    header'."""
+    path = tmp_path / name
+    onnx.save(_relu_model(), path)
+    assert cli.main(["run", str(path)]) == 2
+    so = path.with_suffix(".so")
+    assert _one_error_line(capsys) == (f"kiln: error: {path} is an ONNX model, not a compiled "
+                                       f"library: kiln compile {path} -o {so} first")
