@@ -159,6 +159,44 @@ def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
     return out
 
 
+def check_output_file(path: str) -> None:
+    """Check, before any work, that a file can be written at ``path`` (as :func:`write_atomic`
+    will): its directory exists and is writable, and ``path`` is not a directory.
+
+    Raises
+    ------
+    KilnError
+        Naming what is wrong.
+    """
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise KilnError(f"cannot write {path}: directory {folder} does not exist")
+    if target.is_dir():
+        raise KilnError(f"cannot write {path}: it is a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise KilnError(f"cannot write {path}: directory {folder} is not writable")
+
+
+def check_output_dir(path: str) -> None:
+    """Check, before any work, that ``path`` is a writable directory or can be made one (as
+    ``mkdir -p``): it is not a file, and its nearest existing ancestor is a writable directory.
+
+    Raises
+    ------
+    KilnError
+        Naming what is wrong.
+    """
+    target = Path(path)
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise KilnError(f"cannot write to {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise KilnError(f"cannot write to {path}: directory {existing} is not writable")
+
+
 def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Create or replace ``path`` atomically: ``write(f)`` fills a temporary file in the same
     directory, which is renamed over ``path`` only when it succeeds.

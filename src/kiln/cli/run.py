@@ -11,6 +11,8 @@ import numpy as np
 
 from kiln.cli.arguments import parse_input_shape, positive_int
 from kiln.cli.files import (
+    check_output_dir,
+    check_output_file,
     format_timing,
     load_inputs,
     load_library,
@@ -71,7 +73,8 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     ------
     KilnError
         Unloadable library, bad input file, ``--input-shape`` with ``--inputs``, an unknown
-        input name, unwritable dump folder, ``--dump-outputs`` on a VM library.
+        input name, an ``outputs`` file or ``dump_outputs`` folder that cannot be written
+        (checked before loading), ``--dump-outputs`` on a VM library.
     ShapeError
         Graph: an input shape that differs from the library's. VM: the VM's checks (rank,
         dtype, a symbol with two values, a value outside the symbol's bounds).
@@ -82,6 +85,10 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     if inputs and given:
         raise KilnError("--input-shape sets the shapes of random inputs; with --inputs the "
                         "arrays' own shapes are used")
+    if outputs:  # where the results go, checked before the model is loaded and run
+        check_output_file(outputs)
+    if dump_outputs is not None:
+        check_output_dir(dump_outputs)
     root = load_library(library)
     if is_vm_library(root):
         if dump_outputs is not None:

@@ -92,3 +92,18 @@ def test_compile_with_byoc_and_inspect_modules(squeezenet, tmp_path):
                    "--quiet", check=False)
     assert bad.returncode == 2 and "no external codegen registered for BYOC compiler 'nope'" \
         in bad.stderr
+
+
+def test_run_errors_come_before_the_run(squeezenet, tmp_path):
+    """An unwritable --outputs path fails before the model runs (nothing printed but the
+    error); the ONNX model instead of its library is named as such."""
+    _, onnx_path, so_path = squeezenet
+    proc = kiln_cli("run", str(so_path), "--outputs", str(tmp_path / "missing" / "o.npz"),
+                    check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr == (f"kiln: error: cannot write {tmp_path}/missing/o.npz: directory "
+                           f"{tmp_path}/missing does not exist\n")
+    proc = kiln_cli("run", str(onnx_path), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"kiln: error: {onnx_path} is an ONNX model, not a compiled library: "
+                           f"kiln compile {onnx_path} -o {so_path} first\n")

@@ -75,3 +75,26 @@ def test_run_on_an_onnx_model_says_to_compile_it(name, tmp_path, capsys):
     so = path.with_suffix(".so")
     assert _one_error_line(capsys) == (f"kiln: error: {path} is an ONNX model, not a compiled "
                                        f"library: kiln compile {path} -o {so} first")
+
+
+@pytest.mark.parametrize(("option", "where", "message"), [
+    ("--outputs", "missing/o.npz", "cannot write {tmp}/missing/o.npz: directory {tmp}/missing "
+                                   "does not exist"),
+    ("--outputs", ".", "cannot write {tmp}/.: it is a directory"),
+    ("--dump-outputs", "file/dump", "cannot write to {tmp}/file/dump: {tmp}/file is not a "
+                                    "directory"),
+    ("--dump-outputs", "file", "cannot write to {tmp}/file: {tmp}/file is not a directory"),
+    ("--dump-outputs", "new/sub/dump", "reached loading"),  # made by the dump: fine
+])
+def test_run_checks_output_paths_before_loading(option, where, message, tmp_path, capsys,
+                                                monkeypatch):
+    def load(path, fmt=""):
+        raise kiln.errors.ModuleLoadError("reached loading")
+
+    monkeypatch.setattr(kiln.runtime, "load_module", load)
+    (tmp_path / "file").write_text("")
+    lib = tmp_path / "m.so"
+    lib.write_bytes(b"\x7fELF")
+    assert cli.main(["run", str(lib), option, f"{tmp_path}/{where}"]) == 2
+    assert _one_error_line(capsys) == "kiln: error: " + message.format(tmp=tmp_path)
+    assert not (tmp_path / "new").exists()
