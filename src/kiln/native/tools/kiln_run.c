@@ -14,7 +14,7 @@
  * Prints the load time, the first inference (start-up to first result) and the mean, min and
  * median latency of N further runs, and the min and median of their CPU time (this thread's:
  * with one kernel thread, what the run costs whatever else the machine does). Exit status 0, or
- * 1 with the runtime's message on stderr (2: usage).
+ * 1 with the runtime's message on stderr (2: usage). -h/--help: the usage on stdout, exit 0.
  */
 #include <kiln/runtime.h>
 #include <stdio.h>
@@ -88,11 +88,28 @@ static void print_times(double t_load, double t_first, double t_total, const dou
            times[repeat / 2], cpu[0], cpu[repeat / 2]);
 }
 
+static void print_usage(FILE* out) {
+  fprintf(out, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n"
+               "       kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] "
+               "[IN.bin...] [OUT.bin...]\n");
+}
+
 static int usage(void) {
-  fprintf(stderr, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n"
-                  "       kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] "
-                  "[IN.bin...] [OUT.bin...]\n");
+  print_usage(stderr);
   return 2;
+}
+
+static int help(void) {
+  print_usage(stdout);
+  printf("\nRun a model library exported by Kiln with the native runtime (no Python).\n"
+         "IN.bin, OUT.bin: raw tensors (C order, the graph's dtype), in the graph's input and\n"
+         "output order; each input file holds exactly the input's bytes.\n\n"
+         "  --repeat N          timed runs after the first one (default: 10)\n"
+         "  --shape NAME=1x7    a VM library's input shape (symbolic dims), one per input\n"
+         "  --random            a VM library: made-up inputs instead of IN.bin files\n"
+         "  -h, --help          this help\n\n"
+         "KILN_NUM_THREADS: kernel threads. Exit status: 0, 1 (the runtime's error), 2 (usage).\n");
+  return 0;
 }
 
 #include "kiln_run_vm.c"
@@ -106,7 +123,9 @@ int main(int argc, char** argv) {
   char **files, **shapes;
   int nshapes = 0, random_inputs = 0;
   double t0, t_load, t_first, t_total, *times, *cpu;
-  if (argc < 2) return usage();
+  for (i = 1; i < argc; ++i)
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return help();
+  if (argc < 2 || argv[1][0] == '-') return usage(); /* an option, not the library */
   files = (char**)calloc((size_t)argc, sizeof(char*));
   shapes = (char**)calloc((size_t)argc, sizeof(char*));
   for (i = 2, nfiles = 0; i < argc; ++i) {
