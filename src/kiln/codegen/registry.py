@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import kiln.codegen.target_info  # noqa: F401 (registers codegen.target_info for export)
 from kiln.errors import CompileError
 from kiln.target import Target
 
@@ -63,6 +64,8 @@ def _build_c(kernels: Sequence, target: Target, jobs: int | None = None):
     options = c_compile_options(target)
     mods = [CSourceModule(build_c_source(c), [k.name for k in c], compile_options=options)
             for c in partition(kernels, KERNELS_PER_FILE)]
+    for m in mods:  # for the library's __kiln_target_info (kiln.codegen.target_info)
+        m.target = str(target)
     for m in mods[1:]:
         mods[0].import_module(m)
     return mods[0]
