@@ -109,6 +109,82 @@ def read_elf_header(path: str, check_bounds: bool = True) -> ElfInfo:
     return info
 
 
+SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 2, 11, 8
+_MAX_SYMBOLS = 1 << 22  # bound on a corrupt symbol table's scan
+
+
+def _sections(f, size: int, head: bytes) -> list[tuple[int, int, int, int, int, int]]:
+    """(sh_type, sh_addr, sh_offset, sh_size, sh_link, sh_entsize) of every section header."""
+    end = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        shoff, = struct.unpack_from(end + "Q", head, 40)
+        shentsize, shnum = struct.unpack_from(end + "HH", head, 58)
+        fmt, need = end + "IIQQQQIIQQ", 64
+    else:
+        shoff, = struct.unpack_from(end + "I", head, 32)
+        shentsize, shnum = struct.unpack_from(end + "HH", head, 46)
+        fmt, need = end + "IIIIIIIIII", 40
+    if not shnum or shentsize < need or shoff + shentsize * shnum > size:
+        return []
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    out = []
+    for i in range(shnum):
+        _n, typ, _fl, addr, off, sz, link, _info, _al, ent = struct.unpack_from(
+            fmt, table, i * shentsize)
+        out.append((typ, addr, off, sz, link, ent))
+    return out
+
+
+def symbol_bytes(path: str, name: str, limit: int) -> bytes | None:
+    """The file bytes of the data symbol ``name`` (its ``st_size``, at most ``limit``; a
+    symbol without a size: up to ``limit`` bytes), found in ``.dynsym`` (shared libraries) or
+    ``.symtab`` (objects) without loading the file; None when the file defines no such symbol
+    or its tables are unreadable. Reads ELF files of any machine (``kiln inspect`` of a
+    cross-compiled library)."""
+    size = os.path.getsize(path)
+    want = name.encode()
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != ELF_MAGIC or head[4] not in (1, 2):
+            return None
+        end = "<" if head[5] == 1 else ">"
+        sects = _sections(f, size, head)
+        for kind in (SHT_DYNSYM, SHT_SYMTAB):
+            for typ, _addr, off, sz, link, ent in sects:
+                if typ != kind or link >= len(sects) or off + sz > size:
+                    continue
+                str_off, str_size = sects[link][2], sects[link][3]
+                if str_off + str_size > size:
+                    continue
+                f.seek(str_off)
+                strtab = f.read(str_size)
+                f.seek(off)
+                syms = f.read(sz)
+                ent = ent or (24 if head[4] == 2 else 16)
+                if ent < (24 if head[4] == 2 else 16):
+                    continue
+                for i in range(min(sz // ent, _MAX_SYMBOLS)):
+                    if head[4] == 2:
+                        st_name, _info, _other, shndx, value, st_size = struct.unpack_from(
+                            end + "IBBHQQ", syms, i * ent)
+                    else:
+                        st_name, value, st_size, _info, _other, shndx = struct.unpack_from(
+                            end + "IIIBBH", syms, i * ent)
+                    if strtab[st_name:st_name + len(want) + 1] != want + b"\0":
+                        continue
+                    if not 0 < shndx < min(len(sects), 0xFF00):
+                        return None
+                    s_typ, s_addr, s_off, s_size = sects[shndx][:4]
+                    start = value - s_addr  # an object's values are section offsets (addr 0)
+                    if s_typ == SHT_NOBITS or not 0 <= start <= s_size:
+                        return None
+                    n = min(st_size or limit, limit, s_size - start, size - s_off - start)
+                    f.seek(s_off + start)
+                    return f.read(max(n, 0))
+    return None
+
+
 _HOST: ElfInfo | None = None
 
 

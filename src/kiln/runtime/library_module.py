@@ -158,6 +158,37 @@ class LibraryModule(Module):
         return f"<kiln.runtime.LibraryModule {self.path} functions={len(self._ordered)}>"
 
 
+class LibraryFileModule(Module):
+    """The ``_lib`` of a library read from its file without loading it
+    (:func:`kiln.runtime.load.read_library`, for ``kiln inspect``): it lists the functions of
+    ``__kiln_func_names`` but serves none (its code is not mapped, and may be another
+    machine's).
+
+    Parameters
+    ----------
+    path : str
+        The library file.
+    func_names : list of str
+        The names its ``__kiln_func_names`` lists.
+    """
+
+    type_key = "library"
+
+    def __init__(self, path: str, func_names: Sequence[str]):
+        super().__init__()
+        self.path = path
+        self.func_names = list(func_names)
+
+    def _get_own_function(self, name: str) -> PackedFunc | None:
+        return None
+
+    def list_function_names(self) -> list[str]:
+        return list(self.func_names)
+
+    def __repr__(self) -> str:
+        return f"<kiln.runtime.LibraryFileModule {self.path!r} (not loaded)>"
+
+
 class JitLibraryMixin:
     """For modules that hold code (C source, an object) and serve its functions by building a
     shared library on first use: subclasses set ``func_names`` and ``_jit = None`` and define

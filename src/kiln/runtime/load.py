@@ -11,11 +11,12 @@ like
 any other and the folder removed (the mapping outlives the file).
 
 Order of checks for a shared library, each failing with a :class:`ModuleLoadError` that names the
-file: it exists;
-it is an ELF file for this host's machine whose segments lie inside the file (``elf.py``);
-``dlopen`` accepts it; it defines ``__tvm_dev_mblob``; the blob's ``u64 nbytes`` fits inside the
-file-backed segment that holds it (so a corrupt length never reads unmapped memory); the blob
-unpacks (``blob.py``). The library itself becomes the ``_lib`` module.
+file: it exists; it is an ELF file for this host's machine whose segments lie inside the file
+(``elf.py``); this CPU has the features its ``__kiln_target_info`` record lists (read from the
+file, before ``dlopen`` runs any of its code: ``cpu_features.py``); ``dlopen`` accepts it; it
+defines ``__tvm_dev_mblob``; the blob's ``u64 nbytes`` fits inside the file-backed segment that
+holds it (so a corrupt length never reads unmapped memory); the blob unpacks (``blob.py``). The
+library itself becomes the ``_lib`` module.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ import tempfile
 
 from kiln.errors import ModuleLoadError
 from kiln.runtime.blob import unpack_imports
-from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable
+from kiln.runtime.cpu_features import (
+    MAX_TARGET_INFO,
+    TARGET_INFO_SYMBOL,
+    check_features,
+    parse_target_info,
+)
+from kiln.runtime.elf import ELF_MAGIC, ElfInfo, check_loadable, read_elf_header, symbol_bytes
 from kiln.runtime.export import LINK_OPTIONS_FILE
-from kiln.runtime.library_module import LibraryModule
+from kiln.runtime.library_module import FUNC_NAMES_SYMBOL, LibraryFileModule, LibraryModule
 from kiln.runtime.module import Module
 from kiln.runtime.toolchain import compiler as toolchain
 from kiln.runtime.toolchain.cc import create_shared
@@ -41,6 +48,7 @@ from kiln.runtime.toolchain.tar import untar
 BLOB_SYMBOL = "__tvm_dev_mblob"
 ET_REL = 1  # ELF e_type of a relocatable object
 MADV_DONTNEED = 4  # Linux <sys/mman.h>
+MAX_FUNC_NAMES = 1 << 26  # bytes of __kiln_func_names read_library reads at most
 #: files of an unpacked tar that are linked (sources are compiled first); others are data
 LINK_SUFFIXES = (*toolchain.SOURCE_SUFFIXES, ".o")
 
@@ -178,8 +186,63 @@ def _tar_link_options(path: str, options_file: str) -> list[str]:
     return options
 
 
+def read_target_info(path: str) -> dict | None:
+    """The ``__kiln_target_info`` record of the file at ``path``, read from the file itself
+    (no ``dlopen``; any machine's ELF), or None for a library written before the record
+    existed or not by Kiln.
+
+    Raises
+    ------
+    ModuleLoadError
+        A record that is not the JSON object of docs/formats.md §2.1.
+    """
+    raw = symbol_bytes(path, TARGET_INFO_SYMBOL, MAX_TARGET_INFO)
+    return None if raw is None else parse_target_info(raw, path)
+
+
+def read_library(path: str | os.PathLike[str]) -> tuple[Module, dict | None]:
+    """The module tree and the target record of an exported shared library or object, read from
+    the file alone: nothing is ``dlopen``'ed or run, so a library for another CPU or another
+    machine (a cross-compiled ``aarch64`` one) can be read too (``kiln inspect``). The ``_lib``
+    module is a :class:`~kiln.runtime.library_module.LibraryFileModule`: it lists the kernels
+    but runs none.
+
+    Returns
+    -------
+    (Module, dict or None)
+        The root (module 0 of the blob) and the ``__kiln_target_info`` record (None: a library
+        written before the record existed).
+
+    Raises
+    ------
+    ModuleLoadError
+        Missing file, not ELF, no ``__tvm_dev_mblob``, a blob longer than its symbol, or a
+        corrupt blob or record.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isfile(path):
+        raise ModuleLoadError(f"cannot read module: {path} does not exist or is not a file")
+    read_elf_header(path)
+    info = read_target_info(path)
+    data = symbol_bytes(path, BLOB_SYMBOL, os.path.getsize(path))
+    if data is None or len(data) < 8:
+        raise ModuleLoadError(f"{path} has no {BLOB_SYMBOL}: not a Kiln/TVM library")
+    nbytes = struct.unpack_from("<Q", data)[0]
+    if nbytes > len(data) - 8:
+        raise ModuleLoadError(f"{path}: corrupt {BLOB_SYMBOL}: it claims {nbytes} bytes but "
+                              f"its symbol holds {len(data) - 8}")
+    raw = symbol_bytes(path, FUNC_NAMES_SYMBOL, MAX_FUNC_NAMES) or b"\0"
+    names = [n.decode(errors="replace") for n in raw.split(b"\0\0", 1)[0].split(b"\0") if n]
+    lib = LibraryFileModule(path, names)
+    root = unpack_imports(memoryview(data)[8:8 + nbytes], lib, what=f"{path}: {BLOB_SYMBOL}")
+    return root, info
+
+
 def _load_shared(path: str) -> Module:
     elf = check_loadable(path)
+    info = read_target_info(path)
+    if info is not None:  # before dlopen: no constructor of the library has run yet
+        check_features(info, path)
     lib = LibraryModule(path)
     try:
         sym = ctypes.c_uint64.in_dll(lib.handle, BLOB_SYMBOL)
