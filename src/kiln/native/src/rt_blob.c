@@ -8,11 +8,20 @@
  *
  * Every length is checked against the bytes that remain, so a damaged blob is an error naming
  * what was found, never a read out of bounds. Also the stream reader and the NDArray reader of
- * the params format (docs/formats.md §1 and §5).
+ * the params format (docs/formats.md §1 and §5), and the CPU-features check of a library's
+ * __kiln_target_info record (docs/formats.md §2.1), made before dlopen.
  */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <link.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
+#include "crt/kiln_crt_json.h"
 #include "rt_internal.h"
 
 #define KILN_NDARRAY_MAGIC 0xDD5E40F096B4A13FULL
@@ -332,4 +341,191 @@ KILN_EXPORT int KilnModLoadFromBlob(const void* payload, size_t nbytes, TVMModul
     return kiln_fail("KilnModLoadFromBlob: null argument");
   return kiln_unpack_imports((const uint8_t*)payload, nbytes, (KilnModule*)lib,
                              (KilnModule**)out);
+}
+
+/* ---- __kiln_target_info: the CPU-features check, before dlopen (kiln/runtime/cpu_features.py,
+   docs/decisions/031-cpu-features-check.md). The record is read from the file's symbol table
+   (.dynsym), so no constructor of a library built for another CPU runs first. */
+#define KILN_MAX_TARGET_INFO 65536
+#define KILN_MAX_CPUINFO (1 << 20)
+
+/* feature (the record's name, LLVM's) -> its word in /proc/cpuinfo; the same table as
+   CPUINFO_NAMES in kiln/runtime/cpu_features.py */
+static const char* const kiln_cpuinfo_names[][2] = {
+#if defined(__x86_64__)
+    {"sse4.2", "sse4_2"}, {"popcnt", "popcnt"}, {"avx", "avx"}, {"avx2", "avx2"},
+    {"fma", "fma"}, {"f16c", "f16c"}, {"bmi2", "bmi2"}, {"avx512f", "avx512f"},
+    {"avx512bw", "avx512bw"}, {"avx512cd", "avx512cd"}, {"avx512dq", "avx512dq"},
+    {"avx512vl", "avx512vl"}, {"avx512vnni", "avx512_vnni"}, {"avx512bf16", "avx512_bf16"},
+    {"avx512fp16", "avx512_fp16"}, {"avx512vbmi", "avx512vbmi"}, {"avx512vbmi2", "avx512_vbmi2"},
+    {"avx512bitalg", "avx512_bitalg"}, {"avx512vpopcntdq", "avx512_vpopcntdq"},
+    {"avx512ifma", "avx512ifma"}, {"avxvnni", "avx_vnni"}, {"amx-tile", "amx_tile"},
+    {"amx-int8", "amx_int8"}, {"amx-bf16", "amx_bf16"},
+#define KILN_CPUINFO_KEY "flags"
+#elif defined(__aarch64__)
+    {"neon", "asimd"}, {"fullfp16", "asimdhp"}, {"dotprod", "asimddp"}, {"i8mm", "i8mm"},
+    {"bf16", "bf16"}, {"sve", "sve"}, {"sve2", "sve2"},
+#define KILN_CPUINFO_KEY "Features"
+#endif
+    {NULL, NULL}};
+
+/* The bytes of data symbol `name` in the file (at most `limit`), NUL-terminated in a malloc'ed
+   buffer, or NULL when the file defines no such symbol or its tables are unreadable. */
+static char* kiln_file_symbol(const char* path, const char* name, size_t limit) {
+  FILE* f = fopen(path, "rb");
+  ElfW(Ehdr) eh;
+  ElfW(Shdr)* sh = NULL;
+  char *strtab = NULL, *out = NULL;
+  ElfW(Sym)* syms = NULL;
+  struct stat st;
+  size_t k, i, nlen = strlen(name);
+  int kinds[2] = {SHT_DYNSYM, SHT_SYMTAB}, pass, done = 0;
+  if (f == NULL) return NULL;
+  if (fstat(fileno(f), &st) != 0 || fread(&eh, 1, sizeof(eh), f) != sizeof(eh) ||
+      eh.e_shnum == 0 || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
+      (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(ElfW(Shdr)) > (uint64_t)st.st_size ||
+      (sh = (ElfW(Shdr)*)calloc(eh.e_shnum, sizeof(ElfW(Shdr)))) == NULL ||
+      fseek(f, (long)eh.e_shoff, SEEK_SET) != 0 ||
+      fread(sh, sizeof(ElfW(Shdr)), eh.e_shnum, f) != eh.e_shnum)
+    goto done;
+  for (pass = 0; pass < 2 && !done; ++pass) {
+    for (k = 0; k < eh.e_shnum && !done; ++k) {
+      const ElfW(Shdr)* s = &sh[k];
+      const ElfW(Shdr)* str;
+      size_t nsym;
+      if (s->sh_type != (ElfW(Word))kinds[pass] || s->sh_link >= eh.e_shnum ||
+          (uint64_t)s->sh_offset + s->sh_size > (uint64_t)st.st_size)
+        continue;
+      str = &sh[s->sh_link];
+      if ((uint64_t)str->sh_offset + str->sh_size > (uint64_t)st.st_size) continue;
+      nsym = s->sh_size / sizeof(ElfW(Sym));
+      free(strtab);
+      free(syms);
+      strtab = (char*)malloc(str->sh_size + 1);
+      syms = (ElfW(Sym)*)malloc(nsym * sizeof(ElfW(Sym)) + 1);
+      if (strtab == NULL || syms == NULL || fseek(f, (long)str->sh_offset, SEEK_SET) != 0 ||
+          fread(strtab, 1, str->sh_size, f) != str->sh_size ||
+          fseek(f, (long)s->sh_offset, SEEK_SET) != 0 ||
+          fread(syms, sizeof(ElfW(Sym)), nsym, f) != nsym)
+        goto done;
+      for (i = 0; i < nsym; ++i) {
+        const ElfW(Sym)* y = &syms[i];
+        const ElfW(Shdr)* d;
+        uint64_t start, n;
+        if (y->st_name >= str->sh_size || str->sh_size - y->st_name < nlen + 1 ||
+            memcmp(strtab + y->st_name, name, nlen + 1) != 0)
+          continue;
+        done = 1;
+        if (y->st_shndx == SHN_UNDEF || y->st_shndx >= eh.e_shnum) break;
+        d = &sh[y->st_shndx];
+        start = y->st_value - d->sh_addr;
+        if (d->sh_type == SHT_NOBITS || y->st_value < d->sh_addr || start > d->sh_size ||
+            (uint64_t)d->sh_offset + d->sh_size > (uint64_t)st.st_size)
+          break;
+        n = y->st_size ? y->st_size : limit;
+        if (n > limit) n = limit;
+        if (n > d->sh_size - start) n = d->sh_size - start;
+        if ((out = (char*)calloc((size_t)n + 1, 1)) == NULL ||
+            fseek(f, (long)(d->sh_offset + start), SEEK_SET) != 0 ||
+            fread(out, 1, (size_t)n, f) != (size_t)n) {
+          free(out);
+          out = NULL;
+        }
+        break;
+      }
+    }
+  }
+done:
+  free(sh);
+  free(strtab);
+  free(syms);
+  fclose(f);
+  return out;
+}
+
+/* Whether word `w` (length n) is one of the words of the cpuinfo line `flags`. */
+static int kiln_has_word(const char* flags, const char* w) {
+  size_t n = strlen(w);
+  const char* p = flags;
+  while ((p = strstr(p, w)) != NULL) {
+    if ((p == flags || p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\t' ||
+                                                          p[n] == '\n' || p[n] == '\0'))
+      return 1;
+    p += n;
+  }
+  return 0;
+}
+
+/* The first /proc/cpuinfo line `key : ...` (its value, malloc'ed), or NULL. */
+static char* kiln_cpuinfo_line(const char* key) {
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  char* line = NULL;
+  size_t cap = 0, klen = strlen(key);
+  ssize_t n;
+  if (f == NULL) return NULL;
+  while ((n = getline(&line, &cap, f)) > 0 && n < KILN_MAX_CPUINFO) {
+    char* colon;
+    if (strncmp(line, key, klen) != 0 || (colon = strchr(line + klen, ':')) == NULL) continue;
+    if (strspn(line + klen, " \t") != (size_t)(colon - line - (ptrdiff_t)klen)) continue;
+    memmove(line, colon + 1, strlen(colon + 1) + 1);
+    fclose(f);
+    return line;
+  }
+  free(line);
+  fclose(f);
+  return NULL;
+}
+
+int kiln_check_target_info(const char* path) {
+  char *info = kiln_file_symbol(path, "__kiln_target_info", KILN_MAX_TARGET_INFO), *flags;
+  KilnJsonToken* toks = NULL;
+  char missing[1024] = "", has[1024] = "";
+  int ntok, feats, i, j, rc = 0;
+  if (info == NULL) return 0; /* written before the record existed, or not by Kiln */
+  if ((ntok = KilnJson_Parse(info, strlen(info), NULL, 0)) < 0 ||
+      (toks = (KilnJsonToken*)kiln_calloc((size_t)ntok + 1, sizeof(*toks))) == NULL ||
+      KilnJson_Parse(info, strlen(info), toks, ntok) < 0 || toks[0].type != KILN_JSON_OBJECT ||
+      (feats = KilnJson_Get(info, toks, 0, "features")) < 0 || toks[feats].type != KILN_JSON_ARRAY) {
+    rc = kiln_fail("%s: corrupt __kiln_target_info: no 'features' list", path);
+    goto done;
+  }
+#ifdef KILN_CPUINFO_KEY
+  if ((flags = kiln_cpuinfo_line(KILN_CPUINFO_KEY)) == NULL) goto done; /* cannot tell */
+  for (i = 0; i < toks[feats].size; ++i) {
+    int t = KilnJson_At(toks, feats, i);
+    for (j = 0; t >= 0 && kiln_cpuinfo_names[j][0] != NULL; ++j) {
+      if (KilnJson_Equals(info, toks, t, kiln_cpuinfo_names[j][0]) &&
+          !kiln_has_word(flags, kiln_cpuinfo_names[j][1]) &&
+          strlen(missing) + strlen(kiln_cpuinfo_names[j][0]) + 3 < sizeof(missing)) {
+        strcat(strcat(missing, *missing ? ", " : ""), kiln_cpuinfo_names[j][0]);
+      }
+    }
+  }
+  for (j = 0; kiln_cpuinfo_names[j][0] != NULL; ++j) {
+    if (kiln_has_word(flags, kiln_cpuinfo_names[j][1]) &&
+        strlen(has) + strlen(kiln_cpuinfo_names[j][0]) + 3 < sizeof(has))
+      strcat(strcat(has, *has ? ", " : ""), kiln_cpuinfo_names[j][0]);
+  }
+  free(flags);
+  if (*missing) {
+    int t = KilnJson_Get(info, toks, 0, "target");
+    int tn = t >= 0 && toks[t].type == KILN_JSON_STRING ? toks[t].end - toks[t].start : 0;
+    rc = kiln_fail("%s needs %s; this CPU has %s. It was built for another CPU%s%.*s%s: rebuild "
+                   "it for this one (-mcpu=native)%s", path, missing,
+                   *has ? has : "none of the recorded features", tn ? " (target '" : "", tn,
+                   tn ? info + toks[t].start : "", tn ? "')" : "",
+#if defined(__x86_64__)
+                   " or for every x86-64 CPU (-mcpu=portable)"
+#else
+                   ""
+#endif
+    );
+  }
+#else
+  (void)i, (void)j, (void)flags, (void)missing, (void)has;
+#endif
+done:
+  free(toks);
+  free(info);
+  return rc;
 }

@@ -111,6 +111,9 @@ int kiln_load_json(const uint8_t* data, size_t n, KilnModule** out);           /
 int kiln_unpack_imports(const uint8_t* payload, size_t n, KilnModule* lib, KilnModule** out);
 
 /* -- library module (rt_library.c) */
+/* Refuse a library whose __kiln_target_info lists CPU features this CPU lacks (0, or -1 with
+   the error set: "<path> needs avx512fp16; this CPU has ..."); no record: 0. rt_blob.c. */
+int kiln_check_target_info(const char* path);
 int kiln_library_open(const char* path, KilnModule** out, const uint8_t** blob, size_t* blob_n);
 
 #endif /* KILN_RT_INTERNAL_H_ */

@@ -5,10 +5,12 @@
  *
  *   1. the file is an ELF shared library for this machine whose PT_LOAD segments lie inside the
  *      file (a truncated file fails here, before dlopen: kiln/runtime/elf.py);
- *   2. dlopen (RTLD_LOCAL: two models' symbols never mix);
- *   3. __tvm_dev_mblob exists and its u64 length fits inside the file-backed part of the
+ *   2. this CPU has the features the library's __kiln_target_info lists (read from the file,
+ *      before dlopen runs any of its code: kiln_check_target_info, rt_blob.c);
+ *   3. dlopen (RTLD_LOCAL: two models' symbols never mix);
+ *   4. __tvm_dev_mblob exists and its u64 length fits inside the file-backed part of the
  *      segment holding it (dl_iterate_phdr), so a corrupt length never reads unmapped memory;
- *   4. the blob unpacks (rt_blob.c) with this library as _lib.
+ *   5. the blob unpacks (rt_blob.c) with this library as _lib.
  *
  * Only the names listed in __kiln_func_names (NUL-separated, ended by an extra NUL; written by
  * export_library) are served, so a lookup never returns an unrelated symbol such as malloc.
@@ -99,7 +101,7 @@ static int kiln_check_elf(const char* path) {
   return rc;
 }
 
-/* 3: bytes readable from addr to the end of the file-backed part of its loaded segment. */
+/* 4: bytes readable from addr to the end of the file-backed part of its loaded segment. */
 typedef struct {
   uintptr_t addr;
   size_t readable;
@@ -163,7 +165,7 @@ int kiln_library_open(const char* path, KilnModule** out, const uint8_t** blob, 
   uint64_t nbytes = 0;
   size_t avail, i;
   *out = NULL;
-  if (kiln_check_elf(path) != 0) return -1;
+  if (kiln_check_elf(path) != 0 || kiln_check_target_info(path) != 0) return -1;
   lib = (KilnLibrary*)kiln_module_new(sizeof(KilnLibrary), "library");
   if (lib == NULL) return -1;
   lib->base.get_own = kiln_library_get_own;
