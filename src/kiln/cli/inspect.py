@@ -1,10 +1,18 @@
-"""``kiln inspect``: a compiled library's module tree, graph inputs/outputs and params; extracts
-the graph JSON and the params (TVM param-dict format). VM libraries: the executable's symbols,
-function signatures and constants (:func:`kiln.cli.vm.inspect_vm_lines`), and its bytecode."""
+"""``kiln inspect``: a compiled library's module tree, what it was built for (target, triple,
+CPU, the CPU features its code needs: its ``__kiln_target_info``) and whether this machine runs
+it, graph inputs/outputs and params; extracts the graph JSON and the params (TVM param-dict
+format). VM libraries: the executable's symbols, function signatures and constants
+(:func:`kiln.cli.vm.inspect_vm_lines`), and its bytecode.
+
+A shared library or ``.o`` export is read from the file (:func:`kiln.runtime.load.read_library`):
+nothing of it is loaded or run, so a library for another CPU or another machine is inspected
+too. Only the multi-level dispatch line opens the library (its dispatcher says which level this
+CPU runs), and only when this machine can run it. A ``.tar`` export is relinked and loaded."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from kiln.cli.files import open_library, write_atomic
 from kiln.errors import KilnError
@@ -46,21 +54,77 @@ def module_tree_lines(root) -> list[str]:
     return lines
 
 
-def cpu_dispatch_line(library: str) -> str | None:
+def cpu_dispatch_line(library: str, info: dict | None = None,
+                      runnable: bool = True) -> str | None:
     """``cpu dispatch: x86-64-v2, x86-64-v3, x86-64-v4; this CPU runs x86-64-v3`` for a
     multi-level library (``llvm -mcpu=portable``: the ``__kiln_cpu_levels`` and
     ``__kiln_cpu_level`` functions of :mod:`kiln.codegen.llvm.multi_level`'s dispatcher), else
-    None."""
+    None. A bare relative name is the file in the current folder (``ctypes`` would search the
+    library path for it). Not ``runnable`` here (another machine or CPU): the levels of the
+    target record ``info``, without opening the library."""
     import ctypes
 
+    if not runnable:
+        levels = (info or {}).get("levels") or []
+        return (f"cpu dispatch: kernels for {', '.join(levels)} (not loaded on this machine)"
+                if levels else None)
     try:
-        lib = ctypes.CDLL(library)
+        lib = ctypes.CDLL(os.path.abspath(library))
         levels, chosen = lib["__kiln_cpu_levels"], lib["__kiln_cpu_level"]
     except (OSError, AttributeError):
         return None
     levels.restype = chosen.restype = ctypes.c_char_p
     names = levels().decode().replace(",", ", ")
     return f"cpu dispatch: kernels for {names}; this CPU runs {chosen().decode()}"
+
+
+def target_lines(path: str, info: dict | None) -> tuple[list[str], bool]:
+    """The lines that say what a library was built for (its ``__kiln_target_info``: target,
+    triple, CPU, the CPU features its code needs) and whether this machine can run it; returns
+    them and that answer."""
+    from kiln.errors import ModuleLoadError
+    from kiln.runtime.cpu_features import cpu_has, host_arch, host_cpuinfo_flags, missing_features
+    from kiln.runtime.elf import check_loadable
+
+    try:
+        check_loadable(path)
+    except ModuleLoadError as err:
+        foreign = str(err).split(" was built for ", 1)[-1].split(";", 1)[0]
+        foreign_line = f"runs here: no (built for {foreign})"
+    else:
+        foreign_line = ""
+    if info is None:
+        lines = ["target: not recorded (exported before Kiln recorded targets, or not by Kiln)"]
+        return lines + ([foreign_line] if foreign_line else []), not foreign_line
+    lines = [f"target: {info.get('target') or '(no compiled kernels)'}",
+             f"  triple: {info.get('triple') or 'unknown'}, cpu: {info.get('cpu') or 'generic'}",
+             f"  cpu features needed: {', '.join(info['features']) or 'none recorded'}"]
+    if foreign_line:
+        return [*lines, foreign_line], False
+    flags = host_cpuinfo_flags()
+    missing = missing_features(list(info["features"]), flags, host_arch()) if flags else []
+    if missing:
+        has = ", ".join(cpu_has(flags, host_arch())) if flags else ""
+        lines.append(f"runs here: no, this CPU lacks {', '.join(missing)} (it has {has})")
+        return lines, False
+    lines.append("runs here: yes" if flags is not None else "runs here: not checked (the CPU's "
+                 "features cannot be read)")
+    return lines, True
+
+
+def _read(library: str):
+    """(root, target record or None, runnable here) without loading a shared library or
+    object; a tar export is relinked and loaded (``load_module``)."""
+    import kiln
+    from kiln.runtime.load import file_kind, read_library
+
+    path = os.path.abspath(library)
+    if os.path.isfile(path) and file_kind(path) == "tar":
+        return kiln.runtime.load_module(path), None, True, ["target: (a .tar export: relinked "
+                                                              "and loaded, record not read)"]
+    root, info = read_library(path)
+    lines, runnable = target_lines(path, info)
+    return root, info, runnable, lines
 
 
 def inspect_library(library: str, echo=print, graph_out: str | None = None,
@@ -93,21 +157,24 @@ def inspect_library(library: str, echo=print, graph_out: str | None = None,
         library, or an output file cannot be written (files are written atomically: never
         left half-written).
     """
-    import kiln
     from kiln.cli.vm import is_vm_library
 
-    root = kiln.runtime.load_module(library)
+    root, info, runnable, target = _read(library)
+    head = [*target]
+    dispatch = cpu_dispatch_line(library, info, runnable)
+    if dispatch:
+        head.append(dispatch)
     if is_vm_library(root):
-        _inspect_vm(library, root, echo, graph_out, params_out, bytecode)
+        _inspect_vm(library, root, echo, graph_out, params_out, bytecode, head)
         return
     if bytecode:
         raise KilnError("--bytecode needs a VM library (this one runs on the graph executor; "
                         "--graph writes its graph JSON)")
-    _inspect_graph(library, root, echo, graph_out, params_out)
+    _inspect_graph(library, root, echo, graph_out, params_out, head)
 
 
 def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str | None,
-                bytecode: bool) -> None:
+                bytecode: bool, head: list[str]) -> None:
     from kiln.cli.vm import inspect_vm_lines
 
     if graph_out or params_out:
@@ -117,9 +184,8 @@ def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str
     echo("modules:")
     for line in module_tree_lines(root):
         echo(f"  {line}")
-    dispatch = cpu_dispatch_line(library)
-    if dispatch:
-        echo(dispatch)
+    for line in head:
+        echo(line)
     for line in inspect_vm_lines(root):
         echo(line)
     if bytecode:
@@ -127,7 +193,7 @@ def _inspect_vm(library: str, root, echo, graph_out: str | None, params_out: str
 
 
 def _inspect_graph(library: str, root, echo, graph_out: str | None,
-                   params_out: str | None) -> None:
+                   params_out: str | None, head: list[str]) -> None:
     from kiln.runtime import ConstLoaderModule, save_param_dict
     from kiln.runtime.module import modules_dfs
 
@@ -136,9 +202,8 @@ def _inspect_graph(library: str, root, echo, graph_out: str | None,
     echo("modules:")
     for line in module_tree_lines(root):
         echo(f"  {line}")
-    dispatch = cpu_dispatch_line(library)
-    if dispatch:
-        echo(dispatch)
+    for line in head:
+        echo(line)
     echo(f"graph: {info.num_ops} kernel calls")
     for kind, items in (("inputs", info.inputs), ("outputs", info.outputs)):
         echo(f"{kind}:")
