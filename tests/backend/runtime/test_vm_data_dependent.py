@@ -252,3 +252,20 @@ def test_data_dependent_ops_inside_if_branches(tmp_path):
     cases = [{"x": (RNG.integers(-2, 3, (3, 4)) * (RNG.random((3, 4)) < 0.5)).astype("float32")}
              for _ in range(6)] + [{"x": np.zeros((3, 4), "float32")}]
     _check(model, cases, tmp_path)
+
+
+def test_integer_div_of_a_symbolic_shape_folds_to_floor_division(tmp_path):
+    """``Shape(x) / [1, 2]`` (integer Div) feeding ConstantOfShape, over ``x[1, n]``: folded
+    at compile time to ``(1, n // 2)`` (it was an internal TypeError), equal to onnxruntime's at
+    odd and even n."""
+    model = _model([helper.make_node("Shape", ["x"], ["s"]),
+                    helper.make_node("Div", ["s", "two"], ["d"]),
+                    helper.make_node("ConstantOfShape", ["d"], ["y"])],
+                   [("x", F, [1, "n"])], ["y"],
+                   inits=[helper.make_tensor("two", TensorProto.INT64, [2], [1, 2])])
+    vm = compile_vm(model, tmp_path / "div.so", "c")
+    for n in (6, 7, 1):
+        x = np.ones((1, n), np.float32)
+        got = vm["main"](x).numpy()
+        (want,) = run_onnxruntime(model, {"x": x})
+        assert got.shape == want.shape == (1, n // 2) and (got == want).all()

@@ -84,6 +84,11 @@ CASES = [
                              "count_include_pad": 1}),
     ("GlobalAveragePool", X4, {}, {}),
     ("GlobalMaxPool", X4, {}, {}),
+    # global pools over one and three spatial axes (N, C, L) / (N, C, D, H, W)
+    ("GlobalAveragePool", {"x": rand(2, 5, 7)}, {}, {}),
+    ("GlobalMaxPool", {"x": rand(2, 5, 7)}, {}, {}),
+    ("GlobalAveragePool", {"x": rand(1, 3, 4, 5, 6)}, {}, {}),
+    ("GlobalMaxPool", {"x": rand(1, 3, 4, 5, 6)}, {}, {}),
     ("LRN", {"x": rand(1, 7, 5, 5)}, {}, {"size": 3, "alpha": 1e-2, "beta": 0.75, "bias": 1.0}),
     ("Softmax", {"x": rand(2, 3, 7)}, {}, {"axis": -1}),
     ("LogSoftmax", {"x": rand(3, 7)}, {}, {"axis": 1}),

@@ -68,3 +68,35 @@ def test_symbolic_conv_ops_match_onnxruntime(model, target, tmp_path):
         x = RNG.standard_normal(shape).astype(np.float32)
         got = [o.numpy() for o in vm["main"](x)]
         assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))
+
+
+def _same_pool_model() -> onnx.ModelProto:
+    """MaxPool and Conv with ``auto_pad=SAME_UPPER`` / ``SAME_LOWER``, stride 2, over
+    ``x[1, 4, H, W]`` (the padding depends on H and W modulo 2)."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["max_pool"], kernel_shape=[3, 3],
+                              strides=[2, 2], auto_pad="SAME_UPPER"),
+             helper.make_node("Conv", ["x", "w"], ["conv"], kernel_shape=[2, 2], strides=[2, 2],
+                              auto_pad="SAME_LOWER")]
+    graph = helper.make_graph(
+        nodes, "same_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H", "W"])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("max_pool", "conv")],
+        [_const("w", RNG.standard_normal((3, 4, 2, 2)).astype(np.float32))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_same_padding_over_symbolic_sizes_needs_their_remainder(tmp_path):
+    """SAME padding with stride 2 over H and W declared multiples of 2 compiles once and
+    matches onnxruntime at every even size; undeclared, it is a ShapeError naming the dim
+    (it was an internal TypeError)."""
+    model = _same_pool_model()
+    with pytest.raises(kiln.errors.ShapeError, match="auto_pad=SAME_UPPER.*H modulo 2"):
+        from_onnx(model)
+    mod, params = from_onnx(model, dim_bounds={"H": (2, 64, 2), "W": (2, 64, 2)})
+    so = tmp_path / "same.so"
+    kiln.build(mod, target="llvm", params=params).export_library(str(so))
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    for shape in [(1, 4, 8, 10), (1, 4, 2, 6)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        got = [o.numpy() for o in vm["main"](x)]
+        assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))

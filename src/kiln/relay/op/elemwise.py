@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln import arith
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import broadcast_shapes, expect_arity, expect_float, same_dtype
@@ -155,7 +156,23 @@ def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.mod(a, np.where(b == 0, 1, b)) if a.dtype.kind in "iu" else np.mod(a, b)
 
 
+def _divide_dim(x, y):
+    """ONNX integer Div (truncation toward zero) of one shape value by another, either of
+    them symbolic: ``x // y`` where ``x >= 0`` is known from the symbols' bounds (floor and
+    truncation agree there) and ``y`` is a nonzero int."""
+    if isinstance(x, int) and isinstance(y, int):
+        q = abs(x) // abs(y) if y else 0
+        return -q if (x < 0) != (y < 0) else q
+    lo, _ = arith.bounds(x)
+    if not isinstance(y, int) or y == 0 or lo is None or lo < 0:
+        raise ShapeError(f"integer Div of the shape value {x} by {y}: only a value known to be "
+                         "non-negative divided by a nonzero integer folds at compile time")
+    return x // y if y > 0 else -(x // -y)
+
+
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == object or b.dtype == object:  # shape arithmetic over symbolic dims
+        return np.frompyfunc(_divide_dim, 2, 1)(a, b)
     if a.dtype.kind in "iu":
         # C semantics (as the generated code and ONNX runtimes): truncate toward zero.
         safe = np.where(b == 0, 1, b)

@@ -43,8 +43,15 @@ def _padding_nd(ctx: ConvertContext, in_sizes: tuple[int, ...], kernel: tuple[in
         raise ctx.unsupported(f"auto_pad={auto_pad}")
     head, tail = [], []
     for size, k, s, d in zip(in_sizes, kernel, strides, dilation):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        # out = ceil(size / s) and total = (out - 1) s + (k - 1) d + 1 - size, which depends
+        # only on size mod s: a symbolic size needs a known remainder (a declared divisor)
+        rem = size % s
+        if not isinstance(rem, int):
+            raise ShapeError(
+                f"auto_pad={auto_pad} with stride {s} over the symbolic size {size}: its padding "
+                f"depends on {size} modulo {s}; declare the dim a multiple of {s} "
+                f"(--dim NAME=LO..HI:{s}) or fix it (--input-shape)")
+        total = max(0, (k - 1) * d + 1 - (rem if rem else s))
         small, big = total // 2, total - total // 2
         head.append(small if auto_pad == "SAME_UPPER" else big)
         tail.append(big if auto_pad == "SAME_UPPER" else small)
@@ -267,18 +274,27 @@ def avg_pool(ctx: ConvertContext) -> Expr:
                  {"count_include_pad": bool(ctx.attr("count_include_pad", 0))})
 
 
+def _global_pool(ctx: ConvertContext, pool2d: str, reduce: str) -> Expr:
+    """A global pool over every axis after N and C: the 2-D pool op for NCHW (its layout
+    passes and schedule), a keepdims reduction over axes 2.. for any other rank (N, C, L...)."""
+    x = ctx.input(0)
+    ndim = x.checked_type.ndim
+    if ndim < 3:
+        raise ctx.unsupported(f"an input of rank {ndim}; a global pool needs N, C and at least "
+                              "one spatial axis")
+    if ndim == 4:
+        return ctx.call(pool2d, [x])
+    return ctx.call(reduce, [x], axis=tuple(range(2, ndim)), keepdims=True)
+
+
 @onnx_op("GlobalAveragePool", since=1)
 def global_avg_pool(ctx: ConvertContext) -> Expr:
-    x = ctx.input(0)
-    _spatial_2d(ctx, x)
-    return ctx.call("nn.global_avg_pool2d", [x])
+    return _global_pool(ctx, "nn.global_avg_pool2d", "mean")
 
 
 @onnx_op("GlobalMaxPool", since=1)
 def global_max_pool(ctx: ConvertContext) -> Expr:
-    x = ctx.input(0)
-    _spatial_2d(ctx, x)
-    return ctx.call("nn.global_max_pool2d", [x])
+    return _global_pool(ctx, "nn.global_max_pool2d", "max")
 
 
 @onnx_op("LRN", since=1)
