@@ -17,6 +17,7 @@ in its slot (the search records it as the candidate's error instead of stopping)
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -77,6 +78,13 @@ class LocalExecutor:
     sent, so timings stay serial and a crash costs only the crashing job. Functions and their
     arguments must be picklable (top-level functions of importable modules).
 
+    Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent alone
+    handles it; interrupted while it waits for jobs, it terminates that pool's workers (the
+    jobs are lost) and re-raises, so ``kiln tune`` stops at once with one line, no worker
+    tracebacks. (The forkserver is started with SIGINT ignored, which the processes it forks
+    keep from their first instruction; the pools' initializer covers ``spawn`` and a
+    forkserver that was already running, from the worker's first job on.)
+
     Raises
     ------
     KilnError
@@ -96,6 +104,7 @@ class LocalExecutor:
         if self.workers < 1:
             raise KilnError(f"LocalExecutor: workers must be positive, got {self.workers}")
         self._context = multiprocessing.get_context(start_method)
+        self._start_method = start_method
         self._pools: dict[str, ProcessPoolExecutor] = {}
 
     def map_build(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
@@ -120,18 +129,60 @@ class LocalExecutor:
             return []
         pool = self._pools.get(kind)
         if pool is None:
-            pool = self._pools[kind] = ProcessPoolExecutor(workers, mp_context=self._context)
+            if self._start_method == "forkserver":
+                _start_forkserver()
+            pool = self._pools[kind] = ProcessPoolExecutor(workers, mp_context=self._context,
+                                                           initializer=_ignore_sigint)
         futures = []
-        for job in jobs:
-            try:
-                futures.append(pool.submit(fn, *job))
-            except BrokenProcessPool as exc:
-                futures.append(exc)
-        results = [_outcome(f) for f in futures]
+        try:
+            for job in jobs:
+                try:
+                    futures.append(pool.submit(fn, *job))
+                except BrokenProcessPool as exc:
+                    futures.append(exc)
+            results = [_outcome(f) for f in futures]
+        except BaseException:  # KeyboardInterrupt: stop the workers now, not after their jobs
+            del self._pools[kind]
+            _terminate(pool)
+            raise
         if any(isinstance(r, BrokenProcessPool) for r in results):
             pool.shutdown(wait=False, cancel_futures=True)
             del self._pools[kind]
         return results
+
+
+def _ignore_sigint() -> None:
+    """A worker's initializer: Ctrl-C is the parent's to handle (it stops the workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_forkserver() -> None:
+    """Start multiprocessing's forkserver, unless it runs already, with SIGINT ignored: the
+    processes it forks restore the signal dispositions it started with, so its workers ignore
+    Ctrl-C before they run any Python (a Ctrl-C during these milliseconds is lost)."""
+    import threading
+    from multiprocessing import forkserver
+
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        return  # signal.signal works in the main thread only, and cannot restore a C handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Kill ``pool``'s workers and drop its pending jobs (``terminate_workers`` from Python
+    3.14 on; before, its processes, which ProcessPoolExecutor keeps in ``_processes``)."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _outcome(future: Future | BaseException) -> Any:

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 from test_cli import _one_error_line
+from tune_models import conv_model
 
 import kiln
 import kiln.models
@@ -98,3 +103,33 @@ def test_run_checks_output_paths_before_loading(option, where, message, tmp_path
     assert cli.main(["run", str(lib), option, f"{tmp_path}/{where}"]) == 2
     assert _one_error_line(capsys) == "kiln: error: " + message.format(tmp=tmp_path)
     assert not (tmp_path / "new").exists()
+
+
+def test_ctrl_c_stops_tune_without_worker_tracebacks(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once kiln tune's
+    build and measure workers run: the parent alone reports it, in one line, exit 130; the
+    workers ignore SIGINT and are stopped by the parent (they used to print a KeyboardInterrupt
+    traceback each)."""
+    model = conv_model()
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    records = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "kiln.cli.main", "tune",
+                             str(tmp_path / "m.onnx"), "--target", "llvm", "--trials", "1000",
+                             "--batch-size", "2", "-o", str(records), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (records.exists() and records.stat().st_size):  # a round built and measured
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no record written in 300 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert "Traceback" not in err, err
+    assert (proc.returncode, err) == (130, "kiln: interrupted\n")
