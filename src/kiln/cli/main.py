@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         error (usage, :class:`KilnError`, or an unexpected exception).
     """
     debug = setup_logging()
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every command's module: seconds (the ONNX frontend)
+    except KeyboardInterrupt:
+        print("kiln: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     check = getattr(args, "check_arguments", None)
     if check is not None:  # a command's checks across arguments: its own usage and error

@@ -133,3 +133,14 @@ def test_ctrl_c_stops_tune_without_worker_tracebacks(tmp_path):
             proc.communicate()
     assert "Traceback" not in err, err
     assert (proc.returncode, err) == (130, "kiln: interrupted\n")
+
+
+def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while kiln imports its commands (build_parser takes seconds) is reported like
+    one during a command, not as a traceback."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["compile", "m.onnx", "-o", "m.so"]) == 130
+    assert capsys.readouterr().err == "kiln: interrupted\n"
