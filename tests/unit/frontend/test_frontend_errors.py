@@ -185,3 +185,29 @@ def test_converter_registry_lists_versions():
     assert table["Softmax"] == [1, 13]
     assert table["Unsqueeze"] == [1, 13]
     assert table["ReduceMean"] == [1, 18]
+
+
+def test_one_error_lists_every_unsupported_op_before_any_work():
+    """Two unknown ops (one used twice, one inside an If branch) and a foreign-domain op:
+    one UnsupportedOpError names all three with their nodes, not just the first."""
+    f = TensorProto.FLOAT
+    branch = helper.make_graph([helper.make_node("Bar", ["x"], ["o"], name="in_branch")], "b",
+                               [], [helper.make_tensor_value_info("o", f, [2])])
+    nodes = [helper.make_node("Foo", ["x"], ["a"], name="f1"),
+             helper.make_node("Foo", ["a"], ["b"], name="f2"),
+             helper.make_node("DynamicQuantizeLSTM", ["b"], ["c"], domain="com.microsoft",
+                              name="lstm"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2]),
+                                           helper.make_tensor_value_info("cond", TensorProto.BOOL,
+                                                                         [])],
+                              [helper.make_tensor_value_info("y", f, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOpError) as exc:
+        from_onnx(model)
+    message = str(exc.value)
+    assert message.startswith("the ONNX model uses 3 ops Kiln cannot convert")
+    for part in ("Foo (nodes 'f1', 'f2', opset 17)", "DynamicQuantizeLSTM (node 'lstm', "
+                 "domain 'com.microsoft')", "Bar (node 'in_branch', opset 17)"):
+        assert part in message

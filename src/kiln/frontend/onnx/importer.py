@@ -27,6 +27,7 @@ from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
+from kiln.frontend.onnx.support import check_supported
 from kiln.relay.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
@@ -130,6 +131,7 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         For a malformed graph (e.g. a node using an undefined value).
     """
     opset = model_opset(model)
+    check_supported(model, opset)  # every unsupported op in one error, before any work
     graph = model.graph
     shape = dict(shape or {})
     values: dict[str, Expr] = {}
