@@ -82,6 +82,15 @@ def test_run_on_an_onnx_model_says_to_compile_it(name, tmp_path, capsys):
                                        f"library: kiln compile {path} -o {so} first")
 
 
+def test_inspect_on_an_onnx_model_says_to_compile_it(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_relu_model(), path)
+    assert cli.main(["inspect", str(path)]) == 2
+    assert _one_error_line(capsys) == (f"kiln: error: {path} is an ONNX model, not a compiled "
+                                       f"library: kiln compile {path} -o {tmp_path / 'm.so'} "
+                                       "first")
+
+
 @pytest.mark.parametrize(("option", "where", "message"), [
     ("--outputs", "missing/o.npz", "cannot write {tmp}/missing/o.npz: directory {tmp}/missing "
                                    "does not exist"),
