@@ -71,8 +71,10 @@ class GraphModule:
 
     def set_input(self, key: int | str | None = None, value: Any = None, **params: Any) -> None:
         """Copy inputs into the executor: ``set_input("x", arr)``, ``set_input(0, arr)`` or
-        ``set_input(x=arr, w=arr2)``. ``value``: numpy array, NDArray or DLPack producer with
-        exactly the input's shape and dtype.
+        ``set_input(x=arr, w=arr2)``. ``value``: numpy array or scalar, NDArray or DLPack
+        producer with exactly the input's shape and dtype (never converted: float64 data for a
+        float32 input is refused, as onnxruntime does), or a Python scalar or (nested) list,
+        which takes the input's dtype.
 
         Raises
         ------

@@ -96,7 +96,9 @@ class VirtualMachine:
             No such function; on call: a wrong number of inputs, an unsupported dtype, a kernel
             failure (its library's message).
         ShapeError
-            On call: an input of the wrong dtype or rank, a dim that differs from the signature
+            On call: an input of the wrong dtype (a tensor is never converted: float64 data for a
+            float32 input is refused, as onnxruntime does; Python scalars and lists take the
+            input's dtype) or rank, a dim that differs from the signature
             or from the same symbol in an earlier input, or a symbol outside its bounds or not
             a multiple of its divisor (the message names the input, the dim and the symbol).
         """
@@ -116,6 +118,8 @@ class VirtualMachine:
         ------
         KilnError
             Unknown function, unknown parameter names, missing or extra inputs.
+        ShapeError
+            A tensor whose dtype is not its input's (not converted, as for :meth:`__getitem__`).
         """
         if kwargs:
             args = self._merge_kwargs(func_name, args, kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import re
 import struct
 
 import numpy as np
@@ -311,6 +312,29 @@ def test_graph_executor_set_input_errors():
         gm.set_input(7, np.ones((2, 3), "float32"))
     with pytest.raises(KilnError, match="output index 3"):
         gm.get_output(3)
+
+
+@pytest.mark.parametrize("shape, value, given", [
+    ((2, 3), np.ones((2, 3)), "float64"),
+    ((2, 3), rt.array(np.ones((2, 3), "int64")), "int64"),
+    ((), np.float64(1.5), "float64"),  # a numpy scalar has a dtype: not converted either
+    ((), np.array(1, "int32"), "int32"),
+])
+def test_graph_executor_refuses_other_dtypes(shape, value, given):
+    graph = json.loads(json.dumps(GRAPH_TWO))
+    graph["attrs"]["shape"][1] = [list(shape)] * 6
+    gm = GraphModule(rt.GraphExecutorFactoryModule(
+        json.dumps(graph), _numpy_kernels(), {"p0": np.ones(shape, "float32")})
+        ["default"](rt.cpu()))
+    with pytest.raises(ShapeError, match=rf"input 'x': expected shape {re.escape(str(shape))} "
+                       rf"dtype float32, got shape .* dtype {given} \(arrays are not converted: "
+                       r"cast with .astype\('float32'\)\)"):
+        gm.set_input("x", value)
+    # Python scalars and lists carry no dtype: they take the input's (as onnxruntime's lists)
+    gm.set_input("x", np.full(shape, 1.5).tolist())
+    gm.set_input(y=np.full(shape, 2, "float32"))
+    gm.run()
+    np.testing.assert_allclose(gm.get_output(0).numpy(), np.full(shape, 5, "float32"))
 
 
 def test_graph_executor_missing_kernel():

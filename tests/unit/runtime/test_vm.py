@@ -477,3 +477,46 @@ def test_replay_at_random_shapes_matches_the_interpreter():
         ref.profile("main", x, y)
         np.testing.assert_allclose(got, (x + y) * x, rtol=1e-6)
     assert vm.replay_stats()["replays"] == 11
+
+
+def _identity_exe() -> VMExecutable:
+    """``vec(x: f32[2]) -> x`` and ``scalar(s: f32[]) -> s``, without ``match_shape``: the
+    conversion of the inputs alone decides their dtype."""
+    a = P.Asm([])
+    for name, dims in (("vec", [2]), ("scalar", [])):
+        f = a.begin(name, [("x", "float32", dims)], [("out", "float32", dims)], num_regs=1,
+                    heap_size=0)
+        a.emit(P.ret(0))
+        a.end(f)
+    return a.build(P.py_kernels())
+
+
+class _Subclass(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("fn, value, given", [
+    ("vec", np.ones(2), "float64"),
+    ("vec", np.ones(2, np.int32), "int32"),
+    ("vec", rt.array(np.ones(2)), "float64"),
+    ("vec", np.ones(2).view(_Subclass), "float64"),
+    ("scalar", np.float64(1.5), "float64"),  # a numpy scalar has a dtype
+])
+def test_tensors_of_another_dtype_are_refused_not_converted(fn, value, given):
+    vm = VirtualMachine(_identity_exe())
+    match = (rf"VM function '{fn}': input 'x': expected dtype float32, got {given} \(tensors are "
+             r"not converted: cast with .astype\('float32'\)\)")
+    with pytest.raises(ShapeError, match=match):
+        vm[fn](value)
+    with pytest.raises(ShapeError, match=match):
+        vm.set_input(fn, value)
+
+
+def test_python_scalars_and_lists_take_the_input_dtype():
+    vm = VirtualMachine(_identity_exe())
+    out = vm["vec"]([1, 2.5])
+    assert out.dtype == "float32" and out.numpy().tolist() == [1.0, 2.5]
+    assert vm["scalar"](1.5).dtype == "float32"
+    assert vm["vec"](np.ones(2, np.float32)).dtype == "float32"
+    big_endian = np.array([1, 2], ">f4")  # the same dtype in another byte order: copied
+    np.testing.assert_array_equal(vm["vec"](big_endian).numpy(), [1, 2])

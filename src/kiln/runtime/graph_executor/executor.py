@@ -272,9 +272,12 @@ class GraphExecutor(Module):
 
     def _check_entry(self, arr: NDArray | np.ndarray, eid: int, what: str) -> None:
         shape, dtype = self.graph.shape[eid], self.graph.dltype[eid]
-        if tuple(arr.shape) != shape or np.dtype(arr.dtype).name != dtype:
+        given = np.dtype(arr.dtype).name
+        if tuple(arr.shape) != shape or given != dtype:
+            hint = f" (arrays are not converted: cast with .astype({dtype!r}))" \
+                if given != dtype else ""
             raise ShapeError(f"{what}: expected shape {shape} dtype {dtype}, got shape "
-                             f"{tuple(arr.shape)} dtype {np.dtype(arr.dtype).name}")
+                             f"{tuple(arr.shape)} dtype {given}{hint}")
 
     # -- bindings
     def _rebuild_copies(self) -> None:
@@ -319,6 +322,9 @@ class GraphExecutor(Module):
 
         A zero-copy binding of the input (or a shared param) is released first: the value is
         copied into the executor's own storage and the caller's previous array is left alone.
+        An NDArray, numpy array or scalar, or DLPack tensor must have the input's dtype (it is
+        not converted, as onnxruntime refuses float64 data for a float32 input); Python scalars
+        and lists take the input's dtype.
 
         Raises
         ------
@@ -332,11 +338,11 @@ class GraphExecutor(Module):
         name = self.graph.nodes[nid].name
         if isinstance(value, NDArray):
             src = value._arr
-        elif isinstance(value, np.ndarray):
-            src = value
+        elif isinstance(value, (np.ndarray, np.generic)):  # (a numpy scalar keeps its dtype)
+            src = np.asarray(value)
         elif hasattr(value, "__dlpack__"):
             src = np.from_dlpack(value)
-        else:  # Python scalars / lists take the input's dtype
+        else:  # Python scalars / lists take the input's dtype (onnxruntime converts lists)
             src = np.asarray(value, dtype=self.graph.dltype[eid])
         self._check_entry(src, eid, f"input {name!r}")
         self._unbind_input(eid)

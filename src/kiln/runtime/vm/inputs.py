@@ -5,6 +5,11 @@ NDArray, or a C-contiguous, 64-byte-aligned numpy array / DLPack tensor of a sup
 native byte order: ``graph_executor.zero_copy_view``'s rule); anything else is copied, into a
 per-parameter :class:`Staging` buffer that later calls reuse, so a misaligned input costs one
 ``memcpy`` and no allocation per call.
+
+Tensors are never converted to another dtype: an NDArray, numpy array or scalar, or DLPack
+tensor whose dtype is not the parameter's is refused (as onnxruntime refuses float64 data for a
+float32 input), whatever the function's bytecode checks. Python scalars and (nested) lists carry
+no dtype and take the parameter's, as onnxruntime converts lists.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.errors import ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import ALIGNMENT, NDArray, array, cpu
 from kiln.runtime.vm.executable_format import TensorSig
@@ -27,28 +33,40 @@ def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
     memory can be used in place (a C-contiguous, 64-byte aligned numpy array or DLPack tensor
     of a supported dtype in native byte order), else an aligned copy (into ``staging``'s
     buffer ``key`` when given, reused by later calls); ``copy`` always makes a new copy.
+    Python scalars and lists are converted to ``sig``'s dtype; nothing else is.
 
     Raises
     ------
+    ShapeError
+        A tensor whose dtype is not ``sig``'s (names the input and both dtypes).
     KilnError
         An unsupported dtype.
     """
-    if type(value) is NDArray:
-        return array(value) if copy else value
     if type(value) is not np.ndarray:
         if isinstance(value, NDArray):
+            if sig is not None and value.dtype != sig.dtype:
+                raise _dtype_error(sig, value.dtype)
             return array(value) if copy else value
-        if hasattr(value, "__dlpack__"):
+        if isinstance(value, (np.ndarray, np.generic)):  # a subclass, a numpy scalar
+            value = np.asarray(value)
+        elif hasattr(value, "__dlpack__"):
             value = np.from_dlpack(value)
         else:
             value = np.asarray(value, dtype=sig.dtype if sig is not None else None)
     name = _DTYPE_NAMES.get(value.dtype)  # (a dict lookup: dtype.name is slow)
+    if sig is not None and name != sig.dtype and value.dtype.name != sig.dtype:  # (">f4": ok)
+        raise _dtype_error(sig, value.dtype)
     if copy or name is None:
         return array(value)
     # (an empty array too: numpy may place it anywhere, and kernels check every pointer)
     if value.flags.c_contiguous and value.ctypes.data % ALIGNMENT == 0:
         return NDArray._checked(value, name, _CPU)  # keeps ``value`` (its memory) alive
     return staging.stage(key, value, name) if staging is not None else array(value)
+
+
+def _dtype_error(sig: TensorSig, given: Any) -> ShapeError:
+    return ShapeError(f"input {sig.name!r}: expected dtype {sig.dtype}, got {np.dtype(given)} "
+                      f"(tensors are not converted: cast with .astype({sig.dtype!r}))")
 
 
 class Staging:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kiln.errors import KilnError, ModuleLoadError
+from kiln.errors import KilnError, ModuleLoadError, ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray, array
@@ -310,8 +310,9 @@ class VirtualMachine(Module):
         try:
             return [as_input(v, s, copy, staging, (fidx, i))
                     for i, (v, s) in enumerate(zip(args, func.params))]
-        except KilnError as err:
-            raise KilnError(f"VM function {func.name!r}: {err}") from None
+        except KilnError as err:  # (a dtype's ShapeError stays one)
+            cls = ShapeError if isinstance(err, ShapeError) else KilnError
+            raise cls(f"VM function {func.name!r}: {err}") from None
 
     def call(self, name: str, *args: Any) -> Any:
         """Run VM function ``name`` on ``args``; returns a copy of its result (an NDArray or a
