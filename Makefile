@@ -1,6 +1,8 @@
-# Kiln developer entry points. Works from a fresh clone on Debian as root (python3 >= 3.10, network
-# to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras once (stamp
-# file), installs a C compiler with apt-get when `cc` is missing, then runs.
+# Kiln developer entry points. Works from a fresh clone on Debian as root (python3 >= 3.11, network
+# to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras at the exact
+# versions of constraints.txt (pip -c; pyproject.toml has ranges) once (stamp file, redone when
+# pyproject.toml or constraints.txt changes), installs a C compiler with apt-get when `cc` is
+# missing, then runs. Afterwards `. .venv/bin/activate` puts `kiln` on PATH (or: .venv/bin/kiln).
 #
 #   make demo       compile the text-orientation model for the host's fastest target (llvm
 #                   -mcpu=native) and check it against onnxruntime (prints both latencies)
@@ -68,7 +70,7 @@ all: test
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@set -e; \
 	if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -84,12 +86,12 @@ $(STAMP): pyproject.toml
 	  rm -rf $(VENV); $(PYTHON) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,demo]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo]'
 	@touch $(STAMP)
 
 # The bench extra on top of the default install, once (its own stamp: make test/demo skip it).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,demo,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,bench]'
 	@touch $(BENCH_STAMP)
 
 toolchain:
@@ -189,7 +191,7 @@ fuzz: $(STAMP) toolchain
 	  tests/backend/runtime/test_runtime_fuzz_so.py tests/backend/native/test_native_fuzz.py -m fuzz -n 2 -q -rP $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	$(PY) -m ruff check src tests benchmarks conformance tools examples
 
 vocabulary: $(STAMP)
