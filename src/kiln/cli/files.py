@@ -135,6 +135,19 @@ def read_npz(path: str, names: list[str]) -> dict[str, np.ndarray]:
     return arrays
 
 
+def check_dtype(name: str, arr: np.ndarray, dtype: str, path: str) -> None:
+    """Refuse an ``.npz`` array whose dtype is not the input's (its byte order aside).
+
+    Raises
+    ------
+    ShapeError
+        Naming the input, the file, both dtypes and the cast that fixes the file.
+    """
+    if arr.dtype.newbyteorder("=") != np.dtype(dtype):
+        raise ShapeError(f"input {name!r}: {path} has dtype {arr.dtype}, the library expects "
+                         f"{dtype} (save it with .astype('{dtype}'))")
+
+
 def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
     """Read graph inputs from an ``.npz`` whose keys are the input names.
 
@@ -143,7 +156,8 @@ def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
     KilnError
         Unreadable file, a missing or unknown key.
     ShapeError
-        An array whose shape differs from the graph's (dtypes are cast when safe).
+        An array whose shape or dtype differs from the graph's (nothing is cast, as
+        onnxruntime refuses a float64 array for a float32 input).
     """
     arrays = read_npz(path, [t.name for t in inputs])
     out = {}
@@ -152,9 +166,7 @@ def load_inputs(path: str, inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
         if tuple(arr.shape) != t.shape:
             raise ShapeError(f"input {t.name!r}: {path} has shape {tuple(arr.shape)}, "
                              f"the library expects {t.shape}")
-        if not np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
-            raise ShapeError(f"input {t.name!r}: {path} has dtype {arr.dtype}, "
-                             f"the library expects {t.dtype}")
+        check_dtype(t.name, arr, t.dtype, path)
         out[t.name] = np.ascontiguousarray(arr, dtype=t.dtype)
     return out
 

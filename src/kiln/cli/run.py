@@ -140,7 +140,7 @@ def _run_vm_library(root, inputs: str | None, seed: int, repeat: int, profile: b
     sig = vm_signature(root)
     lines = []
     if inputs:
-        feed = cast_inputs(read_npz(inputs, [t.name for t in sig.inputs]), sig)
+        feed = cast_inputs(read_npz(inputs, [t.name for t in sig.inputs]), sig, inputs)
         lines.append(f"inputs: {inputs}")
     else:
         shapes, defaulted = input_shapes(sig, given)

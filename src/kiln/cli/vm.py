@@ -163,15 +163,23 @@ def _take_symbols(sig: VMSignature, t: VMTensor, shape: tuple[int, ...],
         values[d] = v
 
 
-def cast_inputs(arrays: dict[str, np.ndarray], sig: VMSignature) -> dict[str, np.ndarray]:
-    """Cast arrays to their input's dtype where numpy calls it safe or same-kind (as for graph
-    libraries); others are passed on unchanged for the VM to reject. Shapes are not touched."""
+def cast_inputs(arrays: dict[str, np.ndarray], sig: VMSignature,
+                path: str = "the .npz") -> dict[str, np.ndarray]:
+    """The ``.npz`` arrays in C order, each checked to have its input's dtype (nothing is
+    cast, as for graph libraries); shapes are the VM's to check.
+
+    Raises
+    ------
+    ShapeError
+        An array whose dtype is not its input's (:func:`kiln.cli.files.check_dtype`).
+    """
+    from kiln.cli.files import check_dtype
+
     out = {}
     for t in sig.inputs:
         arr = arrays[t.name]
-        if np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
-            arr = arr.astype(t.dtype, copy=False)
-        out[t.name] = np.asarray(arr, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
+        check_dtype(t.name, arr, t.dtype, path)
+        out[t.name] = np.asarray(arr, dtype=t.dtype, order="C")  # native byte order, C order
     return out
 
 

@@ -265,6 +265,10 @@ def test_npz_inputs_round_trip(tmp_path):
     save_npz(str(tmp_path / "bad.npz"), {"input:0": x.reshape(4, 1)})
     with pytest.raises(ShapeError):
         load_inputs(str(tmp_path / "bad.npz"), info.inputs)
+    save_npz(str(tmp_path / "f64.npz"), {"input:0": x.astype(np.float64)})
+    with pytest.raises(ShapeError, match="'input:0'.*dtype float64, the library expects "
+                                         "float32.*astype"):
+        load_inputs(str(tmp_path / "f64.npz"), info.inputs)  # never cast silently
     save_npz(str(tmp_path / "other.npz"), {"y": x})
     with pytest.raises(KilnError, match="missing"):
         load_inputs(str(tmp_path / "other.npz"), info.inputs)
