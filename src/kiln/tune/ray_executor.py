@@ -41,7 +41,7 @@ def import_ray():
     try:
         import ray
     except ImportError as exc:
-        raise KilnError("kiln tune --ray needs Ray: pip install kiln[tune] (or ray==2.60.0); "
+        raise KilnError("kiln tune --ray needs Ray: pip install 'kiln[tune]' (ray>=2.58); "
                         f"import failed: {exc}") from exc
     return ray
 
