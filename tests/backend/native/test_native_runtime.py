@@ -15,12 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-import tomllib
 from onnx_helpers import graph_inputs
 
 import kiln
