@@ -73,9 +73,12 @@ _X86_PROBES: dict[str, tuple[str, str]] = {
     "avx512bitalg": ("<64 x i8> (<64 x i8> %a) #0",
                      "call <64 x i8> @llvm.ctpop.v64i8(<64 x i8> %a)", r"vpopcntb"),
 }
-#: x86 features with no generic-IR probe, read from ``-mattr`` (the host's list for native)
-_X86_FROM_MATTR = ("avx512vnni", "avx512vbmi", "avx512vbmi2", "avx512ifma", "avxvnni",
-                   "amx-tile", "amx-int8", "amx-bf16")
+#: x86 features with no generic-IR probe, read from ``-mattr`` (the host's list for native).
+#: AMX is never required: Kiln's AMX kernels ask the CPU and the OS at run time and fall back
+#: to their VNNI / AVX2 loops (support/amx.c, docs/decisions/026-amx.md)
+_X86_FROM_MATTR = ("avx512vnni", "avx512vbmi", "avx512vbmi2", "avx512ifma", "avxvnni")
+#: features whose code is dispatched at run time, never required of the loading CPU
+_RUN_TIME_DISPATCHED = frozenset({"amx-tile", "amx-int8", "amx-bf16"})
 #: gcc/clang macros of the x86 features (``-dM -E``)
 _MACRO = re.compile(r"#define __([A-Z0-9_]+)__ 1")
 
@@ -130,7 +133,7 @@ def _llvm_features(target: Target) -> list[str]:
         if "avx512f" not in feats:  # -mattr=-avx512f turns every AVX-512 extension off
             feats = {f for f in feats if not f.startswith("avx512")}
         if "avx2" not in feats:
-            feats -= {"avxvnni", "amx-tile", "amx-int8", "amx-bf16"}
+            feats -= {"avxvnni"}
     else:
         feats = {f for f, v in on.items() if v}
         if arch == "aarch64" and target.int8_dot() == "dotprod":
@@ -156,7 +159,7 @@ def _c_features(options: tuple[str, ...], arch: str) -> tuple[str, ...]:
         return ()
     macros = set(_MACRO.findall(out))
     return tuple(f for f in KNOWN_FEATURES.get(arch, ())
-                 if re.sub(r"[.-]", "_", f).upper() in macros)
+                 if re.sub(r"[.-]", "_", f).upper() in macros and f not in _RUN_TIME_DISPATCHED)
 
 
 def module_target_info(spec: str, compile_options: Sequence[str] = ()) -> dict:

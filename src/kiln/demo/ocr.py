@@ -44,9 +44,10 @@ NEEDS = ("PIL", "onnxruntime")
 #: the detector's canvas height; widths follow each line (multiples of 32)
 DET_HEIGHT = 96
 #: the detector's symbolic height and width (multiples of 32, as its five downsamplings need)
-#: and the recognizer's input height (unnamed in the model, "?": fixed to 48) and width
+#: and the recognizer's input height (unnamed in the model, "?", so the importer's symbol
+#: x_dim2: fixed to 48) and width
 DET_BOUNDS = {"p2o.DynamicDimension.1": (32, 2048, 32), "p2o.DynamicDimension.2": (32, 4096, 32)}
-REC_BOUNDS = {"?": (REC_HEIGHT, REC_HEIGHT), "p2o.DynamicDimension.1": (8, 4096)}
+REC_BOUNDS = {"x_dim2": (REC_HEIGHT, REC_HEIGHT), "p2o.DynamicDimension.1": (8, 4096)}
 TEXTS = ("Kiln compiled this reader", "one library", "reads lines of any width: 42")
 TEXT = TEXTS[0]
 

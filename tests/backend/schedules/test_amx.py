@@ -24,6 +24,7 @@ import pytest
 from backend_helpers import cpu_flags, int_conv_reference, run_exported
 
 import kiln
+from kiln.errors import CompileError
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var
 from kiln.relay.op.integer import DENSE_QUAD_AXIS, pack_quads
 from kiln.relay.op.nn import pack_dense_weight
@@ -189,7 +190,9 @@ def test_amx_call_only_where_it_can_apply():
     assert "KilnAMXGemmU8S8" not in _kernel_source("llvm -mcpu=sapphirerapids", 8)
     assert "KilnAMXGemmU8S8" not in _kernel_source("llvm -mcpu=icelake-server", 32)
     assert not Target("llvm -mcpu=sapphirerapids -mattr=-amx-int8").amx_int8()
-    assert not Target("llvm -mtriple=aarch64-linux-gnu -mattr=+amx-int8").amx_int8()
+    assert not Target("llvm -mtriple=aarch64-linux-gnu").amx_int8()
+    with pytest.raises(CompileError, match="amx-int8"):  # not an aarch64 feature: refused
+        Target("llvm -mtriple=aarch64-linux-gnu -mattr=+amx-int8")
 
 
 @pytest.mark.parametrize("target", AMX_TARGETS)
