@@ -184,6 +184,12 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
     with progress.stage(f"Extracting tasks from {Path(model).name}"):
         proto = load_onnx(model)
         mod, params = from_onnx(proto, shape=dict(input_shapes or []))
+        symbolic = [f"{v.name}[{', '.join(map(str, v.checked_type.shape))}]"
+                    for v in mod["main"].params if not v.checked_type.is_static]
+        if symbolic:  # kernels over symbolic shapes have no fixed workload to time
+            raise KilnError(f"kiln tune times kernels at fixed shapes, but these inputs have "
+                            f"symbolic dims: {', '.join(symbolic)}; give the shapes you deploy "
+                            "with --input-shape NAME:SHAPE (records apply to those shapes)")
         tasks = extract_tasks(mod, params, target)
     if not tasks:
         echo(f"{model}: no kernel with schedule choices to tune")

@@ -150,3 +150,20 @@ def test_a_local_tune_never_imports_ray():
     code = ("import sys; import kiln.cli.main, kiln.cli.tune, kiln.tune.tuner; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_tune_refuses_symbolic_inputs_and_says_how_to_fix_them(tmp_path, capsys):
+    """A model with a symbolic batch: one line naming the input and --input-shape (it said
+    'no kernel with schedule choices to tune' and exited 0, writing nothing)."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        [numpy_helper.from_array(np.ones((64, 64), np.float32), "w")])
+    path = tmp_path / "sym.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    assert cli.main(["tune", str(path), "-o", str(tmp_path / "r.jsonl"), "-q",
+                     "--trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic dims: x[batch, 64]" in err and "--input-shape" in err
+    assert not (tmp_path / "r.jsonl").exists()
