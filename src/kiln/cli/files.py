@@ -53,13 +53,20 @@ def load_library(path: str):
         ``path`` is an ONNX model (saying to compile it first), or cannot be loaded.
     """
     import kiln
+
+    refuse_onnx(path)
+    return kiln.runtime.load_module(path)
+
+
+def refuse_onnx(path: str) -> None:
+    """Raise ModuleLoadError, saying to compile it first, when ``path`` is an ONNX model
+    (:func:`is_onnx_file`) given where a compiled library is expected."""
     from kiln.errors import ModuleLoadError
 
     if is_onnx_file(path):
         so = Path(path).with_suffix(".so")
         raise ModuleLoadError(f"{path} is an ONNX model, not a compiled library: kiln compile "
                               f"{path} -o {so} first")
-    return kiln.runtime.load_module(path)
 
 
 def open_library(path: str, root=None):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from kiln.cli.files import open_library, write_atomic
 from kiln.errors import KilnError
@@ -117,14 +116,11 @@ def _read(library: str):
     """(root, target record or None, runnable here) without loading a shared library or
     object; a tar export is relinked and loaded (``load_module``)."""
     import kiln
-    from kiln.cli.files import is_onnx_file
-    from kiln.errors import ModuleLoadError
+    from kiln.cli.files import refuse_onnx
     from kiln.runtime.load import file_kind, read_library
 
     path = os.path.abspath(library)
-    if is_onnx_file(path):
-        raise ModuleLoadError(f"{library} is an ONNX model, not a compiled library: kiln "
-                              f"compile {library} -o {Path(library).with_suffix('.so')} first")
+    refuse_onnx(library)
     if os.path.isfile(path) and file_kind(path) == "tar":
         return kiln.runtime.load_module(path), None, True, ["target: (a .tar export: relinked "
                                                               "and loaded, record not read)"]

@@ -163,6 +163,8 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         a Ray cluster that cannot be reached or has no measuring node of this CPU.
     """
     from kiln import progress
+    from kiln.cli.files import check_output_file
+    from kiln.driver.build_module import symbolic_params
     from kiln.frontend import from_onnx, load_onnx
     from kiln.target import default_target
     from kiln.tune.measure import MEASURE_METHODS
@@ -176,16 +178,14 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
                         f"{measure!r}")
     target = target or default_target()
     out = Path(output)
-    if not out.parent.exists():
-        raise KilnError(f"cannot write {out}: directory {out.parent} does not exist")
+    check_output_file(str(out))
     for path in resume or []:
         if not Path(path).is_file():
             raise KilnError(f"--tuning-records {path}: no such file")
     with progress.stage(f"Extracting tasks from {Path(model).name}"):
         proto = load_onnx(model)
         mod, params = from_onnx(proto, shape=dict(input_shapes or []))
-        symbolic = [f"{v.name}[{', '.join(map(str, v.checked_type.shape))}]"
-                    for v in mod["main"].params if not v.checked_type.is_static]
+        symbolic = symbolic_params(mod["main"])
         if symbolic:  # kernels over symbolic shapes have no fixed workload to time
             raise KilnError(f"kiln tune times kernels at fixed shapes, but these inputs have "
                             f"symbolic dims: {', '.join(symbolic)}; give the shapes you deploy "

@@ -332,6 +332,12 @@ RUNTIMES = (None, "crt")
 EXECUTORS = ("graph", "aot", "vm")
 
 
+def symbolic_params(func: Function) -> list[str]:
+    """The parameters of ``func`` with symbolic dims, as ``"x[batch, 3, 224, 224]"``."""
+    return [f"{p.name}[{', '.join(map(str, p.checked_type.shape))}]" for p in func.params
+            if not p.checked_type.is_static]
+
+
 def choose_executor(func: Function, executor: str | None, runtime: str | None = None) -> str:
     """The executor of a build — the one choice ``kiln.build`` and ``kiln compile`` share.
 
@@ -348,8 +354,7 @@ def choose_executor(func: Function, executor: str | None, runtime: str | None = 
         symbolic dims (the message lists the inputs and how to fix them), a run-time If or
         Loop, or data-dependent shapes (the message names the ops).
     """
-    symbolic = sorted(f"{p.name}[{', '.join(map(str, p.checked_type.shape))}]"
-                      for p in func.params if not p.checked_type.is_static)
+    symbolic = sorted(symbolic_params(func))
     nodes = list(post_order(func.outputs))
     control_flow = any(isinstance(n, (IfCall, LoopCall)) for n in nodes)
     runtime_ops = sorted({n.op.name for n in nodes if isinstance(n, Call) and n.op.runtime})

@@ -49,6 +49,18 @@ def expand_function(node: NodeProto, opset: int, input_types: list[TensorType | 
     return nodes, body_opset
 
 
+def has_function_body(op_type: str, opset: int) -> bool:
+    """Whether the default-domain op ``op_type`` has an ONNX function body (plain or
+    context-dependent) at ``opset``: what :func:`expand_function` can expand, short of a
+    context-dependent builder that rejects the node."""
+    try:
+        schema = defs.get_schema(op_type, opset)
+    except defs.SchemaError:
+        return False
+    return any(v <= opset for v in [*schema.function_opset_versions,
+                                    *schema.context_dependent_function_opset_versions])
+
+
 def _function_body(schema: defs.OpSchema, node: NodeProto, opset: int,
                    input_types: list[TensorType | None]) -> FunctionProto | None:
     versions = [v for v in schema.function_opset_versions if v <= opset]

@@ -27,7 +27,7 @@ from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
-from kiln.frontend.onnx.support import check_supported
+from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
 from kiln.relay.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
@@ -36,7 +36,6 @@ DimBound = tuple
 logger = logging.getLogger("kiln")
 
 MIN_OPSET, MAX_OPSET = 1, 28
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
@@ -75,7 +74,7 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
 
 def model_opset(model: onnx.ModelProto) -> int:
     """The model's default-domain opset; outside 1..28 raises UnsupportedOpError."""
-    versions = [imp.version for imp in model.opset_import if imp.domain in _DEFAULT_DOMAINS]
+    versions = [imp.version for imp in model.opset_import if imp.domain in DEFAULT_DOMAINS]
     if not versions:
         raise UnsupportedOpError("ONNX model imports no default-domain opset")
     opset = int(versions[-1])
@@ -307,7 +306,7 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
                   unavailable: dict[str, str], param_values: dict[str, np.ndarray]) -> None:
     name = node.name or f"{node.op_type}_{index}"
     where = f"ONNX {node.op_type} (node '{name}', opset {opset})"
-    if node.domain not in _DEFAULT_DOMAINS:
+    if node.domain not in DEFAULT_DOMAINS:
         raise UnsupportedOpError(f"{where}: domain '{node.domain}' is not supported")
     inputs: list[Expr | None] = []
     for inp in node.input:

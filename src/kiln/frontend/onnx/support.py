@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import onnx
-from onnx import AttributeProto, defs
+from onnx import AttributeProto
 
 from kiln.errors import UnsupportedOpError
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS
+from kiln.frontend.onnx.functions import has_function_body
 from kiln.frontend.onnx.registry import find_converter
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -34,17 +35,6 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
             elif attr.type == AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from _nodes(g)
-
-
-def has_function_body(op_type: str, opset: int) -> bool:
-    """Whether the default-domain op ``op_type`` has an ONNX function body at ``opset``."""
-    try:
-        schema = defs.get_schema(op_type, opset)
-    except defs.SchemaError:
-        return False
-    versions = [*schema.function_opset_versions,
-                *schema.context_dependent_function_opset_versions]
-    return any(v <= opset for v in versions)
 
 
 def _supported(node: onnx.NodeProto, opset: int) -> bool:
