@@ -42,6 +42,9 @@
 #                   ids, tags, builtin names) from the Python VM's tables
 #                   (tools/gen_c_vocabulary.py); tests/unit/native/test_c_vocabulary.py fails
 #                   when stale
+#   make check-python  pip resolves the dependencies (pins and ranges) for every CPython from
+#                   requires-python's floor to 3.13, and not below it; no removed stdlib module
+#                   is imported (tools/check_python_versions.py; needs the package index)
 #   make clean      remove the virtual environment and caches
 
 PYTHON ?= python3
@@ -62,7 +65,8 @@ CONFORMANCE_ARGS ?=
 OPS_RESULTS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops toolchain \
+.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops check-python \
+	toolchain \
 	cross-toolchain \
 	device-toolchain blas-toolchain venv clean
 
@@ -199,6 +203,9 @@ vocabulary: $(STAMP)
 
 ops: $(STAMP)
 	$(PY) tools/gen_ops_table.py $(if $(OPS_RESULTS),--results $(OPS_RESULTS))
+
+check-python: $(STAMP)
+	$(PY) tools/check_python_versions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

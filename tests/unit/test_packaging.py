@@ -8,6 +8,7 @@ all the pinned wheels make installs accept, read from the installed distribution
 """
 
 import importlib.metadata
+import importlib.util
 import json
 import re
 import shutil
@@ -224,3 +225,25 @@ def test_the_warning_check_sees_a_deprecated_license_table(tmp_path):
     (tmp_path / "out").mkdir()
     result = build_metadata(src, tmp_path / "out")
     assert any("Deprecat" in w and "license" in w for w in result["warnings"]), result
+
+
+def _python_versions_tool():
+    spec = importlib.util.spec_from_file_location(
+        "check_python_versions", ROOT / "tools" / "check_python_versions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_source_imports_a_module_newer_pythons_removed():
+    """The supported 3.12 and 3.13 dropped distutils, imp and the PEP 594 modules, which this
+    3.11 interpreter would still import (make check-python resolves the wheels for them)."""
+    assert _python_versions_tool().removed_imports() == []
+
+
+def test_the_removed_module_scan_finds_one(tmp_path, monkeypatch):
+    tool = _python_versions_tool()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "old.py").write_text("import os\nfrom distutils.util import strtobool\n")
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    assert tool.removed_imports() == ["src/old.py:2: distutils.util"]
