@@ -30,7 +30,9 @@
 #   make conformance  all ONNX node conformance cases (onnx 1.23: 1884) through Kiln's ONNX
 #                   backend on CONFORMANCE_WORKERS processes (default: all cores); writes a table
 #                   per op type to conformance/results/kiln.{md,json}; CONFORMANCE_ARGS="--backend
-#                   onnxruntime" runs onnxruntime under the same rules; not part of make test
+#                   onnxruntime" runs onnxruntime under the same rules; then the com.microsoft
+#                   contrib ops' single-op cases vs onnxruntime into
+#                   conformance/results/contrib.md (conformance/contrib.py); not part of make test
 #   make ops        regenerate docs/ops.md, the supported-ops table (converter registry, onnx's
 #                   schemas, the committed conformance summary docs/ops-conformance.json;
 #                   tools/gen_ops_table.py); OPS_RESULTS=conformance/results/kiln.json first
@@ -189,6 +191,7 @@ bench: $(BENCH_STAMP) toolchain
 
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
+	$(PY) conformance/contrib.py
 
 fuzz: $(STAMP) toolchain
 	$(PY) -m pytest tests/unit/runtime/test_runtime_fuzz.py \

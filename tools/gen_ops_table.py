@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/generated.py
 from generated import write_or_check  # noqa: E402
 
 from kiln.frontend.onnx import control_flow
+from kiln.frontend.onnx.contrib import list_contrib_ops
 from kiln.frontend.onnx.importer import MAX_OPSET, MIN_OPSET
 from kiln.frontend.onnx.registry import find_converter, list_converters
 
@@ -364,8 +365,9 @@ def render(summary: dict | None = None, converters: dict[str, list[int]] | None 
                      f"{_cell(r.notes)} |")
     lines += ["", "## Not converted", "",
               *_wrap("A model using one of these ops fails to import with "
-                     "`UnsupportedOpError`; for the ops outside the default domain that is the "
-                     "domain itself (the importer takes only `ai.onnx`)."), "",
+                     "`UnsupportedOpError`, which lists every such op of the model at once; "
+                     "for the ops outside the default domain that is the domain itself (the "
+                     "importer takes `ai.onnx` and onnxruntime's `com.microsoft`)."), "",
               "| domain | op | onnx versions | conformance | notes |", "|---|---|---|---:|---|"]
     expanded = summary.get("expanded_passes", {})
     for r in missing:
@@ -374,11 +376,28 @@ def render(summary: dict | None = None, converters: dict[str, list[int]] | None 
                            if expanded.get(r.key) else [])
         lines.append(f"| {r.domain} | {r.op} | {r.opsets} | {_score(ops.get(r.key))} | "
                      f"{_cell(notes)} |")
+    lines += contrib_section()
     if stray:
         lines += ["", "## Conformance cases of other op types", "",
                   "| op type | conformance |", "|---|---:|"]
         lines += [f"| {k} | {_score(ops[k])} |" for k in stray]
     return "\n".join(lines) + "\n"
+
+
+def contrib_section() -> list[str]:
+    """The lines of the com.microsoft table: each contrib op with what its body computes."""
+    ops = list_contrib_ops()
+    lines = ["", "## onnxruntime contrib ops (`com.microsoft`)", "",
+             *_wrap(f"Kiln converts {len(ops)} of the ops onnxruntime's tools write (the "
+                    "quantizers, the transformers optimizer, the 4-bit weight quantizer), each "
+                    "as a body of standard ops (`kiln.frontend.onnx.contrib`). Each has "
+                    "single-op cases checked against onnxruntime (`tests/helpers/"
+                    "contrib_cases.py`; `make conformance` writes their table to "
+                    "`conformance/results/contrib.md`)."), "",
+             "| op | computes |", "|---|---|"]
+    lines += [f"| {op} | {_cell([first_sentence(inspect.getdoc(fn))])} |"
+              for op, fn in ops.items()]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,11 +24,21 @@ from kiln.arith import Dim, SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.contrib import CONTRIB_OPSET, MS_DOMAIN, expand_contrib
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
 from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
-from kiln.relay.graph import Call, Expr, Function, IRModule, TensorType, Var, post_order
+from kiln.relay.graph import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    IRModule,
+    TensorType,
+    Var,
+    post_order,
+)
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
 DimBound = tuple
@@ -306,7 +316,7 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
                   unavailable: dict[str, str], param_values: dict[str, np.ndarray]) -> None:
     name = node.name or f"{node.op_type}_{index}"
     where = f"ONNX {node.op_type} (node '{name}', opset {opset})"
-    if node.domain not in DEFAULT_DOMAINS:
+    if node.domain not in (*DEFAULT_DOMAINS, MS_DOMAIN):
         raise UnsupportedOpError(f"{where}: domain '{node.domain}' is not supported")
     inputs: list[Expr | None] = []
     for inp in node.input:
@@ -318,6 +328,10 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             inputs.append(values[inp])
         else:
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
+    if node.domain == MS_DOMAIN:  # onnxruntime's contrib op: convert its standard-op body
+        for k, inner in enumerate(_contrib_body(node, name, inputs, param_values)):
+            _convert_node(inner, k, CONTRIB_OPSET, values, unavailable, param_values)
+        return
     if node.op_type in CONTROL_FLOW_OPS:
         try:
             results: list = convert_control_flow(node, name, opset, inputs, values, unavailable,
@@ -343,6 +357,20 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
         raise ShapeError(f"{where}: {err}") from None
     _bind_outputs(node, where, result if isinstance(result, list) else [result], values,
                   unavailable)
+
+
+def _contrib_body(node: onnx.NodeProto, name: str, inputs: list[Expr | None],
+                  param_values: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    def constant(k: int) -> np.ndarray | None:
+        expr = inputs[k] if k < len(inputs) else None
+        if isinstance(expr, Constant):
+            return expr.data
+        if isinstance(expr, Var) and expr.name in param_values:
+            return param_values[expr.name]
+        return None
+
+    types = [None if e is None else e.checked_type for e in inputs]
+    return expand_contrib(node, name, types, constant)
 
 
 def _bind_outputs(node: onnx.NodeProto, where: str, results: list, values: dict[str, Expr],

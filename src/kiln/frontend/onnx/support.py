@@ -3,9 +3,11 @@ error lists it all (onnxruntime names one op at a time; a user fixing a model wa
 
 A node is supported when it is in the default domain and its op type is control flow, has a
 converter for the model's opset (:mod:`kiln.frontend.onnx.registry`), or has an ONNX function
-body at that opset (:mod:`kiln.frontend.onnx.functions`). Subgraphs (If branches, Loop and
-Scan bodies) are walked too. What this cannot know before converting (an attribute value or a
-shape a converter rejects) is still reported by the converter itself.
+body at that opset (:mod:`kiln.frontend.onnx.functions`); or when it is one of onnxruntime's
+``com.microsoft`` ops Kiln writes as standard ops (:mod:`kiln.frontend.onnx.contrib`).
+Subgraphs (If branches, Loop and Scan bodies) are walked too. What this cannot know before
+converting (an attribute value or a shape a converter rejects) is still reported by the
+converter itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import onnx
 from onnx import AttributeProto
 
 from kiln.errors import UnsupportedOpError
+from kiln.frontend.onnx.contrib import MS_DOMAIN, has_contrib_body
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS
 from kiln.frontend.onnx.functions import has_function_body
 from kiln.frontend.onnx.registry import find_converter
@@ -38,6 +41,8 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 
 def _supported(node: onnx.NodeProto, opset: int) -> bool:
+    if node.domain == MS_DOMAIN:
+        return has_contrib_body(node.op_type)
     return (node.op_type in CONTROL_FLOW_OPS or find_converter(node.op_type, opset) is not None
             or has_function_body(node.op_type, opset))
 
@@ -47,9 +52,10 @@ def unsupported_ops(graph: onnx.GraphProto, opset: int) -> dict[tuple[str, str],
     (domain ``""`` for the default one), in the order they first appear."""
     out: dict[tuple[str, str], list[str]] = {}
     for k, node in enumerate(_nodes(graph)):
-        foreign = node.domain not in DEFAULT_DOMAINS
+        foreign = node.domain not in (*DEFAULT_DOMAINS, MS_DOMAIN)
         if foreign or not _supported(node, opset):
-            names = out.setdefault((node.domain if foreign else "", node.op_type), [])
+            domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+            names = out.setdefault((domain, node.op_type), [])
             name = node.name or f"{node.op_type}_{k}"
             if name not in names:  # a subgraph may be shared by an If's two branches
                 names.append(name)

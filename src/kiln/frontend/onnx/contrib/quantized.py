@@ -1,0 +1,170 @@
+"""The quantized ``com.microsoft`` ops onnxruntime's quantizers write, as standard ONNX ops.
+
+``quantize_static`` writes QLinearAdd/Mul/Concat/Sigmoid/LeakyRelu/GlobalAveragePool in QOperator
+format: each is ``QuantizeLinear(f(DequantizeLinear(x)...))`` here, the QDQ pattern Kiln's int8
+passes already rewrite into integer kernels. ``quantize_dynamic`` writes DynamicQuantizeMatMul,
+MatMulIntegerToFloat and DynamicQuantizeLSTM; the 4-bit weight quantizer writes MatMulNBits
+(semantics: onnxruntime ``docs/ContribOperators.md``, ``onnxruntime/contrib_ops/cpu/``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.frontend.onnx.contrib import Body, contrib_op
+
+
+def _dequantize(b: Body, x: int, scale: int, zero_point: int, **attrs) -> str:
+    return b.op("DequantizeLinear", b.input(x), b.input(scale), b.input(zero_point), **attrs)
+
+
+def _quantize(b: Body, y: str, scale: int, zero_point: int) -> str:
+    return b.op("QuantizeLinear", y, b.input(scale), b.input(zero_point))
+
+
+def _binary(op_type: str):
+    def build(b: Body) -> None:
+        total = b.op(op_type, _dequantize(b, 0, 1, 2), _dequantize(b, 3, 4, 5))
+        b.output(0, _quantize(b, total, 6, 7))
+
+    build.__doc__ = (f"``C = quantize({op_type}(dequantize(A), dequantize(B)))``; inputs A, "
+                     "A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point.")
+    return build
+
+
+contrib_op("QLinearAdd")(_binary("Add"))
+contrib_op("QLinearMul")(_binary("Mul"))
+
+
+@contrib_op("QLinearSigmoid")
+def qlinear_sigmoid(b: Body) -> None:
+    """``Y = quantize(Sigmoid(dequantize(X)))``; inputs X, X_scale, X_zero_point, Y_scale,
+    Y_zero_point."""
+    b.output(0, _quantize(b, b.op("Sigmoid", _dequantize(b, 0, 1, 2)), 3, 4))
+
+
+@contrib_op("QLinearLeakyRelu")
+def qlinear_leaky_relu(b: Body) -> None:
+    """``Y = quantize(LeakyRelu(dequantize(X), alpha))`` (alpha 0.01 by default)."""
+    y = b.op("LeakyRelu", _dequantize(b, 0, 1, 2), alpha=float(b.attr("alpha", 0.01)))
+    b.output(0, _quantize(b, y, 3, 4))
+
+
+@contrib_op("QLinearGlobalAveragePool")
+def qlinear_global_average_pool(b: Body) -> None:
+    """The quantized GlobalAveragePool over every axis after the channels (``channels_last``:
+    the channels are the last axis, as an NHWC model has them)."""
+    x = _dequantize(b, 0, 1, 2)
+    rank = len(b.input_type(0).shape)
+    if b.attr("channels_last", 0):
+        to_first = [0, rank - 1, *range(1, rank - 1)]
+        pooled = b.op("GlobalAveragePool", b.op("Transpose", x, perm=to_first))
+        y = b.op("Transpose", pooled, perm=[0, *range(2, rank), 1])
+    else:
+        y = b.op("GlobalAveragePool", x)
+    b.output(0, _quantize(b, y, 3, 4))
+
+
+@contrib_op("QLinearConcat")
+def qlinear_concat(b: Body) -> None:
+    """``Y = quantize(Concat(dequantize(X_i)...))``; inputs Y_scale, Y_zero_point, then a
+    (X, X_scale, X_zero_point) triple per tensor."""
+    count = (len(b.node.input) - 2) // 3
+    parts = [_dequantize(b, 2 + 3 * k, 3 + 3 * k, 4 + 3 * k) for k in range(count)]
+    y = b.op("Concat", *parts, axis=int(b.attr("axis")))
+    b.output(0, _quantize(b, y, 0, 1))
+
+
+def _scaled_integer_matmul(b: Body, a_q: str, a_zero_point: str, a_scale: str, w: int,
+                           w_zero_point: int, w_scale: int, bias: int) -> str:
+    """``(MatMulInteger(A_q, B) as float) * a_scale * b_scale (+ bias)``; b_scale and the
+    zero point may be per column of B."""
+    acc = b.op("MatMulInteger", a_q, b.input(w), a_zero_point, b.input(w_zero_point))
+    y = b.op("Mul", b.op("Cast", acc, to=1), b.op("Mul", a_scale, b.input(w_scale)))
+    return b.op("Add", y, b.input(bias)) if b.has_input(bias) else y
+
+
+@contrib_op("DynamicQuantizeMatMul")
+def dynamic_quantize_matmul(b: Body) -> None:
+    """``A @ dequantize(B)``, with A quantized to uint8 per call as DynamicQuantizeLinear does;
+    inputs A (float), B (int8/uint8), b_scale, b_zero_point, bias (the last two optional)."""
+    a_q, a_scale, a_zero_point = b.op("DynamicQuantizeLinear", b.input(0), outputs=3)
+    b.output(0, _scaled_integer_matmul(b, a_q, a_zero_point, a_scale, 1, 3, 2, 4))
+
+
+@contrib_op("MatMulIntegerToFloat")
+def matmul_integer_to_float(b: Body) -> None:
+    """``MatMulInteger(A, B, a_zero_point, b_zero_point) * a_scale * b_scale (+ bias)`` as
+    float; inputs A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias."""
+    b.output(0, _scaled_integer_matmul(b, b.input(0), b.input(4), b.input(2), 1, 5, 3, 6))
+
+
+def _unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes -> their ``8 // bits`` codes each, the low bits first (the last axis grows
+    by that factor)."""
+    per_byte = 8 // bits
+    shifts = np.arange(per_byte, dtype=np.uint8) * bits
+    codes = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(*packed.shape[:-1], packed.shape[-1] * per_byte)
+
+
+def _nbits_weight(b: Body) -> np.ndarray:
+    """MatMulNBits' B dequantized: float32 [K, N] (``(code - zero_point) * scale`` per block of
+    ``block_size`` along K)."""
+    k, n = int(b.attr("K")), int(b.attr("N"))
+    bits, block = int(b.attr("bits", 4)), int(b.attr("block_size"))
+    if bits not in (2, 4, 8):
+        raise b.unsupported(f"bits={bits} (2, 4 or 8)")
+    if b.has_input(4):
+        raise b.unsupported("g_idx (input 4) is not supported")
+    blocks = -(-k // block)
+    codes = _unpack_codes(b.constant(1, "B").reshape(n, blocks, -1), bits).astype(np.float32)
+    scales = b.constant(2, "scales").astype(np.float32).reshape(n, blocks, 1)
+    if not b.has_input(3):
+        zero = np.float32(1 << (bits - 1))
+    else:
+        raw = b.constant(3, "zero_points")
+        if raw.dtype == np.uint8:  # packed like B, each row padded to whole bytes
+            zero = _unpack_codes(raw.reshape(n, -1), bits)[:, :blocks].astype(np.float32)
+        else:
+            zero = raw.astype(np.float32).reshape(n, blocks)
+        zero = zero.reshape(n, blocks, 1)
+    weight = ((codes - zero) * scales).reshape(n, blocks * block)[:, :k]
+    return np.ascontiguousarray(weight.T)
+
+
+@contrib_op("MatMulNBits")
+def matmul_nbits(b: Body) -> None:
+    """``A @ dequantize(B)^T (+ bias)`` with B block-quantized to 2/4/8 bits along K; the
+    constant weight is dequantized once, at compile time, to float32 [K, N]."""
+    dtype = np.dtype(b.input_type(0).dtype)
+    y = b.op("MatMul", b.input(0), b.const(_nbits_weight(b).astype(dtype)))
+    b.output(0, b.op("Add", y, b.input(5)) if b.has_input(5) else y)
+
+
+def _dequantized_lstm_weight(b: Body, w: int, scale: int, zero_point: int) -> np.ndarray:
+    """DynamicQuantizeLSTM's int8 W or R [D, in, 4H] dequantized (per direction, or per
+    direction and output column) and transposed to ONNX LSTM's [D, 4H, in]."""
+    q = b.constant(w, "the weight").astype(np.float32)
+    s = b.constant(scale, "the weight scale").astype(np.float32)
+    z = b.constant(zero_point, "the weight zero point").astype(np.float32)
+    s, z = (t.reshape(t.shape[0], 1, -1) for t in (s, z))  # [D, 1, 1] or [D, 1, 4H]
+    return np.ascontiguousarray(((q - z) * s).transpose(0, 2, 1))
+
+
+@contrib_op("DynamicQuantizeLSTM")
+def dynamic_quantize_lstm(b: Body) -> None:
+    """An ONNX LSTM whose int8 W and R are dequantized at compile time; inputs X, W, R, B,
+    sequence_lens, initial_h, initial_c, P, W_scale, W_zero_point, R_scale, R_zero_point.
+    onnxruntime also quantizes the activations per step, so its results differ from this
+    float recurrence by about one activation quantization step."""
+    dtype = np.dtype(b.input_type(0).dtype)
+    w = b.const(_dequantized_lstm_weight(b, 1, 8, 9).astype(dtype))
+    r = b.const(_dequantized_lstm_weight(b, 2, 10, 11).astype(dtype))
+    attrs = {a.name: b.attr(a.name) for a in b.node.attribute}
+    inputs = [b.input(0), w, r, *(b.input(k) for k in range(3, 8))]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    y, y_h, y_c = b.op("LSTM", *inputs, outputs=3, **attrs)
+    for k, value in enumerate((y, y_h, y_c)):
+        b.output(k, value)

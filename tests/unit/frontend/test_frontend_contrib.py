@@ -1,0 +1,40 @@
+"""onnxruntime's ``com.microsoft`` contrib ops through the frontend: each single-op case of
+tests/helpers/contrib_cases.py imported and run by Kiln's graph interpreter, against
+onnxruntime; the unsupported-op report names the domain of an op Kiln has no body for."""
+
+from __future__ import annotations
+
+import pytest
+from contrib_cases import CASES, MS, compare, model
+from onnx import helper
+from test_frontend_ops import run_kiln, run_ort
+
+import kiln
+from kiln.frontend import from_onnx
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_contrib_op_matches_onnxruntime(case):
+    onnx_model, feeds = case.build()
+    problem = compare(case, run_kiln(onnx_model, feeds), run_ort(onnx_model, feeds))
+    assert problem is None, problem
+
+
+def test_an_unknown_contrib_op_is_listed_with_its_domain():
+    import numpy as np
+    x = np.zeros((2, 3), np.float32)
+    nodes = [helper.make_node("NoSuchContribOp", ["x"], ["t"], domain=MS, name="odd"),
+             helper.make_node("Relu", ["t"], ["y"])]
+    with pytest.raises(kiln.errors.UnsupportedOpError,
+                       match=r"NoSuchContribOp \(node 'odd', domain 'com.microsoft'\)"):
+        from_onnx(model(nodes, {"x": x}, {}, ["y"]))
+
+
+def test_a_refused_attribute_names_the_node_and_domain():
+    import numpy as np
+    a = np.zeros((2, 3), np.float32)
+    node = helper.make_node("FusedMatMul", ["a", "a"], ["y"], domain=MS, name="fm",
+                            transBatchA=1)
+    with pytest.raises(kiln.errors.UnsupportedOpError,
+                       match=r"FusedMatMul \(node 'fm', domain 'com.microsoft'\): transBatchA"):
+        from_onnx(model([node], {"a": a}, {}, ["y"]))
