@@ -273,13 +273,13 @@ def floordiv(a: Dim, b: Dim) -> Dim:
         return _op("floordiv", (a, b))
     if a == b:
         return 1
-    ratio = _exact_ratio(a, b)
+    ratio = exact_ratio(a, b)
     if ratio is not None:
         return ratio
     return _op("floordiv", (a, b))
 
 
-def _exact_ratio(a: Dim, b: Dim) -> Dim | None:
+def exact_ratio(a: Dim, b: Dim) -> Dim | None:
     """``a / b`` when the polynomials say it is exact: an integer multiple, or ``b`` a single
     term dividing every term of ``a`` (``(n*seq) // seq == n``)."""
     ta, ca = _as_poly(a)
@@ -321,7 +321,7 @@ def floormod(a: Dim, b: Dim) -> Dim:
         lo, hi = bounds(r)
         if lo is not None and hi is not None and 0 <= lo and hi < b:
             return r
-    if a == b or _exact_ratio(a, b) is not None:
+    if a == b or exact_ratio(a, b) is not None:
         return 0
     return _op("floormod", (a, b))
 

@@ -1,7 +1,7 @@
 """The ops of convolutional models over symbolic N, H, W, through the VM: one graph with a
 conv (NCHWc after AlterOpLayout), pads in three modes, ceil_mode pools, a transposed conv, a
-nearest ×2 Resize, global and reduce means; compiled once per target, run at several shapes
-against onnxruntime."""
+nearest ×2 Resize, a linear Resize to sizes computed from Shape(x), global and reduce means;
+compiled once per target, run at several shapes against onnxruntime."""
 
 from __future__ import annotations
 
@@ -40,13 +40,17 @@ def _model() -> onnx.ModelProto:
         helper.make_node("Resize", ["x", "", "scales"], ["upsample"], mode="nearest",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
         helper.make_node("ReduceMean", ["x"], ["mean"], axes=[2, 3], keepdims=1),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Mul", ["shape", "size_factors"], ["sizes"]),
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["resize_to_sizes"], mode="linear"),
     ]
-    outputs = [n.output[0] for n in nodes if n.output[0] != "conv"]
+    outputs = [n.output[0] for n in nodes if n.output[0] not in ("conv", "shape", "sizes")]
     inits = [_const("pads", np.array(pads, np.int64)), _const("half", np.float32(0.5)),
              _const("w", RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)),
              _const("b", RNG.standard_normal(16).astype(np.float32)),
              _const("wt", RNG.standard_normal((4, 4, 2, 2)).astype(np.float32)),
-             _const("scales", np.array([1, 1, 2, 2], np.float32))]
+             _const("scales", np.array([1, 1, 2, 2], np.float32)),
+             _const("size_factors", np.array([1, 1, 2, 3], np.int64))]
     graph = helper.make_graph(
         nodes, "symbolic_conv_ops",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])],

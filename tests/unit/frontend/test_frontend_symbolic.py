@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from kiln.arith import SymVar
-from kiln.errors import ShapeError
+from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
 from kiln.relay.interpreter import evaluate
 
@@ -100,3 +100,31 @@ def test_anonymous_dims_are_each_a_fresh_symbol():
     assert [str(d) for d in shape] == ["x_dim0", "3", "x_dim2", "x_dim3"]
     mod, _ = from_onnx(_anonymous_dims_model(), shape={"x": (1, 3, 48, 192)})
     assert mod["main"].params[0].checked_type.shape == (1, 3, 48, 192)
+
+
+
+def _resize_to_sizes_model(op: str, factors: list[int]):
+    """Resize(x, sizes=op(Shape(x), factors)) over x [N, 3, H, W] (op Mul or Div)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _const("factors", factors),
+             helper.make_node(op, ["shape", "factors"], ["sizes"]),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_resize_to_sizes_from_shape_is_symbolic():
+    model = _resize_to_sizes_model("Mul", [1, 1, 2, 3])
+    mod, _ = from_onnx(model)
+    n, _, h, w = mod["main"].params[0].checked_type.shape
+    assert mod["main"].outputs[0].checked_type.shape == (n, 3, 2 * h, 3 * w)
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype("float32")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0], want)
+
+
+def test_resize_to_a_size_whose_ratio_varies_is_refused_clearly():
+    """H // 2 over H: onnxruntime's scale float(H // 2) / float(H) is not a constant."""
+    with pytest.raises(UnsupportedOpError, match=r"Resize.*size .*H.*changes with the dims"):
+        from_onnx(_resize_to_sizes_model("Div", [1, 1, 2, 2]))

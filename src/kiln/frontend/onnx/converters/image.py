@@ -2,11 +2,12 @@
 deprecated predecessor) → ``image.resize2d``.
 
 Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C unscaled) in
-modes ``nearest``, ``linear`` and ``cubic``. The output size is static: ``scales``, ``sizes``,
-``axes`` and
+modes ``nearest``, ``linear`` and ``cubic``. ``scales``, ``sizes``, ``axes`` and
 ``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
-transform uses ``scale = float32(out) / float32(in)``.
+transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims the scale must stay a
+constant: integer scales or power-of-two inverses, and sizes computed from shapes that are the
+input dim or an integer multiple of it.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_
         return out, [float(s) for s in values]
     if sizes is None:
         raise ctx.unsupported("neither scales nor sizes is given")
-    wanted = ctx.const_value(sizes, "Resize sizes").astype(np.int64).reshape(-1)
-    wanted = _full_rank(ctx, wanted, axes, ndim, -1)
+    wanted = ctx.const_value(sizes, "Resize sizes").reshape(-1)
+    if wanted.dtype == object or any(not isinstance(d, int) for d in shape):
+        return _symbolic_sizes(ctx, shape, wanted, axes)
+    wanted = _full_rank(ctx, wanted.astype(np.int64), axes, ndim, -1)
     wanted = np.where(wanted < 0, np.array(shape), wanted)
     ratios = [np.float32(o) / np.float32(d) for o, d in zip(wanted, shape)]
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
@@ -106,6 +109,27 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_
     out = [int(np.round(scale * np.float32(d))) if k in chosen else d
            for k, d in enumerate(shape)]
     return out, [float(scale) if k in chosen else 1.0 for k in range(ndim)]
+
+
+def _symbolic_sizes(ctx: ConvertContext, shape: tuple[arith.Dim, ...], wanted: np.ndarray,
+                    axes: tuple[int, ...] | None) -> tuple[list[arith.Dim], list[float]]:
+    """Sizes computed from shapes (``Resize(x, sizes=Shape(x) * [1, 1, 2, 2])``) over symbolic
+    dims: onnxruntime's scale is ``float32(out) / float32(in)``, static when each size is the
+    input dim itself or an integer multiple of it (other ratios vary with the dims)."""
+    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise ctx.unsupported("keep_aspect_ratio_policy with sizes over symbolic dims")
+    sizes = _full_rank(ctx, wanted.astype(object), axes, len(shape), -1)
+    out, scales = [], []
+    for size, dim in zip(sizes.tolist(), shape):
+        size = dim if isinstance(size, int) and size < 0 else size
+        ratio = 1 if size == dim else arith.exact_ratio(size, dim)
+        if not isinstance(ratio, int) or ratio <= 0:
+            raise ctx.unsupported(f"size {size} of the symbolic dim {dim}: the scale "
+                                  f"{size}/{dim} changes with the dims (supported: the dim "
+                                  "itself or an integer multiple of it)")
+        out.append(size)
+        scales.append(float(ratio))
+    return out, scales
 
 
 def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
