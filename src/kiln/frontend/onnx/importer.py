@@ -23,10 +23,12 @@ from kiln import arith
 from kiln.arith import Dim, SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
+from kiln.frontend.onnx.body import BODY_OPSET, Body
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
-from kiln.frontend.onnx.contrib import CONTRIB_OPSET, MS_DOMAIN, expand_contrib
+from kiln.frontend.onnx.contrib import MS_DOMAIN, expand_contrib
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
+from kiln.frontend.onnx.recurrent_scan import needs_scan, recurrent_scan
 from kiln.frontend.onnx.registry import find_converter
 from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
 from kiln.relay.graph import (
@@ -328,9 +330,14 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             inputs.append(values[inp])
         else:
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
-    if node.domain == MS_DOMAIN:  # onnxruntime's contrib op: convert its standard-op body
-        for k, inner in enumerate(_contrib_body(node, name, inputs, param_values)):
-            _convert_node(inner, k, CONTRIB_OPSET, values, unavailable, param_values)
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    if node.domain == MS_DOMAIN or needs_scan(node.op_type, layout, _type_of(inputs, 0)):
+        # onnxruntime's contrib op, or a recurrent layer over a symbolic length: convert the
+        # node's body of simpler ONNX ops
+        body = _body(node, name, inputs, param_values)
+        (expand_contrib if node.domain == MS_DOMAIN else recurrent_scan)(body)
+        for k, inner in enumerate(body.nodes):
+            _convert_node(inner, k, BODY_OPSET, values, unavailable, param_values)
         return
     if node.op_type in CONTROL_FLOW_OPS:
         try:
@@ -359,8 +366,14 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
                   unavailable)
 
 
-def _contrib_body(node: onnx.NodeProto, name: str, inputs: list[Expr | None],
-                  param_values: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+def _type_of(inputs: list[Expr | None], k: int) -> TensorType | None:
+    return inputs[k].checked_type if k < len(inputs) and inputs[k] is not None else None
+
+
+def _body(node: onnx.NodeProto, name: str, inputs: list[Expr | None],
+          param_values: dict[str, np.ndarray]) -> Body:
+    """An empty :class:`Body` for ``node``, reading constants from initializers and
+    ``Constant`` values."""
     def constant(k: int) -> np.ndarray | None:
         expr = inputs[k] if k < len(inputs) else None
         if isinstance(expr, Constant):
@@ -369,8 +382,7 @@ def _contrib_body(node: onnx.NodeProto, name: str, inputs: list[Expr | None],
             return param_values[expr.name]
         return None
 
-    types = [None if e is None else e.checked_type for e in inputs]
-    return expand_contrib(node, name, types, constant)
+    return Body(node, name, [_type_of(inputs, k) for k in range(len(inputs))], constant)
 
 
 def _bind_outputs(node: onnx.NodeProto, where: str, results: list, values: dict[str, Expr],

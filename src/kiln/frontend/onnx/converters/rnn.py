@@ -1,4 +1,6 @@
-"""Converters of ONNX recurrent layers RNN, GRU and LSTM, unrolled over the (static) sequence.
+"""Converters of ONNX recurrent layers RNN, GRU and LSTM, unrolled over the (static) sequence
+(over a symbolic one the importer writes the layer as Scans instead,
+:mod:`kiln.frontend.onnx.recurrent_scan`).
 
 Each time step is written with ``nn.dense`` (input and recurrent projections), gate slices and
 elementwise ops, following the equations of the ONNX operator specs (gate orders: GRU z, r, h;
@@ -14,7 +16,7 @@ import numpy as np
 
 from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.relay.graph import Constant, Expr
+from kiln.relay.graph import Expr
 
 _ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "nn.relu"}
 _DEFAULTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
@@ -72,8 +74,9 @@ class _Cell:
 
     def state(self, index: int, d: int) -> Expr:
         init = self.ctx.optional_input(index)
-        if init is None:
-            return Constant(np.zeros((self.batch, self.hidden), dtype=self.dtype))
+        if init is None:  # zeros [batch, hidden]; the batch may be symbolic
+            return self.ctx.call("expand", [self.ctx.scalar(0.0, self.dtype)],
+                                 newshape=(self.batch, self.hidden))
         if self.layout:
             init = self.ctx.call("transpose", [init], axes=(1, 0, 2))
         return self.take(init, d)
