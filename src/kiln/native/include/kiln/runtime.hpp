@@ -171,10 +171,11 @@ class Module {
     Check(TVMModGetFunction(handle_, name.c_str(), query_imports ? 1 : 0, &h));
     return PackedFunc(h);
   }
-  /* Like GetFunction, but a missing function is an Error. */
+  /* Like GetFunction, but a missing function is an Error (the runtime's message: the module,
+     the name, and how to run a library asked for the other executor's entry point). */
   PackedFunc operator[](const std::string& name) const {
     PackedFunc f = GetFunction(name);
-    if (!f) throw Error("kiln: module '" + type_key() + "' has no function '" + name + "'");
+    if (!f) throw Error(std::string("kiln: ") + TVMGetLastError());
     return f;
   }
   void Import(const Module& other) { Check(TVMModImport(handle_, other.handle_)); }
