@@ -22,10 +22,7 @@ static int call(TVMModuleHandle mod, const char* name, int n, TVMValue* args, in
   TVMFunctionHandle f;
   int rc;
   if (TVMModGetFunction(mod, name, 1, &f) != 0) return -1;
-  if (f == NULL) {
-    TVMAPISetLastError("no such function");
-    return -1;
-  }
+  if (f == NULL) return -1; /* TVMGetLastError() says why (a VM library has no "default") */
   rc = TVMFuncCall(f, args, codes, n, ret, code);
   TVMFuncFree(f);
   return rc;

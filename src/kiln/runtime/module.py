@@ -100,15 +100,26 @@ class Module:
         Raises
         ------
         KilnError
-            Naming the function and the module's type_key.
+            Naming the function and the module's type_key, and adding the module's
+            :meth:`missing_function_hint`.
         """
         if not isinstance(name, str):
             raise KilnError(f"module function name must be a str, got {type(name).__name__}")
         func = self.get_function(name)
         if func is None:
+            hint = self.missing_function_hint(name)
             raise KilnError(f"module '{self.type_key}' (and its imports) has no function "
-                            f"{name!r}")
+                            f"{name!r}" + (f": {hint}" if hint else ""))
         return func
+
+    def missing_function_hint(self, name: str) -> str:
+        """What :meth:`__getitem__`'s error adds when ``name`` is missing ("" for nothing).
+
+        The roots of exported libraries say which executor their library is for and how to
+        run it, since asking a VM library for the graph executor's ``default`` (or the reverse)
+        is the usual way to meet this error.
+        """
+        return ""
 
     def __contains__(self, name: str) -> bool:
         return self.get_function(name) is not None

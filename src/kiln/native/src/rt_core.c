@@ -180,13 +180,25 @@ int kiln_func_trampoline(TVMValue* args, int* codes, int num_args, TVMValue* ret
   return kiln_func_call((KilnFunc*)resource, args, codes, num_args, ret, ret_code);
 }
 
+/* A miss is no error (TVM's contract: *out = NULL, return 0), but a caller that reports it
+   finds why in TVMGetLastError(): a program written for graph libraries asks a VM library for
+   "default" (or the reverse), and the module's hint says what to call instead. */
+static void kiln_explain_missing(KilnModule* m, const char* name) {
+  char hint[512] = "";
+  if (m->missing_hint) m->missing_hint(m, hint, sizeof(hint));
+  kiln_fail("module '%s' has no function '%s'%s%s", m->type_key, name, hint[0] ? ": " : "",
+            hint);
+}
+
 /* -- the C API */
 KILN_EXPORT int TVMModGetFunction(TVMModuleHandle mod, const char* func_name, int query_imports,
                                   TVMFunctionHandle* out) {
+  KilnModule* m = (KilnModule*)mod;
   if (mod == NULL || func_name == NULL || out == NULL)
     return kiln_fail("TVMModGetFunction: null argument");
-  return kiln_module_get_function((KilnModule*)mod, func_name, query_imports,
-                                  (KilnFunc**)out);
+  if (kiln_module_get_function(m, func_name, query_imports, (KilnFunc**)out) != 0) return -1;
+  if (*out == NULL) kiln_explain_missing(m, func_name);
+  return 0;
 }
 
 static int kiln_reaches(KilnModule* from, KilnModule* target, int depth) {

@@ -9,6 +9,7 @@
  * get_graph_params (the params as the params blob load_params reads, kTVMBytes: the C ABI has
  * no map of names to tensors).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,13 @@ static int kiln_fac_get_own(KilnModule* self, const char* name, KilnFunc** out) 
   return *out ? 0 : -1;
 }
 
+static void kiln_fac_hint(KilnModule* self, char* buf, size_t size) {
+  /* usually asked for "vm_load_executable" by a program written for VM libraries */
+  snprintf(buf, size, "this is a graph executor library (static shapes): create an executor "
+           "with %s(device) (see examples/deploy_c; `kiln compile --executor vm` builds a VM "
+           "library)", ((KilnFactory*)self)->module_name);
+}
+
 static void kiln_fac_destroy(KilnModule* self) {
   KilnFactory* f = (KilnFactory*)self;
   size_t i;
@@ -98,6 +106,7 @@ int kiln_load_graph_factory(const uint8_t* data, size_t n, KilnModule** out) {
   if (f == NULL) return -1;
   f->base.get_own = kiln_fac_get_own;
   f->base.destroy = kiln_fac_destroy;
+  f->base.missing_hint = kiln_fac_hint;
   if (kiln_read_bytes(&s, &json, &json_n, "graph_json") != 0 ||
       kiln_read_u64(&s, &count, "param count") != 0)
     goto fail;

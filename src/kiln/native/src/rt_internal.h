@@ -29,6 +29,9 @@ struct KilnModule {
   /* *out = a new function, or NULL when the module has none of that name; -1 on error. */
   int (*get_own)(KilnModule* self, const char* name, KilnFunc** out);
   void (*destroy)(KilnModule* self); /* frees what the module holds, not the struct */
+  /* optional: writes into buf what to tell a caller who asked for a function the module lacks
+     (the roots of libraries: which executor they are for and how to run it) */
+  void (*missing_hint)(KilnModule* self, char* buf, size_t size);
 };
 
 struct KilnFunc {

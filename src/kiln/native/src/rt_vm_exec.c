@@ -353,6 +353,13 @@ static int kiln_vm_exec_get_own(KilnModule* self, const char* name, KilnFunc** o
   return *out ? 0 : -1;
 }
 
+static void kiln_vm_exec_hint(KilnModule* self, char* buf, size_t size) {
+  (void)self; /* usually asked for "default" by a program written for graph libraries */
+  snprintf(buf, size, "this is a VM library (symbolic shapes): create a VM with "
+           "vm_load_executable(), then vm_initialization(kDLCPU, 0, 2), and call its main "
+           "(see examples/deploy_vm_c)");
+}
+
 static void kiln_vm_free_sigs(KilnVMSig* s, size_t n) {
   size_t i;
   for (i = 0; s && i < n; ++i) {
@@ -442,6 +449,7 @@ int kiln_load_vm_executable(const uint8_t* data, size_t n, KilnModule** out) {
   *out = NULL;
   if (e == NULL) return -1;
   e->base.get_own = kiln_vm_exec_get_own;
+  e->base.missing_hint = kiln_vm_exec_hint;
   e->base.destroy = kiln_vm_exec_destroy;
   if (kiln_vm_sections(data, n, sec) != 0 || kiln_vm_symbols(e, &sec[KILN_SEC_SYMBOLS]) != 0 ||
       kiln_vm_functions(e, &sec[KILN_SEC_FUNCTIONS]) != 0 ||

@@ -152,6 +152,12 @@ class GraphExecutorFactoryModule(Module):
         fn = self._functions().get(name)
         return PackedFunc(fn, name) if fn is not None else None
 
+    def missing_function_hint(self, name: str) -> str:
+        # usually "vm_load_executable": a program written for VM libraries
+        return ("this is a graph executor library (static shapes): run it with "
+                f"kiln.graph_executor.GraphModule(lib[{self.module_name!r}](kiln.cpu())) (from C "
+                "or C++: see examples/deploy_c; `kiln compile --executor vm` builds a VM library)")
+
     def list_function_names(self) -> list[str]:
         return list(self._functions())
 

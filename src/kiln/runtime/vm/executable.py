@@ -237,6 +237,12 @@ class VMExecutable(Module):
         fn = self._functions().get(name)
         return PackedFunc(fn, name) if fn is not None else None
 
+    def missing_function_hint(self, name: str) -> str:
+        # usually "default": a program written for graph executor libraries
+        return ("this is a VM library (symbolic shapes): run it with "
+                "kiln.vm.VirtualMachine(lib, kiln.cpu()), which calls its vm_load_executable "
+                "and vm_initialization (from C or C++: see examples/deploy_vm_c)")
+
     def list_function_names(self) -> list[str]:
         return list(self._functions())
 

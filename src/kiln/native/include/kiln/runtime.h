@@ -48,7 +48,9 @@ void TVMAPISetLastError(const char* msg);
    the blob: usually the GraphExecutorFactory). `format` is ignored (read from the content). */
 int TVMModLoadFromFile(const char* file_name, const char* format, TVMModuleHandle* out);
 /* *out = the function `func_name` of `mod` (and its imports when query_imports), or NULL when
-   there is none (not an error, as in TVM). */
+   there is none (not an error, as in TVM: it returns 0); TVMGetLastError() then says why, and
+   for a VM library asked for "default" (a graph library asked for "vm_load_executable") how
+   to run the library instead. */
 int TVMModGetFunction(TVMModuleHandle mod, const char* func_name, int query_imports,
                       TVMFunctionHandle* out);
 /* `mod` imports `dep` (takes a reference). Refuses a cycle. */

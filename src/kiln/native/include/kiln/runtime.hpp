@@ -58,6 +58,8 @@ class RetValue {
   int type_code() const { return code_; }
   int64_t AsInt() const { return Expect(kTVMArgInt), value_.v_int64; }
   std::string AsString() const { return Expect(kTVMStr), std::string(value_.v_str); }
+  /* kTVMDataType (e.g. get_function_param_dtype's result) */
+  DLDataType AsDataType() const { return Expect(kTVMDataType), value_.v_type; }
   /* Borrowed: valid while the module that returned it lives. */
   DLTensor* AsTensor() const {
     if (code_ != kTVMDLTensorHandle && code_ != kTVMNDArrayHandle) Expect(kTVMDLTensorHandle);
@@ -85,8 +87,9 @@ class RetValue {
   int code_;
 };
 
-/* Argument packing: one overload per supported C++ type. */
-namespace detail {
+/* The arguments of a call. PackedFunc's operator() builds them; build them yourself when their
+   number is known only at run time (a VM function's inputs):
+   kiln::Args a; for (auto& x : inputs) a.Add(x); f.CallPacked(a). */
 struct Args {
   std::vector<TVMValue> values;
   std::vector<int> codes;
@@ -94,7 +97,13 @@ struct Args {
     values.push_back(v);
     codes.push_back(code);
   }
+  /* Append one argument of any type operator() takes. */
+  template <typename T>
+  Args& Add(T&& v);
 };
+
+/* Argument packing: one overload per supported C++ type. */
+namespace detail {
 inline void Pack(Args&) {}
 template <typename T, typename... Rest>
 inline void Pack(Args& a, T&& first, Rest&&... rest);
@@ -127,9 +136,13 @@ class PackedFunc {
 
   template <typename... T>
   RetValue operator()(T&&... args) const {
-    if (!handle_) throw Error("kiln: calling an empty PackedFunc");
-    detail::Args a;
+    Args a;
     detail::Pack(a, std::forward<T>(args)...);
+    return CallPacked(a);
+  }
+  /* (`a` is not const: TVMFuncCall takes its arrays as such) */
+  RetValue CallPacked(Args& a) const {
+    if (!handle_) throw Error("kiln: calling an empty PackedFunc");
     TVMValue ret;
     int code = kTVMNullptr;
     Check(TVMFuncCall(handle_, a.values.data(), a.codes.data(), static_cast<int>(a.codes.size()),
@@ -171,10 +184,11 @@ class Module {
     Check(TVMModGetFunction(handle_, name.c_str(), query_imports ? 1 : 0, &h));
     return PackedFunc(h);
   }
-  /* Like GetFunction, but a missing function is an Error. */
+  /* Like GetFunction, but a missing function is an Error (the runtime's message: the module,
+     the name, and how to run a library asked for the other executor's entry point). */
   PackedFunc operator[](const std::string& name) const {
     PackedFunc f = GetFunction(name);
-    if (!f) throw Error("kiln: module '" + type_key() + "' has no function '" + name + "'");
+    if (!f) throw Error(std::string("kiln: ") + TVMGetLastError());
     return f;
   }
   void Import(const Module& other) { Check(TVMModImport(handle_, other.handle_)); }
@@ -252,6 +266,12 @@ inline void Pack(Args& a, T&& first, Rest&&... rest) {
   Pack(a, std::forward<Rest>(rest)...);
 }
 }  // namespace detail
+
+template <typename T>
+inline Args& Args::Add(T&& v) {
+  detail::Put(*this, std::forward<T>(v));
+  return *this;
+}
 
 }  // namespace kiln
 
