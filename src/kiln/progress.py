@@ -23,6 +23,10 @@ API
 ``note(text)``
     A line printed above the live display, only while one is shown.
 
+``notice(text)``
+    One plain line on stderr that a log should keep too (e.g. time a measurement leaves out):
+    shown on a terminal and in non-interactive logs alike, never when quiet.
+
 ``set_quiet(flag)`` / ``quiet()``
     Silence (or re-enable) every display in this process; ``quiet()`` is also a context manager
     form for a block. The environment variable ``KILN_QUIET=1`` sets the default.
@@ -62,6 +66,12 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         _state["quiet"] = old
+
+
+def is_quiet() -> bool:
+    """Whether quiet mode is on (``--quiet``, :func:`set_quiet`, ``KILN_QUIET=1``), whatever
+    stderr is."""
+    return bool(_state["quiet"])
 
 
 def enabled() -> bool:
@@ -186,6 +196,18 @@ def note(text: str) -> None:
     prog = _live["progress"]
     if prog is not None:
         prog.console.print(text, highlight=False)  # type: ignore[attr-defined]
+
+
+def notice(text: str) -> None:
+    """Print ``text`` as one line on stderr unless quiet, on a terminal or not (above the live
+    display while one is shown)."""
+    if _state["quiet"]:
+        return
+    prog = _live["progress"]
+    if prog is not None:
+        prog.console.print(text, highlight=False, markup=False)  # type: ignore[attr-defined]
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
 def _noop(n: int = 1) -> None:
