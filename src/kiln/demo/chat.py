@@ -84,10 +84,10 @@ def run_demo(prompt: str | None = None, max_new_tokens: int = 64, compare: bool 
     if compare:
         forced = "" if sampling == SamplingConfig() else " (the sampling settings are ignored)"
         console.print(f"--compare: Kiln and onnxruntime decode greedily{forced}, so that their "
-                      "token ids can be compared")
+                      "token ids can be compared", soft_wrap=True)
         sampling = SamplingConfig()
     else:
-        console.print(describe_sampling(sampling))
+        console.print(describe_sampling(sampling), soft_wrap=True)  # one line in a log too
     model_path = smollm2()
     tok = smollm2_tokenizer()
     decoder = kiln_decoder(model_path, target, quantize_weights)

@@ -106,7 +106,7 @@ def stand_in_model(monkeypatch):
 def test_compare_decodes_greedily_and_says_so(stand_in_model, capsys):
     from rich.console import Console
 
-    assert chat.run_demo(compare=True, max_new_tokens=4, console=Console(width=200)) == 0
+    assert chat.run_demo(compare=True, max_new_tokens=4, console=Console(width=60)) == 0
     out = capsys.readouterr().out
     assert ("--compare: Kiln and onnxruntime decode greedily (the sampling settings are "
             "ignored), so that their token ids can be compared") in out
@@ -117,7 +117,7 @@ def test_compare_decodes_greedily_and_says_so(stand_in_model, capsys):
 def test_the_demo_samples_by_default_and_says_how(stand_in_model, capsys):
     from rich.console import Console
 
-    assert chat.run_demo(max_new_tokens=4, console=Console(width=200)) == 0
+    assert chat.run_demo(max_new_tokens=4, console=Console(width=60)) == 0
     out = capsys.readouterr().out
     assert ("sampling: temperature 0.7, top-p 0.9, top-k 50, repetition penalty 1.1, seed 0 "
             "(--greedy: greedy decoding)") in out
