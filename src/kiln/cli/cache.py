@@ -102,8 +102,11 @@ def run_cache(args: argparse.Namespace) -> int:
         report = cache_limit.clear() if args.clear else cache_limit.trim(limit)
         print(_removed_line(report, before, _entries()))
     usage = cache_usage()
+    if not usage.root.exists():
+        print(f"{usage.root}: no cache folder yet (KILN_CACHE_DIR, default ~/.cache/kiln)")
     for part in usage.parts:
-        print(_part_line(part))
+        if part.files or part.size:
+            print(_part_line(part))
     files = sum(p.files for p in usage.parts if p.inside)
     print(f"{'total':<14} {usage.root!s:<48} {files:>7} files   "
           f"{cache_limit.format_size(usage.total):>10}  (the folder's size on disk, as du -s)")

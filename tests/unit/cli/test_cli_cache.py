@@ -80,3 +80,12 @@ def test_kiln_cache_clear_says_what_it_removed_and_keeps_the_models(cache, capsy
     assert (cache / "paraphrase-MiniLM-L3-v2.onnx").exists() and not list(
         (cache / "objects").iterdir())
     assert cache_usage().total == _du(cache)
+
+
+def test_kiln_cache_without_a_cache_folder_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "none"))
+    assert cli.main(["cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{tmp_path / 'none'}: no cache folder yet (KILN_CACHE_DIR, default " \
+                     "~/.cache/kiln)"
+    assert out[1].startswith("total ") and out[1].split()[2:6] == ["0", "files", "0", "B"]
