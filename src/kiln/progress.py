@@ -20,8 +20,16 @@ API
                 compile_one(k)
                 advance()
 
+``transfer(description)``
+    Context manager around a download; yields ``update(done, total)`` (bytes so far, and the
+    size once known). Shows a bar with bytes, total and speed (``12.0/45.2 MB 3.1 MB/s``).
+
 ``note(text)``
     A line printed above the live display, only while one is shown.
+
+``notice(text)``
+    One plain line on stderr that a log should keep too (e.g. time a measurement leaves out):
+    shown on a terminal and in non-interactive logs alike, never when quiet.
 
 ``set_quiet(flag)`` / ``quiet()``
     Silence (or re-enable) every display in this process; ``quiet()`` is also a context manager
@@ -64,6 +72,12 @@ def quiet() -> Iterator[None]:
         _state["quiet"] = old
 
 
+def is_quiet() -> bool:
+    """Whether quiet mode is on (``--quiet``, :func:`set_quiet`, ``KILN_QUIET=1``), whatever
+    stderr is."""
+    return bool(_state["quiet"])
+
+
 def enabled() -> bool:
     """Whether progress is shown: not quiet and stderr is a terminal."""
     if _state["quiet"]:
@@ -96,12 +110,22 @@ def _display() -> Iterator[object | None]:
         TextColumn,
         TimeElapsedColumn,
     )
+    from rich.text import Text
+
+    class CountColumn(MofNCompleteColumn):
+        """``done/total``, or bytes and speed for a :func:`transfer`."""
+
+        def render(self, task):  # type: ignore[no-untyped-def]
+            if task.fields.get("unit") != "bytes":
+                return super().render(task)
+            return Text(byte_counts(task.completed, task.total, task.speed),
+                        style="progress.download")
 
     prog = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(bar_width=30),
-        MofNCompleteColumn(),
+        CountColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         transient=True,
@@ -180,6 +204,55 @@ def task(description: str, total: int) -> Iterator[Callable[[int], None]]:
             )
 
 
+@contextlib.contextmanager
+def transfer(description: str) -> Iterator[Callable[[int, int | None], None]]:
+    """Show a download: bytes so far, total and speed; yields ``update(done, total)``.
+
+    Parameters
+    ----------
+    description : str
+        What is transferred, e.g. ``"Downloading model.onnx"``.
+
+    Yields
+    ------
+    update : callable
+        ``update(done, total)``: ``done`` bytes so far, ``total`` the size in bytes (None or 0
+        while unknown). Safe to call when the display is off.
+    """
+    start = time.perf_counter()
+    with _display() as prog:
+        if prog is None:
+            yield _no_update
+            log.debug("transfer %s: %.3f s", description, time.perf_counter() - start)
+            return
+        tid = prog.add_task(description, total=None, unit="bytes")  # type: ignore[attr-defined]
+
+        def update(done: int, total: int | None) -> None:
+            prog.update(tid, completed=done, total=total or None)  # type: ignore[attr-defined]
+
+        try:
+            yield update
+        finally:
+            elapsed = time.perf_counter() - start
+            task_ = prog.tasks[prog.task_ids.index(tid)]  # type: ignore[attr-defined]
+            # no size when nothing was counted (pip's cache, a small file)
+            done = f" {byte_counts(task_.completed, task_.total, None)}" if task_.total else ""
+            log.debug("transfer %s:%s in %.3f s", description, done, elapsed)
+            prog.remove_task(tid)  # type: ignore[attr-defined]
+            prog.console.print(  # type: ignore[attr-defined]
+                f"[green]✓[/green] {description}{done} [dim]({elapsed:.1f} s)[/dim]")
+
+
+def byte_counts(done: float, total: float | None, speed: float | None) -> str:
+    """``12.0/45.2 MB 3.1 MB/s`` (decimal units, as pip and rich show downloads); ``?`` for
+    an unknown total, no speed while there is none."""
+    def mb(n: float) -> str:
+        return f"{n / 1e6:.1f}"
+
+    text = f"{mb(done)}/{mb(total) if total else '?'} MB"
+    return f"{text} {mb(speed)} MB/s" if speed else text
+
+
 def note(text: str) -> None:
     """Print ``text`` as a line above the live display (e.g. a tuner's best time so far); a
     no-op when the display is off (quiet, or stderr not a terminal)."""
@@ -188,5 +261,21 @@ def note(text: str) -> None:
         prog.console.print(text, highlight=False)  # type: ignore[attr-defined]
 
 
+def notice(text: str) -> None:
+    """Print ``text`` as one line on stderr unless quiet, on a terminal or not (above the live
+    display while one is shown)."""
+    if _state["quiet"]:
+        return
+    prog = _live["progress"]
+    if prog is not None:
+        prog.console.print(text, highlight=False, markup=False)  # type: ignore[attr-defined]
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
 def _noop(n: int = 1) -> None:
     """Advance callback used when the display is off."""
+
+
+def _no_update(done: int, total: int | None) -> None:
+    """Transfer callback used when the display is off."""

@@ -38,8 +38,80 @@ def add_parser(sub) -> None:
                    help="chat: the Kiln target (default: llvm -mcpu=native)")
     p.add_argument("--quantize-weights", choices=("int8", "q4"),
                    help="chat: weight-only quantization of the matmul weights")
+    sampling = p.add_argument_group(
+        "chat sampling", "how the reply's tokens are picked (default: sampling with "
+        "temperature 0.7, top-p 0.9, top-k 50, repetition penalty 1.1, seed 0: greedy "
+        "decoding repeats itself on open prompts); --compare decodes greedily")
+    sampling.add_argument("--temperature", type=float, metavar="T",
+                          help="divide the logits by T before sampling (default: 0.7; 0: "
+                               "greedy)")
+    sampling.add_argument("--top-p", type=float, metavar="P",
+                          help="sample from the most likely tokens whose probabilities reach P "
+                               "(default: 0.9; 1: all)")
+    sampling.add_argument("--top-k", type=int, metavar="K",
+                          help="sample from the K most likely tokens (default: 50; 0: all)")
+    sampling.add_argument("--seed", type=int,
+                          help="seed of the sampler: the same seed gives the same reply "
+                               "(default: 0)")
+    sampling.add_argument("--repetition-penalty", type=float, metavar="R",
+                          help="CTRL's penalty on tokens already in the context: positive "
+                               "logits divided by R, negative ones multiplied (default: 1.1; "
+                               "with --greedy 1: off)")
+    sampling.add_argument("--greedy", action="store_true",
+                          help="always pick the most likely token (the same as --temperature "
+                               "0)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_run)
+
+
+#: the sampling options, by their attribute names
+SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "seed", "repetition_penalty", "greedy")
+
+
+def sampling_given(args: argparse.Namespace) -> bool:
+    """Whether any sampling option was given (``--temperature 0`` too: compared by identity,
+    as ``0 == False``)."""
+    return any(getattr(args, n) is not None and getattr(args, n) is not False
+               for n in SAMPLING_OPTIONS)
+
+
+def sampling_config(args: argparse.Namespace):
+    """The chat demo's :class:`kiln.llm.SamplingConfig` from the options (None: none given,
+    the demo's default, :data:`kiln.demo.chat.DEFAULT_SAMPLING`).
+
+    Raises
+    ------
+    KilnError
+        A negative temperature, ``--greedy`` with a temperature, top-p, top-k or seed (which
+        only sampling uses), or a value out of its range (top-p outside (0, 1], top-k < 0, a
+        repetition penalty <= 0).
+    """
+    from kiln.demo.chat import DEFAULT_SAMPLING
+    from kiln.llm.sampling import SamplingConfig
+
+    if not sampling_given(args):
+        return None
+    if args.temperature is not None and args.temperature < 0:
+        raise KilnError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
+    greedy = args.greedy or args.temperature == 0
+    if greedy:
+        sampled = [f"--{n.replace('_', '-')}" for n in ("top_p", "top_k", "seed")
+                   if getattr(args, n) is not None]
+        if args.greedy and args.temperature:
+            sampled.insert(0, "--temperature")
+        if sampled:
+            raise KilnError(f"{', '.join(sampled)} set how tokens are sampled; greedy decoding "
+                            "(--greedy or --temperature 0) samples nothing")
+        penalty = args.repetition_penalty
+        return SamplingConfig(repetition_penalty=1.0 if penalty is None else penalty)
+
+    def given(name: str):
+        value = getattr(args, name)
+        return getattr(DEFAULT_SAMPLING, name) if value is None else value
+
+    return SamplingConfig(do_sample=True, temperature=given("temperature"),
+                          top_k=given("top_k"), top_p=given("top_p"), seed=given("seed"),
+                          repetition_penalty=given("repetition_penalty"))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -47,12 +119,15 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.text is not None and args.name != "ocr":
         raise KilnError("--text applies to 'kiln demo ocr' only")
+    if args.name != "chat" and (args.prompt is not None or args.compare
+                                or args.quantize_weights
+                                or sampling_given(args)):
+        raise KilnError("--prompt, --compare, --quantize-weights and the sampling options "
+                        "apply to 'kiln demo chat'")
     chat = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens,
             "compare": args.compare, "target": args.target,
-            "quantize_weights": args.quantize_weights}
-    if args.name != "chat" and (args.prompt is not None or args.compare
-                                or args.quantize_weights):
-        raise KilnError("--prompt, --compare and --quantize-weights apply to 'kiln demo chat'")
+            "quantize_weights": args.quantize_weights,
+            "sampling": sampling_config(args) if args.name == "chat" else None}
     try:
         module = importlib.import_module(f"kiln.demo.{DEMOS[args.name]}")
     except ImportError as err:  # Pillow or onnxruntime missing

@@ -49,6 +49,8 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         Timed runs; min/median/max are printed (ms, wall clock). With ``profile``: measurements
         per node (the graph executor) or profiled calls whose per-kernel medians are shown
         (the VM). The VM is timed after one untimed call (the call that gives the outputs).
+        The kernels of ``jit`` modules are compiled before any run, untimed
+        (:func:`compile_jit_kernels`, which says so on stderr).
     echo : callable
         Receives each printed line.
     profile : bool
@@ -90,6 +92,7 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     if dump_outputs is not None:
         check_output_dir(dump_outputs)
     root = load_library(library)
+    compile_jit_kernels(root)
     if is_vm_library(root):
         if dump_outputs is not None:
             raise KilnError("--dump-outputs needs a graph-executor library (the VM profiler "
@@ -104,6 +107,34 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         save_npz(outputs, result)
         echo(f"wrote {outputs}")
     return result
+
+
+def compile_jit_kernels(root) -> None:
+    """Compile the kernels of the library's ``jit`` modules (C source compiled on the first
+    call, :class:`kiln.runtime.jit.device_module.SourceDeviceModule`) before anything is
+    timed, and say on stderr how long that took (:func:`kiln.progress.notice`: not with
+    ``--quiet``): the first timed run would otherwise report the compiler's time as the
+    model's.
+
+    Raises
+    ------
+    ToolchainError, KilnError
+        The device compiler is missing or fails (as the first call would raise).
+    """
+    from kiln import progress
+    from kiln.runtime.jit.device_module import SourceDeviceModule
+    from kiln.runtime.module import modules_dfs
+
+    pending = [m for m in modules_dfs(root)
+               if isinstance(m, SourceDeviceModule) and not m.compiled]
+    if not pending:
+        return
+    start = time.perf_counter()
+    with progress.stage("Compiling the jit kernels"):
+        for module in pending:
+            module.prepare()
+    progress.notice(f"first call compiles the jit kernels ({time.perf_counter() - start:.1f} "
+                    "s); timings below exclude it")
 
 
 def shape_dict(input_shapes: list[tuple[str, tuple[int, ...]]] | None
@@ -228,6 +259,8 @@ def add_parser(sub) -> None:
     p.add_argument("--dump-outputs", metavar="DIR",
                    help="write every node's output to DIR (.npy per output, nodes.json); "
                         "implies --profile")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress display and no notices on stderr")
     p.set_defaults(func=_run)
 
 

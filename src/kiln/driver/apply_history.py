@@ -4,9 +4,12 @@
 :meth:`ApplyHistoryBest.lower`: the fastest error-free record for the kernel's workload key
 (:func:`workload_key`, which includes the target string), measured on a CPU
 with exactly this machine's fingerprint, is applied; every other kernel keeps the default
-schedule, and :meth:`ApplyHistoryBest.summary` says why — ``no record``, ``other CPU`` (records
-for this kernel and target from a CPU with another fingerprint), ``other target`` (records for
-this kernel under another target string), ``other threads`` (records for this kernel, target
+schedule, and :meth:`ApplyHistoryBest.summary` says why — ``symbolic shapes`` (the kernel has
+symbolic dims: records time kernels at static shapes, ``kiln tune`` refuses symbolic ones),
+``other workload`` (the records are for other kernels or shapes), ``no record`` (the records are
+empty), ``other CPU`` (records for this kernel and target from a CPU with another fingerprint),
+``other target`` (records for this kernel under another target string, which the summary
+names), ``other threads`` (records for this kernel, target
 and CPU measured at another ``KILN_NUM_THREADS``: parallel loops were chosen for another
 thread count; ``no thread count``: records of this CPU written before they named it: re-tune,
 or add ``"threads": N`` to their fingerprints), ``other measure`` (records for this kernel, target
@@ -53,8 +56,8 @@ def workload_key(body: Function, target: str) -> str:
 log = logging.getLogger("kiln")
 
 #: the reasons a kernel fell back to its default schedule, in summary order
-REASONS = ("no record", "other CPU", "other threads", "no thread count", "other target",
-           "other measure", "failed", "stale")
+REASONS = ("symbolic shapes", "other workload", "no record", "other CPU", "other threads",
+           "no thread count", "other target", "other measure", "failed", "stale")
 
 
 class ApplyHistoryBest:
@@ -92,6 +95,7 @@ class ApplyHistoryBest:
         self.target = ""
         self.best: dict[str, TuningRecord] = {}
         self.outcomes: dict[str, str] = {}  # kernel name -> "tuned" or a REASONS entry
+        self.other_targets: set[str] = set()  # the targets of the "other target" records
         self.skipped = ""
 
     def bind(self, target: str) -> None:
@@ -99,6 +103,7 @@ class ApplyHistoryBest:
         self.target = str(target)
         self.best = best_records(self.records, self.target, self.fingerprint, self.measure)
         self.outcomes.clear()
+        self.other_targets.clear()
 
     def skip(self, why: str) -> None:
         """Apply nothing to this build (e.g. a multi-level target), and say so."""
@@ -146,19 +151,37 @@ class ApplyHistoryBest:
             return "other CPU"
         others = {r.target for r in self.records if r.target != self.target}
         keys = {r.workload_key for r in self.records}
-        if any(workload_key(call.body, t) in keys for t in others):
+        matching = {t for t in others if workload_key(call.body, t) in keys}
+        if matching:
+            self.other_targets |= matching
             return "other target"
-        return "no record"
+        body = call.body
+        if not all(v.checked_type.is_static for v in [*body.params, *body.outputs]):
+            return "symbolic shapes"
+        return "other workload" if self.records else "no record"
 
     def summary(self) -> str:
-        """One line: ``tuning records: 12 of 20 kernels tuned; 8 fell back to default (5 no
-        record, 2 other CPU, 1 other target)``."""
+        """One line: ``tuning records: 12 of 20 kernels tuned; 8 fell back to default (5 other
+        workload, 2 other CPU, 1 other target: records for 'llvm -mcpu=haswell')``; the
+        reasons that need it say what the records were for (:data:`REASONS`)."""
         if self.skipped:
             return f"tuning records: not applied ({self.skipped})"
         counts = Counter(self.outcomes.values())
         total, tuned = len(self.outcomes), counts["tuned"]
         line = f"tuning records: {tuned} of {total} kernels tuned"
         if total > tuned:
-            why = ", ".join(f"{counts[r]} {r}" for r in REASONS if counts[r])
+            why = ", ".join(f"{counts[r]} {r}{self._detail(r)}" for r in REASONS if counts[r])
             line += f"; {total - tuned} fell back to default ({why})"
         return line
+
+    def _detail(self, reason: str) -> str:
+        """What the records were for, where the reason alone does not say how to fix it."""
+        if reason == "other target":
+            names = ", ".join(repr(t) for t in sorted(self.other_targets))
+            return f": records for {names}, this build is for {self.target!r}"
+        if reason == "symbolic shapes":
+            return (": records are for static shapes, these kernels' shapes are symbolic; "
+                    "compile with --input-shape NAME:SHAPE at the tuned shapes")
+        if reason == "other workload":
+            return ": the records are for other kernels or shapes"
+        return ""

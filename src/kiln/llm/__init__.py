@@ -15,17 +15,24 @@ kiln.errors).
 
 from kiln.llm.decoder import Decoder, compiled_decoder_path, kiln_decoder, ort_decoder
 from kiln.llm.generate import Generation, TextStreamer, generate, left_pad
-from kiln.llm.sampling import SamplingConfig, next_tokens
+from kiln.llm.sampling import (
+    SamplingConfig,
+    apply_repetition_penalty,
+    next_tokens,
+    token_probs,
+)
 
 __all__ = [
     "Decoder",
     "Generation",
     "SamplingConfig",
     "TextStreamer",
+    "apply_repetition_penalty",
     "compiled_decoder_path",
     "generate",
     "kiln_decoder",
     "left_pad",
     "next_tokens",
     "ort_decoder",
+    "token_probs",
 ]

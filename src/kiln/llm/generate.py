@@ -85,7 +85,7 @@ def generate(decoder: Decoder, prompts: Sequence[Sequence[int]], max_new_tokens:
         Token ids; several prompts run as one left-padded batch.
     max_new_tokens : int
     sampling : SamplingConfig, optional
-        Greedy by default.
+        Greedy by default. Its repetition penalty counts each row's prompt and new tokens.
     stop_token_ids : list of int
         A row ends at the first of these it produces.
     pad_token_id : int
@@ -112,10 +112,12 @@ def generate(decoder: Decoder, prompts: Sequence[Sequence[int]], max_new_tokens:
     done = np.zeros(batch, bool)
     past = decoder.empty_cache(batch)
     step_in = (ids, mask, pos)
+    # each row's tokens so far, for the repetition penalty (the prompt counts, as in HF)
+    context = [list(p) for p in prompts] if sampling.repetition_penalty != 1.0 else None
     for step in range(max_new_tokens):
         start = time.perf_counter()
         logits, present = decoder(*step_in, past if use_cache else decoder.empty_cache(batch))
-        token = next_tokens(logits[:, -1], sampling, rng)
+        token = next_tokens(logits[:, -1], sampling, rng, context)
         out.step_s.append(time.perf_counter() - start)
         for b in np.flatnonzero(~done):
             t = int(token[b])
@@ -124,6 +126,8 @@ def generate(decoder: Decoder, prompts: Sequence[Sequence[int]], max_new_tokens:
                 out.finish_reasons[b] = "stop"
                 continue
             out.tokens[b].append(t)
+            if context is not None:
+                context[b].append(t)
             if on_token is not None:
                 on_token(int(b), t)
         if done.all() or step == max_new_tokens - 1:

@@ -24,7 +24,7 @@ are atomic (temporary file + ``os.replace``) and serialized by a file lock, so c
 workers can ask for the same model. The model files are never evicted: the size cap
 ``KILN_CACHE_MAX_SIZE`` (:mod:`kiln.runtime.toolchain.cache_limit`) bounds compiled code only.
 
-May import: kiln.runtime (and kiln.errors).
+May import: kiln.runtime, kiln.progress (and kiln.errors).
 """
 
 from kiln.models.fetch import (

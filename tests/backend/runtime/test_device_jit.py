@@ -10,6 +10,7 @@ Every test uses its own cache folder (``KILN_CACHE_DIR`` in ``tmp_path``).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 import kiln.runtime as rt
+from kiln import progress
+from kiln.cli import main as cli
 from kiln.errors import KilnError, ToolchainError
 from kiln.frontend import from_onnx
 from kiln.runtime.jit.device_module import DeviceFunction, SourceDeviceModule
@@ -93,6 +96,31 @@ def test_model_kernels_stay_source_through_export_and_run(device_env, tmp_path, 
     # the .so holds the C source as data, not compiled kernels
     assert set(dev.list_function_names()).isdisjoint(
         rt.LibraryModule(str(so)).list_function_names())
+
+
+def test_kiln_run_compiles_the_jit_kernels_before_timing_and_says_so(device_env, tmp_path,
+                                                                     monkeypatch, capsys):
+    """The first call compiles the kernels: ``kiln run`` does that untimed, says how long it
+    took on stderr (not with --quiet), and times only the runs after it."""
+    so = tmp_path / "m.so"
+    export_small(so)
+    compile_kernels = SourceDeviceModule._compile
+
+    def slow_compile(self, *args):
+        time.sleep(0.6)  # a compile that no run of this tiny model can hide
+        return compile_kernels(self, *args)
+
+    monkeypatch.setattr(SourceDeviceModule, "_compile", slow_compile)
+    monkeypatch.setitem(progress._state, "quiet", False)
+    assert cli.main(["run", str(so), "--repeat", "3"]) == 0
+    out, err = capsys.readouterr()
+    notice = re.search(r"first call compiles the jit kernels \((\d+\.\d) s\); timings below "
+                       r"exclude it", err)
+    assert notice and float(notice[1]) >= 0.6, err
+    assert float(re.search(r"max ([\d.]+)\)", out)[1]) < 600, out
+    assert cli.main(["run", str(so), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "jit" not in err and "run: " in out
 
 
 def test_tar_export_keeps_the_source_too(device_env, tmp_path, reference):

@@ -1,4 +1,6 @@
-"""kiln.llm.sampling and the padding / streaming helpers of kiln.llm.generate."""
+"""kiln.llm.sampling (checked against numpy written from the definitions: CTRL's repetition
+penalty, Hugging Face's temperature, top-k and top-p warpers) and the padding / streaming
+helpers of kiln.llm.generate."""
 
 from __future__ import annotations
 
@@ -6,7 +8,15 @@ import numpy as np
 import pytest
 
 from kiln.errors import KilnError
-from kiln.llm import SamplingConfig, TextStreamer, left_pad, next_tokens
+from kiln.llm import (
+    SamplingConfig,
+    TextStreamer,
+    apply_repetition_penalty,
+    generate,
+    left_pad,
+    next_tokens,
+    token_probs,
+)
 
 
 def test_greedy_is_argmax_lowest_id_on_ties():
@@ -47,10 +57,93 @@ def test_low_temperature_approaches_greedy():
 
 
 @pytest.mark.parametrize("bad", [{"temperature": 0}, {"top_k": -1}, {"top_p": 0},
-                                 {"top_p": 1.5}])
+                                 {"top_p": 1.5}, {"repetition_penalty": 0},
+                                 {"repetition_penalty": -1.1}])
 def test_bad_sampling_settings_are_errors(bad):
     with pytest.raises(KilnError):
         SamplingConfig(**bad)
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_logits_once_per_id():
+    logits = np.array([2.0, -1.0, 0.5, 3.0, -0.25], np.float32)
+    got = apply_repetition_penalty(logits, [0, 1, 1, 4, 0], 2.0)
+    np.testing.assert_array_equal(got, [1.0, -2.0, 0.5, 3.0, -0.5])  # exact in binary
+    np.testing.assert_array_equal(logits, [2.0, -1.0, 0.5, 3.0, -0.25])  # the input is kept
+    np.testing.assert_array_equal(apply_repetition_penalty(logits, [], 2.0), logits)
+
+
+def _reference_probs(logits, context, temperature, top_k, top_p, penalty):
+    """numpy from the definitions, in transformers' order and formulation: the penalty
+    (gather, where, scatter), the temperature, top-k as -inf below the k-th logit, top-p as
+    removing the ascending-sorted tokens whose cumulative probability is <= 1 - top_p."""
+    x = logits.astype(np.float64).copy()
+    ids = np.array(sorted(set(context)))
+    x[ids] = np.where(x[ids] < 0, x[ids] * penalty, x[ids] / penalty)
+    x = x / temperature
+    x[x < np.sort(x)[-top_k]] = -np.inf
+    asc = np.argsort(x)
+    p = np.exp(x[asc] - x[asc].max())
+    cum = np.cumsum(p / p.sum())
+    remove = cum <= 1 - top_p
+    remove[-1] = False
+    x[asc[remove]] = -np.inf
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def test_token_probs_match_numpy_on_fixed_logits():
+    logits = np.random.default_rng(4).standard_normal(50).astype(np.float32) * 3
+    context = [3, 7, 7, 11, 42, int(np.argmax(logits))]
+    for temperature, top_k, top_p, penalty in [(0.7, 20, 0.9, 1.1), (1.3, 5, 1.0, 1.5),
+                                               (0.5, 50, 0.6, 0.8)]:
+        cfg = SamplingConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p,
+                             repetition_penalty=penalty)
+        np.testing.assert_allclose(token_probs(logits, cfg, context),
+                                   _reference_probs(logits, context, temperature, top_k, top_p,
+                                                    penalty), rtol=1e-12, atol=1e-15)
+
+
+def test_a_sampled_token_is_numpy_s_draw_from_that_distribution_with_the_same_seed():
+    logits = np.random.default_rng(5).standard_normal((2, 40)).astype(np.float32)
+    context = [[1, 2, 3], [int(np.argmax(logits[1]))]]
+    cfg = SamplingConfig(do_sample=True, temperature=0.7, top_k=10, top_p=0.9, seed=0,
+                         repetition_penalty=1.1)
+    want = []
+    rng = np.random.default_rng(11)
+    for row, ids in zip(logits, context):
+        want.append(rng.choice(40, p=_reference_probs(row, ids, 0.7, 10, 0.9, 1.1)))
+    np.testing.assert_array_equal(next_tokens(logits, cfg, np.random.default_rng(11), context),
+                                  want)
+
+
+def test_greedy_with_a_repetition_penalty_takes_the_argmax_of_the_penalized_logits():
+    logits = np.array([[3.0, 2.9, -1.0], [3.0, 2.9, -1.0]], np.float32)
+    cfg = SamplingConfig(repetition_penalty=1.1)
+    np.testing.assert_array_equal(next_tokens(logits, cfg, None, [[0], [1]]), [1, 0])
+    np.testing.assert_array_equal(next_tokens(logits, cfg, None), [0, 0])  # no context
+
+
+class _LoopingDecoder:
+    """A decoder whose logits always favour token 5 a little over 6 and 7: greedy decoding
+    repeats token 5 forever."""
+
+    def empty_cache(self, batch):
+        return None
+
+    def __call__(self, ids, mask, pos, past):
+        logits = np.zeros((ids.shape[0], ids.shape[1], 10), np.float32)
+        logits[..., 5], logits[..., 6], logits[..., 7] = 2.0, 1.9, 1.85
+        return logits, None
+
+
+def test_generate_with_a_repetition_penalty_leaves_a_loop():
+    greedy = generate(_LoopingDecoder(), [[1, 2]], max_new_tokens=4)
+    assert greedy.tokens == [[5, 5, 5, 5]]
+    penalized = generate(_LoopingDecoder(), [[1, 2]], max_new_tokens=4,
+                         sampling=SamplingConfig(repetition_penalty=1.1))
+    # 2.0/1.1 < 1.9, then 1.9/1.1 < 1.85; once all three are seen, each is divided once
+    # (not once per occurrence), and 5 leads again
+    assert penalized.tokens == [[5, 6, 7, 5]]
 
 
 def test_left_pad_masks_and_positions():

@@ -184,16 +184,17 @@ def test_a_record_of_this_cpu_and_target_is_applied():
     ({"fp": OTHER_FP}, "other CPU"),
     ({"fp": {**FP, "threads": 2}}, "other threads"),
     ({"fp": {k: v for k, v in FP.items() if k != "threads"}}, "no thread count"),
-    ({"target": "llvm -mcpu=haswell"}, "other target"),
+    ({"target": "llvm -mcpu=haswell"}, "other target: records for 'llvm -mcpu=haswell', this "
+                                       f"build is for {TARGET!r}"),
     ({"error": "wrong result"}, "failed"),
-    ({"key": "0" * 32}, "no record"),
+    ({"key": "0" * 32}, "other workload: the records are for other kernels or shapes"),
     ({"config": {"unroll_k": 3}}, "stale"),
     ({"measure": "hot"}, "other measure"),
 ])
 def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     task, config = _dense_task()
     args = {"key": task.key, "config": config, **record}
-    if record.get("target"):  # the same kernel's key for that target
+    if "target" in record:  # the same kernel's key for that target
         from kiln.driver.apply_history import workload_key
 
         args["key"] = workload_key(task.payload.body, record["target"])
@@ -202,6 +203,31 @@ def test_a_record_of_another_cpu_or_target_is_refused_and_reported(record, why):
     assert _text(kernel) == _text(lower_candidate(task, {}))  # the default schedule
     assert tuning.summary() == (f"tuning records: 0 of 1 kernels tuned; 1 fell back to "
                                 f"default (1 {why})")
+
+
+def test_empty_records_say_there_is_no_record():
+    tuning = ApplyHistoryBest([], fingerprint=FP)
+    _build_kernels(tuning)
+    assert tuning.summary() == ("tuning records: 0 of 1 kernels tuned; 1 fell back to default "
+                                "(1 no record)")
+
+
+def test_records_of_static_shapes_on_a_symbolic_kernel_say_the_shapes_are_symbolic():
+    """kiln tune times static shapes only: a symbolic build of the same model gets none of
+    its records, and the summary says that it is the shapes, not a missing record."""
+    import kiln
+
+    task, config = _dense_task()
+    model = dense_model()
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "rows"
+    mod, params = from_onnx(model)
+    tuning = ApplyHistoryBest([_record(task.key, config)], fingerprint=FP)
+    kiln.build(mod, TARGET, params, tuning_records=tuning)
+    assert tuning.summary() == (
+        "tuning records: 0 of 1 kernels tuned; 1 fell back to default (1 symbolic shapes: "
+        "records are for static shapes, these kernels' shapes are symbolic; compile with "
+        "--input-shape NAME:SHAPE at the tuned shapes)")
 
 
 def test_a_tuned_build_never_shares_a_compile_cache_entry_with_the_untuned(tmp_path,

@@ -24,6 +24,7 @@
  * the builtins listed in rt_vm_builtins.c. No replay of recorded
  * calls (vm_replay.py): the interpreter's per-call cost is a few microseconds in C.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -397,7 +398,7 @@ static int kiln_vm_init(KilnModule* self, TVMValue* args, int* codes, int n, TVM
 }
 
 /* -- signature queries (TVM's relax VM: get_function_arity, get_function_param_name; Kiln
-   native extra: get_function_param_dtype) */
+   native extras: get_function_param_dtype, get_function_param_shape) */
 static int kiln_vm_func_arg(KilnVM* vm, TVMValue* args, int* codes, int n, int want_index,
                             const KilnVMFunction** f, size_t* index, const char* fn) {
   size_t i;
@@ -448,6 +449,37 @@ static int kiln_vm_param_dtype(KilnModule* self, TVMValue* args, int* codes, int
   return 0;
 }
 
+/* The parameter's shape as text, dims joined by commas: a size, or its symbol's name
+   ("1,seq,384"; "" for a scalar): what a caller needs to size inputs that share a symbol. */
+static int kiln_vm_param_shape(KilnModule* self, TVMValue* args, int* codes, int n,
+                               TVMValue* ret, int* ret_code) {
+  KilnVM* vm = (KilnVM*)self;
+  const KilnVMFunction* f = NULL;
+  const KilnVMSig* sig;
+  size_t i, len = 0, cap = 1;
+  char* text;
+  int d;
+  if (kiln_vm_func_arg(vm, args, codes, n, 1, &f, &i, "get_function_param_shape") != 0)
+    return -1;
+  sig = &f->params[i];
+  for (d = 0; d < sig->ndim; ++d) /* a size takes at most 20 digits, a symbol its name */
+    cap += 21 + (sig->dims[d] < 0 ? strlen(vm->exe->symbols[-1 - sig->dims[d]].name) : 0);
+  if ((text = (char*)malloc(cap)) == NULL) return kiln_fail("get_function_param_shape: out of memory");
+  text[0] = '\0';
+  for (d = 0; d < sig->ndim; ++d) {
+    const char* sep = d ? "," : "";
+    if (sig->dims[d] < 0)
+      len += (size_t)snprintf(text + len, cap - len, "%s%s", sep,
+                              vm->exe->symbols[-1 - sig->dims[d]].name);
+    else
+      len += (size_t)snprintf(text + len, cap - len, "%s%lld", sep, (long long)sig->dims[d]);
+  }
+  ret->v_str = kiln_return_string(text, len);
+  free(text);
+  *ret_code = kTVMStr;
+  return ret->v_str ? 0 : -1;
+}
+
 static const struct {
   const char* name;
   KilnMethod method;
@@ -456,6 +488,7 @@ static const struct {
     {"get_function_arity", kiln_vm_arity},
     {"get_function_param_name", kiln_vm_param_name},
     {"get_function_param_dtype", kiln_vm_param_dtype},
+    {"get_function_param_shape", kiln_vm_param_shape},
 };
 
 static void kiln_vm_entry_free(void* resource) { free(resource); }

@@ -3,12 +3,15 @@
  * twin of `kiln run`).
  *
  *     kiln_run model.so [--repeat N] IN.bin... OUT.bin...   (KILN_NUM_THREADS: kernel threads)
- *     kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] [IN.bin...] [OUT.bin...]
+ *     kiln_run vm_model.so [--repeat N] --input-shape NAME:1x7... [--random] [IN.bin...]
+ *              [OUT.bin...]
  *
  * Inputs and outputs are raw tensors (C order, the graph's dtype) in the graph's input order
  * (get_input_name) and output order; each input file must hold exactly the input's bytes.
- * A VM library (symbolic dims, decision 014) runs its function main: --shape gives each input's
- * shape; the inputs are read from the first files, or with --random made up (integers in
+ * A VM library (symbolic dims, decision 014) runs its function main: --input-shape NAME:1x7
+ * (as `kiln run`; --shape NAME=1x7 is the same) gives an input's shape, and an input sharing
+ * a symbol with a given one needs none (the symbol's value carries over); the inputs are read
+ * from the first files, or with --random made up (integers in
  * [0, 100), floats in [-1, 1)); the result's tensors (a tuple flattened in order) are written
  * to the remaining files, when given (kiln_run_vm.c).
  * Prints the load time, the first inference (start-up to first result) and the mean, min and
@@ -90,7 +93,7 @@ static void print_times(double t_load, double t_first, double t_total, const dou
 
 static void print_usage(FILE* out) {
   fprintf(out, "usage: kiln_run model.so [--repeat N] IN.bin... OUT.bin...\n"
-               "       kiln_run vm_model.so [--repeat N] --shape NAME=1x7... [--random] "
+               "       kiln_run vm_model.so [--repeat N] --input-shape NAME:1x7... [--random] "
                "[IN.bin...] [OUT.bin...]\n");
 }
 
@@ -105,7 +108,9 @@ static int help(void) {
          "IN.bin, OUT.bin: raw tensors (C order, the graph's dtype), in the graph's input and\n"
          "output order; each input file holds exactly the input's bytes.\n\n"
          "  --repeat N          timed runs after the first one (default: 10)\n"
-         "  --shape NAME=1x7    a VM library's input shape (symbolic dims), one per input\n"
+         "  --input-shape NAME:1x7\n"
+         "                      a VM library's input shape (symbolic dims); inputs sharing\n"
+         "                      a symbol with it need none (--shape NAME=1x7: the same)\n"
          "  --random            a VM library: made-up inputs instead of IN.bin files\n"
          "  -h, --help          this help\n\n"
          "KILN_NUM_THREADS: kernel threads. Exit status: 0, 1 (the runtime's error), 2 (usage).\n");
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
   TVMFunctionHandle f_default, f_set, f_run, f_out, f_nin, f_nout, f_name, f_in;
   TVMValue args[2], ret;
   int codes[2], code, i, k, repeat = 10, nin, nout, nfiles;
-  char **files, **shapes;
+  char **files, **shapes, **shape_names;
   int nshapes = 0, random_inputs = 0;
   double t0, t_load, t_first, t_total, *times, *cpu;
   for (i = 1; i < argc; ++i)
@@ -128,10 +133,22 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return usage(); /* an option, not the library */
   files = (char**)calloc((size_t)argc, sizeof(char*));
   shapes = (char**)calloc((size_t)argc, sizeof(char*));
+  shape_names = (char**)calloc((size_t)argc, sizeof(char*));
   for (i = 2, nfiles = 0; i < argc; ++i) {
+    int colon = strcmp(argv[i], "--input-shape") == 0;
     if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) shapes[nshapes++] = argv[++i];
-    else if (strcmp(argv[i], "--random") == 0) random_inputs = 1;
+    else if ((colon || strcmp(argv[i], "--shape") == 0) && i + 1 < argc) {
+      /* NAME:1x7 (NAME=1x7 for --shape), split at the last separator: a name may hold one */
+      char* sep = strrchr(argv[++i], colon ? ':' : '=');
+      if (sep == NULL || sep == argv[i]) {
+        fprintf(stderr, "kiln_run: %s %s: expected NAME%s1x7\n", colon ? "--input-shape" :
+                "--shape", argv[i], colon ? ":" : "=");
+        return 2;
+      }
+      *sep = '\0';
+      shape_names[nshapes] = argv[i];
+      shapes[nshapes++] = sep + 1;
+    } else if (strcmp(argv[i], "--random") == 0) random_inputs = 1;
     else if (strncmp(argv[i], "--", 2) == 0) return usage();
     else files[nfiles++] = argv[i];
   }
@@ -139,10 +156,12 @@ int main(int argc, char** argv) {
   t0 = now_ms();
   if (TVMModLoadFromFile(argv[1], "so", &factory) != 0) return die("load");
   if (strcmp(KilnModTypeKey(factory), "relax.VMExecutable") == 0) {
-    int rc = run_vm(factory, t0, repeat, shapes, nshapes, random_inputs, files, nfiles);
+    int rc = run_vm(factory, t0, repeat, shape_names, shapes, nshapes, random_inputs, files,
+                    nfiles);
     TVMModFree(factory);
     free(files);
     free(shapes);
+    free(shape_names);
     return rc;
   }
   if (nshapes || random_inputs) return usage();
@@ -217,5 +236,6 @@ int main(int argc, char** argv) {
   TVMModFree(factory);
   free(files);
   free(shapes);
+  free(shape_names);
   return 0;
 }

@@ -171,6 +171,22 @@ class SourceDeviceModule(Module):
             packed = self._packed[name] = PackedFunc(call, name)
         return packed
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the library is built and open (the first call, or :meth:`prepare`, did)."""
+        return self._impl is not None
+
+    def prepare(self) -> None:
+        """Compile (or find in the cache) and open the library now rather than on the first
+        call, e.g. so that a timed first run measures the kernels and not the compiler.
+
+        Raises
+        ------
+        ToolchainError, KilnError
+            As the first call would (:meth:`_start`).
+        """
+        self._start()
+
     def _start(self) -> Callable[[DeviceFunction, tuple[Any, ...]], Any]:
         """Compile (or find in the cache) the library and open it here or in a server.
 

@@ -90,7 +90,9 @@ size_t KilnArrayNumBytes(const DLTensor* t);
    vm["main"](tensors...). A VM function returns copies of its results, owned by the VM and
    valid until its next call: one tensor as kTVMDLTensorHandle, a tuple as kTVMObjectHandle
    (a KilnTuple), an integer as kTVMArgInt. Also get_function_arity(name),
-   get_function_param_name(name, i), get_function_param_dtype(name, i) (kTVMDataType). */
+   get_function_param_name(name, i), get_function_param_dtype(name, i) (kTVMDataType),
+   get_function_param_shape(name, i) (kTVMStr: dims joined by commas, each a size or its
+   symbol's name, "1,seq,384"; inputs that share a symbol share its value). */
 /* Items of a KilnTuple (-1 for NULL). */
 int KilnTupleSize(void* tuple);
 /* Item `index` (a tensor, a nested tuple or an integer, with its type code). */
