@@ -155,3 +155,41 @@ def best_peer(row: dict) -> tuple[str, float] | None:
         return None
     ms, peer = min(times)
     return peer, ms
+
+
+def load_peers(keys: list[str], onnx_path: str, feeds: dict, threads: int,
+               int8: bool) -> tuple[dict[str, Callable[[], list]], dict[str, str]]:
+    """The peers ``keys``, loaded (:func:`runner`): (key → one inference, key → why a peer
+    failed to load). onnxruntime is the reference: its failure is raised."""
+    runs, errors = {}, {}
+    for peer in keys:
+        try:
+            runs[peer] = runner(peer, onnx_path, feeds, threads, int8)
+        except Exception as err:  # noqa: BLE001 - a failing peer is a result, not a crash
+            if peer == "ort":
+                raise
+            errors[peer] = f"load: {type(err).__name__}: {err}".splitlines()[0][:300]
+    return runs, errors
+
+
+def check_outputs(runs: dict[str, Callable[[], list]], errors: dict[str, str],
+                  int8: bool) -> dict:
+    """Run every engine once and compare its outputs with onnxruntime's: ``<engine>_err`` (max
+    abs difference) and ``<engine>_ok`` (:func:`agree`) per engine. ``runs`` holds ``"ort"``
+    and the engines to check; one other than ``"kiln"`` that fails to run is moved from ``runs``
+    to ``errors`` (Kiln's failure is raised)."""
+    reference = runs["ort"]()
+    out = {}
+    for name, run in list(runs.items()):
+        if name == "ort":
+            continue
+        try:
+            err = max_abs_err(run(), reference)
+        except Exception as exc:  # noqa: BLE001 - a failing peer is a result, not a crash
+            if name == "kiln":
+                raise
+            errors[name] = f"run: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+            del runs[name]
+            continue
+        out[f"{name}_err"], out[f"{name}_ok"] = err, agree(err, reference, int8)
+    return out

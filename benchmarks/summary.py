@@ -177,7 +177,8 @@ def markdown(bench: str, summary: dict) -> str:
 
 def load_previous(path: Path) -> dict | None:
     """The committed summary at ``path``: its version in git's ``HEAD`` when the file is in a
-    git checkout, else the file itself; None when there is none (or it is not valid JSON)."""
+    git checkout, else (no git, or not committed yet) the file itself; None when there is none
+    (or it is not valid JSON)."""
     text = None
     try:
         rel = path.resolve().relative_to(ROOT)

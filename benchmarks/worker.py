@@ -102,50 +102,15 @@ def peak_rss_mib() -> float:
     raise RuntimeError("/proc/self/status has no VmHWM line")
 
 
-def load_peers(job: dict, feeds: dict) -> tuple[dict[str, Callable[[], list]], dict[str, str]]:
-    """The job's peers, loaded: (key → one inference, key → error of a peer that failed to
-    load). onnxruntime is the reference and must load; another peer's failure is recorded."""
-    runs, errors = {}, {}
-    for peer in job["peers"]:
-        try:
-            runs[peer] = peers.runner(peer, job["onnx"], feeds, job["threads"], job["int8"])
-        except Exception as err:  # noqa: BLE001 - a failing peer is a result, not a crash
-            if peer == "ort":
-                raise
-            errors[peer] = f"load: {type(err).__name__}: {err}".splitlines()[0][:300]
-    return runs, errors
-
-
-def check_outputs(runs: dict[str, Callable[[], list]], errors: dict[str, str],
-                  int8: bool) -> dict:
-    """Run every engine once and compare its outputs with onnxruntime's: ``<engine>_err`` (max
-    abs difference) and ``<engine>_ok`` (:func:`peers.agree`) per engine; a peer that fails to
-    run is moved from ``runs`` to ``errors``."""
-    reference = runs["ort"]()
-    out = {}
-    for name, run in list(runs.items()):
-        if name == "ort":
-            continue
-        try:
-            err = peers.max_abs_err(run(), reference)
-        except Exception as exc:  # noqa: BLE001 - a failing peer is a result, not a crash
-            if name == "kiln":
-                raise
-            errors[name] = f"run: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-            del runs[name]
-            continue
-        out[f"{name}_err"], out[f"{name}_ok"] = err, peers.agree(err, reference, int8)
-    return out
-
-
 def time_job(job: dict) -> dict:
     """Kiln and the peers in this process: each engine's output difference from onnxruntime's
     and median latency (ms; None for a peer that did not run, with ``<peer>_error``)."""
     feeds = make_feeds(job["inputs"], job["seed"])
     runs = {"kiln": kiln_runner(job["so"], feeds)}
-    peer_runs, errors = load_peers(job, feeds)
+    peer_runs, errors = peers.load_peers(job["peers"], job["onnx"], feeds, job["threads"],
+                                         job["int8"])
     runs |= peer_runs
-    result = check_outputs(runs, errors, job["int8"])
+    result = peers.check_outputs(runs, errors, job["int8"])
     ms = interleaved_medians_ms(runs, job["warmup"], job["repeat"])
     result |= {f"{name}_ms": ms.get(name) for name in ("kiln", *job["peers"])}
     result |= {f"{name}_error": msg for name, msg in errors.items()}
