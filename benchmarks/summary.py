@@ -136,13 +136,15 @@ def rows_markdown(rows: list[dict]) -> list[str]:
     return lines
 
 
-def changes_markdown(changes: list[dict], previous: dict | None) -> list[str]:
-    """The change against the previous summary as markdown lines (a table, or why there is
-    none)."""
+def changes_markdown(changes: list[dict], previous: dict | None, settings: str = "") -> list[str]:
+    """The change against the previous summary (its ``machine`` and ``settings``) as markdown
+    lines: a table, or why there is none; says so when the settings of the two runs differ."""
     if previous is None:
         return ["No previous summary of this benchmark for this machine class."]
     head = (f"Against the previous summary ({previous['machine'].get('date', '?')}, commit "
             f"{previous['machine'].get('commit') or '?'}):")
+    if previous.get("settings") != settings:
+        head += f" (its settings differ: {previous.get('settings') or '?'})"
     if not changes:
         return [head, "", "no row ran in both."]
     lines = [head, "", "| name | threads | Kiln ms before | Kiln ms now | now / before "
@@ -171,7 +173,8 @@ def markdown(bench: str, summary: dict) -> str:
     if summary.get("note"):
         lines += [f"Note: {summary['note']}", ""]
     lines += [*rows_markdown(summary["rows"]), "",
-              *changes_markdown(summary["changes"], summary.get("previous"))]
+              *changes_markdown(summary["changes"], summary.get("previous"),
+                                summary.get("settings", ""))]
     return "\n".join(lines) + "\n"
 
 
@@ -202,7 +205,8 @@ def write_summary(bench: str, rows: list[dict], machine: dict, *, note: str = ""
     changes = compare(rows, previous["rows"]) if previous else []
     summary = {"bench": bench, "machine": machine, "settings": settings, "note": note,
                "rows": rows, "changes": changes,
-               "previous": {"machine": previous["machine"]} if previous else None}
+               "previous": ({"machine": previous["machine"],
+                             "settings": previous.get("settings", "")} if previous else None)}
     text = markdown(bench, summary)
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1) + "\n")

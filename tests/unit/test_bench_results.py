@@ -131,11 +131,16 @@ def test_write_summary_compares_with_the_previous_of_the_same_class(tmp_path):
     later = {**MACHINE, "commit": "def456"}
     slower = [_row("squeezenet", 1, 11.0, 12.0, 11.0, best_peer="openvino", kiln_best_peer=1.0)]
     path, text = summary.write_summary("models", slower, later, folder=tmp_path)
+    assert "settings differ" not in text
     saved = json.loads(path.read_text())
     assert saved["previous"]["machine"]["commit"] == "abc123"
     assert [c["slower"] for c in saved["changes"]] == [True]
     assert "| squeezenet | 1 | 10.00 | 11.00 | **1.10** ⚠ slower | 0.91 | 1.00 |" in text
     assert "More than 5% slower: squeezenet at 1." in text
+
+    _, text = summary.write_summary("models", slower, later, settings="target c",
+                                    folder=tmp_path)
+    assert "(its settings differ: ?)" in text  # the first two runs recorded none
 
     other = {**MACHINE, "cores": 4}  # another machine class: nothing to compare with
     path, text = summary.write_summary("models", slower, other, folder=tmp_path)
