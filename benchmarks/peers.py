@@ -25,13 +25,15 @@ from collections.abc import Callable
 PEERS = {"ort": "onnxruntime", "openvino": "OpenVINO"}
 #: the Python module each peer needs
 _MODULES = {"ort": "onnxruntime", "openvino": "openvino"}
-#: Outputs agree with the reference when max |a - b| <= TOL * max |reference| (relative to the
-#: largest output magnitude: several models end in a Softmax whose values are ~1e-3). Float: both
-#: engines sum in float32 in different orders (measured, OpenVINO vs onnxruntime: squeezenet,
-#: mobilenet_v2, resnet50 within 1e-6 of their largest output). int8: engines round requantized
-#: intermediates differently (mobilenet_v2_qdq: 1.5 %, about two output quantization steps).
+#: An output agrees with the reference's when max |a - b| <= TOL * max |reference output|, each
+#: output against its own magnitude (several models end in a Softmax whose values are ~1e-3;
+#: MiniLM passes its int64 token ids, up to ~30000, through as outputs beside its ~2.5 hidden
+#: states). Float: both engines sum in float32 in different orders (measured, OpenVINO vs
+#: onnxruntime: squeezenet, mobilenet_v2, resnet50 within 1e-6). int8: engines quantize and round
+#: differently (OpenVINO vs onnxruntime: mobilenet_v2_qdq 1.5 %, quantize_dynamic MiniLM's
+#: hidden states 6 %, while onnxruntime's own int8 and float MiniLM differ by 19 %).
 FLOAT_TOL = 1e-3
-INT8_TOL = 5e-2
+INT8_TOL = 1e-1
 
 
 def versions() -> dict[str, str | None]:
@@ -111,8 +113,8 @@ def runner(peer: str, onnx_path: str, feeds: dict, threads: int,
     raise ValueError(f"unknown peer {peer!r}; known: {', '.join(PEERS)}")
 
 
-def max_abs_err(outputs: list, reference: list) -> float:
-    """Largest absolute difference over all outputs (compared in order, as float64).
+def output_errors(outputs: list, reference: list) -> list[float]:
+    """Per output, the largest absolute difference from the reference's (in order, as float64).
 
     Raises
     ------
@@ -123,24 +125,25 @@ def max_abs_err(outputs: list, reference: list) -> float:
 
     if len(outputs) != len(reference):
         raise ValueError(f"{len(outputs)} outputs, the reference has {len(reference)}")
-    err = 0.0
+    errors = []
     for i, (a, b) in enumerate(zip(outputs, reference, strict=True)):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape:
             raise ValueError(f"output {i}: shape {a.shape}, the reference's {b.shape}")
-        if a.size:
-            err = max(err, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
-    return err
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        errors.append(float(diff.max()) if diff.size else 0.0)
+    return errors
 
 
-def agree(err: float, reference: list, int8: bool) -> bool:
-    """Whether a max abs difference ``err`` from ``reference`` is within tolerance
-    (:data:`FLOAT_TOL` / :data:`INT8_TOL` times the reference's largest magnitude; an all-zero
-    reference must be matched exactly)."""
+def agree(errors: list[float], reference: list, int8: bool) -> bool:
+    """Whether every output's max abs difference (:func:`output_errors`) is within
+    :data:`FLOAT_TOL` / :data:`INT8_TOL` times that reference output's largest magnitude (an
+    all-zero output must be matched exactly)."""
     import numpy as np
 
-    scale = max([0.0, *(float(np.max(np.abs(r))) for r in reference if np.size(r))])
-    return err <= (INT8_TOL if int8 else FLOAT_TOL) * scale
+    tol = INT8_TOL if int8 else FLOAT_TOL
+    return all(err <= tol * (float(np.max(np.abs(r))) if np.size(r) else 0.0)
+               for err, r in zip(errors, reference, strict=True))
 
 
 def best_peer(row: dict) -> tuple[str, float] | None:
@@ -175,21 +178,22 @@ def load_peers(keys: list[str], onnx_path: str, feeds: dict, threads: int,
 def check_outputs(runs: dict[str, Callable[[], list]], errors: dict[str, str],
                   int8: bool) -> dict:
     """Run every engine once and compare its outputs with onnxruntime's: ``<engine>_err`` (max
-    abs difference) and ``<engine>_ok`` (:func:`agree`) per engine. ``runs`` holds ``"ort"``
-    and the engines to check; one other than ``"kiln"`` that fails to run is moved from ``runs``
-    to ``errors`` (Kiln's failure is raised)."""
+    abs difference over all outputs) and ``<engine>_ok`` (:func:`agree`) per engine. ``runs``
+    holds ``"ort"`` and the engines to check; one other than ``"kiln"`` that fails to run is
+    moved from ``runs`` to ``errors`` (Kiln's failure is raised)."""
     reference = runs["ort"]()
     out = {}
     for name, run in list(runs.items()):
         if name == "ort":
             continue
         try:
-            err = max_abs_err(run(), reference)
+            errors_of_outputs = output_errors(run(), reference)
         except Exception as exc:  # noqa: BLE001 - a failing peer is a result, not a crash
             if name == "kiln":
                 raise
             errors[name] = f"run: {type(exc).__name__}: {exc}".splitlines()[0][:300]
             del runs[name]
             continue
-        out[f"{name}_err"], out[f"{name}_ok"] = err, agree(err, reference, int8)
+        out[f"{name}_err"] = max(errors_of_outputs, default=0.0)
+        out[f"{name}_ok"] = agree(errors_of_outputs, reference, int8)
     return out

@@ -12,8 +12,9 @@ best peer before and now (the peers ran in the same process both times, so that 
 less with the machine's load than the times do).
 
 A summary row (:func:`summary_row`) is ``{"name", "threads", "kiln_ms", "ort_ms",
-"openvino_ms", "best_peer", "kiln_best_peer"}`` (times in ms, None where that engine did not
-run), or ``{"name", "threads", "error"}``.
+"openvino_ms", "wrong_peers", "best_peer", "kiln_best_peer"}`` (times in ms, None where that
+engine did not run; ``wrong_peers``: the peers whose outputs disagreed with onnxruntime's), or
+``{"name", "threads", "error"}``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,6 @@ ROOT = HERE.parent
 SUMMARY_DIR = HERE / "results" / "summary"
 #: a row whose Kiln time is more than this × the previous summary's is flagged as slower
 SLOWER_FLAG = 1.05
-#: the fields of a summary row, in order
-FIELDS = ("name", "threads", "kiln_ms", *(f"{p}_ms" for p in PEERS), "best_peer",
-          "kiln_best_peer")
 
 
 def _cpu_model() -> str:
@@ -93,6 +91,7 @@ def summary_row(name: str, row: dict) -> dict:
     best = best_peer(row)
     out = {"name": name, "threads": row["threads"], "kiln_ms": row["kiln_ms"]}
     out |= {f"{p}_ms": row.get(f"{p}_ms") for p in PEERS}
+    out["wrong_peers"] = [p for p in PEERS if row.get(f"{p}_ok") is False]
     out["best_peer"] = best[0] if best else None
     out["kiln_best_peer"] = row["kiln_ms"] / best[1] if best else None
     return out
@@ -123,15 +122,18 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def rows_markdown(rows: list[dict]) -> list[str]:
-    """The summary rows as a markdown table (``-``: that engine did not run)."""
+    """The summary rows as a markdown table (``-``: that engine did not run; ``⚠ wrong``: its
+    outputs disagreed with onnxruntime's, so it is not the best peer)."""
     lines = ["| name | threads | Kiln ms | onnxruntime ms | OpenVINO ms | best peer "
              "| Kiln / best peer |", "|---|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['name']} | {r['threads']} | failed | | | | |")
             continue
+        wrong = r.get("wrong_peers", [])
+        ov = _num(r["openvino_ms"]) + (" ⚠ wrong" if "openvino" in wrong else "")
         lines.append(f"| {r['name']} | {r['threads']} | {_num(r['kiln_ms'])} | "
-                     f"{_num(r['ort_ms'])} | {_num(r['openvino_ms'])} | "
+                     f"{_num(r['ort_ms'])} | {ov} | "
                      f"{PEERS.get(r['best_peer'], '-')} | {_num(r['kiln_best_peer'])} |")
     return lines
 

@@ -36,25 +36,50 @@ def test_best_peer_is_the_fastest_peer_that_agrees():
     assert peers.best_peer({"kiln_ms": 5.0, "ort_ms": None, "openvino_ms": None}) is None
 
 
-def test_agreement_is_relative_to_the_largest_output():
+def test_agreement_is_relative_to_each_outputs_largest_value():
     softmax = [np.array([1e-3, -1.5e-3], np.float32)]  # a Softmax's small values
-    assert peers.agree(1e-6, softmax, int8=False)
-    assert not peers.agree(1e-5, softmax, int8=False)  # 0.7 % of the largest output: wrong
-    assert peers.agree(1e-5, softmax, int8=True)  # int8 engines round differently
-    assert not peers.agree(1e-4, softmax, int8=True)  # 7 %
+    assert peers.agree([1e-6], softmax, int8=False)
+    assert not peers.agree([1e-5], softmax, int8=False)  # 0.7 % of the largest output: wrong
+    assert peers.agree([1e-4], softmax, int8=True)  # int8 engines round differently: 7 %
+    assert not peers.agree([2e-4], softmax, int8=True)  # 13 %
     zeros = [np.zeros(3, np.float32)]
-    assert peers.agree(0.0, zeros, int8=False)
-    assert not peers.agree(1e-9, zeros, int8=False)
+    assert peers.agree([0.0], zeros, int8=False)
+    assert not peers.agree([1e-9], zeros, int8=False)
+    # token ids passed through beside hidden states: the ids' magnitude excuses nothing
+    ids_and_hidden = [np.array([29151, 7], np.int64), np.array([2.5, -1.0], np.float32)]
+    assert peers.agree([0.0, 1e-3], ids_and_hidden, int8=False)
+    assert not peers.agree([0.0, 1.0], ids_and_hidden, int8=False)
 
 
-def test_max_abs_err_over_all_outputs_and_mismatches_refused():
-    ref = [np.zeros((2, 2), np.float32), np.ones(3, np.float32)]
-    out = [np.full((2, 2), 0.25, np.float32), np.array([1, 1, 0.5], np.float32)]
-    assert peers.max_abs_err(out, ref) == 0.5
-    with pytest.raises(ValueError, match="1 outputs, the reference has 2"):
-        peers.max_abs_err(out[:1], ref)
+def test_output_errors_per_output_and_mismatches_refused():
+    ref = [np.zeros((2, 2), np.float32), np.ones(3, np.float32), np.zeros(0, np.float32)]
+    out = [np.full((2, 2), 0.25, np.float32), np.array([1, 1, 0.5], np.float32),
+           np.zeros(0, np.float32)]
+    assert peers.output_errors(out, ref) == [0.25, 0.5, 0.0]
+    with pytest.raises(ValueError, match="1 outputs, the reference has 3"):
+        peers.output_errors(out[:1], ref)
     with pytest.raises(ValueError, match=r"output 1: shape \(2,\)"):
-        peers.max_abs_err([out[0], np.ones(2)], ref)
+        peers.output_errors([out[0], np.ones(2), out[2]], ref)
+
+
+def test_check_outputs_reports_wrong_and_failing_peers_and_raises_for_kiln():
+    ref = [np.array([1.0, 2.0], np.float32)]
+
+    def fails():
+        raise RuntimeError("boom")
+
+    runs = {"kiln": lambda: [ref[0] + np.float32(2**-20)], "ort": lambda: ref,
+            "openvino": lambda: [ref[0] * 2]}
+    errors = {}
+    out = peers.check_outputs(runs, errors, int8=False)
+    assert out["kiln_ok"] and out["kiln_err"] == 2**-20
+    assert not out["openvino_ok"] and out["openvino_err"] == 2.0 and errors == {}
+    runs["openvino"] = fails
+    assert "openvino_ok" not in peers.check_outputs(runs, errors, int8=False)
+    assert "openvino" not in runs and errors == {"openvino": "run: RuntimeError: boom"}
+    runs["kiln"] = fails
+    with pytest.raises(RuntimeError, match="boom"):
+        peers.check_outputs(runs, {}, int8=False)
 
 
 def test_a_peer_that_is_not_installed_is_a_note_not_a_crash(monkeypatch):
@@ -92,7 +117,9 @@ def test_summary_row_takes_kiln_over_the_best_agreeing_peer():
            "openvino_ok": False, "ratio": 0.5}
     assert summary.summary_row("m", row) == {
         "name": "m", "threads": 1, "kiln_ms": 6.0, "ort_ms": 12.0, "openvino_ms": 3.0,
-        "best_peer": "ort", "kiln_best_peer": 0.5}
+        "wrong_peers": ["openvino"], "best_peer": "ort", "kiln_best_peer": 0.5}
+    assert "| m | 1 | 6.00 | 12.00 | 3.00 ⚠ wrong | onnxruntime | 0.50 |" in summary.rows_markdown(
+        [summary.summary_row("m", row)])
     assert summary.summary_row("m", {"threads": 2, "error": "compile: E"}) == {
         "name": "m", "threads": 2, "error": "compile: E"}
 
