@@ -134,9 +134,7 @@ def time_cases(cases: list[dict], threads: int, repeat: int) -> list[dict]:
         row |= {f"{name}_ms": times.get(name) for name in ("kiln", *peers.PEERS)}
         row |= {f"{name}_error": msg for name, msg in errors.items()}
         row["ratio"] = row["kiln_ms"] / row["ort_ms"]
-        best = peers.best_peer(row)
-        row["best_peer"] = best[0] if best else None
-        row["kiln_best_peer"] = row["kiln_ms"] / best[1] if best else None
+        row |= peers.kiln_over_best_peer(row)
         rows.append(row)
         print(f"{case['name']} @{threads}: " + ", ".join(
             f"{n} {times[n]:.3f} ms" for n in times), file=sys.stderr)

@@ -172,9 +172,7 @@ def measure(name: str, built: dict, threads: int, args: argparse.Namespace,
            "compile_s": built["compile_s"], "max_abs_err": timed["kiln_err"],
            "kiln_ok": timed["kiln_ok"], "gflop": gflop, "so_mb": built["so_mb"]}
     row |= {k: timed[k] for k in ("openvino_err", "openvino_ok", "openvino_error") if k in timed}
-    best = peers.best_peer(row)
-    row["best_peer"] = best[0] if best else None
-    row["kiln_best_peer"] = row["kiln_ms"] / best[1] if best else None
+    row |= peers.kiln_over_best_peer(row)
     return row
 
 

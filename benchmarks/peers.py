@@ -160,6 +160,14 @@ def best_peer(row: dict) -> tuple[str, float] | None:
     return peer, ms
 
 
+def kiln_over_best_peer(row: dict) -> dict:
+    """``{"best_peer": key or None, "kiln_best_peer": Kiln ms / that peer's ms or None}`` of a
+    result row (:func:`best_peer`)."""
+    best = best_peer(row)
+    return {"best_peer": best[0] if best else None,
+            "kiln_best_peer": row["kiln_ms"] / best[1] if best else None}
+
+
 def load_peers(keys: list[str], onnx_path: str, feeds: dict, threads: int,
                int8: bool) -> tuple[dict[str, Callable[[], list]], dict[str, str]]:
     """The peers ``keys``, loaded (:func:`runner`): (key → one inference, key → why a peer

@@ -27,7 +27,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from peers import PEERS, best_peer, versions
+from peers import PEERS, kiln_over_best_peer, versions
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -88,13 +88,10 @@ def summary_row(name: str, row: dict) -> dict:
     """The summary of one result row (``models.py``'s or ``encoders.py``'s) named ``name``."""
     if "error" in row:
         return {"name": name, "threads": row["threads"], "error": row["error"]}
-    best = best_peer(row)
     out = {"name": name, "threads": row["threads"], "kiln_ms": row["kiln_ms"]}
     out |= {f"{p}_ms": row.get(f"{p}_ms") for p in PEERS}
     out["wrong_peers"] = [p for p in PEERS if row.get(f"{p}_ok") is False]
-    out["best_peer"] = best[0] if best else None
-    out["kiln_best_peer"] = row["kiln_ms"] / best[1] if best else None
-    return out
+    return out | kiln_over_best_peer(row)
 
 
 def compare(rows: list[dict], previous: list[dict]) -> list[dict]:
