@@ -12,9 +12,10 @@
 #                   for the jit device's riscv64 RVV tests, and OpenBLAS with pkg-config for the
 #                   BYOC cblas backend (root + apt-get; otherwise those tests skip)
 #   make test-fast  tests/unit only
-#   make bench      Kiln vs onnxruntime on five models at 1 and 2 threads (benchmarks/models.py;
-#                   BENCH_ARGS="--models squeezenet --repeat 5" narrows it); first installs the
-#                   bench extra (matplotlib); then latency under load (two busy processes:
+#   make bench      Kiln vs onnxruntime and OpenVINO on five models at 1 and 2 threads
+#                   (benchmarks/models.py; BENCH_ARGS="--models squeezenet --repeat 5" narrows
+#                   it); first installs the bench extra (matplotlib, openvino); then latency
+#                   under load (two busy processes:
 #                   p50/p99/max vs onnxruntime, benchmarks/load.py, LOAD_BENCH_ARGS); then
 #                   SmolLM2 prefill/decode speed, Kiln fp32,
 #                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); the QDQ
@@ -23,7 +24,11 @@
 #                   INT8_CONV_BENCH_ARGS); then MiniLM and PP-OCRv4 at fixed
 #                   shapes (benchmarks/encoders.py, ENCODER_BENCH_ARGS); then a
 #                   portable (-mcpu=portable, multi-level) library vs -mcpu=native at 1 thread
-#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/
+#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/,
+#                   and for the models, int8 and encoder runs a summary to commit in
+#                   benchmarks/results/summary/ with the change against the committed one of
+#                   the same machine class (benchmarks/summary.py); BENCH_NOTE="..." is recorded
+#                   with them (e.g. that the machine was busy)
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence), the native runtime's loader
 #                   (ASan + UBSan) included; not part of make test
@@ -60,6 +65,7 @@ LLM_BENCH_ARGS ?=
 LOAD_BENCH_ARGS ?=
 ENCODER_BENCH_ARGS ?=
 INT8_BENCH_ARGS ?=
+BENCH_NOTE ?=
 INT8_CONV_BENCH_ARGS ?=
 PORTABLE_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -179,14 +185,14 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests/unit -n 2 -q $(PYTEST_ARGS)
 
 bench: $(BENCH_STAMP) toolchain
-	$(PY) benchmarks/models.py $(BENCH_ARGS)
+	$(PY) benchmarks/models.py --note "$(BENCH_NOTE)" $(BENCH_ARGS)
 	$(PY) benchmarks/load.py $(LOAD_BENCH_ARGS)
 	$(PY) benchmarks/models.py \
 	  --models resnet50_qdq,resnet50_qdq_per_channel,resnet50,mobilenet_v2_qdq,mobilenet_v2_qdq_per_channel,mobilenet_v2 \
-	  --out benchmarks/results/int8 $(INT8_BENCH_ARGS)
+	  --out benchmarks/results/int8 --summary int8 --note "$(BENCH_NOTE)" $(INT8_BENCH_ARGS)
 	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
-	$(PY) benchmarks/encoders.py $(ENCODER_BENCH_ARGS)
+	$(PY) benchmarks/encoders.py --note "$(BENCH_NOTE)" $(ENCODER_BENCH_ARGS)
 	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
 
 conformance: $(STAMP) toolchain

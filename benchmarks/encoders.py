@@ -1,13 +1,15 @@
-"""Transformer and OCR encoders: Kiln vs onnxruntime at fixed shapes (issue 17's encoder targets).
+"""Transformer and OCR encoders: Kiln vs onnxruntime and OpenVINO at fixed shapes (issue 17).
 
 Cases: paraphrase-MiniLM-L3-v2 (``kiln.models`` wheel ``minilm_l3``) at [1, 32] and [1, 128]
 tokens, in float32 and dynamically quantized to int8 (``kiln.models.dynamic_int8``), and the
 PP-OCRv4 text detector at 1x3x480x640 and recognizer at 1x3x48x320 (wheels
 ``ppocrv4_det`` / ``ppocrv4_rec``). Each is compiled once per shape (static graph executor build,
 ``--target``, default ``llvm -mcpu=native``); then, per thread count, a child process (with
-``KILN_NUM_THREADS`` set before the libraries load) times Kiln and an onnxruntime session side
-by side in three alternating blocks, so machine load hits both alike. Reported: median ms of
-each, Kiln / ORT, and the geometric mean of the ratios.
+``KILN_NUM_THREADS`` set before the libraries load) checks Kiln's and OpenVINO's outputs
+against onnxruntime's and times Kiln, an onnxruntime session and an OpenVINO model (``peers.py``;
+``-`` where it is not installed) side by side in three alternating blocks, so machine load hits
+all alike. Reported: median ms of each, Kiln / ORT, Kiln / best peer, and the geometric means of
+the ratios; the committed summary goes to ``results/summary/`` (``summary.py``).
 
     .venv/bin/python benchmarks/encoders.py [--threads 1,2] [--repeat 20] [--out DIR]
 """
@@ -24,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import peers
+import summary
 from dynamic import _time_blocks
 
 #: (case name, wheel file, {input: shape})
@@ -46,6 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", default="llvm -mcpu=native")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    p.add_argument("--summary", default="encoders",
+                   help="name of the committed summary, benchmarks/results/summary/"
+                        "NAME-<machine class>.{json,md}; '' writes none (default: encoders)")
+    p.add_argument("--note", default="",
+                   help="a sentence recorded with the results, e.g. that the machine was busy")
     p.add_argument("--child", help=argparse.SUPPRESS)  # the JSON file of compiled cases
     return p.parse_args(argv)
 
@@ -91,51 +100,102 @@ def compile_cases(target: str, workdir: Path, only: str = "") -> list[dict]:
     return out
 
 
-def time_cases(cases: list[dict], threads: int, repeat: int) -> list[dict]:
-    """Kiln and onnxruntime medians per case at ``threads`` (this process's KILN_NUM_THREADS)."""
-    import onnxruntime as ort
-
+def load_engines(case: dict, feed: dict, threads: int, missing: dict) -> tuple[dict, dict]:
+    """Kiln's library and the installed peers for one case: (name → one inference returning
+    the outputs, name → why a peer other than onnxruntime failed to load)."""
     import kiln
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
+    gmod = kiln.graph_executor.GraphModule(
+        kiln.runtime.load_module(case["so"])["default"](kiln.cpu()))
+    for k, v in feed.items():
+        gmod.set_input(k, v)
+
+    def kiln_run(g=gmod):
+        g.run()
+        return [g.get_output(i).numpy() for i in range(g.get_num_outputs())]
+
+    runs, errors = peers.load_peers([p for p in peers.PEERS if p not in missing],
+                                    case["onnx"], feed, threads, "int8" in case["name"])
+    return {"kiln": kiln_run, **runs}, errors
+
+
+def time_cases(cases: list[dict], threads: int, repeat: int) -> list[dict]:
+    """Medians (ms) of Kiln and the installed peers per case at ``threads`` (this process's
+    KILN_NUM_THREADS), with the output checks of :func:`peers.check_outputs`."""
+    missing = peers.missing_peers()
     rng = np.random.default_rng(0)
     rows = []
     for case in cases:
         feed = feed_inputs({k: tuple(v) for k, v in case["shapes"].items()}, rng)
-        sess = ort.InferenceSession(case["onnx"], opts, providers=["CPUExecutionProvider"])
-        names = {i.name for i in sess.get_inputs()}
-        gmod = kiln.graph_executor.GraphModule(
-            kiln.runtime.load_module(case["so"])["default"](kiln.cpu()))
-        for k, v in feed.items():
-            gmod.set_input(k, v)
-        ort_feed = {k: v for k, v in feed.items() if k in names}
-
-        def kiln_run(g=gmod):
-            g.run()
-            g.get_output(0)
-
-        times = _time_blocks({"kiln": kiln_run,
-                              "ort": lambda s=sess, f=ort_feed: s.run(None, f)}, repeat)
-        rows.append({"case": case["name"], "threads": threads, "kiln_ms": times["kiln"],
-                     "ort_ms": times["ort"], "ratio": times["kiln"] / times["ort"]})
-        print(f"{case['name']} @{threads}: kiln {times['kiln']:.3f} ms, "
-              f"ort {times['ort']:.3f} ms", file=sys.stderr)
+        runs, errors = load_engines(case, feed, threads, missing)
+        row = {"case": case["name"], "threads": threads,
+               **peers.check_outputs(runs, errors, "int8" in case["name"])}
+        times = _time_blocks(runs, repeat)
+        row |= {f"{name}_ms": times.get(name) for name in ("kiln", *peers.PEERS)}
+        row |= {f"{name}_error": msg for name, msg in errors.items()}
+        row["ratio"] = row["kiln_ms"] / row["ort_ms"]
+        row |= peers.kiln_over_best_peer(row)
+        rows.append(row)
+        print(f"{case['name']} @{threads}: " + ", ".join(
+            f"{n} {times[n]:.3f} ms" for n in times), file=sys.stderr)
     return rows
 
 
-def report(rows: list[dict], args) -> str:
-    lines = [f"# Encoders: Kiln ({args.target}) vs onnxruntime", "",
-             f"CPU: {_cpu()}; load average at end: {os.getloadavg()[0]:.2f}", "",
-             "| case | threads | Kiln ms | ORT ms | Kiln / ORT |", "|---|---|---|---|---|"]
+def _cell(row: dict, peer: str) -> str:
+    if row.get(f"{peer}_error"):
+        return "failed"
+    ms = row.get(f"{peer}_ms")
+    cell = "-" if ms is None else f"{ms:.3f}"
+    return cell if row.get(f"{peer}_ok", True) else f"{cell} ⚠ wrong"
+
+
+def _err(row: dict, name: str) -> str:
+    if row.get(f"{name}_err") is None:
+        return "-"
+    return f"{row[f'{name}_err']:.1e}" + ("" if row[f"{name}_ok"] else " ⚠")
+
+
+def _notes(rows: list[dict], missing: dict) -> list[str]:
+    notes = [f"- {peers.PEERS[p]}: not run, {why}" for p, why in missing.items()]
     for r in rows:
+        where = f"{r['case']} at {r['threads']} thread(s)"
+        for name, label in (("kiln", "Kiln"), ("openvino", "OpenVINO")):
+            if r.get(f"{name}_error"):
+                notes.append(f"- {label} failed on {where}: {r[f'{name}_error']}")
+            elif r.get(f"{name}_ok") is False:
+                notes.append(f"- {label}'s outputs disagree with onnxruntime's on {where} "
+                             f"(max abs err {r[f'{name}_err']:.2e})")
+    return notes
+
+
+def report(rows: list[dict], args) -> str:
+    """The markdown report: one row per case and thread count, geometric means, peer notes."""
+    lines = [f"# Encoders: Kiln ({args.target}) vs onnxruntime and OpenVINO", "",
+             f"CPU: {_cpu()}; load average at end: {os.getloadavg()[0]:.2f}", ""]
+    if args.note:
+        lines += [f"Note: {args.note}", ""]
+    lines += ["| case | threads | Kiln ms | ORT ms | OpenVINO ms | Kiln / ORT | Kiln / best peer "
+              "| Kiln err | OpenVINO err |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        best = "-" if r["kiln_best_peer"] is None else f"{r['kiln_best_peer']:.2f}"
         lines.append(f"| {r['case']} | {r['threads']} | {r['kiln_ms']:.3f} | "
-                     f"{r['ort_ms']:.3f} | {r['ratio']:.2f} |")
+                     f"{r['ort_ms']:.3f} | {_cell(r, 'openvino')} | {r['ratio']:.2f} | "
+                     f"{best} | {_err(r, 'kiln')} | {_err(r, 'openvino')} |")
     for t in sorted({r["threads"] for r in rows}):
-        ratios = [r["ratio"] for r in rows if r["threads"] == t]
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        lines.append(f"\ngeomean Kiln / ORT at {t} thread(s): {geo:.2f}")
+        sel = [r for r in rows if r["threads"] == t]
+        lines.append(f"\ngeomean Kiln / ORT at {t} thread(s): "
+                     f"{_geomean([r['ratio'] for r in sel]):.2f}")
+        best = [r["kiln_best_peer"] for r in sel if r["kiln_best_peer"] is not None]
+        if best:
+            lines.append(f"geomean Kiln / best peer at {t} thread(s): {_geomean(best):.2f}")
+    notes = _notes(rows, peers.missing_peers())
+    if notes:
+        lines += ["", "Peers:", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in values) / len(values))
 
 
 def _cpu() -> str:
@@ -147,6 +207,9 @@ def _cpu() -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    missing = peers.missing_peers()
+    if "ort" in missing:  # the reference every output is checked against
+        sys.exit(f"encoders.py: {missing['ort']}")
     if args.child:
         cases = json.loads(Path(args.child).read_text())
         threads = int(os.environ["KILN_NUM_THREADS"])
@@ -170,6 +233,14 @@ def main(argv=None) -> int:
     (out / "encoders.md").write_text(text)
     (out / "encoders.json").write_text(json.dumps(rows, indent=1))
     print(text)
+    if args.summary:
+        settings = (f"encoders.py, target `{args.target}`, median of 3 block medians of "
+                    f"{args.repeat} runs, threads {args.threads}")
+        path, text = summary.write_summary(
+            args.summary, [summary.summary_row(r["case"], r) for r in rows],
+            summary.machine_info(), note=args.note, settings=settings)
+        print(text)
+        print(f"wrote {path} and {path.with_suffix('.md').name} (commit them)", file=sys.stderr)
     return 0
 
 

@@ -1,11 +1,13 @@
-"""Kiln vs onnxruntime on whole models: latency, achieved GFLOP/s and peak RSS, side by side.
+"""Kiln vs onnxruntime and OpenVINO on whole models: latency, achieved GFLOP/s and peak RSS.
 
 For each model: build the ONNX graph (seeded weights), count its FLOPs (``flops.py``), import it
 with ``kiln.frontend.from_onnx``, ``kiln.build`` it for ``--target`` (default
 ``"llvm -mcpu=native"``) and ``export_library`` one ``.so``. Then, for each thread count, child
-processes (``worker.py``) load that ``.so``: one times Kiln and an onnxruntime CPU session side by
-side, and one per engine measures that engine's peak RSS alone. Prints a markdown report and
-writes ``results.md``, ``results.json`` and ``chart.png`` to ``--out``. Run
+processes (``worker.py``) load that ``.so``: one times Kiln, an onnxruntime CPU session and an
+OpenVINO CPU model (``peers.py``; ``-`` where it is not installed) side by side, and one per
+engine (Kiln, onnxruntime) measures that engine's peak RSS alone. Prints a markdown report and
+writes ``results.md``, ``results.json`` and ``chart.png`` to ``--out``, and the committed summary
+``results/summary/<--summary>-<machine class>.{json,md}`` (``summary.py``). Run
 ``python benchmarks/models.py --help`` for the options; see ``benchmarks/README.md`` for what is
 measured.
 """
@@ -24,7 +26,9 @@ import traceback
 from pathlib import Path
 
 import flops
+import peers
 import report
+import summary
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
@@ -63,6 +67,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="folder for results.md, results.json, chart.png "
                         "(default: benchmarks/results)")
     p.add_argument("--workdir", type=Path, help="keep the exported .so and .onnx files here")
+    p.add_argument("--summary", default="models",
+                   help="name of the committed summary, benchmarks/results/summary/"
+                        "NAME-<machine class>.{json,md}; '' writes none (default: models)")
+    p.add_argument("--note", default="",
+                   help="a sentence recorded with the results, e.g. that the machine was busy")
     args = p.parse_args(argv)
     models = ALL_MODELS if args.models == "all" else args.models.split(",")
     args.models = [m.strip() for m in models if m.strip()]
@@ -148,18 +157,23 @@ def measure(name: str, built: dict, threads: int, args: argparse.Namespace,
             workdir: Path) -> dict:
     """One (model, threads) row: latencies, ratio, GFLOP/s, peak RSS per engine."""
     job = {k: built[k] for k in ("onnx", "so", "inputs")}
-    job |= {"seed": args.seed, "warmup": args.warmup, "repeat": args.repeat}
+    job |= {"seed": args.seed, "warmup": args.warmup, "repeat": args.repeat,
+            "int8": name in QDQ, "peers": [p for p in peers.PEERS if p not in args.missing]}
     timed = run_worker({**job, "mode": "time"}, threads, workdir)
     rss = {e: run_worker({**job, "mode": "rss", "engine": e}, threads, workdir)["peak_rss_mib"]
            for e in ("kiln", "ort")}
     gflop = built["flops"] / 1e9
-    return {"model": name, "threads": threads, "kiln_ms": timed["kiln_ms"],
-            "ort_ms": timed["ort_ms"], "ratio": timed["kiln_ms"] / timed["ort_ms"],
-            "kiln_gflops": gflop / (timed["kiln_ms"] / 1e3),
-            "ort_gflops": gflop / (timed["ort_ms"] / 1e3),
-            "kiln_peak_rss_mib": rss["kiln"], "ort_peak_rss_mib": rss["ort"],
-            "compile_s": built["compile_s"], "max_abs_err": timed["max_abs_err"],
-            "gflop": gflop, "so_mb": built["so_mb"]}
+    row = {"model": name, "threads": threads, "kiln_ms": timed["kiln_ms"],
+           "ort_ms": timed["ort_ms"], "openvino_ms": timed.get("openvino_ms"),
+           "ratio": timed["kiln_ms"] / timed["ort_ms"],
+           "kiln_gflops": gflop / (timed["kiln_ms"] / 1e3),
+           "ort_gflops": gflop / (timed["ort_ms"] / 1e3),
+           "kiln_peak_rss_mib": rss["kiln"], "ort_peak_rss_mib": rss["ort"],
+           "compile_s": built["compile_s"], "max_abs_err": timed["kiln_err"],
+           "kiln_ok": timed["kiln_ok"], "gflop": gflop, "so_mb": built["so_mb"]}
+    row |= {k: timed[k] for k in ("openvino_err", "openvino_ok", "openvino_error") if k in timed}
+    row |= peers.kiln_over_best_peer(row)
+    return row
 
 
 def _error(err: BaseException) -> str:
@@ -204,7 +218,9 @@ def environment(args: argparse.Namespace) -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "target": args.target,
             "batch": 1, "byoc": args.byoc, "repeat": args.repeat, "warmup": args.warmup,
             "seed": args.seed,
-            "kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+            "kiln": kiln.__version__, "onnxruntime": ort.__version__,
+            "openvino": peers.versions()["openvino"], "missing_peers": args.missing,
+            "note": args.note, "onnx": onnx.__version__,
             "numpy": numpy.__version__, "llvmlite": llvmlite.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -212,19 +228,40 @@ def environment(args: argparse.Namespace) -> dict:
 
 
 def write_outputs(rows: list[dict], env: dict, out: Path) -> str:
-    """Write results.md, results.json and chart.png to ``out``; returns the markdown."""
+    """Write results.md, results.json and chart.png to ``out`` (no chart without matplotlib, the
+    bench extra: said on stderr); returns the markdown."""
     out.mkdir(parents=True, exist_ok=True)
     text = report.markdown(rows, env)
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": rows},
                                                  indent=2) + "\n")
-    report.chart(rows, env, out / "chart.png")
+    try:
+        report.chart(rows, env, out / "chart.png")
+    except ImportError as err:  # the tables are the results; the chart is a view of them
+        print(f"[bench] no chart.png: {err} (pip install -c constraints.txt -e '.[bench]')",
+              file=sys.stderr)
     return text
+
+
+def write_committed_summary(rows: list[dict], args: argparse.Namespace) -> None:
+    """Write the ``--summary`` summary (``summary.py``) and print it with its changes."""
+    settings = (f"models.py, target `{args.target}`, median of {args.repeat} runs after "
+                f"{args.warmup} warm-up, threads {','.join(map(str, args.threads))}"
+                + (f", BYOC {args.byoc}" if args.byoc else ""))
+    path, text = summary.write_summary(
+        args.summary, [summary.summary_row(r["model"], r) for r in rows],
+        summary.machine_info(), note=args.note, settings=settings)
+    print(text)
+    print(f"[bench] wrote {path} and {path.with_suffix('.md').name} (commit them)",
+          file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 1 if any model failed."""
     args = parse_args(argv)
+    args.missing = peers.missing_peers()
+    if "ort" in args.missing:  # the reference every output is checked against
+        sys.exit(f"models.py: {args.missing['ort']}")
     env = environment(args)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
@@ -234,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_model(name, args, workdir)
     env["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(write_outputs(rows, env, args.out))
-    print(f"[bench] wrote {args.out}/results.md, results.json, chart.png", file=sys.stderr)
+    print(f"[bench] wrote {args.out}/results.md, results.json", file=sys.stderr)
+    if args.summary:
+        write_committed_summary(rows, args)
     return int(any("error" in r for r in rows))
 
 

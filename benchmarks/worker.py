@@ -4,13 +4,14 @@ Run as ``python worker.py JOB.json``; ``models.py`` starts it with ``subprocess`
 count in the environment (``KILN_NUM_THREADS``, ``OMP_NUM_THREADS``), because a Kiln library
 reads its thread count once, when it is loaded. The job file says what to do:
 
-- ``"mode": "time"`` — load the exported Kiln library and an onnxruntime session side by side,
-  check that their outputs agree, then time each engine (untimed warm-up runs, then timed runs
-  in alternating blocks, Kiln's first);
+- ``"mode": "time"`` — load the exported Kiln library and the job's ``"peers"`` (onnxruntime,
+  OpenVINO: ``peers.py``) side by side, check every output against onnxruntime's, then time each
+  engine (untimed warm-up runs, then timed runs in alternating blocks, Kiln's first). A peer
+  other than onnxruntime that fails to load or run is reported in the result, not fatal;
 - ``"mode": "rss"`` with ``"engine": "kiln"`` or ``"ort"`` — load only that engine, run a few
   inferences and report the process's peak resident set size.
 
-Its result (JSON) goes to the job's ``"result"`` path. Only numpy and the engine under test are
+Its result (JSON) goes to the job's ``"result"`` path. Only numpy and the engines under test are
 imported: Kiln's child imports ``kiln.runtime`` (no compiler, no onnx), loads the ``.so`` with
 ``load_module`` and never rebuilds it.
 """
@@ -23,6 +24,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import peers
 
 #: Alternating timed blocks per engine (see :func:`interleaved_medians_ms`).
 ROUNDS = 3
@@ -58,19 +61,6 @@ def kiln_runner(so_path: str, feeds: dict) -> Callable[[], list]:
         return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
 
     return run
-
-
-def ort_runner(onnx_path: str, feeds: dict, threads: int) -> Callable[[], list]:
-    """An onnxruntime CPU session (``threads`` intra-op threads, one inter-op thread, all graph
-    optimizations); returns one inference."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
-    return lambda: sess.run(None, feeds)
 
 
 def times_ms(fn: Callable[[], object], repeat: int) -> list[float]:
@@ -113,15 +103,18 @@ def peak_rss_mib() -> float:
 
 
 def time_job(job: dict) -> dict:
-    """Both engines in this process: max abs output difference and median latencies (ms)."""
-    import numpy as np
-
+    """Kiln and the peers in this process: each engine's output difference from onnxruntime's
+    and median latency (ms; None for a peer that did not run, with ``<peer>_error``)."""
     feeds = make_feeds(job["inputs"], job["seed"])
-    kiln_run = kiln_runner(job["so"], feeds)
-    ort_run = ort_runner(job["onnx"], feeds, job["threads"])
-    err = max(float(np.max(np.abs(a - b))) for a, b in zip(kiln_run(), ort_run(), strict=True))
-    ms = interleaved_medians_ms({"kiln": kiln_run, "ort": ort_run}, job["warmup"], job["repeat"])
-    return {"kiln_ms": ms["kiln"], "ort_ms": ms["ort"], "max_abs_err": err}
+    runs = {"kiln": kiln_runner(job["so"], feeds)}
+    peer_runs, errors = peers.load_peers(job["peers"], job["onnx"], feeds, job["threads"],
+                                         job["int8"])
+    runs |= peer_runs
+    result = peers.check_outputs(runs, errors, job["int8"])
+    ms = interleaved_medians_ms(runs, job["warmup"], job["repeat"])
+    result |= {f"{name}_ms": ms.get(name) for name in ("kiln", *job["peers"])}
+    result |= {f"{name}_error": msg for name, msg in errors.items()}
+    return result
 
 
 def rss_job(job: dict) -> dict:
@@ -130,7 +123,7 @@ def rss_job(job: dict) -> dict:
     if job["engine"] == "kiln":
         run = kiln_runner(job["so"], feeds)
     else:
-        run = ort_runner(job["onnx"], feeds, job["threads"])
+        run = peers.ort_runner(job["onnx"], feeds, job["threads"])
     for _ in range(RSS_RUNS):
         run()
     return {"peak_rss_mib": peak_rss_mib()}
