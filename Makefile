@@ -43,6 +43,10 @@
 #                   tools/gen_ops_table.py); OPS_RESULTS=conformance/results/kiln.json first
 #                   refreshes that summary from a make conformance run;
 #                   tests/unit/test_ops_table.py fails when docs/ops.md is stale
+#   make docs       regenerate docs/api.md (the Python API reference, from the docstrings:
+#                   tools/gen_api_docs.py) and docs/cli.md (the command-line reference, from the
+#                   argument parsers: tools/gen_cli_docs.py); make api-docs is the same;
+#                   tests/unit/test_api_docs.py and test_cli_docs.py fail when they are stale
 #   make lint       ruff over src/, tests/, benchmarks/, conformance/, tools/ and examples/
 #                   (pyflakes, pycodestyle with the 100-column limit, import sorting; CI runs it)
 #   make vocabulary regenerate the C VM's rt_vocabulary.h (opcodes, argument kinds, section
@@ -73,8 +77,8 @@ CONFORMANCE_ARGS ?=
 OPS_RESULTS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops check-python \
-	toolchain \
+.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops check-python docs \
+	api-docs toolchain \
 	cross-toolchain \
 	device-toolchain blas-toolchain venv clean
 
@@ -215,6 +219,12 @@ ops: $(STAMP)
 
 check-python: $(STAMP)
 	$(PY) tools/check_python_versions.py
+
+docs: $(STAMP)
+	$(PY) tools/gen_api_docs.py
+	$(PY) tools/gen_cli_docs.py
+
+api-docs: docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info
