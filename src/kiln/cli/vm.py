@@ -205,7 +205,7 @@ def _median_report(reports: list):
 
 
 def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
-           profile: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+           profile: bool = False) -> tuple[dict[str, np.ndarray], list[str], dict | None]:
     """Run ``sig.function`` on ``feed``: one call for the outputs, then ``repeat`` timed calls
     (or, with ``profile``, ``repeat`` profiled calls whose per-kernel median is reported).
 
@@ -226,6 +226,9 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
         ``{output name: array}``.
     lines : list of str
         The timing line, or the profile table's lines.
+    trace : dict or None
+        With ``profile``: the profiled calls as a Chrome trace
+        (:func:`kiln.cli.profile_trace.vm_trace`).
 
     Raises
     ------
@@ -247,14 +250,16 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
     outputs = {n: (r.numpy() if hasattr(r, "numpy") else np.asarray(r))
                for n, r in zip(names, result)}
     if profile:
+        from kiln.cli.profile_trace import vm_trace
+
         reports = [vm.profile(sig.function, *args) for _ in range(repeat)]
-        return outputs, _median_report(reports).table().splitlines()
+        return outputs, _median_report(reports).table().splitlines(), vm_trace(reports)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn(*args)
         times.append((time.perf_counter() - start) * 1e3)
-    return outputs, [format_timing(times)]
+    return outputs, [format_timing(times)], None
 
 
 def inspect_vm_lines(root) -> list[str]:

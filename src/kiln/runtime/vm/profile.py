@@ -92,6 +92,13 @@ class KernelRow:
         Shapes of its tensor arguments, in order.
     bytes_read, bytes_written : int
         Bytes of its input and output tensors.
+    start_us : float
+        When the call started, microseconds after the profiled VM call began (the
+        ``ts`` of its Chrome trace event).
+    dtypes : tuple of str
+        Dtypes of its tensor arguments, in order.
+    num_outputs : int
+        How many of the tensor arguments (the last ones) it writes.
     """
 
     name: str
@@ -99,6 +106,9 @@ class KernelRow:
     shapes: tuple[tuple[int, ...], ...]
     bytes_read: int
     bytes_written: int
+    start_us: float = 0.0
+    dtypes: tuple[str, ...] = ()
+    num_outputs: int = 1
 
 
 @dataclass
@@ -148,7 +158,8 @@ class ProfileReport:
         return {"total_us": self.total_us, "kernel_us": self.kernel_us,
                 "rows": [{"name": r.name, "time_us": r.time_us,
                           "shapes": [list(s) for s in r.shapes], "bytes_read": r.bytes_read,
-                          "bytes_written": r.bytes_written} for r in self.rows]}
+                          "bytes_written": r.bytes_written, "start_us": r.start_us}
+                         for r in self.rows]}
 
 
 class Profiler:
@@ -157,6 +168,7 @@ class Profiler:
     def __init__(self, num_outputs: dict[str, int]):
         self.report = ProfileReport()
         self._num_outputs = num_outputs
+        self.start = time.perf_counter()  # the VM resets it when the profiled call begins
 
     def kernel(self, name: str, func: PackedFunc, args: list) -> Any:
         """Call kernel ``name`` (``func``) on ``args``, timing it; returns its result."""
@@ -170,7 +182,8 @@ class Profiler:
         read = tensors[:len(tensors) - n_out]
         self.report.rows.append(KernelRow(
             name, dt * 1e6, tuple(t.shape for t in tensors),
-            sum(t.nbytes for t in read), sum(t.nbytes for t in written)))
+            sum(t.nbytes for t in read), sum(t.nbytes for t in written),
+            (t0 - self.start) * 1e6, tuple(t.dtype for t in tensors), n_out))
         return out
 
 

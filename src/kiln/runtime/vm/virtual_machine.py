@@ -497,7 +497,7 @@ class VirtualMachine(Module):
         outs = {f.name: len(f.outputs) for f in self.exe.functions if not f.is_vm}
         self._profiler = prof = Profiler(outs)
         try:
-            t0 = time.perf_counter()
+            t0 = prof.start = time.perf_counter()
             self._invoke(fidx, inputs)
             prof.report.total_us = (time.perf_counter() - t0) * 1e6
         finally:
