@@ -7,7 +7,8 @@ The Trace Event Format's JSON object form, ``{"traceEvents": [...]}``, with one 
 ``input_type_shape`` / ``output_type_shape`` (``[{dtype: shape}, ...]``), plus Kiln's
 ``kernel``, ``onnx_nodes``, ``onnx_op_types`` and ``onnx_output``. An event's ``name`` is the
 ONNX nodes its kernel covers (``"Conv_0, Add_1, HardSwish_2"``) where the library records them
-(docs/formats.md §4.1), else the kernel's name.
+(graph JSON attrs, docs/formats.md §4.1; the VM executable's sources section, §9.2), else the
+kernel's name.
 
 Graph executor: the debug executor times one node at a time, so a run's events are placed
 back to back, each starting where the one before it ended (as TVM's debug executor writes its
@@ -74,11 +75,14 @@ def vm_trace(reports: list) -> dict[str, Any]:
         for row in report.rows:
             dtypes = row.dtypes or ("",) * len(row.shapes)
             n_in = len(row.shapes) - row.num_outputs
-            args = {"op_name": row.name, "provider": PROVIDER, "kernel": row.name,
+            args = {"op_name": "+".join(row.onnx_op_types) or row.name, "provider": PROVIDER,
+                    "kernel": row.name,
                     "input_type_shape": _type_shapes(row.shapes[:n_in], dtypes[:n_in]),
                     "output_type_shape": _type_shapes(row.shapes[n_in:], dtypes[n_in:]),
-                    "bytes_read": row.bytes_read, "bytes_written": row.bytes_written}
-            events.append(_event(row.name, "Node", offset + row.start_us, row.time_us, args))
+                    "bytes_read": row.bytes_read, "bytes_written": row.bytes_written,
+                    "onnx_nodes": list(row.onnx_nodes), "onnx_op_types": list(row.onnx_op_types)}
+            events.append(_event(nodes_text(row.onnx_nodes) or row.name, "Node",
+                                 offset + row.start_us, row.time_us, args))
         events.append(_event("model_run", "Session", offset, report.total_us,
                              {"executor": "vm", "repeat": r}))
         offset += report.total_us

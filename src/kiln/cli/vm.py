@@ -15,6 +15,7 @@ Imports only ``kiln.runtime`` and the CLI's helpers (no compiler).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -194,12 +195,12 @@ def _as_tuple(value) -> tuple:
 
 def _median_report(reports: list):
     """One ProfileReport whose times are the medians of ``reports`` (same calls each time)."""
-    from kiln.runtime.vm.profile import KernelRow, ProfileReport
+    from kiln.runtime.vm.profile import ProfileReport
 
     if len(reports) == 1:
         return reports[0]
-    rows = [KernelRow(r.name, statistics.median(rep.rows[i].time_us for rep in reports),
-                      r.shapes, r.bytes_read, r.bytes_written)
+    rows = [dataclasses.replace(r, time_us=statistics.median(rep.rows[i].time_us
+                                                             for rep in reports))
             for i, r in enumerate(reports[0].rows)]
     return ProfileReport(rows, statistics.median(rep.total_us for rep in reports))
 

@@ -144,3 +144,34 @@ def test_profile_json_is_a_chrome_trace(library, tmp_path, capsys):
     assert conv["args"]["input_type_shape"][0] == {"float32": list(SHAPE)}
     assert conv["args"]["onnx_output"] == "h1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]  # no temp file left
+
+
+def test_vm_library_profile_names_the_onnx_nodes(tmp_path, capsys):
+    """A VM library (symbolic batch): the table and the trace name each call's ONNX nodes (the
+    executable's sources section); events are timestamped when the VM called the kernel."""
+    from model_helpers import with_symbolic_batch
+
+    from kiln.vm import VirtualMachine
+
+    mod, params = from_onnx(with_symbolic_batch(MODEL))
+    path = tmp_path / "convnet_vm.so"
+    kiln.build(mod, target="llvm", params=params).export_library(str(path))
+    x = np.random.default_rng(2).standard_normal((2, *SHAPE[1:])).astype("float32")
+    calls = VirtualMachine(rt.load_module(str(path)), kiln.cpu()).profile("main", x).rows
+    assert ("Conv_0", "Add_1", "HardSwish_2") in [r.onnx_nodes for r in calls]
+    trace_path = tmp_path / "vm.json"
+    assert cli.main(["run", str(path), "--input-shape", "x:2x3x12x12", "--repeat", "2",
+                     "--profile-json", str(trace_path)]) == 0
+    out = capsys.readouterr().out
+    assert any(line.rstrip().endswith("Conv_0, Add_1, HardSwish_2") for line in out.splitlines())
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(nodes) == 2 * len(calls)
+    assert all(e["dur"] > 0 and set(e["args"]["onnx_nodes"]) <= NODE_NAMES for e in nodes)
+    runs = [e for e in events if e["name"] == "model_run"]
+    assert len(runs) == 2
+    for e in nodes:  # inside its run
+        run = runs[0] if e["ts"] < runs[1]["ts"] else runs[1]
+        assert run["ts"] <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"] + 0.01
+    gemm = next(e for e in nodes if e["args"]["onnx_nodes"] == ["Gemm_9"])
+    assert gemm["args"]["output_type_shape"] == [{"float32": [2, 10]}]
