@@ -53,9 +53,9 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         Receives each printed line.
     profile : bool
         Print the per-node table (graph executor: ``debug_create``,
-        ``kiln.debug_executor.DebugReport.table``, slowest node first, with the ONNX nodes
-        each kernel covers) or the VM's per-kernel table (``kiln.vm.VirtualMachine.profile``,
-        in call order).
+        ``kiln.debug_executor.DebugReport.table``, slowest node first) or the VM's per-kernel
+        table (``kiln.vm.VirtualMachine.profile``, in call order); both list the ONNX nodes
+        each kernel covers when the library records them.
     dump_outputs : str, optional
         Folder for every node's output (``.npy`` per output, ``nodes.json``, and
         ``onnx_tensors.npz``: the ONNX tensors the kernels' outputs hold, keyed by ONNX name,
@@ -242,9 +242,9 @@ def add_parser(sub) -> None:
                    help="timed runs; prints min/median/max (default: 1); with --profile: "
                         "measurements per node")
     p.add_argument("--profile", action="store_true",
-                   help="print per-kernel times (graph: the debug executor, slowest first, "
-                        "with the ONNX nodes each kernel covers; VM: every kernel call in "
-                        "order)")
+                   help="print per-kernel times with the ONNX nodes each kernel covers "
+                        "(graph: the debug executor, slowest first; VM: every kernel call "
+                        "in order)")
     p.add_argument("--profile-json", metavar="FILE",
                    help="write the profile as a Chrome trace JSON (chrome://tracing, "
                         "Perfetto; onnxruntime's profiler layout): one event per kernel call "
