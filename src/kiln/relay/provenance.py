@@ -8,11 +8,12 @@ executor codegen writes :func:`kernel_attrs` into each ``tvm_op`` node (docs/for
 which profiles and dumps read to speak in the model's terms.
 
 A kernel's output *is* an ONNX tensor when the call it ends with came from node X (through
-``layout_transform``/crop calls, which carry no span) and its type is X's output type, or X's
+``layout_transform``/crop calls, which carry no span), its type is X's output type, or X's
 NCHW output in ``NCHW{c}c`` (AlterOpLayout's blocked layout, channels maybe padded to a
-multiple of ``c``). When several kernels end in the same tensor (one ONNX node lowered to
-several kernels: the first ones end in partial results of it) the last one in graph order holds
-it. Otherwise the kernel's output is an intermediate value and has no ONNX name.
+multiple of ``c``), and no later kernel covers X too. A node lowered to several kernels ends
+in the last of them; the others hold partial results of the same type (SplitConcat turns a
+conv of a concat into a sum of convs: the first conv kernel holds one term of it). Otherwise
+the kernel's output is an intermediate value and has no ONNX name.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def stored_layout(kernel: tuple, model: tuple) -> str | None:
 
 
 def _output_tensor(call: PrimitiveCall, table: dict[str, NodeInfo]
-                   ) -> tuple[str, str, tuple] | None:
-    """(ONNX tensor name, stored layout, model shape) of ``call``'s output, or None."""
+                   ) -> tuple[str, str, str, tuple] | None:
+    """(ONNX node, tensor name, stored layout, model shape) of ``call``'s output, or None."""
     found = _last_node(call.body.outputs[0], table)
     if found is None:
         return None
@@ -92,7 +93,7 @@ def _output_tensor(call: PrimitiveCall, table: dict[str, NodeInfo]
     for name, shape, dtype in found[1].outputs:
         layout = stored_layout(tuple(out_type.shape), tuple(shape))
         if layout is not None and dtype == out_type.dtype:
-            matches.append((name, layout, tuple(shape)))
+            matches.append((found[0], name, layout, tuple(shape)))
     return matches[0] if len(matches) == 1 else None
 
 
@@ -108,25 +109,21 @@ def kernel_attrs(func: Function) -> dict[int, dict[str, str]]:
     table: dict[str, NodeInfo] = func.attrs.get(ONNX_NODES) or {}
     if not table:
         return {}
+    kernels = [(node, covered_nodes(node.body, table)) for node in post_order(func.outputs)
+               if isinstance(node, (PrimitiveCall, FunctionCall))]
+    last_cover = {name: node.uid for node, names in kernels for name in names}
     result: dict[int, dict[str, str]] = {}
-    holder: dict[str, int] = {}  # ONNX tensor → uid of the last kernel ending in it
-    for node in post_order(func.outputs):
-        if not isinstance(node, (PrimitiveCall, FunctionCall)):
-            continue
-        names = covered_nodes(node.body, table)
+    for node, names in kernels:
         if not names:
             continue
-        result[node.uid] = {"onnx_nodes": json.dumps(names),
-                            "onnx_op_types": json.dumps([table[n].op_type for n in names])}
+        attrs = result[node.uid] = {
+            "onnx_nodes": json.dumps(names),
+            "onnx_op_types": json.dumps([table[n].op_type for n in names])}
         out = _output_tensor(node, table) if isinstance(node, PrimitiveCall) else None
-        if out is not None:
-            if out[0] in holder:
-                for key in ("onnx_output", "onnx_layout", "onnx_shape"):
-                    result[holder[out[0]]].pop(key, None)
-            holder[out[0]] = node.uid
-            result[node.uid]["onnx_output"] = out[0]
-            if out[1]:
-                result[node.uid].update(onnx_layout=out[1], onnx_shape=json.dumps(list(out[2])))
+        if out is not None and last_cover[out[0]] == node.uid:
+            attrs["onnx_output"] = out[1]
+            if out[2]:
+                attrs.update(onnx_layout=out[2], onnx_shape=json.dumps(list(out[3])))
     return result
 
 

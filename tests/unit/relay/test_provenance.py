@@ -78,3 +78,22 @@ def test_no_table_no_attrs():
     x = Var("x", TensorType((4,), F32))
     k = kernel("k", x, lambda p: Call("nn.relu", [p], span="R"))
     assert kernel_attrs(Function([x], [k])) == {}
+
+
+def test_partial_result_of_a_node_is_not_its_output():
+    """SplitConcat's conv of a concat as a sum of convs: the first kernel holds one term, of
+    the conv's type; the conv's output is in no kernel's output (the second kernel goes on to
+    the Relu), so neither kernel names it."""
+    x = Var("x", TensorType((1, 8, 3, 3), F32))
+    term = kernel("k_term", x, lambda p: Call("nn.relu", [p], span="Conv_0"))
+    p, q = Var("p", x.checked_type), Var("q", x.checked_type)
+    total = Call("add", [p, q], span="Conv_0")
+    rest = PrimitiveCall(Function([p, q], [Call("nn.relu", [total], span="Relu_1")]),
+                         [term, x], "k_rest")
+    table = {"Conv_0": NodeInfo("Conv", (("c", (1, 8, 3, 3), F32),)),
+             "Relu_1": NodeInfo("Relu", (("r", (1, 8, 3, 3), F32),))}
+    attrs = kernel_attrs(Function([x], [rest], ["r"], {ONNX_NODES: table}))
+    assert json.loads(attrs[term.uid]["onnx_nodes"]) == ["Conv_0"]
+    assert "onnx_output" not in attrs[term.uid]
+    assert json.loads(attrs[rest.uid]["onnx_nodes"]) == ["Conv_0", "Relu_1"]
+    assert attrs[rest.uid]["onnx_output"] == "r"
