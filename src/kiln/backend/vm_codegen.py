@@ -236,7 +236,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     if em.heap.program:
         prog_const = em.const(np.array(em.heap.program, dtype=np.int64))
         code += call(-1, em.func("vm.builtin.shape_compute"), [const(prog_const)])
-    em.prog.sources = {("main", len(code) + at): src for at, *src in em.sources}
+    em.prog.sources = {("main", len(code) + at): (nodes, ops) for at, nodes, ops in em.sources}
     code += tail  # jump offsets are relative: the tail moves as it is
     outputs = [signature(n, o.checked_type, symbols)
                for n, o in zip(func.output_names, func.outputs)]

@@ -221,7 +221,8 @@ class VMExecutable(Module):
                 ctx = DecodeContext(f.name, f.num_regs, f.heap_size, len(self.functions),
                                     len(self.constants))
                 self.decoded[i] = decode_function(ctx, words, f.start, f.end)
-        self.sources: Sources = dict(sources or {})
+        self.sources: Sources = {(str(f), int(pc)): (tuple(map(str, nodes)), tuple(map(str, ops)))
+                                 for (f, pc), (nodes, ops) in (sources or {}).items()}
         self._check_sources()
         if lib is not None:
             self.import_module(lib)
