@@ -188,7 +188,8 @@ class GraphModuleDebug(GraphModule):
     Raises
     ------
     KilnError
-        ``module`` is not a debug executor.
+        ``module`` is not a debug executor; a graph JSON node with malformed ``onnx_*``
+        attrs (docs/formats.md §4.1).
 
     Notes
     -----
@@ -305,7 +306,8 @@ class GraphModuleDebug(GraphModule):
         Raises
         ------
         KilnError
-            The folder cannot be created or written; a kernel failure.
+            The folder cannot be created or written; a kernel failure; a kernel output whose
+            shape does not fit the layout its ``onnx_*`` attrs record.
         """
         root = Path(dump_root)
         times = {n.nid: n for n in (report.nodes if report else [])}

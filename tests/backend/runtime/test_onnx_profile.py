@@ -94,6 +94,11 @@ def test_graph_json_names_the_onnx_nodes(library):
         assert set(names) <= NODE_NAMES
     outputs = [a["onnx_output"] for a in covered.values() if "onnx_output" in a]
     assert len(outputs) == len(set(outputs)) and "y" in outputs
+    dbg = GraphModuleDebug(rt.load_module(library)["debug_create"](rt.cpu()))
+    name = next(n["name"] for n in nodes if n["attrs"].get("onnx_output") == "h1")
+    source = dbg.onnx_source(name)
+    assert source.nodes == ("Conv_0", "Add_1", "HardSwish_2") and source.shape == (1, 16, 12, 12)
+    assert dbg.onnx_source("x") is None  # a graph input
 
 
 def test_profile_table_lists_onnx_nodes(library, capsys):
