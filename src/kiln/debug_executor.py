@@ -33,6 +33,12 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.graph_executor import GraphModule
 from kiln.runtime import Module, NDArray
+from kiln.runtime.graph_executor.onnx_source import (
+    OnnxSource,
+    nodes_text,
+    onnx_source,
+    to_model_layout,
+)
 
 _DEBUG_FUNCTIONS = ("run_individual", "execute_node", "get_node_output", "get_op_nodes",
                     "get_graph_json")
@@ -49,9 +55,14 @@ class NodeTime:
     name, func_name : str
         Node name and the kernel it calls.
     shapes, dtypes : tuple
-        One per node output.
+        One per node output (the kernel's layout, e.g. NCHW8c).
     times_s : tuple of float
         Seconds per call, one per repeat.
+    onnx : OnnxSource, optional
+        The ONNX nodes the kernel covers; None for a library without them (docs/formats.md
+        §4.1) or a kernel that covers none (a layout change of a graph input).
+    input_shapes, input_dtypes : tuple
+        Shapes and dtypes of the node's inputs, in the kernel's layout.
     """
 
     nid: int
@@ -60,6 +71,17 @@ class NodeTime:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     times_s: tuple[float, ...]
+    onnx: OnnxSource | None = None
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+
+    @property
+    def model_shape(self) -> str:
+        """The output shape in the model's terms: the ONNX tensor's shape, with the layout the
+        kernel stores it in when that differs (``1x24x12x12 (NCHW8c)``)."""
+        if self.onnx is not None and self.onnx.layout:
+            return f"{_shape_text((self.onnx.shape,))} ({self.onnx.layout})"
+        return _shape_text(self.shapes)
 
     @property
     def median_us(self) -> float:
@@ -100,15 +122,20 @@ class DebugReport:
 
     def table(self, sort_by_time: bool = True, top: int | None = None) -> str:
         """The nodes as a text table: name, op (kernel), median and min time (us), % of the
-        total, output shape; slowest first when ``sort_by_time``; at most ``top`` rows."""
+        total, output shape (:attr:`NodeTime.model_shape`), and when the library records
+        them the ONNX nodes each kernel covers (three names, then ``+N more``); slowest first
+        when ``sort_by_time``; at most ``top`` rows."""
         rows = sorted(self.nodes, key=lambda n: -n.median_us) if sort_by_time else self.nodes
         shown = rows if top is None else rows[:top]
         total = self.total_us
-        header = ("Node Name", "Ops", "Time(us)", "Min(us)", "Time(%)", "Shape")
+        with_onnx = any(n.onnx is not None for n in self.nodes)
+        header = ("Node Name", "Ops", "Time(us)", "Min(us)", "Time(%)", "Shape",
+                  *(("ONNX nodes",) if with_onnx else ()))
         body = [(n.name, n.func_name, f"{n.median_us:.1f}", f"{n.min_us:.1f}",
-                 f"{100 * n.median_us / total if total else 0.0:.1f}", _shape_text(n.shapes))
+                 f"{100 * n.median_us / total if total else 0.0:.1f}", n.model_shape,
+                 *((nodes_text(n.onnx.nodes) if n.onnx else "",) if with_onnx else ()))
                 for n in shown]
-        footer = ("Total", "", f"{total:.1f}", "", "100.0", "")
+        footer = ("Total", "", f"{total:.1f}", "", "100.0", "", *(("",) if with_onnx else ()))
         table = [header, *body, footer]
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
 
@@ -132,7 +159,15 @@ class DebugReport:
                 "nodes": [{"nid": n.nid, "name": n.name, "func_name": n.func_name,
                            "shapes": [list(s) for s in n.shapes], "dtypes": list(n.dtypes),
                            "median_us": n.median_us, "min_us": n.min_us,
-                           "times_us": [t * 1e6 for t in n.times_s]} for n in self.nodes]}
+                           "times_us": [t * 1e6 for t in n.times_s], **_onnx_dict(n.onnx)}
+                          for n in self.nodes]}
+
+
+def _onnx_dict(source: OnnxSource | None) -> dict[str, Any]:
+    if source is None:
+        return {}
+    return {"onnx_nodes": list(source.nodes), "onnx_op_types": list(source.op_types),
+            "onnx_output": source.output}
 
 
 def _safe(name: str) -> str:
@@ -153,7 +188,8 @@ class GraphModuleDebug(GraphModule):
     Raises
     ------
     KilnError
-        ``module`` is not a debug executor.
+        ``module`` is not a debug executor; a graph JSON node with malformed ``onnx_*``
+        attrs (docs/formats.md §4.1).
 
     Notes
     -----
@@ -172,6 +208,9 @@ class GraphModuleDebug(GraphModule):
         self._nodes: list[dict[str, Any]] = module["get_op_nodes"]()
         graph = json.loads(module["get_graph_json"]())
         self._graph_nodes: list[dict[str, Any]] = graph["nodes"]
+        self._sources: dict[int, OnnxSource | None] = {
+            nid: onnx_source(node.get("attrs") or {}, f"node {nid} ({node['name']})")
+            for nid, node in enumerate(self._graph_nodes)}
         self._nid_by_name: dict[str, int] = {}
         for nid, node in enumerate(self._graph_nodes):
             self._nid_by_name.setdefault(str(node["name"]), nid)
@@ -217,9 +256,16 @@ class GraphModuleDebug(GraphModule):
         times = self.run_individual(number, repeat)
         self.report = DebugReport(
             [NodeTime(n["nid"], n["name"], n["func_name"], tuple(map(tuple, n["shapes"])),
-                      tuple(n["dtypes"]), tuple(times[n["nid"]])) for n in self._nodes],
+                      tuple(n["dtypes"]), tuple(times[n["nid"]]), self._sources[n["nid"]],
+                      tuple(map(tuple, n.get("input_shapes", ()))),
+                      tuple(n.get("input_dtypes", ()))) for n in self._nodes],
             number, repeat)
         return self.report
+
+    def onnx_source(self, node: int | str) -> OnnxSource | None:
+        """The ONNX nodes kernel ``node`` (id or name) covers, from its graph JSON attrs;
+        None for a library without them or a node that covers none."""
+        return self._sources.get(self._nid(node))
 
     def run_individual(self, number: int = 1, repeat: int = 1) -> dict[int, list[float]]:
         """Node id → seconds per call, one per repeat (the runtime's ``run_individual``)."""
@@ -243,10 +289,14 @@ class GraphModuleDebug(GraphModule):
     def dump_outputs(self, dump_root: str | Path, report: DebugReport | None = None) -> Path:
         """Run the graph node by node and save every node's outputs, and the graph inputs.
 
-        Writes ``<nid>_<name>_<k>.npy`` per output ``k`` (nid zero-padded to 4 digits, name
-        with characters other than letters, digits, ``_.-`` replaced by ``_``), ``graph.json``
-        and ``nodes.json`` (per node: nid, name, func_name, files, shapes, dtypes, and the
-        times of ``report`` when given).
+        Writes ``<nid>_<name>_<k>.npy`` per output ``k`` as the kernel stores it (nid
+        zero-padded to 4 digits, name with characters other than letters, digits, ``_.-``
+        replaced by ``_``), ``graph.json`` and ``nodes.json`` (per node: nid, name, func_name,
+        files, shapes, dtypes, the times of ``report`` when given, and ``onnx_nodes``,
+        ``onnx_op_types``, ``onnx_output`` when the library records them). When it does,
+        also ``onnx_tensors.npz``: the graph inputs and every kernel output that is an ONNX
+        tensor, keyed by the ONNX tensor name and in the model's layout (NCHW, not NCHWc), to
+        compare with onnxruntime's values of the same names.
 
         Returns
         -------
@@ -256,17 +306,20 @@ class GraphModuleDebug(GraphModule):
         Raises
         ------
         KilnError
-            The folder cannot be created or written; a kernel failure.
+            The folder cannot be created or written; a kernel failure; a kernel output whose
+            shape does not fit the layout its ``onnx_*`` attrs record.
         """
         root = Path(dump_root)
         times = {n.nid: n for n in (report.nodes if report else [])}
         manifest: list[dict[str, Any]] = []
+        tensors: dict[str, np.ndarray] = {}  # ONNX tensor name → value in the model's layout
         try:
             root.mkdir(parents=True, exist_ok=True)
             shapes, _ = self.get_input_info()
             for name in shapes:
                 nid = self._nid_by_name[name]
                 manifest.append(self._save(root, nid, "null", [self.get_input(name)]))
+                tensors[name] = self.get_input(name).numpy()
             for node in self._nodes:
                 nid = node["nid"]
                 self.execute_node(nid)
@@ -274,9 +327,15 @@ class GraphModuleDebug(GraphModule):
                 entry = self._save(root, nid, node["func_name"], outs)
                 if nid in times:
                     entry.update(median_us=times[nid].median_us, min_us=times[nid].min_us)
+                source = self._sources[nid]
+                entry.update(_onnx_dict(source))
+                if source is not None and source.output is not None:
+                    tensors[source.output] = to_model_layout(outs[0].numpy(), source)
                 manifest.append(entry)
             (root / "graph.json").write_text(self.module["get_graph_json"]())
             (root / "nodes.json").write_text(json.dumps(manifest, indent=1))
+            if any(s is not None for s in self._sources.values()):
+                np.savez(root / "onnx_tensors.npz", **tensors)
         except OSError as err:
             raise KilnError(f"cannot write node outputs to {root}: {err.strerror or err}") \
                 from None

@@ -7,7 +7,9 @@ nodes named ``p0, p1, ...`` whose values go to the params dict; each primitive c
 called by its ``global_symbol``, with the extra attrs ``Compiler`` and ``global_symbol`` (as
 TVM's graph executor codegen writes them) and one entry per output (``num_outputs``; its
 ``TupleGetItem`` readers use entry ``[node, k, 0]``); its dtypes may differ per entry.
-**Kiln:** ``attrs.output_names`` (list_str) keeps the model's output names.
+**Kiln:** ``attrs.output_names`` (list_str) keeps the model's output names; a kernel node of a
+model imported from ONNX has ``onnx_nodes``, ``onnx_op_types`` and, when its output is an ONNX
+tensor, ``onnx_output`` (:func:`kiln.relay.provenance.kernel_attrs`, docs/formats.md §4.1).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kiln.relay.graph import (
     Var,
     post_order,
 )
+from kiln.relay.provenance import kernel_attrs
 
 
 def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict, StoragePlan]:
@@ -43,6 +46,7 @@ def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict,
     params: dict[str, np.ndarray] = {}
     ops: list[tuple[list[int], list[int]]] = []
     external: set[int] = set()
+    onnx = kernel_attrs(func)
 
     def eid(entry: tuple[int, int]) -> int:
         return row_ptr[entry[0]] + entry[1]
@@ -92,6 +96,7 @@ def graph_json(func: Function, kernel_names: dict[int, str]) -> tuple[str, dict,
             attrs = {"func_name": kernel_names[node.uid], "num_inputs": str(len(inputs)),
                      "num_outputs": "1", "flatten_data": "0"}
             name = node.name
+        attrs.update(onnx.get(node.uid, {}))
         first = row_ptr[-1]
         ops.append(([eid(e) for e in inputs], list(range(first, first + len(out_types)))))
         add_node({"op": "tvm_op", "name": name, "inputs": [[n, k, 0] for n, k in inputs],

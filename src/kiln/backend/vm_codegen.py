@@ -72,6 +72,7 @@ from kiln.relay.graph import (
     Var,
     post_order,
 )
+from kiln.relay.provenance import ONNX_NODES, covered_nodes
 from kiln.runtime.ndarray import array
 from kiln.runtime.vm.bytecode import (
     REG,
@@ -95,6 +96,8 @@ class Program:
     functions: list[VMFunction] = field(default_factory=list)
     constants: list = field(default_factory=list)
     code: list[int] = field(default_factory=list)
+    #: ``("main", word index of a kernel call) → (ONNX node names, op types)``
+    sources: dict = field(default_factory=dict)
 
 
 class _Emitter:
@@ -109,6 +112,8 @@ class _Emitter:
         self.num_regs = 0
         self.storages = 0
         self.if_results: dict[int, list[int]] = {}
+        self.onnx_table: dict = {}  # the importer's node table (kiln.relay.provenance)
+        self.sources: list[tuple[int, tuple, tuple]] = []  # (index in the tail, nodes, ops)
         self.kernel_names: dict[int, str] = {}
         self.kernel_symbol_args: dict[str, list[str]] = {}
 
@@ -205,6 +210,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     symbols += late
     em = _Emitter(symbols, late)
     em.kernel_names, em.kernel_symbol_args = kernel_names, kernel_symbol_args
+    em.onnx_table = func.attrs.get(ONNX_NODES) or {}
     regs: dict[int, int] = {}
     params = []
     for v in func.params:
@@ -230,6 +236,7 @@ def compile_vm(func: Function, kernel_names: dict[int, str],
     if em.heap.program:
         prog_const = em.const(np.array(em.heap.program, dtype=np.int64))
         code += call(-1, em.func("vm.builtin.shape_compute"), [const(prog_const)])
+    em.prog.sources = {("main", len(code) + at): (nodes, ops) for at, nodes, ops in em.sources}
     code += tail  # jump offsets are relative: the tail moves as it is
     outputs = [signature(n, o.checked_type, symbols)
                for n, o in zip(func.output_names, func.outputs)]
@@ -343,6 +350,11 @@ def _emit_kernel(em: _Emitter, call: PrimitiveCall, regs: dict[int, int], placed
     args = [_value_arg(a, regs, em) for a in call.args] + [reg(out)]
     args += [em.heap.arg(symbol(em.prog.symbols, s))
              for s in em.kernel_symbol_args.get(name, [])]
+    em.flush()  # the call's words start here
+    nodes = covered_nodes(call.body, em.onnx_table)
+    if nodes:
+        em.sources.append((len(em.prog.code), tuple(nodes),
+                           tuple(em.onnx_table[n].op_type for n in nodes)))
     em.call(-1, name, args)
 
 

@@ -12,7 +12,8 @@
     kiln tune model.onnx [--target T] (--trials N | --time-budget 10m) -o records.jsonl
               [--tuning-records old.jsonl] [--input-shape NAME:SHAPE] [--quiet]
     kiln run model.so [--inputs in.npz] [--outputs out.npz] [--seed N] [--repeat N]
-                      [--input-shape NAME:1x77 ...] [--profile] [--dump-outputs DIR] [-q]
+                      [--input-shape NAME:1x77 ...] [--profile] [--profile-json FILE]
+                      [--dump-outputs DIR] [-q]
     kiln inspect model.so [--graph graph.json] [--params model.params] [--bytecode]
     kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
     kiln demo chat [--prompt TEXT] [--max-new-tokens N] [--compare] [--quantize-weights Q]

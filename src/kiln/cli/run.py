@@ -29,8 +29,8 @@ FACTORY_NAME = "default"
 def run_library(library: str, inputs: str | None = None, outputs: str | None = None,
                 seed: int = 0, repeat: int = 1, echo=print, profile: bool = False,
                 dump_outputs: str | None = None,
-                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None
-                ) -> dict[str, np.ndarray]:
+                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
+                profile_json: str | None = None) -> dict[str, np.ndarray]:
     """Run a compiled library once per ``repeat``; print input and output shapes and timing.
 
     Parameters
@@ -56,15 +56,20 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     profile : bool
         Print the per-node table (graph executor: ``debug_create``,
         ``kiln.debug_executor.DebugReport.table``, slowest node first) or the VM's per-kernel
-        table (``kiln.vm.VirtualMachine.profile``, in call order).
+        table (``kiln.vm.VirtualMachine.profile``, in call order); both list the ONNX nodes
+        each kernel covers when the library records them.
     dump_outputs : str, optional
-        Folder for every node's output (``.npy`` per output, ``nodes.json``); implies
-        ``profile``; graph-executor libraries only.
+        Folder for every node's output (``.npy`` per output, ``nodes.json``, and
+        ``onnx_tensors.npz``: the ONNX tensors the kernels' outputs hold, keyed by ONNX name,
+        in the model's layout); implies ``profile``; graph-executor libraries only.
     input_shapes : list of (name, shape), optional
         ``--input-shape``: shapes of random inputs. For a VM library they size the inputs'
         symbols (other inputs sharing a symbol follow; a symbol no shape sets takes its
         smallest allowed value, see :mod:`kiln.cli.vm`); for a graph library they must equal
         the compiled shapes.
+    profile_json : str, optional
+        Write the profile as a Chrome trace (:mod:`kiln.cli.profile_trace`: one event per
+        kernel call, ``repeat`` runs); implies ``profile``.
 
     Returns
     -------
@@ -75,8 +80,8 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     ------
     KilnError
         Unloadable library, bad input file, ``--input-shape`` with ``--inputs``, an unknown
-        input name, an ``outputs`` file or ``dump_outputs`` folder that cannot be written
-        (checked before loading), ``--dump-outputs`` on a VM library.
+        input name, an ``outputs`` or ``profile_json`` file or ``dump_outputs`` folder that
+        cannot be written (checked before loading), ``--dump-outputs`` on a VM library.
     ShapeError
         Graph: an input shape that differs from the library's. VM: the VM's checks (rank,
         dtype, a symbol with two values, a value outside the symbol's bounds).
@@ -87,8 +92,10 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
     if inputs and given:
         raise KilnError("--input-shape sets the shapes of random inputs; with --inputs the "
                         "arrays' own shapes are used")
-    if outputs:  # where the results go, checked before the model is loaded and run
-        check_output_file(outputs)
+    for path in (outputs, profile_json):  # checked before the model is loaded and run
+        if path:
+            check_output_file(path)
+    profile = profile or profile_json is not None
     if dump_outputs is not None:
         check_output_dir(dump_outputs)
     root = load_library(library)
@@ -97,12 +104,18 @@ def run_library(library: str, inputs: str | None = None, outputs: str | None = N
         if dump_outputs is not None:
             raise KilnError("--dump-outputs needs a graph-executor library (the VM profiler "
                             "reports kernel times, not node outputs)")
-        result, lines = _run_vm_library(root, inputs, seed, repeat, profile, given)
+        result, lines, trace = _run_vm_library(root, inputs, seed, repeat, profile, given)
     else:
-        result, lines = _run_graph_library(library, root, inputs, seed, repeat, profile,
-                                           dump_outputs, given)
+        result, lines, trace = _run_graph_library(library, root, inputs, seed, repeat,
+                                                  profile, dump_outputs, given)
     for line in lines:
         echo(line)
+    if profile_json:
+        from kiln.cli.profile_trace import write_trace
+
+        write_trace(profile_json, trace)
+        echo(f"wrote {profile_json} ({sum(e['cat'] == 'Node' for e in trace['traceEvents'])} "
+             "kernel calls, Chrome trace)")
     if outputs:
         save_npz(outputs, result)
         echo(f"wrote {outputs}")
@@ -181,8 +194,8 @@ def _run_vm_library(root, inputs: str | None, seed: int, repeat: int, profile: b
             lines.append("symbols at their smallest value (--input-shape NAME:SHAPE sets "
                          f"them): {', '.join(f'{k}={v}' for k, v in defaulted.items())}")
     lines += [f"input {name}: shape {tuple(arr.shape)} {arr.dtype}" for name, arr in feed.items()]
-    result, report = run_vm(root, feed, sig, repeat=repeat, profile=profile)
-    return result, [*lines, *_output_lines(result), *report]
+    result, report, trace = run_vm(root, feed, sig, repeat=repeat, profile=profile)
+    return result, [*lines, *_output_lines(result), *report], trace
 
 
 def _check_graph_shapes(info, given: dict[str, tuple[int, ...]]) -> None:
@@ -200,9 +213,11 @@ def _check_graph_shapes(info, given: dict[str, tuple[int, ...]]) -> None:
 def _run_graph_library(library: str, root, inputs: str | None, seed: int, repeat: int,
                        profile: bool, dump_outputs: str | None,
                        given: dict[str, tuple[int, ...]]):
-    """A graph-executor library: the graph executor, or the debug executor (``profile``)."""
+    """A graph-executor library: the graph executor, or the debug executor (``profile``).
+    Returns (outputs, lines, the Chrome trace of the profile or None)."""
     import kiln
 
+    trace = None
     _, info, _ = open_library(library, root)
     _check_graph_shapes(info, given)
     feed = load_inputs(inputs, info.inputs) if inputs else random_inputs(info.inputs, seed)
@@ -217,7 +232,11 @@ def _run_graph_library(library: str, root, inputs: str | None, seed: int, repeat
         gmod = GraphModuleDebug(create(FACTORY_NAME, kiln.cpu()), dump_root=dump_outputs)
         for name, value in feed.items():
             gmod.set_input(name, value)
-        report_lines = gmod.run(repeat=repeat).table().splitlines()
+        report = gmod.run(repeat=repeat)
+        report_lines = report.table().splitlines()
+        from kiln.cli.profile_trace import graph_trace
+
+        trace = graph_trace(report)
     else:
         gmod = kiln.graph_executor.GraphModule(create(kiln.cpu()))
         for name, value in feed.items():
@@ -233,7 +252,7 @@ def _run_graph_library(library: str, root, inputs: str | None, seed: int, repeat
     lines = [f"inputs: {source}", *_output_lines(result), *report_lines]
     if dump_outputs:
         lines.append(f"wrote node outputs to {dump_outputs}")
-    return result, lines
+    return result, lines, trace
 
 
 def add_parser(sub) -> None:
@@ -254,11 +273,18 @@ def add_parser(sub) -> None:
                    help="timed runs; prints min/median/max (default: 1); with --profile: "
                         "measurements per node")
     p.add_argument("--profile", action="store_true",
-                   help="print per-node times (graph: the debug executor, slowest first; "
-                        "VM: every kernel call in order)")
+                   help="print per-kernel times with the ONNX nodes each kernel covers "
+                        "(graph: the debug executor, slowest first; VM: every kernel call "
+                        "in order)")
+    p.add_argument("--profile-json", metavar="FILE",
+                   help="write the profile as a Chrome trace JSON (chrome://tracing, "
+                        "Perfetto; onnxruntime's profiler layout): one event per kernel call "
+                        "with its ONNX nodes, op types and shapes; implies --profile")
     p.add_argument("--dump-outputs", metavar="DIR",
-                   help="write every node's output to DIR (.npy per output, nodes.json); "
-                        "implies --profile")
+                   help="write every node's output to DIR (.npy per output, nodes.json) and "
+                        "onnx_tensors.npz: the ONNX tensors the kernels compute, keyed by "
+                        "ONNX tensor name, in the model's layout (NCHW), to compare with "
+                        "onnxruntime; graph libraries only; implies --profile")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress display and no notices on stderr")
     p.set_defaults(func=_run)
@@ -267,5 +293,5 @@ def add_parser(sub) -> None:
 def _run(args: argparse.Namespace) -> int:
     run_library(args.library, inputs=args.inputs, outputs=args.outputs, seed=args.seed,
                 repeat=args.repeat, profile=args.profile, dump_outputs=args.dump_outputs,
-                input_shapes=args.input_shapes)
+                input_shapes=args.input_shapes, profile_json=args.profile_json)
     return 0

@@ -15,6 +15,7 @@ Imports only ``kiln.runtime`` and the CLI's helpers (no compiler).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -194,18 +195,18 @@ def _as_tuple(value) -> tuple:
 
 def _median_report(reports: list):
     """One ProfileReport whose times are the medians of ``reports`` (same calls each time)."""
-    from kiln.runtime.vm.profile import KernelRow, ProfileReport
+    from kiln.runtime.vm.profile import ProfileReport
 
     if len(reports) == 1:
         return reports[0]
-    rows = [KernelRow(r.name, statistics.median(rep.rows[i].time_us for rep in reports),
-                      r.shapes, r.bytes_read, r.bytes_written)
+    rows = [dataclasses.replace(r, time_us=statistics.median(rep.rows[i].time_us
+                                                             for rep in reports))
             for i, r in enumerate(reports[0].rows)]
     return ProfileReport(rows, statistics.median(rep.total_us for rep in reports))
 
 
 def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
-           profile: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+           profile: bool = False) -> tuple[dict[str, np.ndarray], list[str], dict | None]:
     """Run ``sig.function`` on ``feed``: one call for the outputs, then ``repeat`` timed calls
     (or, with ``profile``, ``repeat`` profiled calls whose per-kernel median is reported).
 
@@ -226,6 +227,9 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
         ``{output name: array}``.
     lines : list of str
         The timing line, or the profile table's lines.
+    trace : dict or None
+        With ``profile``: the profiled calls as a Chrome trace
+        (:func:`kiln.cli.profile_trace.vm_trace`).
 
     Raises
     ------
@@ -247,14 +251,16 @@ def run_vm(root, feed: dict[str, np.ndarray], sig: VMSignature, repeat: int = 1,
     outputs = {n: (r.numpy() if hasattr(r, "numpy") else np.asarray(r))
                for n, r in zip(names, result)}
     if profile:
+        from kiln.cli.profile_trace import vm_trace
+
         reports = [vm.profile(sig.function, *args) for _ in range(repeat)]
-        return outputs, _median_report(reports).table().splitlines()
+        return outputs, _median_report(reports).table().splitlines(), vm_trace(reports)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn(*args)
         times.append((time.perf_counter() - start) * 1e3)
-    return outputs, [format_timing(times)]
+    return outputs, [format_timing(times)], None
 
 
 def inspect_vm_lines(root) -> list[str]:

@@ -405,7 +405,8 @@ def vm_executable(fused: Function, kernels, kernel_names: dict[int, str], lib):
     prog = compile_vm(fused, kernel_names, {k.name: list(k.attrs.get("symbol_args", []))
                                             for k in kernels})
     symbols = [(s.name, s.lo, s.hi, s.divisor) for s in prog.symbols]
-    return VMExecutable(symbols, prog.functions, prog.constants, prog.code, lib=lib)
+    return VMExecutable(symbols, prog.functions, prog.constants, prog.code, lib=lib,
+                        sources=prog.sources)
 
 
 def deploy_prefix(runtime: str | None, executor: str, system_lib_prefix: str,

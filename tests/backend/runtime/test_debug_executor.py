@@ -15,6 +15,7 @@ from kiln.cli import main as cli
 from kiln.debug_executor import DebugReport, GraphModuleDebug, NodeTime
 from kiln.errors import KilnError
 from kiln.graph_executor import create
+from kiln.runtime.graph_executor.onnx_source import OnnxSource
 
 SHAPE = (4, 16)
 P0 = np.arange(64, dtype="float32").reshape(SHAPE) / 7
@@ -118,6 +119,19 @@ def test_report_table():
     assert report.to_dict()["nodes"][0]["median_us"] == pytest.approx(2.0)
 
 
+def test_report_table_with_onnx_nodes():
+    many = OnnxSource(tuple(f"Mul_{k}" for k in range(5)), ("Mul",) * 5, "m4", "NCHW8c",
+                      (1, 20, 2, 2))
+    nodes = [NodeTime(3, "a", "k_a", ((1, 3, 2, 2, 8),), ("float32",), (4e-6,), many),
+             NodeTime(4, "b", "k_b", ((2, 3),), ("float32",), (1e-6,))]
+    lines = DebugReport(nodes, number=1, repeat=1).table().splitlines()
+    assert lines[0].split()[-3:] == ["Shape", "ONNX", "nodes"]
+    assert lines[2].split()[-7:] == ["1x20x2x2", "(NCHW8c)", "Mul_0,", "Mul_1,", "Mul_2", "+2",
+                                     "more"]
+    assert lines[3].split()[-1] == "2x3"  # a kernel that covers no ONNX node: blank
+    assert DebugReport(nodes, 1, 1).to_dict()["nodes"][0]["onnx_output"] == "m4"
+
+
 # ------------------------------------------------------------------------------ CLI
 def test_cli_profile_and_dump(exported, tmp_path, capsys):
     dump = tmp_path / "nodes"
@@ -133,6 +147,27 @@ def test_cli_profile_and_dump(exported, tmp_path, capsys):
     files = {m["name"]: m["files"][0] for m in json.loads((dump / "nodes.json").read_text())}
     x, y = np.load(dump / files["x"]), np.load(dump / files["y"])
     np.testing.assert_allclose(np.load(dump / files["add1"]), x + y, rtol=1e-6)
+
+
+def test_cli_library_without_onnx_attrs(exported, tmp_path, capsys):
+    """A library whose graph JSON has no ``onnx_*`` attrs (built before them, or not from ONNX)
+    still profiles: no ONNX column, no onnx_tensors.npz, trace events named by node."""
+    trace = tmp_path / "t.json"
+    assert cli.main(["run", exported, "--profile-json", str(trace), "--dump-outputs",
+                     str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX nodes" not in out
+    assert not (tmp_path / "d" / "onnx_tensors.npz").exists()
+    calls = [e for e in json.loads(trace.read_text())["traceEvents"] if e["cat"] == "Node"]
+    assert [e["name"] for e in calls] == ["add1", "mul2", "out"]
+    assert all(e["dur"] > 0 and e["args"]["onnx_nodes"] == [] for e in calls)
+    assert calls[0]["args"]["input_type_shape"] == [{"float32": list(SHAPE)}] * 2
+
+
+def test_cli_profile_json_unwritable(exported, tmp_path, capsys):
+    assert cli.main(["run", exported, "--profile-json", str(tmp_path / "no" / "t.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "cannot write" in err[0] and "no" in err[0]
 
 
 def test_cli_inspect_extracts_graph_and_params(exported, tmp_path, capsys):

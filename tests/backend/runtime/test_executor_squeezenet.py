@@ -99,3 +99,24 @@ def test_debug_executor_on_exported_library(squeezenet, tmp_path):
     last = np.load(tmp_path / manifest[-1]["files"][0])
     assert_close(last.reshape(refs[1][1].shape), refs[1][1])
     assert len(manifest) == n_ops + 1  # the input, then every node
+
+
+def test_dump_onnx_tensors_match_onnxruntime(squeezenet, tmp_path):
+    """``onnx_tensors.npz`` holds squeezenet's intermediate tensors by ONNX name in NCHW, equal
+    to onnxruntime's values of the same names (the model's outputs extended to them); the
+    conv-of-concat SplitConcat turns into a sum of two conv kernels names no partial sum."""
+    factory, refs = squeezenet
+    dbg = GraphModuleDebug(factory["debug_create"]("default", rt.cpu()), dump_root=tmp_path)
+    dbg.run(**{INPUT: refs[2][0]})
+    with np.load(tmp_path / "onnx_tensors.npz") as z:
+        got = {k: z[k] for k in z.files}
+    model = models.randomize_weights(onnx.load(models.light_model_path("squeezenet")), seed=7)
+    produced = {o for n in model.graph.node for o in n.output}
+    assert set(got) - {INPUT} <= produced and len(got) > 20
+    heads = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in sorted(got)
+                              if n not in heads and n != INPUT)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {INPUT: refs[2][0]})))
+    for name in set(got) - {INPUT}:
+        assert_close(got[name], want[name])

@@ -41,6 +41,7 @@ from kiln.relay.graph import (
     Var,
     post_order,
 )
+from kiln.relay.provenance import ONNX_NODES, NodeInfo
 
 #: bounds of a symbolic dim: (lo, hi) or (lo, hi, divisor); hi None is unbounded
 DimBound = tuple
@@ -185,7 +186,8 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         outputs.append(values[out.name])
     used = {n.uid for n in post_order(outputs)}
     kept = [v for v in param_vars if v.uid in used]
-    func = Function(input_vars + kept, outputs, [o.name for o in graph.output])
+    func = Function(input_vars + kept, outputs, [o.name for o in graph.output],
+                    {ONNX_NODES: _node_table(graph, values)})
     return IRModule.from_function(func), {v.name: param_values[v.name] for v in kept}
 
 
@@ -314,9 +316,29 @@ def parse_dim(text: str, symbol: Callable[[str], Dim], where: str) -> Dim:
                          "ints") from None
 
 
+def node_name(node: onnx.NodeProto, index: int) -> str:
+    """The name a node's calls carry as their span: its own, or ``<op_type>_<index>``."""
+    return node.name or f"{node.op_type}_{index}"
+
+
+def _node_table(graph: onnx.GraphProto, values: dict[str, Expr]) -> dict[str, NodeInfo]:
+    """Op type and output tensors (name, shape, dtype) of every converted top-level node, for
+    profiles and dumps in the model's terms (:mod:`kiln.relay.provenance`)."""
+    table = {}
+    for index, node in enumerate(graph.node):
+        outs = []
+        for out in node.output:
+            if out in values:
+                t = values[out].checked_type
+                outs.append((out, tuple(d if isinstance(d, int) else str(d) for d in t.shape),
+                             t.dtype))
+        table[node_name(node, index)] = NodeInfo(node.op_type, tuple(outs))
+    return table
+
+
 def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str, Expr],
                   unavailable: dict[str, str], param_values: dict[str, np.ndarray]) -> None:
-    name = node.name or f"{node.op_type}_{index}"
+    name = node_name(node, index)
     where = f"ONNX {node.op_type} (node '{name}', opset {opset})"
     if node.domain not in (*DEFAULT_DOMAINS, MS_DOMAIN):
         raise UnsupportedOpError(f"{where}: domain '{node.domain}' is not supported")

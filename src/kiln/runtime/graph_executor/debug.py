@@ -90,8 +90,8 @@ class GraphExecutorDebug(GraphExecutor):
         return bisect.bisect_right(self._op_nids, int(nid)) - 1
 
     def get_op_nodes(self) -> list[dict[str, Any]]:
-        """The nodes that run, in order: ``{"nid", "name", "func_name", "shapes", "dtypes"}``
-        (one shape and dtype per output)."""
+        """The nodes that run, in order: ``{"nid", "name", "func_name", "shapes", "dtypes",
+        "input_shapes", "input_dtypes"}`` (one shape and dtype per output and per input)."""
         g = self.graph
         out = []
         for nid in self._op_nids:
@@ -99,7 +99,9 @@ class GraphExecutorDebug(GraphExecutor):
             eids = [g.entry_id(nid, k) for k in range(node.num_outputs)]
             out.append({"nid": nid, "name": node.name, "func_name": node.func_name,
                         "shapes": [g.shape[e] for e in eids],
-                        "dtypes": [g.dltype[e] for e in eids]})
+                        "dtypes": [g.dltype[e] for e in eids],
+                        "input_shapes": [g.shape[g.entry_id(n, k)] for n, k in node.inputs],
+                        "input_dtypes": [g.dltype[g.entry_id(n, k)] for n, k in node.inputs]})
         return out
 
     def _run_ops(self, start: int, stop: int) -> None:

@@ -64,11 +64,13 @@ from kiln.runtime.vm.executable_format import (
     KIND_PACKED,
     KIND_VM,
     Constant,
+    Sources,
     Sym,
     Symbol,
     TensorSig,
     VMFunction,
     read_executable,
+    read_sources,
     write_executable,
 )
 
@@ -179,13 +181,17 @@ class VMExecutable(Module):
         The instruction words (``vm_bytecode`` encoders).
     lib : Module, optional
         The kernel library; imported (its kernels are found through the import tree).
+    sources : dict, optional
+        ``(VM function, word index of a kernel call) → (ONNX node names, op types)``: what
+        each kernel call computes, for profiles (docs/formats.md §9.2).
 
     Raises
     ------
     ModuleLoadError
         Duplicate function names, a code range outside ``code``, register or heap counts out of
-        range, a signature naming an unknown symbol or dtype, an unsupported constant, or any
-        instruction that does not decode (``vm_bytecode.decode_function``).
+        range, a signature naming an unknown symbol or dtype, an unsupported constant, any
+        instruction that does not decode (``vm_bytecode.decode_function``), or a source that
+        is not at a call instruction of a VM function.
     """
 
     type_key = TYPE_KEY
@@ -193,7 +199,7 @@ class VMExecutable(Module):
 
     def __init__(self, symbols: Sequence[Any], functions: Sequence[VMFunction],
                  constants: Sequence[Any], code: Sequence[int] | np.ndarray,
-                 lib: Module | None = None):
+                 lib: Module | None = None, sources: Sources | None = None):
         super().__init__()
         self.symbols: list[Symbol] = [_symbol(s) for s in symbols]
         self.functions: list[VMFunction] = [_function(f, self.symbols) for f in functions]
@@ -215,8 +221,19 @@ class VMExecutable(Module):
                 ctx = DecodeContext(f.name, f.num_regs, f.heap_size, len(self.functions),
                                     len(self.constants))
                 self.decoded[i] = decode_function(ctx, words, f.start, f.end)
+        self.sources: Sources = {(str(f), int(pc)): (tuple(map(str, nodes)), tuple(map(str, ops)))
+                                 for (f, pc), (nodes, ops) in (sources or {}).items()}
+        self._check_sources()
         if lib is not None:
             self.import_module(lib)
+
+    def _check_sources(self) -> None:
+        calls = {(self.functions[i].name, ins.pc) for i, body in self.decoded.items()
+                 for ins in body if ins.op == OP_CALL}
+        for name, pc in self.sources:
+            if (name, pc) not in calls:
+                raise _fail(f"source of {name!r} word {pc}: not a call instruction of a VM "
+                            "function")
 
     # -- the library
     @property
@@ -259,7 +276,8 @@ class VMExecutable(Module):
     # -- serialization
     def save_to_binary(self) -> bytes:
         """The executable in the format of decision 014 (see ``vm_format``)."""
-        return write_executable(self.symbols, self.functions, self.constants, self.code)
+        return write_executable(self.symbols, self.functions, self.constants, self.code,
+                                self.sources)
 
     @staticmethod
     def load_from_binary(data: bytes | bytearray | memoryview) -> VMExecutable:
@@ -271,7 +289,7 @@ class VMExecutable(Module):
             Anything malformed, naming the section, field, function or instruction.
         """
         symbols, functions, constants, code = read_executable(data)
-        return VMExecutable(symbols, functions, constants, code)
+        return VMExecutable(symbols, functions, constants, code, sources=read_sources(data))
 
     # -- inspection
     def signature_text(self, f: VMFunction) -> str:

@@ -2,7 +2,9 @@
 
 Little-endian. Header: magic ``b"KILNVMEX"``, ``u32`` version (1), ``u32 n_sections``, then
 ``n_sections × (u32 id, u64 offset, u64 length)``; offsets count from the start of the bytes.
-Sections: 1 symbols, 2 functions, 3 constants, 4 code (payloads: docs/formats.md §9.2).
+Sections: 1 symbols, 2 functions, 3 constants, 4 code (payloads: docs/formats.md §9.2), and the
+optional 5 sources (the ONNX nodes of each kernel call, for profiles; readers that do not
+profile, the C runtime among them, skip it as an unknown id).
 Strings use the stream encoding (``u64`` length + UTF-8, docs/formats.md §1), tensors the
 NDArray format of §5.
 
@@ -36,6 +38,11 @@ SEC_CONSTANTS = 3
 SEC_CODE = 4
 SECTION_NAMES = {SEC_SYMBOLS: "symbols", SEC_FUNCTIONS: "functions",
                  SEC_CONSTANTS: "constants", SEC_CODE: "code"}
+#: optional sections (not SEC_*: the C vocabulary lists the required ones only)
+OPT_SOURCES = 5
+OPTIONAL_SECTION_NAMES = {OPT_SOURCES: "sources"}
+#: ``(VM function name, word index of a kernel call) → (ONNX node names, their op types)``
+Sources = dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]]
 _ENTRY = struct.Struct("<IQQ")
 _HEADER = struct.Struct("<8sII")
 #: bytes of the header (magic, version, section count) and of one section table entry
@@ -196,13 +203,28 @@ def _code_bytes(code: np.ndarray) -> bytes:
     return w.getvalue()
 
 
+def _sources_bytes(sources: Sources) -> bytes:
+    w = StreamWriter()
+    w.u64(len(sources))
+    for (func, pc), (nodes, op_types) in sorted(sources.items()):
+        w.string(func)
+        w.i64(pc)
+        w.vec_str(list(nodes))
+        w.vec_str(list(op_types))
+    return w.getvalue()
+
+
 def write_executable(symbols: list[Symbol], functions: list[VMFunction],
-                     constants: list[Constant], code: np.ndarray) -> bytes:
-    """The executable's bytes (see the module doc)."""
+                     constants: list[Constant], code: np.ndarray,
+                     sources: Sources | None = None) -> bytes:
+    """The executable's bytes (see the module doc); the sources section only when
+    ``sources`` has entries (an executable without them is byte for byte as before)."""
     sections = [(SEC_SYMBOLS, _symbols_bytes(symbols)),
                 (SEC_FUNCTIONS, _functions_bytes(functions)),
                 (SEC_CONSTANTS, _constants_bytes(constants)),
                 (SEC_CODE, _code_bytes(code))]
+    if sources:
+        sections.append((OPT_SOURCES, _sources_bytes(sources)))
     offset = _HEADER.size + _ENTRY.size * len(sections)
     table = []
     for sid, data in sections:
@@ -237,11 +259,13 @@ def _read_sections(data: memoryview) -> dict[int, memoryview]:
     for sid, name in SECTION_NAMES.items():
         if sid not in sections:
             raise ModuleLoadError(f"VM executable: required section {name!r} is missing")
-    return {sid: v for sid, v in sections.items() if sid in SECTION_NAMES}
+    return {sid: v for sid, v in sections.items()
+            if sid in SECTION_NAMES or sid in OPTIONAL_SECTION_NAMES}
 
 
 def _reader(sections: dict[int, memoryview], sid: int) -> StreamReader:
-    return StreamReader(sections[sid], f"VM executable section {SECTION_NAMES[sid]!r}")
+    name = SECTION_NAMES.get(sid) or OPTIONAL_SECTION_NAMES[sid]
+    return StreamReader(sections[sid], f"VM executable section {name!r}")
 
 
 def _done(r: StreamReader) -> None:
@@ -325,9 +349,37 @@ def _read_code(r: StreamReader) -> np.ndarray:
     return code
 
 
+def _read_sources(r: StreamReader) -> Sources:
+    n = r.count(8 + 8 + 8 + 8, "source count")
+    sources: Sources = {}
+    for _ in range(n):
+        func, pc = r.string("source function"), r.i64("source word index")
+        nodes, op_types = r.vec_str("source ONNX nodes"), r.vec_str("source op types")
+        if len(nodes) != len(op_types):
+            raise r.error(f"source of {func!r} word {pc}: {len(nodes)} ONNX nodes but "
+                          f"{len(op_types)} op types")
+        sources[(func, pc)] = (tuple(nodes), tuple(op_types))
+    _done(r)
+    return sources
+
+
+def read_sources(data: bytes | bytearray | memoryview) -> Sources:
+    """The optional sources section of an executable's bytes; empty when it has none (an
+    executable written before it, or of a graph not imported from ONNX).
+
+    Raises
+    ------
+    ModuleLoadError
+        As :func:`read_executable`, and for a malformed sources section.
+    """
+    sections = _read_sections(memoryview(data).cast("B"))
+    return _read_sources(_reader(sections, OPT_SOURCES)) if OPT_SOURCES in sections else {}
+
+
 def read_executable(data: bytes | bytearray | memoryview
                     ) -> tuple[list[Symbol], list[VMFunction], list[Constant], np.ndarray]:
-    """Parse the executable's bytes into (symbols, functions, constants, code).
+    """Parse the executable's bytes into (symbols, functions, constants, code) (the optional
+    sources: :func:`read_sources`).
 
     Cross-references (function ranges, registers, symbol indices) are checked by
     ``VMExecutable``'s constructor, which the loader calls next.
@@ -345,5 +397,5 @@ def read_executable(data: bytes | bytearray | memoryview
             _read_code(_reader(sections, SEC_CODE)))
 
 
-__all__ = ["KIND_PACKED", "KIND_VM", "MAGIC", "VERSION", "Constant", "Sym", "Symbol",
-           "TensorSig", "VMFunction", "read_executable", "write_executable"]
+__all__ = ["KIND_PACKED", "KIND_VM", "MAGIC", "VERSION", "Constant", "Sources", "Sym", "Symbol",
+           "TensorSig", "VMFunction", "read_executable", "read_sources", "write_executable"]

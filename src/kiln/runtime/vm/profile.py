@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.runtime.graph_executor.onnx_source import nodes_text
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.packed_func import PackedFunc
 
@@ -92,6 +93,16 @@ class KernelRow:
         Shapes of its tensor arguments, in order.
     bytes_read, bytes_written : int
         Bytes of its input and output tensors.
+    start_us : float
+        When the call started, microseconds after the profiled VM call began (the
+        ``ts`` of its Chrome trace event).
+    dtypes : tuple of str
+        Dtypes of its tensor arguments, in order.
+    num_outputs : int
+        How many of the tensor arguments (the last ones) it writes.
+    onnx_nodes, onnx_op_types : tuple of str
+        The ONNX nodes the call computes and their op types (the executable's sources
+        section; empty for an executable without it).
     """
 
     name: str
@@ -99,6 +110,11 @@ class KernelRow:
     shapes: tuple[tuple[int, ...], ...]
     bytes_read: int
     bytes_written: int
+    start_us: float = 0.0
+    dtypes: tuple[str, ...] = ()
+    num_outputs: int = 1
+    onnx_nodes: tuple[str, ...] = ()
+    onnx_op_types: tuple[str, ...] = ()
 
 
 @dataclass
@@ -120,20 +136,25 @@ class ProfileReport:
         return sum(r.time_us for r in self.rows)
 
     def table(self) -> str:
-        """The rows as text: name, time (us), % of the call, bytes read/written, shapes; then
-        the kernels' sum and the VM's own time."""
+        """The rows as text: name, time (us), % of the call, bytes read/written, shapes, and
+        when the executable records them the ONNX nodes of each call (three names, then
+        ``+N more``); then the kernels' sum and the VM's own time."""
         total = self.total_us or 1.0
-        header = ("Name", "Time(us)", "Time(%)", "Read(B)", "Written(B)", "Shapes")
+        onnx = any(r.onnx_nodes for r in self.rows)
+        extra = ("",) if onnx else ()
+        header = ("Name", "Time(us)", "Time(%)", "Read(B)", "Written(B)", "Shapes",
+                  *(("ONNX nodes",) if onnx else ()))
         body = [(r.name, f"{r.time_us:.1f}", f"{100 * r.time_us / total:.1f}",
                  str(r.bytes_read), str(r.bytes_written),
-                 ", ".join("x".join(map(str, s)) or "scalar" for s in r.shapes))
+                 ", ".join("x".join(map(str, s)) or "scalar" for s in r.shapes),
+                 *((nodes_text(r.onnx_nodes),) if onnx else ()))
                 for r in self.rows]
         foot = [("Kernels", f"{self.kernel_us:.1f}", f"{100 * self.kernel_us / total:.1f}",
                  str(sum(r.bytes_read for r in self.rows)),
-                 str(sum(r.bytes_written for r in self.rows)), ""),
+                 str(sum(r.bytes_written for r in self.rows)), "", *extra),
                 ("VM overhead", f"{self.total_us - self.kernel_us:.1f}",
-                 f"{100 * (self.total_us - self.kernel_us) / total:.1f}", "", "", ""),
-                ("Total", f"{self.total_us:.1f}", "100.0", "", "", "")]
+                 f"{100 * (self.total_us - self.kernel_us) / total:.1f}", "", "", "", *extra),
+                ("Total", f"{self.total_us:.1f}", "100.0", "", "", "", *extra)]
         rows = [header, *body, *foot]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
 
@@ -148,7 +169,10 @@ class ProfileReport:
         return {"total_us": self.total_us, "kernel_us": self.kernel_us,
                 "rows": [{"name": r.name, "time_us": r.time_us,
                           "shapes": [list(s) for s in r.shapes], "bytes_read": r.bytes_read,
-                          "bytes_written": r.bytes_written} for r in self.rows]}
+                          "bytes_written": r.bytes_written, "start_us": r.start_us,
+                          "onnx_nodes": list(r.onnx_nodes),
+                          "onnx_op_types": list(r.onnx_op_types)}
+                         for r in self.rows]}
 
 
 class Profiler:
@@ -157,9 +181,12 @@ class Profiler:
     def __init__(self, num_outputs: dict[str, int]):
         self.report = ProfileReport()
         self._num_outputs = num_outputs
+        self.start = time.perf_counter()  # the VM resets it when the profiled call begins
 
-    def kernel(self, name: str, func: PackedFunc, args: list) -> Any:
-        """Call kernel ``name`` (``func``) on ``args``, timing it; returns its result."""
+    def kernel(self, name: str, func: PackedFunc, args: list,
+               source: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Any:
+        """Call kernel ``name`` (``func``) on ``args``, timing it; returns its result.
+        ``source``: the ONNX nodes and op types of this call site, when known."""
         call = func.prepare(*args) if func._cfunc is not None else None
         t0 = time.perf_counter()
         out = call() if call is not None else func(*args)
@@ -170,7 +197,9 @@ class Profiler:
         read = tensors[:len(tensors) - n_out]
         self.report.rows.append(KernelRow(
             name, dt * 1e6, tuple(t.shape for t in tensors),
-            sum(t.nbytes for t in read), sum(t.nbytes for t in written)))
+            sum(t.nbytes for t in read), sum(t.nbytes for t in written),
+            (t0 - self.start) * 1e6, tuple(t.dtype for t in tensors), n_out,
+            *(source or ((), ()))))
         return out
 
 

@@ -241,7 +241,8 @@ class VirtualMachine(Module):
                                        self.exe.constants, where))
             run.builtin_name = callee.name  # type: ignore[attr-defined]  # (for traces)
             return (_BUILTIN, ins.dst, run, *fixed, getattr(run, "effect", None))
-        return (_KERNEL, ins.dst, values[ins.func_idx], *fixed, [None, None, callee.name])
+        return (_KERNEL, ins.dst, values[ins.func_idx], *fixed,
+                [None, None, callee.name, self.exe.sources.get((func.name, ins.pc))])
 
     def _static_value(self, kind: int, value: int, values: list[Any], func: VMFunction,
                       ins: Instr) -> Any:
@@ -404,7 +405,7 @@ class VirtualMachine(Module):
 
     def _kernel(self, func: PackedFunc, a: list, cache: list) -> Any:
         if self._profiler is not None:
-            return self._profiler.kernel(cache[2], func, a)
+            return self._profiler.kernel(cache[2], func, a, cache[3])
         if func._cfunc is None:
             return func._pyfunc(*a)  # type: ignore[misc]
         # the same argument objects as the last call here: reuse its converted arrays
@@ -497,7 +498,7 @@ class VirtualMachine(Module):
         outs = {f.name: len(f.outputs) for f in self.exe.functions if not f.is_vm}
         self._profiler = prof = Profiler(outs)
         try:
-            t0 = time.perf_counter()
+            t0 = prof.start = time.perf_counter()
             self._invoke(fidx, inputs)
             prof.report.total_us = (time.perf_counter() - t0) * 1e6
         finally:
