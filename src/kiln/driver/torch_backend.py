@@ -1,0 +1,288 @@
+"""``torch.compile(model, backend="kiln")``: Kiln as a TorchDynamo backend.
+
+TorchDynamo captures each graph of torch ops as an FX ``GraphModule`` and hands it, with example
+inputs, to the backend, which returns the callable to run instead (TVM once had the same place:
+``torch._dynamo.backends.tvm``). :func:`kiln_backend` exports the graph to ONNX
+(:func:`kiln.frontend.pytorch.export_onnx`, with the graph's weights frozen into it), compiles it
+with ``kiln.build`` for the host (default target: ``llvm -mcpu=native``) and returns a
+:class:`KilnCompiledGraph` that runs it on torch tensors, without copies where the memory allows.
+
+What the backend cannot take runs as PyTorch's own eager code, with one warning on the ``kiln``
+logger naming the reason, and never an error: autograd (inputs that need gradients while grad
+mode is on), non-CPU tensors, graphs that mutate their inputs or buffers (batch norm in training
+mode), non-tensor outputs, an export or an op Kiln does not support.
+
+Weights are frozen. Dynamo passes a module's parameters and buffers as graph inputs; the backend
+binds their values at compile time (as ``torch._inductor.config.freezing`` does), so weights
+changed in place afterwards are not seen: compile for inference, after loading the weights.
+
+Shapes. A graph dynamo made dynamic (its inputs have symbolic sizes: a second call with another
+batch size) is compiled once per concrete input shape, on first use of that shape, each a
+static artifact; compiled artifacts are cached by the ONNX model's content and the target, so
+graphs dynamo recompiles for another reason (a guard on grad mode) do not compile again.
+
+Registration: the entry point ``kiln = kiln.driver.torch_backend:kiln_backend`` in the group
+``torch_dynamo_backends`` (pyproject.toml) lets ``backend="kiln"`` work without importing Kiln
+first; importing this module also registers it where the entry point is not installed.
+
+(docs/decisions/033-torch-frontend-through-onnx-torch.md)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kiln.errors import KilnError
+from kiln.frontend.pytorch import export_onnx, export_reason, import_torch
+
+logger = logging.getLogger("kiln")
+
+BACKEND_NAME = "kiln"
+
+#: compiled factories by (sha256 of the ONNX model, target); least recently used dropped first
+_FACTORIES: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_FACTORIES_MAX = 32
+_FACTORIES_LOCK = threading.Lock()
+
+
+class FallBack(Exception):
+    """The graph runs eagerly; the message says why (one line)."""
+
+
+def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | None = None
+                 ) -> Callable:
+    """The TorchDynamo backend: compile ``gm`` with Kiln, or return ``gm.forward``.
+
+    Parameters
+    ----------
+    gm : torch.fx.GraphModule
+        The graph dynamo captured.
+    example_inputs : list of torch.Tensor / int
+        Its inputs (real tensors: parameters and buffers among them, marked by dynamo).
+    options : dict, optional
+        ``torch.compile(..., options={"target": "c"})``: the Kiln target (default
+        :func:`kiln.target.default_target`).
+
+    Returns
+    -------
+    callable
+        A :class:`KilnCompiledGraph` (or a :class:`KilnShapeSpecializer` for a graph with
+        symbolic sizes), or ``gm.forward`` when Kiln cannot take the graph (logged on ``kiln``
+        at WARNING level with the reason).
+    """
+    target = (options or {}).get("target")
+    try:
+        check_graph(gm, example_inputs)
+        if any(_is_symbolic(x) for x in example_inputs):
+            return KilnShapeSpecializer(gm, example_inputs, target)
+        return compile_graph(gm, example_inputs, target)
+    except FallBack as why:
+        return _eager(gm, str(why))
+    except Exception as err:  # noqa: BLE001 (a backend must never break the user's program)
+        return _eager(gm, export_reason(err))
+
+
+def _eager(gm: Any, reason: str) -> Callable:
+    logger.warning("torch.compile backend kiln: the graph runs eagerly in PyTorch: %s", reason)
+    return gm.forward
+
+
+def check_graph(gm: Any, example_inputs: list) -> None:
+    """Raise :class:`FallBack` for what Kiln's compiled graphs cannot do (module docstring)."""
+    torch = import_torch()
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise FallBack("inputs require grad and grad mode is on (Kiln compiles inference "
+                       "graphs; call the model under torch.no_grad() or torch.inference_mode())")
+    devices = sorted({t.device.type for t in tensors} - {"cpu"})
+    if devices:
+        raise FallBack(f"tensors on {', '.join(devices)} (Kiln's backend runs on CPU)")
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
+            values = [getattr(o, "meta", {}).get("example_value") for o in outs]
+            if not outs or not all(isinstance(v, torch.Tensor) for v in values):
+                raise FallBack("the graph returns values that are not tensors")
+        elif node.op == "call_function" and node.target is operator.setitem:
+            raise FallBack(f"node {node.name}: item assignment (an in-place write)")
+
+
+def _is_symbolic(x: Any) -> bool:
+    torch = import_torch()
+    if isinstance(x, torch.SymInt):
+        return True
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_weight(x: Any) -> bool:
+    """Dynamo marks the parameters and buffers it lifts to graph inputs as static inputs."""
+    return getattr(x, "_dynamo_static_input_type", None) is not None
+
+
+def compile_graph(gm: Any, inputs: list, target: str | None,
+                  weights: list[bool] | None = None) -> KilnCompiledGraph:
+    """``gm`` on these exact inputs, compiled: the weights (``weights[k]``: input ``k`` is a
+    parameter or buffer; default: as dynamo marks them) frozen, int inputs baked in.
+
+    Raises
+    ------
+    FallBack
+        The graph mutates inputs or buffers.
+    KilnError
+        Export, import or compile failures (the caller logs them).
+    """
+    torch = import_torch()
+    if weights is None:
+        weights = [_is_weight(x) for x in inputs]
+    frozen = frozen_graph(gm, inputs, weights, torch)
+    args = tuple(inputs[k] for k in frozen.runtime)
+    program = torch.export.export(frozen, args, strict=False)
+    signature = program.graph_signature
+    mutated = list(signature.buffers_to_mutate) + list(signature.user_inputs_to_mutate)
+    if mutated:
+        raise FallBack(f"the graph writes to its inputs or buffers in place ({mutated[0]}...)")
+    try:  # the TorchScript exporter takes 0.5-5 s where the dynamo one takes 7-15 s
+        model = export_onnx(frozen, args, exporter="torchscript")
+    except KilnError as err:
+        logger.info("torch.compile backend kiln: %s; trying the dynamo exporter", err)
+        model = export_onnx(program, args, exporter="dynamo")
+    if len(model.graph.input) != len(args):
+        raise FallBack(f"the ONNX graph has {len(model.graph.input)} inputs for {len(args)} "
+                       "runtime tensors")
+    return KilnCompiledGraph(_factory(model, target), frozen.runtime, torch)
+
+
+def _factory(model: Any, target: str | None) -> Any:
+    from kiln.driver.build_module import build
+    from kiln.frontend.onnx.importer import from_onnx
+    from kiln.target import default_target
+
+    target = target or default_target()
+    key = (hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest(), target)
+    with _FACTORIES_LOCK:
+        if key in _FACTORIES:
+            _FACTORIES.move_to_end(key)
+            return _FACTORIES[key]
+    mod, params = from_onnx(model)
+    factory = build(mod, target=target, params=params, executor="graph")
+    with _FACTORIES_LOCK:
+        _FACTORIES[key] = factory
+        while len(_FACTORIES) > _FACTORIES_MAX:
+            _FACTORIES.popitem(last=False)
+    return factory
+
+
+def frozen_graph(gm: Any, inputs: list, weights: list[bool], torch: Any) -> Any:
+    """A ``torch.nn.Module`` running ``gm`` with the weights among ``inputs`` as its buffers
+    (they export as ONNX initializers) and the int inputs fixed; its ``forward`` takes the
+    other tensors, whose positions among ``inputs`` are its ``runtime`` list."""
+
+    class Frozen(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gm = gm
+            self.fixed: dict[int, int] = {}
+            self.runtime: list[int] = []
+            for k, (x, weight) in enumerate(zip(inputs, weights)):
+                if isinstance(x, torch.Tensor) and weight:
+                    self.register_buffer(f"w{k}", x.detach())
+                elif isinstance(x, torch.Tensor):
+                    self.runtime.append(k)
+                else:
+                    self.fixed[k] = int(x)
+
+        def forward(self, *args: Any) -> Any:
+            given = dict(zip(self.runtime, args))
+            full = [given[k] if k in given else self.fixed[k] if k in self.fixed
+                    else getattr(self, f"w{k}") for k in range(len(inputs))]
+            return self.gm(*full)
+
+    return Frozen()
+
+
+class KilnCompiledGraph:
+    """A compiled graph called as dynamo calls ``gm``: ``graph(*inputs) -> tuple of tensors``.
+
+    Inputs (``runtime``: their positions among dynamo's inputs; the weights and ints are
+    compiled in) are bound without a copy when C-contiguous and 64-byte aligned, as PyTorch's
+    CPU allocator gives; the outputs are fresh tensors the kernels write into directly. One
+    executor, used by one thread at a time (a lock).
+    """
+
+    def __init__(self, factory: Any, runtime: list[int], torch: Any):
+        from kiln.graph_executor import GraphModule
+        from kiln.runtime import cpu
+
+        self.gmod = GraphModule(factory["default"](cpu()))
+        self.runtime = runtime
+        shapes, dtypes = self.gmod.get_output_info()
+        self.outputs = [(tuple(shapes[n]), getattr(torch, dtypes[n])) for n in shapes]
+        self.torch = torch
+        self.lock = threading.Lock()
+
+    def __call__(self, *inputs: Any) -> tuple:
+        torch = self.torch
+        outs = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in self.outputs)
+        with self.lock, torch.no_grad():
+            for k, out in enumerate(outs):  # first: frees last call's outputs for the inputs
+                self.gmod.set_output_zero_copy(k, out)
+            for k, pos in enumerate(self.runtime):
+                bind_input(self.gmod, k, inputs[pos])
+            self.gmod.run()
+        return outs
+
+
+def bind_input(gmod: Any, index: int, tensor: Any) -> None:
+    """Input ``index`` reads ``tensor``'s memory when it can (contiguous, 64-byte aligned), else
+    gets a copy."""
+    if tensor.is_contiguous() and tensor.data_ptr() % 64 == 0 and tensor.numel() > 0:
+        try:
+            gmod.set_input_zero_copy(index, tensor.detach())
+            return
+        except KilnError:
+            pass  # e.g. memory the executor cannot alias: copy instead
+    gmod.set_input(index, tensor.detach().contiguous().numpy())
+
+
+class KilnShapeSpecializer:
+    """A graph with symbolic sizes, compiled once per concrete input shape on first use (each a
+    static Kiln artifact); a shape Kiln cannot compile runs eagerly (logged once)."""
+
+    def __init__(self, gm: Any, example_inputs: list, target: str | None):
+        self.gm = gm
+        self.target = target
+        self.weights = [_is_weight(x) for x in example_inputs]
+        self.compiled: dict[tuple, Callable] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = tuple(_shape_key(x) for x in inputs)
+        if key not in self.compiled:
+            try:
+                self.compiled[key] = compile_graph(self.gm, list(inputs), self.target,
+                                                   self.weights)
+            except FallBack as why:
+                self.compiled[key] = _eager(self.gm, f"shapes {key}: {why}")
+            except Exception as err:  # noqa: BLE001 (as kiln_backend)
+                self.compiled[key] = _eager(self.gm, f"shapes {key}: {export_reason(err)}")
+        return self.compiled[key](*inputs)
+
+
+def _shape_key(x: Any) -> Any:
+    return (tuple(x.shape), str(x.dtype)) if hasattr(x, "shape") else int(x)
+
+
+def register() -> None:
+    """Register ``kiln_backend`` as ``backend="kiln"`` unless torch knows the name already
+    (from the installed entry point, which then loads this module)."""
+    torch = import_torch()
+    if BACKEND_NAME not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(kiln_backend, name=BACKEND_NAME)
+
+
+register()
