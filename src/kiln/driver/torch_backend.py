@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kiln.driver.torch_graph_check import FallBack, check_graph
 from kiln.errors import KilnError
 from kiln.frontend.pytorch import export_onnx, export_reason, import_torch
 
@@ -49,10 +49,6 @@ BACKEND_NAME = "kiln"
 _FACTORIES: OrderedDict[tuple[str, str], Any] = OrderedDict()
 _FACTORIES_MAX = 32
 _FACTORIES_LOCK = threading.Lock()
-
-
-class FallBack(Exception):
-    """The graph runs eagerly; the message says why (one line)."""
 
 
 def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | None = None
@@ -93,26 +89,6 @@ def _eager(gm: Any, reason: str) -> Callable:
     return gm.forward
 
 
-def check_graph(gm: Any, example_inputs: list) -> None:
-    """Raise :class:`FallBack` for what Kiln's compiled graphs cannot do (module docstring)."""
-    torch = import_torch()
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise FallBack("inputs require grad and grad mode is on (Kiln compiles inference "
-                       "graphs; call the model under torch.no_grad() or torch.inference_mode())")
-    devices = sorted({t.device.type for t in tensors} - {"cpu"})
-    if devices:
-        raise FallBack(f"tensors on {', '.join(devices)} (Kiln's backend runs on CPU)")
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
-            values = [getattr(o, "meta", {}).get("example_value") for o in outs]
-            if not outs or not all(isinstance(v, torch.Tensor) for v in values):
-                raise FallBack("the graph returns values that are not tensors")
-        elif node.op == "call_function" and node.target is operator.setitem:
-            raise FallBack(f"node {node.name}: item assignment (an in-place write)")
-
-
 def _is_symbolic(x: Any) -> bool:
     torch = import_torch()
     if isinstance(x, torch.SymInt):
@@ -133,7 +109,7 @@ def compile_graph(gm: Any, inputs: list, target: str | None,
     Raises
     ------
     FallBack
-        The graph mutates inputs or buffers.
+        The ONNX graph's inputs are not the runtime tensors.
     KilnError
         Export, import or compile failures (the caller logs them).
     """
@@ -142,16 +118,11 @@ def compile_graph(gm: Any, inputs: list, target: str | None,
         weights = [_is_weight(x) for x in inputs]
     frozen = frozen_graph(gm, inputs, weights, torch)
     args = tuple(inputs[k] for k in frozen.runtime)
-    program = torch.export.export(frozen, args, strict=False)
-    signature = program.graph_signature
-    mutated = list(signature.buffers_to_mutate) + list(signature.user_inputs_to_mutate)
-    if mutated:
-        raise FallBack(f"the graph writes to its inputs or buffers in place ({mutated[0]}...)")
     try:  # the TorchScript exporter takes 0.5-5 s where the dynamo one takes 7-15 s
         model = export_onnx(frozen, args, exporter="torchscript")
     except KilnError as err:
         logger.info("torch.compile backend kiln: %s; trying the dynamo exporter", err)
-        model = export_onnx(program, args, exporter="dynamo")
+        model = export_onnx(frozen, args, exporter="dynamo")
     if len(model.graph.input) != len(args):
         raise FallBack(f"the ONNX graph has {len(model.graph.input)} inputs for {len(args)} "
                        "runtime tensors")
