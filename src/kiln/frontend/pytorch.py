@@ -15,6 +15,7 @@ import inspect
 import io
 import logging
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -208,8 +209,10 @@ def _export_torchscript(module: Any, args: tuple, shapes: tuple | None, torch: A
             axes[name] = named
     buffer = io.BytesIO()
     try:
-        torch.onnx.export(module, args, buffer, dynamo=False, input_names=names,
-                          dynamic_axes=axes or None, opset_version=TORCHSCRIPT_OPSET)
+        with warnings.catch_warnings():  # its deprecation notices are about torch's API, not
+            warnings.simplefilter("ignore", DeprecationWarning)  # about the caller's model
+            torch.onnx.export(module, args, buffer, dynamo=False, input_names=names,
+                              dynamic_axes=axes or None, opset_version=TORCHSCRIPT_OPSET)
     except Exception as err:  # noqa: BLE001 (the tracer raises many types; reported below)
         raise KilnError(f"torch.onnx.export (torchscript) failed: {export_reason(err)}") from err
     return onnx.load_from_string(buffer.getvalue())
