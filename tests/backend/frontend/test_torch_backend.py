@@ -1,0 +1,199 @@
+"""``torch.compile(backend="kiln")`` on small modules: what falls back to eager PyTorch (with one
+log line) and still gives the eager result, graphs dynamo makes dynamic, the zero-copy outputs,
+the compile cache, the entry point. Skipped without torch."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kiln.driver import torch_backend  # noqa: E402  (registers backend="kiln")
+
+
+def eager_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "kiln" and "runs eagerly" in r.getMessage()]
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(width, 32), torch.nn.Linear(32, width)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Sampled(torch.nn.Module):
+    """Bernoulli, whose ONNX function body draws with RandomUniformLike: no Kiln converter.
+    ``p = 1`` makes the eager result deterministic."""
+
+    def forward(self, x):
+        return torch.relu(x) * torch.bernoulli(torch.ones_like(x))
+
+
+class WritesInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()  # each test's graphs reach the backend (no cached dynamo frames)
+    yield
+    torch._dynamo.reset()
+
+
+def test_op_kiln_lacks_falls_back_with_a_log_line(caplog):
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        got = torch.compile(Sampled(), backend="kiln")(x)
+    assert torch.equal(got, torch.relu(x))
+    (line,) = eager_warnings(caplog)
+    assert "RandomUniformLike" in line and "UnsupportedOpError" in line, line
+
+
+def test_write_into_an_input_falls_back_and_keeps_eager_semantics(caplog):
+    x = torch.randn(4, 8)
+    before = x.clone()
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        got = torch.compile(WritesInput(), backend="kiln")(x)
+    assert torch.equal(x, before + 1), "the input is written once, as eagerly"
+    assert torch.equal(got, (before + 1) * 2)
+    (line,) = eager_warnings(caplog)
+    assert "add_" in line and "in place" in line, line
+
+
+def test_training_batch_norm_falls_back(caplog):
+    """Batch norm in training mode updates its buffers (dynamo writes num_batches_tracked with
+    add_ first): eager PyTorch runs it and the running statistics move as they do eagerly."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    eager = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    eager.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        got = torch.compile(model, backend="kiln")(x)
+        want = eager(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(model[1].running_mean, eager[1].running_mean)
+    assert not torch.equal(model[1].running_mean, torch.zeros(4))
+    assert any("in place" in m or "running statistics" in m for m in eager_warnings(caplog)), (
+        caplog.text)
+
+
+def test_grad_mode_falls_back_and_keeps_autograd(caplog):
+    model, x = Mlp(), torch.randn(3, 16)
+    with caplog.at_level(logging.WARNING, logger="kiln"):
+        got = torch.compile(model, backend="kiln")(x)
+    got.sum().backward()  # eager PyTorch ran it: a graph for autograd
+    assert model.fc1.weight.grad is not None
+    torch.testing.assert_close(got, model(x))
+    assert any("torch.no_grad()" in m for m in eager_warnings(caplog)), caplog.text
+
+
+def test_outputs_are_fresh_tensors_and_feed_back_as_inputs(caplog):
+    """The kernels write each call's outputs into new tensors: an earlier result stays
+    valid, and a result can be the next call's input (its memory is no output any more)."""
+    model = Mlp().eval()
+    compiled = torch.compile(model, backend="kiln")
+    x1, x2 = torch.randn(3, 16), torch.randn(3, 16)
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        y1 = compiled(x1)
+        y2 = compiled(x2)
+        y3 = compiled(y2)
+        want1, want3 = model(x1), model(model(x2))
+    assert not eager_warnings(caplog), caplog.text
+    assert y1.data_ptr() != y2.data_ptr()
+    torch.testing.assert_close(y1, want1, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(y3, want3, rtol=1e-4, atol=1e-5)
+
+
+def test_non_contiguous_and_offset_inputs_are_copied():
+    model = Mlp().eval()
+    compiled = torch.compile(model, backend="kiln")
+    base = torch.randn(17, 3)
+    with torch.no_grad():
+        compiled(torch.randn(3, 16))
+        strided = base[1:].t()  # (3, 16), transposed and off the storage's start
+        torch.testing.assert_close(compiled(strided), model(strided), rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_batch_compiles_per_shape(caplog, monkeypatch):
+    """Dynamo makes the batch dim symbolic at the second size; Kiln compiles a static artifact
+    for each size on first use, and the third call at a seen size compiles nothing."""
+    builds = []
+    real_factory = torch_backend._factory
+    monkeypatch.setattr(torch_backend, "_factory",
+                        lambda model, target: builds.append(1) or real_factory(model, target))
+    model = Mlp().eval()
+    compiled = torch.compile(model, backend="kiln")
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        for n in (2, 5, 5, 7):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert not eager_warnings(caplog), caplog.text
+    assert len(builds) == 3
+
+
+def test_same_graph_compiles_once(monkeypatch):
+    """Artifacts are cached by the ONNX model's content: a graph dynamo hands over again
+    (after a reset) is not rebuilt."""
+    import kiln.driver.build_module as build_module
+
+    torch_backend._FACTORIES.clear()
+    calls = []
+    real_build = build_module.build
+    monkeypatch.setattr(build_module, "build", lambda *a, **k: calls.append(1) or
+                        real_build(*a, **k))
+    model, x = Mlp(8).eval(), torch.randn(2, 8)
+    with torch.no_grad():
+        first = torch.compile(model, backend="kiln")(x)
+        torch._dynamo.reset()
+        second = torch.compile(model, backend="kiln")(x)
+    torch.testing.assert_close(first, second)
+    assert len(calls) == 1
+
+
+def test_backend_is_listed_under_its_name():
+    assert "kiln" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_entry_point_needs_no_import_of_kiln(tmp_path):
+    """pyproject.toml's ``torch_dynamo_backends`` entry point, installed as pip installs it (a
+    ``.dist-info`` folder on sys.path), lets ``backend="kiln"`` find the backend in a fresh
+    interpreter that never imports Kiln itself."""
+    import os
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    group = project["entry-points"]["torch_dynamo_backends"]
+    assert group == {"kiln": "kiln.driver.torch_backend:kiln_backend"}
+    info = tmp_path / "kiln_entry_points-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kiln-entry-points\n"
+                                   "Version: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch_dynamo_backends]\n" + "".join(f"{k} = {v}\n" for k, v in group.items()))
+    code = textwrap.dedent("""
+        import sys, torch
+        m = torch.nn.Linear(4, 2).eval()
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            y = torch.compile(m, backend="kiln")(x)
+            torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-5)
+        print(torch._dynamo.lookup_backend("kiln").__module__)
+    """)
+    path = os.pathsep.join([str(tmp_path), str(root / "src"), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": path})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "kiln.driver.torch_backend"
