@@ -67,14 +67,16 @@ CNNS = {"resnet18": (1, 3, 64, 64), "mobilenet_v2": (1, 3, 64, 64),
         "squeezenet1_0": (1, 3, 64, 64)}
 
 
-def cnn(name: str):
-    """``(model, (input,))``: torchvision's ``name`` with random weights, in eval mode."""
+def cnn(name: str, size: int | None = None):
+    """``(model, (input,))``: torchvision's ``name`` with random weights, in eval mode; the
+    input is ``CNNS[name]``, or 1x3x``size``x``size``."""
     import torch
 
     models = torchvision_models()
     torch.manual_seed(0)
     model = _randomize_norms(getattr(models, name)(weights=None))
-    return model, (torch.randn(*CNNS[name], generator=torch.Generator().manual_seed(2)),)
+    shape = CNNS[name] if size is None else (1, 3, size, size)
+    return model, (torch.randn(*shape, generator=torch.Generator().manual_seed(2)),)
 
 
 def transformer(name: str, seq: int = 16, batch: int = 1):
