@@ -51,8 +51,12 @@ _FACTORIES_MAX = 32
 _FACTORIES_LOCK = threading.Lock()
 
 
-def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | None = None
-                 ) -> Callable:
+#: the keys of ``torch.compile(..., options=...)`` the backend reads
+OPTIONS = ("target",)
+
+
+def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | None = None,
+                 mode: str | None = None) -> Callable:
     """The TorchDynamo backend: compile ``gm`` with Kiln, or return ``gm.forward``.
 
     Parameters
@@ -64,6 +68,8 @@ def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | 
     options : dict, optional
         ``torch.compile(..., options={"target": "c"})``: the Kiln target (default
         :func:`kiln.target.default_target`).
+    mode : str, optional
+        ``torch.compile``'s ``mode`` (inductor's presets): ignored, Kiln has one.
 
     Returns
     -------
@@ -71,7 +77,17 @@ def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | 
         A :class:`KilnCompiledGraph` (or a :class:`KilnShapeSpecializer` for a graph with
         symbolic sizes), or ``gm.forward`` when Kiln cannot take the graph (logged on ``kiln``
         at WARNING level with the reason).
+
+    Raises
+    ------
+    KilnError
+        ``options`` has a key other than :data:`OPTIONS` (a mistake of the caller, not a graph
+        Kiln cannot take).
     """
+    unknown = sorted(set(options or {}) - set(OPTIONS))
+    if unknown:
+        raise KilnError(f"torch.compile backend kiln: unknown option(s) {unknown}; it takes "
+                        f"{list(OPTIONS)}")
     target = (options or {}).get("target")
     try:
         check_graph(gm, example_inputs)
@@ -126,7 +142,20 @@ def compile_graph(gm: Any, inputs: list, target: str | None,
     if len(model.graph.input) != len(args):
         raise FallBack(f"the ONNX graph has {len(model.graph.input)} inputs for {len(args)} "
                        "runtime tensors")
-    return KilnCompiledGraph(_factory(model, target), frozen.runtime, torch)
+    compiled = KilnCompiledGraph(_factory(model, target), frozen.runtime, torch)
+    want = [(tuple(v.shape), v.dtype) for v in graph_outputs(gm)]
+    static = all(type(d) is int for shape, _ in want for d in shape)  # (SymInts: per shape)
+    if static and compiled.outputs != want:
+        raise FallBack(f"the compiled graph's outputs {compiled.outputs} are not the graph's "
+                       f"{want}")
+    return compiled
+
+
+def graph_outputs(gm: Any) -> list:
+    """The example values (fake tensors) of ``gm``'s outputs, in order."""
+    node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
+    return [o.meta["example_value"] for o in outs]
 
 
 def _factory(model: Any, target: str | None) -> Any:

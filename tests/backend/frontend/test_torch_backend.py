@@ -197,3 +197,25 @@ def test_entry_point_needs_no_import_of_kiln(tmp_path):
                          timeout=300, env={**os.environ, "PYTHONPATH": path})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-1] == "kiln.driver.torch_backend"
+
+
+def test_unknown_option_is_the_callers_error():
+    with pytest.raises(Exception, match=r"unknown option\(s\) \['opt_level'\]"):
+        with torch.no_grad():
+            torch.compile(Mlp().eval(), backend="kiln", options={"opt_level": 3})(
+                torch.randn(2, 16))
+
+
+def test_several_outputs_and_an_integer_output(caplog):
+    class Parts(torch.nn.Module):
+        def forward(self, x):
+            return x.relu(), x.argmax(dim=1), (x * 2).sum()
+
+    x = torch.randn(4, 6)
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        got = torch.compile(Parts(), backend="kiln")(x)
+    assert not eager_warnings(caplog), caplog.text
+    want = Parts()(x)
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
