@@ -219,3 +219,22 @@ def test_several_outputs_and_an_integer_output(caplog):
     assert [g.dtype for g in got] == [w.dtype for w in want]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_aligned_inputs_and_outputs_are_bound_without_copies(monkeypatch):
+    """PyTorch's CPU allocator aligns to 64 bytes: a fresh contiguous input is read in place
+    and every output written in place; a strided one is copied."""
+    from kiln.graph_executor import GraphModule
+
+    calls = []
+    for name in ("set_input", "set_input_zero_copy", "set_output_zero_copy"):
+        real = getattr(GraphModule, name)
+        monkeypatch.setattr(GraphModule, name, lambda self, *a, _n=name, _r=real: (
+            calls.append(_n), _r(self, *a))[1])
+    compiled = torch.compile(Mlp().eval(), backend="kiln")
+    with torch.no_grad():
+        compiled(torch.randn(3, 16))
+        assert calls == ["set_output_zero_copy", "set_input_zero_copy"]
+        calls.clear()
+        compiled(torch.randn(16, 3).t())
+    assert calls == ["set_output_zero_copy", "set_input"]
