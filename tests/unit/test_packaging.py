@@ -2,9 +2,9 @@
 
 pyproject.toml declares compatible ranges (so ``pip install kiln`` fits into an existing
 environment); constraints.txt pins the exact versions make test, make demo and CI install
-(``pip install -c constraints.txt -e '.[test,demo,torch-test]'``). ``requires-python`` is the oldest Python
-all the pinned wheels make installs accept, read from the installed distributions'
-``Requires-Python``.
+(``pip install -c constraints.txt -e '.[test,demo,torch-test]'``). ``requires-python`` is the
+oldest Python all the pinned wheels make installs accept, read from the installed
+distributions' ``Requires-Python``.
 """
 
 import importlib.metadata
