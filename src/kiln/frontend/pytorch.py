@@ -193,7 +193,9 @@ def _export_dynamo(module: Any, args: tuple, shapes: tuple | None, torch: Any
         program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=shapes,
                                     verbose=False, report=False)
     except Exception as err:  # noqa: BLE001 (torch.export raises many types; reported below)
-        raise KilnError(f"torch.onnx.export (dynamo) failed: {export_reason(err)}") from err
+        raise KilnError(f"torch.onnx.export (dynamo) failed: {export_reason(err)} (the "
+                        "TorchScript tracer may take it: exporter='torchscript', which fixes "
+                        "data-dependent control flow to the example's path)") from err
     return program.model_proto
 
 
