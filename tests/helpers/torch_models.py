@@ -28,6 +28,14 @@ _LIBRARY = []  # the torch.library.Library that holds the schemas lives as long 
 
 def torchvision_models():
     """``torchvision.models`` (the test skips without torch or torchvision)."""
+    define_torchvision_schemas()
+    return pytest.importorskip("torchvision.models")
+
+
+def define_torchvision_schemas() -> None:
+    """Define the ops torchvision's Python code registers fake kernels for, unless its
+    extension loaded and defined them (see the module docstring). Also before transformers
+    is used: it imports torchvision when installed."""
     torch = pytest.importorskip("torch")
     missing = [s for n, s in _UNGUARDED_SCHEMAS.items() if not _has_op(torch, n)]
     if missing and not _LIBRARY:
@@ -35,7 +43,6 @@ def torchvision_models():
         for schema in missing:
             lib.define(schema)
         _LIBRARY.append(lib)
-    return pytest.importorskip("torchvision.models")
 
 
 def _has_op(torch, name: str) -> bool:
@@ -84,6 +91,7 @@ def transformer(name: str, seq: int = 16, batch: int = 1):
     its config with random weights, in eval mode, without a KV cache (the test skips without
     transformers)."""
     torch = pytest.importorskip("torch")
+    define_torchvision_schemas()  # transformers imports torchvision when it is installed
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if name == "bert":

@@ -17,9 +17,11 @@ binds their values at compile time (as ``torch._inductor.config.freezing`` does)
 changed in place afterwards are not seen: compile for inference, after loading the weights.
 
 Shapes. A graph dynamo made dynamic (its inputs have symbolic sizes: a second call with another
-batch size) is compiled once per concrete input shape, on first use of that shape, each a
-static artifact; compiled artifacts are cached by the ONNX model's content and the target, so
-graphs dynamo recompiles for another reason (a guard on grad mode) do not compile again.
+batch size) becomes one VM artifact for all sizes (:mod:`kiln.driver.torch_dynamic`); where
+that fails, it is compiled once per concrete input shape, on first use of that shape, each a
+static artifact. Artifacts are cached by the ONNX model's content and the target
+(:mod:`kiln.driver.torch_artifacts`), so graphs dynamo recompiles for another reason (a guard
+on grad mode) do not compile again.
 
 Registration: the entry point ``kiln = kiln.driver.torch_backend:kiln_backend`` in the group
 ``torch_dynamo_backends`` (pyproject.toml) lets ``backend="kiln"`` work without importing Kiln
@@ -30,26 +32,25 @@ first; importing this module also registers it where the entry point is not inst
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kiln.driver.torch_artifacts import (
+    cached_build,
+    export_graph,
+    frozen_graph,
+    graph_outputs,
+    is_weight,
+)
 from kiln.driver.torch_graph_check import FallBack, check_graph
 from kiln.errors import KilnError
-from kiln.frontend.pytorch import export_onnx, export_reason, import_torch
+from kiln.frontend.pytorch import export_reason, import_torch
 
 logger = logging.getLogger("kiln")
 
 BACKEND_NAME = "kiln"
-
-#: compiled factories by (sha256 of the ONNX model, target); least recently used dropped first
-_FACTORIES: OrderedDict[tuple[str, str], Any] = OrderedDict()
-_FACTORIES_MAX = 32
-_FACTORIES_LOCK = threading.Lock()
-
 
 #: the keys of ``torch.compile(..., options=...)`` the backend reads
 OPTIONS = ("target",)
@@ -74,8 +75,9 @@ def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | 
     Returns
     -------
     callable
-        A :class:`KilnCompiledGraph` (or a :class:`KilnShapeSpecializer` for a graph with
-        symbolic sizes), or ``gm.forward`` when Kiln cannot take the graph (logged on ``kiln``
+        A :class:`KilnCompiledGraph` (for a graph with symbolic sizes: a
+        :class:`kiln.driver.torch_dynamic.KilnVMGraph`, else a :class:`KilnShapeSpecializer`),
+        or ``gm.forward`` when Kiln cannot take the graph (logged on ``kiln``
         at WARNING level with the reason).
 
     Raises
@@ -92,12 +94,28 @@ def kiln_backend(gm: Any, example_inputs: list, *, options: Mapping[str, Any] | 
     try:
         check_graph(gm, example_inputs)
         if any(_is_symbolic(x) for x in example_inputs):
-            return KilnShapeSpecializer(gm, example_inputs, target)
+            return compile_dynamic(gm, example_inputs, target)
         return compile_graph(gm, example_inputs, target)
     except FallBack as why:
         return _eager(gm, str(why))
     except Exception as err:  # noqa: BLE001 (a backend must never break the user's program)
         return _eager(gm, export_reason(err))
+
+
+def compile_dynamic(gm: Any, inputs: list, target: str | None) -> Callable:
+    """A graph with symbolic sizes: one VM artifact for all sizes
+    (:mod:`kiln.driver.torch_dynamic`), else a static artifact per size on first use."""
+    from kiln.driver.torch_dynamic import compile_symbolic
+
+    weights = [is_weight(x) for x in inputs]
+    per_shape = KilnShapeSpecializer(gm, weights, target)
+    try:
+        return compile_symbolic(gm, inputs, target, weights, per_shape)
+    except Exception as err:  # noqa: BLE001 (as kiln_backend: per shape still compiles)
+        reason = str(err) if isinstance(err, FallBack) else export_reason(err)
+        logger.info("torch.compile backend kiln: symbolic sizes: %s; compiling per shape",
+                    reason)
+        return per_shape
 
 
 def _eager(gm: Any, reason: str) -> Callable:
@@ -110,11 +128,6 @@ def _is_symbolic(x: Any) -> bool:
     if isinstance(x, torch.SymInt):
         return True
     return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_weight(x: Any) -> bool:
-    """Dynamo marks the parameters and buffers it lifts to graph inputs as static inputs."""
-    return getattr(x, "_dynamo_static_input_type", None) is not None
 
 
 def compile_graph(gm: Any, inputs: list, target: str | None,
@@ -131,79 +144,20 @@ def compile_graph(gm: Any, inputs: list, target: str | None,
     """
     torch = import_torch()
     if weights is None:
-        weights = [_is_weight(x) for x in inputs]
-    frozen = frozen_graph(gm, inputs, weights, torch)
+        weights = [is_weight(x) for x in inputs]
+    frozen = frozen_graph(gm, inputs, weights)
     args = tuple(inputs[k] for k in frozen.runtime)
-    try:  # the TorchScript exporter takes 0.5-5 s where the dynamo one takes 7-15 s
-        model = export_onnx(frozen, args, exporter="torchscript")
-    except KilnError as err:
-        logger.info("torch.compile backend kiln: %s; trying the dynamo exporter", err)
-        model = export_onnx(frozen, args, exporter="dynamo")
+    model = export_graph(frozen, args)
     if len(model.graph.input) != len(args):
         raise FallBack(f"the ONNX graph has {len(model.graph.input)} inputs for {len(args)} "
                        "runtime tensors")
-    compiled = KilnCompiledGraph(_factory(model, target), frozen.runtime, torch)
+    compiled = KilnCompiledGraph(cached_build(model, target), frozen.runtime, torch)
     want = [(tuple(v.shape), v.dtype) for v in graph_outputs(gm)]
     static = all(type(d) is int for shape, _ in want for d in shape)  # (SymInts: per shape)
     if static and compiled.outputs != want:
         raise FallBack(f"the compiled graph's outputs {compiled.outputs} are not the graph's "
                        f"{want}")
     return compiled
-
-
-def graph_outputs(gm: Any) -> list:
-    """The example values (fake tensors) of ``gm``'s outputs, in order."""
-    node = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
-    return [o.meta["example_value"] for o in outs]
-
-
-def _factory(model: Any, target: str | None) -> Any:
-    from kiln.driver.build_module import build
-    from kiln.frontend.onnx.importer import from_onnx
-    from kiln.target import default_target
-
-    target = target or default_target()
-    key = (hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest(), target)
-    with _FACTORIES_LOCK:
-        if key in _FACTORIES:
-            _FACTORIES.move_to_end(key)
-            return _FACTORIES[key]
-    mod, params = from_onnx(model)
-    factory = build(mod, target=target, params=params, executor="graph")
-    with _FACTORIES_LOCK:
-        _FACTORIES[key] = factory
-        while len(_FACTORIES) > _FACTORIES_MAX:
-            _FACTORIES.popitem(last=False)
-    return factory
-
-
-def frozen_graph(gm: Any, inputs: list, weights: list[bool], torch: Any) -> Any:
-    """A ``torch.nn.Module`` running ``gm`` with the weights among ``inputs`` as its buffers
-    (they export as ONNX initializers) and the int inputs fixed; its ``forward`` takes the
-    other tensors, whose positions among ``inputs`` are its ``runtime`` list."""
-
-    class Frozen(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gm = gm
-            self.fixed: dict[int, int] = {}
-            self.runtime: list[int] = []
-            for k, (x, weight) in enumerate(zip(inputs, weights)):
-                if isinstance(x, torch.Tensor) and weight:
-                    self.register_buffer(f"w{k}", x.detach())
-                elif isinstance(x, torch.Tensor):
-                    self.runtime.append(k)
-                else:
-                    self.fixed[k] = int(x)
-
-        def forward(self, *args: Any) -> Any:
-            given = dict(zip(self.runtime, args))
-            full = [given[k] if k in given else self.fixed[k] if k in self.fixed
-                    else getattr(self, f"w{k}") for k in range(len(inputs))]
-            return self.gm(*full)
-
-    return Frozen()
 
 
 class KilnCompiledGraph:
@@ -254,10 +208,10 @@ class KilnShapeSpecializer:
     """A graph with symbolic sizes, compiled once per concrete input shape on first use (each a
     static Kiln artifact); a shape Kiln cannot compile runs eagerly (logged once)."""
 
-    def __init__(self, gm: Any, example_inputs: list, target: str | None):
+    def __init__(self, gm: Any, weights: list[bool], target: str | None):
         self.gm = gm
         self.target = target
-        self.weights = [_is_weight(x) for x in example_inputs]
+        self.weights = weights
         self.compiled: dict[tuple, Callable] = {}
 
     def __call__(self, *inputs: Any) -> Any:

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kiln.driver import torch_backend  # noqa: E402  (registers backend="kiln")
+from kiln.driver import torch_artifacts, torch_backend  # noqa: E402, F401  (backend="kiln")
 
 
 def eager_warnings(caplog) -> list[str]:
@@ -125,40 +125,63 @@ def test_non_contiguous_and_offset_inputs_are_copied():
         torch.testing.assert_close(compiled(strided), model(strided), rtol=1e-4, atol=1e-5)
 
 
-def test_dynamic_batch_compiles_per_shape(caplog, monkeypatch):
-    """Dynamo makes the batch dim symbolic at the second size; Kiln compiles a static artifact
-    for each size on first use, and the third call at a seen size compiles nothing."""
-    builds = []
-    real_factory = torch_backend._factory
-    monkeypatch.setattr(torch_backend, "_factory",
-                        lambda model, target: builds.append(1) or real_factory(model, target))
+def count_builds(monkeypatch) -> list:
+    """The ``kiln.build`` calls from now on (one per artifact the backend builds)."""
+    import kiln.driver.build_module as build_module
+
+    torch_artifacts.clear_cache()
+    calls = []
+    real_build = build_module.build
+    monkeypatch.setattr(build_module, "build", lambda *a, **k: calls.append(k.get("executor"))
+                        or real_build(*a, **k))
+    return calls
+
+
+def test_dynamic_batch_is_one_vm_artifact(caplog, monkeypatch):
+    """Dynamo makes the batch dim symbolic at the second size: Kiln builds one VM artifact for
+    it (the symbol's range from dynamo's shape environment), which runs every later size."""
+    builds = count_builds(monkeypatch)
     model = Mlp().eval()
     compiled = torch.compile(model, backend="kiln")
-    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
-        for n in (2, 5, 5, 7):
+    with caplog.at_level(logging.INFO, logger="kiln"), torch.no_grad():
+        for n in (2, 5, 7, 64):
             x = torch.randn(n, 16)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
     assert not eager_warnings(caplog), caplog.text
-    assert len(builds) == 3
+    assert builds == ["graph", "vm"], caplog.text
+
+
+def test_dynamic_graph_the_vm_cannot_take_compiles_per_shape(caplog, monkeypatch):
+    """A symbolic int input that is no tensor's size (dynamo makes an int argument dynamic):
+    no VM artifact, a static one per value on first use, a value seen before compiles
+    nothing."""
+    builds = count_builds(monkeypatch)
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, k: int):
+            return torch.relu(x) * k
+
+    compiled = torch.compile(Scale(), backend="kiln")
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.INFO, logger="kiln"), torch.no_grad():
+        for k in (2, 3, 3, 4):
+            torch.testing.assert_close(compiled(x, k), torch.relu(x) * k)
+    assert not eager_warnings(caplog), caplog.text
+    assert "compiling per shape" in caplog.text
+    assert builds == ["graph"] * 3
 
 
 def test_same_graph_compiles_once(monkeypatch):
     """Artifacts are cached by the ONNX model's content: a graph dynamo hands over again
     (after a reset) is not rebuilt."""
-    import kiln.driver.build_module as build_module
-
-    torch_backend._FACTORIES.clear()
-    calls = []
-    real_build = build_module.build
-    monkeypatch.setattr(build_module, "build", lambda *a, **k: calls.append(1) or
-                        real_build(*a, **k))
+    builds = count_builds(monkeypatch)
     model, x = Mlp(8).eval(), torch.randn(2, 8)
     with torch.no_grad():
         first = torch.compile(model, backend="kiln")(x)
         torch._dynamo.reset()
         second = torch.compile(model, backend="kiln")(x)
     torch.testing.assert_close(first, second)
-    assert len(calls) == 1
+    assert builds == ["graph"]
 
 
 def test_backend_is_listed_under_its_name():
