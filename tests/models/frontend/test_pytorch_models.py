@@ -89,3 +89,19 @@ def test_dynamic_shapes_one_artifact_for_two_batch_sizes(tmp_path):
         got = vm["main"](xs.numpy())
         got = got if isinstance(got, (list, tuple)) else [got]
         assert_close_to_reference([g.numpy() for g in got], eager_outputs(model, (xs,)))
+
+
+def test_torch_compile_kiln_at_a_second_sequence_length(caplog):
+    """At a new sequence length dynamo captures BERT again with a symbolic length; Kiln gives
+    the eager result there too (one VM artifact, or per-shape builds where the VM path fails)
+    and never runs it eagerly."""
+    import kiln.driver.torch_backend  # noqa: F401
+
+    model, (ids,) = torch_models.transformer("bert")
+    compiled = torch.compile(model, backend="kiln")
+    with caplog.at_level(logging.WARNING, logger="kiln"), torch.no_grad():
+        for seq in (16, 24):
+            x = torch.randint(0, 1000, (1, seq), generator=torch.Generator().manual_seed(seq))
+            got = compiled(x).to_tuple()
+            assert_close_to_reference([t.numpy() for t in got], eager_outputs(model, (x,)))
+    assert not [r for r in caplog.records if "runs eagerly" in r.getMessage()], caplog.text
