@@ -2,9 +2,9 @@
 
 pyproject.toml declares compatible ranges (so ``pip install kiln`` fits into an existing
 environment); constraints.txt pins the exact versions make test, make demo and CI install
-(``pip install -c constraints.txt -e '.[test,demo]'``). ``requires-python`` is the oldest Python
-all the pinned wheels make installs accept, read from the installed distributions'
-``Requires-Python``.
+(``pip install -c constraints.txt -e '.[test,demo,torch-test]'``). ``requires-python`` is the
+oldest Python all the pinned wheels make installs accept, read from the installed
+distributions' ``Requires-Python``.
 """
 
 import importlib.metadata
@@ -127,7 +127,7 @@ def make_install_line() -> re.Match:
     assert stamp, "Makefile: no $(STAMP) rule"
     assert "constraints.txt" in stamp[1].split(), (
         "Makefile: $(STAMP) does not depend on constraints.txt (a changed pin would not reinstall)")
-    line = re.search(r"pip install (?:--\S+ )*-c constraints\.txt -e '\.\[([\w,]+)\]'", stamp[2])
+    line = re.search(r"pip install (?:--\S+ )*-c constraints\.txt -e '\.\[([\w,-]+)\]'", stamp[2])
     assert line, f"Makefile: the $(STAMP) recipe installs without -c constraints.txt:\n{stamp[2]}"
     return line
 
