@@ -1,7 +1,9 @@
 """Replay of VM functions with data-dependent shapes (issue 31): the data-dependent builtin runs
 on every replay and the late symbols it binds are guarded. Calls whose data keep the traced
 shape are replayed; one that changes it fails the guard, is interpreted (and traced again),
-and every result equals onnxruntime's."""
+and every result equals onnxruntime's. Shape arithmetic that only looks like data (a Range to
+a Shape's dim, a Reshape to a Concat of it) stays on the shape heap: no guard, every call after
+the first replayed."""
 
 from __future__ import annotations
 
@@ -105,3 +107,30 @@ def test_guarded_replay_with_llvm_kernels(tmp_path, target):
     for count in (4, 4, 7, 4):
         _run(vm, model, _with_nonzeros(rng, count))
     assert vm.replay_stats()["replays"] == 1
+
+
+def test_range_and_reshape_over_shape_values_stay_on_the_heap(tmp_path):
+    """``Range(0, Shape(x)[0])`` and ``Reshape(x, Concat(Shape(x)[0:1], [2, 2]))``: symbolic
+    (kernels over the input's symbol), not data-dependent builtins."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Range", ["i0", "n", "i1"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=F),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "two2"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["xr"]),
+             helper.make_node("Unsqueeze", ["rf", "ax12"], ["rfu"]),
+             helper.make_node("Mul", ["xr", "rfu"], ["y"])]
+    inits = [helper.make_tensor("i0", I64, [], [0]), helper.make_tensor("i1", I64, [], [1]),
+             helper.make_tensor("ax0", I64, [1], [0]), helper.make_tensor("two2", I64, [2], [2, 2]),
+             helper.make_tensor("ax12", I64, [2], [1, 2])]
+    model = _model(nodes, [("x", F, ["n", 4])], "y", inits)
+    vm = compile_vm(model, tmp_path / "sv.so", "c", instruction="shape_compute")
+    text = vm.module.exe.as_text()
+    assert not any(b in text for b in ("bind_shape", "tensor_to_heap", "vm.builtin.range",
+                                       "reshape_to")), text
+    rng = np.random.default_rng(4)
+    for n in (3, 5, 1, 3):
+        _run(vm, model, {"x": rng.standard_normal((n, 4)).astype(np.float32)})
+    stats = vm.replay_stats()
+    assert stats["replays"] == 3 and stats["interpreted"] == 1, stats
