@@ -12,8 +12,9 @@ already in place, so a call resolves only its register and heap arguments. Kerne
 their prepared argument arrays while their arguments are the same objects (storage views are
 cached per shape, so in loops and repeated shapes they are; each call site keeps its last
 arguments, inputs included, until it runs again). A function without control flow
-replays its recorded kernel calls when its shape heap repeats (``vm_replay``), through the
-graph executor's batch runner.
+replays its recorded kernel calls for any values of its shape heap (``vm_replay``), through
+the graph executor's batch runner; where it has data-dependent shapes, while they take the
+values it was recorded at (guards, decision 033).
 
 Outputs. A function called by name returns **copies** of its result tensors: storage is reused
 by the next call, so views of it would change under the caller (the graph executor's
@@ -60,10 +61,10 @@ _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
 
 class _Plan:
     """One VM function, prepared: its ops and, when replayable, the split into checks (the
-    shape checks, and the shape programs before the last of them: run on every call; they
-    decide the heap tuple), derived (the shape programs after them: functions of that tuple,
-    run only when a call is interpreted) and body (interpreted once per heap tuple, then
-    replayed)."""
+    shape checks, ``bind_shape`` of parameters included, and the shape programs before the
+    last of them: they decide the heap tuple), derived (the shape programs after them:
+    functions of that tuple), both run on every call, and body (interpreted once while it is
+    traced, then replayed)."""
 
     __slots__ = ("body", "checks", "derived", "fidx", "func", "ops", "replayable")
 
