@@ -99,6 +99,19 @@ def test_a_shape_that_changes_on_every_call_stops_being_traced(tmp_path):
     assert stats["interpreted"] == calls
 
 
+def test_guard_failures_count_in_a_row(tmp_path):
+    """Changes of the shape between runs of replays do not add up to the retracing bound."""
+    model = _nonzero_model()
+    vm = compile_vm(model, tmp_path / "nz.so", "c", instruction="nonzero")
+    rng = np.random.default_rng(5)
+    for k in range(MAX_GUARD_FAILURES + 2):
+        for _ in range(2):  # a change, then a replay at the new count
+            _run(vm, model, _with_nonzeros(rng, 1 + k % 15))
+    stats = vm.replay_stats()
+    assert stats["guard_failures"] == MAX_GUARD_FAILURES + 1 and stats["kept"] == 1, stats
+    assert stats["replays"] == MAX_GUARD_FAILURES + 2, stats
+
+
 @pytest.mark.parametrize("target", ["llvm"])
 def test_guarded_replay_with_llvm_kernels(tmp_path, target):
     model = _nonzero_model()

@@ -51,8 +51,8 @@ from kiln.runtime.vm.trace import Tracer
 TYPE_KEY = "relax.VirtualMachine"
 #: nested VM calls before a call is refused (runaway recursion)
 MAX_DEPTH = 128
-#: failed guards of one function's traces (a data-dependent shape that changed) after which it
-#: is no longer traced: shapes that change on most calls gain nothing from a recording
+#: failed guards in a row of one function's traces (a data-dependent shape that changed) after
+#: which it is no longer traced: shapes that change on most calls gain nothing from a recording
 MAX_GUARD_FAILURES = 8
 
 # decoded op kinds
@@ -384,6 +384,8 @@ class VirtualMachine(Module):
                 pass
             else:
                 self.counters["replays"] += 1
+                if self._guard_failures:
+                    self._guard_failures.pop(key, None)  # (counted in a row)
                 return result
         elif key in self._untraceable:
             self.counters["interpreted"] += 1
