@@ -198,9 +198,11 @@ class VirtualMachine:
         return self.module["memory_stats"]()
 
     def replay_stats(self) -> dict[str, int]:
-        """``{"calls", "replays", "recordings", "interpreted", "kept"}``: how many calls were
-        served by recorded kernel sequences (a repeated shape of a function without control
-        flow)."""
+        """``{"calls", "replays", "recordings", "interpreted", "guard_failures", "kept"}``:
+        how many calls were served by recorded kernel sequences (any call of a function
+        without control flow once it was traced; with data-dependent shapes, a call whose
+        shapes are the traced ones: the others count in ``guard_failures`` and are
+        interpreted)."""
         return self.module["replay_stats"]()
 
 

@@ -46,12 +46,16 @@ class Decoder:
         ``(G, D)``: key/value heads and head dim of every cache tensor.
     engine : str
         ``"kiln"`` or ``"onnxruntime"``.
+    vm : kiln.vm.VirtualMachine or None
+        The VM running Kiln's step (its ``replay_stats()`` say whether decode steps replay
+        their trace or are interpreted; ``profile()`` times each kernel); None otherwise.
     """
 
     run: Callable[[list[Any]], Sequence[Any]]
     input_names: list[str]
     kv_shape: tuple[int, int]
     engine: str
+    vm: Any = None
 
     @property
     def num_cache_tensors(self) -> int:
@@ -189,4 +193,4 @@ def kiln_decoder(model_path: Path, target: str = "llvm -mcpu=native",
     def run(inputs: list[Any]) -> Sequence[Any]:
         return main(*inputs)
 
-    return Decoder(run, names, kv, "kiln")
+    return Decoder(run, names, kv, "kiln", vm)

@@ -63,7 +63,7 @@ def _kiln(path, target: str, tmp_path, loaded: list | None = None) -> Decoder:
     names = ["input_ids", "attention_mask", "position_ids"] + [
         f"past_key_values.{i}.{kv}" for i in range(CFG.layers) for kv in ("key", "value")]
     return Decoder(lambda inputs: vm["main"](*inputs), names, (CFG.kv_heads, CFG.head_dim),
-                   "kiln")
+                   "kiln", vm)
 
 
 @pytest.mark.parametrize("target", ["c", "llvm", "jit"])
@@ -91,6 +91,26 @@ def test_tiny_llama_logits_and_cache_match_onnxruntime(tiny, tmp_path):
         ids = la[:, -1:].argmax(-1)
         mask = np.ones((1, mask.shape[1] + 1), np.int64)
         pos = pos[:, -1:] + 1
+
+
+def test_tiny_llama_decode_steps_are_replayed(tiny, tmp_path):
+    """Issue 31: the prefill is interpreted once while it is traced; every decode step after it
+    replays that trace (kernel calls batched in C) instead of interpreting ~100 instructions in
+    Python. The mask's length check (a match_cast of an input) still runs on replayed calls."""
+    ours = _kiln(tiny, "llvm", tmp_path)
+    n = 12
+    got = generate(ours, [PROMPTS[0]], max_new_tokens=n)
+    assert got.tokens == generate(ort_decoder(tiny), [PROMPTS[0]], max_new_tokens=n).tokens
+    stats = ours.vm.replay_stats()
+    assert stats["calls"] == n, stats  # the prefill, then one call per token after the first
+    assert stats["interpreted"] == stats["recordings"] == 1, stats
+    assert stats["replays"] == n - 1, stats
+    ids, pos = np.array([[7]]), np.array([[6]])
+    past = ours.empty_cache(1)
+    past = [np.zeros((6, *p.shape[1:]), np.float32) for p in past]
+    with pytest.raises(kiln.errors.ShapeError, match="attention_mask.*past"):
+        ours(ids, np.ones((1, 6), np.int64), pos, past)  # one short of past + sequence
+    assert ours.vm.replay_stats()["replays"] == n - 1
 
 
 @pytest.mark.slow

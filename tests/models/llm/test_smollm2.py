@@ -71,6 +71,25 @@ def test_greedy_tokens_equal_onnxruntime(llm, prompt):
     assert a.tokens == b.tokens, (tok.decode(a.tokens[0]), tok.decode(b.tokens[0]))
 
 
+def _assert_replayed(decoder, before: dict[str, int]) -> None:
+    """Every call since ``before`` (``replay_stats()``) but a first prefill was served by the
+    VM's trace of ``main``, not interpreted (issue 31)."""
+    after = decoder.vm.replay_stats()
+    calls, replays, interpreted = (after[k] - before.get(k, 0)
+                                   for k in ("calls", "replays", "interpreted"))
+    assert calls > 1 and interpreted <= 1 and replays == calls - interpreted, after
+
+
+def test_decode_steps_are_replayed(llm):
+    from kiln.llm import generate
+
+    _, tok, ours, _ = llm
+    before = ours.vm.replay_stats()
+    out = generate(ours, [_chat_ids(tok, PROMPTS[1])], max_new_tokens=16)
+    assert len(out.tokens[0]) == 16
+    _assert_replayed(ours, before)
+
+
 def test_logits_match_onnxruntime_in_prefill_and_decode(llm):
     _, tok, ours, ref = llm
     ids = np.array([_chat_ids(tok, PROMPTS[0])])
@@ -150,6 +169,7 @@ def test_quantized_weights_still_answer_paris(llm, mode, kiln_cache_dir):
     out = generate(decoder, [ids], max_new_tokens=16,
                    stop_token_ids=[tok.eos_token_id])
     assert "Paris" in tok.decode(out.tokens[0])
+    _assert_replayed(decoder, {})
     if mode == "q4":
         assert out.tokens[0] == generate(ref, [ids], max_new_tokens=16,
                                          stop_token_ids=[tok.eos_token_id]).tokens[0]

@@ -6,11 +6,13 @@ TVM's Relax VM builtins (src/runtime/relax_vm/builtin.cc: ``match_shape``, ``all
 static ones (immediates, constant specs and programs; a malformed executable fails there, not at
 run time) and returns ``run(frame, args) -> value``, which sees only the resolved arguments.
 
-Builtins that matter to the replay of recorded calls (``vm.py``) carry ``run.effect``:
+Builtins that matter to the replay of recorded calls (``replay.py``) carry ``run.effect``:
 ``"storage"`` (its result's generation must still be current), ``"copy"`` (a side effect that a
-replay repeats), ``"data"`` (reads tensor data into the heap or a condition: no replay); the
-shape checks carry ``run.stage`` (``"match"``, ``"compute"``): they run on every call, before a
-replay is chosen.
+replay repeats), ``"data"`` (its result or the heap slots it writes depend on tensor data: a
+replay runs it and guards on the slots); the shape checks carry ``run.stage`` (``"match"``,
+``"compute"``): they run on every call, before a replay is chosen. ``run.writes`` lists the
+heap slots a builtin writes; ``run.shape_only`` marks ``bind_shape``, which reads only its
+tensor's shape (of a parameter, that is a shape check like ``match_shape``).
 """
 
 from __future__ import annotations
@@ -235,6 +237,9 @@ def bind_shape(site: Site) -> Run:
                 raise ShapeError(f"{label} dim {i}: expected {want} but got {d}")
 
     run.effect = "data"  # type: ignore[attr-defined]
+    # (it reads only its tensor's shape: on a parameter, a shape check like match_shape)
+    run.shape_only = True  # type: ignore[attr-defined]
+    run.writes = tuple(c.value for c in checks if c.kind == 1)  # type: ignore[attr-defined]
     return run
 
 
@@ -296,6 +301,7 @@ def shape_compute(site: Site) -> Run:
         memo[key] = [heap[d] for d in dsts]
 
     run.stage = "compute"  # type: ignore[attr-defined]
+    run.writes = tuple(dict.fromkeys(dsts))  # type: ignore[attr-defined]
     return run
 
 
@@ -426,6 +432,7 @@ def tensor_to_heap(site: Site) -> Run:
             heap[slot] = int(v)
 
     run.effect = "data"  # type: ignore[attr-defined]
+    run.writes = tuple(dict.fromkeys(slots))  # type: ignore[attr-defined]
     return run
 
 

@@ -23,6 +23,15 @@ aligned, ``reshape`` keeping the byte size) are checked the same way, vectorized
 remembered per heap tuple; a failing check, or a builtin whose result is not of the kind it
 had when traced, makes the VM interpret the call instead (which raises the error, or traces
 again).
+
+Data-dependent shapes. A data-dependent builtin (``vm.builtin.nonzero``...) runs on every
+replay like ``kv_append``: its result is a source whose address and dims are patched in. The
+heap slots that ``bind_shape`` (or ``tensor_to_heap``, or a shape program after them) writes
+are *guarded*: the trace holds the values they had when it was recorded, in ``vals`` from the
+start, and each such builtin, run on replay, must write them again, else :class:`GuardFailed`
+(the call is interpreted and traced again). Everything a replay wrote before a guard failed is
+written again by the interpreter: kernels write VM storage, a reserved key/value append is
+redone as a copy (the past no longer ends its buffer's filled rows).
 """
 from __future__ import annotations
 
@@ -56,6 +65,10 @@ _TENSOR_CODE = C.kTVMDLTensorHandle
 
 class Retrace(Exception):
     """A replay met something the trace does not cover: interpret this call."""
+
+
+class GuardFailed(Retrace):
+    """A data-dependent shape differs from the one the trace was recorded at."""
 
 
 # ---------------------------------------------------------------------------- replaying
@@ -114,6 +127,8 @@ class Trace:
         self._output = self._materializer(result)
         self._checked: set[tuple] = set()
         self.num_calls = sum(1 for s in tr.steps if s[0] == "c")
+        self._guard_slots = np.array(list(tr.guarded), np.int64)
+        self._guard_values = np.array(list(tr.guarded.values()), np.int64)
 
     # -- key/value appends run ahead, their rows written by the batch
     def _hoist_appends(self, tr: Tracer) -> list[tuple]:
@@ -133,7 +148,7 @@ class Trace:
         for k, step in enumerate(tr.steps):
             if step[0] != "py" or getattr(step[1], "builtin_name", "") != "vm.builtin.kv_append":
                 continue
-            _, _, (past, new), src = step
+            _, _, (past, new), src, _ = step
             if (type(past) is not _Tensor or type(new) is not _Tensor or past.src not in params
                     or past.off != ("c", 0) or past.dims != _own_dims(past.src, len(past.dims))
                     or src < 0 or not new.dims):
@@ -223,8 +238,9 @@ class Trace:
         runners: dict[int, Any] = {}
         for step in tr.steps:
             if step[0] == "py":
-                _, run, args, src = step
-                self.steps.append(("py", run, [self._materializer(d) for d in args], src))
+                _, run, args, src, guard = step
+                self.steps.append(("py", run, [self._materializer(d) for d in args], src,
+                                   guard))
                 continue
             _, func, args = step
             for j, d in enumerate(args):
@@ -384,12 +400,15 @@ class Trace:
         ------
         Retrace
             A view check fails or a builtin's result is not of its traced kind (nothing was
-            written that the interpreter would not write again).
+            written that the interpreter would not write again); :class:`GuardFailed` when a
+            data-dependent shape differs from the traced one.
         KilnError
             A kernel fails.
         """
         vals = self.vals
         vals[:self.heap_size] = frame.heap
+        if len(self._guard_slots):  # the data-dependent dims the trace was recorded at
+            vals[self._guard_slots] = self._guard_values
         objs: list[Any] = [None] * self.num_sources
         bases = np.zeros(max(self.num_sources, 1), np.int64)
         dim0 = self.heap_size
@@ -443,8 +462,12 @@ class Trace:
                 self._funcs[k]._raise(rc)
 
     def _run_py(self, step: tuple, frame: Any, objs: list, bases: np.ndarray) -> None:
-        _, run, args, src = step
+        _, run, args, src, guard = step
         value = run(frame, [m(objs) for m in args])
+        heap = frame.heap
+        for slot, v in guard:
+            if heap[slot] != v:
+                raise GuardFailed
         if src < 0:
             if value is not None:
                 raise Retrace
@@ -474,4 +497,4 @@ class Trace:
         return end - start[src]
 
 
-__all__ = ["Retrace", "Trace"]
+__all__ = ["GuardFailed", "Retrace", "Trace"]

@@ -3,7 +3,10 @@
 
 Per register the tracer notes *where* each value lives, symbolically: a source (a parameter, a
 storage, or the result of a builtin that runs on every call), a byte offset and dims, each an
-immediate, a heap slot or a source's dim (an :data:`Expr`).
+immediate, a heap slot or a source's dim (an :data:`Expr`). A builtin of the body that writes
+heap slots (``bind_shape`` of a data-dependent result, ``tensor_to_heap``, a shape program
+after them) gets a *guard*: the values it wrote, which the replay requires again (the trace
+reads those slots as the constants they were).
 """
 
 from __future__ import annotations
@@ -104,7 +107,9 @@ class Tracer:
                 return
             src = self._source(("param", i), p.ndim)
             self.regs[i] = _Tensor(src, ("c", 0), _own_dims(src, p.ndim), p.dtype)
-        self.steps: list[tuple] = []  # ("c", func, arg descs) | ("py", run, arg descs, src)
+        # ("c", func, arg descs) | ("py", run, arg descs, src, guard: ((slot, value), ...))
+        self.steps: list[tuple] = []
+        self.guarded: dict[int, int] = {}  # heap slot -> the value a guard requires
         self.checks: list[tuple] = []  # ("alloc", tensor, storage) | ("reshape", new, old)
 
     def _source(self, kind: tuple[str, int], ndim: int) -> int:
@@ -144,7 +149,7 @@ class Tracer:
         value = op[2](frame, a)
         if self.ok:
             try:
-                self._builtin(op, a, value)
+                self._builtin(op, a, value, self._guard(op[2], frame.heap))
             except Untraceable as err:
                 self.fail(err)
         return value
@@ -159,12 +164,20 @@ class Tracer:
             raise Untraceable(f"kernel {func.name} returned a value")
         args = self._args(op, a)
         if func._cfunc is None:
-            self.steps.append(("py", lambda frame, x, f=func._pyfunc: f(*x), args, -1))
+            self.steps.append(("py", lambda frame, x, f=func._pyfunc: f(*x), args, -1, ()))
         else:
             self.steps.append(("c", func, args))
         self._set(op[1], _Const(None))
 
-    def _builtin(self, op: tuple, a: list, value: Any) -> None:
+    def _guard(self, run: Any, heap: list[int]) -> tuple[tuple[int, int], ...]:
+        """The slots builtin ``run`` just wrote and their values (empty for most builtins)."""
+        guard = tuple((slot, heap[slot]) for slot in getattr(run, "writes", ()))
+        for slot, v in guard:
+            if self.guarded.setdefault(slot, v) != v:
+                raise Untraceable(f"heap slot {slot} takes two values in one call")
+        return guard
+
+    def _builtin(self, op: tuple, a: list, value: Any, guard: tuple = ()) -> None:
         run = op[2]
         name = getattr(run, "builtin_name", "")
         args = self._args(op, a)
@@ -181,7 +194,7 @@ class Tracer:
             src, desc = -1, _Const(None)
         else:
             raise Untraceable(f"{name} returned a {type(value).__name__}")
-        self.steps.append(("py", run, args, src))
+        self.steps.append(("py", run, args, src, guard))
         self._set(op[1], desc)
 
     def _view(self, name: str, args: list, value: Any) -> Any:

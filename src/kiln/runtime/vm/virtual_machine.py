@@ -12,8 +12,9 @@ already in place, so a call resolves only its register and heap arguments. Kerne
 their prepared argument arrays while their arguments are the same objects (storage views are
 cached per shape, so in loops and repeated shapes they are; each call site keeps its last
 arguments, inputs included, until it runs again). A function without control flow
-replays its recorded kernel calls when its shape heap repeats (``vm_replay``), through the
-graph executor's batch runner.
+replays its recorded kernel calls for any values of its shape heap (``vm_replay``), through
+the graph executor's batch runner; where it has data-dependent shapes, while they take the
+values it was recorded at (guards, decision 033).
 
 Outputs. A function called by name returns **copies** of its result tensors: storage is reused
 by the next call, so views of it would change under the caller (the graph executor's
@@ -43,13 +44,16 @@ from kiln.runtime.vm.executable_format import VMFunction
 from kiln.runtime.vm.inputs import Staging, as_input
 from kiln.runtime.vm.kv_cache import AppendBuffer, KVCache
 from kiln.runtime.vm.profile import BenchmarkResult, Profiler, ProfileReport, time_calls
-from kiln.runtime.vm.replay import Retrace, Trace
+from kiln.runtime.vm.replay import GuardFailed, Retrace, Trace
 from kiln.runtime.vm.storage import Arena, Storage
 from kiln.runtime.vm.trace import Tracer
 
 TYPE_KEY = "relax.VirtualMachine"
 #: nested VM calls before a call is refused (runaway recursion)
 MAX_DEPTH = 128
+#: failed guards in a row of one function's traces (a data-dependent shape that changed) after
+#: which it is no longer traced: shapes that change on most calls gain nothing from a recording
+MAX_GUARD_FAILURES = 8
 
 # decoded op kinds
 _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
@@ -57,10 +61,10 @@ _BUILTIN, _KERNEL, _VMCALL, _RET, _GOTO, _IF = range(6)
 
 class _Plan:
     """One VM function, prepared: its ops and, when replayable, the split into checks (the
-    shape checks, and the shape programs before the last of them: run on every call; they
-    decide the heap tuple), derived (the shape programs after them: functions of that tuple,
-    run only when a call is interpreted) and body (interpreted once per heap tuple, then
-    replayed)."""
+    shape checks, ``bind_shape`` of parameters included, and the shape programs before the
+    last of them: they decide the heap tuple), derived (the shape programs after them:
+    functions of that tuple), both run on every call, and body (interpreted once while it is
+    traced, then replayed)."""
 
     __slots__ = ("body", "checks", "derived", "fidx", "func", "ops", "replayable")
 
@@ -92,6 +96,14 @@ def _truth(value: Any) -> bool:
                             f"{list(value.shape)}, not one value")
         return bool(value._arr.reshape(-1)[0])
     return bool(value)
+
+
+def _checks_parameter(op: tuple, nparams: int) -> bool:
+    """True for a builtin that reads only the shape of a parameter (``bind_shape`` of an
+    input: a shape check, whatever its ``data`` effect says of computed values)."""
+    regpos = op[4]
+    return (op[0] == _BUILTIN and getattr(op[2], "shape_only", False) and len(regpos) == 1
+            and regpos[0][0] == 0 and regpos[0][1] < nparams)
 
 
 class VirtualMachine(Module):
@@ -128,7 +140,9 @@ class VirtualMachine(Module):
         self._staging = Staging()
         self._outputs: dict[str, Any] = {}
         self._profiler: Profiler | None = None
-        self.counters = {"calls": 0, "replays": 0, "recordings": 0, "interpreted": 0}
+        self.counters = {"calls": 0, "replays": 0, "recordings": 0, "interpreted": 0,
+                         "guard_failures": 0}
+        self._guard_failures: dict[tuple[int, int], int] = {}
         self._own: dict[str, Callable[..., Any]] = {
             "vm_initialization": self.vm_initialization, "set_input": self.set_input,
             "invoke_stateful": self.invoke_stateful, "get_outputs": self.get_outputs,
@@ -178,6 +192,7 @@ class VirtualMachine(Module):
         self._plans = {fidx: self._plan(fidx, values) for fidx in self.exe.decoded}
         self._traces.clear()  # made with the previous plans' calls
         self._untraceable.clear()
+        self._guard_failures.clear()
         self._initialized = True
 
     def _function_values(self) -> list[Any]:
@@ -259,31 +274,38 @@ class VirtualMachine(Module):
         return None  # REG / HEAP: filled per call
 
     def _split_for_replay(self, plan: _Plan) -> None:
-        """Mark ``plan`` replayable when it has no control flow, VM calls or data-dependent
-        builtins, never writes its parameter registers, and checks every parameter with
-        ``match_shape``; then its shape checks can run first and decide the heap tuple."""
+        """Mark ``plan`` replayable when it has no control flow or VM calls, never writes its
+        parameter registers, and checks every parameter with ``match_shape``. Its shape checks
+        then run first, on every call, and decide the heap tuple: ``match_shape``, the shape
+        programs, and ``bind_shape`` of a parameter (a ``match_cast`` of an input: it reads
+        only the input's shape). The other data-dependent builtins stay in the body; from the
+        first that writes heap slots on, shape programs stay there too (they may read what it
+        bound), and a replay guards on the values they write (``vm_replay``)."""
         nparams = len(plan.func.params)
         checked: set[int] = set()
         checks, body = [], []
+        late = False  # a builtin of the body has written heap slots
         for op in plan.ops:
             kind, dst, target = op[0], op[1], op[2]
             if kind in (_GOTO, _IF, _VMCALL) or (0 <= dst < nparams and kind != _RET):
                 return
-            if kind == _BUILTIN and op[6] == "data":
-                return
             stage = getattr(target, "stage", None) if kind == _BUILTIN else None
-            if stage is not None:
-                if stage == "match":
-                    regpos = op[4]
-                    if not regpos or regpos[0][0] != 0 or regpos[0][1] >= nparams:
-                        return  # matches a value computed in the function
-                    checked.add(regpos[0][1])
-                checks.append(op)
-            else:
+            if not late and _checks_parameter(op, nparams):
+                stage = "check"
+            if stage is None or (late and stage != "match"):
                 body.append(op)
+                late = late or (kind == _BUILTIN and bool(getattr(target, "writes", ())))
+                continue
+            if stage == "match":
+                regpos = op[4]
+                if not regpos or regpos[0][0] != 0 or regpos[0][1] >= nparams:
+                    return  # matches a value computed in the function
+                checked.add(regpos[0][1])
+            checks.append(op)
         if checked != set(range(nparams)):
             return
-        last = max((i for i, op in enumerate(checks) if op[2].stage == "match"), default=-1)
+        last = max((i for i, op in enumerate(checks)
+                    if getattr(op[2], "stage", None) != "compute"), default=-1)
         plan.checks, plan.derived = checks[:last + 1], checks[last + 1:]
         plan.body, plan.replayable = body, True
 
@@ -351,10 +373,20 @@ class VirtualMachine(Module):
         if trace is not None:
             try:
                 result = trace.replay(frame, args)
+            except GuardFailed:  # another data-dependent shape: trace again, a few times
+                self.counters["guard_failures"] += 1
+                failures = self._guard_failures[key] = self._guard_failures.get(key, 0) + 1
+                if failures >= MAX_GUARD_FAILURES:
+                    self._traces.pop(key)
+                    self._untraceable.add(key)
+                    self.counters["interpreted"] += 1
+                    return self._exec(plan.body, frame)
             except Retrace:  # interpreted (raising the interpreter's error, or traced again)
                 pass
             else:
                 self.counters["replays"] += 1
+                if self._guard_failures:
+                    self._guard_failures.pop(key, None)  # (counted in a row)
                 return result
         elif key in self._untraceable:
             self.counters["interpreted"] += 1
@@ -520,7 +552,9 @@ class VirtualMachine(Module):
 
     def replay_stats(self) -> dict[str, int]:
         """Counters: ``calls`` (VM function calls), ``replays`` (served by a recording),
-        ``recordings`` (traces made), ``interpreted``, and ``kept`` (traces held now)."""
+        ``recordings`` (traces made), ``interpreted``, ``guard_failures`` (replays abandoned
+        because a data-dependent shape differed from the traced one: interpreted instead), and
+        ``kept`` (traces held now)."""
         return {**self.counters, "kept": len(self._traces)}
 
     def __repr__(self) -> str:
