@@ -102,7 +102,7 @@ $(STAMP): pyproject.toml constraints.txt
 	  rm -rf $(VENV); $(PYTHON) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,serve]'
 	@touch $(STAMP)
 
 # The bench extra on top of the default install, once (its own stamp: make test/demo skip it).
