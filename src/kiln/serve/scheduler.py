@@ -109,6 +109,7 @@ class Scheduler:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.steps = 0  # decode steps run (tests, benchmarks)
+        self.peak_batch = 0  # the most rows one decode step has run
 
     # -- the callers' side (any thread) -------------------------------------------------
     @property
@@ -241,6 +242,7 @@ class Scheduler:
             self._drop(list(range(len(self._rows))), "error")
             return
         self.steps += 1
+        self.peak_batch = max(self.peak_batch, len(self._rows))
         self._batch.advance(present)
         done = [b for b, seq in enumerate(self._rows) if not self._pick(seq, logits[b:b + 1, -1])]
         self._drop(done, "cancelled")  # those not already finished by a stop or the length
