@@ -1,7 +1,7 @@
 # Kiln developer entry points. Works from a fresh clone on Debian as root (python3 >= 3.11, network
-# to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras at the exact
-# versions of constraints.txt (pip -c; pyproject.toml has ranges) once (stamp file, redone when
-# pyproject.toml or constraints.txt changes), installs a C compiler with apt-get when `cc` is
+# to PyPI/Debian only): creates .venv, installs kiln with its test, demo and serve extras at the
+# exact versions of constraints.txt (pip -c; pyproject.toml has ranges) once (stamp file, redone
+# when pyproject.toml or constraints.txt changes), installs a C compiler with apt-get when `cc` is
 # missing, then runs. Afterwards `. .venv/bin/activate` puts `kiln` on PATH (or: .venv/bin/kiln).
 #
 #   make demo       compile the text-orientation model for the host's fastest target (llvm
