@@ -186,16 +186,28 @@ class Scheduler:
                 while self._waiting and len(self._rows) + len(admit) < self.max_batch:
                     admit.append(self._waiting.popleft())
                 self._admitting = len(admit)
-            self._drop([b for b, s in enumerate(self._rows) if s.cancelled], "cancelled")
-            for seq in admit:
-                self._prefill(seq)
-                self._admitting -= 1
-            if self._rows:
-                self._step()
+            try:
+                self._iterate(admit)
+            except Exception as err:  # a bug here must fail requests, not hang them all
+                log.exception("engine step failed")
+                for seq in admit + self._rows:
+                    self._finish(seq, f"engine failed: {err}", "error")
+                self._rows = []
+                self._batch = KVBatch(self.decoder.num_cache_tensors, self.decoder.kv_shape)
+                self._admitting = 0
         self._drop(list(range(len(self._rows))), "cancelled")
         for seq in list(self._waiting):
             self._finish(seq, "cancelled")
         self._waiting.clear()
+
+    def _iterate(self, admit: list[Stream]) -> None:
+        """One round: drop the cancelled, prefill the admitted, decode a step."""
+        self._drop([b for b, s in enumerate(self._rows) if s.cancelled], "cancelled")
+        for seq in admit:
+            self._prefill(seq)
+            self._admitting -= 1
+        if self._rows:
+            self._step()
 
     def _finish(self, seq: Stream, reason: str, kind: str = "finish") -> None:
         if not seq.finished:

@@ -147,3 +147,17 @@ def test_scheduler_rejects_bad_settings_and_requests():
         Scheduler(fake_decoder(), max_queue=-1)
     with pytest.raises(KilnError, match="max_tokens"):
         Scheduler(fake_decoder()).submit(GenerationRequest([1], 0), print)
+
+
+def test_an_engine_failure_outside_the_decoder_fails_requests_and_the_engine_goes_on(
+        monkeypatch):
+    s = Scheduler(fake_decoder(), max_batch=2)
+    real_add = KVBatch.add
+    monkeypatch.setattr(KVBatch, "add", lambda self, rows: 1 / 0)
+    s.start()
+    try:
+        assert _collect(_submit(s, PROMPTS[0], 5)[1])[1].startswith("engine failed")
+        monkeypatch.setattr(KVBatch, "add", real_add)
+        assert len(_collect(_submit(s, PROMPTS[0], 5)[1])[0]) == 5
+    finally:
+        s.stop()
