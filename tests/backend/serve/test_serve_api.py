@@ -17,9 +17,9 @@ from test_llama_decoder import CFG, _weights
 
 openai = pytest.importorskip("openai")
 
-from kiln.llm import Decoder, generate, kiln_decoder  # noqa: E402
+from kiln.llm import Decoder, compiled_decoder_path, generate, kiln_decoder  # noqa: E402
 from kiln.models.llama_onnx import llama_onnx  # noqa: E402
-from kiln.serve.model import ServedModel  # noqa: E402
+from kiln.serve.model import ServedModel, vm_decoder  # noqa: E402
 from kiln.serve.server import ServerThread  # noqa: E402
 
 NAME = "tiny-llama"
@@ -29,13 +29,25 @@ QUESTIONS = ["Hi!", "What is 2+2?", "Name a colour.", "Say something long, pleas
 
 
 @pytest.fixture(scope="module")
-def decoder(tmp_path_factory):
+def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     path = root / "tiny_llama.onnx"
     onnx.save(llama_onnx(CFG, _weights(CFG), "tiny_llama"), path)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_CACHE_DIR", str(root / "cache"))
-        return kiln_decoder(path, "llvm")
+        yield path, kiln_decoder(path, "llvm"), compiled_decoder_path(path, "llvm")
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny):
+    return tiny[1]
+
+
+def test_a_compiled_vm_library_serves_as_a_decoder(tiny):
+    _, dec, so = tiny
+    lib = vm_decoder(so)
+    assert (lib.input_names, lib.kv_shape) == (dec.input_names, dec.kv_shape)
+    assert generate(lib, [[5, 6, 7]], 8).tokens == generate(dec, [[5, 6, 7]], 8).tokens
 
 
 def _model(decoder: Decoder, delay_s: float = 0.0) -> ServedModel:
