@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -89,7 +90,15 @@ class Api:
         routes = [Route("/health", self.health), Route("/v1/models", self.models),
                   Route("/v1/chat/completions", self.chat, methods=["POST"]),
                   Route("/v1/completions", self.completions, methods=["POST"])]
-        return Starlette(routes=routes, exception_handlers={Exception: self._crash})
+        return Starlette(routes=routes, exception_handlers={
+            HTTPException: self._http_error, Exception: self._crash})
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> JSONResponse:
+        """Starlette's own refusals (no such route: 404, wrong method: 405) in OpenAI's
+        shape."""
+        return _error(ApiError(f"{request.method} {request.url.path}: {exc.detail}",
+                               exc.status_code, code="not_found" if exc.status_code == 404
+                               else "method_not_allowed", headers=dict(exc.headers or {})))
 
     async def _crash(self, request: Request, exc: Exception) -> JSONResponse:
         log.exception("request failed", exc_info=exc)

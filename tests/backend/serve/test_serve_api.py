@@ -151,6 +151,14 @@ def test_malformed_bodies_are_400s_of_openai_shape(server, raw):
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
 
 
+def test_unknown_routes_and_methods_answer_in_openai_shape(server):
+    for method, path, status in (("GET", "/v1/nothing", 404),
+                                 ("GET", "/v1/chat/completions", 405)):
+        reply = httpx.request(method, server.url + path)
+        assert reply.status_code == status
+        assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
 def test_eight_concurrent_streams_each_get_their_lone_greedy_tokens(server, decoder):
     async def one(client, question):
         stream = await client.chat.completions.create(
