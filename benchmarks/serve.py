@@ -10,6 +10,8 @@ events). Reported per C:
   p99 over all streams (a chunk may carry more than one token when text was held back);
 - time to first token (TTFT), p50 and p99.
 
+Two short untimed requests warm the server up first.
+
 By default the Kiln server runs in this process (``kiln.serve.server.ServerThread``, loopback,
 ``--max-batch``). ``--url http://127.0.0.1:PORT/v1 --model-name NAME`` measures any other
 OpenAI-compatible server instead with the same clients: this is the hook for llama.cpp's server
@@ -118,6 +120,8 @@ def main(argv=None) -> int:
         server = ServerThread(served, max_batch=args.max_batch, max_queue=256).start()
         url, model, name = server.url + "/v1", served.name, f"kiln ({args.target})"
     try:
+        # the first calls of a freshly loaded decoder allocate its buffers: not timed
+        asyncio.run(_level(url, model, 2, 1, 4))
         results = []
         print(f"{name}, model {model}, max_tokens {args.max_tokens}, {args.requests} "
               "request(s) per client")
