@@ -1,7 +1,7 @@
 # Kiln developer entry points. Works from a fresh clone on Debian as root (python3 >= 3.11, network
-# to PyPI/Debian only): creates .venv, installs kiln with its test and demo extras at the exact
-# versions of constraints.txt (pip -c; pyproject.toml has ranges) once (stamp file, redone when
-# pyproject.toml or constraints.txt changes), installs a C compiler with apt-get when `cc` is
+# to PyPI/Debian only): creates .venv, installs kiln with its test, demo and serve extras at the
+# exact versions of constraints.txt (pip -c; pyproject.toml has ranges) once (stamp file, redone
+# when pyproject.toml or constraints.txt changes), installs a C compiler with apt-get when `cc` is
 # missing, then runs. Afterwards `. .venv/bin/activate` puts `kiln` on PATH (or: .venv/bin/kiln).
 #
 #   make demo       compile the text-orientation model for the host's fastest target (llvm
@@ -102,12 +102,12 @@ $(STAMP): pyproject.toml constraints.txt
 	  rm -rf $(VENV); $(PYTHON) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,torch-test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,serve,torch-test]'
 	@touch $(STAMP)
 
 # The bench extra on top of the default install, once (its own stamp: make test/demo skip it).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,torch-test,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,serve,torch-test,bench]'
 	@touch $(BENCH_STAMP)
 
 toolchain:

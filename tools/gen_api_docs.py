@@ -68,6 +68,11 @@ SECTIONS = (
     Section("kiln.errors", ("KilnError", "UnsupportedOpError", "ShapeError", "CompileError",
                             "ToolchainError", "ModuleLoadError", "ScheduleError")),
     Section("kiln.llm"),
+    Section("kiln.serve.model", ("ServedModel", "load_model"),
+            note="`kiln serve`'s Python side ([serve.md](serve.md)): a model, the server, the "
+                 "continuous-batching scheduler."),
+    Section("kiln.serve.server", ("serve", "ServerThread")),
+    Section("kiln.serve.scheduler", ("Scheduler", "GenerationRequest")),
     Section("kiln.tune.tasks", ("extract_tasks",),
             note="`kiln tune`'s entry points: extract the tasks of a model, then tune them."),
     Section("kiln.tune.tuner", ("tune", "TuneResult")),

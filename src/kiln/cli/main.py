@@ -1,4 +1,4 @@
-"""The ``kiln`` command line: compile, tune, run, inspect, demo, cache.
+"""The ``kiln`` command line: compile, tune, run, inspect, demo, cache, serve.
 
 ::
 
@@ -18,6 +18,8 @@
     kiln demo [orientation|embed|ocr] [--runs N] [-o OUTPUT] [--text TEXT]
     kiln demo chat [--prompt TEXT] [--max-new-tokens N] [--compare] [--quantize-weights Q]
     kiln cache [--trim | --clear]
+    kiln serve smollm2|model.onnx|model.so [--host 127.0.0.1] [--port 8000] [--max-batch N]
+               [--queue N] [--context N] [--quantize-weights Q] [--tokenizer GGUF]
 
 Every :class:`~kiln.errors.KilnError` (and any unexpected exception) is reported as one line
 ``kiln: error: <message>`` on stderr with exit status 2; ``KILN_LOG=debug`` turns on DEBUG
@@ -39,7 +41,7 @@ from kiln.errors import KilnError
 EXIT_ERROR = 2
 #: the command modules of kiln.cli, in the order ``kiln --help`` lists them; each has
 #: ``add_parser(sub)``, which registers its subparser with ``func`` set
-COMMANDS = ("compile", "tune", "cache", "run", "inspect", "runtime_dir", "demo")
+COMMANDS = ("compile", "tune", "cache", "run", "inspect", "runtime_dir", "demo", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
