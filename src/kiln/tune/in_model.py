@@ -96,6 +96,9 @@ class InModelResult:
     def summary(self) -> str:
         """``tuned model 9.80 ms vs default 10.20 ms (1.041x); kept 5 of 12 kernels'
         choices`` (and why nothing was kept when the whole model was not faster)."""
+        if not self.considered:
+            return ("in-model: no kernel had a choice faster than its default alone; "
+                    "the defaults stay")
         ratio = self.default_s / self.tuned_s if self.tuned_s > 0 else 1.0
         line = (f"tuned model {self.tuned_s * 1e3:.2f} ms vs default {self.default_s * 1e3:.2f} "
                 f"ms ({ratio:.3f}x); kept {len(self.kept)} of {self.considered} kernels' "

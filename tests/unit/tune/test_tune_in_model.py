@@ -189,3 +189,29 @@ def test_the_budget_loop_stops_when_every_space_is_exhausted_and_says_so():
     note = stop_note(done, len(tasks), 107.0, 900.0)
     assert note == ("all 2 kernels' spaces exhausted after 107 s; 13.2 min of the budget "
                     "unused by the search")
+
+
+def test_the_graph_model_timer_times_each_task_inside_the_built_model():
+    from tune_models import conv_model
+
+    from kiln.driver.tuning_records import cpu_fingerprint
+    from kiln.frontend import from_onnx
+    from kiln.tune.in_model import GraphModelTimer
+    from kiln.tune.tasks import extract_tasks
+
+    mod, params = from_onnx(conv_model(16, 6))
+    (task,) = extract_tasks(mod, params, TARGET)
+    other = next(c for c in task.configs() if c != task.default_config())
+    timer = GraphModelTimer(mod, params, TARGET, cpu_fingerprint(), "flush")
+    try:
+        base, tuned = timer([{}, {task.key: other}], 3)
+        assert len(timer._built) == 2  # two builds: the defaults and the variant
+        for v in (base, tuned):
+            assert len(v.total) == 3 and all(t > 0 for t in v.total)
+            assert len(v.per_task[task.key]) == 3  # the conv's node, found by workload key
+            assert all(0 < k <= t for k, t in zip(v.per_task[task.key], v.total))
+        timer([{}], 1)
+        assert len(timer._built) == 2  # built variants are reused
+    finally:
+        timer.close()
+    assert "no kernel had a choice" in confirm_in_model([task], {}, timer).summary()
