@@ -16,8 +16,10 @@ pass, variants alternating, their order reversed every other pass):
    once the search has exhausted the spaces);
 2. a kernel keeps the candidate of least ratio when that is below ``1 - min_gain``, else its
    default ("default wins");
-3. the model with the kept choices is timed whole against the defaults; when it is not
-   faster, every kernel keeps its default.
+3. the model with the kept choices is timed whole against the defaults (longer when budget
+   is left): a kernel not faster again in this second sample loses its choice and the rest
+   is timed again (at most MAX_CHECKS times); when the model as a whole is not faster,
+   every kernel keeps its default.
 
 The verdicts become in-model records (``TuningRecord.in_model``), which decide what
 ``kiln compile`` applies (:func:`kiln.driver.tuning_records.best_records`).
@@ -51,6 +53,8 @@ Assignment = Mapping[str, Config]
 DEFAULT_PASSES = 20
 #: a candidate is kept only when its in-model time is below (1 - MIN_GAIN) x the default's
 MIN_GAIN = 0.01
+#: whole-model checks of the kept choices (each may drop kernels that lose their second sample)
+MAX_CHECKS = 3
 
 
 @dataclass
@@ -127,8 +131,8 @@ def confirm_in_model(tasks: Sequence[Task], candidates: Mapping[str, Sequence[Co
         Seconds for rounds after the first (None: only round 0, the best candidates); a
         round starts only when the previous one's duration still fits.
     passes : int
-        Timed passes of each variant per round (the final whole-model check takes twice as
-        many).
+        Timed passes of each variant per round (the final whole-model checks take 2-10x as
+        many: :func:`_final_passes`).
     min_gain : float
         The least in-model gain (fraction) for which a candidate replaces the default.
     clock : callable
@@ -177,17 +181,47 @@ def confirm_in_model(tasks: Sequence[Task], candidates: Mapping[str, Sequence[Co
             verdicts[k] = (config, times)
         else:
             verdicts[k] = (by_key[k].default_config(), default_times[k])
-    default_s = _median(default_total)
-    tuned_s, defaults_kept = default_s, False
-    if kept:
-        base, tuned = timer([{}, kept], 2 * passes)
+    default_s, defaults_kept = _median(default_total), False
+    tuned_s, checks = default_s, 0
+    final = _final_passes(passes, last, time_budget_s, clock() - start)
+    while kept:
+        if checks == MAX_CHECKS:  # still losing kernels: nothing confirmed, defaults stay
+            defaults_kept, kept = True, {}
+            break
+        checks += 1
+        base, tuned = timer([{}, kept], final)
         default_s, tuned_s = _median(base.total), _median(tuned.total)
+        # a second, independent sample of each kernel: one not faster again is dropped (the
+        # least of several noisy ratios is the luckiest one), and the rest timed again
+        lost = [k for k in kept
+                if not _ratio(tuned.per_task.get(k), base.per_task.get(k)) < 1.0]
+        for k in lost:
+            del kept[k]
+            verdicts[k] = (by_key[k].default_config(), base.per_task.get(k, []))
+        if lost:
+            continue
         if not tuned_s < default_s:  # not faster as a whole: the defaults stay
-            defaults_kept, tuned_s = True, default_s
-            verdicts = {k: (by_key[k].default_config(), default_times[k]) for k in verdicts}
-            kept = {}
+            defaults_kept, kept = True, {}
+            break
+        for k in kept:
+            verdicts[k] = (kept[k], tuned.per_task.get(k, verdicts[k][1]))
+        break  # confirmed: every kept kernel faster twice, and the whole model faster
+    if not kept:
+        tuned_s = default_s
+        verdicts = {k: (by_key[k].default_config(), default_times[k]) for k in verdicts}
     return InModelResult(kept, verdicts, len(cands), default_s, tuned_s, defaults_kept,
                          rounds, clock() - start)
+
+
+def _final_passes(passes: int, round_s: float, budget_s: float | None, spent: float) -> int:
+    """Passes of the final whole-model checks: twice a round's, more (up to 10x) when the
+    budget left would otherwise go unused (a round of ``passes`` took ``round_s``,
+    builds included, so this errs short)."""
+    least = 2 * passes
+    if budget_s is None or round_s <= 0:
+        return least
+    fits = int(passes * (budget_s - spent) / (2 * round_s))  # room for two checks
+    return max(least, min(10 * passes, fits))
 
 
 def _ratio(tried: Sequence[float] | None, base: Sequence[float] | None) -> float:

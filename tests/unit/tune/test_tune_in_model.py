@@ -74,6 +74,27 @@ def test_the_defaults_stay_when_the_tuned_model_is_not_faster():
     assert "defaults kept" in result.summary() and "kept 0 of 1" in result.summary()
 
 
+def test_a_kernel_that_is_not_faster_again_in_the_whole_model_check_is_dropped():
+    a, b = _task("a"), _task("b")
+
+    class Lucky(FakeModel):  # b's candidate was lucky in its round: slower in every later call
+        def __call__(self, variants, passes):
+            if self.calls:
+                self.per_config["b"][1] = 1.1e-3
+            return super().__call__(variants, passes)
+
+    model = Lucky({"a": {4: 1e-3, 1: 0.8e-3}, "b": {4: 1e-3, 1: 0.9e-3}})
+    result = confirm_in_model([a, b], {"a": [{"tile_ow": 1}], "b": [{"tile_ow": 1}]}, model,
+                              passes=2)
+    assert result.kept == {"a": {"tile_ow": 1}}
+    assert result.verdicts["b"][0] == b.default_config()
+    # round 0, the check with both (b lost its second sample), the check with a alone
+    assert [c[1] for c in model.calls] == [{"a": {"tile_ow": 1}, "b": {"tile_ow": 1}},
+                                           {"a": {"tile_ow": 1}, "b": {"tile_ow": 1}},
+                                           {"a": {"tile_ow": 1}}]
+    assert "kept 1 of 2" in result.summary()
+
+
 def test_later_rounds_run_only_while_the_budget_lasts():
     a = _task("a")
     now = [0.0]
