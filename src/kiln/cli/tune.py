@@ -240,4 +240,6 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         echo(result.stop_note)
     if result.in_model is not None:
         echo(result.in_model.summary())
+    if result.in_model_skipped:
+        echo(result.in_model_skipped)
     return result

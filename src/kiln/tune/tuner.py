@@ -104,6 +104,7 @@ class TuneResult:
     confirmed: int = 0
     in_model: InModelResult | None = None
     stop_note: str = ""  # why the search ended before its budget (empty: it did not)
+    in_model_skipped: str = ""  # why the in-model stage could not run (empty: it ran or off)
 
     def latency(self, default: bool = False) -> float:
         """Estimated time of the tuned kernels in one model run (seconds): Σ weight × best
@@ -221,20 +222,24 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
                 confirmed = confirm_best(tasks, output, target, fp, measure, executor, repeat,
                                          rounds=confirm)
             _settle(states, load_records(output), target, fp, measure)
-        in_model = None
+        in_model, skipped = None, ""
         if model_timer is not None:
             left = None if time_budget is None else \
                 max(0.0, time_budget - (time.perf_counter() - start))
             cands = in_model_candidates(tasks, load_records(output), target, fp, measure,
                                         in_model_top)
-            with progress.stage("Timing the choices inside the model"):
-                in_model = confirm_in_model(tasks, cands, model_timer, left)
-            append_records(output, verdict_records(tasks, in_model, target, fp, measure))
+            try:
+                with progress.stage("Timing the choices inside the model"):
+                    in_model = confirm_in_model(tasks, cands, model_timer, left)
+            except KilnError as err:  # e.g. a model only the VM runs: the search's records stay
+                skipped = f"in-model confirmation skipped ({err}); the standalone choices apply"
+            else:
+                append_records(output, verdict_records(tasks, in_model, target, fp, measure))
     finally:
         if own:
             executor.close()
     return TuneResult(list(states.values()), done.trials, len(history),
-                      time.perf_counter() - start, done.stopped, confirmed, in_model, note)
+                      time.perf_counter() - start, done.stopped, confirmed, in_model, note, skipped)
 
 
 def stop_note(done, n_tasks: int, elapsed: float, time_budget: float | None) -> str:

@@ -236,3 +236,43 @@ def test_the_graph_model_timer_times_each_task_inside_the_built_model():
     finally:
         timer.close()
     assert "no kernel had a choice" in confirm_in_model([task], {}, timer).summary()
+
+
+def test_tune_appends_the_verdicts_and_survives_a_model_it_cannot_time(tmp_path):
+    pytest.importorskip("lightgbm", reason="the cost model needs lightgbm")
+    from tune_models import conv_model
+
+    from kiln.driver.tuning_records import append_records, cpu_fingerprint
+    from kiln.frontend import from_onnx
+    from kiln.tune.tasks import extract_tasks
+    from kiln.tune.tuner import tune
+
+    mod, params = from_onnx(conv_model(16, 6))
+    (task,) = extract_tasks(mod, params, TARGET)
+    other = next(c for c in task.configs() if c != task.default_config())
+    fp = cpu_fingerprint()
+    earlier = tmp_path / "earlier.jsonl"  # a finished search: `other` is faster alone
+    append_records(earlier, [TuningRecord(task.key, task.name, c, (t,), None, TARGET, fp, "0",
+                                          1.0, "flush") for c, t in
+                             ((task.default_config(), 2e-3), (other, 1e-3))])
+
+    def broken(variants, passes):
+        raise KilnError("in-model confirmation needs the graph executor")
+
+    out = tmp_path / "r.jsonl"
+    result = tune([task], TARGET, out, trials=0, resume=[earlier], model_timer=broken)
+    assert "in-model confirmation skipped" in result.in_model_skipped
+    assert not any(r.in_model for r in load_records(out))
+    # the other config is slower in the model: the verdict keeps the default
+    slower = {task.key: [3e-3]}
+
+    def in_model(variants, passes):
+        return [VariantTimes([1e-3] * passes, {task.key: [1e-3] * passes}) if not v else
+                VariantTimes([3e-3] * passes, {task.key: slower[task.key] * passes})
+                for v in variants]
+
+    result = tune([task], TARGET, out, trials=0, resume=[earlier], model_timer=in_model)
+    assert result.in_model.considered == 1 and result.in_model.kept == {}
+    (verdict,) = [r for r in load_records(out) if r.in_model]
+    assert verdict.config == task.default_config()
+    assert best_records(load_records(out), TARGET, fp)[task.key].config == task.default_config()
