@@ -5,7 +5,7 @@
     kiln tune model.onnx [--target "llvm -mcpu=native"] (--trials N | --time-budget 10m)
               -o records.jsonl [--tuning-records old.jsonl ...] [--input-shape NAME:SHAPE]
               [--search model|random] [--batch-size N] [--early-stopping N] [--ray ADDRESS]
-              [--repeat N]
+              [--repeat N] [--no-in-model]
               [--quiet]
 
 Then ``kiln compile model.onnx --tuning-records records.jsonl -o model.so`` applies them (on a
@@ -101,6 +101,10 @@ def add_parser(sub) -> None:
                    help="after the search, measure each kernel's best config again next to "
                         "its default until it has N+1 records (ranked by median; default 2, "
                         "0: off)")
+    p.add_argument("--no-in-model", dest="in_model", action="store_false",
+                   help="skip the last stage: by default the best candidates are timed inside "
+                        "the whole model against the defaults, and only the choices that make "
+                        "it faster are kept (a quarter of --time-budget is kept for it)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_tune)
 
@@ -110,7 +114,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                time_budget=args.time_budget, resume=args.tuning_records,
                input_shapes=args.input_shapes, repeat=args.repeat, search=args.search,
                batch_size=args.batch_size, early_stopping=args.early_stopping,
-               ray=args.ray, measure=args.measure, confirm=args.confirm)
+               ray=args.ray, measure=args.measure, confirm=args.confirm,
+               in_model=args.in_model)
     return 0
 
 
@@ -119,7 +124,7 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
                input_shapes: list[tuple[str, tuple[int, ...]]] | None = None,
                repeat: int = 5, search: str = "model", batch_size: int = 8,
                early_stopping: int | None = None, ray: str | None = None, echo=print,
-               measure: str = "flush", confirm: int = 2):
+               measure: str = "flush", confirm: int = 2, in_model: bool = True):
     """Tune ``model``'s kernels for ``target`` on this CPU; records go to ``output``.
 
     Parameters
@@ -145,6 +150,10 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         How candidates are timed (:data:`kiln.tune.measure.MEASURE_METHODS`).
     confirm : int
         Re-measurements of each kernel's winner (:func:`kiln.tune.tuner.tune`'s).
+    in_model : bool
+        Time the best candidates inside the whole model and keep only the confirmed choices
+        (:class:`kiln.tune.in_model.GraphModelTimer`, :func:`kiln.tune.tuner.tune`'s
+        ``model_timer``).
     ray : str, optional
         A Ray cluster's address: builds and measurements go through
         :class:`kiln.tune.ray_executor.RayExecutor` (Ray is imported only then).
@@ -196,6 +205,12 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         return None
     echo(f"{len(tasks)} tasks ({sum(t.weight for t in tasks)} kernel calls, "
          f"{sum(t.size() for t in tasks)} candidates) for target {target}")
+    timer = None
+    if in_model:
+        from kiln.driver.tuning_records import cpu_fingerprint
+        from kiln.tune.in_model import GraphModelTimer
+
+        timer = GraphModelTimer(mod, params, target, cpu_fingerprint(), measure)
     executor = None
     if ray is not None:
         from kiln.tune.ray_executor import RayExecutor
@@ -205,10 +220,12 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
         result = tune(tasks, target, out, trials=trials, time_budget=time_budget,
                       resume=resume or [], repeat=repeat, executor=executor, search=search,
                       batch_size=batch_size, early_stopping=early_stopping,
-                      measure=measure, confirm=confirm)
+                      measure=measure, confirm=confirm, model_timer=timer)
     finally:
         if executor is not None:
             executor.close()
+        if timer is not None:
+            timer.close()
     for s in sorted(result.states, key=lambda s: -s.task.weight * s.best
                     if s.best != float("inf") else 0.0):
         if s.best != float("inf"):
@@ -219,4 +236,10 @@ def tune_model(model: str, output: str, target: str | None = None, trials: int |
          f"{result.elapsed:.1f} s; tuned kernels' time per run ≈ "
          f"{result.latency(default=True) * 1e3:.3f} ms default → {result.latency() * 1e3:.3f} "
          f"ms; records in {out}")
+    if result.stop_note:
+        echo(result.stop_note)
+    if result.in_model is not None:
+        echo(result.in_model.summary())
+    if result.in_model_skipped:
+        echo(result.in_model_skipped)
     return result

@@ -95,6 +95,7 @@ class ApplyHistoryBest:
         self.target = ""
         self.best: dict[str, TuningRecord] = {}
         self.outcomes: dict[str, str] = {}  # kernel name -> "tuned" or a REASONS entry
+        self.keys: dict[str, str] = {}  # kernel name -> workload key (per-kernel timing)
         self.other_targets: set[str] = set()  # the targets of the "other target" records
         self.skipped = ""
 
@@ -103,6 +104,7 @@ class ApplyHistoryBest:
         self.target = str(target)
         self.best = best_records(self.records, self.target, self.fingerprint, self.measure)
         self.outcomes.clear()
+        self.keys.clear()
         self.other_targets.clear()
 
     def skip(self, why: str) -> None:
@@ -114,6 +116,7 @@ class ApplyHistoryBest:
         from kiln.backend.te_compiler import lower_primitive
 
         key = workload_key(call.body, self.target)
+        self.keys[name] = key
         record = self.best.get(key)
         if record is not None:
             try:

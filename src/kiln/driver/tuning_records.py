@@ -76,6 +76,10 @@ class TuningRecord:
     kiln_version: str
     timestamp: float = field(default_factory=time.time)
     measure: str = RECORD_MEASURE
+    #: the tuner's in-model verdict (:mod:`kiln.tune.in_model`): this config was chosen for the
+    #: kernel by timing it inside the whole model (``costs``: its in-model seconds per run);
+    #: the latest such record decides the kernel's config (:func:`best_records`)
+    in_model: bool = False
 
     @property
     def best(self) -> float:
@@ -87,11 +91,14 @@ class TuningRecord:
         return config_key(self.config)
 
     def to_json(self) -> str:
-        return json.dumps({"workload_key": self.workload_key, "kernel": self.kernel,
-                           "config": dict(self.config), "costs": list(self.costs),
-                           "measure": self.measure, "error": self.error, "target": self.target,
-                           "fingerprint": dict(self.fingerprint),
-                           "kiln_version": self.kiln_version, "timestamp": self.timestamp})
+        obj = {"workload_key": self.workload_key, "kernel": self.kernel,
+               "config": dict(self.config), "costs": list(self.costs),
+               "measure": self.measure, "error": self.error, "target": self.target,
+               "fingerprint": dict(self.fingerprint),
+               "kiln_version": self.kiln_version, "timestamp": self.timestamp}
+        if self.in_model:  # only verdicts carry the key: candidates' lines are as before
+            obj["in_model"] = True
+        return json.dumps(obj)
 
     @classmethod
     def from_json(cls, line: str, where: str = "") -> TuningRecord:
@@ -119,13 +126,16 @@ class TuningRecord:
                 and isinstance(costs, list) and all(isinstance(c, (int, float)) for c in costs)
                 and isinstance(fp, dict) and isinstance(obj["workload_key"], str)
                 and isinstance(obj["target"], str) and isinstance(measure, str)
-                and (obj["error"] is None or isinstance(obj["error"], str))):
+                and (obj["error"] is None or isinstance(obj["error"], str))
+                and isinstance(obj.get("in_model", False), bool)):
             raise KilnError(f"{where}: tuning record with a field of the wrong type "
                             "(config: object of int/str, costs: list of seconds, fingerprint: "
-                            "object, workload_key/target/measure: string, error: string or null)")
+                            "object, workload_key/target/measure: string, error: string or null, "
+                            "in_model: boolean)")
         return cls(obj["workload_key"], str(obj["kernel"]), config,
                    tuple(float(c) for c in costs), obj["error"], obj["target"], fp,
-                   str(obj["kiln_version"]), float(obj["timestamp"]), measure)
+                   str(obj["kiln_version"]), float(obj["timestamp"]), measure,
+                   obj.get("in_model", False))
 
 
 def cpu_fingerprint() -> dict[str, object]:
@@ -237,12 +247,13 @@ def config_times(records: Iterable[TuningRecord], target: str,
                  measure: str = RECORD_MEASURE) -> dict[str, dict[str, list[TuningRecord]]]:
     """Workload key → config key (:meth:`TuningRecord.config_key`) → the error-free records of
     that config measured for ``target`` on a CPU with exactly ``fingerprint`` with the
-    ``measure`` method, in file order."""
+    ``measure`` method, in file order. In-model verdicts (``in_model``) are not among them:
+    their times are of the whole model's run, not comparable with a kernel timed alone."""
     out: dict[str, dict[str, list[TuningRecord]]] = {}
     fp = dict(fingerprint)
     for r in records:
         if (r.target != target or dict(r.fingerprint) != fp or r.measure != measure
-                or r.best == float("inf")):
+                or r.best == float("inf") or r.in_model):
             continue
         out.setdefault(r.workload_key, {}).setdefault(r.config_key(), []).append(r)
     return out
@@ -265,10 +276,21 @@ def best_records(records: Iterable[TuningRecord], target: str,
     Once some config of a workload has been measured more than once (the tuner's
     confirmation, :mod:`kiln.tune.confirm`), configs measured only once are not chosen: a
     single measurement taken at a calmer moment would otherwise beat medians of
-    re-measurements (docs/decisions/024-tuner.md)."""
+    re-measurements (docs/decisions/024-tuner.md).
+
+    A workload with an in-model verdict (a record with ``in_model``, written by
+    :mod:`kiln.tune.in_model` after timing the choices inside the whole model) gets the config
+    of its latest verdict, which may be the default config ("default wins"): a kernel's time
+    alone does not decide what runs faster in the model."""
+    records = list(records)
     best = {}
     for key, configs in config_times(records, target, fingerprint, measure).items():
         most = max(len(rs) for rs in configs.values())
         eligible = [rs for rs in configs.values() if len(rs) > 1 or most == 1]
         best[key] = min((median_record(rs) for rs in eligible), key=lambda r: r.best)
+    fp = dict(fingerprint)
+    for r in records:  # file order: a later verdict replaces an earlier one
+        if (r.in_model and r.target == target and dict(r.fingerprint) == fp
+                and r.measure == measure and r.error is None):
+            best[r.workload_key] = r
     return best

@@ -83,7 +83,8 @@ def confirm_best(tasks: Sequence[Task], output: str | os.PathLike[str], target: 
 def _unconfirmed(tasks, records, target, fingerprint, measure, rounds):
     """``(task, best config)`` for the tasks whose best config, as ``kiln compile`` picks it
     (:func:`kiln.driver.tuning_records.best_records`), is not the default and has at most ``rounds``
-    records."""
+    records; in-model verdicts are left out (kernels timed alone are ranked here)."""
+    records = [r for r in records if not r.in_model]
     times = config_times(records, target, fingerprint, measure)
     chosen = best_records(records, target, fingerprint, measure)
     todo = []

@@ -46,6 +46,7 @@ from kiln.target import Target
 from kiln.tune.confirm import confirm_best
 from kiln.tune.executor import LocalExecutor, measure_with
 from kiln.tune.features import lowered_features
+from kiln.tune.in_model import InModelResult, confirm_in_model, verdict_records
 from kiln.tune.measure import (
     DEFAULT_MEASURE,
     MEASURE_METHODS,
@@ -62,6 +63,10 @@ SEARCHES = ("model", "random")
 #: successful measurements before the cost model is fitted: ``search="model"``, and never
 #: (every score random) for ``search="random"``
 MIN_SAMPLES = {"model": 8, "random": 10**9}
+#: the share of a time budget kept for timing the choices inside the model (``model_timer``)
+IN_MODEL_SHARE = 0.25
+#: the most candidates per task timed inside the model (one model build per rank)
+IN_MODEL_TOP = 8
 
 
 @dataclass
@@ -97,6 +102,9 @@ class TuneResult:
     elapsed: float
     stopped: dict[str, str]
     confirmed: int = 0
+    in_model: InModelResult | None = None
+    stop_note: str = ""  # why the search ended before its budget (empty: it did not)
+    in_model_skipped: str = ""  # why the in-model stage could not run (empty: it ran or off)
 
     def latency(self, default: bool = False) -> float:
         """Estimated time of the tuned kernels in one model run (seconds): Σ weight × best
@@ -110,7 +118,7 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
          resume: Sequence[str | os.PathLike[str]] = (), executor=None, repeat: int = 5,
          seed: int = 0, search: str = "model", batch_size: int = 8,
          early_stopping: int | None = None, measure: str = DEFAULT_MEASURE,
-         confirm: int = 0) -> TuneResult:
+         confirm: int = 0, model_timer=None, in_model_top: int = IN_MODEL_TOP) -> TuneResult:
     """Tune ``tasks`` for ``target`` on this CPU, appending records to ``output``.
 
     Parameters
@@ -150,6 +158,15 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
         the best by median time has ``confirm + 1`` records
         (:func:`kiln.tune.confirm.confirm_best`; 0: not at all, ``kiln tune``'s default is
         2); the result's times are then the medians ``kiln compile`` ranks by.
+    model_timer : kiln.tune.in_model.ModelTimer, optional
+        Times variants of the whole model (``kiln tune``: a
+        :class:`~kiln.tune.in_model.GraphModelTimer`). Then, last, each task's best
+        ``in_model_top`` standalone candidates faster than its default are timed inside the
+        model and only the confirmed ones are kept (:func:`kiln.tune.in_model.
+        confirm_in_model`; its verdicts are appended as in-model records, which decide what
+        ``kiln compile`` applies). With a ``time_budget`` the search gets
+        ``1 - IN_MODEL_SHARE`` of it, and this stage what is left when the search ends
+        (all of the rest when every space was exhausted early).
 
     Raises
     ------
@@ -181,6 +198,9 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
             history=history, batch_size=batch_size, early_stopping=early_stopping, seed=seed,
             min_samples=MIN_SAMPLES[search])
         budget = trials if trials is not None else sum(t.size() for t in tasks)
+        search_budget = time_budget
+        if time_budget is not None and model_timer is not None:
+            search_budget = time_budget * (1 - IN_MODEL_SHARE)
         with progress.task("Tuning kernels", total=budget) as advance:
             def on_round(event: TuneEvent) -> None:
                 append_records(output, [_record(event.task, m, target, fp, measure)
@@ -192,18 +212,69 @@ def tune(tasks: Sequence[Task], target: str, output: str | os.PathLike[str], *,
                         _note(state, event)
                 advance(len(event.results))
 
-            done = scheduler.tune(budget, time_budget, on_round)
+            done = scheduler.tune(budget, search_budget, on_round)
+        note = stop_note(done, len(tasks), time.perf_counter() - start, time_budget)
+        if note:
+            progress.note(note)
         confirmed = 0
         if confirm > 0:
             with progress.stage("Confirming the best configs"):
                 confirmed = confirm_best(tasks, output, target, fp, measure, executor, repeat,
                                          rounds=confirm)
             _settle(states, load_records(output), target, fp, measure)
+        in_model, skipped = None, ""
+        if model_timer is not None:
+            left = None if time_budget is None else \
+                max(0.0, time_budget - (time.perf_counter() - start))
+            cands = in_model_candidates(tasks, load_records(output), target, fp, measure,
+                                        in_model_top)
+            try:
+                with progress.stage("Timing the choices inside the model"):
+                    in_model = confirm_in_model(tasks, cands, model_timer, left)
+            except KilnError as err:  # e.g. a model only the VM runs: the search's records stay
+                skipped = f"in-model confirmation skipped ({err}); the standalone choices apply"
+            else:
+                append_records(output, verdict_records(tasks, in_model, target, fp, measure))
     finally:
         if own:
             executor.close()
     return TuneResult(list(states.values()), done.trials, len(history),
-                      time.perf_counter() - start, done.stopped, confirmed)
+                      time.perf_counter() - start, done.stopped, confirmed, in_model, note, skipped)
+
+
+def stop_note(done, n_tasks: int, elapsed: float, time_budget: float | None) -> str:
+    """Why the search ended with budget left: ``all 24 kernels' spaces exhausted after 107 s;
+    13.2 min of the budget unused by the search`` ("" when it ran to its budget, or stopped
+    for another reason, e.g. ``trials``). ``done``: the scheduler's result."""
+    reasons = list(done.stopped.values())
+    if len(reasons) < n_tasks or time_budget is None or elapsed >= time_budget:
+        return ""
+    exhausted = sum(r == "space exhausted" for r in reasons)
+    why = f"all {n_tasks} kernels' spaces exhausted" if exhausted == n_tasks else \
+        f"every kernel stopped ({exhausted} spaces exhausted, {n_tasks - exhausted} early-stopped)"
+    return f"{why} after {elapsed:.0f} s; {(time_budget - elapsed) / 60:.1f} min of the " \
+        f"budget unused by the search"
+
+
+def in_model_candidates(tasks: Sequence[Task], records, target: str, fp: dict, measure: str,
+                        top: int) -> dict[str, list[dict]]:
+    """Task key -> up to ``top`` configs faster alone than its default (by median time over
+    their records; configs measured more than once first, as
+    :func:`kiln.driver.tuning_records.best_records` prefers them), best first: what the
+    in-model stage times. Tasks whose default has no time get none (nothing to compare)."""
+    times = config_times([r for r in records if not r.in_model], target, fp, measure)
+    out = {}
+    for task in tasks:
+        configs = times.get(task.key, {})
+        default = configs.get(config_key(task.default_config()))
+        if not default:
+            continue
+        base = median_record(default).best
+        ranked = sorted(((len(rs) == 1, median_record(rs).best, c)
+                         for c, rs in configs.items()
+                         if c != config_key(task.default_config())))
+        out[task.key] = [dict(configs[c][0].config) for _, t, c in ranked if t < base][:top]
+    return {k: v for k, v in out.items() if v}
 
 
 def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
@@ -211,6 +282,7 @@ def _settle(states: dict[str, TaskState], records, target: str, fp: dict,
     """Each task's best and default time as ``kiln compile`` ranks them: the median over a
     config's records, configs measured once left out once others were re-measured
     (:func:`kiln.driver.tuning_records.best_records`)."""
+    records = [r for r in records if not r.in_model]  # standalone times only
     times = config_times(records, target, fp, measure)
     chosen = best_records(records, target, fp, measure)
     for state in states.values():
@@ -250,7 +322,7 @@ def _resume(states: dict[str, TaskState], target: str, fp: dict, measure: str, o
     ``output`` when not there yet), as ``(task key, config, best seconds or None)``; the
     states take their times."""
 
-    def ours(r: TuningRecord) -> bool:
+    def ours(r: TuningRecord) -> bool:  # in-model verdicts are copied, never history
         return r.target == target and dict(r.fingerprint) == fp and r.measure == measure
 
     mine = load_records(output) if os.path.exists(output) else []
@@ -271,7 +343,7 @@ def _resume(states: dict[str, TaskState], target: str, fp: dict, measure: str, o
     history = []
     for r in mine + copied:
         state = states.get(r.workload_key)
-        if state is None or not ours(r):
+        if state is None or not ours(r) or r.in_model:
             continue
         state.add(dict(r.config), r.best)
         history.append((r.workload_key, dict(r.config),

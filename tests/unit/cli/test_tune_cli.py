@@ -4,6 +4,7 @@ applied (the tuned library matches onnxruntime), refused on another CPU, usage e
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -16,7 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 from kiln.cli import main as cli
 from kiln.cli.tune import parse_duration
-from kiln.driver.tuning_records import TuningRecord, append_records, load_records
+from kiln.driver.tuning_records import (
+    TuningRecord,
+    append_records,
+    best_records,
+    load_records,
+)
 
 TARGET = "llvm"
 
@@ -51,7 +57,8 @@ def _run(lib_path, x):
 def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "4",
-                     "--batch-size", "2", "--confirm", "0", "-o", str(out), "-q"]) == 0
+                     "--batch-size", "2", "--confirm", "0", "--no-in-model", "-o", str(out),
+                     "-q"]) == 0
     records = load_records(out)
     assert len(records) == 4 and all(r.error is None for r in records)
     assert {r.kernel for r in records} == {"fused_nn_conv2d_NCHWc_nn_relu",
@@ -71,6 +78,26 @@ def test_tune_writes_records_that_compile_applies(model_path, tmp_path, capsys):
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(_run(lib, x), sess.run(None, {"x": x})[0], rtol=1e-4,
                                atol=1e-4)
+
+
+def test_tune_confirms_the_choices_inside_the_model(model_path, tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["tune", str(model_path), "--target", TARGET, "--trials", "6",
+                     "--batch-size", "3", "--confirm", "0", "-o", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    records = load_records(out)
+    verdicts = [r for r in records if r.in_model]
+    if verdicts:  # some kernel had a candidate faster alone than its default
+        assert re.search(r"tuned model [\d.]+ ms vs default [\d.]+ ms \([\d.]+x\); kept \d+ "
+                         rf"of {len(verdicts)} kernels' choices", printed)
+    else:
+        assert "no kernel had a choice faster than its default alone" in printed
+    chosen = best_records(records, TARGET, records[0].fingerprint)
+    for v in verdicts:  # what compile applies is the in-model verdict
+        assert chosen[v.workload_key].config == v.config
+    lib = tmp_path / "tuned.so"
+    assert cli.main(["compile", str(model_path), "--target", TARGET, "--tuning-records",
+                     str(out), "-o", str(lib), "-q"]) == 0
 
 
 def test_compile_refuses_records_of_another_cpu(model_path, tmp_path, capsys):

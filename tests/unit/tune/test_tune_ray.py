@@ -148,7 +148,8 @@ def test_kiln_tune_on_ray_writes_the_records_a_local_tune_writes(cluster, tmp_pa
     model = tmp_path / "matmul.onnx"
     onnx.save(dense_model(), model)
     on_ray, local = tmp_path / "ray.jsonl", tmp_path / "local.jsonl"
-    common = [str(model), "--target", "llvm", "--repeat", "2", "--confirm", "0", "-q"]
+    common = [str(model), "--target", "llvm", "--repeat", "2", "--confirm", "0", "--no-in-model",
+              "-q"]
     assert cli.main(["tune", *common, "--trials", "3", "--batch-size", "3", "--ray",
                      c.address, "-o", str(on_ray)]) == 0
     assert jobs == [("build", "build_candidate", 3), ("measure", "measure_candidate", 3)]

@@ -167,7 +167,7 @@ class GraphExecutorDebug(GraphExecutor):
         return array(self._value(eid))
 
     def run_individual(self, number: int = 1, repeat: int = 1,
-                       min_repeat_ms: int = 0) -> dict[int, list[float]]:
+                       min_repeat_ms: int = 0, clock=None) -> dict[int, list[float]]:
         """Time every node (TVM's ``run_individual``).
 
         Each of ``repeat`` passes runs the whole graph in order; node *i* is timed over
@@ -181,6 +181,9 @@ class GraphExecutorDebug(GraphExecutor):
             Measurements per node.
         min_repeat_ms : int
             Ignored (TVM compatibility: Kiln does not grow ``number`` to a minimum time).
+        clock : callable, optional
+            Seconds now (default :func:`time.perf_counter`; the tuner passes
+            :func:`time.thread_time` when kernels run on the calling thread alone).
 
         Returns
         -------
@@ -198,7 +201,7 @@ class GraphExecutorDebug(GraphExecutor):
         repeat = _positive(repeat, "repeat")
         del min_repeat_ms
         times: dict[int, list[float]] = {nid: [] for nid in self._op_nids}
-        clock = time.perf_counter
+        clock = clock or time.perf_counter
         for _ in range(repeat):
             self._run_prologue()
             for nid, op in zip(self._op_nids, self._op_execs):
