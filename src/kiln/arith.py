@@ -438,6 +438,10 @@ def _mono_bounds(mono: Monomial) -> Bound:
     hi: int | None = 1
     for atom in mono:
         alo, ahi = bounds(atom)
+        if None not in (lo, hi, alo, ahi):  # interval product: signs may differ
+            ends = (lo * alo, lo * ahi, hi * alo, hi * ahi)  # type: ignore[operator]
+            lo, hi = min(ends), max(ends)
+            continue
         if alo is None or alo < 0 or lo is None or lo < 0:
             return None, None  # signs unknown: give up (shapes are non-negative in practice)
         lo = lo * alo

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kiln.arith import Dim, Poly, SymOp, SymVar, free_symbols, substitute
+from kiln.arith import Dim, Poly, SymOp, SymVar, evaluate, free_symbols, substitute
 from kiln.errors import ShapeError
 
 #: divisors tried for a symbol, smallest (weakest) first: strides and poolings halve dims, so
@@ -143,7 +143,52 @@ def _candidates(v: SymVar, a: Dim, b: Dim) -> list[Dim]:
     for k in (a, b):
         if isinstance(k, int) and v.lo <= k and (hi is None or k <= hi) and k % v.divisor == 0:
             out.append(k)
+    interval = _interval(v, a, b)
+    if interval is not None:
+        out.append(_bounded(v, *interval, v.divisor))
     return out
+
+
+#: how far :func:`_interval` looks for the values of a symbol where two dims agree
+SCAN_LIMIT = 1 << 13
+
+
+def _interval(v: SymVar, a: Dim, b: Dim) -> tuple[int, int | None] | None:
+    """The one run of values of ``v`` (its multiples of its divisor from ``v.lo`` to
+    :data:`SCAN_LIMIT`) where ``a`` and ``b`` evaluate equal and positive, the other symbols
+    at two sample values; None when there is no run or more than one. A run reaching the
+    limit is a lower bound. The recognizer's reshape of ``[N, H // 16 // 3 * W', C]`` to
+    ``[N, 1, W', C]`` holds for the heights whose feature map is one row: one interval, found
+    by evaluation since no constant of the expression names it (the caller checks it
+    symbolically)."""
+    others = [s for s in free_symbols(a) + free_symbols(b) if s.name != v.name]
+    envs = [{s.name: _sample(s, k) for s in others} for k in (61, 128)]
+    top = SCAN_LIMIT if v.hi is None else min(v.hi, SCAN_LIMIT)
+    runs: list[list[int]] = []
+    for x in range(-(-v.lo // v.divisor) * v.divisor, top + 1, v.divisor):
+        try:  # (two empty sizes agree, but no kernel runs them: not a solution)
+            holds = all(_agree(evaluate(a, {**env, v.name: x}), evaluate(b, {**env, v.name: x}))
+                        for env in envs)
+        except ShapeError:
+            holds = False
+        if holds and runs and runs[-1][1] == x - v.divisor:
+            runs[-1][1] = x
+        elif holds:
+            runs.append([x, x])
+    if len(runs) != 1:
+        return None
+    lo, hi = runs[0]
+    return lo, (v.hi if hi >= top else hi)
+
+
+def _agree(x: int, y: int) -> bool:
+    return x == y and x > 0
+
+
+def _sample(s: SymVar, k: int) -> int:
+    """A value of ``s`` near ``k`` inside its bounds."""
+    x = max(s.lo, -(-k // s.divisor) * s.divisor)
+    return x if s.hi is None else min(x, s.hi - s.hi % s.divisor)
 
 
 def _bounded(v: SymVar, lo: int, hi: int | None, divisor: int) -> Dim:

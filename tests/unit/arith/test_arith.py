@@ -65,3 +65,12 @@ def test_substitute_and_free_symbols():
     assert [s.name for s in arith.free_symbols(e)] == ["n", "seq", "w"]
     assert arith.substitute(e, {"n": 2, "seq": 3, "w": 64}) == 14
     assert arith.substitute(e, {"n": SEQ}) == SEQ * SEQ + W // 8
+
+
+def test_bounds_of_a_product_with_a_negative_factor():
+    """``n * min(q - 1, 0)`` lies in ``[-hi(n), 0]``: silero's conv extent over an unbounded
+    chunk length, ``129*q*n + 129*n - 129*n*min(q - 1, 0)``, is at least 129."""
+    q = floordiv(SymVar("s") + 64, 128)
+    assert bounds(N * minimum(q - 1, 0)) == (-arith.DIM_LIMIT, 0)
+    assert bounds(129 * q * N + 129 * N - 129 * N * minimum(q - 1, 0))[0] == 129
+    assert bounds(minimum(q - 1, 0) * minimum(q - 1, 0)) == (0, 1)  # [-1, 0] * [-1, 0]

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from kiln.arith import SymVar
-from kiln.errors import ShapeError, UnsupportedOpError
+from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
 from kiln.relay.interpreter import evaluate
 
@@ -189,3 +189,25 @@ def test_resize_to_a_size_whose_ratio_varies_is_refused_clearly():
     """H // 2 over H: onnxruntime's scale float(H // 2) / float(H) is not a constant."""
     with pytest.raises(UnsupportedOpError, match=r"Resize.*size .*H.*changes with the dims"):
         from_onnx(_resize_to_sizes_model("Div", [1, 1, 2, 2]))
+
+
+def test_a_reshape_element_count_is_assumed():
+    """``[b, h, 4]`` reshaped to ``[b, 4]`` (from the input's own Shape) holds for h == 1
+    only: the importer fixes h, and the graph evaluates like ONNX's reference."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _const("i0", [0]), _const("four", [4]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Concat", ["b", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "h", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = from_onnx(model)
+    assert mod["main"].params[0].checked_type.shape == (SymVar("b"), 1, 4)
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "h == 1" and "Reshape" in made.where
+    x = np.arange(12, dtype="float32").reshape(3, 1, 4)
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])
+    with pytest.raises(KilnError, match="cannot reshape"):
+        from_onnx(model, assume=False)

@@ -87,3 +87,17 @@ def test_the_assumption_survives_wrappers_that_name_the_node():
         a = needed_assumption(outer)
     assert (a.symbol, a.hi, a.where) == ("s", 8, "ONNX Add (node 'a'): why")
     assert needed_assumption(ShapeError("other")) is None
+
+
+def test_a_feature_map_of_one_row_bounds_the_height_to_an_interval():
+    """PP-OCRv4 rec: four stride-2 stages and a 3-row pooling must leave one row, so the
+    reshape of ``[N, rows * W', C]`` to ``[N, 1, W', C]`` holds for 33 <= h <= 80."""
+    rows = H
+    for _ in range(4):
+        rows = floordiv(rows + 1, 2)
+    rows = floordiv(rows, 3)
+    w = floordiv(SymVar("w"), 8)
+    a = assume_equal(rows * w * 120, w * 120)
+    assert (a.symbol, a.lo, a.hi) == ("h", 33, 80)
+    assert all(evaluate(rows, {"h": h}) == 1 for h in range(33, 81))
+    assert evaluate(rows, {"h": 32}) == 0 and evaluate(rows, {"h": 81}) == 2
