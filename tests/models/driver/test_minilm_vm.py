@@ -116,6 +116,18 @@ def test_memory_stays_bounded_over_varying_shapes(vm_c):
     assert after == peak, (peak, after)
 
 
+def test_the_assumed_import_is_the_declared_one(minilm_path):
+    """No flags give the graph ``--dim sequence_length=1..512`` gives: the same symbols in
+    every type, so the same kernels (the declaration only skips the second walk)."""
+    model = onnx.load(minilm_path)
+    assumed, _ = from_onnx(model)
+    declared, _ = from_onnx(model, dim_bounds=BOUNDS)
+    assert declared["main"].attrs["assumptions"] == ()
+    for a, d in zip(assumed["main"].params + assumed["main"].outputs,
+                    declared["main"].params + declared["main"].outputs):
+        assert a.checked_type == d.checked_type
+
+
 @pytest.fixture(scope="module")
 def vm_assumed(minilm_path, build_once):
     """The model compiled with no declaration at all, for the default target: the importer
