@@ -52,9 +52,9 @@ class Assumption:
         if self.hi is not None and self.hi == self.lo:
             parts.append(f"{self.symbol} == {self.lo}")
         elif self.hi is not None:
-            parts.append(f"{self.symbol} <= {self.hi}" if self.lo <= 1 else
+            parts.append(f"{self.symbol} <= {self.hi}" if self.lo <= max(1, self.divisor) else
                          f"{self.lo} <= {self.symbol} <= {self.hi}")
-        elif self.lo > 1:
+        elif self.lo > max(1, self.divisor):  # (a multiple of d is at least d)
             parts.append(f"{self.symbol} >= {self.lo}")
         if self.divisor > 1:
             parts.append(f"{self.symbol} % {self.divisor} == 0")
