@@ -19,6 +19,7 @@ May import: kiln.arith (and kiln.errors).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kiln.arith import Dim, Poly, SymOp, SymVar, evaluate, free_symbols, substitute
@@ -67,53 +68,79 @@ class Assumption:
 
 
 class AssumptionNeeded(ShapeError):
-    """A relation the symbols' bounds do not decide, and the declaration under which it holds.
+    """A relation the symbols' bounds do not decide, and the declarations under which it
+    holds: :attr:`options`, one per symbol it could constrain, equally weak (the importer
+    picks by where the symbols are in the inputs); :attr:`assumption` is the first.
 
-    Raised by type relations; caught by the importer, which declares :attr:`assumption` and
-    imports again. Anywhere else it is the ShapeError it always was."""
+    Raised by type relations; caught by the importer, which declares one and imports again.
+    Anywhere else it is the ShapeError it always was."""
 
-    def __init__(self, message: str, assumption: Assumption):
+    def __init__(self, message: str, options: list[Assumption]):
         super().__init__(message)
-        self.assumption = assumption
+        assert options, "an AssumptionNeeded needs an assumption"
+        self.options = list(options)
+        self.assumption = self.options[0]
 
 
-def needed_assumption(err: BaseException) -> Assumption | None:
-    """The assumption an error carries: the :class:`AssumptionNeeded` itself or the one it
+def raise_if_assumable(message: str, a: Dim, b: Dim, why: str) -> None:
+    """Raise :class:`AssumptionNeeded` (``message``) when declarations on one symbol make
+    ``a == b``; their ``where`` is ``why`` followed by the relation."""
+    options = assume_options(a, b)
+    if options:
+        raise AssumptionNeeded(message, [o.located(f"{why} {o.relation()}") for o in options])
+
+
+def needed_assumptions(err: BaseException) -> list[Assumption]:
+    """The assumptions an error carries: the :class:`AssumptionNeeded` itself or the one it
     was raised from (the wrappers that name the op and node re-raise ``from None``, which
-    keeps the original as ``__context__``); its ``where`` is the outermost message with the
-    original's text replaced by the assumption's reason."""
+    keeps the original as ``__context__``); their ``where`` is the outermost message with the
+    original's text replaced by the assumption's reason. Empty when none."""
     seen: BaseException | None = err
     while seen is not None and isinstance(seen, ShapeError):
         if isinstance(seen, AssumptionNeeded):
-            a = seen.assumption
-            where = str(err).replace(str(seen), a.where) if str(seen) in str(err) else a.where
-            return Assumption(a.symbol, a.lo, a.hi, a.divisor, a.equal, where)
+            inner = str(seen)
+            return [Assumption(a.symbol, a.lo, a.hi, a.divisor, a.equal,
+                               str(err).replace(inner, a.where) if inner in str(err)
+                               else a.where) for a in seen.options]
         seen = seen.__cause__ or seen.__context__
-    return None
+    return []
 
 
 def assume_equal(a: Dim, b: Dim) -> Assumption | None:
-    """The weakest declaration on one symbol under which ``a`` and ``b`` are one expression,
-    or None when no single declaration makes them so.
+    """The first of :func:`assume_options`, or None."""
+    options = assume_options(a, b)
+    return options[0] if options else None
 
-    Tried in order: one symbol of ``a`` and one of ``b`` are the same; a bound taken from the
-    constants of the ``min``/``max`` atoms either holds (``min(512, s)`` is ``s`` for ``s <=
-    512``); a power-of-two divisor, smallest first (``2 * ((h + 1) // 4)`` is ``(h + 1) //
-    2`` for ``h % 4 == 0``); a value (``s`` against ``3``: ``s == 3``)."""
+
+def assume_options(a: Dim, b: Dim) -> list[Assumption]:
+    """The weakest declarations on one symbol under which ``a`` and ``b`` are one expression,
+    one per symbol that has one as weak as the weakest (empty when no single declaration
+    makes them so).
+
+    By kind, weakest first: one symbol of ``a`` and one of ``b`` are the same; an upper, then
+    a lower bound taken from the constants of the ``min``/``max`` atoms (``min(512, s)`` is
+    ``s`` for ``s <= 512``); a power-of-two divisor, smallest first (``2 * ((h + 1) // 4)``
+    is ``(h + 1) // 2`` for ``h % 4 == 0``); a value (``s`` against ``3``: ``s == 3``); the
+    one interval of values where they agree (:func:`_interval`)."""
     if a == b:
-        return None
-    names = {v.name: v for v in free_symbols(a) + free_symbols(b)}
-    for s in free_symbols(a):
-        for t in free_symbols(b):
-            if s.name != t.name and _same(a, b, {t.name: s}):
-                return Assumption(t.name, equal=s.name)
-    for v in names.values():
-        for cand in _candidates(v, a, b):
+        return []
+    unified = [Assumption(t.name, equal=s.name) for s in free_symbols(a)
+               for t in free_symbols(b) if s.name != t.name and _same(a, b, {t.name: s})]
+    if unified:
+        return unified
+    best: list[tuple[tuple, Assumption]] = []
+    for v in {v.name: v for v in free_symbols(a) + free_symbols(b)}.values():
+        for key, cand in _candidates(v, a, b):
+            if best and key > best[0][0]:
+                break  # (weaker than what another symbol needs: not an option)
             if _same(a, b, {v.name: cand}):
                 lo, hi = (cand, cand) if isinstance(cand, int) else (cand.lo, cand.hi)
                 divisor = 1 if isinstance(cand, int) else cand.divisor
-                return Assumption(v.name, lo, hi, divisor)
-    return None
+                if best and key < best[0][0]:
+                    best = []
+                best.append((key, Assumption(v.name, lo, hi, divisor)))
+                break
+    return [made for _, made in best]
 
 
 def _same(a: Dim, b: Dim, mapping: dict[str, Dim]) -> bool:
@@ -123,30 +150,30 @@ def _same(a: Dim, b: Dim, mapping: dict[str, Dim]) -> bool:
         return False
 
 
-def _candidates(v: SymVar, a: Dim, b: Dim) -> list[Dim]:
-    """Tighter declarations of ``v``, weakest first: upper bounds, lower bounds, divisors,
-    values (only those leaving its bounds non-empty)."""
+def _candidates(v: SymVar, a: Dim, b: Dim) -> Iterator[tuple[tuple, Dim]]:
+    """Tighter declarations of ``v`` with their weakness keys, weakest first: upper bounds,
+    lower bounds, divisors, values, an interval (only those leaving its bounds non-empty).
+    A generator: the interval, which evaluates thousands of values, is scanned only when the
+    caller gets that far."""
     hi = v.hi
     consts = sorted(_minmax_constants(a) | _minmax_constants(b))
-    out: list[Dim] = []
     for k in reversed(consts):  # the largest upper bound first
         if k >= v.lo and (hi is None or k < hi):
-            out.append(_bounded(v, v.lo, k, v.divisor))
+            yield (0,), _bounded(v, v.lo, k, v.divisor)
     for k in consts:
         if k > v.lo and (hi is None or k <= hi):
-            out.append(_bounded(v, k, hi, v.divisor))
+            yield (1,), _bounded(v, k, hi, v.divisor)
     for d in DIVISORS:
         if d % v.divisor == 0 and d > v.divisor:
             lo = -(-v.lo // d) * d
             if hi is None or lo <= hi:
-                out.append(_bounded(v, lo, hi, d))
+                yield (2, d), _bounded(v, lo, hi, d)
     for k in (a, b):
         if isinstance(k, int) and v.lo <= k and (hi is None or k <= hi) and k % v.divisor == 0:
-            out.append(k)
+            yield (3,), k
     interval = _interval(v, a, b)
     if interval is not None:
-        out.append(_bounded(v, *interval, v.divisor))
-    return out
+        yield (4,), _bounded(v, *interval, v.divisor)
 
 
 #: how far :func:`_interval` looks for the values of a symbol where two dims agree

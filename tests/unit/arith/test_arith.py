@@ -74,3 +74,12 @@ def test_bounds_of_a_product_with_a_negative_factor():
     assert bounds(N * minimum(q - 1, 0)) == (-arith.DIM_LIMIT, 0)
     assert bounds(129 * q * N + 129 * N - 129 * N * minimum(q - 1, 0))[0] == 129
     assert bounds(minimum(q - 1, 0) * minimum(q - 1, 0)) == (0, 1)  # [-1, 0] * [-1, 0]
+
+
+def test_provably_equal_writes_multiples_out():
+    h = SymVar("h", 4, None, 4)
+    assert 4 * N * floordiv(h, 4) != N * h  # two canonical forms of one value
+    assert arith.provably_equal(4 * N * floordiv(h, 4), N * h)
+    assert arith.provably_equal(W, 32 * floordiv(W, 32)) and arith.provably_equal(N, N)
+    assert not arith.provably_equal(2 * N * floordiv(h, 4), N * h)
+    assert not arith.provably_equal(4 * floordiv(N, 4), N)  # n has no divisor

@@ -211,3 +211,20 @@ def test_a_reshape_element_count_is_assumed():
                                   ReferenceEvaluator(model).run(None, {"x": x})[0])
     with pytest.raises(KilnError, match="cannot reshape"):
         from_onnx(model, assume=False)
+
+
+def test_a_divisibility_is_assumed_of_the_inner_dim():
+    """``[b, h]`` reshaped to ``[-1, 4]``: ``b * h`` must be a multiple of 4, and of the two
+    single declarations the importer takes the inner dim's (a batch of 1 stays valid)."""
+    shape = helper.make_tensor("target", TensorProto.INT64, [2], [-1, 4])
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "target"], ["y"])], "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "h"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "h % 4 == 0" and "cannot infer -1" in made.where
+    x = np.arange(8, dtype="float32").reshape(1, 8)
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x, **params})[0],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])

@@ -7,7 +7,13 @@ import pytest
 
 from kiln.arith import SymVar, evaluate, floordiv, minimum
 from kiln.errors import ShapeError
-from kiln.relay.assume import Assumption, AssumptionNeeded, assume_equal, needed_assumption
+from kiln.relay.assume import (
+    Assumption,
+    AssumptionNeeded,
+    assume_equal,
+    assume_options,
+    needed_assumptions,
+)
 from kiln.relay.op.common import broadcast_shapes
 
 S = SymVar("sequence_length")
@@ -77,16 +83,24 @@ def test_broadcast_without_an_assumption_stays_a_shape_error():
 
 
 def test_the_assumption_survives_wrappers_that_name_the_node():
-    inner = AssumptionNeeded("shapes do not broadcast", Assumption("s", hi=8, where="why"))
+    inner = AssumptionNeeded("shapes do not broadcast", [Assumption("s", hi=8, where="why")])
     try:
         try:
             raise inner
         except ShapeError as err:
             raise ShapeError(f"ONNX Add (node 'a'): {err}") from None
     except ShapeError as outer:
-        a = needed_assumption(outer)
+        (a,) = needed_assumptions(outer)
     assert (a.symbol, a.hi, a.where) == ("s", 8, "ONNX Add (node 'a'): why")
-    assert needed_assumption(ShapeError("other")) is None
+    assert needed_assumptions(ShapeError("other")) == []
+
+
+def test_equally_weak_declarations_on_two_symbols_are_both_options():
+    """``b * h`` a multiple of 4: ``b % 4 == 0`` or ``h % 4 == 0`` (the importer picks the
+    symbol of the inner dim); ``b % 2`` alone would not do."""
+    options = assume_options((B * H) % 4, 0)
+    assert [o.relation() for o in options] == ["batch_size % 4 == 0", "h % 4 == 0"]
+    assert assume_options((B * H + 2 * H) % 4, 0)[0].relation() == "h % 4 == 0"  # (h % 2 fails)
 
 
 def test_a_feature_map_of_one_row_bounds_the_height_to_an_interval():

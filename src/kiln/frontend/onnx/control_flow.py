@@ -32,7 +32,7 @@ from kiln.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters.dynamic import fallback, late
-from kiln.relay.assume import Assumption, AssumptionNeeded, needed_assumption
+from kiln.relay.assume import Assumption, AssumptionNeeded, needed_assumptions
 from kiln.relay.graph import (
     CALL_NODES,
     Call,
@@ -104,10 +104,10 @@ def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
             outs[key] = run(graphs[key], [], refine if key == guarded else None)
         except ShapeError as err:  # (an op Kiln lacks stays a compile-time error)
             outs[key], errors[key] = None, str(err)
-            needed += [a for a in [needed_assumption(err)] if a is not None]
+            needed += needed_assumptions(err)
     good = [k for k in outs if outs[k] is not None]
     if not good and needed:  # the model converts under no shape without it: assume it
-        raise AssumptionNeeded(f"neither branch converts: {errors['then_branch']}", needed[0])
+        raise AssumptionNeeded(f"neither branch converts: {errors['then_branch']}", needed)
     if not good:
         raise ctx.unsupported(f"neither branch converts: {errors['then_branch']}")
     types = {k: [e.checked_type for e in outs[k]] for k in good}

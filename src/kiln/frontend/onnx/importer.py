@@ -30,7 +30,7 @@ from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_fl
 from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.registry import find_converter
 from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
-from kiln.relay.assume import Assumption, needed_assumption
+from kiln.relay.assume import Assumption, needed_assumptions
 from kiln.relay.graph import (
     Call,
     Constant,
@@ -158,10 +158,11 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         try:
             mod, params = _import(model, opset, shape, dtype, symbols, weights)
         except ShapeError as err:
-            made = needed_assumption(err) if assume else None
-            if made is None or len(assumptions) >= MAX_ASSUMPTIONS:
+            options = needed_assumptions(err) if assume else []
+            if not options or len(assumptions) >= MAX_ASSUMPTIONS:
                 raise
-            if not symbols.declare(made):
+            made = symbols.declare(options)
+            if made is None:
                 raise  # (it changes nothing: it cannot be what this error needs)
             logger.info("assuming %s (%s)", made.relation(), made.where)
             assumptions.append(made)
@@ -255,12 +256,22 @@ class SymbolTable:
         self.aliases: dict[str, str] = {}
         self.vars: dict[str, SymVar] = {}
 
-    def declare(self, a: Assumption) -> bool:
-        """Declare ``a`` for the next import; False when it changes nothing or names a symbol
-        that is no input's (of the import that needed it, :attr:`vars`)."""
+    def declare(self, options: list[Assumption]) -> Assumption | None:
+        """Declare one of ``options`` for the next import and return it: of those naming
+        input symbols (of the import that needed it, :attr:`vars`), the one on the symbol
+        made last (an inner dim over a batch: ``[b, h]`` reshaped to ``[-1, 4]`` assumes
+        ``h % 4 == 0``); None when there is none or it changes nothing."""
         order = list(self.vars)
-        if a.symbol not in order or (a.equal is not None and a.equal not in order):
-            return False  # (a late symbol, or one of an If branch's own)
+        usable = [a for a in options if a.symbol in order
+                  and (a.equal is None or a.equal in order)]  # (not a late symbol)
+        if not usable:
+            return None
+        a = max(usable, key=lambda o: order.index(o.symbol)) if usable[0].equal is None \
+            else usable[0]
+        return a if self._declare(a) else None
+
+    def _declare(self, a: Assumption) -> bool:
+        order = list(self.vars)
         if a.equal is not None:
             keep, drop = sorted((a.symbol, a.equal), key=lambda n: (
                 _anonymous(n), order.index(n)))  # a dim_param's name over <input>_dim<k>

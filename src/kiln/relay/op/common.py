@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln.arith import Dim, SymExpr, bounds, shape_str
 from kiln.errors import ShapeError
-from kiln.relay.assume import AssumptionNeeded, assume_equal
+from kiln.relay.assume import raise_if_assumable
 from kiln.relay.graph import TensorType
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -24,7 +24,7 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
     Symbolic dims broadcast against 1 and against an equal expression; two different
     expressions (or an expression and an int other than 1) are an error, as they would need a
     run-time check of which one is 1. When one declaration on the input symbols makes them
-    equal (:func:`kiln.relay.assume.assume_equal`) the error is an
+    equal (:func:`kiln.relay.assume.assume_options`) the error is an
     :class:`~kiln.relay.assume.AssumptionNeeded` carrying it."""
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
@@ -42,10 +42,8 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
             hint = ("; declare the symbols' bounds (--dim NAME=LO..HI, dim_bounds=) if they "
                     "decide it") if symbolic else ""
             message = f"shapes {shown} do not broadcast{hint}"
-            assumption = assume_equal(cur, dim) if symbolic else None
-            if assumption is not None:  # the importer declares it and imports again
-                raise AssumptionNeeded(message, assumption.located(
-                    f"shapes {shown} broadcast only if {assumption.relation()}"))
+            if symbolic:  # the importer declares what it needs and imports again
+                raise_if_assumable(message, cur, dim, f"shapes {shown} broadcast only if")
             raise ShapeError(message)
     return tuple(out)
 

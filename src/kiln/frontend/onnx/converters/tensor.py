@@ -12,7 +12,7 @@ from kiln import arith
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.relay.assume import AssumptionNeeded, assume_equal
+from kiln.relay.assume import raise_if_assumable
 from kiln.relay.graph import Constant, Expr, symbolic_array
 from kiln.relay.op.common import broadcast_shapes
 
@@ -59,7 +59,7 @@ def reshape(ctx: ConvertContext) -> Expr:
             _assume(message, 0 if known == 0 else arith.floormod(size, known), 0)
             raise ctx.unsupported(message)
         out[infer] = arith.floordiv(size, known)
-    if arith.prod(out) != size:
+    if not arith.provably_equal(arith.prod(out), size):
         message = f"cannot reshape {arith.shape_str(in_shape)} to {arith.shape_str(out)}"
         _assume(message, arith.prod(out), size)
         raise ctx.unsupported(message)
@@ -69,10 +69,7 @@ def reshape(ctx: ConvertContext) -> Expr:
 def _assume(message: str, a: arith.Dim, b: arith.Dim) -> None:
     """Raise AssumptionNeeded when one declaration on the input symbols makes ``a == b`` (a
     reshape's element count, a divisibility), for the importer to declare (kiln.relay.assume)."""
-    made = assume_equal(a, b)
-    if made is not None:
-        raise AssumptionNeeded(message, made.located(
-            f"{message} holds only if {made.relation()}"))
+    raise_if_assumable(message, a, b, f"{message} holds only if")
 
 
 @onnx_op("Flatten", since=1)
