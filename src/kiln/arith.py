@@ -176,6 +176,18 @@ def _is_dim(x) -> bool:
     return isinstance(x, (int, SymExpr, np.integer))
 
 
+def provably_equal(a: Dim, b: Dim) -> bool:
+    """Whether ``a == b`` for every value of the symbols: the same canonical form, or the same
+    once each variable ``v`` with a divisor ``d > 1`` is written ``d * (v // d)`` (``4 * b *
+    (h // 4)`` is ``b * h`` for ``h`` a multiple of 4: a reshape to ``[-1, 4]`` infers the
+    first, the input's size is the second)."""
+    if a == b:
+        return True
+    split = {v.name: mul(v.divisor, SymOp("floordiv", (v, v.divisor)))
+             for v in free_symbols(a) + free_symbols(b) if v.divisor > 1}
+    return bool(split) and substitute(a, split) == substitute(b, split)
+
+
 def is_static(x: Dim) -> bool:
     """Whether ``x`` is a plain integer."""
     return not isinstance(x, SymExpr)
@@ -438,6 +450,10 @@ def _mono_bounds(mono: Monomial) -> Bound:
     hi: int | None = 1
     for atom in mono:
         alo, ahi = bounds(atom)
+        if None not in (lo, hi, alo, ahi):  # interval product: signs may differ
+            ends = (lo * alo, lo * ahi, hi * alo, hi * ahi)  # type: ignore[operator]
+            lo, hi = min(ends), max(ends)
+            continue
         if alo is None or alo < 0 or lo is None or lo < 0:
             return None, None  # signs unknown: give up (shapes are non-negative in practice)
         lo = lo * alo

@@ -144,6 +144,8 @@ def compile_model(model: str, output: str | None, target: str | None = None,
             executor_for(executor, runtime, symbolic_inputs(model_dims, fixed))
         fix_symbols(proto, fixed)
         mod, params = from_onnx(proto, shape=shapes, dim_bounds=bounds)
+    for made in mod["main"].attrs.get("assumptions", ()):
+        echo(f"assuming {made.relation()}, checked at run time: {made.where}")
     executor = choose_executor(mod["main"], executor, runtime)
     symbols = symbolic_dims(mod["main"])
     if symbols and executor == "vm":

@@ -26,6 +26,7 @@ from fuzz_runtime import SoCorpus
 from onnx import TensorProto, helper
 
 import kiln
+from kiln.errors import ShapeError
 from kiln.vm import VirtualMachine
 
 HERE = HELPERS  # the C drivers
@@ -418,3 +419,40 @@ def test_vm_cross_under_qemu(isa, tmp_path, build_once):
     assert proc.returncode == 0, proc.stderr
     for f, w in zip(files[1:], want):
         np.testing.assert_allclose(np.fromfile(f, "float32").reshape(w.shape), w, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("rows", "relation"), [(66, "n <= 64"), (3, "n % 2 == 0"),
+                                                (0, "n >= 2")])
+def test_bound_errors_name_the_relation_in_c_and_python(native_rt, tmp_path, rows, relation):
+    """A symbol's bounds (declared, or assumed by the importer, decision 034) broken at run
+    time: the C VM and the Python VM name the input, the dim, the symbol and the relation."""
+    from kiln.runtime.vm.executable import (
+        Symbol,
+        VMExecutable,
+        VMFunction,
+        call,
+        const,
+        imm,
+        reg,
+        ret,
+    )
+
+    code = [*call(-1, 1, [reg(0), imm(0), const(0)]), *ret(0)]
+    exe = VMExecutable([Symbol("n", 2, 64, 2)],
+                       [VMFunction(1, "main", 0, len(code), 1, 1,
+                                   params=[("x", "float32", ["n", 4])]),
+                        VMFunction(0, "vm.builtin.match_shape")],
+                       [np.array([2, 32, 2, 1, 0, 0, 4])], code)
+    so = tmp_path / "bounds.so"
+    exe.export_library(str(so))
+    with pytest.raises(ShapeError, match=rf"input 'x' dim 0: symbol n = {rows} .*\(needs "
+                                         rf"{relation}\)"):
+        VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())["main"](
+            np.zeros((rows, 4), "float32"))
+    np.zeros((rows, 4), "float32").tofile(tmp_path / "x.bin")
+    proc = subprocess.run([str(native_rt / "kiln_run"), str(so), "--shape", f"x={rows}x4",
+                           str(tmp_path / "x.bin"), str(tmp_path / "out.bin")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert f"dim 0: symbol n = {rows}" in proc.stderr and f"(needs {relation})" in proc.stderr, \
+        proc.stderr

@@ -101,3 +101,29 @@ def test_compile_graph_executor_needs_static_shapes(minilm_vm, tmp_path):
                                    "--executor", "graph", "--quiet", check=False))
     assert "input_ids[batch_size, sequence_length]" in err and "--input-shape" in err
     assert not (tmp_path / "g.so").exists()
+
+
+@pytest.fixture(scope="module")
+def minilm_assumed(wheel_file, tmp_path_factory):
+    """(model path, VM library path, `kiln compile`'s stdout) of a compile with no flags."""
+    model = wheel_file("minilm_l3")
+    so_path = tmp_path_factory.mktemp("cli-vm-assumed") / "minilm.so"
+    proc = kiln_cli("compile", str(model), "-o", str(so_path), "--quiet")
+    return model, so_path, proc.stdout
+
+
+def test_compile_with_no_flags_assumes_and_the_vm_checks(minilm_assumed, reference, tmp_path):
+    model, so_path, out = minilm_assumed
+    assert "assuming sequence_length <= 512, checked at run time: ONNX Expand" in out
+    assert "batch_size in [1, inf], sequence_length in [1, 512]" in out
+    feed = _tokens(4, 33, seed=33)
+    np.savez(tmp_path / "in.npz", **feed)
+    kiln_cli("run", str(so_path), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+             str(tmp_path / "out.npz"))
+    with np.load(tmp_path / "out.npz") as data:
+        assert_matches_reference([data[k] for k in data.files], reference(model, feed))
+    np.savez(tmp_path / "long.npz", **_tokens(1, 600, seed=600))
+    err = _one_error_line(kiln_cli("run", str(so_path), "--inputs", str(tmp_path / "long.npz"),
+                                   check=False))
+    assert "'input_ids' dim 1: symbol sequence_length = 600" in err, err
+    assert "(needs sequence_length <= 512)" in err, err

@@ -114,3 +114,54 @@ def test_memory_stays_bounded_over_varying_shapes(vm_c):
         vm_c["main"](ids, np.ones_like(ids))
     after = vm_c.memory_stats()
     assert after == peak, (peak, after)
+
+
+def test_the_assumed_import_is_the_declared_one(minilm_path):
+    """No flags give the graph ``--dim sequence_length=1..512`` gives: the same symbols in
+    every type, so the same kernels (the declaration only skips the second walk)."""
+    model = onnx.load(minilm_path)
+    assumed, _ = from_onnx(model)
+    declared, _ = from_onnx(model, dim_bounds=BOUNDS)
+    assert declared["main"].attrs["assumptions"] == ()
+    for a, d in zip(assumed["main"].params + assumed["main"].outputs,
+                    declared["main"].params + declared["main"].outputs):
+        assert a.checked_type == d.checked_type
+
+
+@pytest.fixture(scope="module")
+def vm_assumed(minilm_path, build_once):
+    """The model compiled with no declaration at all, for the default target: the importer
+    assumes ``sequence_length <= 512`` (its position table) and the VM checks it."""
+
+    def build(folder):
+        mod, params = from_onnx(onnx.load(minilm_path))
+        made = mod["main"].attrs["assumptions"]
+        assert [a.relation() for a in made] == ["sequence_length <= 512"], made
+        exe = kiln.build(mod, params=params)
+        assert isinstance(exe, kiln.runtime.VMExecutable)
+        exe.export_library(str(folder / "minilm.so"))
+
+    out = build_once("minilm-vm-assumed", build) / "minilm.so"
+    return VirtualMachine(kiln.runtime.load_module(str(out)), kiln.cpu())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{b}x{s}" for b, s in SHAPES])
+def test_no_declaration_one_artifact_matches_onnxruntime(vm_assumed, shape, tokenizer,
+                                                         minilm_path, reference):
+    inputs = _inputs(*shape, tokenizer)
+    got = vm_assumed["main"](inputs["input_ids"], inputs["attention_mask"])
+    want = reference(minilm_path, inputs)
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want):
+        assert g.numpy().shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=2e-5)
+
+
+def test_no_declaration_a_length_the_table_cannot_take_is_a_shape_error(vm_assumed):
+    with pytest.raises(ShapeError, match=r"input 'input_ids' dim 1: symbol sequence_length = 600 "
+                                         r"is outside its bounds \[1, 512\] \(needs "
+                                         r"sequence_length <= 512\)"):
+        vm_assumed["main"](np.ones((1, 600), "int64"), np.ones((1, 600), "int64"))
+    with pytest.raises(ShapeError, match=r"attention_mask.*dim 1.*sequence_length"):
+        vm_assumed["main"](np.ones((1, 9), "int64"), np.ones((1, 10), "int64"))

@@ -94,3 +94,42 @@ def test_cli_names_the_shared_batch_and_runs_both_rates(wheel_file, tmp_path):
             assert "output stateN: shape (2, 1, 128) float32" in proc.stdout
         else:
             assert proc.returncode == 2 and "decoder/If" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def silero_assumed(wheel_file, tmp_path_factory):
+    """The model compiled with no names and no bounds: the importer assumes the two unnamed
+    batch dims are one (the LSTM adds the input's gates to the state's), and the chunk
+    length stays unbounded (the squeeze guards are run-time Ifs)."""
+    path = wheel_file("silero_vad")
+    mod, params = from_onnx(onnx.load(path))
+    assert [a.relation() for a in mod["main"].attrs["assumptions"]] == [
+        "input_dim0 == state_dim1"]
+    exe = kiln.build(mod, params=params)
+    out = tmp_path_factory.mktemp("silero-assumed") / "silero_vad.so"
+    exe.export_library(str(out))
+    return path, VirtualMachine(kiln.runtime.load_module(str(out)), kiln.cpu())
+
+
+@pytest.mark.parametrize("sr,n", [(16000, 512), (8000, 256)])
+def test_no_declaration_streams_like_onnxruntime(silero_assumed, sr, n):
+    ort = pytest.importorskip("onnxruntime")
+    path, vm = silero_assumed
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rate = np.array(sr, np.int64)
+    state_ref = state = np.zeros((2, 1, 128), np.float32)
+    for chunk in _speech_like(sr, n, CHUNKS):
+        p_ref, state_ref = sess.run(None, {"input": chunk, "state": state_ref, "sr": rate})
+        p, state = (o.numpy() for o in vm["main"](chunk, state, rate))
+        np.testing.assert_allclose(p, p_ref, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(state, state_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_no_declaration_batches_that_differ_are_an_error(silero_assumed):
+    _, vm = silero_assumed
+    with pytest.raises(ShapeError, match=r"input 'state' dim 1: symbol input_dim0 is 2"):
+        vm["main"](np.zeros((2, 512), np.float32), np.zeros((2, 3, 128), np.float32),
+                   np.array(16000, np.int64))
+    with pytest.raises(ShapeError, match="decoder/If.*cannot run at these shapes"):
+        vm["main"](np.zeros((1, 512), np.float32), np.zeros((2, 1, 128), np.float32),
+                   np.array(8000, np.int64))

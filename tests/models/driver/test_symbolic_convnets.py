@@ -1,7 +1,8 @@
 """Convolutional models with symbolic dims, one VM artifact each, against onnxruntime at
 several shapes: squeezenet and resnet50 (light models, random weights) with their batch made
 the symbol ``N``, PP-OCRv4 rec (``N×3×48×W``) and det (``N×3×H×W``, H and W declared multiples
-of 32) on rendered text.
+of 32) on rendered text; the PP-OCRv4 models also compiled with no declaration at all (the
+importer assumes what they need, decision 034).
 
 Each (model, target) compiles once (module-scoped fixture) and is checked at every shape. The
 C target runs squeezenet; the larger models run on ``llvm -mcpu=native`` only and are marked
@@ -31,6 +32,7 @@ from test_demos_embed_ocr import ocr_demo
 import kiln
 from kiln import arith, models
 from kiln.demo.ocr_pipeline import det_input, rec_input, render_line
+from kiln.errors import ShapeError
 from kiln.frontend import from_onnx
 from kiln.runtime import load_module
 from kiln.target import default_target
@@ -142,3 +144,51 @@ def test_ppocr_det_symbolic_size(compiled, reference):
     c = compiled("ppocrv4_det", "llvm")
     for height, width in DET_SHAPES:
         c.check(det_input(render_line(TEXTS[0], height, width)), reference)
+
+
+@pytest.fixture(scope="module")
+def compiled_assumed(tmp_path_factory, wheel_file):
+    """``compiled_assumed(name)``: the PP-OCRv4 model compiled with no declaration at all for
+    the default target (decision 034: the importer assumes what the model needs)."""
+    cache: dict[str, tuple[Compiled, tuple]] = {}
+
+    def get(name: str) -> tuple[Compiled, tuple]:
+        if name not in cache:
+            model = onnx.load(wheel_file(name))
+            mod, params = from_onnx(model)
+            exe = kiln.build(mod, params=params)
+            path = tmp_path_factory.mktemp(f"{name}-assumed") / f"{name}.so"
+            exe.export_library(str(path))
+            vm = VirtualMachine(load_module(str(path)), kiln.cpu())
+            relations = tuple(a.relation() for a in mod["main"].attrs["assumptions"])
+            cache[name] = (Compiled(model, vm), relations)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.slow
+def test_ppocr_rec_with_no_declaration(compiled_assumed, reference):
+    """The height the recognizer can take is assumed (its feature map must be one row: 33 to
+    80, where onnxruntime truncates a pooling window below that) and checked."""
+    c, relations = compiled_assumed("ppocrv4_rec")
+    assert relations == ("33 <= x_dim2 <= 80",)
+    for batch, width in REC_SHAPES:
+        c.check(_rec_batch(batch, width), reference, rtol=2e-4 if width > 777 else 1e-4)
+    with pytest.raises(ShapeError, match=r"input 'x' dim 2: symbol x_dim2 = 96 is outside its "
+                                         r"bounds \[33, 80\] \(needs x_dim2 <= 80\)"):
+        c.vm["main"](np.zeros((1, 3, 96, 320), np.float32))
+
+
+@pytest.mark.slow
+def test_ppocr_det_with_no_declaration(compiled_assumed, reference):
+    """The detector's sizes are assumed multiples of 32 (its upsampled features must meet
+    the downsampled ones), and a size that is not is a ShapeError, not a wrong answer."""
+    c, relations = compiled_assumed("ppocrv4_det")
+    assert relations == tuple(f"p2o.DynamicDimension.{k} % 32 == 0" for k in (1, 2))
+    for height, width in DET_SHAPES:
+        c.check(det_input(render_line(TEXTS[0], height, width)), reference)
+    with pytest.raises(ShapeError, match=r"input 'x' dim 2: symbol p2o.DynamicDimension.1 = 321 "
+                                         r"is not a multiple of 32 \(needs "
+                                         r"p2o.DynamicDimension.1 % 32 == 0\)"):
+        c.vm["main"](np.zeros((1, 3, 321, 320), np.float32))

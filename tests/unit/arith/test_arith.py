@@ -65,3 +65,21 @@ def test_substitute_and_free_symbols():
     assert [s.name for s in arith.free_symbols(e)] == ["n", "seq", "w"]
     assert arith.substitute(e, {"n": 2, "seq": 3, "w": 64}) == 14
     assert arith.substitute(e, {"n": SEQ}) == SEQ * SEQ + W // 8
+
+
+def test_bounds_of_a_product_with_a_negative_factor():
+    """``n * min(q - 1, 0)`` lies in ``[-hi(n), 0]``: silero's conv extent over an unbounded
+    chunk length, ``129*q*n + 129*n - 129*n*min(q - 1, 0)``, is at least 129."""
+    q = floordiv(SymVar("s") + 64, 128)
+    assert bounds(N * minimum(q - 1, 0)) == (-arith.DIM_LIMIT, 0)
+    assert bounds(129 * q * N + 129 * N - 129 * N * minimum(q - 1, 0))[0] == 129
+    assert bounds(minimum(q - 1, 0) * minimum(q - 1, 0)) == (0, 1)  # [-1, 0] * [-1, 0]
+
+
+def test_provably_equal_writes_multiples_out():
+    h = SymVar("h", 4, None, 4)
+    assert 4 * N * floordiv(h, 4) != N * h  # two canonical forms of one value
+    assert arith.provably_equal(4 * N * floordiv(h, 4), N * h)
+    assert arith.provably_equal(W, 32 * floordiv(W, 32)) and arith.provably_equal(N, N)
+    assert not arith.provably_equal(2 * N * floordiv(h, 4), N * h)
+    assert not arith.provably_equal(4 * floordiv(N, 4), N)  # n has no divisor

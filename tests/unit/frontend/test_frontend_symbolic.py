@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from kiln.arith import SymVar
-from kiln.errors import ShapeError, UnsupportedOpError
+from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
 from kiln.relay.interpreter import evaluate
 
@@ -69,14 +69,75 @@ def test_shape_given_fixes_the_dims():
     assert [o.checked_type.shape for o in mod["main"].outputs] == [(2, 3, 2, 3), (2, 4, 6)]
 
 
-def test_different_symbols_do_not_broadcast():
+def _add_model(a_dims, b_dims):
     nodes = [helper.make_node("Add", ["a", "b"], ["c"])]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
-                     helper.make_tensor_value_info("b", TensorProto.FLOAT, ["m", 4])],
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_dims),
+                     helper.make_tensor_value_info("b", TensorProto.FLOAT, b_dims)],
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_different_symbols_a_broadcast_needs_equal_are_assumed_one():
+    """Add needs n == m (or one of them 1, which only a run-time broadcast could serve): the
+    importer assumes n == m, so both inputs have n, which the VM checks input by input."""
+    mod, _ = from_onnx(_add_model(["n", 4], ["m", 4]))
+    a, b = (p.checked_type.shape for p in mod["main"].params)
+    assert a == b == (SymVar("n"), 4)
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "n == m" and "ONNX Add" in made.where
+
+
+def test_a_named_symbol_is_kept_over_an_unnamed_one():
+    mod, _ = from_onnx(_add_model([None, 4], ["batch", 4]))
+    assert [p.checked_type.shape for p in mod["main"].params] == [(SymVar("batch"), 4)] * 2
+
+
+def test_without_assume_different_symbols_do_not_broadcast():
     with pytest.raises(ShapeError, match=r"\(n, 4\) vs \(m, 4\).*--dim"):
-        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        from_onnx(_add_model(["n", 4], ["m", 4]), assume=False)
+
+
+def test_unified_symbols_merge_their_declared_bounds():
+    mod, _ = from_onnx(_add_model(["n", 4], ["m", 4]), dim_bounds={"n": (2, 64), "m": (1, 32)})
+    assert mod["main"].params[1].checked_type.shape == (SymVar("n", 2, 32), 4)
+
+
+def _position_table_model():
+    """MiniLM's position ids: rows ``[0, seq)`` of a ``[1, 512]`` table sliced by the input's
+    length and expanded to the input's shape, added to the ids."""
+    table = helper.make_tensor("table", TensorProto.INT64, [1, 512], list(range(512)))
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["shape"]),
+        _const("i1", [1]), _const("zero", [0]),
+        helper.make_node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        helper.make_node("Slice", ["table", "zero", "seq", "i1"], ["rows"]),
+        helper.make_node("Expand", ["rows", "shape"], ["positions"]),
+        helper.make_node("Add", ["ids", "positions"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "positions",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)], initializer=[table])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_slice_of_a_table_bounds_the_length():
+    model = _position_table_model()
+    mod, params = from_onnx(model)
+    assert mod["main"].params[0].checked_type.shape == (SymVar("batch"), SymVar("seq", 1, 512))
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "seq <= 512" and "Expand" in made.where
+    ids = np.arange(14, dtype="int64").reshape(2, 7)
+    got = evaluate(mod["main"], {"ids": ids, **params})
+    np.testing.assert_array_equal(got[0], ReferenceEvaluator(model).run(None, {"ids": ids})[0])
+
+
+def test_a_declaration_that_decides_it_needs_no_assumption():
+    mod, _ = from_onnx(_position_table_model(), dim_bounds={"seq": (1, 256)})
+    assert mod["main"].attrs["assumptions"] == ()
+    with pytest.raises(ShapeError, match="do not broadcast"):
+        from_onnx(_position_table_model(), assume=False)
 
 
 def test_bounds_of_one_value_fix_the_dim():
@@ -128,3 +189,42 @@ def test_resize_to_a_size_whose_ratio_varies_is_refused_clearly():
     """H // 2 over H: onnxruntime's scale float(H // 2) / float(H) is not a constant."""
     with pytest.raises(UnsupportedOpError, match=r"Resize.*size .*H.*changes with the dims"):
         from_onnx(_resize_to_sizes_model("Div", [1, 1, 2, 2]))
+
+
+def test_a_reshape_element_count_is_assumed():
+    """``[b, h, 4]`` reshaped to ``[b, 4]`` (from the input's own Shape) holds for h == 1
+    only: the importer fixes h, and the graph evaluates like ONNX's reference."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _const("i0", [0]), _const("four", [4]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Concat", ["b", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "h", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = from_onnx(model)
+    assert mod["main"].params[0].checked_type.shape == (SymVar("b"), 1, 4)
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "h == 1" and "Reshape" in made.where
+    x = np.arange(12, dtype="float32").reshape(3, 1, 4)
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])
+    with pytest.raises(KilnError, match="cannot reshape"):
+        from_onnx(model, assume=False)
+
+
+def test_a_divisibility_is_assumed_of_the_inner_dim():
+    """``[b, h]`` reshaped to ``[-1, 4]``: ``b * h`` must be a multiple of 4, and of the two
+    single declarations the importer takes the inner dim's (a batch of 1 stays valid)."""
+    shape = helper.make_tensor("target", TensorProto.INT64, [2], [-1, 4])
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "target"], ["y"])], "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "h"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    (made,) = mod["main"].attrs["assumptions"]
+    assert made.relation() == "h % 4 == 0" and "cannot infer -1" in made.where
+    x = np.arange(8, dtype="float32").reshape(1, 8)
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x, **params})[0],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])

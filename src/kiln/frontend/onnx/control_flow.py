@@ -32,6 +32,7 @@ from kiln.arith import SymExpr, SymVar, free_symbols, shape_str
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters.dynamic import fallback, late
+from kiln.relay.assume import Assumption, AssumptionNeeded, needed_assumptions
 from kiln.relay.graph import (
     CALL_NODES,
     Call,
@@ -89,17 +90,24 @@ def _runtime_if(ctx: ConvertContext, graphs: dict, run) -> list[Expr]:
     1, Squeeze, Identity)``) refines ``d`` to ``c`` in the branch it guards (``match_cast``
     of the values it reads). A branch that does not type-check at the model's symbolic shapes,
     or whose outputs cannot have the guarded branch's types, becomes ``trap``s: taking it at
-    run time is an error, as it is for onnxruntime when the shapes do not fit."""
+    run time is an error, as it is for onnxruntime when the shapes do not fit. When neither
+    branch converts and one needs an assumption on the input symbols (silero's LSTM state
+    batch is its input's), that assumption is raised for the importer to make; one branch
+    alone never constrains the model's inputs."""
     refine, guarded = _refinement(ctx)
     mark = uid_mark()
     outs: dict[str, list[Expr] | None] = {}
     errors: dict[str, str] = {}
+    needed: list[Assumption] = []
     for key in ("then_branch", "else_branch"):
         try:
             outs[key] = run(graphs[key], [], refine if key == guarded else None)
         except ShapeError as err:  # (an op Kiln lacks stays a compile-time error)
             outs[key], errors[key] = None, str(err)
+            needed += needed_assumptions(err)
     good = [k for k in outs if outs[k] is not None]
+    if not good and needed:  # the model converts under no shape without it: assume it
+        raise AssumptionNeeded(f"neither branch converts: {errors['then_branch']}", needed)
     if not good:
         raise ctx.unsupported(f"neither branch converts: {errors['then_branch']}")
     types = {k: [e.checked_type for e in outs[k]] for k in good}

@@ -11,6 +11,7 @@ that ONNX defines as a function is converted through its function body
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from kiln.frontend.onnx.functions import expand_function
 from kiln.frontend.onnx.recurrent_scan import needs_scan, recurrent_scan
 from kiln.frontend.onnx.registry import find_converter
 from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
+from kiln.relay.assume import Assumption, needed_assumptions
 from kiln.relay.graph import (
     Call,
     Constant,
@@ -99,7 +101,7 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]] | None = None,
               dtype: str | Mapping[str, str] = "float32",
-              dim_bounds: Mapping[str, DimBound] | None = None,
+              dim_bounds: Mapping[str, DimBound] | None = None, assume: bool = True,
               ) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Convert an ONNX model to a graph-IR module and its parameters.
 
@@ -123,12 +125,19 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
         dim (in every input that has it). Kernels may drop tail
         loops and checks that known bounds and divisors make unnecessary; the VM rejects inputs
         outside them.
+    assume : bool
+        When an op needs a relation between symbolic dims that their bounds do not decide
+        (``min(512, sequence_length)`` broadcast against ``sequence_length``; two unnamed batch
+        dims that must be one), declare the weakest bound, divisor or symbol equality under
+        which it holds (:mod:`kiln.relay.assume`) and import again; the VM checks it at run
+        time like a declared bound. Default True; False raises the ShapeError instead.
 
     Returns
     -------
     mod : IRModule
         ``mod["main"]``: params are the graph inputs, then the initializers the graph uses;
-        ``output_names`` are the ONNX graph output names.
+        ``output_names`` are the ONNX graph output names; ``attrs["assumptions"]`` the
+        :class:`~kiln.relay.assume.Assumption` s made, in order (empty when none was needed).
     params : dict[str, np.ndarray]
         The initializer values by name (bind them with
         :func:`kiln.relay.transform.bind_params`).
@@ -144,23 +153,58 @@ def from_onnx(model: onnx.ModelProto, shape: Mapping[str, tuple[int | str, ...]]
     """
     opset = model_opset(model)
     check_supported(model, opset)  # every unsupported op in one error, before any work
-    graph = model.graph
-    shape = dict(shape or {})
-    values: dict[str, Expr] = {}
+    weights = _initializers(model.graph)  # (read once: every walk shares them)
+    symbols = SymbolTable(dim_bounds)
+    assumptions: list[Assumption] = []
+    while True:
+        symbols.vars = {}  # (each walk makes its symbols again, with what is declared now)
+        try:
+            mod, params = _import(model, opset, shape, dtype, symbols, weights)
+        except ShapeError as err:
+            options = needed_assumptions(err) if assume else []
+            if not options or len(assumptions) >= MAX_ASSUMPTIONS:
+                raise
+            made = symbols.declare(options)
+            if made is None:
+                raise  # (it changes nothing: it cannot be what this error needs)
+            logger.info("assuming %s (%s)", made.relation(), made.where)
+            assumptions.append(made)
+            continue
+        mod["main"].attrs["assumptions"] = tuple(assumptions)
+        return mod, params
+
+
+#: assumptions one import may make before the ShapeError stands (each import is another walk
+#: of the graph; a model needing more is more likely wrong than dynamic)
+MAX_ASSUMPTIONS = 16
+
+
+def _initializers(graph: onnx.GraphProto) -> tuple[dict[str, np.ndarray], list[Var]]:
+    """The initializers' values by name and their parameter Vars."""
     param_values: dict[str, np.ndarray] = {}
     param_vars: list[Var] = []
     for init in graph.initializer:
         value = numpy_helper.to_array(init)
         onnx_dtype(init.data_type, f"initializer '{init.name}'")
         param_values[init.name] = value
-        var = Var(init.name, TensorType(tuple(int(d) for d in value.shape), str(value.dtype)))
-        param_vars.append(var)
-        values[init.name] = var
+        param_vars.append(Var(init.name, TensorType(tuple(int(d) for d in value.shape),
+                                                    str(value.dtype))))
     if graph.sparse_initializer:
         raise UnsupportedOpError("ONNX sparse initializers are not supported")
+    return param_values, param_vars
+
+
+def _import(model: onnx.ModelProto, opset: int, shape: Mapping | None,
+            dtype: str | Mapping[str, str], symbols: SymbolTable,
+            weights: tuple[dict[str, np.ndarray], list[Var]],
+            ) -> tuple[IRModule, dict[str, np.ndarray]]:
+    """One walk of the graph with the symbols as ``symbols`` declares them."""
+    graph = model.graph
+    shape = dict(shape or {})
+    param_values, param_vars = weights
+    values: dict[str, Expr] = {v.name: v for v in param_vars}
 
     input_vars: list[Var] = []
-    symbols = SymbolTable(dim_bounds)
     for value_info in graph.input:
         if value_info.name in param_values:
             continue  # an initializer listed as input is a weight, not a model input
@@ -207,14 +251,54 @@ def dim_symbol(input_name: str, k: int, dim_param: str) -> str:
 
 class SymbolTable:
     """The symbolic dims of a model's inputs: one :class:`SymVar` per ``dim_param`` name, with
-    the bounds the user declared."""
+    the bounds the user declared and those assumed (:meth:`declare`), and the names assumed
+    to be one symbol (``aliases``: name -> the symbol it is)."""
 
     def __init__(self, bounds: Mapping[str, DimBound] | None):
         self.bounds = dict(bounds or {})
+        self.declared = set(self.bounds)
+        self.aliases: dict[str, str] = {}
         self.vars: dict[str, SymVar] = {}
 
+    def declare(self, options: list[Assumption]) -> Assumption | None:
+        """Declare one of ``options`` for the next import and return it: of those naming
+        input symbols (of the import that needed it, :attr:`vars`), the one on the symbol
+        made last (an inner dim over a batch: ``[b, h]`` reshaped to ``[-1, 4]`` assumes
+        ``h % 4 == 0``); None when there is none or it changes nothing."""
+        order = list(self.vars)
+        usable = [a for a in options if a.symbol in order
+                  and (a.equal is None or a.equal in order)]  # (not a late symbol)
+        if not usable:
+            return None
+        a = max(usable, key=lambda o: order.index(o.symbol)) if usable[0].equal is None \
+            else usable[0]
+        return a if self._declare(a) else None
+
+    def _declare(self, a: Assumption) -> bool:
+        order = list(self.vars)
+        if a.equal is not None:
+            keep, drop = sorted((a.symbol, a.equal), key=lambda n: (
+                _anonymous(n), order.index(n)))  # a dim_param's name over <input>_dim<k>
+            self.aliases[drop] = keep
+            merged = _intersect(self._spec(keep), self._spec(drop), keep)
+            self.bounds[keep] = merged
+            return True
+        name = self.aliases.get(a.symbol, a.symbol)
+        old = self._spec(name)
+        new = _intersect(old, (a.lo, a.hi, a.divisor), name)
+        self.bounds[name] = new
+        return new != old
+
+    def _spec(self, name: str) -> tuple[int, int | None, int]:
+        spec = tuple(self.bounds.get(name, ()))
+        return (int(spec[0]) if len(spec) > 0 else 1,
+                None if len(spec) < 2 or spec[1] is None else int(spec[1]),
+                int(spec[2]) if len(spec) > 2 else 1)
+
     def get(self, name: str) -> SymVar | int:
-        """The symbol ``name``, or its value when its bounds allow only one."""
+        """The symbol ``name`` (or the one it is assumed to be), or its value when its bounds
+        allow only one."""
+        name = self.aliases.get(name, name)
         if name not in self.vars:
             spec = tuple(self.bounds.get(name, ()))
             lo = int(spec[0]) if len(spec) > 0 else 1
@@ -227,10 +311,29 @@ class SymbolTable:
         return var.lo if var.hi == var.lo else var
 
     def check_all_used(self) -> None:
-        unknown = sorted(set(self.bounds) - set(self.vars))
+        unknown = sorted(self.declared - set(self.vars) - set(self.aliases))
         if unknown:
             raise ShapeError(f"bounds given for unknown symbolic dim(s) {unknown}; the model's "
                              f"symbolic dims are {sorted(self.vars) or 'none'}")
+
+
+def _anonymous(name: str) -> bool:
+    """Whether ``name`` is one :func:`dim_symbol` made up (``<input>_dim<k>``)."""
+    head, sep, k = name.rpartition("_dim")
+    return bool(sep and head and k.isdigit())
+
+
+def _intersect(a: tuple, b: tuple, name: str) -> tuple[int, int | None, int]:
+    """The bounds ``(lo, hi, divisor)`` both allow; none raises ShapeError naming ``name``."""
+    lo = max(a[0], b[0])
+    his = [h for h in (a[1], b[1]) if h is not None]
+    hi = min(his) if his else None
+    divisor = math.lcm(a[2], b[2])
+    lo = -(-lo // divisor) * divisor
+    if hi is not None and hi < lo:
+        raise ShapeError(f"symbol {name}: the model needs bounds {a} and {b}, which no value "
+                         "satisfies")
+    return lo, hi, divisor
 
 
 def _input_type(value_info: onnx.ValueInfoProto, given: tuple[int | str, ...] | None,

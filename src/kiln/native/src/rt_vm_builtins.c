@@ -112,12 +112,15 @@ int kiln_check_bounds(const char* label, int dim, const char* sym, int64_t v,
     char hi[32];
     if (b->hi == -1) snprintf(hi, sizeof(hi), "inf");
     else snprintf(hi, sizeof(hi), "%lld", (long long)b->hi);
-    return kiln_fail("ShapeError: %s dim %d: symbol %s = %lld is outside its bounds [%lld, %s]",
-                     label, dim, sym, (long long)v, (long long)b->lo, hi);
+    /* the relation it breaks, as vm_builtins.check_bounds names it */
+    return kiln_fail("ShapeError: %s dim %d: symbol %s = %lld is outside its bounds [%lld, %s] "
+                     "(needs %s %s %lld)", label, dim, sym, (long long)v, (long long)b->lo, hi,
+                     sym, v < b->lo ? ">=" : "<=", (long long)(v < b->lo ? b->lo : b->hi));
   }
   if (v % b->divisor)
-    return kiln_fail("ShapeError: %s dim %d: symbol %s = %lld is not a multiple of %lld", label,
-                     dim, sym, (long long)v, (long long)b->divisor);
+    return kiln_fail("ShapeError: %s dim %d: symbol %s = %lld is not a multiple of %lld (needs "
+                     "%s %% %lld == 0)", label, dim, sym, (long long)v, (long long)b->divisor,
+                     sym, (long long)b->divisor);
   return 0;
 }
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from kiln.arith import Dim, SymExpr, bounds, shape_str
 from kiln.errors import ShapeError
+from kiln.relay.assume import raise_if_assumable
 from kiln.relay.graph import TensorType
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -22,7 +23,9 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
 
     Symbolic dims broadcast against 1 and against an equal expression; two different
     expressions (or an expression and an int other than 1) are an error, as they would need a
-    run-time check of which one is 1."""
+    run-time check of which one is 1. When one declaration on the input symbols makes them
+    equal (:func:`kiln.relay.assume.assume_options`) the error is an
+    :class:`~kiln.relay.assume.AssumptionNeeded` carrying it."""
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for shape in shapes:
@@ -35,9 +38,13 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
                 out[offset + k] = dim if isinstance(dim, SymExpr) else int(dim)
                 continue
             shown = " vs ".join(shape_str(s) for s in shapes)
+            symbolic = isinstance(dim, SymExpr) or isinstance(cur, SymExpr)
             hint = ("; declare the symbols' bounds (--dim NAME=LO..HI, dim_bounds=) if they "
-                    "decide it") if isinstance(dim, SymExpr) or isinstance(cur, SymExpr) else ""
-            raise ShapeError(f"shapes {shown} do not broadcast{hint}")
+                    "decide it") if symbolic else ""
+            message = f"shapes {shown} do not broadcast{hint}"
+            if symbolic:  # the importer declares what it needs and imports again
+                raise_if_assumable(message, cur, dim, f"shapes {shown} broadcast only if")
+            raise ShapeError(message)
     return tuple(out)
 
 

@@ -27,7 +27,8 @@ def _reshape_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     expect_arity(arg_types, 1)
     (x,) = arg_types
     newshape = tuple(attrs["newshape"])
-    if any(isinstance(d, int) and d < 0 for d in newshape) or arith.prod(newshape) != x.size:
+    if any(isinstance(d, int) and d < 0 for d in newshape) or not arith.provably_equal(
+            arith.prod(newshape), x.size):
         raise ShapeError(f"cannot reshape {arith.shape_str(x.shape)} to "
                          f"{arith.shape_str(newshape)}")
     return TensorType(newshape, x.dtype)

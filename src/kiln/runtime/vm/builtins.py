@@ -164,12 +164,16 @@ def _parse_spec(site: Site, param: int) -> tuple[str, list[_DimCheck]]:
 
 
 def check_bounds(what: str, sym: str, v: int, lo: int, hi: int | None, divisor: int) -> None:
-    """Raise ShapeError when ``v`` breaks a symbol's bounds or divisibility."""
+    """Raise ShapeError when ``v`` breaks a symbol's bounds or divisibility, naming the
+    relation it breaks (``needs sequence_length <= 512``: declared, or assumed by the
+    compiler, kiln.relay.assume)."""
     if v < lo or (hi is not None and v > hi):
+        need = f"{sym} >= {lo}" if v < lo else f"{sym} <= {hi}"
         raise ShapeError(f"{what}: symbol {sym} = {v} is outside its bounds [{lo}, "
-                         f"{'inf' if hi is None else hi}]")
+                         f"{'inf' if hi is None else hi}] (needs {need})")
     if v % divisor:
-        raise ShapeError(f"{what}: symbol {sym} = {v} is not a multiple of {divisor}")
+        raise ShapeError(f"{what}: symbol {sym} = {v} is not a multiple of {divisor} (needs "
+                         f"{sym} % {divisor} == 0)")
 
 
 def match_shape(site: Site) -> Run:

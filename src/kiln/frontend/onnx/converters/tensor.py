@@ -12,6 +12,7 @@ from kiln import arith
 from kiln.frontend.onnx.context import SUPPORTED_DTYPES, ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
+from kiln.relay.assume import raise_if_assumable
 from kiln.relay.graph import Constant, Expr, symbolic_array
 from kiln.relay.op.common import broadcast_shapes
 
@@ -53,13 +54,22 @@ def reshape(ctx: ConvertContext) -> Expr:
     if infer is not None:
         known = arith.prod(out)
         if known == 0 or arith.floormod(size, known) != 0:
-            raise ctx.unsupported(f"cannot infer -1 in {arith.shape_str(target)} for input shape "
-                                  f"{arith.shape_str(in_shape)}")
+            message = (f"cannot infer -1 in {arith.shape_str(target)} for input shape "
+                       f"{arith.shape_str(in_shape)}")
+            _assume(message, 0 if known == 0 else arith.floormod(size, known), 0)
+            raise ctx.unsupported(message)
         out[infer] = arith.floordiv(size, known)
-    if arith.prod(out) != size:
-        raise ctx.unsupported(f"cannot reshape {arith.shape_str(in_shape)} to "
-                              f"{arith.shape_str(out)}")
+    if not arith.provably_equal(arith.prod(out), size):
+        message = f"cannot reshape {arith.shape_str(in_shape)} to {arith.shape_str(out)}"
+        _assume(message, arith.prod(out), size)
+        raise ctx.unsupported(message)
     return ctx.reshape(x, out)
+
+
+def _assume(message: str, a: arith.Dim, b: arith.Dim) -> None:
+    """Raise AssumptionNeeded when one declaration on the input symbols makes ``a == b`` (a
+    reshape's element count, a divisibility), for the importer to declare (kiln.relay.assume)."""
+    raise_if_assumable(message, a, b, f"{message} holds only if")
 
 
 @onnx_op("Flatten", since=1)
