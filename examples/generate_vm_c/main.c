@@ -11,7 +11,8 @@
  *
  * stdout: the new token ids on one line (a stop token ends the reply and is not printed);
  * stderr: the prefill's and the decode steps' wall-clock and CPU time. Exit status 0, 1 (the
- * runtime's error), 2 (usage). KILN_NUM_THREADS: kernel threads.
+ * runtime's error), 2 (usage, or a prompt id not below the vocabulary size, which the first
+ * step's logits give). KILN_NUM_THREADS: kernel threads.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <kiln/runtime.h>
@@ -227,6 +228,15 @@ int main(int argc, char** argv) {
     if ((token = argmax_last(logits)) < 0) {
       fprintf(stderr, "step %lld: the logits are not float32 [1, sequence, vocab]\n", k);
       return 1;
+    }
+    /* the model clamps an id past its vocabulary (Gather's "clip" mode): refuse it instead */
+    for (v = 0; first && v < num_prompt; ++v) {
+      if (((int64_t*)prompt->data)[v] >= logits->shape[2]) {
+        fprintf(stderr, "prompt id %lld (position %lld) is not below the vocabulary size "
+                "%lld\n", (long long)((int64_t*)prompt->data)[v], v,
+                (long long)logits->shape[2]);
+        return 2;
+      }
     }
     for (i = 0; i < num_stops; ++i) stopped |= token == stops[i];
     if (!stopped) printf(k ? " %lld" : "%lld", (long long)token);

@@ -92,13 +92,18 @@ def test_tiny_decoder_under_sanitizers(native_rt_asan, llama_so, tmp_path):  # n
 
 
 def test_bad_command_lines(example, llama_so, tmp_path):  # noqa: F811
-    """Usage errors exit 2 naming the usage; a file that is not a library exits 1 naming it."""
+    """Usage errors exit 2 naming the usage, and so does a prompt id past the vocabulary (the
+    model's Gather would clamp it); a file that is not a library exits 1 naming it."""
     so = str(llama_so[0])
     for args in ([so], [so, "--max-new-tokens", "0", "5"], [so, "--max-new-tokens", "3"],
                  [so, "--top-k", "3", "5"], [so, "5", "x"], [so, "-5"]):
         proc = subprocess.run([str(example), *args], capture_output=True, text=True,
                               timeout=60, check=False)
         assert proc.returncode == 2 and "usage:" in proc.stderr, (args, proc.stderr)
+    proc = subprocess.run([str(example), so, "5", "101"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "prompt id 101 (position 1) is not below the vocabulary size 101" in proc.stderr
     (tmp_path / "not.so").write_bytes(b"not a library")
     proc = subprocess.run([str(example), str(tmp_path / "not.so"), "5"], capture_output=True,
                           text=True, timeout=60, check=False)
