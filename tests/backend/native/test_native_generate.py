@@ -16,6 +16,8 @@ import pytest
 from test_llama_decoder import PROMPTS
 from test_native_vm import SANITIZE, _env
 from test_native_vm_kv import NAMES, llama_so  # noqa: F401 (llama_so: a fixture)
+from test_smollm2 import PROMPTS as CHAT_PROMPTS
+from test_smollm2 import _cache_env, _chat_ids
 
 import kiln
 from kiln.llm import Decoder, generate
@@ -114,8 +116,6 @@ def test_bad_command_lines(example, llama_so, tmp_path):  # noqa: F811
 def smollm2_so(kiln_cache_dir):
     """(the compiled SmolLM2 decoder of test_smollm2.py, its tokenizer)."""
     pytest.importorskip("gguf")
-    from test_smollm2 import _cache_env
-
     from kiln.llm.decoder import compiled_decoder_path
     from kiln.models import smollm2, smollm2_tokenizer
 
@@ -127,10 +127,8 @@ def smollm2_so(kiln_cache_dir):
 @pytest.mark.xdist_group("smollm2")
 def test_smollm2_tokens_equal_python_vm(example, smollm2_so):
     """A chat prompt, 16 greedy tokens (no stop token); prints both decoders' speed."""
-    from test_smollm2 import PROMPTS as CHAT, _chat_ids
-
     so, tok = smollm2_so
-    ids = _chat_ids(tok, CHAT[0])
+    ids = _chat_ids(tok, CHAT_PROMPTS[0])
     want = generate(python_vm_decoder(so), [ids], max_new_tokens=16)
     got, timing = run_example(example, so, ids, "--max-new-tokens", "16")
     assert got == want.tokens[0], (tok.decode(got), tok.decode(want.tokens[0]))
