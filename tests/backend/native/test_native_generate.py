@@ -1,8 +1,8 @@
 """examples/generate_vm_c: greedy generation from C through libkiln_runtime (token ids in, token
 ids out; the prompt in one call, then one token per call with the present caches fed back).
 Its tokens equal ``kiln.llm.generate``'s on the Python VM over the same file: the tiny llama
-decoder of test_llama_decoder.py (also with the runtime and the program under ASan + UBSan),
-and SmolLM2-135M-Instruct (``slow``: the compiled decoder of test_smollm2.py, cached)."""
+decoder of test_llama_decoder.py and SmolLM2-135M-Instruct (``slow``: the compiled decoder of
+test_smollm2.py, cached), both also with the runtime and the program under ASan + UBSan."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "generate_vm_c"
 #: the program's timing line on stderr
 TIMING = re.compile(r"prefill: (\d+) tokens, [\d.]+ ms \(CPU [\d.]+ ms\); decode: (\d+) steps, "
                     r"([\d.]+) ms \(CPU ([\d.]+) ms\), ([\d.]+) tokens/s")
+
+ASAN_CFLAGS = " ".join(["-g", "-O1", *SANITIZE])
 
 
 def build_example(rt: Path, folder: Path, cflags: str = "-O2") -> Path:
@@ -87,7 +89,7 @@ def test_tiny_decoder_tokens_equal_python_vm(example, llama_so):  # noqa: F811
 def test_tiny_decoder_under_sanitizers(native_rt_asan, llama_so, tmp_path):  # noqa: F811
     """The runtime and the program under ASan + UBSan (leaks too): 40 tokens, so the caches
     outgrow their first 64-row buffers."""
-    prog = build_example(native_rt_asan, tmp_path, " ".join(["-g", "-O1", *SANITIZE]))
+    prog = build_example(native_rt_asan, tmp_path, ASAN_CFLAGS)
     py = python_vm_decoder(llama_so[0])
     got, _ = run_example(prog, llama_so[0], PROMPTS[0], "--max-new-tokens", "40", env=_env())
     assert got == generate(py, [PROMPTS[0]], max_new_tokens=40).tokens[0]
@@ -112,26 +114,45 @@ def test_bad_command_lines(example, llama_so, tmp_path):  # noqa: F811
     assert proc.returncode == 1 and "not.so" in proc.stderr, proc.stderr
 
 
-@pytest.fixture(scope="module")
-def smollm2_so(kiln_cache_dir):
-    """(the compiled SmolLM2 decoder of test_smollm2.py, its tokenizer)."""
+def _smollm2(kiln_cache_dir, quantize_weights: str | None = None):
+    """(a compiled SmolLM2 decoder of test_smollm2.py, its tokenizer)."""
     pytest.importorskip("gguf")
     from kiln.llm.decoder import compiled_decoder_path
     from kiln.models import smollm2, smollm2_tokenizer
 
     with _cache_env(kiln_cache_dir):
-        return compiled_decoder_path(smollm2(), "llvm -mcpu=native"), smollm2_tokenizer()
+        return (compiled_decoder_path(smollm2(), "llvm -mcpu=native", quantize_weights),
+                smollm2_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def smollm2_so(kiln_cache_dir):
+    return _smollm2(kiln_cache_dir)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("smollm2")
-def test_smollm2_tokens_equal_python_vm(example, smollm2_so):
-    """A chat prompt, 16 greedy tokens (no stop token); prints both decoders' speed."""
-    so, tok = smollm2_so
+@pytest.mark.parametrize("quantize_weights", [None, "int8", "q4"])
+def test_smollm2_tokens_equal_python_vm(example, kiln_cache_dir, quantize_weights):
+    """A chat prompt, 16 greedy tokens (no stop token), float32 and weight-only int8 / q4
+    weights (the artifacts of test_smollm2.py); prints both decoders' speed."""
+    so, tok = _smollm2(kiln_cache_dir, quantize_weights)
     ids = _chat_ids(tok, CHAT_PROMPTS[0])
     want = generate(python_vm_decoder(so), [ids], max_new_tokens=16)
     got, timing = run_example(example, so, ids, "--max-new-tokens", "16")
     assert got == want.tokens[0], (tok.decode(got), tok.decode(want.tokens[0]))
     assert "Paris" in tok.decode(got)
-    print(f"decode tokens/s at one thread: C {float(timing[5]):.2f}, Python VM "
+    print(f"{quantize_weights}: decode tokens/s at one thread: C {float(timing[5]):.2f}, Python VM "
           f"{want.decode_tokens_per_s:.2f}")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2")
+def test_smollm2_under_sanitizers(native_rt_asan, smollm2_so, tmp_path):
+    """The runtime and the program under ASan + UBSan (leaks too) over the 655 MB decoder:
+    4 greedy tokens, the Python VM's."""
+    so, tok = smollm2_so
+    ids = _chat_ids(tok, CHAT_PROMPTS[0])
+    prog = build_example(native_rt_asan, tmp_path, ASAN_CFLAGS)
+    got, _ = run_example(prog, so, ids, "--max-new-tokens", "4", env=_env())
+    assert got == generate(python_vm_decoder(so), [ids], max_new_tokens=4).tokens[0]
