@@ -10,7 +10,8 @@ after the prompt's) wall-clock and process CPU time; the CPU time per token is t
 figure on a shared machine. Prints the median over rounds of each side's decode tokens/s
 (wall) and CPU ms per token, and checks that both produced the same tokens.
 
-    python benchmarks/native_generate.py [--so model.so] [--tokens 16] [--rounds 3]
+    python benchmarks/native_generate.py [--so model.so | --quantize-weights int8|q4]
+                                         [--tokens 16] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def run_python(so: Path, ids: list[int], n: int, env: dict) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--so", help="the decoder VM library (default: kiln.llm's compiled SmolLM2)")
+    p.add_argument("--quantize-weights", choices=["int8", "q4"],
+                   help="the compiled decoder with weight-only quantized matmul weights")
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
@@ -90,7 +93,8 @@ def main(argv=None) -> int:
 
     tok = smollm2_tokenizer()
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
-    so = Path(args.so) if args.so else compiled_decoder_path(smollm2(), "llvm -mcpu=native")
+    so = Path(args.so) if args.so else compiled_decoder_path(smollm2(), "llvm -mcpu=native",
+                                                                    args.quantize_weights)
     env = {**os.environ, "KILN_NUM_THREADS": "1"}
     results: dict[str, list[dict]] = {"C": [], "Python VM": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +105,7 @@ def main(argv=None) -> int:
             for name, run in sides if r % 2 == 0 else sides[::-1]:
                 results[name].append(run())
     tokens = {name: rs[0]["tokens"] for name, rs in results.items()}
-    print(f"{len(ids)}-token prompt, {args.tokens} new tokens, one kernel thread, "
+    print(f"{so.name}: {len(ids)}-token prompt, {args.tokens} new tokens, one kernel thread, "
           f"{args.rounds} rounds (load {os.getloadavg()[0]:.1f})")
     for name, rs in results.items():
         tps = statistics.median(r["steps"] / r["wall_s"] for r in rs)
