@@ -55,8 +55,10 @@ static const char* param_text(Decoder* d, const char* query, int i) {
 }
 
 /* Load model.so, create its VM on the CPU and check main's signature: the three step inputs,
-   then caches whose shapes end in static heads and head_dim. 0, or -1 with a message. */
+   then caches whose shapes end in static heads and head_dim. 0, or -1 (TVMGetLastError()
+   says why). */
 static int open_decoder(const char* path, Decoder* d) {
+  char msg[512];
   TVMValue args[3], ret;
   int codes[3] = {kTVMArgInt, kTVMArgInt, kTVMArgInt}, code, n, i;
   const char* text;
@@ -71,14 +73,16 @@ static int open_decoder(const char* path, Decoder* d) {
   if (call(d->vm, "get_function_arity", 1, args, codes, &ret, &code) != 0) return -1;
   n = (int)ret.v_int64;
   if (n < 3 || n - 3 > MAX_CACHES) {
-    fprintf(stderr, "%s: main takes %d inputs, not a decoder's 3 + caches\n", path, n);
+    snprintf(msg, sizeof(msg), "main takes %d inputs, not a decoder's 3 + caches", n);
+    TVMAPISetLastError(msg);
     return -1;
   }
   for (i = 0; i < 3; ++i) {
     if ((text = param_text(d, "get_function_param_name", i)) == NULL) return -1;
     if (strcmp(text, kStepInputs[i]) != 0) {
-      fprintf(stderr, "%s: main's input %d is '%s', not a decoder's '%s'\n", path, i, text,
-              kStepInputs[i]);
+      snprintf(msg, sizeof(msg), "main's input %d is '%s', not a decoder's '%s'", i, text,
+               kStepInputs[i]);
+      TVMAPISetLastError(msg);
       return -1;
     }
   }
@@ -92,8 +96,9 @@ static int open_decoder(const char* path, Decoder* d) {
     tail = tail ? strchr(tail + 1, ',') : NULL;
     if (tail == NULL || sscanf(tail, ",%lld,%lld", &heads, &head_dim) != 2 || heads <= 0 ||
         head_dim <= 0 || (i > 3 && (heads != d->heads || head_dim != d->head_dim))) {
-      fprintf(stderr, "%s: main's input %d has shape [%s], not [past, batch, heads, "
-              "head_dim] with the static heads and head_dim of the others\n", path, i, text);
+      snprintf(msg, sizeof(msg), "main's input %d has shape [%s], not [past, batch, heads, "
+               "head_dim] with the static heads and head_dim of the others", i, text);
+      TVMAPISetLastError(msg);
       return -1;
     }
     d->heads = heads, d->head_dim = head_dim;

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_llama_decoder import PROMPTS
-from test_native_vm import SANITIZE, _env
+from test_native_vm import SANITIZE, _env, tiny  # noqa: F401 (tiny: a fixture)
 from test_native_vm_kv import NAMES, llama_so  # noqa: F401 (llama_so: a fixture)
 from test_smollm2 import PROMPTS as CHAT_PROMPTS
 from test_smollm2 import _cache_env, _chat_ids
@@ -95,9 +95,10 @@ def test_tiny_decoder_under_sanitizers(native_rt_asan, llama_so, tmp_path):  # n
     assert got == generate(py, [PROMPTS[0]], max_new_tokens=40).tokens[0]
 
 
-def test_bad_command_lines(example, llama_so, tmp_path):  # noqa: F811
+def test_bad_command_lines(example, llama_so, tiny, tmp_path):  # noqa: F811
     """Usage errors exit 2 naming the usage, and so does a prompt id past the vocabulary (the
-    model's Gather would clamp it); a file that is not a library exits 1 naming it."""
+    model's Gather would clamp it); a file that is not a library, and a VM library that is not
+    a decoder, exit 1 naming the file."""
     so = str(llama_so[0])
     for args in ([so], [so, "--max-new-tokens", "0", "5"], [so, "--max-new-tokens", "3"],
                  [so, "--top-k", "3", "5"], [so, "5", "x"], [so, "-5"]):
@@ -112,6 +113,10 @@ def test_bad_command_lines(example, llama_so, tmp_path):  # noqa: F811
     proc = subprocess.run([str(example), str(tmp_path / "not.so"), "5"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 1 and "not.so" in proc.stderr, proc.stderr
+    proc = subprocess.run([str(example), str(tiny[0]), "5"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"{tiny[0]}: main takes 1 inputs, not a decoder's 3 + caches\n"
 
 
 def _smollm2(kiln_cache_dir, quantize_weights: str | None = None):
