@@ -12,7 +12,7 @@ importer (``kiln.frontend.onnx.importer.from_onnx``) declares it and imports aga
 symbol's bounds (or the shared symbol) are in every type, and the VM checks them at run time
 as it checks declared ones (``match_shape``: bounds, divisors, one value per symbol), naming
 the input, the dim, the symbol and the relation. Decision record
-``docs/decisions/034-assume-then-check-assume.md``.
+``docs/decisions/044-assume-then-check.md``.
 
 May import: kiln.arith (and kiln.errors).
 """

@@ -424,7 +424,7 @@ def test_vm_cross_under_qemu(isa, tmp_path, build_once):
 @pytest.mark.parametrize(("rows", "relation"), [(66, "n <= 64"), (3, "n % 2 == 0"),
                                                 (0, "n >= 2")])
 def test_bound_errors_name_the_relation_in_c_and_python(native_rt, tmp_path, rows, relation):
-    """A symbol's bounds (declared, or assumed by the importer, decision 034) broken at run
+    """A symbol's bounds (declared, or assumed by the importer, decision 044) broken at run
     time: the C VM and the Python VM name the input, the dim, the symbol and the relation."""
     from kiln.runtime.vm.executable import (
         Symbol,

@@ -2,7 +2,7 @@
 several shapes: squeezenet and resnet50 (light models, random weights) with their batch made
 the symbol ``N``, PP-OCRv4 rec (``N×3×48×W``) and det (``N×3×H×W``, H and W declared multiples
 of 32) on rendered text; the PP-OCRv4 models also compiled with no declaration at all (the
-importer assumes what they need, decision 034).
+importer assumes what they need, decision 044).
 
 Each (model, target) compiles once (module-scoped fixture) and is checked at every shape. The
 C target runs squeezenet; the larger models run on ``llvm -mcpu=native`` only and are marked
@@ -149,7 +149,7 @@ def test_ppocr_det_symbolic_size(compiled, reference):
 @pytest.fixture(scope="module")
 def compiled_assumed(tmp_path_factory, wheel_file):
     """``compiled_assumed(name)``: the PP-OCRv4 model compiled with no declaration at all for
-    the default target (decision 034: the importer assumes what the model needs)."""
+    the default target (decision 044: the importer assumes what the model needs)."""
     cache: dict[str, tuple[Compiled, tuple]] = {}
 
     def get(name: str) -> tuple[Compiled, tuple]:
