@@ -40,3 +40,27 @@ def test_optimized_minilm_matches_onnxruntime(optimized, batch, seq, tmp_path):
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(w))))
+
+
+def test_optimized_minilm_with_no_flags_is_one_vm_artifact(optimized, tmp_path):
+    """Symbolic (batch, sequence) with no declaration: the Attention body's 1-D mask path
+    (an int32 Range over a symbolic length) and the fusion of its side inputs (sizes compared
+    symbolically) compile into one VM library that runs every shape."""
+    import kiln
+    from kiln.frontend import from_onnx
+    from kiln.vm import VirtualMachine
+
+    mod, params = from_onnx(optimized)
+    exe = kiln.build(mod, target="llvm", params=params)
+    assert isinstance(exe, kiln.runtime.VMExecutable)
+    exe.export_library(str(tmp_path / "minilm.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "minilm.so")), kiln.cpu())
+    for batch, seq in [(1, 7), (3, 40)]:
+        rng = np.random.default_rng(seq)
+        mask = np.ones((batch, seq), np.int64)
+        mask[-1, seq // 2:] = 0
+        feeds = {"input_ids": rng.integers(0, 30000, (batch, seq)).astype(np.int64),
+                 "attention_mask": mask}
+        got = [o.numpy() for o in vm["main"](*feeds.values())]
+        for g, w in zip(got, run_onnxruntime(optimized, feeds), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(w))))

@@ -228,3 +228,20 @@ def test_a_divisibility_is_assumed_of_the_inner_dim():
     x = np.arange(8, dtype="float32").reshape(1, 8)
     np.testing.assert_array_equal(evaluate(mod["main"], {"x": x, **params})[0],
                                   ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+def test_an_int32_range_over_a_symbolic_length_stays_int32():
+    """Range(0, int32(Shape(x)[1]), 1) keeps the inputs' int32 (ONNX: the output has the
+    inputs' type), as onnxruntime computes it."""
+    i32 = TensorProto.INT32
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Squeeze", ["shape"], ["n64"]),
+             helper.make_node("Cast", ["n64"], ["n"], to=i32),
+             helper.make_node("Range", ["zero", "n", "one"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "L"])],
+        [helper.make_tensor_value_info("y", i32, None)],
+        [helper.make_tensor("zero", i32, [], [0]), helper.make_tensor("one", i32, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = from_onnx(model)
+    assert mod["main"].outputs[0].checked_type.dtype == "int32"

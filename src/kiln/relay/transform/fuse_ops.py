@@ -27,6 +27,7 @@ known at run time) is always a kernel argument, never an immediate.
 
 from __future__ import annotations
 
+from kiln import arith
 from kiln.relay.graph import (
     CALL_NODES,
     Call,
@@ -128,7 +129,7 @@ def _absorb_side_inputs(target: _Group, node: Call, group_of: dict, groups: list
                 or len(users[arg.uid]) != 1 or arg.uid in pinned
                 or side.kind > OpPattern.INJECTIVE):
             continue
-        small = arg.checked_type.size <= (shape[-1] if shape else 1)
+        small = _provably_at_most(arg.checked_type.size, shape[-1] if shape else 1)
         if not (small or all(m.op.name in RESHAPES for m in side.members)):
             continue
         inside = {m.uid for m in side.members}
@@ -139,6 +140,15 @@ def _absorb_side_inputs(target: _Group, node: Call, group_of: dict, groups: list
         target.members.extend(side.members)
         target.side |= inside
         group_of.update((uid, target) for uid in inside)
+
+
+def _provably_at_most(a, b) -> bool:
+    """``a <= b`` for sizes that may be symbolic; False when the symbols' bounds do not decide
+    it (absorbing a side input is an optimization: no is always safe)."""
+    try:
+        return arith.compare("less_equal", a, b)
+    except arith.UndecidedError:
+        return False
 
 
 def _reads_group(exprs: list[Expr], group: _Group, start: int,

@@ -30,8 +30,8 @@ def range_(ctx: ConvertContext) -> Expr:
     except NotConstantError as err:
         dynamic.fallback(err)
         return dynamic.range_(ctx)
-    dtype = np.dtype("int64") if object in (start.dtype, limit.dtype, delta.dtype) \
-        else start.dtype  # shape values (symbolic constants) are int64
+    # shape values (symbolic constants) are object arrays: the inputs' declared type decides
+    dtype = np.dtype(ctx.input(0).checked_type.dtype)
     if dtype.name not in ("float16", "float32", "float64", "int16", "int32", "int64"):
         raise ctx.unsupported(f"element type {dtype}")
     s, lim, d = (v.reshape(()).item() for v in (start, limit, delta))
@@ -51,7 +51,11 @@ def _symbolic_range(ctx: ConvertContext, s, lim, d, dtype) -> Expr:
         raise ctx.unsupported("a symbolic Range needs integer bounds and a static step")
     span = arith.sub(lim, s) if d > 0 else arith.sub(s, lim)
     count = arith.maximum(arith.floordiv(arith.add(span, abs(d) - 1), abs(d)), 0)
-    start = Constant(symbolic_array([s]).reshape(()), name=ctx.node.input[0])
+    if isinstance(s, arith.SymExpr):  # a symbolic start is an int64 shape value
+        start = Constant(symbolic_array([s]).reshape(()), name=ctx.node.input[0])
+        values = ctx.call("arange", [start, ctx.scalar(d, "int64")], count=count)
+        return values if dtype == np.int64 else ctx.call("cast", [values], dtype=str(dtype))
+    start = Constant(np.array(s, dtype=dtype), name=ctx.node.input[0])
     return ctx.call("arange", [start, ctx.scalar(d, str(dtype))], count=count)
 
 
