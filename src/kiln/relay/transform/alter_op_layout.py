@@ -3,8 +3,10 @@ src/relay/transforms/alter_op_layout.cc with topi/x86's ``_alter_conv2d_layout``
 
 Each ``nn.conv2d`` with constant weights becomes ``nn.conv2d_NCHWc`` (or
 ``nn.depthwise_conv2d_NCHWc``) on data in ``NCHW{ib}c`` and weights pre-transformed at compile
-time to ``OIHW{ib}i{ob}o``. The result is converted back to NCHW by a ``layout_transform`` —
-but consumers that work as well in the blocked layout use the blocked value directly, so the
+time to ``OIHW{ib}i{ob}o``; a grouped float conv keeps attr ``groups`` (groups the outer part
+of the output-channel blocks, blocks within a group: :func:`_group_blocks`). The result is
+converted back to NCHW by a ``layout_transform`` — but consumers that work as well in the
+blocked layout use the blocked value directly, so the
 layout flows through the network and transforms remain only at its edges:
 
 - elementwise ops (relu, clip, cast, ...), and per-tensor quantize / dequantize (their scale and
@@ -213,7 +215,8 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     """``nn.conv2d`` → ``nn.conv2d_NCHWc`` / ``nn.depthwise_conv2d_NCHWc``; ``qnn.conv2d``
     (groups 1) → ``qnn.conv2d_NCHWc`` with its int8 weight blocked the same way and the
     compensation of its unsigned products, depthwise → ``qnn.depthwise_conv2d_NCHWc``
-    (kiln/relay/op/integer.py)."""
+    (kiln/relay/op/integer.py); a grouped float conv → ``nn.conv2d_NCHWc`` with ``groups``
+    (:func:`_group_blocks`)."""
     data, weight = args
     integer = call.op.name == "qnn.conv2d"
     if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
@@ -225,6 +228,15 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     attrs = {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
     form = blocked.get(data.uid)
     padded = out_channels
+    if groups > 1 and not groups == channels == out_channels:  # grouped, not depthwise
+        blocks = None if integer else _group_blocks(channels, out_channels, groups, form)
+        if blocks is None:
+            return same_call(call, args)
+        data_block, ib, ob = blocks
+        w = transform_array(weight.data, "OIHW", f"OIHW{ib}i{ob}o")
+        out = Call("nn.conv2d_NCHWc", [as_blocked(data, data_block), Constant(w, weight.name)],
+                   dict(attrs, groups=groups), call.span)
+        return to_nchw(out, ob)
     if groups == 1:
         ib = form[1] if form else _in_block(channels, integer)
         ob = _out_block(out_channels, integer)
@@ -233,7 +245,7 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
             ob = _block_limit()
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
-    elif groups == channels == out_channels:
+    else:  # depthwise
         ib = ob = form[1] if form else _out_block(channels, integer)
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
@@ -244,8 +256,6 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
                        dict(attrs, input_zero_point=call.attrs["input_zero_point"],
                             kernel_size=kernel), call.span)
             return to_nchw(out, ob)
-    else:
-        return same_call(call, args)
     # NCHW data is NCHW1c: a conv with input block 1 reads it directly (4-D).
     blocked_data = data if form is None and ib == 1 and op == "nn.conv2d_NCHWc" else \
         as_blocked(data, ib)
@@ -271,6 +281,35 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         # per-channel consumers (_padded_channel_op) the padded blocked value.
         return to_nchw(out, ob, call.checked_type.shape)
     return to_nchw(out, ob)
+
+
+#: Whether grouped float convs (not depthwise) run blocked as ``nn.conv2d_NCHWc`` with groups
+#: (for before / after runs of benchmarks/conv_families.py).
+GROUPED_NCHWC = True
+#: Smallest output block of a grouped conv run blocked: groups of fewer outputs (a channel
+#: multiplier of 2) keep the NCHW kernel, which vectorizes along the output rows instead.
+MIN_GROUP_BLOCK = 4
+
+
+def _group_blocks(channels: int, out_channels: int, groups: int,
+                  form: tuple[Expr, int] | None) -> tuple[int, int, int] | None:
+    """(data block, weight input block ``ib``, output block ``ob``) of a grouped conv run as
+    ``nn.conv2d_NCHWc`` with groups as the outer axis and channel blocks within a group, or
+    None (GROUPED_NCHWC off, or groups of fewer than MIN_GROUP_BLOCK outputs). ``ob`` is the
+    largest block dividing a group's outputs (:func:`_out_block`); the producer's block is
+    read as it is when it divides a group's inputs (``ib`` = it) or a whole number of groups
+    fills it (``ib`` = the group's inputs: RegNet's 8-channel groups after a 32-channel
+    block), else the data is transformed to the block of a group's inputs."""
+    group_in, group_out = channels // groups, out_channels // groups
+    ob = _out_block(group_out)
+    if not GROUPED_NCHWC or ob < MIN_GROUP_BLOCK:
+        return None
+    if form is not None and group_in % form[1] == 0:
+        return form[1], form[1], ob
+    if form is not None and form[1] % group_in == 0:
+        return form[1], group_in, ob
+    own = _out_block(group_in)
+    return own, own, ob
 
 
 def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_nchw) -> Expr:
