@@ -51,6 +51,7 @@ from kiln.relay.op.integer import (
 )
 from kiln.relay.op.nn import pack_dense_weight
 from kiln.relay.op_registry import OpPattern
+from kiln.relay.transform.clip_taps import clipped_conv, tap_regions
 from kiln.target import Target
 from kiln.tir.layout import transform_array
 
@@ -243,6 +244,12 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         padded = _padded_outputs(out_channels, _block_limit(), ob)
         if padded != out_channels:
             ob = _block_limit()
+        regions = None if integer or padded != out_channels or not CLIP_DILATED_TAPS else \
+            tap_regions(data.checked_type.shape, weight.data.shape, attrs,
+                        call.checked_type.shape)
+        if regions is not None:
+            return to_nchw(_clipped(call, data, weight, form, (ib, ob), attrs, regions,
+                                    as_blocked), ob)
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
     else:  # depthwise
@@ -281,6 +288,27 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         # per-channel consumers (_padded_channel_op) the padded blocked value.
         return to_nchw(out, ob, call.checked_type.shape)
     return to_nchw(out, ob)
+
+
+#: Whether float convs whose taps mostly read padding (dilated ones on small maps) are computed
+#: as unpadded convs over regions of their output (kiln.relay.transform.clip_taps; for before /
+#: after runs of benchmarks/conv_families.py).
+CLIP_DILATED_TAPS = True
+
+
+def _clipped(call: Call, data: Expr, weight: Constant, form, blocks: tuple[int, int],
+             attrs: dict, regions, as_blocked) -> Expr:
+    """``nn.conv2d`` ``call`` as blocked region convs with only their valid taps, concatenated
+    in ``NCHW{ob}c`` (:func:`kiln.relay.transform.clip_taps.clipped_conv`)."""
+    ib, ob = blocks
+    # NCHW data is NCHW1c: an image is read (and sliced) as it is.
+    blocked_data = data if form is None and ib == 1 else as_blocked(data, ib)
+
+    def conv(part: Expr, sub: np.ndarray, sub_attrs: dict) -> Expr:
+        w = Constant(transform_array(sub, "OIHW", f"OIHW{ib}i{ob}o"), weight.name)
+        return Call("nn.conv2d_NCHWc", [part, w], sub_attrs, call.span)
+
+    return clipped_conv(blocked_data, weight.data, attrs, regions, conv)
 
 
 #: Whether grouped float convs (not depthwise) run blocked as ``nn.conv2d_NCHWc`` with groups
