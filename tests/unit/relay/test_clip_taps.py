@@ -58,8 +58,10 @@ def test_clipped_conv_matches_the_padded_one(shape, dilation, kernels):
 
 
 @pytest.mark.parametrize("shape,dilation,pad", [
-    ((1, 16, 7, 7), 1, 1),    # 3×3 pad 1 on a 7×7 map: 82 % of taps valid, one conv
+    ((1, 16, 4, 6), 1, 1),    # 3×3 pad 1 on a 4×6 map: 74 % of taps valid, undilated
+    ((1, 16, 2, 2), 1, 1),    # 44 %, undilated: left alone
     ((1, 16, 20, 20), 2, 2),  # dilation 2 on 20×20: 93 %
+    ((1, 16, 12, 12), 4, 4),  # dilation 4 on 12×12: 60 %
 ])
 def test_mostly_valid_convs_are_not_clipped(shape, dilation, pad):
     altered = alter_op_layout(_conv(shape, 16, dilation, pad))
