@@ -3,7 +3,7 @@ onnxruntime, one process (docs/decisions/003, "grouped and dilated convolutions"
 
     .venv/bin/python benchmarks/conv_families.py [--cases deeplab,regnet,resnext]
         [--channels 256] [--threads 1] [--target "llvm -mcpu=native"] [--rounds 9]
-        [--repeat 5] [--no-before]
+        [--repeat 5] [--no-before] [--callgrind]
 
 Cases, each ``Conv`` (with bias) → ``Relu`` on an NCHW input (so both engines' layout
 transforms are in):
@@ -21,13 +21,23 @@ dilated convs computing every tap. Timing: CPU time of the calling thread
 onnxruntime); the median over rounds of each round's mean. On this shared, loaded machine run
 at 1 thread (``KILN_NUM_THREADS`` and onnxruntime's intra-op threads) for CPU time to be the
 work done: the ratios carry over, the µs less so.
+
+``--callgrind``: instead of times, instructions per call of each engine, counted by
+``valgrind --tool=callgrind`` (one valgrind process per engine and conv, loading the prebuilt
+library or the ONNX model; only the instructions inside a ``functools.reduce`` around
+``--repeat`` calls are collected: ``--toggle-collect=functools_reduce``). Independent of the
+load; counts instructions, not their cost (vector width, cache misses).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +58,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--repeat", type=int, default=5, help="calls per engine and round")
     p.add_argument("--no-before", action="store_true", help="skip the build without the kernels")
+    p.add_argument("--callgrind", action="store_true", help="instructions per call instead")
+    p.add_argument("--cg-run", nargs=3, metavar=("ENGINE", "PATH", "INPUT"),
+                   help=argparse.SUPPRESS)  # one engine's calls, under valgrind
     return p.parse_args()
 
 
@@ -151,9 +164,71 @@ def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
     return {name: (statistics.median(t), errors[name]) for name, t in times.items()}
 
 
+def _cg_run(args) -> None:
+    """Under valgrind: ``--repeat`` calls of one engine inside functools.reduce."""
+    engine, path, inp = args.cg_run
+    x = np.load(inp)
+    if engine == "onnxruntime":
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        call = functools.partial(sess.run, None, {"x": x})
+    else:
+        import kiln
+
+        gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(path)["default"](
+            kiln.cpu()))
+        gm.set_input("x", x)
+        call = gm.run
+    call()  # first-call work (allocation, ORT's prepacking) is not counted
+    functools.reduce(lambda acc, _: (call(), acc)[1], range(args.repeat), 0)
+
+
+def callgrind(shape: dict, args, folder: Path) -> dict[str, float]:
+    """engine → instructions per call (callgrind), each engine in its own valgrind."""
+    model = conv_model(**shape)
+    onnx_path = folder / "model.onnx"
+    onnx_path.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(1).standard_normal((1, shape["cin"], shape["h"], shape["h"])) \
+        .astype(np.float32)
+    np.save(folder / "x.npy", x)
+    paths = {}
+    for name, on in (() if args.no_before else (("before", False),)) + (("after", True),):
+        paths[name] = folder / f"{name}.so"
+        _kiln(model, args.target, paths[name], on)
+    paths["onnxruntime"] = onnx_path
+    counts = {}
+    for name, path in paths.items():
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--toggle-collect=functools_reduce",
+             f"--callgrind-out-file={folder / 'cg.out'}", sys.executable, __file__,
+             "--threads", str(args.threads), "--repeat", str(args.repeat),
+             "--cg-run", "kiln" if name != "onnxruntime" else name, str(path),
+             str(folder / "x.npy")], capture_output=True, text=True, check=True)
+        collected = re.search(r"Collected : (\d+)", proc.stderr)
+        counts[name] = int(collected.group(1)) / args.repeat
+    return counts
+
+
 def main() -> None:
     args = _args()
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
+    if args.cg_run:
+        _cg_run(args)
+        return
+    if args.callgrind:
+        print(f"threads {args.threads}, target {args.target!r}, callgrind instructions per "
+              f"call ({args.repeat} calls)")
+        with tempfile.TemporaryDirectory() as tmp:
+            for shape in shapes(args):
+                counts = callgrind(shape, args, Path(tmp))
+                for name, n in counts.items():
+                    print(f"{shape['name']:>22} {name:>12} {n / 1e6:10.2f} M "
+                          f"{n / counts['onnxruntime']:6.2f}", flush=True)
+        return
     print(f"threads {args.threads}, target {args.target!r}, {args.rounds} rounds x "
           f"{args.repeat} calls, thread CPU time, median of round means; "
           f"load average {os.getloadavg()[0]:.1f}")
