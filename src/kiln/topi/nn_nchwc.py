@@ -109,13 +109,15 @@ def _subsampled(data: te.Tensor, attrs, kernel: tuple[int, int]):
 
 @register_compute("nn.conv2d_NCHWc")
 def conv2d_nchwc(inputs, attrs, out_type):
-    """Blocked-channel 2-D convolution (groups 1): NCHW{ib}c data, OIHW{ib}i{ob}o weight.
+    """Blocked-channel 2-D convolution: NCHW{ib}c data, OIHW{ib}i{ob}o weight, any groups.
 
     ``out[n, o, y, x, b] = Σ_{rc, ry, rx, ri} pad(data)[n, rc, y·stride_h + ry·dilation_h,
     x·stride_w + rx·dilation_w, ri] · weight[o, rc, ry, rx, ri, b]``: TVM's
     ``python/tvm/topi/nn/conv2d.py`` ``conv2d_NCHWc``. A strided unpadded 1×1 conv first
     subsamples its input (stage ``subsample``, tag ``pad``: :func:`_subsampled`); padding is a
-    ``pad`` stage.
+    ``pad`` stage. A grouped conv (attr ``groups`` > 1) has groups as the outer part of its
+    output-channel blocks: block ``o`` belongs to group ``g = o // (O/ob/groups)`` and reduces
+    over that group's ``C/groups`` input channels only (:func:`_group_channel`).
 
     Parameters
     ----------
@@ -123,9 +125,11 @@ def conv2d_nchwc(inputs, attrs, out_type):
         5-D, [batch, in_channel // ib, in_height, in_width, ib] (NCHW{ib}c), or 4-D NCHW
         (``ib = 1``: an image), float.
     weight : te.Tensor
-        6-D, [out_channel // ob, in_channel // ib, kernel_h, kernel_w, ib, ob], data's dtype.
-    strides, padding, dilation
-        attrs, as :func:`kiln.topi.nn.conv2d`'s.
+        6-D, [out_channel // ob, in_channel // groups // ib, kernel_h, kernel_w, ib, ob],
+        data's dtype; with groups, ob divides out_channel // groups, and the data's block is
+        ib or a multiple of in_channel // groups (= ib).
+    strides, padding, dilation, groups
+        attrs, as :func:`kiln.topi.nn.conv2d`'s (``groups`` optional, default 1).
 
     Returns
     -------
@@ -143,13 +147,32 @@ def conv2d_nchwc(inputs, attrs, out_type):
                       te.reduce_axis(kw, "rx"), te.reduce_axis(ib, "ri"))
 
     nchw = len(data.shape) == 4  # input block 1: NCHW data is NCHW1c
+    groups = attrs.get("groups", 1)
 
     def body(n, o, y, x, b):
-        lane = () if nchw else (ri.var,)
-        return te.sum(padded[(n, rc.var, *at(y, x, ry.var, rx.var), *lane)]
+        if groups > 1:
+            block, lane = _group_channel(o, rc.var, ri.var, weight.shape, data.shape[4], groups)
+        else:
+            block, lane = rc.var, (() if nchw else (ri.var,))
+        return te.sum(padded[(n, block, *at(y, x, ry.var, rx.var), *lane)]
                       * weight[o, rc.var, ry.var, rx.var, ri.var, b], [rc, ry, rx, ri])
 
     return te.compute(out_type.shape, body, name="conv2d_NCHWc", tag="conv2d_NCHWc")
+
+
+def _group_channel(o, rc, ri, weight_shape, data_block: int, groups: int):
+    """(data block index, (lane,)) of input channel ``rc * ib + ri`` of output block ``o``'s
+    group, in data blocked by ``data_block``: the group's own blocks when ``ib`` is the data
+    block (``g * (C/groups/ib) + rc``), else — ``C/groups = ib`` channels, several groups a
+    data block, as a 1×1 conv's 16- or 32-channel output feeding RegNet's 8-channel groups —
+    a slice of one block (``g // per``, lane ``(g % per) * ib + ri``), so the producer's
+    layout is read as it is (no layout transform between them)."""
+    blocks, icc, ib = weight_shape[0], weight_shape[1], weight_shape[4]
+    g = o // (blocks // groups)
+    if data_block == ib:
+        return g * icc + rc, (ri,)
+    per = data_block // ib
+    return g // per, ((g % per) * ib + ri,)
 
 
 @register_compute("nn.depthwise_conv2d_NCHWc")

@@ -77,7 +77,29 @@ def _cases():
     cases.append((make_packed_api(func), inputs, [want]))
     cases.append(_qnn_conv_case())
     cases.append(_qnn_depthwise_case())
+    # a grouped conv (8 channels a group, two groups a 16-channel data block) and a region of
+    # a clipped dilated conv (unpadded, 2×1 taps at dilation 3): issue 32's kernels
+    cases.append(_float_conv_case("grouped_conv", (1, 2, 6, 5, 16), (4, 1, 3, 3, 8, 8),
+                                  {"strides": (1, 1), "padding": (1, 1, 1, 1),
+                                   "dilation": (1, 1), "groups": 4}))
+    cases.append(_float_conv_case("dilated_region_conv", (1, 1, 9, 7, 8), (1, 1, 2, 1, 8, 8),
+                                  {"strides": (1, 1), "padding": (0, 0, 0, 0),
+                                   "dilation": (3, 3)}))
     return cases
+
+
+def _float_conv_case(name: str, data_shape, weight_shape, attrs: dict):
+    """A float ``nn.conv2d_NCHWc`` kernel, its output from the op's numpy reference."""
+    rng = np.random.default_rng(23)
+    arrays = [rng.standard_normal(data_shape).astype(np.float32),
+              # weights scaled by the fan-in: outputs about 1, within the harness's atol 1e-6
+              (rng.standard_normal(weight_shape) / np.sqrt(np.prod(weight_shape[1:5])))
+              .astype(np.float32)]
+    params = [Var(f"x{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(arrays)]
+    fused = fuse_ops(Function(params, [Call("nn.conv2d_NCHWc", params, attrs)]))
+    (call,) = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
+    want = get_op("nn.conv2d_NCHWc").ref(*arrays, **attrs)
+    return lower_primitive(call, name), arrays, [want.astype(np.float32)]
 
 
 def _qnn_depthwise_case():

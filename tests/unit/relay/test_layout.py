@@ -68,12 +68,14 @@ def _ops(func: Function) -> list[str]:
     ((1, 3, 9, 9), 16, 3, 2, 1, 1),     # first layer: NCHW read as NCHW1c
     ((1, 32, 7, 7), 24, 1, 1, 0, 1),    # 1x1, output block 8
     ((1, 16, 6, 10), 16, 3, 1, 1, 16),  # depthwise
+    ((1, 8, 5, 5), 8, 3, 1, 1, 2),      # grouped: blocks of 4 within each of 2 groups
+    ((1, 32, 7, 5), 64, 3, 2, 1, 4),    # grouped, 8 inputs and 16 outputs a group
 ])
 def test_blocked_conv_matches_reference(shape, oc, k, stride, pad, groups):
     x, y = _conv_graph(shape, oc, k, stride, pad, groups)
     func = Function([x], [y])
     altered = alter_op_layout(func)
-    kind = "nn.depthwise_conv2d_NCHWc" if groups > 1 else "nn.conv2d_NCHWc"
+    kind = "nn.depthwise_conv2d_NCHWc" if groups == shape[1] == oc else "nn.conv2d_NCHWc"
     assert kind in _ops(altered) and "nn.conv2d" not in _ops(altered)
     data = _rand(*shape)
     expect = evaluate(func, {"x": data})[0]
@@ -128,9 +130,37 @@ def test_layout_flows_between_convs_and_through_residual_add():
                                evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
 
 
-def test_grouped_conv_stays_nchw():
+def test_grouped_conv_runs_blocked():
+    """A grouped conv becomes nn.conv2d_NCHWc with groups (blocks within a group); groups of
+    fewer than MIN_GROUP_BLOCK outputs (channel multiplier 2) stay NCHW."""
     x, y = _conv_graph((1, 8, 5, 5), 8, 3, 1, 1, groups=2)
+    (conv,) = [n for n in post_order(alter_op_layout(Function([x], [y])).outputs)
+               if isinstance(n, Call) and n.op.name.startswith("nn.conv2d")]
+    assert conv.op.name == "nn.conv2d_NCHWc" and conv.attrs["groups"] == 2
+    assert conv.args[1].data.shape == (2, 1, 3, 3, 4, 4)  # [O/ob, (C/g)/ib, kh, kw, ib, ob]
+    x, y = _conv_graph((1, 8, 5, 5), 16, 3, 1, 1, groups=8)
     assert "nn.conv2d" in _ops(alter_op_layout(Function([x], [y])))
+
+
+def test_grouped_conv_reads_its_producers_block():
+    """8-channel groups after a conv with 32-channel blocks read the producer's NCHW32c value
+    as it is (4 groups a block, ib 8): no layout transform between the two convs."""
+    with Target("llvm -mcpu=skylake-avx512"):
+        x, y = _conv_graph((1, 16, 6, 6), 64, 1, 1, 0)
+        wg = Constant(_rand(64, 8, 3, 3))
+        z = Call("nn.conv2d", [y, wg], {"strides": (1, 1), "padding": (1,) * 4,
+                                        "dilation": (1, 1), "groups": 8})
+        func = Function([x], [z])
+        altered = alter_op_layout(func)
+    nodes = [n for n in post_order(altered.outputs) if isinstance(n, Call)]
+    assert [(n.attrs["src_layout"], n.attrs["dst_layout"]) for n in nodes
+            if n.op.name == "layout_transform"] == [("NCHW", "NCHW16c"), ("NCHW8c", "NCHW")]
+    grouped = [n for n in nodes if n.op.name == "nn.conv2d_NCHWc" and n.attrs.get("groups")]
+    assert grouped[0].args[0].checked_type.shape[4] == 32
+    assert grouped[0].args[1].data.shape == (8, 1, 3, 3, 8, 8)
+    data = _rand(1, 16, 6, 6)
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0],
+                               evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
 
 
 def _pool(kind: str, x):

@@ -3,8 +3,10 @@ src/relay/transforms/alter_op_layout.cc with topi/x86's ``_alter_conv2d_layout``
 
 Each ``nn.conv2d`` with constant weights becomes ``nn.conv2d_NCHWc`` (or
 ``nn.depthwise_conv2d_NCHWc``) on data in ``NCHW{ib}c`` and weights pre-transformed at compile
-time to ``OIHW{ib}i{ob}o``. The result is converted back to NCHW by a ``layout_transform`` —
-but consumers that work as well in the blocked layout use the blocked value directly, so the
+time to ``OIHW{ib}i{ob}o``; a grouped float conv keeps attr ``groups`` (groups the outer part
+of the output-channel blocks, blocks within a group: :func:`_group_blocks`). The result is
+converted back to NCHW by a ``layout_transform`` — but consumers that work as well in the
+blocked layout use the blocked value directly, so the
 layout flows through the network and transforms remain only at its edges:
 
 - elementwise ops (relu, clip, cast, ...), and per-tensor quantize / dequantize (their scale and
@@ -49,6 +51,7 @@ from kiln.relay.op.integer import (
 )
 from kiln.relay.op.nn import pack_dense_weight
 from kiln.relay.op_registry import OpPattern
+from kiln.relay.transform.clip_taps import clipped_conv, tap_regions
 from kiln.target import Target
 from kiln.tir.layout import transform_array
 
@@ -213,7 +216,8 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     """``nn.conv2d`` → ``nn.conv2d_NCHWc`` / ``nn.depthwise_conv2d_NCHWc``; ``qnn.conv2d``
     (groups 1) → ``qnn.conv2d_NCHWc`` with its int8 weight blocked the same way and the
     compensation of its unsigned products, depthwise → ``qnn.depthwise_conv2d_NCHWc``
-    (kiln/relay/op/integer.py)."""
+    (kiln/relay/op/integer.py); a grouped float conv → ``nn.conv2d_NCHWc`` with ``groups``
+    (:func:`_group_blocks`)."""
     data, weight = args
     integer = call.op.name == "qnn.conv2d"
     if not isinstance(weight, Constant) or data.checked_type.ndim != 4 or \
@@ -225,15 +229,30 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     attrs = {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
     form = blocked.get(data.uid)
     padded = out_channels
+    if groups > 1 and not groups == channels == out_channels:  # grouped, not depthwise
+        blocks = None if integer else _group_blocks(channels, out_channels, groups, form)
+        if blocks is None:
+            return same_call(call, args)
+        data_block, ib, ob = blocks
+        w = transform_array(weight.data, "OIHW", f"OIHW{ib}i{ob}o")
+        out = Call("nn.conv2d_NCHWc", [as_blocked(data, data_block), Constant(w, weight.name)],
+                   dict(attrs, groups=groups), call.span)
+        return to_nchw(out, ob)
     if groups == 1:
         ib = form[1] if form else _in_block(channels, integer)
         ob = _out_block(out_channels, integer)
         padded = _padded_outputs(out_channels, _block_limit(), ob)
         if padded != out_channels:
             ob = _block_limit()
+        regions = None if integer or padded != out_channels or not CLIP_DILATED_TAPS else \
+            tap_regions(data.checked_type.shape, weight.data.shape, attrs,
+                        call.checked_type.shape)
+        if regions is not None:
+            return to_nchw(_clipped(call, data, weight, form, (ib, ob), attrs, regions,
+                                    as_blocked), ob)
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
-    elif groups == channels == out_channels:
+    else:  # depthwise
         ib = ob = form[1] if form else _out_block(channels, integer)
         w = transform_array(weight.data, "OIHW", f"OIHW1i{ob}o")
         op = "nn.depthwise_conv2d_NCHWc"
@@ -244,8 +263,6 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
                        dict(attrs, input_zero_point=call.attrs["input_zero_point"],
                             kernel_size=kernel), call.span)
             return to_nchw(out, ob)
-    else:
-        return same_call(call, args)
     # NCHW data is NCHW1c: a conv with input block 1 reads it directly (4-D).
     blocked_data = data if form is None and ib == 1 and op == "nn.conv2d_NCHWc" else \
         as_blocked(data, ib)
@@ -271,6 +288,56 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
         # per-channel consumers (_padded_channel_op) the padded blocked value.
         return to_nchw(out, ob, call.checked_type.shape)
     return to_nchw(out, ob)
+
+
+#: Whether float convs whose taps mostly read padding (dilated ones on small maps) are computed
+#: as unpadded convs over regions of their output (kiln.relay.transform.clip_taps; for before /
+#: after runs of benchmarks/conv_families.py).
+CLIP_DILATED_TAPS = True
+
+
+def _clipped(call: Call, data: Expr, weight: Constant, form, blocks: tuple[int, int],
+             attrs: dict, regions, as_blocked) -> Expr:
+    """``nn.conv2d`` ``call`` as blocked region convs with only their valid taps, concatenated
+    in ``NCHW{ob}c`` (:func:`kiln.relay.transform.clip_taps.clipped_conv`)."""
+    ib, ob = blocks
+    # NCHW data is NCHW1c: an image is read (and sliced) as it is.
+    blocked_data = data if form is None and ib == 1 else as_blocked(data, ib)
+
+    def conv(part: Expr, sub: np.ndarray, sub_attrs: dict) -> Expr:
+        w = Constant(transform_array(sub, "OIHW", f"OIHW{ib}i{ob}o"), weight.name)
+        return Call("nn.conv2d_NCHWc", [part, w], sub_attrs, call.span)
+
+    return clipped_conv(blocked_data, weight.data, attrs, regions, conv)
+
+
+#: Whether grouped float convs (not depthwise) run blocked as ``nn.conv2d_NCHWc`` with groups
+#: (for before / after runs of benchmarks/conv_families.py).
+GROUPED_NCHWC = True
+#: Smallest output block of a grouped conv run blocked: groups of fewer outputs (a channel
+#: multiplier of 2) keep the NCHW kernel, which vectorizes along the output rows instead.
+MIN_GROUP_BLOCK = 4
+
+
+def _group_blocks(channels: int, out_channels: int, groups: int,
+                  form: tuple[Expr, int] | None) -> tuple[int, int, int] | None:
+    """(data block, weight input block ``ib``, output block ``ob``) of a grouped conv run as
+    ``nn.conv2d_NCHWc`` with groups as the outer axis and channel blocks within a group, or
+    None (GROUPED_NCHWC off, or groups of fewer than MIN_GROUP_BLOCK outputs). ``ob`` is the
+    largest block dividing a group's outputs (:func:`_out_block`); the producer's block is
+    read as it is when it divides a group's inputs (``ib`` = it) or a whole number of groups
+    fills it (``ib`` = the group's inputs: RegNet's 8-channel groups after a 32-channel
+    block), else the data is transformed to the block of a group's inputs."""
+    group_in, group_out = channels // groups, out_channels // groups
+    ob = _out_block(group_out)
+    if not GROUPED_NCHWC or ob < MIN_GROUP_BLOCK:
+        return None
+    if form is not None and group_in % form[1] == 0:
+        return form[1], form[1], ob
+    if form is not None and form[1] % group_in == 0:
+        return form[1], group_in, ob
+    own = _out_block(group_in)
+    return own, own, ob
 
 
 def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_nchw) -> Expr:
