@@ -1,5 +1,5 @@
 """Grouped and dilated float32 convolutions, Kiln (with and without issue 32's kernels) beside
-onnxruntime, one process (docs/decisions/040).
+onnxruntime, one process (docs/decisions/045).
 
     .venv/bin/python benchmarks/conv_families.py [--cases deeplab,regnet,resnext]
         [--channels 256] [--threads 1] [--target "llvm -mcpu=native"] [--rounds 9]

@@ -1,7 +1,7 @@
 """Grouped and dilated float convolutions (issue 32) against onnxruntime on the ``c`` and
 ``llvm`` targets: grouped convs run as ``nn.conv2d_NCHWc`` with groups as an outer axis and
 channel blocks within a group; dilated convs drop the kernel taps that read only padding
-(docs/decisions/040).
+(docs/decisions/045).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the output splits into a few regions of constant range (:func:`axis_regions`). R
 exactly ``y1 − y0`` rows. The 2-D regions (rows × columns) are concatenated back along W and H.
 For dilation 24 or 36 on a 20×20 map only the centre tap reads the map: one region, a 1×1
 conv. onnxruntime's MLAS NCHWc convolutions clip the kernel at the borders the same way.
-(docs/decisions/040.)
+(docs/decisions/045.)
 """
 
 from __future__ import annotations
