@@ -252,5 +252,14 @@ WHEEL_MODELS = [
 MODELS = {m.name: m for m in [*TORCHVISION, *TRANSFORMERS, *WHEEL_MODELS]}
 assert len(MODELS) == len(TORCHVISION) + len(TRANSFORMERS) + len(WHEEL_MODELS), "dup names"
 
-#: quick to export and compile: ``tests/models/corpus/test_corpus_fast.py``
-FAST = ("tv_squeezenet1_1", "hf_bert", "hf_gpt2_past", "whl_oww_hey_jarvis")
+#: quick to export and compile: ``tests/models/corpus/test_corpus_fast.py``; the symbolic build
+#: of the two transformers fails today (KNOWN_SYMBOLIC_FAILURES), their static build matches
+FAST = ("tv_mobilenet_v3_small", "hf_bert", "hf_gpt2_past", "whl_oww_hey_jarvis")
+
+#: fast models whose symbolic build (no flags) fails today: name -> text of the error. The fast
+#: test checks the failure is still that one (and fails once it is fixed: drop the entry then).
+KNOWN_SYMBOLIC_FAILURES = {
+    # BERT's position ids are a 128-row buffer sliced to seq: min(128, seq) vs seq
+    "hf_bert": "do not broadcast; declare the symbols' bounds",
+    "hf_gpt2_past": "'<=' not supported between instances of 'Poly'",
+}

@@ -83,9 +83,9 @@ def vit_tiny():
     """torchvision's VisionTransformer at 32×32, patch 8, 2 layers, hidden 64."""
     import torch
 
+    tv()
     from torchvision.models.vision_transformer import VisionTransformer
 
-    tv()
     torch.manual_seed(0)
     return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
                              hidden_dim=64, mlp_dim=128, num_classes=10).eval()
