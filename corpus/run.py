@@ -72,6 +72,7 @@ def main(argv=None) -> int:
     p.add_argument("--source", default="", help="only torchvision, transformers or wheel")
     p.add_argument("--timeout", type=float, default=900, help="seconds per model")
     p.add_argument("--no-time", action="store_true", help="skip the timings")
+    p.add_argument("--results", default=str(RESULTS), help="folder of results.{json,md}")
     p.add_argument("--keep", action="store_true",
                    help="keep the other rows of results.json (update the models run)")
     p.add_argument("--one", help=argparse.SUPPRESS)
@@ -84,8 +85,9 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
     names = [n for n in names if not args.source or MODELS[n].source == args.source]
-    RESULTS.mkdir(exist_ok=True)
-    json_path = RESULTS / "results.json"
+    results = Path(args.results)
+    results.mkdir(exist_ok=True)
+    json_path = results / "results.json"
     records = {}
     if args.keep and json_path.exists():
         records = {r["name"]: r for r in json.loads(json_path.read_text())["models"]}
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
         print(f"[{k + 1}/{len(names)}] {name} ...", flush=True)
         records[name] = run_child(name, args.timeout, not args.no_time)
         ordered = [records[n] for n in MODELS if n in records]
-        write_report(ordered, json_path, RESULTS / "results.md")
+        write_report(ordered, json_path, results / "results.md")
         print(f"    {summary_line(records[name])}", flush=True)
     return 0
 
