@@ -7,6 +7,7 @@ onnxruntime, time both and onnxruntime at one thread. Writes corpus/results/resu
 results.md after every model, so a partial run still leaves a table.
 
     python corpus/run.py [--models a,b] [--source torchvision] [--timeout 900] [--no-time]
+    python corpus/run.py --merge other/results.json   # join a parallel run's rows
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=str(RESULTS), help="folder of results.{json,md}")
     p.add_argument("--keep", action="store_true",
                    help="keep the other rows of results.json (update the models run)")
+    p.add_argument("--merge", action="append", default=[], metavar="RESULTS_JSON",
+                   help="add the models of another run's results.json (e.g. a second run "
+                        "with --results) to this folder's, write the table, run nothing")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--record", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -89,8 +93,14 @@ def main(argv=None) -> int:
     results.mkdir(exist_ok=True)
     json_path = results / "results.json"
     records = {}
-    if args.keep and json_path.exists():
+    if (args.keep or args.merge) and json_path.exists():
         records = {r["name"]: r for r in json.loads(json_path.read_text())["models"]}
+    if args.merge:
+        for other in args.merge:
+            records.update({r["name"]: r for r in json.loads(Path(other).read_text())["models"]})
+        write_report([records[n] for n in MODELS if n in records], json_path,
+                     results / "results.md")
+        return 0
     for k, name in enumerate(names):
         print(f"[{k + 1}/{len(names)}] {name} ...", flush=True)
         records[name] = run_child(name, args.timeout, not args.no_time)
