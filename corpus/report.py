@@ -37,7 +37,7 @@ def cause(text: str) -> str:
     """An error's text with numbers, paths and names in quotes masked, so that one cause
     groups the models it hits."""
     first = text.split(" (cause:")[0]
-    first = re.sub(r"/\S+", "<path>", first)
+    first = re.sub(r"(?<![\w)/])/[\w.+-]+/[\w./+-]+", "<path>", first)  # not `//`
     first = re.sub(r"'[^']*'", "'…'", first)
     return re.sub(r"\d+", "N", first)[:220]
 
@@ -65,6 +65,11 @@ def _ms(record: dict, name: str) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
+def _status_cell(record: dict, build: str) -> str:
+    kind = record.get("executor", {}).get(build)
+    return build_status(record, build) + (f" ({kind})" if kind else "")
+
+
 def _compile_s(record: dict, build: str) -> str:
     step = record["steps"].get(f"compile_{build}")
     return f"{step['seconds']:.0f}" if step and step["status"] == "ok" else ""
@@ -81,8 +86,9 @@ def write_report(records: list[dict], json_path: Path, md_path: Path) -> None:
         "",
         f"{meta['date']}, {len(records)} models, timings at 1 thread (median ms; Kiln's "
         "default target). `symbolic`: compiled with no flags (the export's symbolic dims "
-        "kept, VM), run at each of the model's shapes; `static`: compiled at the fixed shape "
-        "(graph executor). Match: every output within 1e-3 of max|onnxruntime| + 1e-4. "
+        "kept; the executor Kiln chose in parentheses), run at each of the model's shapes; "
+        "`static`: compiled at the fixed shape. Match: every output within 1e-3 of "
+        "max|onnxruntime| + 1e-4. "
         "Written by `make corpus` (corpus/run.py).",
         "",
         *_counts(records),
@@ -94,8 +100,8 @@ def write_report(records: list[dict], json_path: Path, md_path: Path) -> None:
     for r in records:
         lines.append(
             f"| {r['name']} | {r.get('source', '')} | {r.get('exporter', '')} "
-            f"{r.get('opset', '')} | {build_status(r, 'symbolic')} | "
-            f"{_compile_s(r, 'symbolic')} | {build_status(r, 'static')} | "
+            f"{r.get('opset', '')} | {_status_cell(r, 'symbolic')} | "
+            f"{_compile_s(r, 'symbolic')} | {_status_cell(r, 'static')} | "
             f"{_compile_s(r, 'static')} | {_ms(r, 'symbolic')} | {_ms(r, 'static')} | "
             f"{_ms(r, 'onnxruntime')} | {r.get('note', '')} |")
     lines += ["", "## Failures by cause", ""]
