@@ -103,7 +103,7 @@ def _step(record: dict, name: str, fn, save):
     except Exception as err:  # every failure is a result here, recorded verbatim
         record["steps"][name] = {"status": "error", "error": error_text(err),
                                  "seconds": round(time.perf_counter() - start, 2),
-                                 "where": traceback.format_exc(limit=-3)[-1500:]}
+                                 "where": traceback.format_exc(limit=-3)[:3000]}
         return None
     finally:
         save(record)

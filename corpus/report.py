@@ -42,13 +42,27 @@ def cause(text: str) -> str:
     return re.sub(r"\d+", "N", first)[:220]
 
 
+def _raised_at(step: dict) -> str:
+    """`` (raised at relay/transform/fuse_ops.py:131 in _absorb_side_inputs)``: the last kiln
+    frame of the first traceback, the original error's (a cause is printed before what it
+    caused)."""
+    where = step.get("where", "")
+    first = re.split(r"\n(?:The above exception|During handling)", where)[0]
+    pattern = r'File "[^"]*/kiln/([^"]+)", line (\d+), in (\w+)'
+    frames = re.findall(pattern, first) or re.findall(pattern, where)
+    if not frames:
+        return ""
+    path, line, func = frames[-1]
+    return f" (raised at {path}:{line} in {func})"
+
+
 def failures(records: list[dict]) -> dict[str, list[tuple[str, str, str]]]:
     """cause → [(model, step, exact text)]."""
     out = defaultdict(list)
     for r in records:
         for step, v in r["steps"].items():
             if v.get("status") == "error":
-                out[cause(v["error"])].append((r["name"], step, v["error"]))
+                out[cause(v["error"]) + _raised_at(v)].append((r["name"], step, v["error"]))
         for key, v in r["runs"].items():
             if v["status"] in ("error", "reference_error"):
                 out[cause(v["error"])].append((r["name"], f"run {key}", v["error"]))
