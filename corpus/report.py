@@ -67,7 +67,7 @@ def failures(records: list[dict]) -> dict[str, list[tuple[str, str, str]]]:
             if v["status"] in ("error", "reference_error"):
                 out[cause(v["error"])].append((r["name"], f"run {key}", v["error"]))
             elif v["status"] == "mismatch":
-                detail = re.sub(r"[\d.e+-]+", "N", v["detail"])
+                detail = re.sub(r"\d[\d.e+-]*", "N", v["detail"])
                 out[f"mismatch: {detail}"].append((r["name"], f"run {key}", v["detail"]))
         if r.get("failure"):
             out[cause(r["failure"])].append((r["name"], "child", r["failure"][:600]))
@@ -77,6 +77,12 @@ def failures(records: list[dict]) -> dict[str, list[tuple[str, str, str]]]:
 def _ms(record: dict, name: str) -> str:
     v = record.get("ms", {}).get(name)
     return "" if v is None else f"{v:.2f}"
+
+
+def _exported(record: dict) -> str:
+    if record.get("source") == "wheel":
+        return "wheel's file"
+    return f"{record.get('exporter', '')} {record.get('opset', '')}"
 
 
 def _status_cell(record: dict, build: str) -> str:
@@ -113,8 +119,7 @@ def write_report(records: list[dict], json_path: Path, md_path: Path) -> None:
     ]
     for r in records:
         lines.append(
-            f"| {r['name']} | {r.get('source', '')} | {r.get('exporter', '')} "
-            f"{r.get('opset', '')} | {_status_cell(r, 'symbolic')} | "
+            f"| {r['name']} | {r.get('source', '')} | {_exported(r)} | {_status_cell(r, 'symbolic')} | "
             f"{_compile_s(r, 'symbolic')} | {_status_cell(r, 'static')} | "
             f"{_compile_s(r, 'static')} | {_ms(r, 'symbolic')} | {_ms(r, 'static')} | "
             f"{_ms(r, 'onnxruntime')} | {r.get('note', '')} |")
