@@ -119,7 +119,8 @@ def write_report(records: list[dict], json_path: Path, md_path: Path) -> None:
     ]
     for r in records:
         lines.append(
-            f"| {r['name']} | {r.get('source', '')} | {_exported(r)} | {_status_cell(r, 'symbolic')} | "
+            f"| {r['name']} | {r.get('source', '')} | {_exported(r)} | "
+            f"{_status_cell(r, 'symbolic')} | "
             f"{_compile_s(r, 'symbolic')} | {_status_cell(r, 'static')} | "
             f"{_compile_s(r, 'static')} | {_ms(r, 'symbolic')} | {_ms(r, 'static')} | "
             f"{_ms(r, 'onnxruntime')} | {r.get('note', '')} |")
