@@ -29,6 +29,16 @@
 #                   benchmarks/results/summary/ with the change against the committed one of
 #                   the same machine class (benchmarks/summary.py); BENCH_NOTE="..." is recorded
 #                   with them (e.g. that the machine was busy)
+#   make corpus     Kiln's own model corpus (corpus/models.py: torchvision CNNs, ViT, Swin,
+#                   segmentation and detection parts; transformers encoders, decoders with and
+#                   without past, encoder-decoders, vision and audio encoders from tiny configs
+#                   with random weights, legacy and dynamo exports at opsets 13-20; ONNX files of
+#                   PyPI wheels): each compiled with no flags (symbolic, VM) and at one fixed
+#                   shape, run at 2-3 shapes vs onnxruntime, timed at 1 thread; writes
+#                   corpus/results/results.{json,md}; first installs the corpus extra (torch
+#                   CPU, torchvision, transformers, onnxscript); CORPUS_ARGS="--models a,b",
+#                   "--source wheel", "--timeout S" narrow it; not part of make test (its fast
+#                   subset is tests/models/corpus/test_corpus_fast.py)
 #   make fuzz       the long loader fuzz run (KILN_FUZZ_CASES per target, default 5000;
 #                   KILN_FUZZ_SEED picks another sequence), the native runtime's loader
 #                   (ASan + UBSan) included; not part of make test
@@ -47,7 +57,7 @@
 #                   tools/gen_api_docs.py) and docs/cli.md (the command-line reference, from the
 #                   argument parsers: tools/gen_cli_docs.py); make api-docs is the same;
 #                   tests/unit/test_api_docs.py and test_cli_docs.py fail when they are stale
-#   make lint       ruff over src/, tests/, benchmarks/, conformance/, tools/ and examples/
+#   make lint       ruff over src/, tests/, benchmarks/, conformance/, corpus/, tools/, examples/
 #                   (pyflakes, pycodestyle with the 100-column limit, import sorting; CI runs it)
 #   make vocabulary regenerate the C VM's rt_vocabulary.h (opcodes, argument kinds, section
 #                   ids, tags, builtin names) from the Python VM's tables
@@ -63,6 +73,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 BENCH_STAMP := $(VENV)/.kiln-bench-installed
+CORPUS_STAMP := $(VENV)/.kiln-corpus-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
@@ -75,9 +86,10 @@ PORTABLE_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 OPS_RESULTS ?=
+CORPUS_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all demo test test-fast bench conformance fuzz lint vocabulary ops check-python docs \
+.PHONY: all demo test test-fast bench corpus conformance fuzz lint vocabulary ops check-python docs \
 	api-docs toolchain \
 	cross-toolchain \
 	device-toolchain blas-toolchain venv clean
@@ -109,6 +121,11 @@ $(STAMP): pyproject.toml constraints.txt
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,serve,torch-test,bench]'
 	@touch $(BENCH_STAMP)
+
+# The corpus extra (torch, torchvision, transformers, onnxscript), once, on its own stamp.
+$(CORPUS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,demo,corpus]'
+	@touch $(CORPUS_STAMP)
 
 toolchain:
 	@if ! command -v "$${CC:-cc}" >/dev/null 2>&1; then \
@@ -199,6 +216,9 @@ bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/encoders.py --note "$(BENCH_NOTE)" $(ENCODER_BENCH_ARGS)
 	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
 
+corpus: $(CORPUS_STAMP) toolchain
+	$(PY) corpus/run.py $(CORPUS_ARGS)
+
 conformance: $(STAMP) toolchain
 	$(PY) conformance/run.py --workers $(CONFORMANCE_WORKERS) $(CONFORMANCE_ARGS)
 	$(PY) conformance/contrib.py
@@ -209,7 +229,7 @@ fuzz: $(STAMP) toolchain
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
-	$(PY) -m ruff check src tests benchmarks conformance tools examples
+	$(PY) -m ruff check src tests benchmarks conformance corpus tools examples
 
 vocabulary: $(STAMP)
 	$(PY) tools/gen_c_vocabulary.py

