@@ -256,13 +256,12 @@ MODELS = {m.name: m for m in [*TORCHVISION, *TRANSFORMERS, *WHEEL_MODELS]}
 assert len(MODELS) == len(TORCHVISION) + len(TRANSFORMERS) + len(WHEEL_MODELS), "dup names"
 
 #: quick to export and compile: ``tests/models/corpus/test_corpus_fast.py``; the symbolic build
-#: of the two transformers fails today (KNOWN_SYMBOLIC_FAILURES), their static build matches
+#: of the two transformers failed when the corpus first ran; both builds match now
 FAST = ("tv_mobilenet_v3_small", "hf_bert", "hf_gpt2_past", "whl_oww_hey_jarvis")
 
 #: fast models whose symbolic build (no flags) fails today: name -> text of the error. The fast
 #: test checks the failure is still that one (and fails once it is fixed: drop the entry then).
-KNOWN_SYMBOLIC_FAILURES = {
-    # BERT's position ids are a 128-row buffer sliced to seq: min(128, seq) vs seq
-    "hf_bert": "do not broadcast; declare the symbols' bounds",
-    "hf_gpt2_past": "'<=' not supported between instances of 'Poly'",
+KNOWN_SYMBOLIC_FAILURES: dict[str, str] = {
+    # none: BERT's min(128, seq) position slice is assumed (decision 044) and GPT-2's symbolic
+    # sizes in FuseOps are compared by their bounds since the corpus first ran
 }
