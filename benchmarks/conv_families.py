@@ -35,14 +35,13 @@ import argparse
 import functools
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from cpu_timing import alternating_medians
 
 #: the switches "before" turns off (module, attribute)
 SWITCHES = (("kiln.relay.transform.alter_op_layout", "GROUPED_NCHWC"),
@@ -126,13 +125,6 @@ def _kiln(model, target: str, path: Path, on: bool):
         kiln.cpu()))
 
 
-def _cpu_us(fn, repeat: int) -> float:
-    start = time.thread_time()
-    for _ in range(repeat):
-        fn()
-    return (time.thread_time() - start) / repeat * 1e6
-
-
 def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
     """engine → (median µs, max abs difference from onnxruntime)."""
     import onnxruntime as ort
@@ -155,13 +147,8 @@ def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
         calls[name] = gm.run
     calls["onnxruntime"] = lambda: sess.run(None, {"x": x})
     errors["onnxruntime"] = 0.0
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for fn in calls.values():
-        _cpu_us(fn, 1)
-    for _ in range(args.rounds):
-        for name, fn in calls.items():
-            times[name].append(_cpu_us(fn, args.repeat))
-    return {name: (statistics.median(t), errors[name]) for name, t in times.items()}
+    medians = alternating_medians(calls, args.rounds, args.repeat, warmup=1)
+    return {name: (us, errors[name]) for name, us in medians.items()}
 
 
 def _cg_run(args) -> None:

@@ -22,12 +22,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from cpu_timing import alternating_medians
 from int8_conv import macs, parse_shape
 
 DEFAULT_SHAPES = ("256x512x56k1s2,512x1024x28k1s2,1024x2048x14k1s2,"
@@ -87,13 +86,6 @@ def _kiln(model, target: str, path: Path):
         kiln.cpu()))
 
 
-def _cpu_us(fn, repeat: int) -> float:
-    start = time.thread_time()
-    for _ in range(repeat):
-        fn()
-    return (time.thread_time() - start) / repeat * 1e6
-
-
 def bench_shape(shape, args, folder: Path) -> list[tuple[str, float, float, float]]:
     """(engine, median µs, GFLOP/s, max abs difference from onnxruntime) per engine."""
     import onnxruntime as ort
@@ -124,15 +116,10 @@ def bench_shape(shape, args, folder: Path) -> list[tuple[str, float, float, floa
         calls[name] = gm.run
     calls["onnxruntime"] = lambda: sess.run(None, {"x": x})
     errors["onnxruntime"] = 0.0
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for fn in calls.values():
-        _cpu_us(fn, 2)
-    for _ in range(args.rounds):
-        for name, fn in calls.items():
-            times[name].append(_cpu_us(fn, args.repeat))
+    medians = alternating_medians(calls, args.rounds, args.repeat, warmup=2)
     flop = 2 * macs(*shape)
-    return [(name, statistics.median(t), flop / statistics.median(t) / 1e3, errors[name])
-            for name, t in times.items()]
+    return [(name, us, flop / us / 1e3, errors[name])
+            for name, us in medians.items()]
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ decoder whose greedy decoding loops (the SmolLM2 run itself is tests/models/llm)
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from test_cli import _one_error_line
+from test_llm_sampling import _LoopingDecoder
 
 import kiln.llm
 import kiln.models
@@ -70,18 +70,6 @@ class _Tokenizer:
 
     def decode(self, ids):
         return " ".join(map(str, ids))
-
-
-class _LoopingDecoder:
-    """Logits that favour token 5 a little over 6 and 7, whatever the input."""
-
-    def empty_cache(self, batch):
-        return None
-
-    def __call__(self, ids, mask, pos, past):
-        logits = np.zeros((ids.shape[0], ids.shape[1], 10), np.float32)
-        logits[..., 5], logits[..., 6], logits[..., 7] = 2.0, 1.9, 1.85
-        return logits, None
 
 
 @pytest.fixture
