@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 from cpu_timing import alternating_medians
+from peers import ort_runner
 
 #: the switches "before" turns off (module, attribute)
 SWITCHES = (("kiln.relay.transform.alter_op_layout", "GROUPED_NCHWC"),
@@ -127,17 +128,11 @@ def _kiln(model, target: str, path: Path, on: bool):
 
 def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
     """engine → (median µs, max abs difference from onnxruntime)."""
-    import onnxruntime as ort
-
     model = conv_model(**shape)
     x = np.random.default_rng(1).standard_normal((1, shape["cin"], shape["h"], shape["h"])) \
         .astype(np.float32)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
+    ort_run = ort_runner(model.SerializeToString(), {"x": x}, args.threads)
+    want = ort_run()[0]
     calls, errors = {}, {}
     for name, on in (() if args.no_before else (("before", False),)) + (("after", True),):
         gm = _kiln(model, args.target, folder / f"{name}.so", on)
@@ -145,7 +140,7 @@ def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
         gm.run()
         errors[name] = float(np.abs(gm.get_output(0).numpy() - want).max())
         calls[name] = gm.run
-    calls["onnxruntime"] = lambda: sess.run(None, {"x": x})
+    calls["onnxruntime"] = ort_run
     errors["onnxruntime"] = 0.0
     medians = alternating_medians(calls, args.rounds, args.repeat, warmup=1)
     return {name: (us, errors[name]) for name, us in medians.items()}
@@ -156,13 +151,7 @@ def _cg_run(args) -> None:
     engine, path, inp = args.cg_run
     x = np.load(inp)
     if engine == "onnxruntime":
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        call = functools.partial(sess.run, None, {"x": x})
+        call = ort_runner(path, {"x": x}, args.threads)
     else:
         import kiln
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from cpu_timing import alternating_medians
 from int8_conv import macs, parse_shape
+from peers import ort_runner
 
 DEFAULT_SHAPES = ("256x512x56k1s2,512x1024x28k1s2,1024x2048x14k1s2,"
                   "3x64x224k7s2,3x64x224k3s2,3x32x224k3s2")
@@ -88,17 +89,11 @@ def _kiln(model, target: str, path: Path):
 
 def bench_shape(shape, args, folder: Path) -> list[tuple[str, float, float, float]]:
     """(engine, median µs, GFLOP/s, max abs difference from onnxruntime) per engine."""
-    import onnxruntime as ort
-
     model = conv_model(*shape)
     x = np.random.default_rng(1).standard_normal((1, shape[0], shape[2], shape[2])) \
         .astype(np.float32)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
+    ort_run = ort_runner(model.SerializeToString(), {"x": x}, args.threads)
+    want = ort_run()[0]
     builds = {"kiln": []}
     if args.alt:
         builds["kiln alt"] = args.alt
@@ -114,7 +109,7 @@ def bench_shape(shape, args, folder: Path) -> list[tuple[str, float, float, floa
         gm.run()
         errors[name] = float(np.abs(gm.get_output(0).numpy() - want).max())
         calls[name] = gm.run
-    calls["onnxruntime"] = lambda: sess.run(None, {"x": x})
+    calls["onnxruntime"] = ort_run
     errors["onnxruntime"] = 0.0
     medians = alternating_medians(calls, args.rounds, args.repeat, warmup=2)
     flop = 2 * macs(*shape)

@@ -60,9 +60,10 @@ def missing_peers() -> dict[str, str]:
     return out
 
 
-def ort_runner(onnx_path: str, feeds: dict, threads: int) -> Callable[[], list]:
-    """An onnxruntime CPU session; returns one inference (``session.run``: fresh output arrays,
-    in the graph's output order). Inputs the graph does not have are left out."""
+def ort_runner(onnx_path: str | bytes, feeds: dict, threads: int) -> Callable[[], list]:
+    """An onnxruntime CPU session of a model file (or its serialized bytes); returns one
+    inference (``session.run``: fresh output arrays, in the graph's output order). Inputs the
+    graph does not have are left out."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
