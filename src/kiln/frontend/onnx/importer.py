@@ -455,8 +455,7 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
             inputs.append(values[inp])
         else:
             raise KilnError(f"{where}: input '{inp}' is not defined before this node")
-    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-    if node.domain == MS_DOMAIN or needs_scan(node.op_type, layout, _type_of(inputs, 0)):
+    if node.domain == MS_DOMAIN or needs_scan(node, _type_of(inputs, 0)):
         # onnxruntime's contrib op, or a recurrent layer over a symbolic length: convert the
         # node's body of simpler ONNX ops
         body = _body(node, name, inputs, param_values)

@@ -13,21 +13,22 @@ peepholes i, o, f), run by the VM as a loop of ``seq`` iterations
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import NodeProto, helper
 
 from kiln.frontend.onnx.body import Body
+from kiln.frontend.onnx.converters.rnn import ACTIVATIONS, DEFAULT_ACTIVATIONS, GATES
 from kiln.relay.graph import TensorType
 
-RECURRENT_OPS = ("RNN", "GRU", "LSTM")
-_DEFAULTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
-_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-_ACTIVATIONS = ("Sigmoid", "Tanh", "Relu")
+RECURRENT_OPS = tuple(GATES)
 
 
-def needs_scan(op_type: str, layout: int, x: TensorType | None) -> bool:
-    """Whether a recurrent node's sequence axis is symbolic (so it cannot be unrolled)."""
-    return (op_type in RECURRENT_OPS and x is not None and len(x.shape) == 3
-            and not isinstance(x.shape[1 if layout else 0], int))
+def needs_scan(node: NodeProto, x: TensorType | None) -> bool:
+    """Whether ``node`` is a recurrent layer whose sequence axis (0, or 1 with ``layout=1``)
+    is symbolic in its input ``x``, so it cannot be unrolled."""
+    if node.op_type not in RECURRENT_OPS or x is None or len(x.shape) != 3:
+        return False
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    return not isinstance(x.shape[1 if layout else 0], int)
 
 
 def recurrent_scan(b: Body) -> None:
@@ -39,11 +40,11 @@ def recurrent_scan(b: Body) -> None:
         raise b.unsupported("sequence_lens over a symbolic sequence length")
     direction = b.attr("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
-    names = list(b.attr("activations", None) or list(_DEFAULTS[op]) * dirs)
+    names = list(b.attr("activations", None) or list(DEFAULT_ACTIVATIONS[op]) * dirs)
     names = [n.decode() if isinstance(n, bytes) else n for n in names]
-    if any(n not in _ACTIVATIONS for n in names):
+    if any(n not in ACTIVATIONS for n in names):
         raise b.unsupported(f"activations {names}")
-    per_dir = len(_DEFAULTS[op])
+    per_dir = len(DEFAULT_ACTIVATIONS[op])
     layout = int(b.attr("layout", 0))
     x = b.op("Transpose", b.input(0), perm=[1, 0, 2]) if layout else b.input(0)
     hidden = int(b.attr("hidden_size"))
@@ -66,7 +67,7 @@ class _Layer:
 
     def __init__(self, b: Body, op: str, x: str, hidden: int, layout: int):
         self.b, self.op, self.x, self.hidden, self.layout = b, op, x, hidden, layout
-        self.gates = _GATES[op] * hidden
+        self.gates = GATES[op] * hidden
         self.dtype = np.dtype(b.input_type(0).dtype)
         self.elem = helper.np_dtype_to_tensor_dtype(self.dtype)
 

@@ -18,9 +18,13 @@ from kiln.frontend.onnx.context import ConvertContext
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.relay.graph import Expr
 
-_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "nn.relu"}
-_DEFAULTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
-_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+#: the activations the layers take (ONNX name -> graph op)
+ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "nn.relu"}
+#: each layer's default activations per direction (the ONNX specs)
+DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
+                       "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+#: gates per layer (the row blocks of W and R)
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 class _Cell:
@@ -38,11 +42,11 @@ class _Cell:
         if self.direction not in ("forward", "reverse", "bidirectional"):
             raise ctx.unsupported(f"direction={self.direction!r}")
         self.dirs = 2 if self.direction == "bidirectional" else 1
-        names = ctx.attr("activations", None) or list(_DEFAULTS[op]) * self.dirs
-        if any(n not in _ACTIVATIONS for n in names):
+        names = ctx.attr("activations", None) or list(DEFAULT_ACTIVATIONS[op]) * self.dirs
+        if any(n not in ACTIVATIONS for n in names):
             raise ctx.unsupported(f"activations {names}")
-        per_dir = len(_DEFAULTS[op])
-        self.acts = [[_ACTIVATIONS[n] for n in names[d * per_dir:(d + 1) * per_dir]]
+        per_dir = len(DEFAULT_ACTIVATIONS[op])
+        self.acts = [[ACTIVATIONS[n] for n in names[d * per_dir:(d + 1) * per_dir]]
                      for d in range(self.dirs)]
         self.layout = int(ctx.attr("layout", 0))
         x = ctx.input(0)
@@ -91,7 +95,7 @@ class _Cell:
         if b is None:
             return w, r, None, None
         bd = self.take(b, d)
-        n = _GATES[self.ctx.node.op_type] * self.hidden
+        n = GATES[self.ctx.node.op_type] * self.hidden
         wb = self.ctx.call("strided_slice", [bd], begin=(0,), end=(n,), strides=(1,))
         rb = self.ctx.call("strided_slice", [bd], begin=(n,), end=(2 * n,), strides=(1,))
         return w, r, wb, rb
