@@ -38,3 +38,20 @@ def test_a_refused_attribute_names_the_node_and_domain():
     with pytest.raises(kiln.errors.UnsupportedOpError,
                        match=r"FusedMatMul \(node 'fm', domain 'com.microsoft'\): transBatchA"):
         from_onnx(model([node], {"a": a}, {}, ["y"]))
+
+
+def test_a_contrib_weight_computed_from_initializers_is_a_constant():
+    """MatMulNBits' packed B computed from initializers (B + 0) folds like any converter's
+    constant input."""
+    import numpy as np
+    from contrib_cases import _matmul_nbits
+    from onnx import numpy_helper
+
+    onnx_model, feeds = _matmul_nbits(4, 32, "packed")()
+    graph = onnx_model.graph
+    node = graph.node[0]
+    graph.initializer.append(numpy_helper.from_array(np.array(0, np.uint8), "zero"))
+    graph.node.insert(0, helper.make_node("Add", [node.input[1], "zero"], ["b_sum"]))
+    node.input[1] = "b_sum"
+    problem = compare(CASES[0], run_kiln(onnx_model, feeds), run_ort(onnx_model, feeds))
+    assert problem is None, problem

@@ -25,7 +25,7 @@ from kiln.arith import Dim, SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend.onnx import converters  # noqa: F401  (registers the converters)
 from kiln.frontend.onnx.body import BODY_OPSET, Body
-from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
+from kiln.frontend.onnx.context import ConvertContext, NotConstantError, onnx_dtype
 from kiln.frontend.onnx.contrib import MS_DOMAIN, expand_contrib
 from kiln.frontend.onnx.control_flow import CONTROL_FLOW_OPS, convert_control_flow
 from kiln.frontend.onnx.functions import expand_function
@@ -35,7 +35,6 @@ from kiln.frontend.onnx.support import DEFAULT_DOMAINS, check_supported
 from kiln.relay.assume import Assumption, needed_assumptions
 from kiln.relay.graph import (
     Call,
-    Constant,
     Expr,
     Function,
     IRModule,
@@ -458,7 +457,7 @@ def _convert_node(node: onnx.NodeProto, index: int, opset: int, values: dict[str
     if node.domain == MS_DOMAIN or needs_scan(node, _type_of(inputs, 0)):
         # onnxruntime's contrib op, or a recurrent layer over a symbolic length: convert the
         # node's body of simpler ONNX ops
-        body = _body(node, name, inputs, param_values)
+        body = _body(node, name, opset, inputs, param_values)
         (expand_contrib if node.domain == MS_DOMAIN else recurrent_scan)(body)
         for k, inner in enumerate(body.nodes):
             _convert_node(inner, k, BODY_OPSET, values, unavailable, param_values)
@@ -494,17 +493,20 @@ def _type_of(inputs: list[Expr | None], k: int) -> TensorType | None:
     return inputs[k].checked_type if k < len(inputs) and inputs[k] is not None else None
 
 
-def _body(node: onnx.NodeProto, name: str, inputs: list[Expr | None],
+def _body(node: onnx.NodeProto, name: str, opset: int, inputs: list[Expr | None],
           param_values: dict[str, np.ndarray]) -> Body:
-    """An empty :class:`Body` for ``node``, reading constants from initializers and
-    ``Constant`` values."""
+    """An empty :class:`Body` for ``node``; its constant inputs are read as a converter reads
+    them (:meth:`ConvertContext.const_value`: initializers, ``Constant`` values and what folds
+    from them)."""
+    ctx = ConvertContext(node, name, opset, inputs, param_values)
+
     def constant(k: int) -> np.ndarray | None:
-        expr = inputs[k] if k < len(inputs) else None
-        if isinstance(expr, Constant):
-            return expr.data
-        if isinstance(expr, Var) and expr.name in param_values:
-            return param_values[expr.name]
-        return None
+        if k >= len(inputs) or inputs[k] is None:
+            return None
+        try:
+            return ctx.const_value(k, f"input {k}")
+        except NotConstantError:
+            return None
 
     return Body(node, name, [_type_of(inputs, k) for k in range(len(inputs))], constant)
 
