@@ -24,7 +24,9 @@
 #                   INT8_CONV_BENCH_ARGS); then MiniLM and PP-OCRv4 at fixed
 #                   shapes (benchmarks/encoders.py, ENCODER_BENCH_ARGS); then a
 #                   portable (-mcpu=portable, multi-level) library vs -mcpu=native at 1 thread
-#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); writes benchmarks/results/,
+#                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); the VM compiled with no
+#                   flags (assumptions checked at run time) vs the same relations declared
+#                   as --dim (benchmarks/assume_checks.py, ASSUME_BENCH_ARGS); writes benchmarks/results/,
 #                   and for the models, int8 and encoder runs a summary to commit in
 #                   benchmarks/results/summary/ with the change against the committed one of
 #                   the same machine class (benchmarks/summary.py); BENCH_NOTE="..." is recorded
@@ -83,6 +85,7 @@ INT8_BENCH_ARGS ?=
 BENCH_NOTE ?=
 INT8_CONV_BENCH_ARGS ?=
 PORTABLE_BENCH_ARGS ?=
+ASSUME_BENCH_ARGS ?=
 CONFORMANCE_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CONFORMANCE_ARGS ?=
 OPS_RESULTS ?=
@@ -215,6 +218,7 @@ bench: $(BENCH_STAMP) toolchain
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
 	$(PY) benchmarks/encoders.py --note "$(BENCH_NOTE)" $(ENCODER_BENCH_ARGS)
 	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
+	$(PY) benchmarks/assume_checks.py $(ASSUME_BENCH_ARGS)
 
 corpus: $(CORPUS_STAMP) toolchain
 	$(PY) corpus/run.py $(CORPUS_ARGS)
