@@ -5,9 +5,10 @@ Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C un
 modes ``nearest``, ``linear`` and ``cubic``. ``scales``, ``sizes``, ``axes`` and
 ``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
-transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims the scale must stay a
-constant: integer scales or power-of-two inverses, and sizes computed from shapes that are the
-input dim or an integer multiple of it.
+transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims, sizes computed from
+shapes (``Shape(y)[2:]``) give a scale the kernel computes at run time where it changes with the
+dims (not with ``antialias``); scales must be integers or power-of-two inverses (the output size
+``int(scale * in)`` stays integer arithmetic).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _scaled_dim(ctx: ConvertContext, scale: np.float32, dim: arith.Dim) -> arith
 
 
 def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_index: int,
-                      sizes_index: int | None) -> tuple[list[arith.Dim], list[float]]:
+                      sizes_index: int | None) -> tuple[list[arith.Dim], list[float | None]]:
     ndim = len(shape)
     axes = ctx.ints("axes")
     scales = ctx.optional_input(scales_index)
@@ -112,26 +113,34 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_
 
 
 def _symbolic_sizes(ctx: ConvertContext, shape: tuple[arith.Dim, ...], wanted: np.ndarray,
-                    axes: tuple[int, ...] | None) -> tuple[list[arith.Dim], list[float]]:
-    """Sizes computed from shapes (``Resize(x, sizes=Shape(x) * [1, 1, 2, 2])``) over symbolic
-    dims: onnxruntime's scale is ``float32(out) / float32(in)``, static when each size is the
-    input dim itself or an integer multiple of it (other ratios vary with the dims)."""
+                    axes: tuple[int, ...] | None) -> tuple[list[arith.Dim], list[float | None]]:
+    """Sizes computed from shapes (``Resize(x, sizes=Shape(y)[2:])``) over symbolic dims:
+    onnxruntime's scale is ``float32(out) / float32(in)``. It is a constant where each size is
+    the input dim itself or an integer multiple of it; elsewhere (``(h + 1) // 2`` over
+    ``((h + 1) // 2 + 1) // 2``) it changes with the dims: None, the kernel computes it at run
+    time (:func:`kiln.topi.resize_taps.axis_scale`)."""
     if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         raise ctx.unsupported("keep_aspect_ratio_policy with sizes over symbolic dims")
     sizes = _full_rank(ctx, wanted.astype(object), axes, len(shape), -1)
     out, scales = [], []
     for size, dim in zip(sizes.tolist(), shape):
         size = dim if isinstance(size, int) and size < 0 else size
-        ratio = 1 if size == dim else arith.exact_ratio(size, dim)
-        if not isinstance(ratio, int) or ratio <= 0:
-            raise ctx.unsupported(f"size {size} of the symbolic dim {dim}: the scale "
-                                  f"{size}/{dim} changes with the dims (supported: the dim "
-                                  "itself or an integer multiple of it)")
         out.append(size)
-        scales.append(float(ratio))
+        scales.append(_constant_scale(size, dim))
+        if scales[-1] is None and ctx.attr("antialias", 0):
+            raise ctx.unsupported(f"antialias=1 with size {size} of the symbolic dim {dim}: the "
+                                  f"filter's footprint needs a constant scale, {size}/{dim} "
+                                  "changes with the dims")
     return out, scales
 
 
+def _constant_scale(size: arith.Dim, dim: arith.Dim) -> float | None:
+    """onnxruntime's ``float32(size) / float32(dim)`` where it is a constant (static sizes, or
+    ``size`` the dim or an integer multiple of it), else None."""
+    if isinstance(size, int) and isinstance(dim, int):
+        return float(np.float32(size) / np.float32(dim))
+    ratio = 1 if size == dim else arith.exact_ratio(size, dim)
+    return float(ratio) if isinstance(ratio, int) and ratio > 0 else None
 def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
             coordinate_mode: str, rounding: str) -> Expr:
     x = ctx.input(0)
