@@ -63,6 +63,13 @@ SCALES_CASES = [
     ("nearest_pytorch_half", {"mode": "nearest", "nearest_mode": "ceil",
                               "coordinate_transformation_mode": "pytorch_half_pixel"},
      [0.5, 1]),
+    # non-integer scales: the output size int(scale * in) changes with the dims
+    ("linear_x1.5", {"mode": "linear"}, [1.5, 0.75]),
+    ("nearest_x1.25", {"mode": "nearest", "nearest_mode": "floor",
+                       "coordinate_transformation_mode": "asymmetric"}, [1.25, 2.5]),
+    ("cubic_align_corners_x0.625", {"mode": "cubic",
+                                    "coordinate_transformation_mode": "align_corners"},
+     [0.625, 1.5]),
 ]
 
 
@@ -121,3 +128,28 @@ def test_resize_to_symbolic_sizes_matches_onnxruntime(model, target, tmp_path):
                 assert_close_to_reference([g], [want])
             except AssertionError as e:
                 raise AssertionError(f"{name} at x {x_hw}, y {y_hw}: {e}") from None
+
+
+def upsample_model() -> onnx.ModelProto:
+    """Upsample-9 (nearest, linear) of ``x [N, 3, H, W]`` by non-integer scales."""
+    nodes = [helper.make_node("Upsample", ["x", "scales"], [f"upsample_{mode}"], mode=mode)
+             for mode in ("nearest", "linear")]
+    graph = helper.make_graph(
+        nodes, "upsample",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, None) for n in nodes],
+        [_const("scales", np.array([1, 1, 1.5, 2.5], np.float32))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=8)
+
+
+def test_upsample_by_non_integer_scales_over_symbolic_dims(target, tmp_path):
+    """The output size ``int(1.5 * H)`` is ``3 * H // 2``: exact integer arithmetic."""
+    model = upsample_model()
+    mod, params = from_onnx(model)
+    so = tmp_path / "upsample.so"
+    kiln.build(mod, target=target, params=params).export_library(str(so))
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    for batch, (hw, _) in enumerate(SHAPES, start=1):
+        x = _inputs(batch, hw, hw)["x"]
+        got = [o.numpy() for o in vm["main"](x)]
+        assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))

@@ -132,7 +132,8 @@ def _one_node_model(node, out_shape, inits=(), in_shape=("N", 3, "H", "W")):
 
 
 @pytest.mark.parametrize("scale,expect", [(2.0, lambda h: 2 * h), (0.5, lambda h: h // 2),
-                                          (1.0, lambda h: h)])
+                                          (1.0, lambda h: h), (1.5, lambda h: 3 * h // 2),
+                                          (0.625, lambda h: 5 * h // 8)])
 def test_resize_scales_on_symbolic_sizes(scale, expect):
     scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, scale, scale])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
@@ -145,9 +146,10 @@ def test_resize_scales_on_symbolic_sizes(scale, expect):
 
 
 def test_resize_rejects_inexact_scale_of_symbolic_size():
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 1.5])
+    """float32(0.3) is 5033165 / 2**24: int(0.3 * H) rounds the float32 product."""
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.3, 0.3])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
-    with pytest.raises(UnsupportedOpError, match="scale 1.5 of symbolic dim"):
+    with pytest.raises(UnsupportedOpError, match=r"scale 0.3\d* of symbolic dim .*5033165"):
         from_onnx(_one_node_model(node, None, [scales]))
 
 
@@ -226,3 +228,19 @@ def test_resize_scale_of_symbolic_sizes_is_computed_at_run_time():
     text = _lowered_resize((1, 3, H, 9), (5, 4), (None, None))
     assert "select(((5.0 / float32(H)) == 1.0)" in text
     assert "float32(W" not in text and "* 8.0) / 3.0)" in text
+
+
+@pytest.mark.parametrize("scale", [1.5, 0.75, 2.5, 0.625, 255 / 128, 3 / 1024, 7.0])
+def test_resize_output_size_of_a_symbolic_dim_is_the_float32_product(scale):
+    """int(float32(scale) * float32(h)), onnxruntime's output size, equals the converter's
+    integer arithmetic below 2**16 (the ends of that range and values between)."""
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, scale, 1])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    mod, _ = from_onnx(_one_node_model(node, None, [scales]))
+    size = mod["main"].outputs[0].checked_type.shape[2]
+    (symbol,) = arith.free_symbols(size)
+    h = np.unique(np.concatenate([np.arange(1, 1025), np.arange(2**16 - 1024, 2**16),
+                                  RNG.integers(1, 2**16, 2048)]))
+    want = (np.float32(scale) * h.astype(np.float32)).astype(np.int64)
+    got = np.array([arith.evaluate(size, {symbol.name: int(v)}) for v in h])
+    np.testing.assert_array_equal(got, want)

@@ -63,12 +63,6 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     oh, ow = attrs["size"]
     if surely_less(oh, 1) or surely_less(ow, 1):
         raise ShapeError(f"resize2d output size {attrs['size']} is empty")
-    for axis, (d, o) in enumerate(zip(data.shape[2:], (oh, ow))):
-        if attrs["antialias"] and attrs["scale"][axis] is None and not (
-                isinstance(d, int) and isinstance(o, int)):
-            # the filter's footprint (its number of taps) is 2 / scale: a compile-time constant
-            raise ShapeError(f"resize2d antialias needs a constant scale; axis {2 + axis}'s is "
-                             f"float32({o}) / float32({d}), known at run time only")
     if attrs["method"] not in METHODS:
         raise ShapeError(f"resize2d method {attrs['method']!r} (supported: {METHODS})")
     if attrs["coordinate_transformation_mode"] not in COORDINATE_MODES:
@@ -76,6 +70,12 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
                          f"{attrs['coordinate_transformation_mode']!r}")
     if attrs["rounding_method"] not in ROUNDING_METHODS:
         raise ShapeError(f"rounding_method {attrs['rounding_method']!r}")
+    for axis, (d, o) in enumerate(zip(data.shape[2:], (oh, ow))):
+        if attrs.get("antialias") and attrs["scale"][axis] is None and not (
+                isinstance(d, int) and isinstance(o, int)):
+            # the filter's footprint (its number of taps) is 2 / scale: a compile-time constant
+            raise ShapeError(f"resize2d antialias needs a constant scale; axis {2 + axis}'s is "
+                             f"float32({o}) / float32({d}), known at run time only")
     return TensorType(data.shape[:2] + (oh, ow), data.dtype)
 
 

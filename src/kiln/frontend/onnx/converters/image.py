@@ -7,8 +7,8 @@ modes ``nearest``, ``linear`` and ``cubic``. ``scales``, ``sizes``, ``axes`` and
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
 transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims, sizes computed from
 shapes (``Shape(y)[2:]``) give a scale the kernel computes at run time where it changes with the
-dims (not with ``antialias``); scales must be integers or power-of-two inverses (the output size
-``int(scale * in)`` stays integer arithmetic).
+dims (not with ``antialias``); scales must be ``num / 2**k`` with a small ``num`` (1.5, 0.75;
+integers) so that the output size ``int(scale * in)`` is integer arithmetic.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ _METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 #: an antialiased output pixel reads taps² input pixels (unrolled in the kernel): a bound
 #: on the downsampling factor (linear 1/8, cubic 1/4)
 MAX_ANTIALIAS_TAPS = 16
+#: the largest numerator of a float32 scale (``num / 2**k``) of a symbolic dim: its output
+#: size ``num * dim // 2**k`` is exact below 2**24 / num, 65536 for 255
+MAX_SCALE_NUMERATOR = 255
 
 
 def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | None,
@@ -59,17 +62,20 @@ def _roi(ctx: ConvertContext, shape: tuple[int, ...]) -> tuple[float, float, flo
 
 def _scaled_dim(ctx: ConvertContext, scale: np.float32, dim: arith.Dim) -> arith.Dim:
     """onnxruntime's output size ``int(float32(scale) * float32(dim))``; of a symbolic ``dim``
-    for the scales where it is exact integer arithmetic: an integer ``k`` (``k * dim``) or its
-    inverse a power of two (``dim // k``: float32 halving is exact)."""
+    as integer arithmetic: a float32 scale is ``num / den`` exactly (``den`` a power of two),
+    and the float32 product ``num * dim / den`` is exact while ``num * dim`` stays below 2**24,
+    which is ``num * dim // den``. As for integer scales (``den`` 1), the dims are taken below
+    that; scales of up to ``MAX_SCALE_NUMERATOR`` in the numerator (1.5, 0.75, 2.5, 0.625...),
+    or the inverses of powers of two (exact at every size)."""
     if isinstance(dim, int):
         return int(np.float32(scale) * np.float32(dim))
-    if float(scale).is_integer():
-        return dim * int(scale)
-    inverse = 1.0 / float(scale)
-    if inverse.is_integer() and int(inverse) & (int(inverse) - 1) == 0:
-        return dim // int(inverse)
-    raise ctx.unsupported(f"scale {float(scale)} of symbolic dim {dim}: the output size is "
-                          f"static only for integer scales or their power-of-two inverses")
+    num, den = float(np.float32(scale)).as_integer_ratio()
+    if den == 1 or num <= MAX_SCALE_NUMERATOR:
+        return dim * num // den
+    raise ctx.unsupported(f"scale {float(scale)} of symbolic dim {dim}: the output size "
+                          f"int({float(scale)} * {dim}) is integer arithmetic only for scales "
+                          f"num / 2**k with num <= {MAX_SCALE_NUMERATOR} (this one is "
+                          f"{num} / {den})")
 
 
 def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_index: int,
