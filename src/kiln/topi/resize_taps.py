@@ -112,20 +112,26 @@ def runtime_source_coordinate(x: Any, mode: str, scale: Any, in_size: arith.Dim,
         return x / scale
     if mode == "tf_half_pixel_for_nn":
         return (x + 0.5) / scale
-    f32 = lambda d: ar.dim(d, "float32")  # noqa: E731
-    wide = lambda v: float(v) if _is_static(v) else ar.cast(v, "float64")  # noqa: E731
-    if mode == "half_pixel_symmetric":
-        adjustment = f32(out_size) / (scale * f32(in_size))
-        offset = f32(in_size) / 2.0 * (1.0 - adjustment)
-        return ar.cast(wide(offset) + (ar.cast(x, "float64") + 0.5) / wide(scale) - 0.5,
-                       "float32")
-    def unless_one_pixel(value, one_pixel):
-        """``value``, or ``one_pixel`` where the output has one pixel (statically or not)."""
+
+    def f32(dim: arith.Dim) -> Any:
+        return ar.dim(dim, "float32")
+
+    def unless_one_pixel(value: Callable[[], Any], one_pixel: Callable[[], Any]) -> Any:
+        """``value()``, or ``one_pixel()`` where the output has one pixel (known statically
+        or not)."""
         if _is_static(out_size):
             return value() if out_size > 1 else one_pixel()
         return ar.select(ar.dim(out_size, "int64") > 1, value(), one_pixel())
 
-    steps = lambda: f32(arith.maximum(out_size - 1, 1))  # noqa: E731
+    def steps() -> Any:  # out_size - 1, the divisor where out_size > 1
+        return f32(arith.maximum(out_size - 1, 1))
+
+    if mode == "half_pixel_symmetric":
+        adjustment = f32(out_size) / (scale * f32(in_size))
+        offset = f32(in_size) / 2.0 * (1.0 - adjustment)
+        wide_scale = float(scale) if _is_static(scale) else ar.cast(scale, "float64")
+        return ar.cast(ar.cast(offset, "float64") + (ar.cast(x, "float64") + 0.5) / wide_scale
+                       - 0.5, "float32")
     if mode == "pytorch_half_pixel":
         return unless_one_pixel(lambda: (x + 0.5) / scale - 0.5, lambda: x * 0.0)
     if mode == "align_corners":

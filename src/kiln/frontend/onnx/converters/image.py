@@ -147,6 +147,8 @@ def _constant_scale(size: arith.Dim, dim: arith.Dim) -> float | None:
         return float(np.float32(size) / np.float32(dim))
     ratio = 1 if size == dim else arith.exact_ratio(size, dim)
     return float(ratio) if isinstance(ratio, int) and ratio > 0 else None
+
+
 def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
             coordinate_mode: str, rounding: str) -> Expr:
     x = ctx.input(0)
