@@ -158,25 +158,28 @@ def test_upsample_by_non_integer_scales_over_symbolic_dims(target, tmp_path):
 def axes_model() -> onnx.ModelProto:
     """Resize-18 with ``axes=[2, 3]`` and ``sizes = Shape(y)[2:]`` of ``x [N, 3, H, W]``, and of
     its global average (DeepLabV3's ASPP pooling branch: a static 1 × 1 map upsampled to a
-    symbolic size, the scale float32(P) / 1)."""
+    symbolic size, the scale float32(P) / 1), and to a fixed 5 × 6 (scale 5 / float32(H))."""
     nodes = [helper.make_node("Shape", ["y"], ["y_shape"]),
              helper.make_node("Slice", ["y_shape", "two", "four"], ["hw"]),
              helper.make_node("Resize", ["x", "", "", "hw"], ["axes_linear"], mode="linear",
                               axes=[2, 3]),
              helper.make_node("GlobalAveragePool", ["x"], ["pooled"]),
              helper.make_node("Resize", ["pooled", "", "", "hw"], ["pooled_up"], mode="linear",
-                              axes=[2, 3], coordinate_transformation_mode="pytorch_half_pixel")]
+                              axes=[2, 3], coordinate_transformation_mode="pytorch_half_pixel"),
+             helper.make_node("Resize", ["x", "", "", "fixed"], ["fixed_cubic"], mode="cubic",
+                              axes=[2, 3], coordinate_transformation_mode="align_corners")]
     graph = helper.make_graph(
         nodes, "resize_axes",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"]),
          helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "P", "Q"])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-         for n in ("axes_linear", "pooled_up")],
-        [_const("two", np.array([2], np.int64)), _const("four", np.array([4], np.int64))])
+         for n in ("axes_linear", "pooled_up", "fixed_cubic")],
+        [_const("two", np.array([2], np.int64)), _const("four", np.array([4], np.int64)),
+         _const("fixed", np.array([5, 6], np.int64))])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
 
 
-def test_resize_18_axes_and_a_static_map_to_symbolic_sizes(target, tmp_path):
+def test_resize_18_axes_static_and_symbolic_sizes(target, tmp_path):
     model = axes_model()
     mod, params = from_onnx(model)
     so = tmp_path / "axes.so"
