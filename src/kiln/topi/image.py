@@ -21,10 +21,14 @@ def _select(cond: L.PrimExpr, a, b) -> L.PrimExpr:
     return L.Select(cond, a, L.const(b, a.dtype) if not isinstance(b, L.PrimExpr) else b)
 
 
+def _within(v: L.PrimExpr, lo, hi) -> L.PrimExpr:
+    return L.logical_and(v >= dim_value(lo, v.dtype), v <= dim_value(hi, v.dtype))
+
+
 LOOP_ARITH = Arith(lambda v: L.call("floor", v), lambda v: L.call("ceil", v),
                    lambda v: L.call("fabs", v), _clamp,
                    lambda v: L.Cast(L.INT, v), lambda v, dtype: L.Cast(dtype, v),
-                   lambda v, lo, hi: L.logical_and(v >= lo, v <= hi), _select)
+                   _within, _select, dim_value, L.eq)
 
 
 def _axis_tables(attrs: dict, axis: int, in_size: int, out_size: int):

@@ -21,7 +21,6 @@ import numpy as np
 from kiln import arith
 from kiln.errors import ShapeError
 
-SCALE_ONLY_MODES = ("half_pixel", "asymmetric", "tf_half_pixel_for_nn")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                     "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 ROUNDING_METHODS = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
@@ -40,6 +39,10 @@ class Arith:
     cast: Callable[[Any, str], Any]
     within: Callable[[Any, Any, Any], Any]  # lo <= value <= hi, as a condition
     select: Callable[[Any, Any, Any], Any]
+    #: a shape dim (int or symbolic) as a value of a dtype: the sizes of a scale known only at
+    #: run time
+    dim: Callable[[arith.Dim, str], Any]
+    equal: Callable[[Any, Any], Any]  # a == b, as a condition
     #: values computed once and read back (the compute's small tables): a normalization reads
     #: every weight once per weight, and inline expressions would grow as taps² (taps⁴ when an
     #: antialiased filter excludes the outside too)
@@ -48,7 +51,8 @@ class Arith:
 
 NUMPY_ARITH = Arith(np.floor, np.ceil, np.abs, np.clip, lambda v: v.astype(np.int64),
                     lambda v, dtype: v.astype(dtype), lambda v, lo, hi: (v >= lo) & (v <= hi),
-                    lambda c, a, b: np.where(c, a, b).astype(np.float32))
+                    lambda c, a, b: np.where(c, a, b).astype(np.float32),
+                    lambda d, dtype: np.dtype(dtype).type(d), np.equal)
 
 
 def _crop_coordinate(x: Any, start: float, end: float, in_size: int, out_size: int) -> Any:
@@ -95,6 +99,53 @@ def source_coordinate(x: Any, mode: str, scale: float, in_size: int, out_size: i
     raise ShapeError(f"unknown coordinate_transformation_mode {mode!r}")
 
 
+def runtime_source_coordinate(x: Any, mode: str, scale: Any, in_size: arith.Dim,
+                              out_size: arith.Dim, ar: Arith,
+                              crop: tuple[float, float] = (0.0, 1.0)) -> Any:
+    """:func:`source_coordinate` where the scale or a size is known only at run time (a
+    symbolic dim, or the float32 scale :func:`axis_scale` computes from them): the same
+    arithmetic in the same order and precision, the branches on ``out_size == 1`` selects, a
+    divisor ``out_size - 1`` kept at least 1 (its branch is not taken at 1)."""
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+
+    def f32(dim: arith.Dim) -> Any:
+        return ar.dim(dim, "float32")
+
+    def unless_one_pixel(value: Callable[[], Any], one_pixel: Callable[[], Any]) -> Any:
+        """``value()``, or ``one_pixel()`` where the output has one pixel (known statically
+        or not)."""
+        if _is_static(out_size):
+            return value() if out_size > 1 else one_pixel()
+        return ar.select(ar.dim(out_size, "int64") > 1, value(), one_pixel())
+
+    def steps() -> Any:  # out_size - 1, the divisor where out_size > 1
+        return f32(arith.maximum(out_size - 1, 1))
+
+    if mode == "half_pixel_symmetric":
+        adjustment = f32(out_size) / (scale * f32(in_size))
+        offset = f32(in_size) / 2.0 * (1.0 - adjustment)
+        wide_scale = float(scale) if _is_static(scale) else ar.cast(scale, "float64")
+        return ar.cast(ar.cast(offset, "float64") + (ar.cast(x, "float64") + 0.5) / wide_scale
+                       - 0.5, "float32")
+    if mode == "pytorch_half_pixel":
+        return unless_one_pixel(lambda: (x + 0.5) / scale - 0.5, lambda: x * 0.0)
+    if mode == "align_corners":
+        return unless_one_pixel(lambda: x * f32(in_size - 1) / steps(), lambda: x * 0.0)
+    if mode == "tf_crop_and_resize":
+        start, end = (float(np.float32(v)) for v in crop)
+        span = float(np.float32(end) - np.float32(start))
+        return unless_one_pixel(
+            lambda: start * f32(in_size - 1) + x * span * f32(in_size - 1) / steps(),
+            lambda: x * 0.0 + ar.cast(0.5 * (start + end) * ar.dim(in_size - 1, "float64"),
+                                      "float32"))
+    raise ShapeError(f"unknown coordinate_transformation_mode {mode!r}")
+
+
 def nearest_index(coord: Any, rounding: str, scale: float, floor, ceil) -> Any:
     """``coord`` rounded by ``rounding`` (still float; ``floor``/``ceil`` are the numpy or
     loop-IR functions). Only the result's value after clamping to ``[0, size - 1]`` matters,
@@ -103,6 +154,9 @@ def nearest_index(coord: Any, rounding: str, scale: float, floor, ceil) -> Any:
         return ceil(coord - 0.5)
     if rounding == "round_prefer_ceil":
         return floor(coord + 0.5)
+    if rounding == "simple" and not _is_static(scale):
+        # Resize-10 and Upsample take scales: their scale is always a constant
+        raise ShapeError("rounding_method 'simple' needs a constant scale")
     if rounding == "floor" or (rounding == "simple" and scale >= 1.0):
         return floor(coord)
     if rounding in ("ceil", "simple"):
@@ -125,19 +179,43 @@ def axis_taps(x: Any, attrs: dict, axis: int, in_size: arith.Dim,
     """The taps of output index ``x`` (float32) along one axis: ``[(input index, weight)]``,
     indices clamped to the input, weight None for nearest (one tap); and the condition under
     which the coordinate lies in the input (None unless tf_crop_and_resize extrapolates)."""
-    scale = attrs["scale"][axis]
+    out_size = attrs["size"][axis]
+    scale = axis_scale(attrs["scale"][axis], in_size, out_size, ar)
     mode = attrs["coordinate_transformation_mode"]
     roi = attrs["roi"]
-    if scale == 1.0:
+    if _is_static(scale) and scale == 1.0:
         # onnxruntime maps an axis that is not resized to itself, whatever the mode: no crop,
         # no extrapolation, no half-pixel shift (upsample.cc: ``scale == 1 ? x : ...``)
         return _method_taps(x, attrs, in_size, scale, ar), None
-    coord = source_coordinate(x, mode, scale, in_size, attrs["size"][axis], ar.cast,
-                              (roi[axis], roi[2 + axis]))
+    crop = (roi[axis], roi[2 + axis])
+    if _is_static(scale) and _is_static(in_size) and _is_static(out_size):
+        coord = source_coordinate(x, mode, scale, in_size, out_size, ar.cast, crop)
+    else:
+        coord = runtime_source_coordinate(x, mode, scale, in_size, out_size, ar, crop)
+        if not _is_static(scale):
+            # scale 1 (out == in) decided at run time: the index itself, which also lies
+            # inside the input (no extrapolation)
+            coord = ar.select(ar.equal(scale, 1.0), x, coord)
     # onnxruntime extrapolates outside [0, size - 1] in crop mode.
     valid = ar.within(coord, 0.0, _as_float(in_size - 1)) if mode == "tf_crop_and_resize" \
         else None
     return _method_taps(coord, attrs, in_size, scale, ar), valid
+
+
+def axis_scale(scale: float | None, in_size: arith.Dim, out_size: arith.Dim, ar: Arith) -> Any:
+    """The scale of one axis's coordinate transform: the ``scale`` attr, or where it is None
+    (``sizes`` over symbolic dims) onnxruntime's ``float32(out_size) / float32(in_size)``
+    (``upsamplebase.h``): a constant when both sizes are static, else a float32 value of the
+    shape variables computed at run time."""
+    if scale is not None:
+        return scale
+    if _is_static(in_size) and _is_static(out_size):
+        return float(np.float32(out_size) / np.float32(in_size))
+    return ar.dim(out_size, "float32") / ar.dim(in_size, "float32")
+
+
+def _is_static(value: Any) -> bool:
+    return isinstance(value, (int, float))
 
 
 def _as_float(dim: arith.Dim) -> float | arith.Dim:

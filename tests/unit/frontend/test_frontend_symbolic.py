@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 from kiln.arith import SymVar
 from kiln.errors import KilnError, ShapeError, UnsupportedOpError
 from kiln.frontend import from_onnx
+from kiln.relay.graph import Call, post_order
 from kiln.relay.interpreter import evaluate
 
 
@@ -164,15 +165,17 @@ def test_anonymous_dims_are_each_a_fresh_symbol():
 
 
 
-def _resize_to_sizes_model(op: str, factors: list[int]):
-    """Resize(x, sizes=op(Shape(x), factors)) over x [N, 3, H, W] (op Mul or Div)."""
+def _resize_to_sizes_model(op: str, factors: list[int], **attrs):
+    """Resize(x, sizes=op(Shape(x), factors)) over x [N, 3, H, W] (op Mul or Div); nearest
+    unless ``attrs`` say otherwise."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]), _const("factors", factors),
              helper.make_node(op, ["shape", "factors"], ["sizes"]),
-             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")]
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"],
+                              **{"mode": "nearest", **attrs})]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def test_resize_to_sizes_from_shape_is_symbolic():
@@ -185,10 +188,24 @@ def test_resize_to_sizes_from_shape_is_symbolic():
     np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0], want)
 
 
-def test_resize_to_a_size_whose_ratio_varies_is_refused_clearly():
-    """H // 2 over H: onnxruntime's scale float(H // 2) / float(H) is not a constant."""
-    with pytest.raises(UnsupportedOpError, match=r"Resize.*size .*H.*changes with the dims"):
-        from_onnx(_resize_to_sizes_model("Div", [1, 1, 2, 2]))
+@pytest.mark.parametrize("shape", [(1, 3, 5, 7), (2, 3, 8, 3), (1, 3, 11, 2)])
+def test_resize_to_a_size_whose_ratio_varies_scales_at_run_time(shape):
+    """H // 2 over H: onnxruntime's scale float32(H // 2) / float32(H) changes with H, so the
+    op keeps no constant scale (None: computed from the sizes) and evaluates at every shape."""
+    model = _resize_to_sizes_model("Div", [1, 1, 2, 2])
+    mod, _ = from_onnx(model)
+    (resize,) = [n for n in post_order(mod["main"].outputs) if isinstance(n, Call)]
+    assert resize.attrs["scale"] == (None, None)
+    x = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0], want)
+
+
+def test_antialias_to_a_size_whose_ratio_varies_is_refused_clearly():
+    """An antialiased filter's number of taps is 2 / scale: it needs a constant scale."""
+    model = _resize_to_sizes_model("Div", [1, 1, 2, 2], mode="linear", antialias=1)
+    with pytest.raises(UnsupportedOpError, match=r"Resize.*antialias.*H.*changes with the dims"):
+        from_onnx(model)
 
 
 def test_a_reshape_element_count_is_assumed():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kiln.arith import SymVar
 from kiln.errors import KilnError, ShapeError
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var
 from kiln.relay.interpreter import evaluate
@@ -93,6 +94,10 @@ POOL = {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilati
                                        "method": "linear",
                                        "coordinate_transformation_mode": "half_pixel",
                                        "rounding_method": "floor"}, "rank 4"),
+    ("image.resize2d", [_t(1, 2, SymVar("H"), 4)],
+     {"size": (8, 8), "scale": (None, 2.0), "method": "linear", "antialias": True,
+      "coordinate_transformation_mode": "half_pixel", "rounding_method": "floor"},
+     r"antialias needs a constant scale; axis 2's is float32\(8\) / float32\(H\)"),
     ("nn.matmul", [_t(2, 3, 4), _t(5, 4, 2)], {}, "broadcast"),
     ("nn.matmul", [_t(3), _t(3, 2)], {}, "rank >= 2"),
     ("nn.max_pool2d", [_t(1, 1, 1, 1)], POOL, "larger"),

@@ -132,7 +132,8 @@ def _one_node_model(node, out_shape, inits=(), in_shape=("N", 3, "H", "W")):
 
 
 @pytest.mark.parametrize("scale,expect", [(2.0, lambda h: 2 * h), (0.5, lambda h: h // 2),
-                                          (1.0, lambda h: h)])
+                                          (1.0, lambda h: h), (1.5, lambda h: 3 * h // 2),
+                                          (0.625, lambda h: 5 * h // 8)])
 def test_resize_scales_on_symbolic_sizes(scale, expect):
     scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, scale, scale])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
@@ -145,17 +146,10 @@ def test_resize_scales_on_symbolic_sizes(scale, expect):
 
 
 def test_resize_rejects_inexact_scale_of_symbolic_size():
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 1.5])
+    """float32(0.3) is 5033165 / 2**24: int(0.3 * H) rounds the float32 product."""
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.3, 0.3])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
-    with pytest.raises(UnsupportedOpError, match="scale 1.5 of symbolic dim"):
-        from_onnx(_one_node_model(node, None, [scales]))
-
-
-def test_resize_size_dependent_mode_needs_static_sizes():
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
-                            coordinate_transformation_mode="align_corners")
-    with pytest.raises(ShapeError, match="needs static sizes"):
+    with pytest.raises(UnsupportedOpError, match=r"scale 0.3\d* of symbolic dim .*5033165"):
         from_onnx(_one_node_model(node, None, [scales]))
 
 
@@ -200,3 +194,53 @@ def test_fused_symbolic_nest_binds_its_indices_once():
     assert not any(isinstance(s, L.LetStmt) for s in L.walk_stmts(inner))
     static = _parallel_nest((2, 3, 5, 4096))
     assert not peel_lets(static.body)[0]
+
+
+def _lowered_resize(shape, size, scale) -> str:
+    """The lowered text of a linear align_corners ``image.resize2d`` compute, the numbers that
+    make names unique dropped."""
+    import re
+
+    from kiln.topi.image import resize2d
+
+    x = te.placeholder(shape, "float32", "x")
+    attrs = {"size": size, "scale": scale, "method": "linear",
+             "coordinate_transformation_mode": "align_corners",
+             "rounding_method": "round_prefer_floor", "roi": (0.0, 0.0, 1.0, 1.0),
+             "extrapolation_value": 0.0, "cubic_alpha": -0.75, "exclude_outside": False,
+             "antialias": False}
+    y = resize2d([x], attrs, TensorType((*shape[:2], *size), "float32"))
+    return re.sub(r"_\d+(?=\b|_ax)", "", str(lower(Schedule(y), [x], "resize").body))
+
+
+def test_resize_scale_from_static_sizes_is_a_constant():
+    """A scale left to the sizes (None) over static sizes folds to onnxruntime's constant
+    float32(out) / float32(in): the same kernel as that scale given, no run-time division."""
+    from_sizes = _lowered_resize((1, 3, 7, 9), (5, 4), (None, None))
+    scales = tuple(float(np.float32(o) / np.float32(i)) for o, i in ((5, 7), (4, 9)))
+    assert from_sizes == _lowered_resize((1, 3, 7, 9), (5, 4), scales)
+    assert "select" not in from_sizes and "float32(H" not in from_sizes
+
+
+def test_resize_scale_of_symbolic_sizes_is_computed_at_run_time():
+    """Over a symbolic H the scale is float32(5) / float32(H), and scale 1 (H == 5) maps each
+    row to itself, as onnxruntime does; W's static scale stays a constant."""
+    text = _lowered_resize((1, 3, H, 9), (5, 4), (None, None))
+    assert "select(((5.0 / float32(H)) == 1.0)" in text
+    assert "float32(W" not in text and "* 8.0) / 3.0)" in text
+
+
+@pytest.mark.parametrize("scale", [1.5, 0.75, 2.5, 0.625, 255 / 128, 3 / 1024, 7.0])
+def test_resize_output_size_of_a_symbolic_dim_is_the_float32_product(scale):
+    """int(float32(scale) * float32(h)), onnxruntime's output size, equals the converter's
+    integer arithmetic below 2**16 (the ends of that range and values between)."""
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, scale, 1])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    mod, _ = from_onnx(_one_node_model(node, None, [scales]))
+    size = mod["main"].outputs[0].checked_type.shape[2]
+    (symbol,) = arith.free_symbols(size)
+    h = np.unique(np.concatenate([np.arange(1, 1025), np.arange(2**16 - 1024, 2**16),
+                                  RNG.integers(1, 2**16, 2048)]))
+    want = (np.float32(scale) * h.astype(np.float32)).astype(np.int64)
+    got = np.array([arith.evaluate(size, {symbol.name: int(v)}) for v in h])
+    np.testing.assert_array_equal(got, want)

@@ -4,7 +4,9 @@
 
 - ``size``: ``(OH, OW)``;
 - ``scale``: ``(sh, sw)``, the float32 scales of the coordinate transform (the ONNX ``scales``
-  input, or ``OH / H`` when ``sizes`` was given);
+  input, or ``OH / H`` when ``sizes`` was given); ``None`` for an axis whose scale
+  ``float32(OH) / float32(H)`` changes with symbolic dims: the kernel computes it at run time
+  from the sizes (:func:`kiln.topi.resize_taps.axis_scale`; not with ``antialias``);
 - ``method``: ``"nearest_neighbor"``, ``"linear"`` or ``"cubic"``;
 - ``cubic_alpha`` (cubic): the ``A`` of Keys' cubic convolution kernel;
 - ``exclude_outside`` (cubic, antialiased linear): taps outside the input get weight 0 (the
@@ -37,25 +39,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln import arith
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import expect_arity, expect_float, expect_rank, surely_less
 from kiln.relay.op_registry import OpPattern, register_op
-
-#: modes whose transform reads only the scale, not the sizes: the ones a symbolic size allows
 from kiln.topi.resize_taps import (  # the geometry the compute shares
     COORDINATE_MODES,
     METHODS,
     NUMPY_ARITH,
     ROUNDING_METHODS,
-    SCALE_ONLY_MODES,
     antialias_footprint,
     axis_taps,
 )
 
-__all__ = ["COORDINATE_MODES", "METHODS", "ROUNDING_METHODS", "SCALE_ONLY_MODES",
-           "antialias_footprint"]
+__all__ = ["COORDINATE_MODES", "METHODS", "ROUNDING_METHODS", "antialias_footprint"]
 
 
 def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
@@ -66,12 +63,6 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     oh, ow = attrs["size"]
     if surely_less(oh, 1) or surely_less(ow, 1):
         raise ShapeError(f"resize2d output size {attrs['size']} is empty")
-    mode = attrs["coordinate_transformation_mode"]
-    sizes = (*data.shape[2:], oh, ow)
-    if mode not in SCALE_ONLY_MODES and not all(isinstance(d, int) for d in sizes):
-        # their float transforms (size - 1, out_size == 1 cases) are written for static sizes
-        raise ShapeError(f"resize2d coordinate_transformation_mode {mode!r} needs static sizes, "
-                         f"got {arith.shape_str(sizes)} (symbolic sizes: {SCALE_ONLY_MODES})")
     if attrs["method"] not in METHODS:
         raise ShapeError(f"resize2d method {attrs['method']!r} (supported: {METHODS})")
     if attrs["coordinate_transformation_mode"] not in COORDINATE_MODES:
@@ -79,6 +70,12 @@ def _resize2d_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
                          f"{attrs['coordinate_transformation_mode']!r}")
     if attrs["rounding_method"] not in ROUNDING_METHODS:
         raise ShapeError(f"rounding_method {attrs['rounding_method']!r}")
+    for axis, (d, o) in enumerate(zip(data.shape[2:], (oh, ow))):
+        if attrs.get("antialias") and attrs["scale"][axis] is None and not (
+                isinstance(d, int) and isinstance(o, int)):
+            # the filter's footprint (its number of taps) is 2 / scale: a compile-time constant
+            raise ShapeError(f"resize2d antialias needs a constant scale; axis {2 + axis}'s is "
+                             f"float32({o}) / float32({d}), known at run time only")
     return TensorType(data.shape[:2] + (oh, ow), data.dtype)
 
 

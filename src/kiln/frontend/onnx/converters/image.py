@@ -5,9 +5,10 @@ Resize is supported on the two trailing axes of a rank-4 NCHW tensor (N and C un
 modes ``nearest``, ``linear`` and ``cubic``. ``scales``, ``sizes``, ``axes`` and
 ``keep_aspect_ratio_policy`` are read at compile time, with onnxruntime's arithmetic
 (``upsamplebase.h``): from scales, ``size = int(float32(scale) * float32(in))``; from sizes, the
-transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims the scale must stay a
-constant: integer scales or power-of-two inverses, and sizes computed from shapes that are the
-input dim or an integer multiple of it.
+transform uses ``scale = float32(out) / float32(in)``. Over symbolic dims, sizes computed from
+shapes (``Shape(y)[2:]``) give a scale the kernel computes at run time where it changes with the
+dims (not with ``antialias``); scales must be ``num / 2**k`` with a small ``num`` (1.5, 0.75;
+integers) so that the output size ``int(scale * in)`` is integer arithmetic.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ _METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 #: an antialiased output pixel reads taps² input pixels (unrolled in the kernel): a bound
 #: on the downsampling factor (linear 1/8, cubic 1/4)
 MAX_ANTIALIAS_TAPS = 16
+#: the largest numerator of a float32 scale (``num / 2**k``) of a symbolic dim: its output
+#: size ``num * dim // 2**k`` is exact below 2**24 / num, 65536 for 255
+MAX_SCALE_NUMERATOR = 255
 
 
 def _full_rank(ctx: ConvertContext, values: np.ndarray, axes: tuple[int, ...] | None,
@@ -58,21 +62,24 @@ def _roi(ctx: ConvertContext, shape: tuple[int, ...]) -> tuple[float, float, flo
 
 def _scaled_dim(ctx: ConvertContext, scale: np.float32, dim: arith.Dim) -> arith.Dim:
     """onnxruntime's output size ``int(float32(scale) * float32(dim))``; of a symbolic ``dim``
-    for the scales where it is exact integer arithmetic: an integer ``k`` (``k * dim``) or its
-    inverse a power of two (``dim // k``: float32 halving is exact)."""
+    as integer arithmetic: a float32 scale is ``num / den`` exactly (``den`` a power of two),
+    and the float32 product ``num * dim / den`` is exact while ``num * dim`` stays below 2**24,
+    which is ``num * dim // den``. As for integer scales (``den`` 1), the dims are taken below
+    that; scales of up to ``MAX_SCALE_NUMERATOR`` in the numerator (1.5, 0.75, 2.5, 0.625...),
+    or the inverses of powers of two (exact at every size)."""
     if isinstance(dim, int):
         return int(np.float32(scale) * np.float32(dim))
-    if float(scale).is_integer():
-        return dim * int(scale)
-    inverse = 1.0 / float(scale)
-    if inverse.is_integer() and int(inverse) & (int(inverse) - 1) == 0:
-        return dim // int(inverse)
-    raise ctx.unsupported(f"scale {float(scale)} of symbolic dim {dim}: the output size is "
-                          f"static only for integer scales or their power-of-two inverses")
+    num, den = float(np.float32(scale)).as_integer_ratio()
+    if den == 1 or num <= MAX_SCALE_NUMERATOR:
+        return dim * num // den
+    raise ctx.unsupported(f"scale {float(scale)} of symbolic dim {dim}: the output size "
+                          f"int({float(scale)} * {dim}) is integer arithmetic only for scales "
+                          f"num / 2**k with num <= {MAX_SCALE_NUMERATOR} (this one is "
+                          f"{num} / {den})")
 
 
 def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_index: int,
-                      sizes_index: int | None) -> tuple[list[arith.Dim], list[float]]:
+                      sizes_index: int | None) -> tuple[list[arith.Dim], list[float | None]]:
     ndim = len(shape)
     axes = ctx.ints("axes")
     scales = ctx.optional_input(scales_index)
@@ -112,24 +119,34 @@ def _sizes_and_scales(ctx: ConvertContext, shape: tuple[arith.Dim, ...], scales_
 
 
 def _symbolic_sizes(ctx: ConvertContext, shape: tuple[arith.Dim, ...], wanted: np.ndarray,
-                    axes: tuple[int, ...] | None) -> tuple[list[arith.Dim], list[float]]:
-    """Sizes computed from shapes (``Resize(x, sizes=Shape(x) * [1, 1, 2, 2])``) over symbolic
-    dims: onnxruntime's scale is ``float32(out) / float32(in)``, static when each size is the
-    input dim itself or an integer multiple of it (other ratios vary with the dims)."""
+                    axes: tuple[int, ...] | None) -> tuple[list[arith.Dim], list[float | None]]:
+    """Sizes computed from shapes (``Resize(x, sizes=Shape(y)[2:])``) over symbolic dims:
+    onnxruntime's scale is ``float32(out) / float32(in)``. It is a constant where each size is
+    the input dim itself or an integer multiple of it; elsewhere (``(h + 1) // 2`` over
+    ``((h + 1) // 2 + 1) // 2``) it changes with the dims: None, the kernel computes it at run
+    time (:func:`kiln.topi.resize_taps.axis_scale`)."""
     if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         raise ctx.unsupported("keep_aspect_ratio_policy with sizes over symbolic dims")
     sizes = _full_rank(ctx, wanted.astype(object), axes, len(shape), -1)
     out, scales = [], []
     for size, dim in zip(sizes.tolist(), shape):
         size = dim if isinstance(size, int) and size < 0 else size
-        ratio = 1 if size == dim else arith.exact_ratio(size, dim)
-        if not isinstance(ratio, int) or ratio <= 0:
-            raise ctx.unsupported(f"size {size} of the symbolic dim {dim}: the scale "
-                                  f"{size}/{dim} changes with the dims (supported: the dim "
-                                  "itself or an integer multiple of it)")
         out.append(size)
-        scales.append(float(ratio))
+        scales.append(_constant_scale(size, dim))
+        if scales[-1] is None and ctx.attr("antialias", 0):
+            raise ctx.unsupported(f"antialias=1 with size {size} of the symbolic dim {dim}: the "
+                                  f"filter's footprint needs a constant scale, {size}/{dim} "
+                                  "changes with the dims")
     return out, scales
+
+
+def _constant_scale(size: arith.Dim, dim: arith.Dim) -> float | None:
+    """onnxruntime's ``float32(size) / float32(dim)`` where it is a constant (static sizes, or
+    ``size`` the dim or an integer multiple of it), else None."""
+    if isinstance(size, int) and isinstance(dim, int):
+        return float(np.float32(size) / np.float32(dim))
+    ratio = 1 if size == dim else arith.exact_ratio(size, dim)
+    return float(ratio) if isinstance(ratio, int) and ratio > 0 else None
 
 
 def _resize(ctx: ConvertContext, scales_index: int, sizes_index: int | None,
