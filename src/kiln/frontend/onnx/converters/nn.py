@@ -15,6 +15,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.converters.conv3d import conv3d_as_2d
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.relay.graph import Constant, Expr
 from kiln.relay.op.common import broadcast_shapes
@@ -90,10 +91,10 @@ def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int
     return _as_2d(_window_nd(ctx, kernel, in_hw))[0]
 
 
-def _spatial_1d_or_2d(ctx: ConvertContext, x: Expr) -> int:
+def _spatial_1d_2d_or_3d(ctx: ConvertContext, x: Expr) -> int:
     nsp = x.checked_type.ndim - 2
-    if nsp not in (1, 2):
-        raise ctx.unsupported(f"only 1-D and 2-D spatial inputs are supported, got shape "
+    if nsp not in (1, 2, 3):
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D spatial inputs are supported, got shape "
                               f"{x.checked_type.shape}")
     return nsp
 
@@ -124,14 +125,18 @@ def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
 
 @onnx_op("Conv", since=1)
 def conv(ctx: ConvertContext) -> Expr:
-    """Conv over 1-D or 2-D spatial inputs; 1-D runs as 2-D with a size-1 height."""
+    """Conv over 1-D, 2-D or 3-D spatial inputs; 1-D runs as 2-D with a size-1 height, 3-D as
+    a 2-D conv over the output depths (:mod:`kiln.frontend.onnx.converters.conv3d`)."""
     x, w = ctx.input(0), ctx.input(1)
-    if _spatial_1d_or_2d(ctx, x) == 2:
+    nsp = _spatial_1d_2d_or_3d(ctx, x)
+    if nsp == 2:
         return _with_bias(ctx, conv2d_call(ctx, x, w))
     shape, wshape = x.checked_type.shape, w.checked_type.shape
     kernel = ctx.ints("kernel_shape", wshape[2:])
     if kernel != wshape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    if nsp == 3:
+        return _with_bias(ctx, conv3d_as_2d(ctx, x, w, _window_nd(ctx, kernel, shape[2:])))
     attrs, _ = _as_2d(_window_nd(ctx, kernel, shape[2:]))
     x = ctx.reshape(x, shape[:2] + (1,) + shape[2:])
     w = ctx.reshape(w, wshape[:2] + (1,) + wshape[2:])

@@ -1,0 +1,94 @@
+"""ONNX Conv over three spatial axes as one 2-D convolution over the output depths.
+
+A 3-D convolution ``y[n, o, z] = sum_k conv2d(x[n, :, z*s + k*dil - pad], w[o, :, k])`` is a
+2-D convolution whose batch is ``N * D'`` (one image per output depth) and whose input channels
+are the depth taps' input planes side by side: the data ``[N, C, D, H, W]`` is gathered to
+``[N * D', groups * T * C/groups, H, W]`` (a ``take`` of the T depth taps per output depth, the
+channels of each group kept together), the weight ``[O, C/groups, KD, KH, KW]`` becomes
+``[O, T * C/groups, KH, KW]`` (folded at compile time when it is a constant), and the 2-D
+output ``[N * D', O, H', W']`` goes back to ``[N, O, D', H', W']``. The 2-D conv then takes
+every 2-D path: blocked NCHW[x]c kernels, register blocks, K-blocking, grouped convs
+(docs/decisions/003, 045, 048). The gather is the depth-only "vol2col" of Caffe/PyTorch's
+``vol2col`` (their whole-window im2col restricted to one axis).
+
+Depth taps that read only padding for every output depth (a 3-deep padded kernel over a
+depth of 1 or 2: r3d_18's last stages) are dropped, so their zeros are neither copied nor
+multiplied.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.errors import ShapeError
+from kiln.frontend.onnx.context import ConvertContext
+from kiln.relay.graph import Constant, Expr
+
+
+def depth_taps(depth: int, kernel: int, stride: int, dilation: int, head: int,
+               tail: int) -> tuple[int, list[int]]:
+    """(output depth D', the kernel's depth taps that read at least one input plane).
+
+    A tap ``k`` reads planes ``k*dilation - head + z*stride`` for ``z`` in ``[0, D')``; it is
+    kept if that range meets ``[0, depth)``. No tap kept (every output depth is padding):
+    tap 0, which then reads zeros. Raises ShapeError when D' < 1.
+    """
+    out = (depth + head + tail - dilation * (kernel - 1) - 1) // stride + 1
+    if out < 1:
+        raise ShapeError(f"a depth of {depth} padded by ({head}, {tail}) is smaller than the "
+                         f"kernel's depth {kernel} at dilation {dilation}")
+    taps = [k for k in range(kernel)
+            if k * dilation - head <= depth - 1 and k * dilation - head + (out - 1) * stride >= 0]
+    return out, taps or [0]
+
+
+def _gather_depths(ctx: ConvertContext, x: Expr, planes: np.ndarray, groups: int) -> Expr:
+    """``x[N, C, D, H, W]`` → ``[N * D', groups * T * C/groups, H, W]``: image ``n * D' + z``
+    holds, group by group, tap by tap, the group's channels of plane ``planes[z, t]`` (zero
+    outside ``[0, D)``)."""
+    n, c, depth, h, w = x.checked_type.shape
+    lo, hi = int(planes.min()), int(planes.max())
+    head, tail = max(0, -lo), max(0, hi - (depth - 1))
+    if head or tail:
+        x = ctx.call("nn.pad", [x], pad_width=((0, 0), (0, 0), (head, tail), (0, 0), (0, 0)),
+                     pad_value=0.0, pad_mode="constant")
+    out_depth, taps = planes.shape
+    x = ctx.call("take", [x, Constant((planes + head).astype(np.int32))], axis=2)
+    x = ctx.reshape(x, (n, groups, c // groups, out_depth, taps, h, w))
+    x = ctx.call("transpose", [x], axes=(0, 3, 1, 4, 2, 5, 6))
+    return ctx.reshape(x, (n * out_depth, c * taps, h, w))
+
+
+def _weight_taps(ctx: ConvertContext, w: Expr, taps: list[int]) -> Expr:
+    """``w[O, C/g, KD, KH, KW]`` → ``[O, T * C/g, KH, KW]`` for the kept taps (contiguous)."""
+    o, cg, kd, kh, kw = w.checked_type.shape
+    if len(taps) != kd:
+        w = ctx.call("strided_slice", [w], begin=(0, 0, taps[0], 0, 0),
+                     end=(o, cg, taps[-1] + 1, kh, kw), strides=(1, 1, 1, 1, 1))
+    w = ctx.call("transpose", [w], axes=(0, 2, 1, 3, 4))
+    return ctx.reshape(w, (o, len(taps) * cg, kh, kw))
+
+
+def conv3d_as_2d(ctx: ConvertContext, x: Expr, w: Expr, win: dict) -> Expr:
+    """``nn.conv2d`` calls computing a 3-D Conv (no bias) of ``x[N, C, D, H, W]`` (D static)
+    and ``w[O, C/group, KD, KH, KW]`` with the node's window ``win`` (``_window_nd``'s kernel,
+    strides, dilation, heads, tails); returns ``[N, O, D', H', W']``. Raises
+    UnsupportedOpError for a symbolic depth, ShapeError for a kernel deeper than the padded
+    depth."""
+    n, c, depth = x.checked_type.shape[:3]
+    if not isinstance(depth, int):
+        raise ctx.unsupported(f"a symbolic depth {depth} (axis 2 of {x.checked_type.shape}); "
+                              "3-D convolutions need a fixed depth")
+    groups = int(ctx.attr("group", 1))
+    stride, dilation = win["strides"][0], win["dilation"][0]
+    out_depth, taps = depth_taps(depth, win["kernel"][0], stride, dilation, win["heads"][0],
+                                 win["tails"][0])
+    planes = (np.arange(out_depth)[:, None] * stride + np.array(taps)[None, :] * dilation
+              - win["heads"][0])
+    heads, tails = win["heads"][1:], win["tails"][1:]
+    data, weight = _gather_depths(ctx, x, planes, groups), _weight_taps(ctx, w, taps)
+    out = ctx.call("nn.conv2d", [data, weight], groups=groups, strides=win["strides"][1:],
+                   dilation=win["dilation"][1:], padding=(heads[0], heads[1], tails[0], tails[1]))
+    o, oh, ow = out.checked_type.shape[1:]
+    out = ctx.reshape(out, (n, out_depth, o, oh, ow))
+    return ctx.call("transpose", [out], axes=(0, 2, 1, 3, 4))
