@@ -25,6 +25,7 @@ import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive, to_te
 from kiln.codegen.llvm.build import build_llvm
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
 from kiln.relay.op.integer import pack_quads, pack_tap_pairs
 from kiln.relay.op_registry import get_op
 from kiln.relay.transform.fuse_ops import fuse_ops
@@ -85,7 +86,27 @@ def _cases():
     cases.append(_float_conv_case("dilated_region_conv", (1, 1, 9, 7, 8), (1, 1, 2, 1, 8, 8),
                                   {"strides": (1, 1), "padding": (0, 0, 0, 0),
                                    "dilation": (3, 3)}))
+    cases.append(_depth_gather_case())
     return cases
+
+
+def _depth_gather_case():
+    """The input kernel of a 3-D conv (docs/decisions/048): ``x[1, 8, 3, 5, 5]`` padded along
+    depth, its 3 depth taps a stride-2 output depth gathered (``take``) into the channels of
+    ``[2, 24, 5, 5]`` and blocked as NCHW8c; its output from the graph interpreter."""
+    x = np.random.default_rng(24).standard_normal((1, 8, 3, 5, 5)).astype(np.float32)
+    planes = np.array([[0, 1, 2], [2, 3, 4]], np.int32)  # output depths 0, 1; pad 1 each side
+    var, taps = Var("x", TensorType(x.shape, "float32")), Var("planes", TensorType((2, 3), "int32"))
+    y = Call("nn.pad", [var], {"pad_width": ((0, 0), (0, 0), (1, 1), (0, 0), (0, 0)),
+                               "pad_value": 0.0, "pad_mode": "constant"})
+    y = Call("take", [y, taps], {"axis": 2})
+    y = Call("transpose", [y], {"axes": (0, 2, 3, 1, 4, 5)})
+    y = Call("reshape", [y], {"newshape": (2, 24, 5, 5)})
+    y = Call("layout_transform", [y], {"src_layout": "NCHW", "dst_layout": "NCHW8c"})
+    func = Function([var, taps], [y])
+    want = evaluate(func, {"x": x, "planes": planes})
+    (call,) = [n for n in post_order(fuse_ops(func).outputs) if isinstance(n, PrimitiveCall)]
+    return lower_primitive(call, "conv3d_depth_gather"), [x, planes], want
 
 
 def _float_conv_case(name: str, data_shape, weight_shape, attrs: dict):
