@@ -122,3 +122,23 @@ def test_conv3d_runs_the_blocked_conv_kernel():
     ops = [n.op.name for p in primitive_calls(fused) for n in post_order(p.body.outputs)
            if isinstance(n, Call)]
     assert ops.count("nn.conv2d_NCHWc") == 5 and "nn.conv2d" not in ops
+
+
+def test_symbolic_batch_height_and_width_through_the_vm(target, tmp_path):
+    """A strided, padded 3-D conv and a ceil_mode 3-D average pool over ``x[N, 3, 4, H, W]``:
+    the gather's slices and reshapes carry the symbolic dims."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 6, strides=[1, 2, 2]),
+             helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[2, 2, 2],
+                              strides=[2, 2, 2], ceil_mode=1)]
+    graph = helper.make_graph(
+        nodes, "conv3d_symbolic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("w", 4, 3, 3, 3, 3, seed=1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    mod, params = from_onnx(model, dim_bounds={"H": (3, None), "W": (3, None)})
+    kiln.build(mod, target=target, params=params).export_library(str(tmp_path / "s.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "s.so")), kiln.cpu())
+    for shape in [(1, 3, 4, 7, 9), (2, 3, 4, 10, 5)]:
+        x = rand(*shape, seed=shape[3])
+        assert_close_to_reference([vm["main"](x).numpy()], run_onnxruntime(model, {"x": x}))
