@@ -8,8 +8,9 @@ concatenated on the channels, those of each group kept together), the weight
 ``[O, C/groups, KD, KH, KW]`` becomes ``[O, T * C/groups, KH, KW]`` (folded at compile time
 when it is a constant), and the 2-D output ``[N * D', O, H', W']`` goes back to
 ``[N, O, D', H', W']``. The 2-D conv then takes every 2-D path: blocked NCHW[x]c kernels,
-register blocks, K-blocking, grouped convs (docs/decisions/003, 045, 048). The gather is PyTorch's ``vol2col`` (its 3-D im2col,
-aten/src/ATen/native/vol2col.h) restricted to the depth axis.
+register blocks, K-blocking, grouped convs (docs/decisions/003, 045, 048). The gather is
+PyTorch's ``vol2col`` (its 3-D im2col, aten/src/ATen/native/vol2col.h) restricted to the depth
+axis.
 
 Depth taps that read only padding for every output depth (a 3-deep padded kernel over a
 depth of 1 or 2: r3d_18's last stages) are dropped, so their zeros are neither copied nor
