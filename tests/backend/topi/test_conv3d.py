@@ -1,7 +1,7 @@
-"""3-D convolutions, pools and batch norms (video models: torchvision's r3d_18) compiled for
-each target (c, llvm) against onnxruntime: single ops at a fixed shape, and a residual block
-with a symbolic batch through the VM; the 3-D conv runs the blocked 2-D kernel
-(docs/decisions/048)."""
+"""3-D convolutions, transposed convolutions, pools and batch norms (video models:
+torchvision's r3d_18) compiled for each target (c, llvm) against onnxruntime: single ops at a
+fixed shape, a residual block with a symbolic batch through the VM and static, symbolic
+heights and widths; the 3-D conv runs the blocked 2-D kernel (docs/decisions/048)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,12 @@ CASES = [  # (op, inputs, initializers, attributes)
      {"group": 16, "pads": [1, 1, 1, 0, 1, 1]}),
     ("Conv", {"x": rand(1, 4, 5, 7, 8)}, {"w": rand(6, 4, 2, 3, 3, seed=1)},
      {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
+    # a 3-D upsampling: stride 2, pads, output_padding, bias; and grouped
+    ("ConvTranspose", {"x": rand(1, 8, 3, 4, 5)}, {"w": rand(8, 4, 3, 3, 3, seed=1),
+                                                   "b": rand(4, seed=2)},
+     {"strides": [2, 2, 2], "pads": [1] * 6, "output_padding": [1, 1, 0]}),
+    ("ConvTranspose", {"x": rand(1, 8, 2, 3, 3)}, {"w": rand(8, 2, 2, 2, 2, seed=1)},
+     {"strides": [2, 2, 2], "group": 2}),
     ("MaxPool", {"x": rand(1, 3, 6, 10, 11)}, {},
      {"kernel_shape": [3, 3, 3], "strides": [2, 3, 2], "pads": [1, 1, 0, 0, 0, 1],
       "ceil_mode": 1}),
@@ -125,20 +131,24 @@ def test_conv3d_runs_the_blocked_conv_kernel():
 
 
 def test_symbolic_batch_height_and_width_through_the_vm(target, tmp_path):
-    """A strided, padded 3-D conv and a ceil_mode 3-D average pool over ``x[N, 3, 4, H, W]``:
-    the gather's slices and reshapes carry the symbolic dims."""
+    """A strided, padded 3-D conv, a ceil_mode 3-D average pool and a strided 3-D
+    ConvTranspose over ``x[N, 3, 4, H, W]``: the slices and reshapes carry the symbolic
+    dims."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 6, strides=[1, 2, 2]),
              helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[2, 2, 2],
-                              strides=[2, 2, 2], ceil_mode=1)]
+                              strides=[2, 2, 2], ceil_mode=1),
+             helper.make_node("ConvTranspose", ["x", "wt"], ["u"], strides=[2, 2, 2],
+                              pads=[1] * 6)]
     graph = helper.make_graph(
         nodes, "conv3d_symbolic",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, "H", "W"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [_const("w", 4, 3, 3, 3, 3, seed=1)])
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "u")],
+        [_const("w", 4, 3, 3, 3, 3, seed=1), _const("wt", 3, 2, 3, 3, 3, seed=2)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     mod, params = from_onnx(model, dim_bounds={"H": (3, None), "W": (3, None)})
     kiln.build(mod, target=target, params=params).export_library(str(tmp_path / "s.so"))
     vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "s.so")), kiln.cpu())
     for shape in [(1, 3, 4, 7, 9), (2, 3, 4, 10, 5)]:
         x = rand(*shape, seed=shape[3])
-        assert_close_to_reference([vm["main"](x).numpy()], run_onnxruntime(model, {"x": x}))
+        got = [o.numpy() for o in vm["main"](x)]
+        assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))

@@ -98,3 +98,67 @@ def conv3d_as_2d(ctx: ConvertContext, x: Expr, w: Expr, win: dict) -> Expr:
     o, oh, ow = out.checked_type.shape[1:]
     out = ctx.reshape(out, (n, out_depth, o, oh, ow))
     return ctx.call("transpose", [out], axes=(0, 2, 1, 3, 4))
+
+
+def _place_depths(ctx: ConvertContext, piece: Expr, stride: int, offset: int,
+                  out_depth: int) -> Expr | None:
+    """``piece[N, O, D, H, W]`` spread along depth: plane ``z`` lands at ``z * stride - offset``
+    of an ``out_depth``-deep output, zeros between and around; None when none lands in it."""
+    n, o, depth, h, w = piece.checked_type.shape
+    if (depth - 1) * stride - offset < 0 or -offset >= out_depth:
+        return None
+    if stride > 1:  # zeros between the planes: [N, O, D, 1, H, W] padded to [N, O, D, s, H, W]
+        piece = ctx.reshape(piece, (n, o, depth, 1, h, w))
+        piece = ctx.call("nn.pad", [piece], pad_width=((0, 0),) * 3 + ((0, stride - 1),)
+                         + ((0, 0),) * 2, pad_value=0.0, pad_mode="constant")
+        piece = ctx.reshape(piece, (n, o, depth * stride, h, w))
+    # plane z now at z * stride; shifted by -offset into [0, out_depth): negative widths crop
+    width = (-offset, out_depth + offset - depth * stride)
+    return ctx.call("nn.pad", [piece], pad_width=((0, 0), (0, 0), width, (0, 0), (0, 0)),
+                    pad_value=0.0, pad_mode="constant")
+
+
+def conv_transpose3d_as_2d(ctx: ConvertContext, x: Expr, w: Expr, strides: tuple[int, ...],
+                           dilation: tuple[int, ...], heads: tuple[int, ...],
+                           tails: tuple[int, ...], extra: tuple[int, ...]) -> Expr:
+    """A 3-D ConvTranspose (no bias) of ``x[N, C, D, H, W]`` (D static) by
+    ``w[C, O/group, KD, KH, KW]`` as one ``nn.conv2d_transpose`` over the input depths — the
+    adjoint of :func:`conv3d_as_2d`'s gather: each input plane's 2-D transposed conv by the
+    weight ``[C, KD * O/group, KH, KW]`` gives its KD depth taps' contributions side by side on
+    the channels; tap ``k`` of plane ``z`` lands on output depth ``z * stride + k * dilation -
+    head``, and the taps are summed. Per axis (depth, height, width): ``strides``, ``dilation``,
+    pads ``heads`` / ``tails`` and ``extra`` rows at the end (output_padding or a larger
+    output_shape). Returns ``[N, O, D', H', W']``; raises UnsupportedOpError for a symbolic
+    depth or when no tap reaches the output."""
+    n, c, depth, h, wd = x.checked_type.shape
+    if not isinstance(depth, int):
+        raise ctx.unsupported(f"a symbolic depth {depth} (axis 2 of {x.checked_type.shape}); "
+                              "3-D transposed convolutions need a fixed depth")
+    groups = int(ctx.attr("group", 1))
+    _, og, kd, kh, kw = w.checked_type.shape
+    out_depth = (depth - 1) * strides[0] + (kd - 1) * dilation[0] + 1 + extra[0] - heads[0] \
+        - tails[0]
+    if out_depth < 1:
+        raise ShapeError(f"ConvTranspose of depth {depth} has no output depth ({out_depth})")
+    data = ctx.call("transpose", [x], axes=(0, 2, 1, 3, 4))
+    data = ctx.reshape(data, (n * depth, c, h, wd))
+    weight = ctx.call("transpose", [w], axes=(0, 2, 1, 3, 4))
+    weight = ctx.reshape(weight, (c, kd * og, kh, kw))
+    planes = ctx.call("nn.conv2d_transpose", [data, weight], strides=strides[1:],
+                      padding=(heads[1], heads[2], tails[1], tails[2]), dilation=dilation[1:],
+                      groups=groups, output_padding=extra[1:])
+    oh, ow = planes.checked_type.shape[2:]
+    planes = ctx.reshape(planes, (n, depth, groups, kd, og, oh, ow))
+    total = None
+    for k in range(kd):
+        tap = ctx.call("strided_slice", [planes], begin=(0, 0, 0, k, 0, 0, 0),
+                       end=(n, depth, groups, k + 1, og, oh, ow), strides=(1,) * 7)
+        tap = ctx.call("transpose", [ctx.reshape(tap, (n, depth, groups * og, oh, ow))],
+                       axes=(0, 2, 1, 3, 4))
+        placed = _place_depths(ctx, tap, strides[0], heads[0] - k * dilation[0], out_depth)
+        if placed is not None:
+            total = placed if total is None else ctx.call("add", [total, placed])
+    if total is None:
+        raise ctx.unsupported(f"no depth tap reaches the output (pads {heads[0]}, {tails[0]} "
+                              f"crop all of it)")
+    return total

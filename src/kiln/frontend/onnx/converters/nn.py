@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
-from kiln.frontend.onnx.converters.conv3d import conv3d_as_2d
+from kiln.frontend.onnx.converters.conv3d import conv3d_as_2d, conv_transpose3d_as_2d
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.relay.graph import Constant, Expr
 from kiln.relay.op.common import broadcast_shapes
@@ -163,9 +163,12 @@ def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int,
 
 @onnx_op("ConvTranspose", since=1)
 def conv_transpose(ctx: ConvertContext) -> Expr:
-    """2-D, or 1-D lifted to 2-D with a height-1 input and kernel (attributes get the
-    identity entry of the added axis)."""
+    """2-D; 1-D lifted to 2-D with a height-1 input and kernel (attributes get the identity
+    entry of the added axis); 3-D as one 2-D transposed conv over the input depths
+    (:mod:`kiln.frontend.onnx.converters.conv3d`)."""
     x, w = ctx.input(0), ctx.input(1)
+    if x.checked_type.ndim == 5 and w.checked_type.ndim == 5:
+        return _with_bias(ctx, _conv_transpose_3d(ctx, x, w))
     one_d = x.checked_type.ndim == 3 and w.checked_type.ndim == 3
 
     def ints(name: str, default: tuple[int, ...], lifted: tuple[int, ...]):
@@ -216,6 +219,36 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
         n, o, _, width = out.checked_type.shape
         out = ctx.reshape(out, (n, o, width))
     return out
+
+
+def _conv_transpose_3d(ctx: ConvertContext, x: Expr, w: Expr) -> Expr:
+    """ConvTranspose over [N, C, D, H, W]: the attributes per axis (pads, or auto_pad SAME_* /
+    output_shape as the 2-D converter reads them), then
+    :func:`~kiln.frontend.onnx.converters.conv3d.conv_transpose3d_as_2d`."""
+    kernel = w.checked_type.shape[2:]
+    if ctx.ints("kernel_shape", kernel) != kernel:
+        raise ctx.unsupported("kernel_shape differs from the weight shape")
+    strides = ctx.ints("strides", (1, 1, 1))
+    dilation = ctx.ints("dilations", (1, 1, 1))
+    adj = ctx.ints("output_padding", (0, 0, 0))
+    if not len(strides) == len(dilation) == len(adj) == 3:
+        raise ctx.unsupported(f"strides {strides}, dilations {dilation}, output_padding {adj} "
+                              "do not fit 3 spatial axes")
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto_pad}")
+    out_shape = ctx.ints("output_shape")
+    if out_shape is None and auto_pad in ("NOTSET", "VALID"):
+        pads = (0,) * 6 if auto_pad == "VALID" else ctx.ints("pads", (0,) * 6)
+        if len(pads) != 6:
+            raise ctx.unsupported(f"pads {pads} do not have one begin and end per axis")
+        return conv_transpose3d_as_2d(ctx, x, w, strides, dilation, pads[:3], pads[3:], adj)
+    wanted = (None,) * 3 if out_shape is None else out_shape[-3:]
+    per_axis = [_transpose_padding(ctx, *args) for args in
+                zip(x.checked_type.shape[2:], kernel, strides, dilation, adj, wanted)]
+    heads, tails, more = zip(*per_axis)
+    extra = tuple(a + m for a, m in zip(adj, more))
+    return conv_transpose3d_as_2d(ctx, x, w, strides, dilation, heads, tails, extra)
 
 
 def _pool(ctx: ConvertContext, op: str, x: Expr, extra: dict) -> Expr:
