@@ -25,6 +25,7 @@ import kiln.runtime as rt
 from kiln.backend.te_compiler import lower_primitive, to_te
 from kiln.codegen.llvm.build import build_llvm
 from kiln.relay.graph import Call, Function, PrimitiveCall, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
 from kiln.relay.op.integer import pack_quads, pack_tap_pairs
 from kiln.relay.op_registry import get_op
 from kiln.relay.transform.fuse_ops import fuse_ops
@@ -85,6 +86,38 @@ def _cases():
     cases.append(_float_conv_case("dilated_region_conv", (1, 1, 9, 7, 8), (1, 1, 2, 1, 8, 8),
                                   {"strides": (1, 1), "padding": (0, 0, 0, 0),
                                    "dilation": (3, 3)}))
+    cases += _depth_gather_cases()
+    return cases
+
+
+def _depth_gather_cases():
+    """The input kernels of a 3-D conv (docs/decisions/048): ``x[1, 8, 5, 5, 5]`` (depth padded
+    already), its 3 depth taps at stride 2 as strided slices moved to ``[2, 8, 5, 5]``,
+    concatenated into ``[2, 24, 5, 5]`` and blocked as NCHW8c; FuseOps makes one kernel of
+    the concatenation with its first slice and one of each other slice. Each kernel's inputs
+    and outputs from the graph interpreter."""
+    x = np.random.default_rng(24).standard_normal((1, 8, 5, 5, 5)).astype(np.float32)
+    var = Var("x", TensorType(x.shape, "float32"))
+    pieces = []
+    for first in (0, 1, 2):
+        piece = Call("strided_slice", [var], {"begin": (0, 0, first, 0, 0),
+                                              "end": (1, 8, first + 3, 5, 5),
+                                              "strides": (1, 1, 2, 1, 1)})
+        piece = Call("transpose", [piece], {"axes": (0, 2, 1, 3, 4)})
+        pieces.append(Call("reshape", [piece], {"newshape": (2, 1, 8, 5, 5)}))
+    y = Call("concatenate", pieces, {"axis": 2})
+    y = Call("reshape", [y], {"newshape": (2, 24, 5, 5)})
+    y = Call("layout_transform", [y], {"src_layout": "NCHW", "dst_layout": "NCHW8c"})
+    values = {var.uid: x}
+    cases = []
+    for node in post_order(fuse_ops(Function([var], [y])).outputs):
+        if isinstance(node, PrimitiveCall):
+            args = [values[a.uid] for a in node.args]
+            (out,) = evaluate(node.body, {p.name: a for p, a in zip(node.body.params, args)})
+            values[node.uid] = out
+            cases.append((lower_primitive(node, f"conv3d_depth_gather{len(cases)}"), args,
+                          [out]))
+    assert len(cases) == 3
     return cases
 
 

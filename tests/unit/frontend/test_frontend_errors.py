@@ -211,3 +211,46 @@ def test_one_error_lists_every_unsupported_op_before_any_work():
     for part in ("Foo (nodes 'f1', 'f2', opset 17)", "NoSuchContribOp (node 'lstm', "
                  "domain 'com.microsoft')", "Bar (node 'in_branch', opset 17)"):
         assert part in message
+
+
+def _conv3d_model(x_dims, w_shape, **attrs) -> onnx.ModelProto:
+    node = _named("Conv", ["x", "w"], ["y"], "conv3", **attrs)
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [onnx.numpy_helper.from_array(rand(*w_shape), "w")])
+    opsets = [helper.make_opsetid("", 13)]
+    return helper.make_model(graph, opset_imports=opsets,
+                             ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def test_conv3d_symbolic_depth_is_unsupported():
+    model = _conv3d_model([1, 2, "depth", 4, 4], (3, 2, 3, 3, 3), pads=[1] * 6)
+    with pytest.raises(UnsupportedOpError, match=r"Conv.*conv3.*symbolic depth"):
+        from_onnx(model)
+
+
+def test_conv3d_kernel_deeper_than_the_input():
+    model = _conv3d_model([1, 2, 2, 4, 4], (3, 2, 3, 3, 3), pads=[0, 1, 1, 0, 1, 1])
+    with pytest.raises(ShapeError, match=r"conv3.*depth of 2"):
+        from_onnx(model)
+
+
+def test_conv4d_is_unsupported():
+    model = _conv3d_model([1, 2, 3, 3, 3, 3], (3, 2, 1, 1, 1, 1))
+    with pytest.raises(UnsupportedOpError, match=r"Conv.*conv3.*3-D spatial inputs"):
+        from_onnx(model)
+
+
+def test_conv_transpose3d_symbolic_depth_is_unsupported():
+    node = _named("ConvTranspose", ["x", "w"], ["y"], "up3", strides=[2, 2, 2])
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 2, "depth", 4, 4])],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [onnx.numpy_helper.from_array(rand(2, 3, 2, 2, 2), "w")])
+    opsets = [helper.make_opsetid("", 13)]
+    model = helper.make_model(graph, opset_imports=opsets,
+                              ir_version=helper.find_min_ir_version_for(opsets))
+    with pytest.raises(UnsupportedOpError, match=r"ConvTranspose.*up3.*symbolic depth"):
+        from_onnx(model)

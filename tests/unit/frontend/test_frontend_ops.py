@@ -197,6 +197,48 @@ def test_conv(case, bias):
     check(node, {"x": rand(*x_shape)}, 11, inits)
 
 
+CONV3D_CASES = {  # name: (data shape [N, C, D, H, W], weight shape, attributes)
+    "basic": ((1, 3, 4, 6, 6), (4, 3, 3, 3, 3), {}),
+    "pads": ((2, 3, 4, 5, 7), (5, 3, 3, 3, 3), {"pads": [1, 0, 2, 0, 1, 1]}),
+    "strides": ((1, 3, 7, 9, 9), (4, 3, 3, 3, 3), {"strides": [2, 3, 2], "pads": [1] * 6}),
+    "dilations": ((1, 2, 7, 8, 8), (3, 2, 3, 2, 3), {"dilations": [2, 1, 2], "pads": [2] * 6}),
+    "group": ((1, 4, 3, 6, 6), (6, 2, 3, 3, 3), {"group": 2, "pads": [1] * 6}),
+    "depthwise": ((1, 4, 5, 6, 6), (4, 1, 3, 3, 3), {"group": 4, "pads": [1] * 6}),
+    "pointwise": ((1, 8, 3, 5, 5), (3, 8, 1, 1, 1), {"kernel_shape": [1, 1, 1]}),
+    "pointwise_strided": ((1, 8, 5, 5, 5), (3, 8, 1, 1, 1), {"strides": [2, 2, 2]}),
+    "stem": ((1, 3, 4, 16, 16), (8, 3, 3, 7, 7), {"strides": [1, 2, 2], "pads": [1, 3, 3] * 2}),
+    # depth 1 or 2 with a padded 3-deep kernel (r3d_18's last stages): taps that read only
+    # padding are dropped
+    "depth_one": ((1, 4, 1, 4, 4), (5, 4, 3, 3, 3), {"pads": [1] * 6}),
+    "depth_two_strided": ((1, 4, 2, 4, 4), (5, 4, 3, 3, 3), {"strides": [2] * 3, "pads": [1] * 6}),
+    "only_padding": ((1, 2, 1, 3, 3), (3, 2, 1, 1, 1), {"pads": [2, 0, 0, 2, 0, 0]}),
+    "same_upper": ((1, 3, 5, 7, 8), (4, 3, 2, 4, 3),
+                   {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
+    "same_lower": ((1, 3, 5, 7, 8), (4, 3, 2, 4, 3),
+                   {"auto_pad": "SAME_LOWER", "strides": [2, 2, 2]}),
+    "valid": ((1, 3, 5, 7, 8), (4, 3, 3, 3, 3), {"auto_pad": "VALID", "strides": [2, 2, 2]}),
+}
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("case", list(CONV3D_CASES))
+def test_conv3d(case, bias):
+    x_shape, w_shape, attrs = CONV3D_CASES[case]
+    inits = {"w": rand(*w_shape, seed=1)}
+    if bias:
+        inits["b"] = rand(w_shape[0], seed=2)
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    check(node, {"x": rand(*x_shape)}, 11, inits, rtol=1e-4, atol=1e-4)
+
+
+def test_conv3d_weight_input():
+    """A weight that is a graph input, not an initializer: its depth taps are reordered by
+    graph ops at run time."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6, strides=[2, 1, 1])
+    check(node, {"x": rand(1, 3, 4, 5, 5), "w": rand(4, 3, 3, 3, 3, seed=1)}, 11,
+          rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("opset", [9, 13])
 @pytest.mark.parametrize("attrs,c_shape", [
     ({}, (5,)),
@@ -241,6 +283,7 @@ def test_batch_norm(opset):
     node = helper.make_node("BatchNormalization", ["x", "s", "bias", "mean", "var"], ["y"],
                             epsilon=1e-3)
     check(node, {"x": rand(2, c, 3, 5)}, opset, inits)
+    check(node, {"x": rand(2, c, 2, 3, 5)}, opset, inits)  # BatchNorm3d: [N, C, D, H, W]
 
 
 POOL_CASES = {
@@ -257,6 +300,27 @@ POOL_CASES = {
                    (1, 2, 7, 8)),
     "valid": ({"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "VALID"}, (1, 2, 7, 7)),
 }
+
+
+POOL3D_CASES = {
+    "basic": ({"kernel_shape": [3, 3, 3], "strides": [2, 2, 2]}, (1, 2, 5, 9, 9)),
+    "pads": ({"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1]}, (2, 3, 4, 6, 7)),
+    "ceil_pads": ({"kernel_shape": [3, 3, 3], "strides": [2, 3, 2], "pads": [1, 1, 0, 0, 0, 1],
+                   "ceil_mode": 1}, (1, 2, 6, 10, 11)),
+    "same_upper": ({"kernel_shape": [2, 3, 2], "strides": [2, 2, 2], "auto_pad": "SAME_UPPER"},
+                   (1, 2, 5, 7, 8)),
+}
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("case", list(POOL3D_CASES))
+def test_pool3d(case, count_include_pad):
+    attrs, shape = POOL3D_CASES[case]
+    x = {"x": rand(*shape)}
+    check(helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=count_include_pad,
+                           **attrs), x, 11)
+    if count_include_pad == 0:
+        check(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, 12)
 
 
 @pytest.mark.parametrize("case", list(POOL_CASES))

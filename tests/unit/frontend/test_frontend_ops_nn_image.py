@@ -66,6 +66,23 @@ CONV_TRANSPOSE_CASES = {  # name: (data shape, weight shape, attributes)
     "1d": ((2, 4, 7), (4, 3, 3), {"strides": [2], "pads": [1, 0], "output_padding": [1]}),
     "1d_output_shape": ((1, 4, 7), (4, 3, 3), {"strides": [3], "output_shape": [20],
                                                "dilations": [2]}),
+    # 3-D: [N, C, D, H, W] by [C, O/group, KD, KH, KW]
+    "3d_basic": ((1, 4, 3, 4, 5), (4, 3, 3, 3, 3), {}),
+    "3d_strides_pads": ((2, 4, 3, 4, 5), (4, 3, 3, 2, 3),
+                        {"strides": [2, 2, 1], "pads": [1, 0, 1, 2, 1, 0]}),
+    "3d_groups_dilation": ((1, 4, 4, 3, 3), (4, 2, 2, 3, 2),
+                           {"strides": [3, 1, 2], "group": 2, "dilations": [2, 1, 1]}),
+    "3d_output_padding": ((1, 4, 3, 4, 4), (4, 3, 3, 3, 3),
+                          {"strides": [2, 2, 2], "pads": [1] * 6, "output_padding": [1, 0, 1]}),
+    "3d_output_shape": ((1, 4, 3, 4, 4), (4, 3, 3, 3, 3),
+                        {"strides": [2, 2, 2], "output_shape": [8, 7, 9]}),
+    "3d_same_upper": ((1, 4, 3, 4, 5), (4, 3, 3, 3, 3),
+                      {"strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}),
+    "3d_same_lower": ((1, 4, 3, 4, 5), (4, 3, 2, 3, 3),
+                      {"strides": [2, 2, 2], "auto_pad": "SAME_LOWER"}),
+    "3d_depthwise": ((1, 4, 2, 3, 3), (4, 1, 2, 2, 2), {"strides": [2, 2, 2], "group": 4}),
+    # depth pads that crop taps away: depth 1, a 5-deep kernel, pads 2 and 2: only the centre tap
+    "3d_cropped_taps": ((1, 4, 1, 3, 3), (4, 3, 5, 3, 3), {"pads": [2, 1, 1, 2, 1, 1]}),
 }
 
 

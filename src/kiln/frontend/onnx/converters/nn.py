@@ -15,6 +15,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.frontend.onnx.context import ConvertContext
+from kiln.frontend.onnx.converters.conv3d import conv3d_as_2d, conv_transpose3d_as_2d
 from kiln.frontend.onnx.registry import onnx_op
 from kiln.relay.graph import Constant, Expr
 from kiln.relay.op.common import broadcast_shapes
@@ -90,10 +91,10 @@ def _window_attrs(ctx: ConvertContext, kernel: tuple[int, ...], in_hw: tuple[int
     return _as_2d(_window_nd(ctx, kernel, in_hw))[0]
 
 
-def _spatial_1d_or_2d(ctx: ConvertContext, x: Expr) -> int:
+def _spatial_1d_2d_or_3d(ctx: ConvertContext, x: Expr) -> int:
     nsp = x.checked_type.ndim - 2
-    if nsp not in (1, 2):
-        raise ctx.unsupported(f"only 1-D and 2-D spatial inputs are supported, got shape "
+    if nsp not in (1, 2, 3):
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D spatial inputs are supported, got shape "
                               f"{x.checked_type.shape}")
     return nsp
 
@@ -124,14 +125,18 @@ def _with_bias(ctx: ConvertContext, out: Expr) -> Expr:
 
 @onnx_op("Conv", since=1)
 def conv(ctx: ConvertContext) -> Expr:
-    """Conv over 1-D or 2-D spatial inputs; 1-D runs as 2-D with a size-1 height."""
+    """Conv over 1-D, 2-D or 3-D spatial inputs; 1-D runs as 2-D with a size-1 height, 3-D as
+    a 2-D conv over the output depths (:mod:`kiln.frontend.onnx.converters.conv3d`)."""
     x, w = ctx.input(0), ctx.input(1)
-    if _spatial_1d_or_2d(ctx, x) == 2:
+    nsp = _spatial_1d_2d_or_3d(ctx, x)
+    if nsp == 2:
         return _with_bias(ctx, conv2d_call(ctx, x, w))
     shape, wshape = x.checked_type.shape, w.checked_type.shape
     kernel = ctx.ints("kernel_shape", wshape[2:])
     if kernel != wshape[2:]:
         raise ctx.unsupported(f"kernel_shape {kernel} differs from the weight shape")
+    if nsp == 3:
+        return _with_bias(ctx, conv3d_as_2d(ctx, x, w, _window_nd(ctx, kernel, shape[2:])))
     attrs, _ = _as_2d(_window_nd(ctx, kernel, shape[2:]))
     x = ctx.reshape(x, shape[:2] + (1,) + shape[2:])
     w = ctx.reshape(w, wshape[:2] + (1,) + wshape[2:])
@@ -158,9 +163,12 @@ def _transpose_padding(ctx: ConvertContext, size: int, kernel: int, stride: int,
 
 @onnx_op("ConvTranspose", since=1)
 def conv_transpose(ctx: ConvertContext) -> Expr:
-    """2-D, or 1-D lifted to 2-D with a height-1 input and kernel (attributes get the
-    identity entry of the added axis)."""
+    """2-D; 1-D lifted to 2-D with a height-1 input and kernel (attributes get the identity
+    entry of the added axis); 3-D as one 2-D transposed conv over the input depths
+    (:mod:`kiln.frontend.onnx.converters.conv3d`)."""
     x, w = ctx.input(0), ctx.input(1)
+    if x.checked_type.ndim == 5 and w.checked_type.ndim == 5:
+        return _with_bias(ctx, _conv_transpose_3d(ctx, x, w))
     one_d = x.checked_type.ndim == 3 and w.checked_type.ndim == 3
 
     def ints(name: str, default: tuple[int, ...], lifted: tuple[int, ...]):
@@ -211,6 +219,36 @@ def conv_transpose(ctx: ConvertContext) -> Expr:
         n, o, _, width = out.checked_type.shape
         out = ctx.reshape(out, (n, o, width))
     return out
+
+
+def _conv_transpose_3d(ctx: ConvertContext, x: Expr, w: Expr) -> Expr:
+    """ConvTranspose over [N, C, D, H, W]: the attributes per axis (pads, or auto_pad SAME_* /
+    output_shape as the 2-D converter reads them), then
+    :func:`~kiln.frontend.onnx.converters.conv3d.conv_transpose3d_as_2d`."""
+    kernel = w.checked_type.shape[2:]
+    if ctx.ints("kernel_shape", kernel) != kernel:
+        raise ctx.unsupported("kernel_shape differs from the weight shape")
+    strides = ctx.ints("strides", (1, 1, 1))
+    dilation = ctx.ints("dilations", (1, 1, 1))
+    adj = ctx.ints("output_padding", (0, 0, 0))
+    if not len(strides) == len(dilation) == len(adj) == 3:
+        raise ctx.unsupported(f"strides {strides}, dilations {dilation}, output_padding {adj} "
+                              "do not fit 3 spatial axes")
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto_pad}")
+    out_shape = ctx.ints("output_shape")
+    if out_shape is None and auto_pad in ("NOTSET", "VALID"):
+        pads = (0,) * 6 if auto_pad == "VALID" else ctx.ints("pads", (0,) * 6)
+        if len(pads) != 6:
+            raise ctx.unsupported(f"pads {pads} do not have one begin and end per axis")
+        return conv_transpose3d_as_2d(ctx, x, w, strides, dilation, pads[:3], pads[3:], adj)
+    wanted = (None,) * 3 if out_shape is None else out_shape[-3:]
+    per_axis = [_transpose_padding(ctx, *args) for args in
+                zip(x.checked_type.shape[2:], kernel, strides, dilation, adj, wanted)]
+    heads, tails, more = zip(*per_axis)
+    extra = tuple(a + m for a, m in zip(adj, more))
+    return conv_transpose3d_as_2d(ctx, x, w, strides, dilation, heads, tails, extra)
 
 
 def _pool(ctx: ConvertContext, op: str, x: Expr, extra: dict) -> Expr:
