@@ -249,3 +249,57 @@ def test_unknown_int8_products_mode():
     mod, params = from_onnx(model)
     with pytest.raises(CompileError, match="int8_products 'fast'"):
         kiln.build(mod, target="llvm -mcpu=haswell", params=params, int8_products="fast")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_op_references_with_saturating_pairs(dtype):
+    """The numpy references of ``qnn.conv2d_NCHWc`` / ``qnn.dense_pack`` with
+    ``saturating_pairs`` (what FoldConstant runs) equal the MLAS emulation on blocked,
+    quad-packed operands."""
+    from kiln.relay.op.integer import DENSE_QUAD_AXIS, compensation
+    from kiln.relay.op.nn import pack_dense_weight
+    from kiln.relay.op_registry import get_op
+    from kiln.tir.layout import transform_array
+
+    zx = 9 if dtype == "uint8" else -3
+    x, w = _extreme((1, 16, 6, 6), dtype), _extreme((8, 16, 3, 3), np.int8)
+    xb = transform_array(x, "NCHW", "NCHW8c")
+    wb = pack_quads(transform_array(w, "OIHW", "OIHW8i8o"), 4)
+    comp = compensation(w, zx, dtype).reshape(-1, 8)
+    got = get_op("qnn.conv2d_NCHWc").ref(xb, wb, comp, strides=(1, 1), padding=(1, 1, 1, 1),
+                                         dilation=(1, 1), input_zero_point=zx,
+                                         saturating_pairs=True)
+    want = _saturated_conv(x, w, zx, 1, 1)
+    np.testing.assert_array_equal(transform_array(got, "NCHW8c", "NCHW"), want)
+    a, b = _extreme((3, 32), dtype), _extreme((16, 32), np.int8)
+    packed = pack_quads(pack_dense_weight(b, 8), DENSE_QUAD_AXIS)
+    got = get_op("qnn.dense_pack").ref(a, packed, compensation(b, zx, dtype),
+                                       saturating_pairs=True)
+    uz = zx + (128 if dtype == "int8" else 0)
+    want = _saturated_matmul(_unsigned(a), b.T) - uz * b.astype(np.int64).sum(axis=1)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(want, (_unsigned(a) - uz) @ b.T.astype(np.int64))
+
+
+def test_cli_int8_products_flag(tmp_path):
+    """``kiln compile --int8-products saturate`` builds the saturating kernels."""
+    from kiln.cli.main import main
+
+    weight = FULL.T.copy()  # K × N, full range: exact mode keeps vpmaddwd pairs
+    model = _model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+                   {"a": np.zeros((16, 256), "uint8")}, {"b": weight}, ["y"])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y", helper.np_dtype_to_tensor_dtype(np.dtype("int32")), (16, 64)))
+    path = tmp_path / "mm.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = tmp_path / "mm.so"
+    assert main(["compile", str(path), "--target", "llvm -mcpu=haswell", "-o", str(out), "-q",
+                 "--int8-products", "saturate"]) == 0
+    a = _extreme((16, 256), "uint8")
+    gm = kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(out))["default"](
+        kiln.cpu()))
+    gm.set_input("a", a)
+    gm.run()
+    want = _saturated_matmul(a, weight)
+    assert not np.array_equal(want, a.astype(np.int64) @ weight.astype(np.int64))
+    np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
