@@ -11,8 +11,9 @@ build), Kiln ``saturate`` (``int8_products="saturate"``), onnxruntime and OpenVI
 pick this CPU's best kernels — VNNI where it has it — whatever ``--target`` says). Timing: the
 engines alternate block by block (``--calls`` runs a block), medians over ``--blocks`` blocks
 of the calling thread's CPU time (``cpu_timing``) and of wall time (OpenVINO may infer on a
-worker thread: read its wall column). Prints each engine's times, its ratio to onnxruntime's,
-and the largest output difference from onnxruntime.
+worker thread: read its wall column). ``--openvino-isa AVX2`` caps OpenVINO's oneDNN kernels
+(``ONEDNN_MAX_CPU_ISA``): its speed on a CPU without VNNI. Prints each engine's times, its
+ratio to onnxruntime's, and the largest output difference from onnxruntime.
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ def main() -> None:
     p.add_argument("--models", default="u8s8,s8s8")
     p.add_argument("--blocks", type=int, default=15)
     p.add_argument("--calls", type=int, default=3)
+    p.add_argument("--openvino-isa", metavar="ISA",
+                   help="cap OpenVINO's oneDNN kernels at this ISA (ONEDNN_MAX_CPU_ISA, e.g. "
+                        "AVX2: its kernels for CPUs without VNNI)")
     args = p.parse_args()
     os.environ["KILN_NUM_THREADS"] = "1"
+    if args.openvino_isa:  # read once, when oneDNN first dispatches: before openvino loads
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.openvino_isa
     from kiln.models import qdq_resnet50
 
     print(f"target {args.target!r}, 1 thread, {args.blocks} blocks x {args.calls} calls, "
-          f"load {os.getloadavg()[0]:.1f}")
+          f"OpenVINO ISA cap {args.openvino_isa}, load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             per_channel, reduce_range = MODELS[name]

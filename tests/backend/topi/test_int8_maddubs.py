@@ -303,3 +303,23 @@ def test_cli_int8_products_flag(tmp_path):
     want = _saturated_matmul(a, weight)
     assert not np.array_equal(want, a.astype(np.int64) @ weight.astype(np.int64))
     np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+
+
+def test_avx512bw_without_vnni_saturates_on_zmm(tmp_path):
+    """Skylake-X (AVX-512BW, no VNNI): the saturating mode's ``vpmaddubsw`` on 512-bit vectors,
+    equal to the MLAS emulation where this CPU runs AVX-512BW code."""
+    from backend_helpers import cpu_flags
+
+    a = _extreme((16, 256), "uint8")
+    model = _model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": a},
+                   {"b": FULL.T.copy()}, ["y"])
+    mod, params = from_onnx(model, shape={"a": a.shape})
+    lib = kiln.build(mod, target="llvm -mcpu=skylake-avx512", params=params,
+                     int8_products="saturate")
+    asm = "".join(m.get_source("asm") for m in [lib.get_lib(), *lib.get_lib().imported_modules]
+                  if m.type_key == "llvm")
+    assert re.search(r"vpmaddubsw\s+[^\n]*%zmm", asm), _products(asm)
+    if "avx512bw" not in cpu_flags():
+        pytest.skip("this CPU has no AVX-512BW: assembly only")
+    (got,) = run_exported(lib, tmp_path / "mm.so", {"a": a})
+    np.testing.assert_array_equal(got, _saturated_matmul(a, FULL.T))
