@@ -6,7 +6,8 @@
 
 Models (``kiln.models.qdq_resnet50``, seed 0): ``u8s8`` per tensor (uint8 activations),
 ``s8s8`` per channel (int8 activations), ``*_rr`` the same with ``reduce_range`` (7-bit
-weights: the exact mode takes ``vpmaddubsw`` on its own). Engines: Kiln ``exact`` (the default
+weights: the exact mode takes ``vpmaddubsw`` on its own); ``mobilenet_u8s8`` /
+``mobilenet_s8s8`` (``kiln.models.qdq_mobilenet_v2``). Engines: Kiln ``exact`` (the default
 build), Kiln ``saturate`` (``int8_products="saturate"``), onnxruntime and OpenVINO (int8; both
 pick this CPU's best kernels — VNNI where it has it — whatever ``--target`` says). Timing: the
 engines alternate block by block (``--calls`` runs a block), medians over ``--blocks`` blocks
@@ -29,8 +30,11 @@ import numpy as np
 from cpu_timing import cpu_us
 from peers import openvino_runner, ort_runner
 
-MODELS = {"u8s8": (False, False), "s8s8": (True, False), "u8s8_rr": (False, True),
-          "s8s8_rr": (True, True)}
+#: name → (builder in kiln.models, per channel, reduce_range)
+MODELS = {"u8s8": ("qdq_resnet50", False, False), "s8s8": ("qdq_resnet50", True, False),
+          "u8s8_rr": ("qdq_resnet50", False, True), "s8s8_rr": ("qdq_resnet50", True, True),
+          "mobilenet_u8s8": ("qdq_mobilenet_v2", False, False),
+          "mobilenet_s8s8": ("qdq_mobilenet_v2", True, False)}
 
 
 def _kiln(model_path: Path, target: str, products: str, so: Path):
@@ -67,18 +71,21 @@ def main() -> None:
     os.environ["KILN_NUM_THREADS"] = "1"
     if args.openvino_isa:  # read once, when oneDNN first dispatches: before openvino loads
         os.environ["ONEDNN_MAX_CPU_ISA"] = args.openvino_isa
-    from kiln.models import qdq_resnet50
+    import onnx
+
+    from kiln import models
 
     print(f"target {args.target!r}, 1 thread, {args.blocks} blocks x {args.calls} calls, "
           f"OpenVINO ISA cap {args.openvino_isa}, load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            per_channel, reduce_range = MODELS[name]
+            builder, per_channel, reduce_range = MODELS[name]
             folder = Path(tmp) / name
             folder.mkdir()
-            path = qdq_resnet50(folder, per_channel, 0, reduce_range=reduce_range)
+            options = {"reduce_range": True} if reduce_range else {}
+            path = getattr(models, builder)(folder, per_channel, 0, **options)
             x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-            feeds = {"gpu_0/data_0": x}
+            feeds = {onnx.load(str(path)).graph.input[0].name: x}
             engines = {f"kiln {mode}": _kiln(path, args.target, mode, folder / f"{mode}.so")
                        for mode in ("exact", "saturate")}
             runs = {k: (lambda f=f: f(feeds)) for k, f in engines.items()}
