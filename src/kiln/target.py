@@ -455,13 +455,16 @@ class Target:
 
     def int8_maddubs(self) -> bool:
         """Whether ``vpmaddubsw`` is this target's fastest u8 × s8 product: an x86-64 ``llvm``
-        or ``c`` target (one ``-mcpu``, not a multi-level one) with AVX2 and neither VNNI
-        (AVX512-VNNI, AVX-VNNI) nor AMX-INT8. There the integer dense and conv kernels may take
-        ``dot_u8i8x4_sat16`` (``vpmaddubsw`` + ``vpmaddwd`` with ones) where the weights prove
-        that no pair sum saturates, or everywhere with ``int8_products="saturate"``
-        (docs/decisions/049). ``-mcpu=native`` needs llvmlite to list the host's features
-        (False without it)."""
-        if self.kind not in ("llvm", "c") or self.arch != "x86_64" or self.levels:
+        or ``c`` target with AVX2 and neither VNNI (AVX512-VNNI, AVX-VNNI) nor AMX-INT8; a
+        multi-level one when one of its levels is (``portable``: x86-64-v3 and -v4, none with
+        VNNI; the graph is shared, so every level computes the same saturating sums). There
+        the integer dense and conv kernels may take ``dot_u8i8x4_sat16`` (``vpmaddubsw`` +
+        ``vpmaddwd`` with ones) where the weights prove that no pair sum saturates, or
+        everywhere with ``int8_products="saturate"`` (docs/decisions/049). ``-mcpu=native``
+        needs llvmlite to list the host's features (False without it)."""
+        if self.levels:
+            return any(self.level(name).int8_maddubs() for name in self.levels)
+        if self.kind not in ("llvm", "c") or self.arch != "x86_64":
             return False
         try:
             if self.vector_bits() < 256 or not self._x86_feature("avx2", _X86_AVX - {

@@ -329,3 +329,24 @@ def test_avx512bw_without_vnni_saturates_on_zmm(tmp_path):
         pytest.skip("this CPU has no AVX-512BW: assembly only")
     (got,) = run_exported(lib, tmp_path / "mm.so", {"a": a})
     np.testing.assert_array_equal(got, _saturated_matmul(a, FULL.T))
+
+
+@pytest.mark.parametrize("products", ["exact", "saturate"])
+def test_multi_level_library(products, tmp_path):
+    """``-mcpu=portable`` (one graph, kernels per x86-64 level): its AVX2 and AVX-512 levels
+    take ``vpmaddubsw`` (no level has VNNI) for 7-bit weights and in the saturating mode; the
+    level this CPU loads gives the proven-exact product, or the MLAS emulation's."""
+    a = _extreme((16, 256), "uint8")
+    weight = SMALL.T.copy() if products == "exact" else FULL.T.copy()
+    model = _model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": a},
+                   {"b": weight}, ["y"])
+    mod, params = from_onnx(model, shape={"a": a.shape})
+    lib = kiln.build(mod, target="llvm -mcpu=portable", params=params, int8_products=products)
+    asm = "".join(m.get_source("asm") for m in [lib.get_lib(), *lib.get_lib().imported_modules]
+                  if m.type_key == "llvm")
+    assert re.search(r"vpmaddubsw\s+[^\n]*%ymm", asm) and \
+        re.search(r"vpmaddubsw\s+[^\n]*%zmm", asm), _products(asm)
+    (got,) = run_exported(lib, tmp_path / "mm.so", {"a": a})
+    exact = a.astype(np.int64) @ weight.astype(np.int64)
+    np.testing.assert_array_equal(got, exact if products == "exact" else
+                                  _saturated_matmul(a, weight))
