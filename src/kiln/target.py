@@ -453,6 +453,30 @@ class Target:
             "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1", "bdver2",
             "btver2"}) else ""
 
+    def int8_maddubs(self) -> bool:
+        """Whether ``vpmaddubsw`` is this target's fastest u8 × s8 product: an x86-64 ``llvm``
+        or ``c`` target with AVX2 and neither VNNI (AVX512-VNNI, AVX-VNNI) nor AMX-INT8; a
+        multi-level one when one of its levels is (``portable``: x86-64-v3 and -v4, none with
+        VNNI; the graph is shared, so every level computes the same saturating sums). There
+        the integer dense and conv kernels may take ``dot_u8i8x4_sat16`` (``vpmaddubsw`` +
+        ``vpmaddwd`` with ones) where the weights prove that no pair sum saturates, or
+        everywhere with ``int8_products="saturate"`` (docs/decisions/049). ``-mcpu=native``
+        needs llvmlite to list the host's features (False without it)."""
+        if self.levels:
+            return any(self.level(name).int8_maddubs() for name in self.levels)
+        if self.kind not in ("llvm", "c") or self.arch != "x86_64":
+            return False
+        try:
+            if self.vector_bits() < 256 or not self._x86_feature("avx2", _X86_AVX - {
+                    "sandybridge", "corei7-avx", "ivybridge", "core-avx-i", "bdver1",
+                    "bdver2", "btver2"} | _X86_AVX512 - {"knl", "knm"}):
+                return False
+            vnni = self._x86_feature("avx512vnni", _X86_AVX512_VNNI) or \
+                self._x86_feature("avxvnni", _X86_AVX_VNNI)
+            return not vnni and not self.amx_int8()
+        except KilnError:
+            return False
+
     def amx_int8(self) -> bool:
         """Whether integer dense kernels try the support library's AMX ``tdpbusd`` kernel first
         (docs/decisions/026-amx.md): an x86-64 ``llvm`` or ``c`` target whose CPU has AMX-INT8

@@ -36,7 +36,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                   c_project: str | None = None, dims: list[DimSpec] | None = None,
                   quantize_weights: str | None = None, cross_compiler: str | None = None,
                   cross_compiler_options: str = "", tuning_records: str | None = None,
-                  tuning_measure: str = RECORD_MEASURE) -> Path:
+                  tuning_measure: str = RECORD_MEASURE, int8_products: str = "exact") -> Path:
     """Compile ``model`` for ``target`` and export it to ``output`` (and/or ``c_project``).
 
     Parameters
@@ -74,6 +74,9 @@ def compile_model(model: str, output: str | None, target: str | None = None,
         ``--dim``: bounds (and divisibility) of symbols, or a symbol fixed to a value.
     quantize_weights : str, optional
         ``--quantize-weights``: ``"int8"`` or ``"q4"`` (``kiln.build``'s ``quantize_weights``).
+    int8_products : str
+        ``--int8-products``: ``"exact"`` (default) or ``"saturate"`` (``kiln.build``'s
+        ``int8_products``: ``vpmaddubsw`` on AVX2 without VNNI, onnxruntime's arithmetic).
     cross_compiler, cross_compiler_options : str, optional
         ``--cross-compiler`` (tvmc's option): the compiler that links a library for a foreign
         ``-mtriple`` (``riscv64-linux-gnu-gcc``), with extra flags; without it, a foreign
@@ -155,7 +158,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
                      system_lib_prefix=system_lib_prefix, quantize_weights=quantize_weights,
                      # AOT names its entry kiln_<model>_run; graph builds keep TVM's "default"
                      mod_name=_model_name(model) if executor == "aot" else "default",
-                     tuning_records=tuning)
+                     tuning_records=tuning, int8_products=int8_products)
     if tuning is not None:
         echo(tuning.summary())
     with progress.stage(f"Exporting {out.name}"):
@@ -169,6 +172,7 @@ def compile_model(model: str, output: str | None, target: str | None = None,
     offload = f", byoc {','.join(byoc)}" if byoc else ""
     host = f" (host {tgt.host})" if target_host else ""
     quant = f", {quantize_weights} weights" if quantize_weights else ""
+    quant += ", saturating int8 products" if int8_products == "saturate" else ""
     vm = f", VM executor, symbolic {', '.join(symbols) or 'none'}" if executor == "vm" else ""
     echo(f"wrote {out} ({size / 1e6:.1f} MB, target {target}{host}{offload}{quant}{vm}) "
          f"in {time.perf_counter() - start:.1f} s")
@@ -311,6 +315,11 @@ def add_parser(sub) -> None:
                    help="store the weights of MatMul/Gemm layers with constant weights (at "
                         "least 64x64) quantized and dequantize them inside the kernels: int8 "
                         "(per output channel) or q4 (GGUF Q4_1 blocks of 32); default float32")
+    p.add_argument("--int8-products", choices=["exact", "saturate"], default="exact",
+                   help="integer convolutions and matrix products on x86 with AVX2 and no "
+                        "VNNI: exact (default; vpmaddubsw only where the weights prove it "
+                        "exact) or saturate (vpmaddubsw everywhere, int16 pair sums "
+                        "saturated as in onnxruntime's AVX2 U8S8 kernels; docs/int8.md)")
     p.add_argument("--tuning-records", metavar="FILE",
                    help="apply the best schedules of kiln tune's records (only those measured "
                         "for this exact target on a CPU with this machine's fingerprint, "
@@ -344,5 +353,6 @@ def _run(args: argparse.Namespace) -> int:
                   dims=args.dims, quantize_weights=args.quantize_weights,
                   cross_compiler=args.cross_compiler,
                   cross_compiler_options=args.cross_compiler_options,
-                  tuning_records=args.tuning_records, tuning_measure=args.tuning_measure)
+                  tuning_records=args.tuning_records, tuning_measure=args.tuning_measure,
+                  int8_products=args.int8_products)
     return 0

@@ -6,7 +6,7 @@
     ...]
                  [--dim NAME=LO..HI[:DIV] | --dim NAME=N ...] [--executor graph|vm|aot]
                  [--byoc cblas ...] [--target-host llvm] [--quantize-weights int8|q4]
-                 [--tuning-records records.jsonl] [--quiet]
+                 [--int8-products exact|saturate] [--tuning-records records.jsonl] [--quiet]
     kiln compile model.onnx [--system-lib [--system-lib-prefix P] | --executor aot]
                  [-o model.a] [--emit-c-project DIR]
     kiln tune model.onnx [--target T] (--trials N | --time-budget 10m) -o records.jsonl

@@ -61,6 +61,10 @@ from kiln.tir import loop as L
 
 log = logging.getLogger("kiln")
 
+#: ``build``'s ``int8_products`` modes (docs/decisions/049)
+INT8_PRODUCTS = ("exact", "saturate")
+
+
 @dataclass(frozen=True)
 class PassOptions:
     """What the graph passes of one build depend on (the arguments of :func:`optimize`)."""
@@ -70,6 +74,7 @@ class PassOptions:
     mod_name: str
     quantize_weights: str | None
     vm: bool
+    int8_products: str = "exact"
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
     GraphPass("PartitionGraph", _partition, lambda o: bool(o.byoc)),
     GraphPass("SplitConcat", lambda f, o: split_concat(f)),
     GraphPass("SplitGroups", lambda f, o: split_groups(f)),
-    GraphPass("AlterOpLayout", lambda f, o: alter_op_layout(f)),
+    GraphPass("AlterOpLayout", lambda f, o: alter_op_layout(f, o.int8_products)),
     GraphPass("SinkReshape", lambda f, o: sink_reshape(f)),
     GraphPass("EliminateCommonSubexpr", lambda f, o: eliminate_common_subexpr(f)),
     GraphPass("FuseAttention", lambda f, o: fuse_attention(f)),
@@ -117,11 +122,13 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
 
 def optimize(func: Function, params: Mapping[str, np.ndarray] | None,
              byoc: Sequence[str] = (), mod_name: str = "default",
-             quantize_weights: str | None = None, vm: bool = False) -> Function:
+             quantize_weights: str | None = None, vm: bool = False,
+             int8_products: str = "exact") -> Function:
     """``func`` through :data:`GRAPH_PASSES`, up to and including FuseOps: with ``byoc``, the
     partitioning for those external compilers; with ``quantize_weights``, QuantizeWeights in
-    that mode; with ``vm`` (a VM build), KVAppend (key/value caches that grow in place)."""
-    options = PassOptions(params, tuple(byoc), mod_name, quantize_weights, vm)
+    that mode; with ``vm`` (a VM build), KVAppend (key/value caches that grow in place);
+    ``int8_products`` goes to AlterOpLayout (``build``'s)."""
+    options = PassOptions(params, tuple(byoc), mod_name, quantize_weights, vm, int8_products)
     for graph_pass in GRAPH_PASSES:
         if graph_pass.enabled(options):
             func = graph_pass.run(func, options)
@@ -187,7 +194,8 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
           params: dict[str, np.ndarray] | None = None,
           mod_name: str = "default", byoc: Sequence[str] = (), runtime: str | None = None,
           executor: str | None = None, system_lib_prefix: str = "",
-          quantize_weights: str | None = None, tuning_records=None):
+          quantize_weights: str | None = None, tuning_records=None,
+          int8_products: str = "exact"):
     """Compile ``mod["main"]`` for ``target``.
 
     Parameters
@@ -241,6 +249,14 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
         were tuned, why the others fell back) is logged, and is the ``ApplyHistoryBest``'s
         ``summary()`` when one is given (docs/decisions/024-tuner.md). Not applied to a
         multi-level target.
+    int8_products : str
+        How the integer convolutions and dense ops (QDQ groups, QLinearConv, QLinearMatMul,
+        ConvInteger, MatMulInteger) sum their u8 × s8 products on x86 CPUs with AVX2 and no
+        VNNI: ``"exact"`` (default; ``vpmaddubsw`` only where the weights prove that no
+        int16 pair sum saturates, exact ``vpmaddwd`` pairs elsewhere) or ``"saturate"``
+        (``vpmaddubsw`` everywhere: pair sums saturated to int16 — the arithmetic of
+        onnxruntime MLAS's AVX2 U8S8 kernels, faster, not exact; docs/int8.md). Other
+        targets are exact either way (docs/decisions/049).
 
     Returns
     -------
@@ -253,7 +269,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     ------
     CompileError
         If an op cannot be lowered, the target is not supported, an unknown
-        ``quantize_weights`` mode, a BYOC compiler is not
+        ``quantize_weights`` or ``int8_products`` mode, a BYOC compiler is not
         registered or its codegen fails, an unknown runtime or executor, or (``runtime="crt"``,
         ``executor="aot"``) a module that cannot be linked statically (one needing constants
         or not DSO-exportable: the message lists them).
@@ -262,6 +278,9 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     KilnError
         ``tuning_records`` cannot be read or holds a line that is not a record.
     """
+    if int8_products not in INT8_PRODUCTS:
+        raise CompileError(f"unknown int8_products {int8_products!r}: expected one of "
+                           f"{INT8_PRODUCTS}")
     tuning = _tuning(tuning_records)
     if target is None:
         target = Target.current() or default_target()
@@ -274,7 +293,7 @@ def build(mod: IRModule | Function, target: str | Target | None = None,
     with tgt:
         with progress.stage("Optimizing graph"):
             fused = optimize(func, params, byoc, mod_name, quantize_weights,
-                             vm=executor == "vm")
+                             vm=executor == "vm", int8_products=int8_products)
         calls = primitive_calls(fused)
         if tuning is not None:
             tuning.bind(str(tgt))

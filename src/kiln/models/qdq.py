@@ -14,7 +14,8 @@ from kiln.models.weights import randomize_weights
 QDQ_CALIBRATION_SAMPLES = 4
 
 
-def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0):
+def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0,
+                 reduce_range: bool = False):
     """The light resnet50 quantized to int8 in QDQ format by onnxruntime's static quantization
     tool (``onnxruntime.quantization.quantize_static``), as a user would make one.
 
@@ -35,6 +36,9 @@ def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0):
         Per-channel weight scales (int8 activations) or per-tensor (uint8 activations).
     seed : int
         Seed of the weights and of the calibration images.
+    reduce_range : bool
+        The tool's ``reduce_range``: 7-bit weights (in [-64, 63]), for which Kiln's AVX2
+        kernels prove ``vpmaddubsw`` exact (docs/decisions/049).
 
     Returns
     -------
@@ -64,7 +68,7 @@ def qdq_resnet50(folder: str | Path, per_channel: bool, seed: int = 0):
     graph.input.extend(inputs)
     model.ir_version = 8
     model = version_converter.convert_version(model, 13)
-    return _quantize_static(model, folder, "resnet50", per_channel, seed)
+    return _quantize_static(model, folder, "resnet50", per_channel, seed, reduce_range)
 
 
 def qdq_mobilenet_v2(folder: str | Path, per_channel: bool, seed: int = 0):
@@ -101,9 +105,11 @@ def qdq_mobilenet_v2(folder: str | Path, per_channel: bool, seed: int = 0):
                             seed)
 
 
-def _quantize_static(model, folder: Path, stem: str, per_channel: bool, seed: int) -> Path:
-    """``quant_pre_process`` then ``quantize_static`` (QDQ, MinMax) of an opset-13 float model
-    with one 1×3×224×224 input; writes ``folder/{stem}_qdq_per_{channel,tensor}.onnx``."""
+def _quantize_static(model, folder: Path, stem: str, per_channel: bool, seed: int,
+                     reduce_range: bool = False) -> Path:
+    """``quant_pre_process`` then ``quantize_static`` (QDQ, MinMax; ``reduce_range``: 7-bit
+    weights) of an opset-13 float model with one 1×3×224×224 input; writes
+    ``folder/{stem}_qdq_per_{channel,tensor}.onnx``."""
     import onnx
 
     try:
@@ -136,7 +142,7 @@ def _quantize_static(model, folder: Path, stem: str, per_channel: bool, seed: in
     quantize_static(str(folded), str(out), Calibration(), quant_format=QuantFormat.QDQ,
                     per_channel=per_channel,
                     activation_type=QuantType.QInt8 if per_channel else QuantType.QUInt8,
-                    weight_type=QuantType.QInt8)
+                    weight_type=QuantType.QInt8, reduce_range=reduce_range)
     return out
 
 

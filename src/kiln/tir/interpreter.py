@@ -104,6 +104,9 @@ class _Interp:
         if isinstance(e, L.Call) and e.name == loop_int8.DOT_U8I8X4:
             a, b = (int(self.expr(x, env)) for x in e.args)
             return np.int32(loop_int8.dot_u8i8x4_value(a, b))
+        if isinstance(e, L.Call) and e.name == loop_int8.DOT_U8I8X4_SAT16:
+            a, b = (int(self.expr(x, env)) for x in e.args)
+            return np.int32(loop_int8.dot_u8i8x4_sat16_value(a, b))
         if isinstance(e, L.Call) and e.name == loop_int8.LOAD_U8X4:
             (load,) = e.args
             arr = self.mem[id(load.buffer)]

@@ -29,6 +29,29 @@ def dot_u8i8x4_value(a: int, b: int) -> int:
     return sum(x * y for x, y in zip(ua, sb))
 
 
+#: the 4-byte dot product with int16-saturated pair sums (:func:`dot_u8i8x4_sat16`)
+DOT_U8I8X4_SAT16 = "dot_u8i8x4_sat16"
+
+
+def dot_u8i8x4_sat16(a: L.PrimExpr, b: L.PrimExpr) -> L.PrimExpr:
+    """int32 ``sat16(u0·s0 + u1·s1) + sat16(u2·s2 + u3·s3)``, ``uj = ubyte_j(a)``,
+    ``sj = sbyte_j(b)`` as in :func:`dot_u8i8x4`, ``sat16`` clamping to [-32768, 32767]: one
+    lane of x86's ``vpmaddubsw`` (u8 × s8 pairs summed into int16 with signed saturation;
+    Intel intrinsics guide, ``_mm256_maddubs_epi16``) followed by ``vpmaddwd`` with ones (the
+    two int16 summed exactly into int32) — onnxruntime MLAS's AVX2 U8S8 GEMM step
+    (``QgemmU8X8KernelAvx2.S``, ``MultiplyAccumulateRowU8S8Avx2``). Equal to
+    :func:`dot_u8i8x4` whenever neither pair sum leaves int16 (docs/decisions/049)."""
+    assert a.dtype == b.dtype == "int32", f"dot_u8i8x4_sat16 of {a.dtype}, {b.dtype}"
+    return L.Call(DOT_U8I8X4_SAT16, [a, b], "int32")
+
+
+def dot_u8i8x4_sat16_value(a: int, b: int) -> int:
+    """:func:`dot_u8i8x4_sat16` on Python ints (the interpreter's and the tests' definition)."""
+    ua = [(a >> (8 * j)) & 255 for j in range(4)]
+    sb = [((b >> (8 * j)) & 255) - (256 if (b >> (8 * j)) & 128 else 0) for j in range(4)]
+    return sum(min(max(ua[p] * sb[p] + ua[p + 1] * sb[p + 1], -32768), 32767) for p in (0, 2))
+
+
 #: four bytes read as one int32 (:func:`load_u8x4`)
 LOAD_U8X4 = "load_u8x4"
 

@@ -15,9 +15,9 @@ Intrinsic vocabulary (every codegen maps each name): exp, log, sqrt, tanh, erf, 
 nearbyint (round half to even, as IEEE 754's default rounding and C's ``nearbyint``), pow, the
 trigonometric and hyperbolic functions and their inverses, fmod (C's: the remainder with the
 dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
-:func:`reinterpret`), the int8 kernels' ``dot_u8i8x4``, ``load_u8x4`` and
-``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by MakePackedAPI
-(``kiln.*``).
+:func:`reinterpret`), the int8 kernels' ``dot_u8i8x4``, ``dot_u8i8x4_sat16``, ``load_u8x4``
+and ``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by
+MakePackedAPI (``kiln.*``).
 """
 
 from __future__ import annotations

@@ -139,6 +139,9 @@ def conv2d_nchwc(inputs, attrs, out_type):
         2-D, [out_channel // ob, ob], int32.
     strides, padding, dilation, input_zero_point
         attrs, as :func:`conv2d`'s (groups 1).
+    saturating_pairs : bool, optional
+        attrs (quads only): the quads' pair sums saturated to int16, ``dot_u8i8x4_sat16``
+        (``vpmaddubsw``; :mod:`kiln.relay.op.integer`, docs/decisions/049); never pair words.
 
     Returns
     -------
@@ -191,6 +194,15 @@ def _zero_point_word(zx: int, dtype: str) -> L.PrimExpr:
     return L.const(np.int32(np.uint32(u * 0x01010101)), "int32")
 
 
+def _quad_dot(attrs) -> object:
+    """The quad product of an op: ``dot_u8i8x4_sat16`` (``vpmaddubsw``'s int16-saturated pair
+    sums) with the attribute ``saturating_pairs`` (docs/decisions/049), else the exact
+    ``dot_u8i8x4``."""
+    if attrs.get("saturating_pairs"):
+        return loop_int8.dot_u8i8x4_sat16
+    return loop_int8.dot_u8i8x4
+
+
 #: Whether the NCHWc conv takes activation pair words where the dense does (AVX2 without VNNI,
 #: :func:`dense_pairs_form`); False keeps the quads (the "before" of docs/decisions/021's
 #: measurement: ``benchmarks/model_ab.py --alt kiln.topi.integer.CONV_PAIRS=False``).
@@ -225,7 +237,8 @@ def _conv2d_quads(data, weight, attrs, out_type):
     _, icc, kh, kw, _, _ = weight.shape
     rc, ry, rx, rq = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kw, "rx"), te.reduce_axis(words, "rq"))
-    if CONV_PAIRS and dense_pairs_form():
+    dot = _quad_dot(attrs)
+    if CONV_PAIRS and dense_pairs_form() and dot is loop_int8.dot_u8i8x4:
         pairs = te.compute((*padded, 2, words), lambda n, c, y, x, half, q: _pairs_of(
             word(n, c, y, x, q), half), name="qnn_conv_pairs", tag="pad")
 
@@ -241,8 +254,7 @@ def _conv2d_quads(data, weight, attrs, out_type):
 
     def body(n, o, y, x, b):
         a = quads[n, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw, rq.var]
-        return te.sum(loop_int8.dot_u8i8x4(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]),
-                      [rc, ry, rx, rq])
+        return te.sum(dot(a, weight[o, rc.var, ry.var, rx.var, rq.var, b]), [rc, ry, rx, rq])
 
     acc = te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
     # output pixel = input pixel (1×1, stride 1, no padding): a matrix product over pixels, the
@@ -267,11 +279,11 @@ def _conv2d_width_quads(data, weight, attrs, out_type):
     _, icc, kh, kq, _, _ = weight.shape
     rc, ry, rq, ri = (te.reduce_axis(icc, "rc"), te.reduce_axis(kh, "ry"),
                       te.reduce_axis(kq, "rx"), te.reduce_axis(1, "ri"))
+    dot = _quad_dot(attrs)
 
     def body(n, o, y, x, b):
         a = words[n, rc.var, y * sh + ry.var, x * sw + rq.var * 4 + ri.var]
-        return te.sum(loop_int8.dot_u8i8x4(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]),
-                      [rc, ry, rq, ri])
+        return te.sum(dot(a, weight[o, rc.var, ry.var, rq.var, ri.var, b]), [rc, ry, rq, ri])
 
     return te.compute(out_type.shape, body, name="qnn_conv2d_NCHWc", tag="conv2d_NCHWc")
 
@@ -388,7 +400,8 @@ def dense_pack(inputs, attrs, out_type):
     ``elemwise``). Quad weights (int32 words of four int8 along K): on quads of the activations
     (stage ``qnn_quads``), or on their int16 pairs (``qnn_pairs``, :func:`_dense_pairs`) where
     the target has ``vpmaddwd`` and no 8-bit dot product (:func:`dense_pairs_form`: reads
-    ``Target.current()``).
+    ``Target.current()``); with ``saturating_pairs`` always the quads, on
+    ``dot_u8i8x4_sat16`` (``vpmaddubsw``, docs/decisions/049).
 
     Parameters
     ----------
@@ -398,6 +411,8 @@ def dense_pack(inputs, attrs, out_type):
         3-D, [N // b, K, b] int8 (``dense_pack``'s layout), or int32 quads [N // b, K // 4, b].
     compensation : te.Tensor
         1-D, [N], int32: ``u(zx) · Σ_k w[n, k]``.
+    saturating_pairs : bool, optional
+        attrs (quads only): pair sums saturated to int16 (:mod:`kiln.relay.op.integer`).
 
     Returns
     -------
@@ -406,7 +421,8 @@ def dense_pack(inputs, attrs, out_type):
     """
     data, weight, comp = inputs
     b = weight.shape[2]
-    if weight.dtype == "int32" and dense_pairs_form():
+    dot = _quad_dot(attrs)
+    if weight.dtype == "int32" and dense_pairs_form() and dot is loop_int8.dot_u8i8x4:
         acc = _dense_pairs(data, weight, out_type)
     elif weight.dtype == "int32":  # quads along K
         rows, words = data.shape[0], weight.shape[1]
@@ -414,7 +430,7 @@ def dense_pack(inputs, attrs, out_type):
                            name="qnn_quads", tag="qnn_quads")
         k = te.reduce_axis(words, "k")
         acc = te.compute(out_type.shape, lambda i, j: te.sum(
-            loop_int8.dot_u8i8x4(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
+            dot(quads[i, k.var], weight[j // b, k.var, j % b]), [k]),
             name="qnn_dense_pack", tag="dense_pack")
     else:
         k = te.reduce_axis(data.shape[1], "k")

@@ -103,6 +103,20 @@ static inline int32_t kiln_dot_u8i8x4(int32_t a, int32_t b) {
     s += (int32_t)(uint8_t)((uint32_t)a >> (8 * j)) * (int32_t)(int8_t)((uint32_t)b >> (8 * j));
   return s;
 }
+/* dot_u8i8x4_sat16: as dot_u8i8x4, each sum of two products (bytes 0, 1 and 2, 3) clamped to
+   int16 first (vpmaddubsw's signed saturation, then vpmaddwd with ones). */
+static inline int32_t kiln_sat16(int32_t v) { return v < -32768 ? -32768 : v > 32767 ? 32767 : v; }
+static inline int32_t kiln_dot_u8i8x4_sat16(int32_t a, int32_t b) {
+  int32_t s = 0;
+  for (int p = 0; p < 4; p += 2) {
+    int32_t pair = 0;
+    for (int j = p; j < p + 2; ++j)
+      pair += (int32_t)(uint8_t)((uint32_t)a >> (8 * j)) *
+              (int32_t)(int8_t)((uint32_t)b >> (8 * j));
+    s += kiln_sat16(pair);
+  }
+  return s;
+}
 /* dot_i16x2: a0*b0 + a1*b1 in int32 (vpmaddwd's lane; summed unsigned: wraps, never UB) */
 static inline int32_t kiln_dot_i16x2(int16_t a0, int16_t a1, int16_t b0, int16_t b1) {
   return (int32_t)((uint32_t)((int32_t)a0 * b0) + (uint32_t)((int32_t)a1 * b1));
@@ -470,6 +484,8 @@ class _FuncWriter:
                     f"kiln_u.a = {self.expr(v)}; kiln_u.b; }})")
         if e.name == loop_int8.DOT_U8I8X4:
             return f"kiln_dot_u8i8x4({self.expr(e.args[0])}, {self.expr(e.args[1])})"
+        if e.name == loop_int8.DOT_U8I8X4_SAT16:
+            return f"kiln_dot_u8i8x4_sat16({self.expr(e.args[0])}, {self.expr(e.args[1])})"
         if e.name == loop_int8.LOAD_U8X4:  # memcpy: unaligned, no aliasing issue
             (load,) = e.args
             return (f"({{ int32_t kiln_w; __builtin_memcpy(&kiln_w, "

@@ -319,6 +319,9 @@ class ExprCodegen:
         if e.name == loop_int8.DOT_U8I8X4:
             return dot_u8i8x4_generic(fr.builder, self.expr(fr, e.args[0]),
                                       self.expr(fr, e.args[1]))
+        if e.name == loop_int8.DOT_U8I8X4_SAT16:
+            return dot_u8i8x4_sat16_generic(fr.builder, self.expr(fr, e.args[0]),
+                                            self.expr(fr, e.args[1]))
         if e.name == loop_int8.LOAD_U8X4:
             (load,) = e.args
             return fr.builder.load(self.address(fr, load.buffer, load.indices),
@@ -431,6 +434,30 @@ def dot_u8i8x4_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         s = b.ashr(b.shl(y, splat(24 - 8 * j)) if j < 3 else y, splat(24))
         term = b.mul(u, s)
         total = term if total is None else b.add(total, term)
+    return total
+
+
+def dot_u8i8x4_sat16_generic(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """:func:`kiln.tir.intrin_int8.dot_u8i8x4_sat16` on int32 scalars or vectors with plain
+    integer IR: the products of :func:`dot_u8i8x4_generic`, each pair's sum clamped to
+    [-32768, 32767] (compare and select), the two clamped sums added."""
+    def splat(v: int) -> ir.Constant:
+        if isinstance(x.type, ir.VectorType):
+            return ir.Constant(x.type, [v] * x.type.count)
+        return ir.Constant(x.type, v)
+
+    def product(j: int) -> ir.Value:
+        u = b.and_(b.lshr(x, splat(8 * j)) if j else x, splat(255))
+        s = b.ashr(b.shl(y, splat(24 - 8 * j)) if j < 3 else y, splat(24))
+        return b.mul(u, s)
+
+    total = None
+    for p in (0, 2):
+        pair = b.add(product(p), product(p + 1))
+        low, high = splat(-32768), splat(32767)
+        pair = b.select(b.icmp_signed("<", pair, low), low, pair)
+        pair = b.select(b.icmp_signed(">", pair, high), high, pair)
+        total = pair if total is None else b.add(total, pair)
     return total
 
 

@@ -45,6 +45,15 @@ no four to pack) is packed along the kernel width instead: weight
 ``q`` holding taps ``4q .. 4q + 3`` of a kernel row, multiplied with the four consecutive input
 pixels they meet (dilation 1).
 
+Saturating pairs (docs/decisions/049): with the attribute ``saturating_pairs = True`` the quad
+forms of ``qnn.conv2d_NCHWc`` and ``qnn.dense_pack`` sum their products as x86's
+``vpmaddubsw`` does — each quad's byte pairs (0, 1) and (2, 3) summed into int16 with signed
+saturation, the two then added exactly (the ``dot_u8i8x4_sat16`` loop intrinsic): reduction
+indices ``(2p, 2p + 1)`` of the flattened reduction (input block, kernel row, kernel column,
+channel in the block; the kernel column for NCHW data; K for the dense). AlterOpLayout sets it
+where the weights prove that no pair sum leaves int16 (:func:`pair_sums_fit_int16`: then it
+equals the exact sum) or where the build asks for ``int8_products="saturate"``.
+
 Sums are exact in int32 while ``K · 255 · 128 < 2^31`` (K up to 65 000 reduction steps).
 """
 
@@ -93,6 +102,44 @@ def unpack_quads(words: np.ndarray, axis: int) -> np.ndarray:
     parts = np.stack([(w >> (8 * j)) & 255 for j in range(4)], axis=-1).astype(np.uint8)
     parts = parts.view(np.int8).reshape(*w.shape[:-1], 4 * w.shape[-1])
     return np.ascontiguousarray(np.moveaxis(parts, -1, axis))
+
+
+def pair_sums_fit_int16(words: np.ndarray) -> bool:
+    """Whether ``vpmaddubsw`` is exact on quad-packed weight ``words`` (int32, any shape, from
+    :func:`pack_quads`) for every activation: each pair of bytes (0, 1) and (2, 3) of a word
+    has ``255 · (max(w0, 0) + max(w1, 0)) ≤ 32767`` and ``255 · (min(w0, 0) + min(w1, 0))
+    ≥ -32768``, the extremes of ``u0 · w0 + u1 · w1`` over unsigned activations ``u`` in
+    0..255 (uint8 data as it is, int8 data + 128). Every weight in [-64, 64] passes (e.g.
+    ``quantize_static(..., reduce_range=True)``'s 7-bit weights in [-64, 63])."""
+    w = np.ascontiguousarray(words, dtype=np.int32).view(np.int8).reshape(-1, 2, 2)
+    w = w.astype(np.int64)  # bytes of each little-endian word: pairs (0, 1) and (2, 3)
+    high = np.maximum(w, 0).sum(axis=2) * 255
+    low = np.minimum(w, 0).sum(axis=2) * 255
+    return bool((high <= 32767).all() and (low >= -32768).all())
+
+
+def saturated_pair_sums(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``out[p, o] = Σ_k sat16(x[p, 2k] · w[o, 2k] + x[p, 2k + 1] · w[o, 2k + 1])``, ``sat16``
+    clamping to [-32768, 32767]: the products of ``saturating_pairs`` ops (numpy reference).
+
+    Parameters
+    ----------
+    x : np.ndarray
+        [P, K] integers (the unsigned activations), K even.
+    w : np.ndarray
+        [O, K] integers (int8 weights).
+
+    Returns
+    -------
+    np.ndarray
+        [P, O] int64.
+    """
+    x, w = x.astype(np.int64), w.astype(np.int64)
+    out = np.empty((x.shape[0], w.shape[0]), np.int64)
+    for o in range(w.shape[0]):
+        pairs = x[:, 0::2] * w[o, 0::2] + x[:, 1::2] * w[o, 1::2]
+        out[:, o] = np.clip(pairs, -32768, 32767).sum(axis=1)
+    return out
 
 
 #: the reduction axis of a blocked op's quad-packed weight: conv (ib/4), dense (K/4), conv over
@@ -182,9 +229,12 @@ def _conv2d_nchwc_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 
 def _conv2d_nchwc_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray, strides, padding,
-                      dilation, input_zero_point) -> np.ndarray:
+                      dilation, input_zero_point, saturating_pairs=False) -> np.ndarray:
     if weight.dtype == np.int32:
         weight = unpack_quads(weight, conv_quad_axis(data))
+    if saturating_pairs:
+        y = _saturated_conv(data, weight, strides, padding, dilation, input_zero_point)
+        return (y - comp.astype(np.int64)[None, :, None, None, :]).astype(np.int32)
     dl, wl = block_layouts(TensorType(data.shape, str(data.dtype)),
                            TensorType(weight.shape, str(weight.dtype)))
     offset = unsigned_offset(str(data.dtype))
@@ -195,6 +245,29 @@ def _conv2d_nchwc_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray, st
                                 dilation=dilation, groups=1)
     y = transform_array(y, "NCHW", f"NCHW{weight.shape[5]}c")
     return (y - comp.astype(np.int64)[None, :, None, None, :]).astype(np.int32)
+
+
+def _saturated_conv(data, weight, strides, padding, dilation, input_zero_point) -> np.ndarray:
+    """``Σ u(x_pad) · w`` of a blocked conv with :func:`saturated_pair_sums`' products, the
+    reduction flattened in the kernel's order (input block, kernel row, column, channel)."""
+    offset = unsigned_offset(str(data.dtype))
+    x = data.astype(np.int64) + offset
+    if x.ndim == 4:  # NCHW data: one channel a block
+        x = x[..., None]
+    pt, pl, pb, pr = padding  # x: [N, C/ib, H, W, ib]
+    x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)),
+               constant_values=input_zero_point + offset)
+    (sh, sw), (dh, dw) = strides, dilation
+    ob_, cb, kh, kw, ib, ob = weight.shape
+    oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    taps = [x[:, :, ry * dh:ry * dh + sh * (oh - 1) + 1:sh, rx * dw:rx * dw + sw * (ow - 1) + 1:sw]
+            for ry in range(kh) for rx in range(kw)]
+    cols = np.stack(taps, axis=2).reshape(x.shape[0], cb, kh, kw, oh, ow, ib)
+    cols = cols.transpose(0, 4, 5, 1, 2, 3, 6).reshape(-1, cb * kh * kw * ib)
+    w = weight.transpose(0, 5, 1, 2, 3, 4).reshape(ob_ * ob, -1)
+    y = saturated_pair_sums(cols, w).reshape(x.shape[0], oh, ow, ob_, ob)
+    return y.transpose(0, 3, 1, 2, 4)
 
 
 register_op("qnn.conv2d_NCHWc", _conv2d_nchwc_infer, OpPattern.OUT_ELEMWISE_FUSABLE,
@@ -235,11 +308,13 @@ def _dense_pack_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType((data.shape[0], n), "int32")
 
 
-def _dense_pack_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray) -> np.ndarray:
+def _dense_pack_ref(data: np.ndarray, weight: np.ndarray, comp: np.ndarray,
+                    saturating_pairs=False) -> np.ndarray:
     if weight.dtype == np.int32:
         weight = unpack_quads(weight, DENSE_QUAD_AXIS)
     x = data.astype(np.int64) + unsigned_offset(str(data.dtype))
-    y = np.matmul(x, unpack_dense_weight(weight).astype(np.int64).T)
+    w = unpack_dense_weight(weight).astype(np.int64)
+    y = saturated_pair_sums(x, w) if saturating_pairs else np.matmul(x, w.T)
     return (y - comp.astype(np.int64)).astype(np.int32)
 
 

@@ -48,6 +48,7 @@ from kiln.relay.op.integer import (
     compensation,
     pack_quads,
     pack_tap_pairs,
+    pair_sums_fit_int16,
 )
 from kiln.relay.op.nn import pack_dense_weight
 from kiln.relay.op_registry import OpPattern
@@ -153,8 +154,13 @@ def _in_block(channels: int, integer: bool = False) -> int:
     return channels if channels <= _block_limit() else _out_block(channels, integer)
 
 
-def alter_op_layout(func: Function) -> Function:
-    """Rewrite ``func``'s convolutions to NCHWc and propagate the layout (see the module doc)."""
+def alter_op_layout(func: Function, int8_products: str = "exact") -> Function:
+    """Rewrite ``func``'s convolutions to NCHWc and propagate the layout (see the module doc).
+
+    ``int8_products`` (``kiln.build``'s): "exact", or "saturate" — the integer convs over
+    channel quads and dense ops on a target where ``vpmaddubsw`` is the fastest u8 × s8
+    product (``Target.int8_maddubs()``) get ``saturating_pairs`` whatever their weights
+    (:func:`_saturating_pairs`, docs/decisions/049)."""
     blocked: dict[int, tuple[Expr, int]] = {}  # NCHW node uid → (its NCHWc value, block)
     # NCHW node uid → (NCHWc value with zero-filter channels past the real ones, block)
     padded: dict[int, tuple[Expr, int]] = {}
@@ -181,9 +187,9 @@ def alter_op_layout(func: Function) -> Function:
     def visit(call: Call, args: list[Expr]) -> Expr:
         op = call.op.name
         if op in ("nn.conv2d", "qnn.conv2d"):
-            return _conv(call, args, blocked, as_blocked, to_nchw)
+            return _conv(call, args, blocked, as_blocked, to_nchw, int8_products)
         if op in ("nn.dense", "qnn.dense"):
-            return _dense(call, args)
+            return _dense(call, args, int8_products)
         if call.checked_type.ndim != 4:
             return same_call(call, args)
         if padded.get(args[0].uid) is not None:
@@ -212,7 +218,8 @@ def alter_op_layout(func: Function) -> Function:
     return rewrite(func, visit)
 
 
-def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
+def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw,
+          int8_products: str = "exact") -> Expr:
     """``nn.conv2d`` → ``nn.conv2d_NCHWc`` / ``nn.depthwise_conv2d_NCHWc``; ``qnn.conv2d``
     (groups 1) → ``qnn.conv2d_NCHWc`` with its int8 weight blocked the same way and the
     compensation of its unsigned products, depthwise → ``qnn.depthwise_conv2d_NCHWc``
@@ -270,8 +277,10 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
     if integer:
         zx = call.attrs["input_zero_point"]
         comp = compensation(_pad_rows(weight.data, padded), zx, data.checked_type.dtype)
+        saturating = False
         if ib % 4 == 0:  # words of four input channels: the dot_u8i8x4 kernel
             operands[1] = Constant(pack_quads(w, CONV_QUAD_AXIS), weight.name)
+            saturating = _saturating_pairs(operands[1].data, int8_products == "saturate")
         elif blocked_data is data and w.shape[3] >= 3 and attrs["dilation"] == (1, 1):
             # an image: words of four taps along the kernel width, zero taps up to a multiple
             # of 4 (and as much more padding on the right: the output width is unchanged)
@@ -280,8 +289,13 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
             operands[1] = Constant(pack_quads(w, WIDTH_QUAD_AXIS), weight.name)
             pt, pl, pb, pr = attrs["padding"]
             attrs = dict(attrs, padding=(pt, pl, pb, pr + extra))
+            # its pairs are two taps of a row, not onnxruntime's (tap, channel) order: proven
+            # exact only
+            saturating = _saturating_pairs(operands[1].data, False)
         operands.append(Constant(comp.reshape(-1, ob)))
         op, attrs = "qnn.conv2d_NCHWc", dict(attrs, input_zero_point=zx)
+        if saturating:
+            attrs["saturating_pairs"] = True
     out = Call(op, operands, attrs, call.span)
     if padded != out_channels:
         # The padded channels stay inside: consumers see the NCHW slice of real channels, and
@@ -365,7 +379,19 @@ def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_
     return to_nchw(new, block, call.checked_type.shape)
 
 
-def _dense(call: Call, args: list[Expr]) -> Expr:
+def _saturating_pairs(words: np.ndarray, requested: bool) -> bool:
+    """Whether an integer op over the quad weight ``words`` takes ``vpmaddubsw``'s saturating
+    pair sums (attribute ``saturating_pairs``, docs/decisions/049): only where that is the
+    target's fastest u8 × s8 product (``Target.int8_maddubs()``: AVX2 without VNNI or AMX),
+    and then when ``requested`` (``int8_products="saturate"``) or when no pair sum can leave
+    int16 (:func:`kiln.relay.op.integer.pair_sums_fit_int16`: exact)."""
+    target = Target.current()
+    if target is None or not target.int8_maddubs():
+        return False
+    return requested or pair_sums_fit_int16(words)
+
+
+def _dense(call: Call, args: list[Expr], int8_products: str = "exact") -> Expr:
     """``nn.dense`` with constant weights → ``nn.dense_pack`` (weights packed here);
     ``qnn.dense`` → ``qnn.dense_pack`` (int8 weight packed, compensation per output)."""
     data, weight = args
@@ -393,9 +419,12 @@ def _dense(call: Call, args: list[Expr]) -> Expr:
     packed = Constant(pack_dense_weight(full_weight, block), weight.name)
     if integer:
         comp = compensation(full_weight, call.attrs["input_zero_point"], data.checked_type.dtype)
+        attrs = {}
         if full_weight.shape[1] % 4 == 0:  # words of four k: the dot_u8i8x4 kernel
             packed = Constant(pack_quads(packed.data, DENSE_QUAD_AXIS), weight.name)
-        out = Call("qnn.dense_pack", [data, packed, Constant(comp)], {}, call.span)
+            if _saturating_pairs(packed.data, int8_products == "saturate"):
+                attrs["saturating_pairs"] = True
+        out = Call("qnn.dense_pack", [data, packed, Constant(comp)], attrs, call.span)
     else:
         out = Call("nn.dense_pack", [data, packed], {}, call.span)
     return out if padded == n else _crop(out, call.checked_type.shape)
