@@ -15,7 +15,8 @@ Each packed PrimFunc ``f`` (after MakePackedAPI) becomes:
   ``f_parallel<k>_body`` (noalias again); the loop itself becomes
   ``TVMBackendParallelLaunch(f_parallel<k>, &closure, 0)`` (TVM's ``CreateParallelLaunch``).
 
-Loops: ``serial`` loops are plain; ``vectorized`` ones carry ``llvm.loop.vectorize.enable`` and,
+Loops: ``serial`` loops are plain (``llvm.loop.unroll.disable`` around a register block or
+over a scalar min / max chain); ``vectorized`` ones carry ``llvm.loop.vectorize.enable`` and,
 on fixed-width SIMD targets when the extent allows, ``llvm.loop.vectorize.width`` = the target's
 lanes for the loop's widest element; ``unrolled`` ones ``llvm.loop.unroll.full``. Local and small
 (≤ 1 KiB) allocations are ``alloca``s in the function's entry block so SROA/mem2reg promote them;
@@ -75,6 +76,16 @@ def _max_bits(body: L.Stmt) -> int:
 def _holds_register_block(body: L.Stmt) -> bool:
     """Whether ``body`` contains an unrolled loop (a schedule's register block)."""
     return any(isinstance(x, L.For) and x.kind == "unrolled" for x in L.walk_stmts(body))
+
+
+def _min_max_chain(body: L.Stmt) -> bool:
+    """Whether ``body`` is ``acc[0] = min(acc[0], x)`` (or max) into a one-element local
+    accumulator: a min / max reduction left scalar (rows too short for the vector partial
+    results of :func:`kiln.schedules.reduce_rfactor.vectorize_reductions`)."""
+    return (isinstance(body, L.BufferStore) and body.buffer.scope == "local"
+            and body.buffer.shape == (1,) and isinstance(body.value, L.Binary)
+            and body.value.op in ("min", "max") and isinstance(body.value.a, L.BufferLoad)
+            and body.value.a.buffer is body.buffer)
 
 
 class FuncCodegen(VectorLoopCodegen, ExprCodegen):
@@ -185,6 +196,11 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             # The block inside already fills the registers: unrolling this loop too (LLVM does
             # for short trip counts, e.g. a 3x3 window) keeps loaded values alive across
             # iterations and spills (depthwise convolutions ran ~15% slower).
+            md = self.mc.loop_id([["llvm.loop.unroll.disable"]])
+        elif s.kind == "serial" and _min_max_chain(s.body):
+            # Each update waits for the previous one: unrolling gains nothing, and LLVM's
+            # optimizer took minutes over 8 rows of 32 unrolled (openWakeWord's ReduceMax
+            # over [1, 1, 8, 32], 390 s of a 5 s build; rows of 16 or 64 took 0.05 s).
             md = self.mc.loop_id([["llvm.loop.unroll.disable"]])
         elif s.kind == "vectorized":
             props: list[list] = [["llvm.loop.vectorize.enable", I1(1)]]
