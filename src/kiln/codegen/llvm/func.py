@@ -16,11 +16,12 @@ Each packed PrimFunc ``f`` (after MakePackedAPI) becomes:
   ``TVMBackendParallelLaunch(f_parallel<k>, &closure, 0)`` (TVM's ``CreateParallelLaunch``).
 
 Loops: ``serial`` loops are plain (``llvm.loop.unroll.disable`` around a register block or
-over the rows of a scalar min / max nest); ``vectorized`` ones carry ``llvm.loop.vectorize.enable`` and,
-on fixed-width SIMD targets when the extent allows, ``llvm.loop.vectorize.width`` = the target's
-lanes for the loop's widest element; ``unrolled`` ones ``llvm.loop.unroll.full``. Local and small
-(≤ 1 KiB) allocations are ``alloca``s in the function's entry block so SROA/mem2reg promote them;
-larger ones use ``TVMBackendAllocWorkspace``/``TVMBackendFreeWorkspace``. Expressions:
+over the rows of a scalar min / max nest); ``vectorized`` ones carry
+``llvm.loop.vectorize.enable`` and, on fixed-width SIMD targets when the extent allows,
+``llvm.loop.vectorize.width`` = the target's lanes for the loop's widest element; ``unrolled``
+ones ``llvm.loop.unroll.full``. Local and small (≤ 1 KiB) allocations are ``alloca``s in the
+function's entry block so SROA/mem2reg promote them; larger ones use
+``TVMBackendAllocWorkspace``/``TVMBackendFreeWorkspace``. Expressions:
 :mod:`kiln.codegen.llvm.expr`.
 """
 
