@@ -469,11 +469,32 @@ def _op_bounds(x: SymOp) -> Bound:
     if x.op == "max":
         return (alo if blo is None else blo if alo is None else max(alo, blo),
                 None if ahi is None or bhi is None else max(ahi, bhi))
-    if x.op == "floordiv" and alo is not None and alo >= 0 and blo is not None and blo > 0:
-        return alo // (bhi if bhi is not None else alo + 1), None if ahi is None else ahi // blo
+    if x.op == "floordiv" and blo is not None and blo > 0:
+        return _floordiv_bounds((alo, ahi), (blo, bhi))
     if x.op == "floormod" and blo is not None and blo > 0:
         return 0, None if bhi is None else bhi - 1
     return None, None
+
+
+def _floordiv_bounds(a: Bound, b: Bound) -> Bound:
+    """Bounds of ``a // b`` for a positive divisor ``b`` and a numerator of either sign:
+    ``floor(a / b)`` grows with ``a``; with ``b`` it shrinks for ``a >= 0`` and grows (towards
+    -1) for ``a < 0``. A negative numerator is how a ceil division is written (``-((-x) //
+    s)``: a ceil_mode pool's extent), so it must have bounds too."""
+    (alo, ahi), (blo, bhi) = a, b
+    if alo is None:
+        lo = None
+    elif alo >= 0:
+        lo = 0 if bhi is None else alo // bhi
+    else:
+        lo = alo // blo
+    if ahi is None:
+        hi = None
+    elif ahi >= 0:
+        hi = ahi // blo
+    else:
+        hi = -1 if bhi is None else ahi // bhi
+    return lo, hi
 
 
 def free_symbols(x: Dim) -> list[SymVar]:

@@ -6,10 +6,11 @@ does not have to refuse the model: onnxruntime runs it at every shape where the 
 holds. :func:`assume_equal` finds the weakest declaration on the model's input symbols under
 which the two dims are the same expression: two symbols are one (``input_dim0 ==
 state_dim1``), a symbol has an upper or lower bound (``sequence_length <= 512``, from the
-constants of a ``min``/``max`` the dims hold), is a multiple of a power of two (``h % 32 ==
-0``), or has one value. The type relation raises :class:`AssumptionNeeded` carrying it; the
-importer (``kiln.frontend.onnx.importer.from_onnx``) declares it and imports again, so the
-symbol's bounds (or the shared symbol) are in every type, and the VM checks them at run time
+constants of a ``min``/``max`` the dims hold; ``samples >= 20``, the least one that works),
+is a multiple of a power of two (``h % 32 == 0``), or has one value. The type relation
+raises :class:`AssumptionNeeded` carrying it; the importer
+(``kiln.frontend.onnx.importer.from_onnx``) declares it and imports again, so the symbol's
+bounds (or the shared symbol) are in every type, and the VM checks them at run time
 as it checks declared ones (``match_shape``: bounds, divisors, one value per symbol), naming
 the input, the dim, the symbol and the relation. Decision record
 ``docs/decisions/044-assume-then-check.md``.
@@ -117,9 +118,10 @@ def assume_options(a: Dim, b: Dim) -> list[Assumption]:
     one per symbol that has one as weak as the weakest (empty when no single declaration
     makes them so).
 
-    By kind, weakest first: one symbol of ``a`` and one of ``b`` are the same; an upper, then
-    a lower bound taken from the constants of the ``min``/``max`` atoms (``min(512, s)`` is
-    ``s`` for ``s <= 512``); a power-of-two divisor, smallest first (``2 * ((h + 1) // 4)``
+    By kind, weakest first: one symbol of ``a`` and one of ``b`` are the same; an upper bound
+    taken from the constants of the ``min``/``max`` atoms (``min(512, s)`` is ``s`` for ``s <=
+    512``); the least lower bound (:func:`_least_lower_bound`), then one from those constants;
+    a power-of-two divisor, smallest first (``2 * ((h + 1) // 4)``
     is ``(h + 1) // 2`` for ``h % 4 == 0``); a value (``s`` against ``3``: ``s == 3``); the
     one interval of values where they agree (:func:`_interval`)."""
     if a == b:
@@ -152,14 +154,17 @@ def _same(a: Dim, b: Dim, mapping: dict[str, Dim]) -> bool:
 
 def _candidates(v: SymVar, a: Dim, b: Dim) -> Iterator[tuple[tuple, Dim]]:
     """Tighter declarations of ``v`` with their weakness keys, weakest first: upper bounds,
-    lower bounds, divisors, values, an interval (only those leaving its bounds non-empty).
-    A generator: the interval, which evaluates thousands of values, is scanned only when the
-    caller gets that far."""
+    lower bounds (the least one that works first), divisors, values, an interval (only those
+    leaving its bounds non-empty). A generator: the interval, which evaluates thousands of
+    values, is scanned only when the caller gets that far."""
     hi = v.hi
     consts = sorted(_minmax_constants(a) | _minmax_constants(b))
     for k in reversed(consts):  # the largest upper bound first
         if k >= v.lo and (hi is None or k < hi):
             yield (0,), _bounded(v, v.lo, k, v.divisor)
+    least = _least_lower_bound(v, a, b)
+    if least is not None:
+        yield (1,), _bounded(v, least, hi, v.divisor)
     for k in consts:
         if k > v.lo and (hi is None or k <= hi):
             yield (1,), _bounded(v, k, hi, v.divisor)
@@ -206,6 +211,31 @@ def _interval(v: SymVar, a: Dim, b: Dim) -> tuple[int, int | None] | None:
         return None
     lo, hi = runs[0]
     return lo, (v.hi if hi >= top else hi)
+
+
+def _least_lower_bound(v: SymVar, a: Dim, b: Dim) -> int | None:
+    """The least lower bound of ``v`` (above ``v.lo``, at most :data:`SCAN_LIMIT`) under which
+    ``a`` and ``b`` are one expression, by bisection: a higher lower bound only decides more
+    of the ``min``/``max`` atoms, so the values that work are one upward run. None when even
+    the limit does not do. It finds the bounds no constant of the dims names: wav2vec2's
+    ``[..., :-1]`` slice after three strided convs, ``min(q, max(q - 1, 0))`` against ``q - 1``
+    for ``q = samples // 5 // 2 // 2``, needs ``samples >= 20`` (not ``samples % 32 == 0``,
+    which holds only because a multiple of 32 is at least 32)."""
+    top = SCAN_LIMIT if v.hi is None else min(v.hi, SCAN_LIMIT)
+
+    def holds(lo: int) -> bool:
+        return _same(a, b, {v.name: _bounded(v, lo, v.hi, v.divisor)})
+
+    if top <= v.lo or not holds(top):
+        return None
+    fails = v.lo  # (a != b at the declared bounds: why the caller asks)
+    while top - fails > 1:
+        mid = (fails + top) // 2
+        if holds(mid):
+            top = mid
+        else:
+            fails = mid
+    return top
 
 
 def _agree(x: int, y: int) -> bool:

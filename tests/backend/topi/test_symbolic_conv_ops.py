@@ -1,7 +1,8 @@
 """The ops of convolutional models over symbolic N, H, W, through the VM: one graph with a
 conv (NCHWc after AlterOpLayout), pads in three modes, ceil_mode pools, a transposed conv, a
 nearest ×2 Resize, a linear Resize to sizes computed from Shape(x), global and reduce means;
-compiled once per target, run at several shapes against onnxruntime."""
+compiled once per target, run at several shapes against onnxruntime. Also SAME padding, and
+squeezenet's stem (a conv after a ceil_mode pool) with no bounds declared."""
 
 from __future__ import annotations
 
@@ -104,3 +105,35 @@ def test_same_padding_over_symbolic_sizes_needs_their_remainder(tmp_path):
         x = RNG.standard_normal(shape).astype(np.float32)
         got = [o.numpy() for o in vm["main"](x)]
         assert_close_to_reference(got, run_onnxruntime(model, {"x": x}))
+
+
+def _fire_stem_model() -> onnx.ModelProto:
+    """squeezenet1_1's stem over ``x[N, 3, H, W]`` with no declaration: a 3×3 stride-2 conv,
+    a ceil_mode 3×3 stride-2 MaxPool, then the first fire module's 1×1 squeeze conv and Relu
+    (whose extent came from the ceil division and had no lower bound)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["stem"], strides=[2, 2]),
+             helper.make_node("MaxPool", ["stem"], ["pooled"], kernel_shape=[3, 3],
+                              strides=[2, 2], ceil_mode=1),
+             helper.make_node("Conv", ["pooled", "squeeze_w", "squeeze_b"], ["squeeze"]),
+             helper.make_node("Relu", ["squeeze"], ["y"])]
+    inits = [_const("w", RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)),
+             _const("squeeze_w", RNG.standard_normal((8, 16, 1, 1)).astype(np.float32)),
+             _const("squeeze_b", RNG.standard_normal(8).astype(np.float32))]
+    graph = helper.make_graph(
+        nodes, "fire_stem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_conv_after_a_ceil_mode_pool_over_unbounded_sizes(tmp_path):
+    """Compiled with no bounds at all (the tv_squeezenet1_1 corpus row: the conv schedule's
+    ``extent ... has no lower bound``), it matches onnxruntime at odd and even sizes."""
+    model = _fire_stem_model()
+    mod, params = from_onnx(model)
+    so = tmp_path / "fire.so"
+    kiln.build(mod, target="llvm", params=params).export_library(str(so))
+    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    for shape in [(1, 3, 64, 64), (2, 3, 15, 22), (1, 3, 7, 7)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        assert_close_to_reference([vm["main"](x).numpy()], run_onnxruntime(model, {"x": x}))

@@ -83,3 +83,15 @@ def test_provably_equal_writes_multiples_out():
     assert arith.provably_equal(W, 32 * floordiv(W, 32)) and arith.provably_equal(N, N)
     assert not arith.provably_equal(2 * N * floordiv(h, 4), N * h)
     assert not arith.provably_equal(4 * floordiv(N, 4), N)  # n has no divisor
+
+
+def test_bounds_of_a_floor_division_of_a_negative_numerator():
+    """``-((-x) // 2)`` is ``ceil(x / 2)``: a ceil_mode pool's output extent
+    (``onnx.MaxPool`` over squeezenet's symbolic height) has the bounds of ``x``, halved."""
+    x = floordiv(N + 1, 2)  # 1.. after a stride-2 conv
+    assert bounds(floordiv(-x, 2)) == (-(arith.DIM_LIMIT // 4), -1)
+    assert bounds(-floordiv(-x, 2)) == (1, arith.DIM_LIMIT // 4)
+    assert bounds(floordiv(-SEQ, SymVar("k", 2, 4))) == (-256, -1)  # [-512, -1] / [2, 4]
+    assert bounds(floordiv(7 - SEQ, 7)) == (-73, 0)  # 1 + (-seq) // 7
+    for s in range(1, 513):  # every value lies inside them
+        assert -73 <= evaluate(floordiv(7 - SEQ, 7), {"seq": s}) <= 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.arith import SymVar, evaluate, floordiv, minimum
+from kiln.arith import SymVar, evaluate, floordiv, maximum, minimum, substitute
 from kiln.errors import ShapeError
 from kiln.relay.assume import (
     Assumption,
@@ -115,3 +115,20 @@ def test_a_feature_map_of_one_row_bounds_the_height_to_an_interval():
     assert (a.symbol, a.lo, a.hi) == ("h", 33, 80)
     assert all(evaluate(rows, {"h": h}) == 1 for h in range(33, 81))
     assert evaluate(rows, {"h": 32}) == 0 and evaluate(rows, {"h": 81}) == 2
+
+
+def test_a_clamped_slice_after_a_stride_chain_needs_the_least_lower_bound():
+    """wav2vec2's feature encoder: three strided convs leave ``q - 1`` frames (``q =
+    samples // 5 // 2 // 2``); its positional conv gives ``q`` and the ``[..., :-1]`` slice
+    clamps its end to ``min(q, max(q - 1, 0))``. They agree once ``q >= 1``: ``samples >=
+    20``, the least lower bound, found although no constant of the dims names 20. A divisor
+    would do too (``samples % 32 == 0`` lifts samples to 32) but refuses samples=1200, which
+    onnxruntime runs."""
+    samples = SymVar("samples")
+    q = floordiv(floordiv(floordiv(samples, 5), 2), 2)
+    (a,) = assume_options(q - 1, minimum(q, maximum(q - 1, 0)))
+    assert a.relation() == "samples >= 20" and (a.lo, a.hi, a.divisor) == (20, None, 1)
+    at = {lo: substitute(minimum(q, maximum(q - 1, 0)), {"samples": SymVar("samples", lo)})
+          for lo in (19, 20)}
+    assert at[19] != substitute(q - 1, {"samples": SymVar("samples", 19)})  # 19 is too weak
+    assert at[20] == substitute(q - 1, {"samples": SymVar("samples", 20)})

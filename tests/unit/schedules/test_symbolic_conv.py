@@ -71,6 +71,17 @@ def test_pool_symbolic_output_size_matches_static(kernel, stride, pads, ceil_mod
             pool_output_size(h, kernel, stride, pads[0], pads[1], 1, ceil_mode), h
 
 
+def test_a_ceil_mode_pool_drops_no_window_unless_one_can_start_in_the_padding():
+    """squeezenet's MaxPool (3, stride 2, no padding) after its stride-2 stem: the last window
+    always starts inside the input, so the extent is the ceil division alone, with bounds (the
+    ``min`` with the dropped-window size was undecidable and left the conv after it without a
+    lower bound). A 2-window with a tail pad of 1 can start in the padding: it keeps the min."""
+    stem = pool_output_size(H, 3, 2, 0, 0, 1, False)
+    pooled = pool_output_size(stem, 3, 2, 0, 0, 1, True)
+    assert "min" not in str(pooled) and arith.bounds(pooled)[0] == 0
+    assert "min" in str(pool_output_size(H, 2, 2, 0, 1, 1, True))
+
+
 def test_conv2d_transpose_symbolic_output_size():
     x = Var("x", TensorType((N, 8, H, W), "float32"))
     w = Constant(np.zeros((8, 4, 2, 2), np.float32))

@@ -15,11 +15,13 @@ Each packed PrimFunc ``f`` (after MakePackedAPI) becomes:
   ``f_parallel<k>_body`` (noalias again); the loop itself becomes
   ``TVMBackendParallelLaunch(f_parallel<k>, &closure, 0)`` (TVM's ``CreateParallelLaunch``).
 
-Loops: ``serial`` loops are plain; ``vectorized`` ones carry ``llvm.loop.vectorize.enable`` and,
-on fixed-width SIMD targets when the extent allows, ``llvm.loop.vectorize.width`` = the target's
-lanes for the loop's widest element; ``unrolled`` ones ``llvm.loop.unroll.full``. Local and small
-(≤ 1 KiB) allocations are ``alloca``s in the function's entry block so SROA/mem2reg promote them;
-larger ones use ``TVMBackendAllocWorkspace``/``TVMBackendFreeWorkspace``. Expressions:
+Loops: ``serial`` loops are plain (``llvm.loop.unroll.disable`` around a register block or
+over the rows of a scalar min / max nest); ``vectorized`` ones carry
+``llvm.loop.vectorize.enable`` and, on fixed-width SIMD targets when the extent allows,
+``llvm.loop.vectorize.width`` = the target's lanes for the loop's widest element; ``unrolled``
+ones ``llvm.loop.unroll.full``. Local and small (≤ 1 KiB) allocations are ``alloca``s in the
+function's entry block so SROA/mem2reg promote them; larger ones use
+``TVMBackendAllocWorkspace``/``TVMBackendFreeWorkspace``. Expressions:
 :mod:`kiln.codegen.llvm.expr`.
 """
 
@@ -77,6 +79,25 @@ def _holds_register_block(body: L.Stmt) -> bool:
     return any(isinstance(x, L.For) and x.kind == "unrolled" for x in L.walk_stmts(body))
 
 
+def _min_max_chain(body: L.Stmt) -> bool:
+    """Whether ``body`` is ``acc[0] = min(acc[0], x)`` (or max) into a one-element local
+    accumulator."""
+    return (isinstance(body, L.BufferStore) and body.buffer.scope == "local"
+            and body.buffer.shape == (1,) and isinstance(body.value, L.Binary)
+            and body.value.op in ("min", "max") and isinstance(body.value.a, L.BufferLoad)
+            and body.value.a.buffer is body.buffer)
+
+
+def _min_max_rows(body: L.Stmt) -> set[int]:
+    """The ids of the innermost loops of serial nests around a min / max chain (``for r0: for
+    r1: acc[0] = max(acc[0], x)``): a reduction over several axes left scalar, its rows too
+    short for the vector partial results of
+    :func:`kiln.schedules.reduce_rfactor.vectorize_reductions`."""
+    return {id(s.body) for s in L.walk_stmts(body)
+            if isinstance(s, L.For) and s.kind == "serial" and isinstance(s.body, L.For)
+            and s.body.kind == "serial" and _min_max_chain(s.body.body)}
+
+
 class FuncCodegen(VectorLoopCodegen, ExprCodegen):
     """The LLVM functions of one packed PrimFunc (see the module docstring)."""
 
@@ -84,6 +105,7 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
         self.mc = mc
         self.func = func
         self.n_parallel = 0
+        self.min_max_rows = _min_max_rows(func.body)
 
     # -------------------------------------------------------------------------- functions
     def emit(self) -> None:
@@ -185,6 +207,12 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
             # The block inside already fills the registers: unrolling this loop too (LLVM does
             # for short trip counts, e.g. a 3x3 window) keeps loaded values alive across
             # iterations and spills (depthwise convolutions ran ~15% slower).
+            md = self.mc.loop_id([["llvm.loop.unroll.disable"]])
+        elif s.kind == "serial" and id(s) in self.min_max_rows:
+            # Each update waits for the previous one: unrolling gains nothing, and LLVM's
+            # optimizer took minutes over 8 rows of 32 unrolled (openWakeWord's ReduceMax
+            # over [1, 1, 8, 32]: 120 s of LLVM CPU in a 5 s build; 8 rows of 16 or 64, or
+            # one row of 256, took 0.05 s).
             md = self.mc.loop_id([["llvm.loop.unroll.disable"]])
         elif s.kind == "vectorized":
             props: list[list] = [["llvm.loop.vectorize.enable", I1(1)]]

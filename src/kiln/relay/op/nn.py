@@ -236,8 +236,13 @@ def pool_output_size(size: arith.Dim, kernel: int, stride: int, pad_head: int, p
     out = -(-span // stride) + 1
     if not isinstance(out, int):
         # The last window must start before the tail padding: (out - 1) * stride < size +
-        # pad_head. onnxruntime drops at most one window, and so does this bound: span <
-        # size + pad_head + stride whenever a window fits the padding (pad_tail < kernel).
+        # pad_head. It always does when pad_tail + stride <= dilation * (kernel - 1) + 1,
+        # since (out - 1) * stride <= span + stride - 1 (squeezenet's 3-window, stride 2, no
+        # padding): no min, which the bounds could not decide. Else onnxruntime drops at most
+        # one window, and so does this bound: span < size + pad_head + stride whenever a
+        # window fits the padding (pad_tail < kernel).
+        if pad_tail + stride <= dilation * (kernel - 1) + 1:
+            return out
         return arith.minimum(out, (size + pad_head - 1) // stride + 1)
     if (out - 1) * stride >= size + pad_head:
         out -= 1  # the last window would start inside the tail padding
