@@ -1,0 +1,113 @@
+"""Winograd convolutions (docs/decisions/050): where AlterOpLayout chooses them, the compile-time
+weight transform and the op's reference against the direct conv, the lowered kernel on the
+loop-IR interpreter, and the op's errors for bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_lowering import run_lowered
+
+from kiln.errors import KilnError, ShapeError
+from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
+from kiln.relay.interpreter import evaluate
+from kiln.relay.op.winograd import winograd_weight
+from kiln.relay.op_registry import get_op
+from kiln.relay.transform import winograd
+from kiln.relay.transform.alter_op_layout import alter_op_layout
+from kiln.relay.transform.fuse_ops import fuse_ops
+from kiln.target import Target
+from kiln.tir.layout import transform_array
+
+RNG = np.random.default_rng(11)
+NATIVE = "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _conv(shape, oc, k, stride=1, pad=1, dilation=1, groups=1):
+    x = Var("x", TensorType(shape, "float32"))
+    w = Constant(_rand(oc, shape[1] // groups, k, k) / np.float32(3 * shape[1] ** 0.5))
+    y = Call("nn.conv2d", [x, w], {"strides": (stride, stride), "padding": (pad,) * 4,
+                                   "dilation": (dilation, dilation), "groups": groups})
+    y = Call("nn.relu", [Call("nn.bias_add", [y, Constant(_rand(oc))], {"axis": 1})])
+    return Function([x], [y])
+
+
+def _conv_ops(func: Function) -> list[str]:
+    return [n.op.name for n in post_order(func.outputs)
+            if isinstance(n, Call) and "conv2d" in n.op.name]
+
+
+@pytest.mark.parametrize("shape,oc,k,stride,dilation,groups,expect", [
+    ((1, 64, 56, 56), 64, 3, 1, 1, 1, "nn.conv2d_winograd_NCHWc"),     # resnet50 stage 1
+    ((1, 256, 14, 14), 256, 3, 1, 1, 1, "nn.conv2d_winograd_NCHWc"),   # stage 3
+    ((1, 256, 56, 56), 64, 1, 1, 1, 1, "nn.conv2d_NCHWc"),             # 1x1
+    ((1, 128, 56, 56), 128, 3, 2, 1, 1, "nn.conv2d_NCHWc"),            # strided 3x3
+    ((1, 64, 28, 28), 64, 3, 1, 2, 1, "nn.conv2d_NCHWc"),              # dilated
+    ((1, 128, 28, 28), 128, 3, 1, 1, 32, "nn.conv2d_NCHWc"),           # grouped
+    ((1, 32, 56, 56), 32, 3, 1, 1, 1, "nn.conv2d_NCHWc"),              # few channels
+    ((1, 512, 7, 7), 512, 3, 1, 1, 1, "nn.conv2d_NCHWc"),              # small plane
+])
+def test_rule_picks_winograd_for_large_stride_one_3x3(shape, oc, k, stride, dilation, groups,
+                                                       expect):
+    with Target(NATIVE):
+        altered = alter_op_layout(_conv(shape, oc, k, stride, pad=k // 2 * dilation,
+                                        dilation=dilation, groups=groups))
+    assert _conv_ops(altered) == [expect]
+
+
+def test_rule_is_off_with_the_switch(monkeypatch):
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
+    with Target(NATIVE):
+        altered = alter_op_layout(_conv((1, 64, 56, 56), 64, 3))
+    assert _conv_ops(altered) == ["nn.conv2d_NCHWc"]
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("pad", [0, 1])
+def test_reference_matches_direct_conv(tile, pad):
+    """The op's numpy reference (Lavin & Gray's algorithm) on the compile-time transformed
+    weight equals the direct conv; odd plane, batch 2, two channel blocks each side."""
+    x, w = _rand(2, 16, 9, 7), _rand(24, 16, 3, 3)
+    direct = get_op("nn.conv2d").ref(x, w, strides=(1, 1), padding=(pad,) * 4,
+                                     dilation=(1, 1), groups=1)
+    u = winograd_weight(w, tile, 8, 12)
+    assert u.shape == (2, (tile + 2) ** 2, 2, 8, 12) and u.dtype == np.float32
+    got = get_op("nn.conv2d_winograd_NCHWc").ref(transform_array(x, "NCHW", "NCHW8c"), u,
+                                                 padding=(pad,) * 4, tile_size=tile)
+    np.testing.assert_allclose(transform_array(got, "NCHW12c", "NCHW"), direct,
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_lowered_kernel_matches_direct_conv(monkeypatch, tile):
+    """The fused kernel (transforms, GEMM, bias + ReLU in the output transform), lowered and
+    scheduled, run on the loop-IR interpreter: equal to the unaltered graph."""
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(winograd, "MIN_PIXELS", 1)
+    monkeypatch.setattr(winograd, "TILE", tile)
+    func = _conv((1, 16, 7, 5), 16, 3)
+    with Target(NATIVE):
+        altered = alter_op_layout(func)
+    assert _conv_ops(altered) == ["nn.conv2d_winograd_NCHWc"]
+    data = _rand(1, 16, 7, 5)
+    (got,) = run_lowered(fuse_ops(altered), {"x": data})
+    np.testing.assert_allclose(got, evaluate(func, {"x": data})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("data,weight,attrs,message", [
+    ((1, 2, 8, 8, 8), (2, 15, 2, 8, 8), {"tile_size": 2}, "transform points"),
+    ((1, 2, 8, 8, 8), (2, 16, 2, 8, 8), {"tile_size": 4}, "do not match"),
+    ((1, 2, 8, 8, 8), (2, 16, 4, 8, 8), {"tile_size": 2}, "input channel blocks differ"),
+    ((1, 2, 2, 8, 8), (2, 16, 2, 8, 8), {"tile_size": 2}, "smaller than the 3x3 kernel"),
+    ((1, 2, 8, 8), (2, 16, 2, 8, 8), {"tile_size": 2}, "rank"),
+])
+def test_bad_input_is_a_shape_error(data, weight, attrs, message):
+    with pytest.raises(ShapeError, match=message) as err:
+        get_op("nn.conv2d_winograd_NCHWc").infer(
+            [TensorType(data, "float32"), TensorType(weight, "float32")],
+            dict(attrs, padding=(0, 0, 0, 0)))
+    assert isinstance(err.value, KilnError)
