@@ -290,8 +290,10 @@ def _conv_stage(call: PrimitiveCall):
 def test_k_blocked_conv_matches_reference(monkeypatch):
     """K-blocking (input blocks split, a band of rows accumulated in L1) on a conv small enough
     for the interpreter: the thresholds are lowered so that it is taken."""
+    from kiln.relay.transform import winograd
     from kiln.schedules import nn_cpu
 
+    monkeypatch.setattr(winograd, "WINOGRAD", False)  # the direct kernel's blocking
     monkeypatch.setattr(nn_cpu, "K_BLOCK_MIN_WEIGHT_BYTES", 0)
     monkeypatch.setattr(nn_cpu, "K_BLOCK_WEIGHT_BYTES", 16 * 9 * 16 * 4)  # one input block
     monkeypatch.setattr(nn_cpu, "MIN_PARALLEL_EXTENT", 2)

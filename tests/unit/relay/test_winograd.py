@@ -41,22 +41,36 @@ def _conv_ops(func: Function) -> list[str]:
             if isinstance(n, Call) and "conv2d" in n.op.name]
 
 
+WINOGRAD_OP, DIRECT_OP = "nn.conv2d_winograd_NCHWc", "nn.conv2d_NCHWc"
+
+
 @pytest.mark.parametrize("shape,oc,k,stride,dilation,groups,expect", [
-    ((1, 64, 56, 56), 64, 3, 1, 1, 1, "nn.conv2d_winograd_NCHWc"),     # resnet50 stage 1
-    ((1, 256, 14, 14), 256, 3, 1, 1, 1, "nn.conv2d_winograd_NCHWc"),   # stage 3
-    ((1, 256, 56, 56), 64, 1, 1, 1, 1, "nn.conv2d_NCHWc"),             # 1x1
-    ((1, 128, 56, 56), 128, 3, 2, 1, 1, "nn.conv2d_NCHWc"),            # strided 3x3
-    ((1, 64, 28, 28), 64, 3, 1, 2, 1, "nn.conv2d_NCHWc"),              # dilated
-    ((1, 128, 28, 28), 128, 3, 1, 1, 32, "nn.conv2d_NCHWc"),           # grouped
-    ((1, 32, 56, 56), 32, 3, 1, 1, 1, "nn.conv2d_NCHWc"),              # few channels
-    ((1, 512, 7, 7), 512, 3, 1, 1, 1, "nn.conv2d_NCHWc"),              # small plane
+    ((1, 64, 56, 56), 64, 3, 1, 1, 1, 4),          # resnet50 stage 1: F(4x4) on 56x56
+    ((1, 128, 28, 28), 128, 3, 1, 1, 1, 4),        # stage 2
+    ((1, 256, 14, 14), 256, 3, 1, 1, 1, 2),        # stage 3: F(2x2) below 28x28
+    ((1, 512, 7, 7), 512, 3, 1, 1, 1, 2),          # stage 4
+    ((1, 16, 4, 4), 16, 3, 1, 1, 1, 2),            # the smallest measured
+    ((1, 256, 56, 56), 64, 1, 1, 1, 1, None),      # 1x1
+    ((1, 128, 56, 56), 128, 3, 2, 1, 1, None),     # strided 3x3
+    ((1, 64, 28, 28), 64, 3, 1, 2, 1, None),       # dilated
+    ((1, 128, 28, 28), 128, 3, 1, 1, 32, None),    # grouped
+    ((1, 64, 28, 28), 64, 5, 1, 1, 1, None),       # 5x5
+    ((1, 8, 56, 56), 8, 3, 1, 1, 1, None),         # fewer channels than MIN_CHANNELS
+    ((1, 64, 3, 3), 64, 3, 1, 1, 1, None),         # a plane under MIN_PIXELS
+    ((1, 3, 56, 56), 64, 3, 1, 1, 1, None),        # an image, read as NCHW1c
 ])
-def test_rule_picks_winograd_for_large_stride_one_3x3(shape, oc, k, stride, dilation, groups,
-                                                       expect):
+def test_rule_picks_winograd_for_stride_one_3x3(shape, oc, k, stride, dilation, groups,
+                                                 expect):
+    """Resnet-like 3x3 stride-1 convs run as Winograd (F(4x4) on planes from 28x28), 1x1,
+    strided, dilated, grouped, 5x5, tiny and image-input convs as the direct kernel."""
     with Target(NATIVE):
         altered = alter_op_layout(_conv(shape, oc, k, stride, pad=k // 2 * dilation,
                                         dilation=dilation, groups=groups))
-    assert _conv_ops(altered) == [expect]
+    convs = [n for n in post_order(altered.outputs)
+             if isinstance(n, Call) and "conv2d" in n.op.name]
+    assert [c.op.name for c in convs] == [DIRECT_OP if expect is None else WINOGRAD_OP]
+    if expect is not None:
+        assert convs[0].attrs["tile_size"] == expect
 
 
 def test_rule_is_off_with_the_switch(monkeypatch):

@@ -1,11 +1,15 @@
 """Where AlterOpLayout runs a convolution by Winograd's F(m×m, 3×3) instead of the direct
-blocked kernel (docs/decisions/050-winograd-convolution.md).
+blocked kernel, and with which tile (docs/decisions/050-winograd-convolution.md).
 
 A float32, group-1, stride-1, dilation-1 3×3 conv with static shapes, blocked input channels
-and exact output blocks qualifies; it is chosen when it has at least
-:data:`MIN_CHANNELS` input and output channels and an output plane of at least
-:data:`MIN_PIXELS`: there the α² GEMMs (channel blocks the vector axis) do 2.25× fewer
-multiply-adds than the direct conv and the transforms, memory-bound, are small beside them.
+(not an image read as NCHW1c) and exact output blocks qualifies; it is chosen when it has at
+least :data:`MIN_CHANNELS` input and output channels and an output plane of at least
+:data:`MIN_PIXELS`. Measured per conv (1 thread, AVX-512 Zen 4, ``benchmarks/winograd_conv.py``)
+Winograd beat the direct kernel on every shape tried from 16 to 512 channels and 4×4 to 56×56
+planes (a 2×2 plane lost): the α² GEMMs do 2.25× (F(2×2)) or 4× (F(4×4)) fewer multiply-adds
+and the transforms, memory-bound, stay small beside them. F(4×4) from
+:data:`LARGE_TILE_PIXELS` output pixels up (where it was faster than F(2×2)), F(2×2) below (as
+fast there, and ~10× closer to the direct sum).
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from kiln.relay.op.winograd import winograd_weight
 #: Whether AlterOpLayout may choose Winograd at all (for before / after runs of
 #: benchmarks/winograd_conv.py).
 WINOGRAD = True
-#: F(TILE×TILE, 3×3): 2 or 4.
-TILE = 2
-#: Fewest input and output channels: below, the GEMMs are too short for the transforms.
-MIN_CHANNELS = 64
-#: Fewest output pixels (OH · OW): smaller planes leave few tiles a GEMM row.
-MIN_PIXELS = 14 * 14
+#: F(TILE×TILE, 3×3) for every chosen conv (2 or 4); None: by the plane (LARGE_TILE_PIXELS).
+TILE: int | None = None
+#: Output pixels (OH · OW) from which F(4×4) is used: 28×28 and 56×56 planes ran 15–30 %
+#: faster than with F(2×2); 14×14 and 7×7 ones as fast or slower (fewer, partial tiles).
+LARGE_TILE_PIXELS = 28 * 28
+#: Fewest input and output channels: the smallest measured (16, one channel block) still won.
+MIN_CHANNELS = 16
+#: Fewest output pixels (OH · OW): 4×4 planes still won (64 channels: 8.2 vs 13.3 µs), a 2×2
+#: plane lost (128 channels: 19.3 vs 18.0 µs; one tile, three quarters of F(4×4)'s wasted).
+MIN_PIXELS = 4 * 4
 
 
 def winograd_tile(data_shape, weight_shape, attrs: dict, out_shape) -> int | None:
@@ -37,7 +45,8 @@ def winograd_tile(data_shape, weight_shape, attrs: dict, out_shape) -> int | Non
     Returns
     -------
     int or None
-        :data:`TILE` where the rule of the module doc holds, else None.
+        2 or 4 (:data:`TILE`, or by :data:`LARGE_TILE_PIXELS`) where the rule of the module
+        doc holds, else None.
     """
     shapes = (*data_shape, *weight_shape, *out_shape)
     if not WINOGRAD or not all(isinstance(d, int) for d in shapes):
@@ -46,9 +55,12 @@ def winograd_tile(data_shape, weight_shape, attrs: dict, out_shape) -> int | Non
             or attrs["dilation"] != (1, 1) or attrs["groups"] != 1:
         return None
     out_channels, channels = weight_shape[0], weight_shape[1]
-    if min(channels, out_channels) < MIN_CHANNELS or out_shape[2] * out_shape[3] < MIN_PIXELS:
+    pixels = out_shape[2] * out_shape[3]
+    if min(channels, out_channels) < MIN_CHANNELS or pixels < MIN_PIXELS:
         return None
-    return TILE
+    if TILE is not None:
+        return TILE
+    return 4 if pixels >= LARGE_TILE_PIXELS else 2
 
 
 def winograd_conv(call: Call, blocked_data: Expr, weight: Constant, tile: int,
