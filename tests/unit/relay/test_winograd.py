@@ -73,6 +73,18 @@ def test_rule_picks_winograd_for_stride_one_3x3(shape, oc, k, stride, dilation, 
         assert convs[0].attrs["tile_size"] == expect
 
 
+def test_integer_conv_stays_direct():
+    """An int32 ``nn.conv2d`` (ConvInteger's exact products) is never a Winograd conv: its
+    transforms have fractions."""
+    x = Var("x", TensorType((1, 64, 28, 28), "int32"))
+    w = Constant(RNG.integers(-128, 128, (64, 64, 3, 3)).astype(np.int32))
+    y = Call("nn.conv2d", [x, w], {"strides": (1, 1), "padding": (1,) * 4,
+                                   "dilation": (1, 1), "groups": 1})
+    with Target(NATIVE):
+        altered = alter_op_layout(Function([x], [y]))
+    assert _conv_ops(altered) == [DIRECT_OP]
+
+
 def test_rule_is_off_with_the_switch(monkeypatch):
     monkeypatch.setattr(winograd, "WINOGRAD", False)
     with Target(NATIVE):

@@ -254,7 +254,7 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw) -> Expr:
             return to_nchw(_clipped(call, data, weight, form, (ib, ob), attrs, regions,
                                     as_blocked), ob)
         tile = None if integer or padded != out_channels or ib == 1 else \
-            winograd_tile(data.checked_type.shape, weight.data.shape, call.attrs,
+            winograd_tile(data.checked_type, weight.data.shape, call.attrs,
                           call.checked_type.shape)
         if tile is not None:
             return to_nchw(winograd_conv(call, as_blocked(data, ib), weight, tile, (ib, ob)),

@@ -14,7 +14,7 @@ fast there, and ~10× closer to the direct sum).
 
 from __future__ import annotations
 
-from kiln.relay.graph import Call, Constant, Expr
+from kiln.relay.graph import Call, Constant, Expr, TensorType
 from kiln.relay.op.winograd import winograd_weight
 
 #: Whether AlterOpLayout may choose Winograd at all (for before / after runs of
@@ -32,13 +32,16 @@ MIN_CHANNELS = 16
 MIN_PIXELS = 4 * 4
 
 
-def winograd_tile(data_shape, weight_shape, attrs: dict, out_shape) -> int | None:
+def winograd_tile(data: TensorType, weight_shape, attrs: dict, out_shape) -> int | None:
     """The tile m of F(m×m, 3×3) for this ``nn.conv2d``, or None for the direct kernel.
 
     Parameters
     ----------
-    data_shape, weight_shape, out_shape : tuple
-        NCHW data, OIHW weight and NCHW output shapes.
+    data : TensorType
+        The NCHW data (float32 only: an int32 conv, ConvInteger's exact products, stays
+        direct).
+    weight_shape, out_shape : tuple
+        OIHW weight and NCHW output shapes.
     attrs : dict
         The conv's ``strides``, ``padding``, ``dilation``, ``groups``.
 
@@ -48,8 +51,8 @@ def winograd_tile(data_shape, weight_shape, attrs: dict, out_shape) -> int | Non
         2 or 4 (:data:`TILE`, or by :data:`LARGE_TILE_PIXELS`) where the rule of the module
         doc holds, else None.
     """
-    shapes = (*data_shape, *weight_shape, *out_shape)
-    if not WINOGRAD or not all(isinstance(d, int) for d in shapes):
+    shapes = (*data.shape, *weight_shape, *out_shape)
+    if not WINOGRAD or data.dtype != "float32" or not all(isinstance(d, int) for d in shapes):
         return None
     if tuple(weight_shape[2:]) != (3, 3) or attrs["strides"] != (1, 1) \
             or attrs["dilation"] != (1, 1) or attrs["groups"] != 1:
