@@ -360,8 +360,14 @@ def _rows_outer(conv: Tensor) -> bool:
     input rows (which the same thread wrote in the layer before) instead of all of them; else
     each thread streams only its own channel blocks' weights. Same speed on one thread; two
     threads, llvm: resnet50 31.5 -> 29.9 ms, squeezenet 2.60 -> 2.47, MobileNetV2 3.18 -> 3.06
-    (docs/decisions/003)."""
-    data, weight = sorted(conv.inputs(), key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
+    (docs/decisions/003). A Winograd conv's GEMM (decision 050) counts its input transform
+    (6-D, tag ``winograd_input``) as the data and its 5-D transformed weight as the weight."""
+    inputs = conv.inputs()
+    transformed = [t for t in inputs if t.tag == "winograd_input"]
+    if transformed:
+        (data,), (weight,) = transformed, [t for t in inputs if t is not transformed[0]]
+    else:
+        data, weight = sorted(inputs, key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
     # Symbolic input: decided at the smallest input (batch 1 chooses as the static model does).
     return _lower_bound(arith.prod(data.shape)) > math.prod(weight.shape)
 

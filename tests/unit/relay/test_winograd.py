@@ -137,3 +137,25 @@ def test_bad_input_is_a_shape_error(data, weight, attrs, message):
             [TensorType(data, "float32"), TensorType(weight, "float32")],
             dict(attrs, padding=(0, 0, 0, 0)))
     assert isinstance(err.value, KilnError)
+
+
+@pytest.mark.parametrize("shape,rows_outer", [
+    ((1, 64, 56, 56), True),   # V (64 x 36 x 196 values) is larger than U (64 x 36 x 64)
+    ((1, 512, 7, 7), False),   # U (512 x 16 x 512) is larger than V (512 x 16 x 16)
+])
+def test_gemm_threads_split_the_larger_operand(shape, rows_outer):
+    """The GEMM's threads split its transform points (rows) when the transformed input is
+    larger than the transformed weight, else its channel blocks, as a direct conv's do
+    (``nn_cpu._rows_outer``): the input transform is the data, the 5-D U the weight."""
+    from kiln.backend import te_compiler
+    from kiln.relay.graph import PrimitiveCall
+    from kiln.schedules import nn_cpu
+    from kiln.tir.lower import Schedule
+
+    with Target(NATIVE):
+        func = fuse_ops(alter_op_layout(_conv(shape, shape[1], 3)))
+    (call,) = [c for c in post_order(func.outputs)
+               if isinstance(c, PrimitiveCall) and "winograd" in c.name]
+    _, out = te_compiler.to_te(call.body)
+    gemm = next(t for t in Schedule(out).order if t.tag == "conv2d_winograd_NCHWc")
+    assert nn_cpu._rows_outer(gemm) is rows_outer
