@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from fp32_conv import _cpu_us, _kiln, _set_attrs
+from cpu_timing import cpu_us as _cpu_us
+from fp32_conv import _kiln, _set_attrs
 
 from models import input_shapes, load_model
 

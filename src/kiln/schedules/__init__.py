@@ -10,7 +10,7 @@ transformations they use.
 May import: kiln.topi, kiln.tir, kiln.arith, kiln.target (and kiln.errors).
 """
 
-from kiln.schedules import dense_cpu, nn_cpu, transformer_cpu  # noqa: F401
+from kiln.schedules import dense_cpu, nn_cpu, transformer_cpu, winograd_cpu  # noqa: F401
 from kiln.schedules.cpu import (  # noqa: F401
     register_schedule,
     schedule_loops,

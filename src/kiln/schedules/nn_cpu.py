@@ -360,8 +360,14 @@ def _rows_outer(conv: Tensor) -> bool:
     input rows (which the same thread wrote in the layer before) instead of all of them; else
     each thread streams only its own channel blocks' weights. Same speed on one thread; two
     threads, llvm: resnet50 31.5 -> 29.9 ms, squeezenet 2.60 -> 2.47, MobileNetV2 3.18 -> 3.06
-    (docs/decisions/003)."""
-    data, weight = sorted(conv.inputs(), key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
+    (docs/decisions/003). A Winograd conv's GEMM (decision 050) counts its input transform
+    (6-D, tag ``winograd_input``) as the data and its 5-D transformed weight as the weight."""
+    inputs = conv.inputs()
+    transformed = [t for t in inputs if t.tag == "winograd_input"]
+    if transformed:
+        (data,), (weight,) = transformed, [t for t in inputs if t is not transformed[0]]
+    else:
+        data, weight = sorted(inputs, key=lambda t: len(t.shape))  # 4/5-D data, 6-D weight
     # Symbolic input: decided at the smallest input (batch 1 chooses as the static model does).
     return _lower_bound(arith.prod(data.shape)) > math.prod(weight.shape)
 
@@ -444,6 +450,20 @@ def _unroll_taps(stage, ry: IterVar, rx: IterVar, ri: IterVar) -> None:
         stage.unroll(ry)
 
 
+def _unrolled_input_block(stage, ri: IterVar) -> tuple[IterVar, ...]:
+    """The input block's reduce axis ``ri`` split by knob ``unroll_ic`` (UNROLL_CHOICES 1, 2,
+    4, 8 dividing ``ri``, below it; default INPUT_UNROLL when it divides ``ri`` > INPUT_UNROLL,
+    else 1), the inner part unrolled: the leaves that replace ``ri`` in the reduce order."""
+    unroll = INPUT_UNROLL if ri.extent > INPUT_UNROLL and ri.extent % INPUT_UNROLL == 0 else 1
+    unroll = knob("unroll_ic", [u for u in UNROLL_CHOICES[:4] if u < ri.extent
+                                and ri.extent % u == 0], unroll)
+    if unroll == 1:
+        return (ri,)
+    ri_o, ri_i = stage.split(ri, unroll)
+    stage.unroll(ri_i)
+    return ri_o, ri_i
+
+
 @register_schedule("conv2d_NCHWc")
 def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     """Schedule of stages tagged ``conv2d_NCHWc`` (float and int8 blocked convs).
@@ -471,15 +491,8 @@ def schedule_conv2d_nchwc(sch: Schedule, conv: Tensor) -> None:
     k_block = _k_block(conv, rc, taps * ri.extent)
     if k_block is not None and not knob("k_block", (0,), 1):
         k_block = None
-    reduce_order: tuple[IterVar, ...] = (rc, ry, rx, ri)
     stage = sch[conv]
-    unroll = INPUT_UNROLL if ri.extent > INPUT_UNROLL and ri.extent % INPUT_UNROLL == 0 else 1
-    unroll = knob("unroll_ic", [u for u in UNROLL_CHOICES[:4] if u < ri.extent
-                                and ri.extent % u == 0], unroll)
-    if unroll > 1:
-        ri_o, ri_i = stage.split(ri, unroll)
-        stage.unroll(ri_i)
-        reduce_order = (rc, ry, rx, ri_o, ri_i)
+    reduce_order = (rc, ry, rx, *_unrolled_input_block(stage, ri))
     _unroll_taps(stage, ry, rx, ri)
     _register_blocked(sch, conv, reduce_order, taps, k_block=k_block)
     stage.try_first = amx_call(conv)

@@ -30,4 +30,5 @@ from kiln.topi import (  # noqa: F401
     sampling,
     transform,
     weight_quant,
+    winograd,
 )

@@ -87,6 +87,13 @@ def _cases():
                                   {"strides": (1, 1), "padding": (0, 0, 0, 0),
                                    "dilation": (3, 3)}))
     cases += _depth_gather_cases()
+    # Winograd F(2x2, 3x3) and F(4x4, 3x3) on an odd plane (partial tiles), transformed
+    # weights [O/ob, α², C/ib, ib, ob] (docs/decisions/050)
+    for tile in (2, 4):
+        cases.append(_float_conv_case(f"winograd_f{tile}_conv", (1, 2, 7, 5, 8),
+                                      (2, (tile + 2) ** 2, 2, 8, 8),
+                                      {"padding": (1, 1, 1, 1), "tile_size": tile},
+                                      "nn.conv2d_winograd_NCHWc"))
     return cases
 
 
@@ -121,17 +128,18 @@ def _depth_gather_cases():
     return cases
 
 
-def _float_conv_case(name: str, data_shape, weight_shape, attrs: dict):
-    """A float ``nn.conv2d_NCHWc`` kernel, its output from the op's numpy reference."""
+def _float_conv_case(name: str, data_shape, weight_shape, attrs: dict,
+                     op: str = "nn.conv2d_NCHWc"):
+    """A float blocked conv kernel (``op``), its output from the op's numpy reference."""
     rng = np.random.default_rng(23)
     arrays = [rng.standard_normal(data_shape).astype(np.float32),
               # weights scaled by the fan-in: outputs about 1, within the harness's atol 1e-6
               (rng.standard_normal(weight_shape) / np.sqrt(np.prod(weight_shape[1:5])))
               .astype(np.float32)]
     params = [Var(f"x{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(arrays)]
-    fused = fuse_ops(Function(params, [Call("nn.conv2d_NCHWc", params, attrs)]))
+    fused = fuse_ops(Function(params, [Call(op, params, attrs)]))
     (call,) = [n for n in post_order(fused.outputs) if isinstance(n, PrimitiveCall)]
-    want = get_op("nn.conv2d_NCHWc").ref(*arrays, **attrs)
+    want = get_op(op).ref(*arrays, **attrs)
     return lower_primitive(call, name), arrays, [want.astype(np.float32)]
 
 

@@ -13,8 +13,17 @@ import pytest
 
 import kiln
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var
+from kiln.relay.transform import winograd
 
 X86 = "llvm -mtriple=x86_64-linux-gnu"
+
+
+@pytest.fixture(autouse=True)
+def direct_convs(monkeypatch):
+    """The direct kernel's blocks: 3×3 stride-1 convs would run as Winograd convs (decision
+    050) unless a test turns it back on."""
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
+    return monkeypatch
 
 
 def _conv_asm(target: str, cin: int, cout: int, hw: int, k: int) -> str:
@@ -58,3 +67,30 @@ def test_avx2_blocks_cross_rows(size, k, pixels):
     assert len(re.findall(r"\bvfmadd\w+\s+.*%ymm", asm)) == pixels * 2 * 4
     if k == 1:
         assert len(re.findall(r"\bvbroadcastss\s+-?\d*\(%\w+,%\w+\)", asm)) == pixels * 4
+
+
+
+def _parallel_bodies(asm: str, kernel: str) -> dict[str, str]:
+    """The assembly of each outlined parallel body of ``kernel`` (``<kernel>_parallel<k>:``
+    up to the next such label)."""
+    parts = re.split(rf"^({kernel}\w*_parallel\d+):$", asm, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.mark.parametrize("cpu,reg,tile,pixels", [("haswell", "ymm", 2, 4),
+                                                 ("haswell", "ymm", 4, 5),
+                                                 ("skylake-avx512", "zmm", 2, 7),
+                                                 ("skylake-avx512", "zmm", 4, 7)])
+def test_winograd_gemm_block_fits_the_registers(direct_convs, cpu, reg, tile, pixels):
+    # A Winograd conv (64 -> 64 at 28x28, decision 050): its GEMM nest is register-blocked as
+    # a 1x1 conv over the tiles (196 of F(2x2): 7 or, capped at 6 on AVX2, shifted 4; 49 of
+    # F(4x4): 7, AVX2 5): pixels x 2 x 4 FMAs in its unrolled inner loop, none spilled.
+    direct_convs.setattr(winograd, "WINOGRAD", True)
+    direct_convs.setattr(winograd, "TILE", tile)
+    asm = _conv_asm(f"{X86} -mcpu={cpu}", 64, 64, 28, 3)
+    bodies = _parallel_bodies(asm, "fused_nn_conv2d_winograd_NCHWc")
+    fmas = {name: len(re.findall(rf"\bvfmadd\w+\s+.*%{reg}", body))
+            for name, body in bodies.items()}
+    gemm = [name for name, n in fmas.items() if n == pixels * 2 * 4]
+    assert len(gemm) == 1, fmas
+    assert _spills(bodies[gemm[0]], reg) == 0

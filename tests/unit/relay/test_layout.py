@@ -290,8 +290,10 @@ def _conv_stage(call: PrimitiveCall):
 def test_k_blocked_conv_matches_reference(monkeypatch):
     """K-blocking (input blocks split, a band of rows accumulated in L1) on a conv small enough
     for the interpreter: the thresholds are lowered so that it is taken."""
+    from kiln.relay.transform import winograd
     from kiln.schedules import nn_cpu
 
+    monkeypatch.setattr(winograd, "WINOGRAD", False)  # the direct kernel's blocking
     monkeypatch.setattr(nn_cpu, "K_BLOCK_MIN_WEIGHT_BYTES", 0)
     monkeypatch.setattr(nn_cpu, "K_BLOCK_WEIGHT_BYTES", 16 * 9 * 16 * 4)  # one input block
     monkeypatch.setattr(nn_cpu, "MIN_PARALLEL_EXTENT", 2)
@@ -316,9 +318,12 @@ def test_k_blocked_conv_matches_reference(monkeypatch):
     ((1, 64, 56, 56), 64, 1, None),        # 8 KiB of weights a block: L1 holds them
     ((1, 384, 13, 13), 48, 1, None),       # 3 channel blocks, 13 (prime) rows: no band
 ])
-def test_k_block_choice(shape, oc, k, expect):
+def test_k_block_choice(monkeypatch, shape, oc, k, expect):
+    from kiln.relay.transform import winograd
     from kiln.schedules import nn_cpu
 
+    # the direct kernel's blocking (the 3x3 shapes would run as Winograd convs: decision 050)
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
     x, y = _conv_graph(shape, oc, k, 1, k // 2)
     with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
         func = fuse_ops(alter_op_layout(Function([x], [y])))

@@ -129,3 +129,27 @@ def test_the_default_config_lowers_the_ordinary_kernel(target, make):
             plain = _text(lower_primitive(call, task.name))
         assert _text(lower_candidate(task, task.default_config())) == plain
         assert _text(lower_candidate(task, {})) == plain
+
+
+def _winograd_conv_model() -> onnx.ModelProto:
+    """Conv 3x3 (pad 1) + Relu, 16 -> 16 channels at 6x6: a Winograd conv (decision 050)."""
+    from onnx import TensorProto, helper, numpy_helper
+    from tune_models import one_node_model
+
+    w = np.random.default_rng(3).standard_normal((16, 16, 3, 3)).astype("float32") / 12
+    return one_node_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6]),
+        [numpy_helper.from_array(w, "w")])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_winograd_conv_task_offers_its_gemm_knobs(target):
+    """A Winograd conv is its own task; its GEMM's register block (``tile_ow``: tiles a block)
+    and input unroll are knobs, and each candidate changing one of them computes the graph's
+    result on the interpreter."""
+    task = _task(_winograd_conv_model(), target, "conv2d_winograd_NCHWc")
+    assert {"tile_ow", "unroll_ic"} <= {k.name for k in task.space}
+    assert _check_every_candidate(task, _one_knob_at_a_time(task)) > 1

@@ -28,4 +28,5 @@ from kiln.relay.op import (  # noqa: F401
     sampling,
     transform,
     weight_quant,
+    winograd,
 )

@@ -3,8 +3,10 @@ src/relay/transforms/alter_op_layout.cc with topi/x86's ``_alter_conv2d_layout``
 
 Each ``nn.conv2d`` with constant weights becomes ``nn.conv2d_NCHWc`` (or
 ``nn.depthwise_conv2d_NCHWc``) on data in ``NCHW{ib}c`` and weights pre-transformed at compile
-time to ``OIHW{ib}i{ob}o``; a grouped float conv keeps attr ``groups`` (groups the outer part
-of the output-channel blocks, blocks within a group: :func:`_group_blocks`). The result is
+time to ``OIHW{ib}i{ob}o`` — or, where :func:`kiln.relay.transform.winograd.winograd_tile`
+chooses it, ``nn.conv2d_winograd_NCHWc`` with Winograd-transformed weights; a grouped
+float conv keeps attr ``groups`` (groups the outer part of the output-channel blocks, blocks
+within a group: :func:`_group_blocks`). The result is
 converted back to NCHW by a ``layout_transform`` — but consumers that work as well in the
 blocked layout use the blocked value directly, so the
 layout flows through the network and transforms remain only at its edges:
@@ -53,6 +55,7 @@ from kiln.relay.op.integer import (
 from kiln.relay.op.nn import pack_dense_weight
 from kiln.relay.op_registry import OpPattern
 from kiln.relay.transform.clip_taps import clipped_conv, tap_regions
+from kiln.relay.transform.winograd import winograd_conv, winograd_tile
 from kiln.target import Target
 from kiln.tir.layout import transform_array
 
@@ -257,6 +260,12 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw,
         if regions is not None:
             return to_nchw(_clipped(call, data, weight, form, (ib, ob), attrs, regions,
                                     as_blocked), ob)
+        tile = None if integer or padded != out_channels or ib == 1 else \
+            winograd_tile(data.checked_type, weight.data.shape, call.attrs,
+                          call.checked_type.shape)
+        if tile is not None:
+            return to_nchw(winograd_conv(call, as_blocked(data, ib), weight, tile, (ib, ob)),
+                           ob)
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
     else:  # depthwise
