@@ -1,8 +1,11 @@
-"""SmolLM2-135M-Instruct: prefill and decode speed, Kiln vs onnxruntime, in one process.
+"""SmolLM2-135M-Instruct: prefill and decode speed, Kiln vs onnxruntime and llama.cpp, in one
+process.
 
 Engines, each on the same ONNX decoder (``kiln.models.smollm2``): onnxruntime fp32, Kiln fp32,
 Kiln with int8 weights and Kiln with q4 (Q4_1) weights (``kiln.llm.kiln_decoder``, VM artifact,
-compiled once and cached). Per engine:
+compiled once and cached); and, when the ``llama_cpp`` package (llama-cpp-python, the ``bench``
+extra) imports, llama.cpp on the GGUF file the ONNX decoder was made from (its own Q4_1
+weights; ``n_threads`` = ``n_threads_batch`` = ``--threads``). Per engine:
 
 - prefill: one call on a prompt of N random tokens (past 0), median of ``--repeat`` calls;
 - decode: a cache of P positions (random values), then ``--steps`` single-token steps, each
@@ -14,8 +17,13 @@ The engines are timed in alternating rounds (all engines at one shape, then the 
 ``--rounds`` times, best round reported) so that load on a shared machine hits them alike.
 Ratios are onnxruntime's time over the engine's (above 1: faster than onnxruntime fp32).
 
-    .venv/bin/python benchmarks/llm.py [--threads 1] [--engines ort,fp32,int8,q4]
+    .venv/bin/python benchmarks/llm.py [--threads 1] [--engines ort,fp32,int8,q4,llama.cpp]
                                        [--prefill 16,128,512] [--past 16,256,1024]
+
+llama.cpp's cache holds the keys and values of P random tokens it computed itself (its own
+format: float16), Kiln's and onnxruntime's random float32 values; each step costs the same
+either way. ``--engines llama.cpp --gguf PATH`` needs neither Kiln nor onnxruntime (a venv with
+only llama-cpp-python and numpy).
 """
 
 from __future__ import annotations
@@ -30,12 +38,23 @@ from pathlib import Path
 import numpy as np
 
 ENGINES = ("ort", "fp32", "int8", "q4")
+#: the optional peer on the GGUF file (used when ``llama_cpp`` imports)
+LLAMA_CPP = "llama.cpp"
+
+
+def default_engines() -> tuple[str, ...]:
+    """ENGINES, and llama.cpp when its Python package is installed."""
+    import importlib.util
+
+    return ENGINES + ((LLAMA_CPP,) if importlib.util.find_spec("llama_cpp") else ())
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--engines", default=",".join(default_engines()))
+    p.add_argument("--gguf", default=None,
+                   help="llama.cpp's model (default: the GGUF that kiln.models.smollm2 reads)")
     p.add_argument("--prefill", default="16,128,512", help="prompt lengths")
     p.add_argument("--past", default="16,256,1024", help="cache lengths for decode")
     p.add_argument("--steps", type=int, default=16, help="decode steps per measurement")
@@ -53,7 +72,62 @@ def _rss_mib() -> tuple[float, float]:
     return peak, now
 
 
-def _load(name: str, path: Path, args) -> object:
+class LlamaCpp:
+    """llama.cpp (llama-cpp-python's ``Llama``, its default batches of 512 tokens):
+    ``prefill(ids)`` empties the cache and runs the prompt, ``step(token)`` appends one token."""
+
+    def __init__(self, gguf: Path, threads: int, context: int):
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=context, n_threads=threads,
+                                   n_threads_batch=threads, verbose=False)
+
+    def prefill(self, ids: list[int]) -> None:
+        self.llm.reset()
+        self.llm.eval(ids)
+
+    def step(self, token: int) -> None:
+        self.llm.eval([token])
+
+
+def _llama_prefill_ms(llm: LlamaCpp, n: int, repeat: int, rng) -> float:
+    ids = [int(t) for t in rng.integers(100, 40000, n)]
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        llm.prefill(ids)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _llama_decode_tokens_per_s(llm: LlamaCpp, past_len: int, steps: int, rng) -> float:
+    llm.prefill([int(t) for t in rng.integers(100, 40000, past_len)])
+    times = []
+    for token in rng.integers(100, 40000, steps):
+        start = time.perf_counter()
+        llm.step(int(token))
+        times.append(time.perf_counter() - start)
+    return 1.0 / statistics.median(times)
+
+
+def prefill(name: str, dec, n: int, repeat: int, rng) -> float:
+    """Prefill time of engine ``name`` (ms)."""
+    if name == LLAMA_CPP:
+        return _llama_prefill_ms(dec, n, repeat, rng)
+    return prefill_ms(dec, n, repeat, rng)
+
+
+def decode(name: str, dec, past_len: int, steps: int, rng) -> float:
+    """Decode speed of engine ``name`` at ``past_len`` (tokens/s)."""
+    if name == LLAMA_CPP:
+        return _llama_decode_tokens_per_s(dec, past_len, steps, rng)
+    return decode_tokens_per_s(dec, past_len, steps, rng)
+
+
+def _load(name: str, path: Path | None, args) -> object:
+    if name == LLAMA_CPP:
+        longest = max(int(x) for x in f"{args.prefill},{args.past}".split(",") if x)
+        return LlamaCpp(Path(args.gguf), args.threads, longest + args.steps + 16)
     from kiln.llm import kiln_decoder, ort_decoder
 
     if name == "ort":
@@ -92,27 +166,33 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
-    from kiln.models import smollm2
-
-    path = smollm2()
     engines = [e for e in args.engines.split(",") if e]
+    path = None
+    if any(e != LLAMA_CPP for e in engines):
+        from kiln.models import smollm2
+
+        path = smollm2()
+    if LLAMA_CPP in engines and args.gguf is None:
+        from kiln.models import smollm2_gguf_path
+
+        args.gguf = str(smollm2_gguf_path())
     prefills = [int(x) for x in args.prefill.split(",") if x]
     pasts = [int(x) for x in args.past.split(",") if x]
     decoders, memory = {}, {}
     for name in engines:
         decoders[name] = _load(name, path, args)
-        prefill_ms(decoders[name], 8, 1, np.random.default_rng(0))  # warm up
+        prefill(name, decoders[name], 8, 1, np.random.default_rng(0))  # warm up
         memory[name] = _rss_mib()
     rng = np.random.default_rng(0)
     best: dict[tuple, float] = {}
     for _ in range(args.rounds):
         for n in prefills:
             for name in engines:
-                ms = prefill_ms(decoders[name], n, args.repeat, rng)
+                ms = prefill(name, decoders[name], n, args.repeat, rng)
                 best[(name, "prefill", n)] = min(best.get((name, "prefill", n), ms), ms)
         for p in pasts:
             for name in engines:
-                tps = decode_tokens_per_s(decoders[name], p, args.steps, rng)
+                tps = decode(name, decoders[name], p, args.steps, rng)
                 best[(name, "decode", p)] = max(best.get((name, "decode", p), tps), tps)
     for name in engines:
         memory[name] = memory[name] + (_rss_mib()[0],)
@@ -128,7 +208,7 @@ def main(argv=None) -> int:
 
 def _table(engines, prefills, pasts, best, memory, args) -> str:
     names = {"ort": "onnxruntime fp32", "fp32": "Kiln fp32", "int8": "Kiln int8 weights",
-             "q4": "Kiln q4 weights"}
+             "q4": "Kiln q4 weights", LLAMA_CPP: "llama.cpp (GGUF Q4_1)"}
     lines = [f"SmolLM2-135M-Instruct, {args.threads} thread(s), target '{args.target}'", "",
              "| engine | " + " | ".join(f"prefill {n} (ms)" for n in prefills) + " | "
              + " | ".join(f"decode @{p} (tok/s)" for p in pasts)

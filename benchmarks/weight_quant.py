@@ -47,11 +47,12 @@ def _model(k: int, n: int, rows: int, seed: int = 0):
 
 
 def weight_bytes(mode: str | None, k: int, n: int) -> int:
-    """Bytes a call reads for the weight: values plus scales (float32)."""
+    """Bytes a call reads for the weight: values plus scales (int8: a float32 scale per
+    channel; q4: float16 d and m per block of 32)."""
     if mode == "int8":
         return k * n + 4 * n
     if mode == "q4":
-        return k * n // 2 + 2 * 4 * (k // 32) * n
+        return k * n // 2 + 2 * 2 * (k // 32) * n
     return 4 * k * n
 
 

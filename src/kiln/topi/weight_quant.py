@@ -75,9 +75,10 @@ def dense_q4(inputs, attrs, out_type):
     - ``xsum[i, kb] = Σ_ki data[i, k]``.
 
     Per weight one mask, one int→float conversion and one multiply-add into the block's partial
-    sum (:func:`kiln.tir.te.block_sum`); ``d`` and ``m`` once per block. ``xq`` and ``xsum`` are
-    per row, shared by all ``j``: stages of their own (tags ``dense_q4_x``, ``dense_q4_xsum``).
-    The format is ggml's (``ggml/src/ggml-quants.c``, ``dequantize_row_q4_1``; docs/decisions/018).
+    sum (:func:`kiln.tir.te.block_sum`); ``d`` and ``m`` (float16) widened once per block.
+    ``xq`` and ``xsum`` are per row, shared by all ``j``: stages of their own (tags
+    ``dense_q4_x``, ``dense_q4_xsum``). The format is ggml's (``ggml/src/ggml-quants.c``,
+    ``dequantize_row_q4_1``; docs/decisions/018).
 
     Parameters
     ----------
@@ -87,7 +88,8 @@ def dense_q4(inputs, attrs, out_type):
         3-D, [N // b, K // 8, b], uint32 nibble words (:func:`kiln.relay.op.weight_quant.
         pack_nibble_words`).
     d, m : te.Tensor
-        3-D, [N // b, K // 32, b], float32: each block's scale and minimum.
+        3-D, [N // b, K // 32, b], float16: each block's scale and minimum (GGUF's storage),
+        widened to float32 once per block (``vcvtph2ps`` on x86 with F16C).
 
     Returns
     -------
@@ -114,7 +116,8 @@ def dense_q4(inputs, attrs, out_type):
         nibble = L.Cast("int32", L.Binary("&", L.Binary(">>", word, shift), mask))
         x = xq[i, kb.var * Q4_BLOCK + ki.var]
         block = (j // b, kb.var, j % b)
+        scale, low = L.Cast("float32", d[block]), L.Cast("float32", m[block])
         return te.block_sum(x * L.Cast("float32", nibble), [kb], [ki],
-                            lambda part: d[block] * part + m[block] * xsum[i, kb.var])
+                            lambda part: scale * part + low * xsum[i, kb.var])
 
     return te.compute(out_type.shape, body, name="dense_q4", tag="dense_q4")

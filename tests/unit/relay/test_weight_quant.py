@@ -12,7 +12,7 @@ from test_symbolic_kernels import _interpret_versions
 
 from kiln.arith import SymVar
 from kiln.driver.build_module import optimize
-from kiln.errors import CompileError
+from kiln.errors import CompileError, ShapeError
 from kiln.relay.graph import Call, Constant, Function, TensorType, Var, post_order
 from kiln.relay.interpreter import evaluate
 from kiln.relay.op.nn import pack_dense_weight, unpack_dense_weight
@@ -72,12 +72,23 @@ def test_q4_1_quantizes_as_ggml():
     w = _weight(4, 64)
     q, d, m = quantize_q4_1(w)
     assert q.dtype == np.uint8 and q.max() <= 15 and d.shape == m.shape == (4, 2)
+    assert d.dtype == m.dtype == np.float16  # ggml's block_q4_1 storage
     for n in range(4):
         for b, (gd, gmin, gq) in enumerate(_ggml_quantize_row_q4_1(w[n])):
             assert list(q[n, 32 * b: 32 * b + 32]) == gq
-            assert (d[n, b], m[n, b]) == (gd, gmin)  # fresh weights: float32 d and min
-    err = np.abs(dequantize_q4_1(q, d, m) - w)
-    assert np.all(err <= np.repeat(d, 32, axis=1) / 2 * (1 + 1e-5))
+            assert (d[n, b], m[n, b]) == (np.float16(gd), np.float16(gmin))
+    # half a step, plus what rounding d and min to float16 moves (2^-11 relative each)
+    d32 = np.repeat(d.astype(np.float32), 32, axis=1)
+    m32 = np.repeat(m.astype(np.float32), 32, axis=1)
+    bound = d32 / 2 + (15 * d32 + np.abs(m32)) * 2.0 ** -10
+    assert np.all(np.abs(dequantize_q4_1(q, d, m) - w) <= bound)
+
+
+def test_q4_1_rejects_weights_beyond_float16():
+    w = _weight(2, 32)
+    w[1, 3] = 7e4
+    with pytest.raises(ShapeError, match="float16"):
+        quantize_q4_1(w)
 
 
 def _gguf_blocks(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,8 +96,8 @@ def _gguf_blocks(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     q = RNG.integers(0, 16, (n, k // 32, 32), dtype=np.uint8)
     q[..., 0], q[..., 1] = 0, 15
     q = RNG.permuted(q, axis=2).reshape(n, k)
-    d = RNG.uniform(1e-3, 0.05, (n, k // 32)).astype(np.float16).astype(np.float32)
-    m = RNG.uniform(-0.5, 0.1, (n, k // 32)).astype(np.float16).astype(np.float32)
+    d = RNG.uniform(1e-3, 0.05, (n, k // 32)).astype(np.float16)
+    m = RNG.uniform(-0.5, 0.1, (n, k // 32)).astype(np.float16)
     return q, d, m
 
 
@@ -175,6 +186,16 @@ def test_pass_leaves_small_and_unblocked_weights_in_float():
     w = Var("w", TensorType((64, 64), "float32"))  # not a constant
     assert _ops(quantize_weights(Function([x, w], [Call("nn.dense", [x, w])]), "int8")) == \
         ["nn.dense"]
+
+
+def test_pass_keeps_weights_beyond_float16_in_float_for_q4():
+    """Q4_1's float16 d and m cannot hold 1e5: q4 leaves the weight float, int8 takes it."""
+    w = _weight(64, 64)
+    w[5, 7] = 1e5
+    x = Var("x", TensorType((2, 64), "float32"))
+    func = Function([x], [Call("nn.dense", [x, Constant(w, "w")])])
+    assert _ops(quantize_weights(func, "q4")) == ["nn.dense"]
+    assert _ops(quantize_weights(func, "int8")) == ["nn.dense_q8"]
 
 
 def test_pass_rejects_unknown_modes():

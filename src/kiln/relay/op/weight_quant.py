@@ -13,14 +13,14 @@ dequantized inside the kernel (the activations stay float32):
   word at ``[n // b, k // 8, n % b]`` holds ``q[n, k]`` in its bits ``4 (k % 8)`` to
   ``4 (k % 8) + 3`` (:func:`pack_nibble_words`: one 32-bit lane per output channel, so a
   vector load brings eight ``k`` of ``b`` channels and a mask isolates one ``k``); ``d`` and
-  ``m`` float32 ``[N/b, K/32, b]`` (block ``k // 32``).
+  ``m`` float16 ``[N/b, K/32, b]`` (block ``k // 32``; widened to float32 in the kernel).
   ``y[m, n] = Σ_k x[m, k] · (d[n, k // 32] · q[n, k] + m[n, k // 32])``.
 
 The Q4_1 format is ggml's (llama.cpp ``ggml/src/ggml-quants.c``, ``quantize_row_q4_1_ref`` and
 ``dequantize_row_q4_1``: per block of 32, ``d = (max - min) / 15``, ``m = min``,
-``q = min(15, (int)((w - min) · (1/d) + 0.5))``). ggml stores ``d`` and ``m`` as float16 and
-pairs ``k`` with ``k + 16`` in a byte; here they are float32 (the codegens have no float16) and
-the nibbles are repacked along output channels for vector loads. A block that was itself
+``q = min(15, (int)((w - min) · (1/d) + 0.5))``). ``d`` and ``m`` are float16 as ggml stores
+them (0.625 bytes a weight in all); ggml pairs ``k`` with ``k + 16`` in a byte, here the
+nibbles are repacked along output channels for vector loads. A block that was itself
 dequantized from Q4_1 (float16 ``d`` and ``m``, ``q`` spanning 0..15) quantizes back to the
 same ``q``, ``d`` and ``m`` exactly (:func:`quantize_q4_1`).
 """
@@ -68,45 +68,59 @@ def quantize_q4_1(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
     Parameters
     ----------
-    weight : float32 ``[N, K]``, ``K`` a multiple of 32.
+    weight : float32 ``[N, K]``, ``K`` a multiple of 32, ``|W|`` below
+        :data:`Q4_MAX_MAGNITUDE` (float16's range).
 
     Returns
     -------
     q : uint8 ``[N, K]`` in 0..15
-    d, m : float32 ``[N, K / 32]``: ``W ≈ d · q + m`` per block
+    d, m : float16 ``[N, K / 32]``: ``W ≈ d · q + m`` per block
 
-    ``q`` is computed as ggml's ``quantize_row_q4_1_ref`` does (``(w - min) · (1/d) + 0.5``
-    truncated, at most 15). Where a block's values are reproduced exactly by ``d`` and ``m``
-    rounded to float16 (ggml's storage: a block dequantized from a GGUF file), those are kept,
-    so such weights round-trip bit for bit; other blocks keep float32 ``d`` and ``min``.
+    As ggml's ``quantize_row_q4_1_ref``: ``q`` from the float32 ``d`` and ``min``
+    (``(w - min) · (1/d) + 0.5`` truncated, at most 15), then ``d`` and ``min`` stored as
+    float16. A block dequantized from a GGUF file (float16 ``d`` and ``m``) so round-trips bit
+    for bit.
 
     Raises
     ------
     ShapeError
-        ``K`` not a multiple of 32.
+        ``K`` not a multiple of 32, or a weight outside float16's range.
     """
     n, k = weight.shape
     if k % Q4_BLOCK:
         raise ShapeError(f"Q4_1 needs K a multiple of {Q4_BLOCK}, got weight {weight.shape}")
     w = weight.astype(np.float32, copy=False).reshape(n, k // Q4_BLOCK, Q4_BLOCK)
+    if not q4_representable(w):
+        raise ShapeError(f"Q4_1 stores float16 scales: weight {weight.shape} has values beyond "
+                         f"±{Q4_MAX_MAGNITUDE:g} or not finite")
     lo, hi = w.min(axis=2), w.max(axis=2)
     d = (hi - lo) / np.float32(15)
     inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
     scaled = (w - lo[..., None]) * inv[..., None] + np.float32(0.5)
     q = np.minimum(np.trunc(scaled), 15).astype(np.uint8)
-    d16, m16 = (v.astype(np.float16).astype(np.float32) for v in (d, lo))
-    exact = np.all(_dequantize_blocks(q, d16, m16) == w, axis=2)
-    d, lo = np.where(exact, d16, d), np.where(exact, m16, lo)
-    return q.reshape(n, k), d.astype(np.float32), lo.astype(np.float32)
+    return q.reshape(n, k), d.astype(np.float16), lo.astype(np.float16)
+
+
+#: the largest weight magnitude Q4_1 takes: its ``min`` and ``d`` must be finite float16
+#: (a block's ``d`` is at most ``2 · max|w| / 15``)
+Q4_MAX_MAGNITUDE = float(np.finfo(np.float16).max)
+
+
+def q4_representable(weight: np.ndarray) -> bool:
+    """Whether every value is finite and within :data:`Q4_MAX_MAGNITUDE` (float16 ``d`` and
+    ``m``)."""
+    return bool(np.all(np.abs(weight) <= Q4_MAX_MAGNITUDE))
 
 
 def _dequantize_blocks(q: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``d · q + m`` in float32 over ``[N, K/32, 32]`` blocks."""
+    """``d · q + m`` in float32 over ``[N, K/32, 32]`` blocks (``d``, ``m`` widened)."""
+    d, m = d.astype(np.float32), m.astype(np.float32)
     return q.astype(np.float32) * d[..., None] + m[..., None]
 
 
 def dequantize_q4_1(q: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``[N, K]`` uint8 ``q``, ``[N, K/32]`` ``d`` and ``m`` → float32 ``[N, K]`` weight."""
+    """``[N, K]`` uint8 ``q``, ``[N, K/32]`` ``d`` and ``m`` (float16 or float32) → float32
+    ``[N, K]`` weight."""
     n, k = q.shape
     return _dequantize_blocks(q.reshape(n, k // Q4_BLOCK, Q4_BLOCK), d, m).reshape(n, k)
 
@@ -197,8 +211,8 @@ def _dense_q4_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     if not isinstance(k, int) or k % Q4_BLOCK:
         raise ShapeError(f"dense_q4: K must be a multiple of {Q4_BLOCK}, got {k}")
     _expect(qweight, "uint32", (nb, k // Q4_WORD, b), "qweight")
-    _expect(d, "float32", (nb, k // Q4_BLOCK, b), "d")
-    _expect(m, "float32", (nb, k // Q4_BLOCK, b), "m")
+    _expect(d, "float16", (nb, k // Q4_BLOCK, b), "d")
+    _expect(m, "float16", (nb, k // Q4_BLOCK, b), "m")
     return TensorType((data.shape[0], nb * b), "float32")
 
 

@@ -6,7 +6,8 @@ at least :data:`MIN_DIM` becomes
 
 - mode ``"int8"``: ``nn.dense_q8(x, q, scale)``, symmetric int8 per output channel;
 - mode ``"q4"``: ``nn.dense_q4(x, q, d, m)``, GGUF Q4_1 blocks of 32 ``k`` (a weight whose ``K``
-  is not a multiple of 32 stays float32: no padding). A vocabulary projection (at least
+  is not a multiple of 32 stays float32: no padding; so does one with values beyond float16's
+  range, which its float16 ``d`` and ``m`` cannot hold). A vocabulary projection (at least
   :data:`Q4_HEAD_CHANNELS` output channels) gets int8 instead, as llama.cpp's 4-bit files keep
   their output head at 6 or 8 bits: SmolLM2 with a 4-bit head answered "What is the capital of
   France?" with "L'Étoile", with an int8 head "Paris", as onnxruntime on the float model;
@@ -28,6 +29,7 @@ from kiln.relay.op.nn import pack_dense_weight
 from kiln.relay.op.weight_quant import (
     Q4_BLOCK,
     pack_nibble_words,
+    q4_representable,
     quantize_int8,
     quantize_q4_1,
 )
@@ -73,7 +75,12 @@ def _quantizable(weight: Expr, mode: str) -> bool:
     if not isinstance(weight, Constant) or weight.checked_type.dtype != "float32":
         return False
     n, k = weight.checked_type.shape
-    return min(n, k) >= MIN_DIM and (mode != "q4" or k % Q4_BLOCK == 0)
+    if min(n, k) < MIN_DIM:
+        return False
+    if mode != "q4":
+        return True
+    # a q4 model's head is int8, which holds any finite scale
+    return k % Q4_BLOCK == 0 and (n >= Q4_HEAD_CHANNELS or q4_representable(weight.data))
 
 
 def _channel_block(n: int) -> int:
