@@ -55,3 +55,16 @@ def test_a_contrib_weight_computed_from_initializers_is_a_constant():
     node.input[1] = "b_sum"
     problem = compare(CASES[0], run_kiln(onnx_model, feeds), run_ort(onnx_model, feeds))
     assert problem is None, problem
+
+
+def test_dynamic_quantize_lstm_refuses_shorter_sequence_lengths():
+    import numpy as np
+    from contrib_cases import _dynamic_quantize_lstm
+    from onnx import numpy_helper
+
+    onnx_model, _ = _dynamic_quantize_lstm(13, "bidirectional", states=True)()
+    lens = next(i for i in onnx_model.graph.initializer if i.name == "lens")
+    lens.CopyFrom(numpy_helper.from_array(np.array([4], np.int32), "lens"))
+    with pytest.raises(kiln.errors.UnsupportedOpError,
+                       match=r"DynamicQuantizeLSTM \(node .*sequence_lens shorter"):
+        from_onnx(onnx_model)
