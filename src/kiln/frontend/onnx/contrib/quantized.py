@@ -194,7 +194,19 @@ def dynamic_quantize_lstm(b: Body) -> None:
     (batch > 4, or 2-4 with hidden <= 256); Kiln quantizes the whole batch, as onnxruntime does
     on one thread."""
     for k, what in ((9, "W_zero_point"), (11, "R_zero_point")):
-        if b.input_type(k).dtype == "int8" and np.any(b.constant(k, what)):
-            raise b.unsupported(f"{what}: an int8 weight's zero point must be 0 (as in "
-                                "onnxruntime)")
+        _check_lstm_zero_point(b, k, what)
     recurrent_scan(b, _DynamicQuantizeLSTMLayer)
+
+
+def _check_lstm_zero_point(b: Body, k: int, what: str) -> None:
+    """onnxruntime's checks of a per-column weight zero point [D, 4H] (its kernel uses one
+    zero point per direction): all 0 for int8 weights, one value for uint8 ones."""
+    if len(b.input_type(k).shape) != 2:
+        return
+    zero_point = b.constant(k, what)
+    if b.input_type(k).dtype == "int8" and np.any(zero_point):
+        raise b.unsupported(f"{what}: a per-column zero point of int8 weights must be 0 (as "
+                            "onnxruntime requires)")
+    if np.any(zero_point != zero_point.reshape(-1)[0]):
+        raise b.unsupported(f"{what}: a per-column zero point of uint8 weights must be one "
+                            "value (as onnxruntime requires)")
