@@ -98,7 +98,8 @@ class VirtualMachine:
         ShapeError
             On call: an input of the wrong dtype (a tensor is never converted: float64 data for a
             float32 input is refused, as onnxruntime does; Python scalars and lists take the
-            input's dtype) or rank, a dim that differs from the signature
+            input's dtype) or rank (a rank-0 input takes one element of any rank, as
+            onnxruntime does), a dim that differs from the signature
             or from the same symbol in an earlier input, or a symbol outside its bounds or not
             a multiple of its divisor (the message names the input, the dim and the symbol).
         """

@@ -200,32 +200,46 @@ def _matmul_nbits(bits: int, block: int, zero_points: str):
         return model([node], {"a": a}, inits, ["y"]), {"a": a}
     return build
 
-def _float_lstm(rng, seq, batch, size, hidden) -> onnx.ModelProto:
+def _float_lstm(rng, seq, batch, size, hidden, direction, states) -> onnx.ModelProto:
+    dirs = 2 if direction == "bidirectional" else 1
     x = _f32(rng, seq, batch, size)
-    inits = {"w": _f32(rng, 1, 4 * hidden, size, scale=0.3),
-             "r": _f32(rng, 1, 4 * hidden, hidden, scale=0.3),
-             "bias": _f32(rng, 1, 8 * hidden, scale=0.1)}
-    node = helper.make_node("LSTM", ["x", "w", "r", "bias"], ["y", "y_h", "y_c"],
-                            hidden_size=hidden)
-    return model([node], {"x": x}, inits, ["y", "y_h", "y_c"], opset=13), {"x": x}
+    inits = {"w": _f32(rng, dirs, 4 * hidden, size, scale=0.3),
+             "r": _f32(rng, dirs, 4 * hidden, hidden, scale=0.3),
+             "bias": _f32(rng, dirs, 8 * hidden, scale=0.1)}
+    ins, feeds = ["x", "w", "r", "bias"], {"x": x}
+    if states:  # and sequence_lens, all of the whole sequence
+        inits["lens"] = np.full(batch, seq, np.int32)
+        feeds["h0"] = _f32(rng, dirs, batch, hidden, scale=0.5)
+        feeds["c0"] = _f32(rng, dirs, batch, hidden, scale=0.5)
+        ins += ["lens", "h0", "c0"]
+    node = helper.make_node("LSTM", ins, ["y", "y_h", "y_c"], hidden_size=hidden,
+                            direction=direction)
+    return model([node], feeds, inits, ["y", "y_h", "y_c"], opset=13), feeds
 
-def dynamic_quantize_lstm():
+def _dynamic_quantize_lstm(seed: int, direction: str = "forward", states: bool = False,
+                           per_channel: bool = False, batch: int = 1, hidden: int = 12):
     """What onnxruntime's ``quantize_dynamic`` writes for an LSTM (a DynamicQuantizeLSTM with
-    int8 weights transposed to [D, in, 4H])."""
-    import tempfile
-    from pathlib import Path
+    int8 weights transposed to [D, in, 4H]; ``per_channel``: a scale per output column).
+    onnxruntime splits a batch of 2-4 over its threads when hidden <= 256 (and any batch
+    above 4), quantizing each share of ``h`` on its own, so its result depends on its thread
+    count there; the cases stay where it does not (batch 1, or hidden > 256)."""
+    def build():
+        import tempfile
+        from pathlib import Path
 
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    float_model, feeds = _float_lstm(_rng(12), 6, 2, 16, 12)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "lstm.onnx", Path(tmp) / "lstm.int8.onnx"
-        onnx.save(float_model, src)
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM"])
-        quantized = onnx.load(dst)
-    ops = [(n.domain, n.op_type) for n in quantized.graph.node]
-    assert (MS, "DynamicQuantizeLSTM") in ops, ops
-    return quantized, feeds
+        float_model, feeds = _float_lstm(_rng(seed), 6, batch, 16, hidden, direction, states)
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = Path(tmp) / "lstm.onnx", Path(tmp) / "lstm.int8.onnx"
+            onnx.save(float_model, src)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=per_channel,
+                             op_types_to_quantize=["LSTM"])
+            quantized = onnx.load(dst)
+        ops = [(n.domain, n.op_type) for n in quantized.graph.node]
+        assert (MS, "DynamicQuantizeLSTM") in ops, ops
+        return quantized, feeds
+    return build
 
 CASES = [
     Case("Gelu", _unary("Gelu", 20)),
@@ -252,7 +266,11 @@ CASES = [
     Case("MatMulNBits (4 bits, symmetric)", _matmul_nbits(4, 16, "none")),
     Case("MatMulNBits (8 bits, packed zero points)", _matmul_nbits(8, 32, "packed")),
     Case("MatMulNBits (2 bits, float zero points)", _matmul_nbits(2, 16, "float")),
-    Case("DynamicQuantizeLSTM", dynamic_quantize_lstm, rtol=3e-2),
+    Case("DynamicQuantizeLSTM", _dynamic_quantize_lstm(12)),
+    Case("DynamicQuantizeLSTM (bidirectional, initial states)",
+         _dynamic_quantize_lstm(13, "bidirectional", states=True)),
+    Case("DynamicQuantizeLSTM (reverse, per-channel scales, batch 3)",
+         _dynamic_quantize_lstm(14, "reverse", per_channel=True, batch=3, hidden=260)),
 ]
 
 def compare(case: Case, got: list[np.ndarray], want: list[np.ndarray]) -> str | None:

@@ -150,6 +150,31 @@ def test_failure_inside_parallel_loop_sets_the_callers_error(target):
     f(kiln.runtime.array(ok), out)  # and a good call still works afterwards
 
 
+def _leading_let_and_assert_kernel() -> L.PrimFunc:
+    """``out[0] = 2 * x[0] + 1`` whose body begins with a LetStmt and an AssertStmt that read
+    ``x`` (as a one-element kernel's FastExp lets do): no part of MakePackedAPI's prologue."""
+    x, out = L.Buffer("x", (1,), "float32"), L.Buffer("out", (1,), "float32")
+    t = L.Var("t", "float32")
+    load = L.BufferLoad(x, [L.IntImm(0)])
+    store = L.BufferStore(out, t * L.FloatImm(2.0) + L.FloatImm(1.0), [L.IntImm(0)])
+    check = L.AssertStmt(L.Binary("<", load, L.FloatImm(100.0)), "x too large", [], store)
+    return make_packed_api(L.PrimFunc("leading_let", [x, out], L.LetStmt(t, load, check)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_body_beginning_with_a_let_is_not_taken_for_the_packed_prologue(target):
+    """The body's own leading LetStmt and AssertStmt read the buffers after the codegen has
+    bound them (they were once taken for symbol bindings of MakePackedAPI: "buffer x is used
+    outside its allocation" on LLVM, a C compile error)."""
+    lib = build_kernels([_leading_let_and_assert_kernel()], target)
+    out = kiln.runtime.empty((1,), "float32")
+    f = lib.get_function("leading_let")
+    f(kiln.runtime.array(np.array([3.0], "float32")), out)
+    assert out.numpy().tolist() == [7.0]
+    with pytest.raises(kiln.KilnError, match="x too large"):
+        f(kiln.runtime.array(np.array([300.0], "float32")), out)
+
+
 # ------------------------------------------------------------------ the expression vocabulary
 # Hand-written loop IR covering every expression node, intrinsic, cast and loop kind; each
 # kernel runs compiled and in the interpreter on the same inputs.

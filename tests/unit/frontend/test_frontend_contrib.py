@@ -55,3 +55,38 @@ def test_a_contrib_weight_computed_from_initializers_is_a_constant():
     node.input[1] = "b_sum"
     problem = compare(CASES[0], run_kiln(onnx_model, feeds), run_ort(onnx_model, feeds))
     assert problem is None, problem
+
+
+def test_dynamic_quantize_lstm_refuses_shorter_sequence_lengths():
+    import numpy as np
+    from contrib_cases import _dynamic_quantize_lstm
+    from onnx import numpy_helper
+
+    onnx_model, _ = _dynamic_quantize_lstm(13, "bidirectional", states=True)()
+    lens = next(i for i in onnx_model.graph.initializer if i.name == "lens")
+    lens.CopyFrom(numpy_helper.from_array(np.array([4], np.int32), "lens"))
+    with pytest.raises(kiln.errors.UnsupportedOpError,
+                       match=r"DynamicQuantizeLSTM \(node .*sequence_lens shorter"):
+        from_onnx(onnx_model)
+
+
+def test_dynamic_quantize_lstm_refuses_what_onnxruntime_refuses():
+    """A per-column int8 weight zero point other than 0 (onnxruntime: "Weight zero point must
+    be zero")."""
+    import numpy as np
+    from contrib_cases import _dynamic_quantize_lstm
+    from onnx import numpy_helper
+
+    onnx_model, feeds = _dynamic_quantize_lstm(14, "reverse", per_channel=True, batch=3,
+                                               hidden=260)()
+    name = onnx_model.graph.node[-1].input[9]
+    zp = next(i for i in onnx_model.graph.initializer if i.name == name)
+    value = numpy_helper.to_array(zp).copy()
+    assert value.ndim == 2 and value.dtype == np.int8
+    value[0, 3] = 1
+    zp.CopyFrom(numpy_helper.from_array(value, name))
+    with pytest.raises(Exception, match="zero point must be zero"):
+        run_ort(onnx_model, feeds)
+    with pytest.raises(kiln.errors.UnsupportedOpError,
+                       match=r"W_zero_point: a per-column zero point of int8 weights must be 0"):
+        from_onnx(onnx_model)

@@ -29,6 +29,7 @@ from kiln.errors import CompileError
 from kiln.tir import intrin_int8 as loop_int8
 from kiln.tir import loop as L
 from kiln.tir.index import merge_split_indices
+from kiln.tir.transform.make_packed_api import split_prologue
 
 C_TYPES = {
     "float16": "_Float16", "float32": "float", "float64": "double", "int64": "int64_t",
@@ -193,15 +194,14 @@ class _FuncWriter:
         self.line("char kiln_err[512];")
         self.line("(void)kiln_err; (void)out_ret_value; (void)out_ret_tcode; "
                   "(void)resource_handle;")
-        body = f.body
-        while isinstance(body, (L.AssertStmt, L.LetStmt)):
-            if isinstance(body, L.LetStmt):
-                self.let(body)
-                self.symbols.add(id(body.var))  # a shape symbol (>= 0)
-                self.nonneg.add(id(body.var))
+        prologue, body = split_prologue(f)
+        for s in prologue:
+            if isinstance(s, L.LetStmt):
+                self.let(s)
+                self.symbols.add(id(s.var))  # a shape symbol (>= 0)
+                self.nonneg.add(id(s.var))
             else:
-                self.assert_stmt(body)
-            body = body.body
+                self.assert_stmt(s)
         for i, buf in enumerate(f.params):
             ty = c_type(buf.dtype)
             self.line(f"{ty}* restrict {self.name(buf, buf.name)} = ({ty}*)((char*)KILN_ARG({i})"

@@ -56,7 +56,7 @@ from kiln.codegen.llvm.vector import VectorLoopCodegen
 from kiln.codegen.outline import free_refs
 from kiln.errors import CompileError
 from kiln.tir import loop as L
-from kiln.tir.transform.make_packed_api import dl_dtype
+from kiln.tir.transform.make_packed_api import dl_dtype, split_prologue
 
 
 def _max_bits(body: L.Stmt) -> int:
@@ -116,15 +116,14 @@ class FuncCodegen(VectorLoopCodegen, ExprCodegen):
                                           "out_ret_tcode", "resource_handle")):
             arg.name = name
         fr = Frame(entry, packed=tuple(entry.args[:3]))
-        body = f.body
+        prologue, body = split_prologue(f)
         symbols: list[L.Var] = []  # shape symbols bound by the prologue, passed to the compute
-        while isinstance(body, (L.AssertStmt, L.LetStmt)):
-            if isinstance(body, L.LetStmt):
-                fr.vars[body.var] = self.expr(fr, body.value)
-                symbols.append(body.var)
+        for s in prologue:
+            if isinstance(s, L.LetStmt):
+                fr.vars[s.var] = self.expr(fr, s.value)
+                symbols.append(s.var)
             else:
-                self.assert_stmt(fr, body)
-            body = body.body
+                self.assert_stmt(fr, s)
         b = fr.builder
         ptrs = []
         for i, buf in enumerate(f.params):

@@ -61,10 +61,15 @@ class Body:
             raise self.unsupported(f"input {k} is required")
         return t
 
+    def constant_value(self, k: int) -> np.ndarray | None:
+        """The compile-time value of input ``k``; None when it is omitted or computed at run
+        time."""
+        return self._constant(k) if self.has_input(k) else None
+
     def constant(self, k: int, what: str) -> np.ndarray:
         """The compile-time value of input ``k``; UnsupportedOpError naming ``what`` when it
         is computed at run time."""
-        value = self._constant(k) if self.has_input(k) else None
+        value = self.constant_value(k)
         if value is None:
             raise self.unsupported(f"{what} (input {k}) must be a constant initializer")
         return value

@@ -31,6 +31,7 @@ from kiln.runtime.module import Module
 from kiln.runtime.ndarray import ALIGNMENT, Device, NDArray, array, cpu, is_aligned, wrap_aligned
 from kiln.runtime.packed_func import PackedFunc
 from kiln.runtime.params import load_param_dict, param_dict_names
+from kiln.runtime.scalar_inputs import as_declared_scalar
 
 
 def _copy_op(storage: GraphStorage, src: int, dst: int) -> Callable[[], None]:
@@ -324,7 +325,8 @@ class GraphExecutor(Module):
         copied into the executor's own storage and the caller's previous array is left alone.
         An NDArray, numpy array or scalar, or DLPack tensor must have the input's dtype (it is
         not converted, as onnxruntime refuses float64 data for a float32 input); Python scalars
-        and lists take the input's dtype.
+        and lists take the input's dtype. A rank-0 input takes a one-element tensor of any rank
+        (:mod:`kiln.runtime.scalar_inputs`).
 
         Raises
         ------
@@ -344,6 +346,7 @@ class GraphExecutor(Module):
             src = np.from_dlpack(value)
         else:  # Python scalars / lists take the input's dtype (onnxruntime converts lists)
             src = np.asarray(value, dtype=self.graph.dltype[eid])
+        src = as_declared_scalar(src, len(self.graph.shape[eid]), f"input {name!r}")
         self._check_entry(src, eid, f"input {name!r}")
         self._unbind_input(eid)
         np.copyto(self._storage.pool_view[eid]._arr, src)
@@ -361,7 +364,8 @@ class GraphExecutor(Module):
         key : int or str
             Input (or param) name or index.
         value : NDArray, numpy.ndarray or DLPack producer
-            Exactly the input's shape and dtype, C-contiguous, 64-byte aligned.
+            Exactly the input's shape (a rank-0 input: one element, of any rank) and dtype,
+            C-contiguous, 64-byte aligned.
 
         Raises
         ------
@@ -374,7 +378,7 @@ class GraphExecutor(Module):
         nid = self._input_nid(key)
         eid = self.graph.entry_id(nid)
         what = f"input {self.graph.nodes[nid].name!r}"
-        arr = zero_copy_view(value, what)
+        arr = as_declared_scalar(zero_copy_view(value, what), len(self.graph.shape[eid]), what)
         self._check_entry(arr, eid, what)
         self._check_overlap(arr, what, is_output=False)
         self._unbind_input(eid)

@@ -9,7 +9,8 @@ per-parameter :class:`Staging` buffer that later calls reuse, so a misaligned in
 Tensors are never converted to another dtype: an NDArray, numpy array or scalar, or DLPack
 tensor whose dtype is not the parameter's is refused (as onnxruntime refuses float64 data for a
 float32 input), whatever the function's bytecode checks. Python scalars and (nested) lists carry
-no dtype and take the parameter's, as onnxruntime converts lists.
+no dtype and take the parameter's, as onnxruntime converts lists. A rank-0 parameter takes a
+one-element tensor of any rank, viewed as a scalar (:mod:`kiln.runtime.scalar_inputs`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from kiln.errors import ShapeError
 from kiln.runtime import c_types as C
 from kiln.runtime.ndarray import ALIGNMENT, NDArray, array, cpu
+from kiln.runtime.scalar_inputs import as_declared_scalar
 from kiln.runtime.vm.executable_format import TensorSig
 
 _DTYPE_NAMES = {np.dtype(n): n for n in C.SUPPORTED_DTYPES}
@@ -33,12 +35,14 @@ def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
     memory can be used in place (a C-contiguous, 64-byte aligned numpy array or DLPack tensor
     of a supported dtype in native byte order), else an aligned copy (into ``staging``'s
     buffer ``key`` when given, reused by later calls); ``copy`` always makes a new copy.
-    Python scalars and lists are converted to ``sig``'s dtype; nothing else is.
+    Python scalars and lists are converted to ``sig``'s dtype; nothing else is. For a rank-0
+    ``sig``, a one-element tensor of any rank is viewed with shape ``()``.
 
     Raises
     ------
     ShapeError
-        A tensor whose dtype is not ``sig``'s (names the input and both dtypes).
+        A tensor whose dtype is not ``sig``'s (names the input and both dtypes); a rank-0
+        ``sig`` given a tensor of other than one element.
     KilnError
         An unsupported dtype.
     """
@@ -46,6 +50,8 @@ def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
         if isinstance(value, NDArray):
             if sig is not None and value.dtype != sig.dtype:
                 raise _dtype_error(sig, value.dtype)
+            if sig is not None and not sig.dims:
+                value = as_declared_scalar(value, 0, f"input {sig.name!r}")
             return array(value) if copy else value
         if isinstance(value, (np.ndarray, np.generic)):  # a subclass, a numpy scalar
             value = np.asarray(value)
@@ -56,6 +62,8 @@ def as_input(value: Any, sig: TensorSig | None, copy: bool = False,
     name = _DTYPE_NAMES.get(value.dtype)  # (a dict lookup: dtype.name is slow)
     if sig is not None and name != sig.dtype and value.dtype.name != sig.dtype:  # (">f4": ok)
         raise _dtype_error(sig, value.dtype)
+    if sig is not None and not sig.dims:
+        value = as_declared_scalar(value, 0, f"input {sig.name!r}")
     if copy or name is None:
         return array(value)
     # (an empty array too: numpy may place it anywhere, and kernels check every pointer)

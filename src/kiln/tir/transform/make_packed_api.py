@@ -13,6 +13,11 @@ expression such as ``2 * n``) is checked against it, and a mismatch names the sy
 tensors. A symbol that no dimension holds alone (only inside expressions) becomes an int64
 scalar argument after the tensors (``attrs["symbol_args"]`` lists their names, in order; TVM
 passes such shape variables the same way).
+
+``attrs["prologue"]`` counts the statements prepended (checks and bindings): the kernel body may
+itself begin with a ``LetStmt`` or ``AssertStmt`` (a one-element kernel's whole body is FastExp's
+lets and one store), so code generators split the function with :func:`split_prologue`, never
+by the statements' kinds.
 """
 
 from __future__ import annotations
@@ -97,8 +102,20 @@ def make_packed_api(func: L.PrimFunc, arg_names: list[str] | None = None) -> L.P
         else:
             body = L.AssertStmt(cond, msg, args, body)
     attrs = dict(func.attrs, packed=True, arg_names=names,
-                 symbol_args=[v.name for v in scalars])
+                 symbol_args=[v.name for v in scalars], prologue=len(checks))
     return L.PrimFunc(func.name, func.params, body, attrs)
+
+
+def split_prologue(func: L.PrimFunc) -> tuple[list[L.AssertStmt | L.LetStmt], L.Stmt]:
+    """The checks and symbol bindings MakePackedAPI prepended to ``func`` (in order; they read
+    only the packed arguments) and the kernel body after them (which reads the buffers)."""
+    prologue: list[L.AssertStmt | L.LetStmt] = []
+    body = func.body
+    for _ in range(func.attrs["prologue"]):
+        assert isinstance(body, (L.AssertStmt, L.LetStmt)), f"{func.name}: prologue cut short"
+        prologue.append(body)
+        body = body.body
+    return prologue, body
 
 
 def _symbol_sources(params: list[L.Buffer]) -> dict[L.Var, tuple[int, int]]:

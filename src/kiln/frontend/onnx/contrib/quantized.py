@@ -3,7 +3,8 @@
 ``quantize_static`` writes QLinearAdd/Mul/Concat/Sigmoid/LeakyRelu/GlobalAveragePool in QOperator
 format: each is ``QuantizeLinear(f(DequantizeLinear(x)...))`` here, the QDQ pattern Kiln's int8
 passes already rewrite into integer kernels. ``quantize_dynamic`` writes DynamicQuantizeMatMul,
-MatMulIntegerToFloat and DynamicQuantizeLSTM; the 4-bit weight quantizer writes MatMulNBits
+MatMulIntegerToFloat and DynamicQuantizeLSTM (an LSTM with those projections,
+:mod:`kiln.frontend.onnx.recurrent_scan`); the 4-bit weight quantizer writes MatMulNBits
 (semantics: onnxruntime ``docs/ContribOperators.md``, ``onnxruntime/contrib_ops/cpu/``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.frontend.onnx.contrib import Body, contrib_op
+from kiln.frontend.onnx.recurrent_scan import Layer, recurrent_scan
 
 
 def _dequantize(b: Body, x: int, scale: int, zero_point: int, **attrs) -> str:
@@ -75,12 +77,15 @@ def qlinear_concat(b: Body) -> None:
     b.output(0, _quantize(b, y, 0, 1))
 
 
-def _scaled_integer_matmul(b: Body, a_q: str, a_zero_point: str, a_scale: str, w: int,
-                           w_zero_point: int, w_scale: int, bias: int) -> str:
-    """``(MatMulInteger(A_q, B) as float) * a_scale * b_scale (+ bias)``; b_scale and the
-    zero point may be per column of B."""
-    acc = b.op("MatMulInteger", a_q, b.input(w), a_zero_point, b.input(w_zero_point))
-    y = b.op("Mul", b.op("Cast", acc, to=1), b.op("Mul", a_scale, b.input(w_scale)))
+def _scaled_integer_matmul(b: Body, a_q: str, a_zero_point: str, a_scale: str, w: str,
+                           w_zero_point: str, w_scale: str) -> str:
+    """``(MatMulInteger(A_q, B) as float) * (a_scale * b_scale)``, the multiplier formed
+    first as onnxruntime does; b_scale and the zero point may be per column of B."""
+    acc = b.op("MatMulInteger", a_q, w, a_zero_point, w_zero_point)
+    return b.op("Mul", b.op("Cast", acc, to=1), b.op("Mul", a_scale, w_scale))
+
+
+def _biased(b: Body, y: str, bias: int) -> str:
     return b.op("Add", y, b.input(bias)) if b.has_input(bias) else y
 
 
@@ -89,14 +94,18 @@ def dynamic_quantize_matmul(b: Body) -> None:
     """``A @ dequantize(B)``, with A quantized to uint8 per call as DynamicQuantizeLinear does;
     inputs A (float), B (int8/uint8), b_scale, b_zero_point, bias (the last two optional)."""
     a_q, a_scale, a_zero_point = b.op("DynamicQuantizeLinear", b.input(0), outputs=3)
-    b.output(0, _scaled_integer_matmul(b, a_q, a_zero_point, a_scale, 1, 3, 2, 4))
+    y = _scaled_integer_matmul(b, a_q, a_zero_point, a_scale, b.input(1), b.input(3),
+                               b.input(2))
+    b.output(0, _biased(b, y, 4))
 
 
 @contrib_op("MatMulIntegerToFloat")
 def matmul_integer_to_float(b: Body) -> None:
     """``MatMulInteger(A, B, a_zero_point, b_zero_point) * a_scale * b_scale (+ bias)`` as
     float; inputs A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias."""
-    b.output(0, _scaled_integer_matmul(b, b.input(0), b.input(4), b.input(2), 1, 5, 3, 6))
+    y = _scaled_integer_matmul(b, b.input(0), b.input(4), b.input(2), b.input(1), b.input(5),
+                               b.input(3))
+    b.output(0, _biased(b, y, 6))
 
 
 def _unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
@@ -142,29 +151,62 @@ def matmul_nbits(b: Body) -> None:
     b.output(0, b.op("Add", y, b.input(5)) if b.has_input(5) else y)
 
 
-def _dequantized_lstm_weight(b: Body, w: int, scale: int, zero_point: int) -> np.ndarray:
-    """DynamicQuantizeLSTM's int8 W or R [D, in, 4H] dequantized (per direction, or per
-    direction and output column) and transposed to ONNX LSTM's [D, 4H, in]."""
-    q = b.constant(w, "the weight").astype(np.float32)
-    s = b.constant(scale, "the weight scale").astype(np.float32)
-    z = b.constant(zero_point, "the weight zero point").astype(np.float32)
-    s, z = (t.reshape(t.shape[0], 1, -1) for t in (s, z))  # [D, 1, 1] or [D, 1, 4H]
-    return np.ascontiguousarray(((q - z) * s).transpose(0, 2, 1))
+class _DynamicQuantizeLSTMLayer(Layer):
+    """The LSTM of a DynamicQuantizeLSTM node as onnxruntime computes it (``DeepCpuLstmOp``
+    with quantized weights, ``onnxruntime/core/providers/cpu/rnn/uni_directional_lstm.cc`` and
+    ``rnn_helpers.cc``'s quantized ``ComputeGemm``): X is quantized to uint8 once over the whole
+    sequence, and ``h`` once per step, each as DynamicQuantizeLinear does; each product is an
+    integer matrix product with the int8/uint8 W or R [D, in, 4H] scaled by
+    ``a_scale * w_scale`` (per direction, or per direction and column); the step adds
+    ``X W^T + h R^T`` first and ``Wb + Rb`` after."""
+
+    op = "LSTM"
+
+    def input_projection(self, d: int) -> str:
+        b = self.b
+        x_q, x_scale, x_zero_point = b.op("DynamicQuantizeLinear", self.x, outputs=3)
+        return _scaled_integer_matmul(b, x_q, x_zero_point, x_scale, *self._weight(1, 8, 9, d))
+
+    def recurrent_weights(self, d: int) -> tuple:
+        wb, rb = self.bias(d, 0), self.bias(d, 1)
+        bias = self.b.op("Add", wb, rb) if wb else None
+        return (*self._weight(2, 10, 11, d), bias)
+
+    def lstm_preactivation(self, s: Body, xw_t: str, h: str, weights: tuple) -> str:
+        *weight, bias = weights
+        h_q, h_scale, h_zero_point = s.op("DynamicQuantizeLinear", h, outputs=3)
+        pre = s.op("Add", xw_t, _scaled_integer_matmul(s, h_q, h_zero_point, h_scale, *weight))
+        return s.op("Add", pre, bias) if bias else pre
+
+    def _weight(self, w: int, scale: int, zero_point: int, d: int) -> tuple[str, str, str]:
+        """Direction ``d`` of W or R [in, 4H], its zero point and its scale (scalars, or
+        [4H] per column)."""
+        return self.take(w, d), self.take(zero_point, d), self.take(scale, d)
 
 
 @contrib_op("DynamicQuantizeLSTM")
 def dynamic_quantize_lstm(b: Body) -> None:
-    """An ONNX LSTM whose int8 W and R are dequantized at compile time; inputs X, W, R, B,
-    sequence_lens, initial_h, initial_c, P, W_scale, W_zero_point, R_scale, R_zero_point.
-    onnxruntime also quantizes the activations per step, so its results differ from this
-    float recurrence by about one activation quantization step."""
-    dtype = np.dtype(b.input_type(0).dtype)
-    w = b.const(_dequantized_lstm_weight(b, 1, 8, 9).astype(dtype))
-    r = b.const(_dequantized_lstm_weight(b, 2, 10, 11).astype(dtype))
-    attrs = {a.name: b.attr(a.name) for a in b.node.attribute}
-    inputs = [b.input(0), w, r, *(b.input(k) for k in range(3, 8))]
-    while inputs and not inputs[-1]:
-        inputs.pop()
-    y, y_h, y_c = b.op("LSTM", *inputs, outputs=3, **attrs)
-    for k, value in enumerate((y, y_h, y_c)):
-        b.output(k, value)
+    """An ONNX LSTM whose projections quantize X (once) and h (every step) to uint8 and
+    multiply them with the int8/uint8 W [D, in, 4H] and R [D, hidden, 4H] in integers, as
+    onnxruntime does (``_DynamicQuantizeLSTMLayer``); inputs X, W, R, B, sequence_lens,
+    initial_h, initial_c, P, W_scale, W_zero_point, R_scale, R_zero_point. onnxruntime
+    quantizes ``h`` per thread's share of the batch when it splits a batch over threads
+    (batch > 4, or 2-4 with hidden <= 256); Kiln quantizes the whole batch, as onnxruntime does
+    on one thread."""
+    for k, what in ((9, "W_zero_point"), (11, "R_zero_point")):
+        _check_lstm_zero_point(b, k, what)
+    recurrent_scan(b, _DynamicQuantizeLSTMLayer)
+
+
+def _check_lstm_zero_point(b: Body, k: int, what: str) -> None:
+    """onnxruntime's checks of a per-column weight zero point [D, 4H] (its kernel uses one
+    zero point per direction): all 0 for int8 weights, one value for uint8 ones."""
+    if len(b.input_type(k).shape) != 2:
+        return
+    zero_point = b.constant(k, what)
+    if b.input_type(k).dtype == "int8" and np.any(zero_point):
+        raise b.unsupported(f"{what}: a per-column zero point of int8 weights must be 0 (as "
+                            "onnxruntime requires)")
+    if np.any(zero_point != zero_point.reshape(-1)[0]):
+        raise b.unsupported(f"{what}: a per-column zero point of uint8 weights must be one "
+                            "value (as onnxruntime requires)")
