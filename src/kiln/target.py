@@ -35,23 +35,18 @@ nothing else here depends on a code generator.
 An ``llvm`` target's ``-mcpu`` and ``-mattr`` names are checked when it is constructed, by the
 diagnostics of an LLVM target machine for its triple (cached; under a millisecond).
 
-May import: kiln.errors only.
+May import: kiln.errors and kiln.target_llvm_names only.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 import platform
-import re
-import subprocess
-import sys
-import tempfile
 import threading
 from functools import lru_cache
 from typing import Any
 
-from kiln.errors import CompileError, KilnError
+from kiln.errors import KilnError
+from kiln.target_llvm_names import check_llvm_names, user_features
 
 KINDS = ("c", "llvm", "jit")
 #: what may host a ``jit`` target
@@ -241,7 +236,7 @@ class Target:
                 raise KilnError(f"target '{self}': multi-level libraries are for x86_64 "
                                 f"(triple {self.triple}) and take no -mattr")
         if kind == "llvm" and not isinstance(spec, Target):
-            _check_llvm_names(self)
+            check_llvm_names(str(self), self.triple, self.options, bool(self.levels))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Target is immutable")
@@ -347,7 +342,7 @@ class Target:
             feats += host_cpu()[1]
         if self.arch == "riscv64" and "linux" in self.triple:
             feats += _RISCV_LINUX_BASE
-        return tuple(feats) + _user_features(self.options.get("mattr"))
+        return tuple(feats) + user_features(self.options.get("mattr"))
 
     @property
     def mabi(self) -> str:
@@ -515,88 +510,6 @@ def _stack(local: threading.local) -> list[Target]:
     if not hasattr(local, "stack"):
         local.stack = []
     return local.stack
-
-
-_UNKNOWN = re.compile(r"'([^']*)' is not a recognized (processor|feature) for this target")
-_probe_lock = threading.Lock()
-
-
-def _check_llvm_names(target: Target) -> None:
-    """Raise :class:`CompileError` (naming it, the triple and the closest valid names) for an
-    ``-mcpu`` or ``-mattr`` name LLVM does not know for the target's triple."""
-    cpu, features = target.options.get("mcpu"), _user_features(target.options.get("mattr"))
-    if cpu is True:
-        raise CompileError(f"target '{target}': -mcpu needs a value (-mcpu=<cpu>)")
-    probe = "" if cpu in (None, "", "native") or target.levels else str(cpu)
-    unknown = _llvm_unknown_names(target.triple, probe, features) if probe or features else ()
-    if not unknown:
-        return
-    what, name = unknown[0]
-    known = _llvm_known_names(target.triple)[what == "feature"]
-    close = [n for n in difflib.get_close_matches(name.lstrip("+-"), known, n=5, cutoff=0.5)
-             if n.replace("_", "-") == n or n.replace("_", "-") not in known][:4]
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    also = " (-mcpu also takes native or portable)" if target.arch == "x86_64" else ""
-    raise CompileError(f"target '{target}': LLVM does not know the " + (
-        f"CPU {name!r} for triple {target.triple}{hint}{also}" if what == "processor"
-        else f"feature {name!r} (-mattr) for triple {target.triple}{hint}"))
-
-
-def _user_features(raw: Any) -> tuple[str, ...]:
-    """``-mattr`` as written, each name with its ``+`` / ``-`` (``+`` when none is given)."""
-    words = [w.strip() for w in str(raw).split(",")] if raw and raw is not True else []
-    return tuple(w if w[0] in "+-" else "+" + w for w in words if w)
-
-
-@lru_cache(maxsize=256)
-def _llvm_unknown_names(triple: str, cpu: str,
-                        features: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``(("processor" | "feature", name), ...)`` LLVM calls unknown on fd 2 as it creates a
-    target machine; () without llvmlite or fd 2, or for a triple LLVM lacks (building says)."""
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
-        return ()
-    with _probe_lock, tempfile.TemporaryFile() as tmp:
-        llvm.initialize_all_targets()  # idempotent; kiln.codegen.llvm.machine does the same
-        try:
-            tgt = llvm.Target.from_triple(triple)
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (RuntimeError, OSError):
-            return ()
-        os.dup2(tmp.fileno(), 2)
-        try:
-            tgt.create_target_machine(cpu=cpu, features=",".join(features))
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        tmp.seek(0)
-        text = tmp.read().decode(errors="replace")
-    rest = "".join(line for line in text.splitlines(keepends=True) if not _UNKNOWN.search(line))
-    sys.stderr.write(rest)  # what someone else wrote meanwhile
-    return tuple(dict.fromkeys((m.group(2), m.group(1)) for m in _UNKNOWN.finditer(text)))
-
-
-@lru_cache(maxsize=16)
-def _llvm_known_names(triple: str) -> tuple[list[str], list[str]]:
-    """The CPU and feature names LLVM knows for ``triple``: its ``-mcpu=help`` list, which it
-    prints once per process (so a child process prints it; only a refusal asks)."""
-    try:
-        out = subprocess.run([sys.executable, "-c", "import sys, llvmlite.binding as b; b."
-                              "initialize_all_targets(); b.Target.from_triple(sys.argv[1])."
-                              "create_target_machine(cpu='help')", triple],
-                             capture_output=True, text=True, timeout=60, check=False).stderr
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    names: tuple[list[str], list[str]] = ([], [])
-    into = None
-    for line in out.splitlines():
-        if line.startswith("Available "):
-            into = names[line.startswith("Available features")]
-        elif into is not None and line.startswith("  ") and " - " in line:
-            into.append(line.split()[0])
-    return names
 
 
 def _parse(spec: str) -> tuple[str, dict[str, Any]]:
