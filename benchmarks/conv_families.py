@@ -104,26 +104,38 @@ def macs(cin: int, cout: int, h: int, groups: int = 1, stride: int = 1, **_) -> 
     return out * out * cout * (cin // groups) * 9
 
 
-def _kiln(model, target: str, path: Path, on: bool):
+def graph_module(model, target: str, path: Path, overrides: dict[str, dict[str, object]]):
+    """A GraphModule of ``model`` built for ``target`` (exported to ``path``) with module
+    attributes set for the build: ``{"kiln.relay.transform.winograd": {"WINOGRAD": False}}``;
+    each is restored after it."""
     import importlib
 
     import kiln
     from kiln.frontend import from_onnx
 
     saved = []
-    for module, name in SWITCHES:
+    for module, values in overrides.items():
         mod = importlib.import_module(module)
-        saved.append((mod, name, getattr(mod, name)))
-        setattr(mod, name, on)
+        for name, value in values.items():
+            saved.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, value)
     try:
         mod, params = from_onnx(model)
         lib = kiln.build(mod, target=target, params=params)
     finally:
-        for mod_, name, value in saved:
+        for mod_, name, value in reversed(saved):
             setattr(mod_, name, value)
     lib.export_library(str(path))
     return kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
         kiln.cpu()))
+
+
+def _kiln(model, target: str, path: Path, on: bool):
+    """``model`` built with this issue's kernels (SWITCHES) on or off."""
+    overrides: dict[str, dict[str, object]] = {}
+    for module, name in SWITCHES:
+        overrides.setdefault(module, {})[name] = on
+    return graph_module(model, target, path, overrides)
 
 
 def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from conv_families import conv_model, macs
+from conv_families import conv_model, graph_module, macs
 from cpu_timing import alternating_medians
 from peers import ort_runner
 
@@ -43,25 +43,14 @@ def _args() -> argparse.Namespace:
 
 
 def _kiln(model, target: str, path: Path, engine: str):
-    """A GraphModule of ``model`` built with ``engine``'s setting of the Winograd rule."""
-    import kiln
-    from kiln.frontend import from_onnx
-    from kiln.relay.transform import winograd
-
-    saved = {k: getattr(winograd, k) for k in ("WINOGRAD", "TILE", "MIN_CHANNELS", "MIN_PIXELS")}
+    """A GraphModule of ``model`` built with ``engine``'s setting of the Winograd rule:
+    ``direct`` (off), ``rule`` (as is), ``f2``/``f4`` (that tile on every 3x3 conv)."""
+    settings: dict[str, object] = {}
     if engine == "direct":
-        winograd.WINOGRAD = False
+        settings = {"WINOGRAD": False}
     elif engine != "rule":
-        winograd.TILE, winograd.MIN_CHANNELS, winograd.MIN_PIXELS = int(engine[1:]), 1, 1
-    try:
-        mod, params = from_onnx(model)
-        lib = kiln.build(mod, target=target, params=params)
-    finally:
-        for k, v in saved.items():
-            setattr(winograd, k, v)
-    lib.export_library(str(path))
-    return kiln.graph_executor.GraphModule(kiln.runtime.load_module(str(path))["default"](
-        kiln.cpu()))
+        settings = {"TILE": int(engine[1:]), "MIN_CHANNELS": 1, "MIN_PIXELS": 1}
+    return graph_module(model, target, path, {"kiln.relay.transform.winograd": settings})
 
 
 def bench(shape: dict, args, folder: Path) -> dict[str, tuple[float, float]]:
