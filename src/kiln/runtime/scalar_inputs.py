@@ -9,7 +9,7 @@ and models run. Kiln compiles the input as the scalar it declares; the executors
 one-element tensor of any rank for it, as a view of shape ``()`` (no copy), and refuse one of
 more or fewer elements with a ShapeError naming the input. Where onnxruntime keeps the fed
 rank (an output that is the input itself, a broadcast), Kiln's shapes are those of the
-scalar (docs/decisions/053).
+scalar (docs/decisions/052).
 """
 
 from __future__ import annotations
