@@ -453,9 +453,9 @@ def test_llvm_workers_give_the_same_objects_as_one_process(cache, monkeypatch):
 
 
 def test_llvm_worker_starts_without_the_loop_ir_or_the_runtime():
-    """A worker imports llvmlite, kiln.target and kiln.errors only (its start-up is paid once
-    per worker per build: importing kiln.codegen.llvm.build, with the loop IR and kiln.runtime's
-    numpy, tripled its CPU time)."""
+    """A worker imports llvmlite, kiln.target (and its -mcpu check) and kiln.errors only (its
+    start-up is paid once per worker per build: importing kiln.codegen.llvm.build, with the
+    loop IR and kiln.runtime's numpy, tripled its CPU time)."""
     code = ("import sys; from kiln.codegen.llvm.worker import main; main(); "
             "print('MODULES', sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('kiln', 'numpy')))")
@@ -468,7 +468,7 @@ def test_llvm_worker_starts_without_the_loop_ir_or_the_runtime():
     assert proc.returncode == 0 and lines, proc.stderr.decode()
     assert lines[0] == "MODULES " + repr(sorted([
         "kiln", "kiln.codegen", "kiln.codegen.llvm", "kiln.codegen.llvm.machine",
-        "kiln.codegen.llvm.worker", "kiln.errors", "kiln.target"]))
+        "kiln.codegen.llvm.worker", "kiln.errors", "kiln.target", "kiln.target_llvm_names"]))
 
 
 def test_llvm_worker_reports_bad_ir_as_compile_error():
