@@ -14,10 +14,7 @@ import onnx
 import pytest
 from backend_helpers import assert_close_to_reference, run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
-
-import kiln
-from kiln.frontend import from_onnx
-from kiln.vm import VirtualMachine
+from onnx_helpers import compile_vm
 
 #: (x's H, W; y's H, W): up and down (odd sizes), H kept, a one-pixel output, W kept
 SHAPES = [((5, 7), (9, 4)), ((8, 6), (8, 11)), ((7, 9), (1, 13)), ((3, 10), (6, 10))]
@@ -115,10 +112,7 @@ def model() -> onnx.ModelProto:
 
 
 def test_resize_to_symbolic_sizes_matches_onnxruntime(model, target, tmp_path):
-    mod, params = from_onnx(model)
-    so = tmp_path / "resize_to.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(model, tmp_path / "resize_to.so", target)
     for batch, (x_hw, y_hw) in enumerate(SHAPES, start=1):
         inputs = _inputs(batch, x_hw, y_hw)
         got = [o.numpy() for o in vm["main"](inputs["x"], inputs["y"])]
@@ -145,10 +139,7 @@ def upsample_model() -> onnx.ModelProto:
 def test_upsample_by_non_integer_scales_over_symbolic_dims(target, tmp_path):
     """The output size ``int(1.5 * H)`` is ``3 * H // 2``: exact integer arithmetic."""
     model = upsample_model()
-    mod, params = from_onnx(model)
-    so = tmp_path / "upsample.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(model, tmp_path / "upsample.so", target)
     for batch, (hw, _) in enumerate(SHAPES, start=1):
         x = _inputs(batch, hw, hw)["x"]
         got = [o.numpy() for o in vm["main"](x)]
@@ -181,10 +172,7 @@ def axes_model() -> onnx.ModelProto:
 
 def test_resize_18_axes_static_and_symbolic_sizes(target, tmp_path):
     model = axes_model()
-    mod, params = from_onnx(model)
-    so = tmp_path / "axes.so"
-    kiln.build(mod, target=target, params=params).export_library(str(so))
-    vm = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())
+    vm = compile_vm(model, tmp_path / "axes.so", target)
     for batch, (x_hw, y_hw) in enumerate(SHAPES, start=1):
         inputs = _inputs(batch, x_hw, y_hw)
         got = [o.numpy() for o in vm["main"](inputs["x"], inputs["y"])]
