@@ -22,7 +22,8 @@ import re
 import numpy as np
 import pytest
 from backend_helpers import cpu_flags, run_exported, run_onnxruntime
-from onnx import helper, numpy_helper
+from contrib_cases import model as single_op_model
+from onnx import helper
 
 import kiln
 from kiln.errors import CompileError
@@ -37,15 +38,8 @@ RNG = np.random.default_rng(49)
 
 
 def _model(nodes, inputs: dict, inits: dict, outputs: list[str]):
-    graph = helper.make_graph(
-        nodes, "int8_maddubs",
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for k, v in inputs.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    """A default-domain opset 13 model of ``nodes`` (:func:`contrib_cases.model`)."""
+    return single_op_model(nodes, inputs, inits, outputs, opset=13)
 
 
 def _extreme(shape, dtype) -> np.ndarray:
