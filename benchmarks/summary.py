@@ -4,8 +4,8 @@ against the previous ones.
 ``make bench`` writes its raw outputs to ``benchmarks/results/`` (git-ignored); each benchmark
 that adopts this module also writes a small summary to ``benchmarks/results/summary/`` that *is*
 committed: ``<bench>-<machine class>.json`` (the machine, the versions, the note, one entry per
-row) and the same as ``.md``. The machine class (:func:`machine_class`) is the CPU's model name
-and core count: numbers from one class compare, numbers from two do not. When a committed
+row) and the same as ``.md``. The machine class (:func:`machine_class`) is the CPU's model name,
+core count and widest vector extension: numbers from one class compare, numbers from two do not. When a committed
 summary of the same benchmark and class exists, the run prints and records the change per row
 (:func:`compare`): Kiln's time now / before, flagged when above :data:`SLOWER_FLAG`, and Kiln /
 best peer before and now (the peers ran in the same process both times, so that ratio moves
@@ -79,9 +79,20 @@ def machine_info() -> dict:
 
 def machine_class(machine: dict) -> str:
     """The file-name part naming a machine class: CPU model name and core count, lower case,
-    runs of other characters as one ``-`` (``"AMD EPYC", 2`` → ``amd-epyc-2c``)."""
+    runs of other characters as one ``-``, and on x86-64 the widest vector extension
+    (``"AMD EPYC", 2, avx512f`` → ``amd-epyc-2c-avx512``; without AVX-512 → ``amd-epyc-2c-avx2``):
+    a cloud's "AMD EPYC" is a Zen 2 with AVX2 only or a Zen 4 with AVX-512 and VNNI, whose int8
+    times differ twofold."""
     cpu = re.sub(r"[^a-z0-9]+", "-", machine["cpu"].lower()).strip("-") or "cpu"
-    return f"{cpu}-{machine['cores']}c"
+    return f"{cpu}-{machine['cores']}c{_vector_tier(machine.get('isa') or ())}"
+
+
+def _vector_tier(isa) -> str:
+    """``-avx512``, ``-avx2`` or ``""`` (no x86 vector extension named in ``isa``)."""
+    for tier, feature in (("avx512", "avx512f"), ("avx2", "avx2")):
+        if feature in isa:
+            return f"-{tier}"
+    return ""
 
 
 def summary_row(name: str, row: dict) -> dict:

@@ -138,10 +138,15 @@ def test_compare_flags_rows_more_than_five_percent_slower():
     assert changes[0]["kiln_best_peer"] == 1.06 and changes[1]["kiln_best_peer_before"] == 1.0
 
 
-def test_machine_class_names_cpu_and_cores():
-    assert summary.machine_class(MACHINE) == "amd-epyc-2c"
+def test_machine_class_names_cpu_cores_and_vector_tier():
+    assert summary.machine_class(MACHINE) == "amd-epyc-2c-avx512"
+    # one CPU name covers EPYCs with and without AVX-512/VNNI (int8 differs by 2x): two classes
+    zen2 = MACHINE | {"isa": ["sse4.2", "avx", "avx2", "fma", "f16c"]}
+    assert summary.machine_class(zen2) == "amd-epyc-2c-avx2"
     xeon = {"cpu": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cores": 4}
     assert summary.machine_class(xeon) == "intel-r-xeon-r-platinum-8481c-cpu-2-70ghz-4c"
+    arm = {"cpu": "aarch64", "cores": 8, "arch": "aarch64", "isa": ["neon"]}
+    assert summary.machine_class(arm) == "aarch64-8c"
 
 
 def test_write_summary_compares_with_the_previous_of_the_same_class(tmp_path):
@@ -149,7 +154,7 @@ def test_write_summary_compares_with_the_previous_of_the_same_class(tmp_path):
                   kiln_best_peer=10 / 11)]
     path, text = summary.write_summary("models", first, MACHINE, note="under load",
                                        folder=tmp_path)
-    assert path == tmp_path / "models-amd-epyc-2c.json"
+    assert path == tmp_path / "models-amd-epyc-2c-avx512.json"
     assert "No previous summary" in text and "Note: under load" in text
     assert "| squeezenet | 1 | 10.00 | 12.00 | 11.00 | OpenVINO | 0.91 |" in text
     assert path.with_suffix(".md").read_text() == text
@@ -171,7 +176,7 @@ def test_write_summary_compares_with_the_previous_of_the_same_class(tmp_path):
 
     other = {**MACHINE, "cores": 4}  # another machine class: nothing to compare with
     path, text = summary.write_summary("models", slower, other, folder=tmp_path)
-    assert path.name == "models-amd-epyc-4c.json" and "No previous summary" in text
+    assert path.name == "models-amd-epyc-4c-avx512.json" and "No previous summary" in text
 
 
 def test_previous_summary_is_the_committed_one(tmp_path, monkeypatch):
@@ -179,7 +184,7 @@ def test_previous_summary_is_the_committed_one(tmp_path, monkeypatch):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
 
     git("init", "-q")
-    path = tmp_path / "results" / "summary" / "models-amd-epyc-2c.json"
+    path = tmp_path / "results" / "summary" / "models-amd-epyc-2c-avx512.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"machine": MACHINE, "rows": [], "committed": True}))
     git("add", ".")
