@@ -27,7 +27,7 @@
 #                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); the VM compiled with no
 #                   flags (assumptions checked at run time) vs the same relations declared
 #                   as --dim (benchmarks/assume_checks.py, ASSUME_BENCH_ARGS); writes benchmarks/results/,
-#                   and for the models, int8 and encoder runs a summary to commit in
+#                   and for the models, int8, LLM and encoder runs a summary to commit in
 #                   benchmarks/results/summary/ with the change against the committed one of
 #                   the same machine class (benchmarks/summary.py); BENCH_NOTE="..." is recorded
 #                   with them (e.g. that the machine was busy)

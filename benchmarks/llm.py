@@ -16,6 +16,10 @@ weights; ``n_threads`` = ``n_threads_batch`` = ``--threads``). Per engine:
 The engines are timed in alternating rounds (all engines at one shape, then the next shape,
 ``--rounds`` times, best round reported) so that load on a shared machine hits them alike.
 Ratios are onnxruntime's time over the engine's (above 1: faster than onnxruntime fp32).
+The committed summary (``summary.py``, ``results/summary/llm-<threads>t-<machine class>``)
+holds one row per Kiln engine and shape (decode in ms per token) beside its bar: onnxruntime
+fp32 for Kiln fp32, llama.cpp for Kiln's int8 and q4 weights, and the change against the last
+committed one.
 
     .venv/bin/python benchmarks/llm.py [--threads 1] [--engines ort,fp32,int8,q4,llama.cpp]
                                        [--prefill 16,128,512] [--past 16,256,1024]
@@ -36,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import summary
 
 ENGINES = ("ort", "fp32", "int8", "q4")
 #: the optional peer on the GGUF file (used when ``llama_cpp`` imports)
@@ -62,6 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--target", default="llvm -mcpu=native")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--summary", default="llm",
+                   help="name of the committed summary, benchmarks/results/summary/"
+                   "NAME-<threads>t-<machine class>.{json,md}; '' writes none (default: llm)")
+    p.add_argument("--note", default="", help="a sentence recorded with the summary")
     return p.parse_args(argv)
 
 
@@ -203,7 +212,56 @@ def main(argv=None) -> int:
     (out / f"llm-{args.threads}t.md").write_text(report + "\n")
     (out / f"llm-{args.threads}t.json").write_text(json.dumps(
         {f"{k[0]}:{k[1]}:{k[2]}": v for k, v in best.items()}, indent=1))
+    if args.summary and any(e not in ("ort", LLAMA_CPP) for e in engines):  # Kiln ran
+        _write_summary(engines, prefills, pasts, best, args)
     return 0
+
+
+#: the summary's peer columns: onnxruntime fp32 is the bar of Kiln fp32, llama.cpp on the GGUF
+#: the bar of Kiln's quantized weights (issue 31's targets)
+SUMMARY_PEERS = {"ort": "onnxruntime fp32", "llama_cpp": "llama.cpp Q4_1"}
+
+
+def summary_rows(engines, prefills, pasts, best, threads: int) -> list[dict]:
+    """One summary row per Kiln engine and shape: ``"<engine> prefill <N>"`` (ms per call) and
+    ``"<engine> decode @<P>"`` (ms per token), with ``ort_ms`` for fp32 and ``llama_cpp_ms``
+    for int8/q4 (None where that peer did not run)."""
+    def ms(name, phase, n):
+        value = best.get((name, phase, n))
+        if value is None:
+            return None
+        return value if phase == "prefill" else 1e3 / value  # tok/s → ms per token
+
+    rows = []
+    for name in (e for e in engines if e not in ("ort", LLAMA_CPP)):
+        peer = "ort" if name == "fp32" else "llama_cpp"
+        source = "ort" if name == "fp32" else LLAMA_CPP
+        for phase, sizes, label in (("prefill", prefills, "prefill {}"),
+                                    ("decode", pasts, "decode @{}")):
+            for n in sizes:
+                row = {"threads": threads, "kiln_ms": ms(name, phase, n),
+                       f"{peer}_ms": ms(source, phase, n) if source in engines else None}
+                rows.append(summary.summary_row(f"{name} {label.format(n)}", row,
+                                                SUMMARY_PEERS))
+    return rows
+
+
+def _write_summary(engines, prefills, pasts, best, args) -> None:
+    machine = summary.machine_info()
+    try:
+        import llama_cpp
+
+        machine["llama_cpp"] = llama_cpp.__version__
+    except ImportError:
+        machine["llama_cpp"] = None
+    settings = (f"llm.py, target `{args.target}`, {args.threads} thread(s), best of "
+                f"{args.rounds} rounds, prefill median of {args.repeat} calls, decode median of "
+                f"{args.steps} steps; decode rows in ms per token")
+    path, text = summary.write_summary(
+        f"{args.summary}-{args.threads}t", summary_rows(engines, prefills, pasts, best,
+                                                        args.threads),
+        machine, note=args.note, settings=settings, peers=SUMMARY_PEERS)
+    print(f"\nsummary (commit it): {path}\n\n{text}")
 
 
 def _table(engines, prefills, pasts, best, memory, args) -> str:

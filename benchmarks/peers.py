@@ -147,13 +147,14 @@ def agree(errors: list[float], reference: list, int8: bool) -> bool:
                for err, r in zip(errors, reference, strict=True))
 
 
-def best_peer(row: dict) -> tuple[str, float] | None:
-    """The fastest peer of a result row that ran and agreed with onnxruntime: (key, ms).
+def best_peer(row: dict, peers: dict[str, str] = PEERS) -> tuple[str, float] | None:
+    """The fastest of ``peers`` (row-key prefix → name; default :data:`PEERS`) in a result row
+    that ran and agreed with onnxruntime: (key, ms).
 
     A row has ``<peer>_ms`` (None where the peer did not run) and ``<peer>_ok`` (False where
     its outputs disagreed); onnxruntime is the reference, so ``ort_ok`` is absent or True.
     """
-    times = [(row[f"{p}_ms"], p) for p in PEERS
+    times = [(row[f"{p}_ms"], p) for p in peers
              if row.get(f"{p}_ms") is not None and row.get(f"{p}_ok", True)]
     if not times:
         return None
@@ -161,10 +162,10 @@ def best_peer(row: dict) -> tuple[str, float] | None:
     return peer, ms
 
 
-def kiln_over_best_peer(row: dict) -> dict:
+def kiln_over_best_peer(row: dict, peers: dict[str, str] = PEERS) -> dict:
     """``{"best_peer": key or None, "kiln_best_peer": Kiln ms / that peer's ms or None}`` of a
-    result row (:func:`best_peer`)."""
-    best = best_peer(row)
+    result row (:func:`best_peer` among ``peers``)."""
+    best = best_peer(row, peers)
     return {"best_peer": best[0] if best else None,
             "kiln_best_peer": row["kiln_ms"] / best[1] if best else None}
 

@@ -5,8 +5,9 @@ against the previous ones.
 that adopts this module also writes a small summary to ``benchmarks/results/summary/`` that *is*
 committed: ``<bench>-<machine class>.json`` (the machine, the versions, the note, one entry per
 row) and the same as ``.md``. The machine class (:func:`machine_class`) is the CPU's model name,
-core count and widest vector extension: numbers from one class compare, numbers from two do not. When a committed
-summary of the same benchmark and class exists, the run prints and records the change per row
+core count and widest vector extension: numbers from one class compare, numbers from two do
+not. When a committed summary of the same benchmark and class exists, the run prints and
+records the change per row
 (:func:`compare`): Kiln's time now / before, flagged when above :data:`SLOWER_FLAG`, and Kiln /
 best peer before and now (the peers ran in the same process both times, so that ratio moves
 less with the machine's load than the times do).
@@ -95,14 +96,15 @@ def _vector_tier(isa) -> str:
     return ""
 
 
-def summary_row(name: str, row: dict) -> dict:
-    """The summary of one result row (``models.py``'s or ``encoders.py``'s) named ``name``."""
+def summary_row(name: str, row: dict, peers: dict[str, str] = PEERS) -> dict:
+    """The summary of one result row (``models.py``'s, ``encoders.py``'s or ``llm.py``'s) named
+    ``name``, against ``peers`` (row-key prefix → name; default onnxruntime and OpenVINO)."""
     if "error" in row:
         return {"name": name, "threads": row["threads"], "error": row["error"]}
     out = {"name": name, "threads": row["threads"], "kiln_ms": row["kiln_ms"]}
-    out |= {f"{p}_ms": row.get(f"{p}_ms") for p in PEERS}
-    out["wrong_peers"] = [p for p in PEERS if row.get(f"{p}_ok") is False]
-    return out | kiln_over_best_peer(row)
+    out |= {f"{p}_ms": row.get(f"{p}_ms") for p in peers}
+    out["wrong_peers"] = [p for p in peers if row.get(f"{p}_ok") is False]
+    return out | kiln_over_best_peer(row, peers)
 
 
 def compare(rows: list[dict], previous: list[dict]) -> list[dict]:
@@ -129,20 +131,23 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def rows_markdown(rows: list[dict]) -> list[str]:
-    """The summary rows as a markdown table (``-``: that engine did not run; ``⚠ wrong``: its
-    outputs disagreed with onnxruntime's, so it is not the best peer)."""
-    lines = ["| name | threads | Kiln ms | onnxruntime ms | OpenVINO ms | best peer "
-             "| Kiln / best peer |", "|---|---:|---:|---:|---:|---|---:|"]
+def rows_markdown(rows: list[dict], peers: dict[str, str] = PEERS) -> list[str]:
+    """The summary rows as a markdown table, a column per peer of ``peers`` (``-``: that engine
+    did not run; ``⚠ wrong``: its outputs disagreed with onnxruntime's, so it is not the best
+    peer)."""
+    lines = ["| name | threads | Kiln ms | " + "".join(f"{n} ms | " for n in peers.values())
+             + "best peer | Kiln / best peer |", "|---|---:|---:|" + "---:|" * len(peers)
+             + "---|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | {r['threads']} | failed | | | | |")
+            lines.append(f"| {r['name']} | {r['threads']} | failed | " + "| " * len(peers)
+                         + "| |")
             continue
         wrong = r.get("wrong_peers", [])
-        ov = _num(r["openvino_ms"]) + (" ⚠ wrong" if "openvino" in wrong else "")
+        cells = [_num(r.get(f"{p}_ms")) + (" ⚠ wrong" if p in wrong else "") for p in peers]
         lines.append(f"| {r['name']} | {r['threads']} | {_num(r['kiln_ms'])} | "
-                     f"{_num(r['ort_ms'])} | {ov} | "
-                     f"{PEERS.get(r['best_peer'], '-')} | {_num(r['kiln_best_peer'])} |")
+                     + "".join(f"{c} | " for c in cells)
+                     + f"{peers.get(r['best_peer'], '-')} | {_num(r['kiln_best_peer'])} |")
     return lines
 
 
@@ -172,8 +177,10 @@ def changes_markdown(changes: list[dict], previous: dict | None, settings: str =
 def markdown(bench: str, summary: dict) -> str:
     """The ``.md`` of a summary: machine, note, rows, change against the previous one."""
     m = summary["machine"]
+    peer_names = summary.get("peers") or PEERS
     isa = ", ".join(m["isa"]) if m.get("isa") else "unknown"
-    peers = ", ".join(f"{PEERS[p]} {m.get(p) or '- (not installed)'}" for p in PEERS)
+    peers = ", ".join(f"{name} {m.get(p) or '- (not installed)'}"
+                      for p, name in peer_names.items())
     lines = [f"# {bench}: Kiln vs peers", "",
              f"{m['cpu']}, {m['cores']} cores ({m['arch']}; {isa}); Python {m['python']}, "
              f"numpy {m['numpy']}, kiln {m['kiln']}, {peers}; {m['date']}, commit "
@@ -182,7 +189,7 @@ def markdown(bench: str, summary: dict) -> str:
         lines += [f"Settings: {summary['settings']}", ""]
     if summary.get("note"):
         lines += [f"Note: {summary['note']}", ""]
-    lines += [*rows_markdown(summary["rows"]), "",
+    lines += [*rows_markdown(summary["rows"], peer_names), "",
               *changes_markdown(summary["changes"], summary.get("previous"),
                                 summary.get("settings", ""))]
     return "\n".join(lines) + "\n"
@@ -207,14 +214,16 @@ def load_previous(path: Path) -> dict | None:
 
 
 def write_summary(bench: str, rows: list[dict], machine: dict, *, note: str = "",
-                  settings: str = "", folder: Path = SUMMARY_DIR) -> tuple[Path, str]:
+                  settings: str = "", folder: Path = SUMMARY_DIR,
+                  peers: dict[str, str] = PEERS) -> tuple[Path, str]:
     """Write ``<bench>-<class>.json`` and ``.md`` to ``folder`` (summary rows ``rows``, compared
-    with the committed previous summary there); returns the JSON path and the markdown."""
+    with the committed previous summary there; a column per peer of ``peers``, whose versions
+    are ``machine[key]``); returns the JSON path and the markdown."""
     path = folder / f"{bench}-{machine_class(machine)}.json"
     previous = load_previous(path)
     changes = compare(rows, previous["rows"]) if previous else []
     summary = {"bench": bench, "machine": machine, "settings": settings, "note": note,
-               "rows": rows, "changes": changes,
+               "peers": peers, "rows": rows, "changes": changes,
                "previous": ({"machine": previous["machine"],
                              "settings": previous.get("settings", "")} if previous else None)}
     text = markdown(bench, summary)

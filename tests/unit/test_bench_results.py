@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import llm
 import peers
 import report
 import summary
@@ -200,3 +201,28 @@ def test_machine_info_names_this_machine():
     assert info["cores"] >= 1 and info["cpu"] and info["python"].count(".") == 2
     assert info["ort"] and "-" not in (info["openvino"] or "")
     assert info["isa"] is None or all(isinstance(f, str) for f in info["isa"])
+
+
+def test_llm_summary_rows_compare_fp32_with_onnxruntime_and_q4_with_llama_cpp(tmp_path):
+    best = {("ort", "prefill", 16): 100.0, ("fp32", "prefill", 16): 80.0,
+            ("q4", "prefill", 16): 90.0, ("llama.cpp", "prefill", 16): 120.0,
+            ("ort", "decode", 256): 20.0, ("fp32", "decode", 256): 25.0,
+            ("q4", "decode", 256): 50.0, ("llama.cpp", "decode", 256): 40.0}
+    rows = llm.summary_rows(["ort", "fp32", "q4", "llama.cpp"], [16], [256], best, 1)
+    by_name = {r["name"]: r for r in rows}
+    assert list(by_name) == ["fp32 prefill 16", "fp32 decode @256", "q4 prefill 16",
+                             "q4 decode @256"]
+    assert by_name["fp32 prefill 16"]["kiln_best_peer"] == pytest.approx(0.8)
+    assert by_name["fp32 prefill 16"]["best_peer"] == "ort"
+    # decode rows are ms per token: 1000/50 over 1000/40
+    assert by_name["q4 decode @256"]["kiln_ms"] == pytest.approx(20.0)
+    assert by_name["q4 decode @256"]["kiln_best_peer"] == pytest.approx(0.8)
+    assert by_name["q4 decode @256"]["best_peer"] == "llama_cpp"
+    assert by_name["q4 decode @256"]["ort_ms"] is None
+    _, text = summary.write_summary("llm-1t", rows, MACHINE | {"llama_cpp": "0.3.36"},
+                                    folder=tmp_path, peers=llm.SUMMARY_PEERS)
+    assert "| q4 decode @256 | 1 | 20.00 | - | 25.00 | llama.cpp Q4_1 | 0.80 |" in text
+    assert "llama.cpp Q4_1 0.3.36" in text
+    # without llama.cpp the quantized rows have no peer
+    rows = llm.summary_rows(["ort", "q4"], [16], [], best, 1)
+    assert rows[0]["best_peer"] is None and rows[0]["kiln_best_peer"] is None
