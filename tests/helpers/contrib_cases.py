@@ -175,13 +175,14 @@ def matmul_integer_to_float():
                             ["y"], domain=MS)
     return model([node], {"a": a}, inits, ["y"]), {"a": a}
 
-def _matmul_nbits(bits: int, block: int, zero_points: str):
+def _matmul_nbits(bits: int, block: int, zero_points: str, accuracy_level: int = 0,
+                  rows: tuple[int, ...] = (3,)):
     def build():
-        rng = _rng(10 + bits)
+        rng = _rng(10 + bits + accuracy_level)
         k, n = 72, 20
         blocks = -(-k // block)
         blob = block * bits // 8
-        a = _f32(rng, 3, k)
+        a = _f32(rng, *rows, k)
         inits = {"b": rng.integers(0, 256, (n, blocks, blob)).astype(np.uint8),
                  "scales": (rng.random(n * blocks) * 0.1 + 0.01).astype(np.float32),
                  "bias": _f32(rng, n)}
@@ -196,7 +197,7 @@ def _matmul_nbits(bits: int, block: int, zero_points: str):
             ins.append("")
         ins += ["", "bias"]
         node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits,
-                                block_size=block)
+                                block_size=block, accuracy_level=accuracy_level)
         return model([node], {"a": a}, inits, ["y"]), {"a": a}
     return build
 
@@ -266,6 +267,16 @@ CASES = [
     Case("MatMulNBits (4 bits, symmetric)", _matmul_nbits(4, 16, "none")),
     Case("MatMulNBits (8 bits, packed zero points)", _matmul_nbits(8, 32, "packed")),
     Case("MatMulNBits (2 bits, float zero points)", _matmul_nbits(2, 16, "float")),
+    # accuracy_level 4: onnxruntime quantizes A to int8 per block of K (a partial last block
+    # of 72 = 2 x 32 + 8 included); 2 bits in blocks of 16 it computes in float
+    Case("MatMulNBits (4 bits, int8 A, packed zero points)",
+         _matmul_nbits(4, 32, "packed", accuracy_level=4)),
+    Case("MatMulNBits (4 bits, int8 A, symmetric, 3-D A)",
+         _matmul_nbits(4, 16, "none", accuracy_level=4, rows=(2, 3))),
+    Case("MatMulNBits (8 bits, int8 A)", _matmul_nbits(8, 64, "packed", accuracy_level=4)),
+    Case("MatMulNBits (2 bits, int8 A)", _matmul_nbits(2, 32, "packed", accuracy_level=4)),
+    Case("MatMulNBits (2 bits in blocks of 16, accuracy_level 4: float A)",
+         _matmul_nbits(2, 16, "float", accuracy_level=4)),
     Case("DynamicQuantizeLSTM", _dynamic_quantize_lstm(12)),
     Case("DynamicQuantizeLSTM (bidirectional, initial states)",
          _dynamic_quantize_lstm(13, "bidirectional", states=True)),

@@ -145,10 +145,50 @@ def _nbits_weight(b: Body) -> np.ndarray:
 @contrib_op("MatMulNBits")
 def matmul_nbits(b: Body) -> None:
     """``A @ dequantize(B)^T (+ bias)`` with B block-quantized to 2/4/8 bits along K; the
-    constant weight is dequantized once, at compile time, to float32 [K, N]."""
+    constant weight is dequantized once, at compile time, to float32 [K, N]. With
+    ``accuracy_level=4`` A is first rounded to int8 per block of K (:func:`_int8_blocks`), as
+    onnxruntime computes it."""
     dtype = np.dtype(b.input_type(0).dtype)
-    y = b.op("MatMul", b.input(0), b.const(_nbits_weight(b).astype(dtype)))
+    a = b.input(0)
+    if _int8_activations(b):
+        a = _int8_blocks(b, a, int(b.attr("K")), int(b.attr("block_size")))
+    y = b.op("MatMul", a, b.const(_nbits_weight(b).astype(dtype)))
     b.output(0, b.op("Add", y, b.input(5)) if b.has_input(5) else y)
+
+
+def _int8_activations(b: Body) -> bool:
+    """Whether onnxruntime quantizes A to int8 here: ``accuracy_level`` 4 ("A can be quantized
+    with the same block_size to int8"), where MLAS has an int8 kernel (``CompInt8``) for the
+    weight's bits and block: 4 and 8 bits in any block, 2 bits in blocks of 32 and more (in
+    blocks of 16 it computes in float; measured against onnxruntime 1.31, docs/decisions/055)."""
+    if int(b.attr("accuracy_level", 0)) != 4:
+        return False
+    bits, block = int(b.attr("bits", 4)), int(b.attr("block_size"))
+    return bits in (4, 8) or block >= 32
+
+
+def _int8_blocks(b: Body, a: str, k: int, block: int) -> str:
+    """A [..., K] rounded to int8 per block of ``block`` along K and scaled back, as MLAS's
+    ``QuantizeARow_CompInt8`` quantizes it: scale ``amax / 127``, codes round-half-even of
+    ``a · 127 / amax`` (0 where a block is all zeros; a partial last block on its own). The
+    integer products of those codes with B's times the two scales are the float products of the
+    rounded A with the dequantized B up to float32 summation order, so the MatMul stays a float
+    MatMul."""
+    blocks = -(-k // block)
+    rank, dtype = len(b.input_type(0).shape), np.dtype(b.input_type(0).dtype)
+    x = a
+    if blocks * block != k:  # zeros change neither a block's amax nor the products
+        x = b.op("Pad", x, b.const([0] * (2 * rank - 1) + [blocks * block - k]))
+    x = b.op("Reshape", x, b.const([0] * (rank - 1) + [blocks, block]))
+    amax = b.op("ReduceMax", b.op("Abs", x), b.const([-1]))
+    zero = b.op("Equal", amax, b.const(0.0, dtype))
+    inverse = b.op("Where", zero, b.const(0.0, dtype), b.op("Div", b.const(127.0, dtype), amax))
+    codes = b.op("Round", b.op("Mul", x, inverse))
+    x = b.op("Mul", codes, b.op("Div", amax, b.const(127.0, dtype)))
+    x = b.op("Reshape", x, b.const([0] * (rank - 1) + [blocks * block]))
+    if blocks * block != k:
+        x = b.op("Slice", x, b.const([0]), b.const([k]), b.const([-1]))
+    return x
 
 
 class _DynamicQuantizeLSTMLayer(Layer):
