@@ -27,6 +27,34 @@ class Case:
     rtol: float = 1e-4
     #: quantized outputs: the most quantization steps Kiln may differ by
     steps: int = 0
+    #: onnxruntime multiplies uint8 activations by int8 weights with MLAS's U8S8 kernels, whose
+    #: pair sums saturate on x86 without VNNI (:func:`onnxruntime_saturates_u8s8`)
+    u8s8: bool = False
+
+
+def onnxruntime_saturates_u8s8() -> bool:
+    """Whether onnxruntime's uint8 × int8 products saturate on this CPU: MLAS's x86 U8S8
+    kernels sum each pair of products into int16 with saturation (``vpmaddubsw``) unless the
+    CPU has VNNI (``vpdpbusd``: AVX-512 VNNI or AVX-VNNI) or AMX; there Kiln's exact default
+    differs from onnxruntime, and its ``int8_products="saturate"`` mode equals it
+    (docs/int8.md)."""
+    import platform
+
+    from kiln.runtime.cpu_features import host_cpuinfo_flags
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    flags = host_cpuinfo_flags() or set()
+    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def kiln_build_options(case: Case) -> dict:
+    """The ``kiln.build`` options under which Kiln's arithmetic is onnxruntime's for ``case``
+    on this CPU: the host's own target and ``int8_products="saturate"`` for a U8S8 case where
+    onnxruntime saturates (the mode's products need AVX2), else none."""
+    if case.u8s8 and onnxruntime_saturates_u8s8():
+        return {"target": "llvm -mcpu=native", "int8_products": "saturate"}
+    return {}
 
 def model(nodes, inputs: dict[str, np.ndarray], inits: dict[str, np.ndarray],
           outputs: list[str], opset: int = 17) -> onnx.ModelProto:
@@ -261,8 +289,8 @@ CASES = [
     Case("QLinearLeakyRelu", _qlinear_unary("QLinearLeakyRelu", alpha=0.1), steps=1),
     Case("QLinearGlobalAveragePool", _qlinear_unary("QLinearGlobalAveragePool"), steps=1),
     Case("QLinearConcat", qlinear_concat, steps=1),
-    Case("DynamicQuantizeMatMul", dynamic_quantize_matmul),
-    Case("MatMulIntegerToFloat", matmul_integer_to_float),
+    Case("DynamicQuantizeMatMul", dynamic_quantize_matmul, u8s8=True),
+    Case("MatMulIntegerToFloat", matmul_integer_to_float, u8s8=True),
     Case("MatMulNBits (4 bits, packed zero points)", _matmul_nbits(4, 32, "packed")),
     Case("MatMulNBits (4 bits, symmetric)", _matmul_nbits(4, 16, "none")),
     Case("MatMulNBits (8 bits, packed zero points)", _matmul_nbits(8, 32, "packed")),
@@ -277,11 +305,12 @@ CASES = [
     Case("MatMulNBits (2 bits, int8 A)", _matmul_nbits(2, 32, "packed", accuracy_level=4)),
     Case("MatMulNBits (2 bits in blocks of 16, accuracy_level 4: float A)",
          _matmul_nbits(2, 16, "float", accuracy_level=4)),
-    Case("DynamicQuantizeLSTM", _dynamic_quantize_lstm(12)),
+    Case("DynamicQuantizeLSTM", _dynamic_quantize_lstm(12), u8s8=True),
     Case("DynamicQuantizeLSTM (bidirectional, initial states)",
-         _dynamic_quantize_lstm(13, "bidirectional", states=True)),
+         _dynamic_quantize_lstm(13, "bidirectional", states=True), u8s8=True),
     Case("DynamicQuantizeLSTM (reverse, per-channel scales, batch 3)",
-         _dynamic_quantize_lstm(14, "reverse", per_channel=True, batch=3, hidden=260)),
+         _dynamic_quantize_lstm(14, "reverse", per_channel=True, batch=3, hidden=260),
+         u8s8=True),
 ]
 
 def compare(case: Case, got: list[np.ndarray], want: list[np.ndarray]) -> str | None:

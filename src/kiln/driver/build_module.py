@@ -116,7 +116,7 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
     GraphPass("FuseAttention", lambda f, o: fuse_attention(f)),
     GraphPass("KVAppend", lambda f, o: kv_append(f), lambda o: o.vm),
     GraphPass("FuseOps", lambda f, o: fuse_ops(f)),
-    GraphPass("OptimizeBranches", lambda f, o: optimize_branches(f, o.mod_name)),
+    GraphPass("OptimizeBranches", lambda f, o: optimize_branches(f, o.mod_name, o.int8_products)),
 )
 
 
@@ -135,19 +135,22 @@ def optimize(func: Function, params: Mapping[str, np.ndarray] | None,
     return func
 
 
-def optimize_branches(func: Function, mod_name: str = "default") -> Function:
-    """``func`` with the branches of its run-time Ifs optimized and fused like ``main``: the
-    constants they capture (weights bound by BindParams) move into the branches first, so
-    folding and layout passes see them."""
+def optimize_branches(func: Function, mod_name: str = "default",
+                      int8_products: str = "exact") -> Function:
+    """``func`` with the branches of its run-time Ifs (and its loops' steps and bodies)
+    optimized and fused like ``main``, under ``main``'s ``int8_products``: the constants they
+    capture (weights bound by BindParams) move into the branches first, so folding and layout
+    passes see them."""
     memo: dict[int, Expr] = {}
     for node in post_order(func.outputs):
         if isinstance(node, IfCall):
             cond, *captures = [memo[a.uid] for a in node.args]
-            then_body, kept = _optimized_body(node.then_body, captures, mod_name)
-            else_body, _ = _optimized_body(node.else_body, captures, mod_name)
+            then_body, kept = _optimized_body(node.then_body, captures, mod_name, int8_products)
+            else_body, _ = _optimized_body(node.else_body, captures, mod_name, int8_products)
             memo[node.uid] = IfCall(cond, then_body, else_body, kept)
         elif isinstance(node, LoopCall):
-            memo[node.uid] = _optimized_loop(node, [memo[a.uid] for a in node.args], mod_name)
+            memo[node.uid] = _optimized_loop(node, [memo[a.uid] for a in node.args], mod_name,
+                                             int8_products)
         elif isinstance(node, CALL_NODES):
             memo[node.uid] = with_args(node, [memo[a.uid] for a in node.args])
         else:
@@ -156,16 +159,18 @@ def optimize_branches(func: Function, mod_name: str = "default") -> Function:
                     dict(func.attrs))
 
 
-def _optimized_loop(node: LoopCall, args: list[Expr], mod_name: str) -> LoopCall:
+def _optimized_loop(node: LoopCall, args: list[Expr], mod_name: str,
+                    int8_products: str) -> LoopCall:
     """``node`` over ``args`` with its step and body optimized (constant captures inlined)."""
     n = 2 + node.num_carried
     # iteration, condition, carried values: the body's own parameters, never constants
-    body, kept = _optimized_body(node.body, [*node.body.params[:n], *args[n:]], mod_name)
-    step = optimize(node.step, None, (), mod_name)
+    body, kept = _optimized_body(node.body, [*node.body.params[:n], *args[n:]], mod_name,
+                                 int8_products)
+    step = optimize(node.step, None, (), mod_name, int8_products=int8_products)
     return LoopCall(args[0], args[1], args[2:n], kept[n:], step, body, node.count)
 
 
-def _optimized_body(body: Function, args: list[Expr], mod_name: str
+def _optimized_body(body: Function, args: list[Expr], mod_name: str, int8_products: str
                     ) -> tuple[Function, list[Expr]]:
     """``body`` (a branch or a loop body called with ``args``) optimized and fused, its
     parameters whose argument is a Constant replaced by that constant; returns it and the
@@ -173,7 +178,7 @@ def _optimized_body(body: Function, args: list[Expr], mod_name: str
     constants = {p.uid: a for p, a in zip(body.params, args) if isinstance(a, Constant)}
     params = [p for p in body.params if p.uid not in constants]
     inlined = rewrite(body, same_call, leaves=constants, params=params)
-    return (optimize(inlined, None, (), mod_name),
+    return (optimize(inlined, None, (), mod_name, int8_products=int8_products),
             [a for a in args if not isinstance(a, Constant)])
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from backend_helpers import cpu_flags, run_exported, run_onnxruntime
 from contrib_cases import model as single_op_model
+from contrib_cases import onnxruntime_saturates_u8s8
 from onnx import helper
 
 import kiln
@@ -186,16 +187,29 @@ def test_exact_mode_matches_onnxruntime(dtype, small_weights, target, tmp_path):
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_saturate_mode_equals_mlas_emulation(dtype, target, tmp_path):
     """``int8_products="saturate"`` on haswell: bit for bit the MLAS U8S8 emulation, which
-    differs from the exact products on these operands (the test can tell the two apart)."""
+    differs from the exact products on these operands (the test can tell the two apart). On a
+    CPU where onnxruntime's own U8S8 products saturate (no VNNI), bit for bit onnxruntime too
+    for QLinearConv, QLinearMatMul and MatMulInteger (its ConvInteger is exact there: measured
+    on a Zen 2, onnxruntime 1.31); the exact reference is then ONNX's evaluator
+    (onnxruntime's single-op S8S8 kernels are exact everywhere)."""
     model, inputs, inits = _ops_model(dtype, small_weights=False)
     got = _build_run(model, inputs, tmp_path, f"{target} -mcpu=haswell",
                      int8_products="saturate")
     want = _emulated(inputs, inits)
-    exact = run_onnxruntime(model, inputs)
+    ort = run_onnxruntime(model, inputs)
+    saturating_ort = dtype == "uint8" and onnxruntime_saturates_u8s8()
+    if saturating_ort:
+        from onnx.reference import ReferenceEvaluator
+
+        exact = ReferenceEvaluator(model).run(None, inputs)
+    else:
+        exact = ort
     for k, (g, w, e) in enumerate(zip(got, want, exact, strict=True)):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
         assert not np.array_equal(w, e), f"output {k}: the emulation did not saturate"
+        if saturating_ort and k != 1:  # output 1: ConvInteger
+            np.testing.assert_array_equal(g, ort[k], err_msg=f"output {k} vs onnxruntime")
 
 
 def _dense_asm(weight: np.ndarray, target: str, **options) -> str:
@@ -344,3 +358,27 @@ def test_multi_level_library(products, tmp_path):
     exact = a.astype(np.int64) @ weight.astype(np.int64)
     np.testing.assert_array_equal(got, exact if products == "exact" else
                                   _saturated_matmul(a, weight))
+
+
+def test_saturate_mode_reaches_loop_bodies():
+    """A DynamicQuantizeLSTM over a symbolic length runs as a VM loop whose body holds the
+    recurrent integer products: ``int8_products="saturate"`` reaches it like ``main`` (it did
+    not: the body's kernels kept the exact pairs, and the build differed from onnxruntime on an
+    AVX2 CPU without VNNI)."""
+    from contrib_cases import CASES
+
+    case = next(c for c in CASES if c.name.startswith("DynamicQuantizeLSTM (bi"))
+    model, _ = case.build()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "seq"
+    (lstm,) = [n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    lstm.input[4] = ""  # sequence_lens of the old fixed length: every length
+    mod, params = from_onnx(model)
+    exe = kiln.build(mod, target="llvm -mcpu=haswell", params=params, int8_products="saturate")
+    assert isinstance(exe, kiln.runtime.VMExecutable)
+    lib = exe.lib
+    asm = "".join(m.get_source("asm") for m in [lib, *lib.imported_modules]
+                  if m.type_key == "llvm")
+    kernels = [k for k in re.split(r"\n(?=[A-Za-z_][\w.]*:\n)", asm) if "vpmaddwd" in k]
+    assert len(kernels) >= 2  # the input projection (main) and the recurrence (loop body)
+    for kernel in kernels:
+        assert "vpmaddubsw" in kernel, kernel.split(":", 1)[0]
