@@ -10,7 +10,6 @@ thread pool, both targets).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Callable
 
 from kiln.schedules import knobs
@@ -19,7 +18,7 @@ from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows
 from kiln.tir import loop as L
 from kiln.tir.lower import Schedule
-from kiln.tir.te import Tensor
+from kiln.tir.te import SMALL_EXTENTS, Tensor
 
 _TE_SCHEDULES: dict[str, Callable[[Schedule, Tensor], None]] = {}
 
@@ -33,9 +32,6 @@ MIN_PARALLEL_WORK = 4096
 PARALLEL_EXTENT_CHOICES = (1, 4, 16, 64, 256)
 
 
-_SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
-
-
 @contextlib.contextmanager
 def small_extents():
     """Context manager: while active, schedules block no symbolic axis with a tail.
@@ -47,11 +43,11 @@ def small_extents():
     ------
     None
     """
-    token = _SMALL_EXTENTS.set(True)
+    token = SMALL_EXTENTS.set(True)
     try:
         yield
     finally:
-        _SMALL_EXTENTS.reset(token)
+        SMALL_EXTENTS.reset(token)
 
 
 def tails_allowed() -> bool:
@@ -62,7 +58,7 @@ def tails_allowed() -> bool:
     bool
         False inside :func:`small_extents`, else True.
     """
-    return not _SMALL_EXTENTS.get()
+    return not SMALL_EXTENTS.get()
 
 
 def register_schedule(tag: str):

@@ -241,6 +241,10 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
     dense : te.Tensor
         The stage: ``[M, N]`` (:func:`kiln.topi.weight_quant.dense_q8` / ``dense_q4``).
     """
+    panel = next((t for t in dense.inputs() if t.tag == "dense_quant_panel"), None)
+    if panel is not None:
+        _schedule_panel_dense(sch, dense, panel)
+        return
     i, j = dense.axes
     *outer_k, k = dense.body.axes
     block = next(t.shape[2] for t in dense.inputs() if len(t.shape) == 3)  # the packed weight
@@ -259,6 +263,28 @@ def schedule_dense_quant(sch: Schedule, dense: Tensor) -> None:
         jo, col_blocks = stage.split(jo, count)
     _register_block(stage, (), rows, (jo, ji), k, tuple(outer_k), col_blocks,
                     DENSE_QUANT_K_UNROLL[dense.tag])
+
+
+def _schedule_panel_dense(sch: Schedule, dense: Tensor, panel: Tensor) -> None:
+    """The several-row form of a quantized dense (docs/decisions/053): dense_pack's register
+    blocks over the float panel ``[N/b, K, b]`` (q4: ``[N/b, K/8, 8, b]``, its 8 ``k`` of a word
+    the unrolled steps), column blocks outermost, and the panel computed under the loop over
+    them (``compute_at``: one block of ``b`` channels dequantized a time, its ``b`` lanes
+    vectorized, into a local ``K × b`` buffer that every block of rows then reads)."""
+    i, j = dense.axes
+    block = panel.shape[-1]
+    stage = sch[dense]
+    rows = _dense_rows(stage, i, wide_block_scale(block, dense.dtype))
+    cols = stage.split(j, block)
+    *outer_k, k = dense.body.axes
+    _register_block(stage, (), rows, cols, k, tuple(outer_k), k_unroll=k.extent
+                    if outer_k else 0, cols_first=True)
+    produce = sch[panel]
+    produce.compute_at(stage, cols[0])
+    *_, inner, lanes = panel.axes
+    if len(panel.axes) == 4:  # q4: the 8 nibbles of a word, constant shifts once unrolled
+        produce.unroll(inner)
+    produce.vectorize(lanes)
 
 
 def _row_limits(extent: arith.Dim, default: int) -> list[int]:

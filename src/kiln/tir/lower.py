@@ -7,6 +7,8 @@ A :class:`Schedule` holds one :class:`Stage` per computed tensor. Stage primitiv
   axis comes after every spatial axis the reduction accumulates in a local scalar; otherwise it is
   *decomposed* (TVM's ``decompose_reduction``): the output is initialized under the leading spatial
   loops, then updated in place in the requested order.
+- ``compute_at(consumer, axis)``: a producer computed one slice of its first axis at a time
+  under the consumer's loop over ``axis`` (:mod:`kiln.tir.attach`).
 
 A nested sum (:func:`kiln.tir.te.block_sum`) accumulates each block's partial sum in a second
 local accumulator of the same shape, initialized under the block's outer reduce loops and added
@@ -20,6 +22,7 @@ from __future__ import annotations
 from kiln import arith
 from kiln.errors import ScheduleError
 from kiln.tir import loop as L
+from kiln.tir.attach import attach
 from kiln.tir.te import IterVar, Reduce, Tensor, TensorLoad, buffer_shape
 
 
@@ -40,6 +43,22 @@ class Stage:
         #: non-zero (the AMX dense kernel, docs/decisions/026-amx.md). The stage keeps its own
         #: buffer: it is never an epilogue's producer.
         self.try_first = None
+        #: (consumer tensor, its loop axis) after :meth:`compute_at`
+        self.attach: tuple[Tensor, IterVar] | None = None
+
+    def compute_at(self, consumer: Stage, axis: IterVar) -> None:
+        """Compute this stage inside ``consumer``'s loop over ``axis``, one slice of its
+        first axis an iteration, in a local buffer (TVM's ``compute_at``, restricted: the
+        consumer must read only the slice whose first index is ``axis``'s value, checked when
+        lowered; :mod:`kiln.tir.attach`). The stage's own loop order must start with its first
+        axis, unsplit."""
+        if self.tensor.is_reduction:
+            raise ScheduleError(f"compute_at: {self.tensor.name} is a reduction")
+        if axis.kind != "spatial" or not any(a is axis for a in consumer.all_axes()):
+            raise ScheduleError(f"compute_at: {axis.name} is not a spatial loop axis of "
+                                f"{consumer.tensor.name}")
+        self.inline = False
+        self.attach = (consumer.tensor, axis)
 
     def compute_inline(self) -> None:
         if self.tensor.is_reduction:
@@ -47,8 +66,9 @@ class Stage:
         self.inline = True
 
     def compute_root(self) -> None:
-        """Materialize the stage in its own buffer (undo compute_inline)."""
+        """Materialize the stage in its own buffer (undo compute_inline, compute_at)."""
         self.inline = False
+        self.attach = None
 
     def split(self, axis: IterVar, factor: int, tail: bool | str = False
               ) -> tuple[IterVar, IterVar]:
@@ -279,9 +299,12 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str,
     materialized = [t for t in sch.order if not sch[t].inline]
     producer, epilogue = _find_epilogue(sch, materialized, buffers, expand)
     nests = []
+    attached = [t for t in materialized if sch[t].attach is not None]
     for t in materialized:
         if t is out and epilogue is not None:
             continue  # applied inside the producer's nest
+        if sch[t].attach is not None:
+            continue  # lowered inside its consumer's nest
         if t is producer:
             # The producer's results live in the output buffer (in place), or only in its
             # accumulator: either way it needs no buffer of its own.
@@ -293,10 +316,15 @@ def lower(sch: Schedule, inputs: list[Tensor], name: str,
                 call = sch[t].try_first(lambda x: buffers[id(x)])
                 nest = L.IfThenElse(L.ne(call, L.IntImm(0, "int32")), nest, None)
             nests.append(nest)
+        for a in attached:
+            consumer, axis = sch[a].attach
+            if consumer is t:
+                nests[-1] = attach(nests[-1], f"{t.name}_{axis.name}", buffers[id(a)],
+                                   _stage_nest(sch[a], buffers[id(a)], expand))
     body: L.Stmt = L.seq(*nests)
     for t in reversed(materialized):
         buf = buffers[id(t)]
-        if buf not in params:
+        if sch[t].attach is None and buf not in params:
             body = L.Allocate(buf, body)
     return L.PrimFunc(name, params, body, dict(sch.attrs))
 

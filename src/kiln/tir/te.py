@@ -12,6 +12,7 @@ a :class:`~kiln.tir.loop.PrimFunc`.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,17 @@ from kiln.arith import Dim
 from kiln.tir import loop as L
 
 _names = itertools.count()
+
+#: True while a kernel's version for extents smaller than its blocks is being defined and
+#: scheduled (``kiln.schedules.cpu.small_extents``): a compute may then choose its form for
+#: one row (the quantized dense ops: docs/decisions/053)
+SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
+
+
+def small_extents_version() -> bool:
+    """Whether the kernel version being defined is the one for small symbolic extents
+    (``kiln.backend.te_compiler``: ``if extent < least: <this version> else: ...``)."""
+    return SMALL_EXTENTS.get()
 
 
 @dataclass(eq=False)

@@ -1,11 +1,16 @@
 """Computes of the weight-only quantized dense ops ``nn.dense_q8`` and ``nn.dense_q4`` (formats
 and formulas on :mod:`kiln.relay.op.weight_quant`; docs/decisions/018).
 
-The weight is dequantized inside the reduction, one output-channel block at a time: the
-schedule (``kiln.schedules.dense_cpu``) vectorizes over the ``b`` channels of a packed block, so
-each ``k`` loads ``b`` int8 values (or ``b`` bytes of nibbles), widens them to float and feeds
-one FMA per channel with the broadcast activation. int8's per-channel scale multiplies the sum
-once, in the epilogue stage (fused with a bias add or whatever follows).
+One row (decode; the kernel's version for small symbolic extents): the weight is dequantized
+inside the reduction, one output-channel block at a time: the schedule
+(``kiln.schedules.dense_cpu``) vectorizes over the ``b`` channels of a packed block, so each
+``k`` loads ``b`` int8 values (or ``b`` nibble words), widens them to float and feeds one FMA per
+channel with the broadcast activation. Several rows (prefill): a *panel* stage (tag
+``dense_quant_panel``) dequantizes one block of ``b`` channels over all ``K`` into floats, which
+the schedule computes under the loop over channel blocks (``compute_at``), and the float
+register-blocked dense streams every block of rows through it: each weight is dequantized once
+a call, not once per block of rows (docs/decisions/053). int8's per-channel scale multiplies
+the sum once, in the epilogue stage (fused with a bias add or whatever follows).
 """
 
 from __future__ import annotations
@@ -20,6 +25,28 @@ Q4_BLOCK = 32
 
 #: nibbles of one ``nn.dense_q4`` weight word (``k`` of one output channel)
 Q4_WORD = 8
+
+
+def panel_form(rows) -> bool:
+    """Whether a quantized dense over ``rows`` rows takes the panel form (several rows: a
+    static count of at least 2, or symbolic rows outside the kernel's version for small
+    extents, which takes M < 2)."""
+    return not te.small_extents_version() and not (isinstance(rows, int) and rows < 2)
+
+
+def _panel_sum(data: te.Tensor, panel: te.Tensor, out_shape, name: str, tag: str) -> te.Tensor:
+    """``out[i, j] = Σ_k data[i, k] · panel[j // b, k, j % b]`` (a 3-D panel ``[N/b, K, b]``)
+    or ``Σ_{kw,p} data[i, 8 kw + p] · panel[j // b, kw, p, j % b]`` (a 4-D one, q4's words)."""
+    b = panel.shape[-1]
+    if len(panel.shape) == 3:
+        k = te.reduce_axis(data.shape[1], "k")
+        return te.compute(out_shape, lambda i, j: te.sum(
+            data[i, k.var] * panel[j // b, k.var, j % b], [k]), name=name, tag=tag)
+    kw = te.reduce_axis(panel.shape[1], "kw")
+    p = te.reduce_axis(panel.shape[2], "p")
+    return te.compute(out_shape, lambda i, j: te.sum(
+        data[i, kw.var * panel.shape[2] + p.var] * panel[j // b, kw.var, p.var, j % b], [kw, p]),
+        name=name, tag=tag)
 
 
 @register_compute("nn.dense_q8")
@@ -46,9 +73,14 @@ def dense_q8(inputs, attrs, out_type):
     data, qweight, scale = inputs
     k = te.reduce_axis(data.shape[1], "k")
     b = qweight.shape[2]
-    acc = te.compute(out_type.shape, lambda i, j: te.sum(
-        data[i, k.var] * L.Cast("float32", qweight[j // b, k.var, j % b]), [k]),
-        name="dense_q8", tag="dense_q8")
+    if panel_form(data.shape[0]):
+        panel = te.compute(qweight.shape, lambda jb, kk, jl: L.Cast(
+            "float32", qweight[jb, kk, jl]), name="dense_q8_panel", tag="dense_quant_panel")
+        acc = _panel_sum(data, panel, out_type.shape, "dense_q8", "dense_q8")
+    else:
+        acc = te.compute(out_type.shape, lambda i, j: te.sum(
+            data[i, k.var] * L.Cast("float32", qweight[j // b, k.var, j % b]), [k]),
+            name="dense_q8", tag="dense_q8")
     return te.compute(out_type.shape, lambda i, j: acc[i, j] * scale[j],
                       name="dense_q8_scale", tag="elemwise")
 
@@ -98,6 +130,8 @@ def dense_q4(inputs, attrs, out_type):
     """
     data, qweight, d, m = inputs
     rows, k = data.shape
+    if panel_form(rows):
+        return _panel_sum(data, _q4_panel(qweight, d, m), out_type.shape, "dense_q4", "dense_q4")
     r = te.reduce_axis(Q4_BLOCK, "r")
     xsum = te.compute((rows, k // Q4_BLOCK), lambda i, kb: te.sum(
         data[i, kb * Q4_BLOCK + r.var], [r]), name="dense_q4_xsum", tag="dense_q4_xsum")
@@ -121,3 +155,21 @@ def dense_q4(inputs, attrs, out_type):
                             lambda part: scale * part + low * xsum[i, kb.var])
 
     return te.compute(out_type.shape, body, name="dense_q4", tag="dense_q4")
+
+
+def _q4_panel(qweight: te.Tensor, d: te.Tensor, m: te.Tensor) -> te.Tensor:
+    """The dequantized Q4_1 weight ``[N/b, K/8, 8, b]``: ``d · ((word >> 4 p) & 15) + m`` for
+    ``k = 8 kw + p`` (float32; ``word = qweight[jb, kw, jl]``, ``d`` and ``m`` of block
+    ``kw // 4``)."""
+    nb, words, b = qweight.shape
+    per_block = Q4_BLOCK // Q4_WORD
+
+    def body(jb, kw, p, jl):
+        shift = L.Cast("uint32", p * 4)
+        nibble = L.Binary("&", L.Binary(">>", qweight[jb, kw, jl], shift), L.const(15, "uint32"))
+        block = (jb, kw // per_block, jl)
+        return (L.Cast("float32", d[block]) * L.Cast("float32", nibble)
+                + L.Cast("float32", m[block]))
+
+    return te.compute((nb, words, Q4_WORD, b), body, name="dense_q4_panel",
+                      tag="dense_quant_panel")
