@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 from kiln.arith import SymVar
 from kiln.backend.te_compiler import lower_unpacked
+from kiln.codegen.llvm.vector import vector_width
 from kiln.driver.build_module import optimize
 from kiln.frontend import from_onnx
 from kiln.relay.graph import Call, Constant, Function, PrimitiveCall, TensorType, Var, post_order
@@ -74,7 +75,7 @@ def _run_graph(model: onnx.ModelProto, x: np.ndarray, target: str, mode: str | N
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("rows", [1, 7, 33])
 @pytest.mark.parametrize("k, n", [(576, 1536), (1536, 576)])
 def test_static_rows(mode, rows, k, n, target, tmp_path):
     model, w = _model(k, n, rows)
@@ -90,7 +91,7 @@ def test_symbolic_rows_on_the_vm(mode, k, n, target, tmp_path):
     exe = kiln.build(mod, target=target, params=params, quantize_weights=mode)
     exe.export_library(str(tmp_path / "m.so"))
     vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "m.so")), kiln.cpu())
-    for rows in (1, 3, 7, 64):
+    for rows in (1, 3, 7, 16, 33, 64):  # 1: the one-row version; more: the panel form
         x = RNG.standard_normal((rows, k)).astype(np.float32)
         got = vm["main"](x).numpy()
         _check(got, model, w, x, mode)
@@ -160,6 +161,70 @@ def test_one_row_gemv_splits_threads_over_output_channels(mode):
     (groups,) = [e.value for e in (extent.a, extent.b) if isinstance(e, L.IntImm)]
     assert groups >= MIN_PARALLEL_EXTENT and 1536 % groups == 0
     assert "ax1" in gemv.var.name  # the output-channel axis (j)
+
+
+def _lowered(mode: str, k: int = 576, n: int = 1536) -> L.PrimFunc:
+    with Target("llvm -mcpu=haswell"):  # AVX2: blocks of 16 channels
+        fused = optimize(_dense(k, n), {}, quantize_weights=mode)
+        (call,) = [c for c in post_order(fused.outputs) if isinstance(c, PrimitiveCall)]
+        return lower_unpacked(call, "k")
+
+
+def _loads(stmt: L.Stmt, buf: L.Buffer) -> int:
+    """How many loads of ``buf`` the statements under ``stmt`` hold."""
+    count = 0
+    for s in L.walk_stmts(stmt):
+        for e in L.stmt_exprs(s):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                count += isinstance(x, L.BufferLoad) and x.buffer is buf
+                stack.extend(L.expr_children(x))
+    return count
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_several_rows_dequantize_a_panel_once_per_column_block(mode):
+    """The kernel's version for M >= 2 (prefill) widens the quantized weight into a local
+    float panel of one block of 16 channels over all K under the parallel loop over channel
+    blocks, outside the loop over row blocks, and its register blocks read only the panel:
+    each weight is dequantized once a call, not once per block of 6 rows
+    (docs/decisions/053). The one-row version (decode) still reads the quantized weight in
+    its reduction."""
+    func = _lowered(mode)
+    version = P.peel_lets(func.body)[1]
+    assert isinstance(version, L.IfThenElse)
+    qweight = func.params[1]
+    (column_blocks,) = _parallel_loops(version.else_case)  # M >= 2
+    assert column_blocks.var.name.endswith("ax1_o") and column_blocks.extent.value == 1536 // 16
+    panel = column_blocks.body
+    assert isinstance(panel, L.Allocate) and panel.buffer.scope == "local"
+    assert panel.buffer.shape in ((576, 16), (576 // 8, 8, 16))  # int8; q4's nibble words
+    produce, rows = panel.body.stmts
+    assert isinstance(rows, L.For) and "ax0_o" in rows.var.name  # the blocks of rows
+    assert _loads(produce, qweight) > 0 and _loads(rows, qweight) == 0
+    assert _loads(rows, panel.buffer) > 0
+    assert _loads(version.then_case, qweight) > 0  # M < 2: dequantized inside the reduction
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_panel_is_widened_by_explicit_vectors(mode):
+    """The panel's loop over 16 channels becomes explicit 8-lane AVX2 vectors (its float16
+    scales and int8 / nibble weights loaded 8 at a time and widened), not a scalar loop left to
+    LLVM's vectorizer (which vectorized it across k, four lanes of scalar stores). The one-row
+    accumulations keep LLVM's vectorizer, as before (kiln.codegen.llvm.vector._widens)."""
+    func = _lowered(mode)
+    version = P.peel_lets(func.body)[1]
+    (column_blocks,) = _parallel_loops(version.else_case)
+    produce = column_blocks.body.body.stmts[0]
+    (lanes,) = [s for s in L.walk_stmts(produce) if isinstance(s, L.For) and s.kind == "vectorized"]
+    assert vector_width(lanes, 256) == 8
+    (gemv,) = [lp for lp in _parallel_loops(version.then_case) if "dense_q" in lp.var.name
+               and "xsum" not in lp.var.name and "_x_" not in lp.var.name]
+    qweight = func.params[1]
+    accumulations = [s for s in L.walk_stmts(gemv) if isinstance(s, L.For)
+                     and s.kind == "vectorized" and _loads(s, qweight)]
+    assert accumulations and all(vector_width(s, 256) == 0 for s in accumulations)
 
 
 @pytest.mark.slow

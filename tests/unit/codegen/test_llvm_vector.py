@@ -99,3 +99,18 @@ def test_invariant_condition_and_copies_are_vectorized():
     copy = L.BufferStore(ints, ints[V], [V])
     assert vector_width(loop(guarded), 512) == 16
     assert vector_width(loop(copy), 512) == 16
+
+
+def test_narrow_loads_widen_to_float_lanes_where_no_store_reads_its_buffer():
+    """The quantized dense's panel (docs/decisions/053): float16 scales and int8 weights
+    loaded 8 / 16 at a time and cast to float32 lanes. An accumulation reading its own buffer
+    (the one-row GEMVs) keeps LLVM's vectorizer, and so does a widening to integer lanes."""
+    panel, acc = L.Buffer("p", (64,), "float32"), L.Buffer("acc", (32,), "float32")
+    d, q = L.Buffer("d", (32,), "float16"), L.Buffer("q", (32,), "int8")
+    dequant = L.BufferStore(panel, L.Cast("float32", d[V]) * L.Cast("float32", q[V]), [V])
+    assert vector_width(loop(dequant), 256) == 8
+    assert vector_width(loop(dequant), 512) == 16
+    accumulate = L.BufferStore(acc, acc[V] + L.Cast("float32", q[V]), [V])
+    assert vector_width(loop(accumulate), 256) == 0
+    ints = L.Buffer("n", (32,), "int32")
+    assert vector_width(loop(L.BufferStore(ints, L.Cast("int32", q[V]), [V])), 256) == 0

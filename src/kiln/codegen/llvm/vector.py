@@ -37,6 +37,7 @@ from kiln.codegen.llvm.expr import (
     sides_may_trap,
 )
 from kiln.codegen.llvm.ir import I64, Frame, dtype_bits, memory_type, value_type
+from kiln.codegen.llvm.vector_widen import widens
 from kiln.tir import intrin_int8 as loop_int8
 from kiln.tir import loop as L
 
@@ -90,30 +91,12 @@ def _uses(e: L.PrimExpr, v: L.Var | frozenset[L.Var]) -> bool:
 class Lanes(NamedTuple):
     """What varies across the lanes of a vectorized loop: its variable ``var``, and ``vars``:
     it and the ``LetStmt`` variables bound (in the loop body) to lane-dependent values;
-    ``widen``: loads narrower than the lanes may be widened (:func:`_widens`)."""
+    ``widen``: loads narrower than the lanes may be widened (:func:`~kiln.codegen.llvm.
+    vector_widen.widens`)."""
 
     var: L.Var
     vars: frozenset[L.Var]
     widen: bool = False
-
-
-def _widens(stores: list[L.BufferStore]) -> bool:
-    """Whether a vectorized loop may widen narrow loads to its lanes: when no store reads the
-    buffer it writes. The dequantized panel of a quantized dense (float16 scales, int8 or
-    nibble weights into floats: docs/decisions/053) does; the one-row quantized GEMVs'
-    accumulations keep LLVM's loop vectorizer, whose code for them ran faster than the explicit
-    vectors (int8 576 x 1536 GEMV, one thread: 117 vs 122 us)."""
-    def reads(e: L.PrimExpr, buf: L.Buffer) -> bool:
-        return any(isinstance(x, L.BufferLoad) and x.buffer is buf for x in _walk(e))
-    return not any(reads(st.value, st.buffer) for st in stores)
-
-
-def _walk(e: L.PrimExpr):
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        yield x
-        stack.extend(L.expr_children(x))
 
 
 def flat_coefficient(buf: L.Buffer, indices: list[L.PrimExpr], v: L.Var) -> int | None:
@@ -170,11 +153,9 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
             e.cond.dtype == "bool" and not sides_may_trap(e) and _lane_wise(e.cond, lanes, bits))
         return (cond_ok and _lane_wise(e.true_value, lanes, bits)
                 and _lane_wise(e.false_value, lanes, bits))
-    if isinstance(e, L.Cast) and isinstance(e.value, L.BufferLoad) and lanes.widen \
-            and _lane_value(e, bits) and e.value.dtype != "bool" \
-            and dtype_bits(e.value.dtype) < bits:
-        # a widening load (float16 block scales, int8 weights: the quantized dense's panel,
-        # docs/decisions/053): W narrow elements loaded, then extended lane-wise
+    if isinstance(e, L.Cast) and isinstance(e.value, L.BufferLoad) and lanes.widen and \
+            L.is_float(e.dtype) and _lane_value(e, bits) and e.value.dtype != "bool" and \
+            dtype_bits(e.value.dtype) < bits:  # float16 scales, int8 weights, to float lanes
         return not any(_uses(i, lanes.vars - {lanes.var}) for i in e.value.indices)
     if isinstance(e, L.Cast):
         return (_lane_value(e, bits) and _lane_value(e.value, bits)
@@ -302,7 +283,7 @@ def _vector_plan(s: L.For, vector_bits: int) -> tuple[int, Lanes] | None:
         width //= 2
     if width < 4:
         return None
-    lanes = Lanes(s.var, frozenset((s.var,)), _widens(stores))
+    lanes = Lanes(s.var, frozenset((s.var,)), widens(stores))
     for let in lets:
         if _uses(let.value, lanes.vars):
             if not (_lane_value(let.var, bits) and _lane_wise(let.value, lanes, bits)):
