@@ -266,12 +266,13 @@ def _write_summary(engines, prefills, pasts, best, args) -> None:
         machine["llama_cpp"] = llama_cpp.__version__
     except ImportError:
         machine["llama_cpp"] = None
-    settings = (f"llm.py, target `{args.target}`, {args.threads} thread(s), best of "
+    clock = "thread CPU time" if args.clock == "cpu" else "wall clock"
+    settings = (f"llm.py, target `{args.target}`, {args.threads} thread(s), {clock}, best of "
                 f"{args.rounds} rounds, prefill median of {args.repeat} calls, decode median of "
                 f"{args.steps} steps; decode rows in ms per token")
     path, text = summary.write_summary(
-        f"{args.summary}-{args.threads}t", summary_rows(engines, prefills, pasts, best,
-                                                        args.threads),
+        f"{args.summary}-{args.threads}t" + ("-cpu" if args.clock == "cpu" else ""),
+        summary_rows(engines, prefills, pasts, best, args.threads),
         machine, note=args.note, settings=settings, peers=SUMMARY_PEERS)
     print(f"\nsummary (commit it): {path}\n\n{text}")
 
