@@ -15,8 +15,15 @@ while a :class:`Tracer` notes, per register, *where* each tensor lives, symbolic
    ``data = base[source] + vals[offset_index]`` are numpy index operations; integer arguments
    of the kernels (symbols they cannot read from tensors) are patched the same way;
 3. the kernels run through one ``KilnRunPackedCalls`` per run between builtins that must run
-   every call (``alloc_storage``: it may grow and move a storage; ``kv_append``; ``copy``...);
-   after each, its result's address and dims are patched into the structs that depend on it.
+   every call (``kv_append``; ``copy``...); after each, its result's address and dims are
+   patched into the structs that depend on it. ``alloc_storage`` (it may grow and move a
+   storage) runs before the first kernel when its size is known at the start, as it is unless
+   a data-dependent builtin computes it: the kernels around it stay one run.
+
+A replay at the last replay's heap values, input addresses and shapes, with no storage
+allocated by the VM since (``Arena.allocations``), of a trace whose steps are all kernel runs
+(:attr:`Trace.static`) finds every struct, shape and integer argument as it left them: it
+makes the C calls and the result's views only (decision 054).
 
 The views the interpreter would check (``alloc_tensor`` within its storage and 64-byte
 aligned, ``reshape`` keeping the byte size) are checked the same way, vectorized and
