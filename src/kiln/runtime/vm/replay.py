@@ -20,10 +20,11 @@ while a :class:`Tracer` notes, per register, *where* each tensor lives, symbolic
    storage) runs before the first kernel when its size is known at the start, as it is unless
    a data-dependent builtin computes it: the kernels around it stay one run.
 
-A replay at the last replay's heap values, input addresses and shapes, with no storage
-allocated by the VM since (``Arena.allocations``), of a trace whose steps are all kernel runs
+A replay at the last replay's heap values and input shapes, with no storage allocated by the
+VM since (``Arena.allocations``), of a trace whose steps are all kernel runs
 (:attr:`Trace.static`) finds every struct, shape and integer argument as it left them: it
-makes the C calls and the result's views only (decision 054).
+points the inputs' structs at their addresses if they moved, and makes the C calls and the
+result's views only (decision 054).
 
 The views the interpreter would check (``alloc_tensor`` within its storage and 64-byte
 aligned, ``reshape`` keeping the byte size) are checked the same way, vectorized and
@@ -148,10 +149,17 @@ class Trace:
         # the fast path (``_replay_again``): only kernel batches run, so a call at the last
         # replay's heap values and input addresses finds every struct as that replay left it
         self.static = not self._hoisted and all(s[0] == "batch" for s in self.steps)
-        self._last: tuple | None = None  # (heap, inputs' addresses and shapes, allocations)
+        self._last: tuple | None = None  # (heap, inputs' shapes, allocations)
+        self._last_addrs: tuple = ()  # the inputs' data addresses the structs hold
         self._objs: list[Any] = [None] * self.num_sources  # the storages, between replays
-        #: replays that wrote the structs and argument arrays (the others reused them)
+        # per input with structs: (their indices, their byte offsets, the input's index)
+        self._input_structs = [(self._src_structs[src], i) for src, i in self.params
+                               if len(self._src_structs[src])]
+        self._points: list[tuple] = []
+        #: replays that wrote the structs and argument arrays (the others reused them), and
+        #: those that only pointed the inputs' structs at new addresses
         self.patches = 0
+        self.repoints = 0
 
     # -- key/value appends run ahead, their rows written by the batch
     def _hoist_appends(self, tr: Tracer) -> list[tuple]:
@@ -455,10 +463,12 @@ class Trace:
             A kernel fails.
         """
         if self.static:
-            inputs = tuple((p._dl.data if p._dl is not None else p.data_ptr, p._arr.shape)
-                           for p in params)
-            state = (tuple(frame.heap), inputs, frame.vm.arena.allocations)
+            addrs = tuple([p._dl.data if p._dl is not None else p.data_ptr for p in params])
+            shapes = tuple([p._arr.shape for p in params])
+            state = (tuple(frame.heap), shapes, frame.vm.arena.allocations)
             if state == self._last:
+                if addrs != self._last_addrs:  # new inputs of the same shapes
+                    self._repoint(addrs)
                 return self._replay_again(params)
         self._last = None  # (the structs are patched below: a failed check leaves them half)
         vals = self.vals
@@ -495,7 +505,9 @@ class Trace:
         self.patches += 1
         if self.static:  # (the allocations above may have grown a storage: counted after)
             self._objs = [o if type(o) is Storage else None for o in objs]
-            self._last = (key, inputs, frame.vm.arena.allocations)
+            self._last = (key, shapes, frame.vm.arena.allocations)
+            self._last_addrs = addrs
+            self._points = [(k, vals[self._struct_off[k]], i) for k, i in self._input_structs]
         try:
             for step in self.steps:
                 if step[0] == "batch":
@@ -505,6 +517,15 @@ class Trace:
             return self._output(objs)
         finally:
             objs.clear()
+
+    def _repoint(self, addrs: tuple) -> None:
+        """Point the structs of the inputs at ``addrs`` (the last replay's shapes and heap:
+        their offsets are the ones it computed)."""
+        structs = self.structs
+        for k, offsets, i in self._points:
+            structs[k, 0] = offsets + (addrs[i] or 0)
+        self._last_addrs = addrs
+        self.repoints += 1
 
     def _replay_again(self, params: list[NDArray]) -> Any:
         """A replay at the last one's heap values, input addresses and shapes, with no storage
