@@ -147,7 +147,8 @@ class Trace:
         self._guard_slots = np.array(list(tr.guarded), np.int64)
         self._guard_values = np.array(list(tr.guarded.values()), np.int64)
         # the fast path (``_replay_again``): only kernel batches run, so a call at the last
-        # replay's heap values and input addresses finds every struct as that replay left it
+        # replay's heap values and input shapes finds every struct as that replay left it
+        # (but for the inputs' addresses: ``_repoint``)
         self.static = not self._hoisted and all(s[0] == "batch" for s in self.steps)
         self._last: tuple | None = None  # (heap, inputs' shapes, allocations)
         self._last_addrs: tuple = ()  # the inputs' data addresses the structs hold
@@ -199,10 +200,15 @@ class Trace:
         call). Its result only depends on that size: the same buffer, unless it grows. Returns
         ``(run, argument materializers, source)`` per hoisted allocation; ``tr.steps`` loses
         those steps."""
+        allocs = {id(s): s[2][0].expr for s in tr.steps if s[0] == "py" and type(s[2][0]) is
+                  _Int and getattr(s[1], "builtin_name", "") == "vm.builtin.alloc_storage"}
+        # (a storage id allocated twice in a call, were a compiler to do it, keeps its order:
+        # the second allocation may move the buffer the first one's kernels wrote)
+        ids = list(allocs.values())
         keep, out = [], []
         for step in tr.steps:
-            if (step[0] == "py" and not step[4] and step[3] >= 0
-                    and getattr(step[1], "builtin_name", "") == "vm.builtin.alloc_storage"
+            if (id(step) in allocs and not step[4] and step[3] >= 0
+                    and ids.count(allocs[id(step)]) == 1
                     and _known_at_start(step[2][1], tr.guarded)):
                 out.append((step[1], [self._materializer(d) for d in step[2]], step[3]))
             else:
@@ -531,9 +537,7 @@ class Trace:
         self.repoints += 1
 
     def _replay_again(self, params: list[NDArray]) -> Any:
-        """A replay at the last one's heap values, input addresses and shapes, with no storage
-        allocated since: every struct, shape and integer argument still holds what it needs,
-        and the storages are the same buffers; only the kernels run."""
+        """A replay at the last one's state (``replay``): only the kernels run."""
         for step in self.steps:
             self._run_batch(step)
         objs = self._objs.copy()
