@@ -19,6 +19,7 @@ import kiln.runtime as rt
 from kiln.relay.graph import Call, Function, TensorType, Var
 from kiln.runtime.vm.executable import VMExecutable, VMFunction
 from kiln.runtime.vm.executable_format import Symbol
+from kiln.runtime.vm.storage import Storage
 
 SHAPE = (4, 8)
 F32 = (2, 32)
@@ -96,9 +97,9 @@ def test_replay_fast_path_is_used(factory, tmp_path):
     stats = vm.replay_stats()
     assert stats["replays"] == 4 and stats["recordings"] == 1
     (trace,) = vm.module._traces.values()
-    # storage, then the 2 kernels in one batch
-    assert trace.num_calls == 2 and [s[0] for s in trace.steps] == ["py", "batch"]
-    assert trace.steps[1][1:3] == (0, 2)
+    # the storage is allocated ahead (its size is an immediate): the 2 kernels are one batch
+    assert trace.num_calls == 2 and [s[0] for s in trace.steps] == ["batch"]
+    assert trace.steps[0][1:3] == (0, 2) and len(trace._allocs) == 1
     # inputs given as aligned NDArrays are used in place by the replayed kernels too, and the
     # VM keeps no reference to them after the call
     x, y = rt.array(inputs[1][0]), rt.array(inputs[1][1])
@@ -108,6 +109,75 @@ def test_replay_fast_path_is_used(factory, tmp_path):
     del x, y
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def _counting_runners(trace, counts: list) -> None:
+    """Wrap the runner of each batch of ``trace`` so that each C call appends its count of
+    kernels to ``counts`` (the calls still run)."""
+    def wrap(runner):
+        return lambda calls, n, failed: (counts.append(n), runner(calls, n, failed))[1]
+    trace.steps = [(*s[:3], wrap(s[3]), *s[4:]) for s in trace.steps]
+
+
+def test_repeated_replay_runs_only_the_kernels(factory, tmp_path, monkeypatch):
+    """A replay with the last one's input shapes and heap makes one C call for its kernels
+    and nothing else: no storage allocation, no struct or argument patching, no view of an
+    intermediate; inputs at other addresses only move their own structs' pointers."""
+    exe = _static_exe(factory)
+    path = str(tmp_path / "vm.so")
+    exe.export_library(path)
+    vm = kiln.vm.VirtualMachine(rt.load_module(path))
+    rng = np.random.default_rng(4)
+    xs = [rt.array(rng.standard_normal(SHAPE).astype("float32")) for _ in range(2)]
+    y = rt.array(rng.standard_normal(SHAPE).astype("float32"))
+    vm["main"](xs[0], y)  # recorded
+    (trace,) = vm.module._traces.values()
+    assert trace.static and trace.patches == 0
+    counts: list[int] = []
+    _counting_runners(trace, counts)
+    arena = vm.module.arena
+    allocs, views = [], []
+    alloc = arena.alloc
+    monkeypatch.setattr(arena, "alloc", lambda *a: (allocs.append(a), alloc(*a))[1])
+    view = Storage.view
+    monkeypatch.setattr(Storage, "view",
+                        lambda st, *a: (views.append(a), view(st, *a))[1])
+    for k in range(6):
+        if k == 3:  # the same address, new values: seen, with nothing patched
+            xs[0]._arr[...] = rng.standard_normal(SHAPE)
+        np.testing.assert_allclose(vm["main"](xs[0], y).numpy(), _ref(xs[0].numpy(), y.numpy()),
+                                   rtol=1e-6)
+    assert trace.patches == 1 and len(allocs) == 1  # the first replay only
+    assert counts == [2] * 6  # one C call of both kernels per replay
+    assert len(views) == 6  # the result's view (cached), no intermediate's
+    assert trace.repoints == 0
+    for k, x in enumerate((xs[1], xs[0], xs[0].numpy().copy())):  # new addresses, same shapes
+        np.testing.assert_allclose(vm["main"](x, y).numpy(), _ref(np.asarray(x), y.numpy()),
+                                   rtol=1e-6)
+        assert trace.repoints == k + 1  # the inputs' structs only
+    assert trace.patches == 1 and len(allocs) == 1 and counts == [2] * 9
+    assert vm.replay_stats()["replays"] == 9
+
+
+def test_replay_after_a_storage_grew_patches_again(tmp_path):
+    """A storage that an interpreted call (a profile) grows gets a new buffer: the next replay
+    at the last replay's shapes must not reuse the structs that point at the old one."""
+    exe = P.add_mul(rt.CSourceModule(KERNELS, FUNCS), [Symbol("n", 1, 64)], ("k_add", "k_mul"))
+    path = str(tmp_path / "sym.so")
+    exe.export_library(path)
+    vm = kiln.vm.VirtualMachine(rt.load_module(path))
+    rng = np.random.default_rng(5)
+    small = [rt.array(rng.standard_normal((3, 4)).astype("float32")) for _ in range(2)]
+    big = [rng.standard_normal((64, 4)).astype("float32") for _ in range(2)]
+    for _ in range(3):
+        vm["main"](*small)
+    (trace,) = vm.module._traces.values()
+    patches, allocations = trace.patches, vm.memory_stats()["allocations"]
+    vm.profile("main", *big)  # interpreted: grows the storages
+    assert vm.memory_stats()["allocations"] > allocations
+    x, y = (a.numpy() for a in small)
+    np.testing.assert_allclose(vm["main"](*small).numpy(), (x + y) * x, rtol=1e-6)
+    assert trace.patches == patches + 1
 
 
 def test_profile_compiled(factory):

@@ -14,7 +14,8 @@ cached per shape, so in loops and repeated shapes they are; each call site keeps
 arguments, inputs included, until it runs again). A function without control flow
 replays its recorded kernel calls for any values of its shape heap (``vm_replay``), through
 the graph executor's batch runner; where it has data-dependent shapes, while they take the
-values it was recorded at (guards, decision 041).
+values it was recorded at (guards, decision 041). A replay with the last one's shapes and
+input addresses makes only its C calls (decision 054).
 
 Outputs. A function called by name returns **copies** of its result tensors: storage is reused
 by the next call, so views of it would change under the caller (the graph executor's
