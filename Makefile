@@ -18,7 +18,10 @@
 #                   under load (two busy processes:
 #                   p50/p99/max vs onnxruntime, benchmarks/load.py, LOAD_BENCH_ARGS); then
 #                   SmolLM2 prefill/decode speed, Kiln fp32,
-#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); the QDQ
+#                   int8 and q4 vs onnxruntime (benchmarks/llm.py, LLM_BENCH_ARGS); serving
+#                   throughput and p99 time between tokens at 1, 4 and 16 concurrent clients,
+#                   kiln serve vs llama-cpp-python's own server on the same GGUF at 2 threads
+#                   (benchmarks/serve.py, SERVE_BENCH_ARGS="--threads 1"); the QDQ
 #                   resnet50s (U8S8, S8S8) beside float resnet50 (INT8_BENCH_ARGS, into
 #                   benchmarks/results/int8) and int8 conv GOP/s (benchmarks/int8_conv.py,
 #                   INT8_CONV_BENCH_ARGS); then MiniLM and PP-OCRv4 at fixed
@@ -27,7 +30,7 @@
 #                   (benchmarks/portable.py, PORTABLE_BENCH_ARGS); the VM compiled with no
 #                   flags (assumptions checked at run time) vs the same relations declared
 #                   as --dim (benchmarks/assume_checks.py, ASSUME_BENCH_ARGS); writes benchmarks/results/,
-#                   and for the models, int8, LLM and encoder runs a summary to commit in
+#                   and for the models, int8, LLM, serving and encoder runs a summary to commit in
 #                   benchmarks/results/summary/ with the change against the committed one of
 #                   the same machine class (benchmarks/summary.py); BENCH_NOTE="..." is recorded
 #                   with them (e.g. that the machine was busy)
@@ -79,6 +82,7 @@ CORPUS_STAMP := $(VENV)/.kiln-corpus-installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 LLM_BENCH_ARGS ?=
+SERVE_BENCH_ARGS ?=
 LOAD_BENCH_ARGS ?=
 ENCODER_BENCH_ARGS ?=
 INT8_BENCH_ARGS ?=
@@ -216,6 +220,7 @@ bench: $(BENCH_STAMP) toolchain
 	  --out benchmarks/results/int8 --summary int8 --note "$(BENCH_NOTE)" $(INT8_BENCH_ARGS)
 	$(PY) benchmarks/int8_conv.py $(INT8_CONV_BENCH_ARGS)
 	$(PY) benchmarks/llm.py $(LLM_BENCH_ARGS)
+	$(PY) benchmarks/serve.py --note "$(BENCH_NOTE)" $(SERVE_BENCH_ARGS)
 	$(PY) benchmarks/encoders.py --note "$(BENCH_NOTE)" $(ENCODER_BENCH_ARGS)
 	$(PY) benchmarks/portable.py $(PORTABLE_BENCH_ARGS)
 	$(PY) benchmarks/assume_checks.py $(ASSUME_BENCH_ARGS)
