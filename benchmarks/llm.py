@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import summary
+from peers import module_version
 
 ENGINES = ("ort", "fp32", "int8", "q4")
 #: the optional peer on the GGUF file (used when ``llama_cpp`` imports)
@@ -259,13 +260,7 @@ def summary_rows(engines, prefills, pasts, best, threads: int) -> list[dict]:
 
 
 def _write_summary(engines, prefills, pasts, best, args) -> None:
-    machine = summary.machine_info()
-    try:
-        import llama_cpp
-
-        machine["llama_cpp"] = llama_cpp.__version__
-    except ImportError:
-        machine["llama_cpp"] = None
+    machine = summary.machine_info() | {"llama_cpp": module_version("llama_cpp")}
     clock = "thread CPU time" if args.clock == "cpu" else "wall clock"
     settings = (f"llm.py, target `{args.target}`, {args.threads} thread(s), {clock}, best of "
                 f"{args.rounds} rounds, prefill median of {args.repeat} calls, decode median of "

@@ -39,13 +39,15 @@ INT8_TOL = 1e-1
 def versions() -> dict[str, str | None]:
     """Each peer's version (OpenVINO's without its build suffix: ``2026.4.1``), or None when it
     is not installed."""
-    out: dict[str, str | None] = {}
-    for peer, module in _MODULES.items():
-        try:
-            out[peer] = importlib.import_module(module).__version__.split("-")[0]
-        except ImportError:
-            out[peer] = None
-    return out
+    return {peer: module_version(module) for peer, module in _MODULES.items()}
+
+
+def module_version(module: str) -> str | None:
+    """``module``'s version without a build suffix, or None when it is not installed."""
+    try:
+        return importlib.import_module(module).__version__.split("-")[0]
+    except ImportError:
+        return None
 
 
 def missing_peers() -> dict[str, str]:

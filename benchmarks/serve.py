@@ -63,6 +63,7 @@ from pathlib import Path
 import httpx
 import serve_launch
 import summary
+from peers import module_version
 
 HERE = Path(__file__).resolve().parent
 KILN, LLAMA_CPP = "kiln", "llama.cpp"
@@ -291,13 +292,7 @@ def table(engines: list[str], best: dict, levels: list[int], prompts: dict, args
 
 
 def _write_summary(best: dict, levels: list[int], args) -> None:
-    machine = summary.machine_info()
-    try:
-        import llama_cpp
-
-        machine["llama_cpp"] = llama_cpp.__version__
-    except ImportError:
-        machine["llama_cpp"] = None
+    machine = summary.machine_info() | {"llama_cpp": module_version("llama_cpp")}
     settings = (f"serve.py, target `{args.target}`, {args.threads} thread(s) per engine, Kiln "
                 f"max batch {args.max_batch}"
                 + (f" {args.quantize_weights} weights" if args.quantize_weights else "")
