@@ -1,5 +1,5 @@
 """ONNX helpers for tests in every layer (tests/models, tests/backend): a model's real inputs,
-and a model compiled to a loaded VM."""
+the same model declared at a smaller input, and a model compiled to a loaded VM."""
 
 from __future__ import annotations
 
@@ -20,6 +20,23 @@ def graph_inputs(model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         tt = vi.type.tensor_type
         shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
         out[vi.name] = (shape, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+    return out
+
+
+def with_input_shape(model, name: str, shape: tuple[int, ...]):
+    """A copy of ``model`` whose input ``name`` is declared as ``shape``, its recorded
+    intermediate shapes (``value_info``) dropped so onnxruntime infers them again: a real CNN run
+    at a smaller image (emulated ISAs run 224x224 for tens of seconds)."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    (vi,) = [v for v in out.graph.input if v.name == name]
+    dims = vi.type.tensor_type.shape.dim
+    assert len(dims) == len(shape), f"{name} has rank {len(dims)}, not {len(shape)}"
+    for dim, size in zip(dims, shape):
+        dim.dim_value = size  # clears dim_param (a oneof)
     return out
 
 
