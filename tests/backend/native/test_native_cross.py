@@ -15,8 +15,8 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from test_cross import CROSS
 from onnx_helpers import graph_inputs, with_input_shape
+from test_cross import CROSS
 from test_native_runtime import assert_close, build_runtime, kiln_run, model_inputs
 
 import kiln
