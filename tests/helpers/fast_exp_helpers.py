@@ -46,14 +46,8 @@ def check_clamped_exp(x: np.ndarray, got: np.ndarray, lo: float, hi: float) -> N
 
 def count_calls(func: L.PrimFunc, name: str) -> int:
     """How many intrinsic calls ``name`` ``func`` holds."""
-    count = 0
-    for s in L.walk_stmts(func.body):
-        stack = L.stmt_exprs(s)
-        while stack:
-            x = stack.pop()
-            count += isinstance(x, L.Call) and x.name == name
-            stack.extend(L.expr_children(x))
-    return count
+    return sum(isinstance(x, L.Call) and x.name == name
+               for s in L.walk_stmts(func.body) for x in L.walk_exprs(L.stmt_exprs(s)))
 
 
 def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -22,14 +22,11 @@ def free_refs(body: L.Stmt) -> tuple[list[L.Buffer], list[L.Var]]:
             defined_bufs.add(id(s.buffer))
         elif isinstance(s, L.BufferStore):
             bufs.setdefault(s.buffer)
-        stack = L.stmt_exprs(s)
-        while stack:
-            x = stack.pop()
+        for x in L.walk_exprs(L.stmt_exprs(s)):
             if isinstance(x, L.Var):
                 vars_.setdefault(x)
             elif isinstance(x, L.BufferLoad):
                 bufs.setdefault(x.buffer)
-            stack.extend(L.expr_children(x))
     for buf in list(bufs):  # symbolic shapes: their variables are used by the addressing
         for d in buf.shape:
             if isinstance(d, L.PrimExpr):

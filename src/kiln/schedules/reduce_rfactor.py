@@ -146,33 +146,17 @@ def _fold(part: L.Buffer, acc: L.Buffer, op: str, lane: L.Var) -> list[L.Stmt]:
 
 
 def _loads(e: L.PrimExpr) -> list[L.BufferLoad]:
-    found, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.BufferLoad):
-            found.append(x)
-        stack.extend(L.expr_children(x))
-    return found
+    return [x for x in L.walk_exprs(e) if isinstance(x, L.BufferLoad)]
 
 
 def _contiguous(load: L.BufferLoad, v: L.Var) -> bool:
     """``v`` appears only in the last index, as ``v`` or ``v + c`` / ``c + v``; or not at
     all (a value the loop broadcasts)."""
     *lead, last = load.indices or [L.IntImm(0)]
-    if any(_uses(i, v) for i in lead):
+    if any(L.uses_var(i, v) for i in lead):
         return False
-    if last is v or not _uses(last, v):
+    if last is v or not L.uses_var(last, v):
         return True
     return (isinstance(last, L.Binary) and last.op == "+"
-            and ((last.a is v and not _uses(last.b, v))
-                 or (last.b is v and not _uses(last.a, v))))
-
-
-def _uses(e: L.PrimExpr, v: L.Var) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if x is v:
-            return True
-        stack.extend(L.expr_children(x))
-    return False
+            and ((last.a is v and not L.uses_var(last.b, v))
+                 or (last.b is v and not L.uses_var(last.a, v))))

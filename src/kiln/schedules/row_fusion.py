@@ -229,12 +229,8 @@ def _accesses(s: L.Stmt) -> list[tuple[L.Buffer, list[L.PrimExpr]]]:
     for st in L.walk_stmts(s):
         if isinstance(st, L.BufferStore):
             found.append((st.buffer, st.indices))
-        stack = list(L.stmt_exprs(st))
-        while stack:
-            x = stack.pop()
-            if isinstance(x, L.BufferLoad):
-                found.append((x.buffer, x.indices))
-            stack.extend(L.expr_children(x))
+        found.extend((x.buffer, x.indices) for x in L.walk_exprs(L.stmt_exprs(st))
+                     if isinstance(x, L.BufferLoad))
     return found
 
 

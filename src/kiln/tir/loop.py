@@ -23,7 +23,7 @@ MakePackedAPI (``kiln.*``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -446,6 +446,21 @@ def expr_children(e: PrimExpr) -> Iterable[PrimExpr]:
     if hasattr(e, "with_indices"):
         return tuple(e.indices)
     return ()
+
+
+def walk_exprs(e: PrimExpr | Iterable[PrimExpr]) -> Iterator[PrimExpr]:
+    """Every node of expression ``e`` (or of each of several), parents before children."""
+    stack = [e] if isinstance(e, PrimExpr) else list(e)
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(expr_children(x))
+
+
+def uses_var(e: PrimExpr, v: Var | frozenset[Var]) -> bool:
+    """Whether ``e`` reads ``v`` (a variable, or any of a set of them)."""
+    vs = v if isinstance(v, frozenset) else frozenset((v,))
+    return any(isinstance(x, Var) and x in vs for x in walk_exprs(e))
 
 
 def map_expr(e: PrimExpr, fn) -> PrimExpr:

@@ -198,9 +198,7 @@ class _Walker:
 
 def _count_ops(store: L.BufferStore) -> _Ops:
     ops = _Ops()
-    stack: list[L.PrimExpr] = [store.value, *store.indices]
-    while stack:
-        e = stack.pop()
+    for e in L.walk_exprs([store.value, *store.indices]):
         if isinstance(e, L.Binary) and e.op in _ARITH:
             if L.is_float(e.dtype):
                 ops.float_ops += 1
@@ -212,7 +210,6 @@ def _count_ops(store: L.BufferStore) -> _Ops:
             ops.math_calls += 1
         elif isinstance(e, L.BufferLoad):
             ops.loads.append(e)
-        stack.extend(L.expr_children(e))
     return ops
 
 

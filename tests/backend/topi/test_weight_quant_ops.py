@@ -172,15 +172,8 @@ def _lowered(mode: str, k: int = 576, n: int = 1536) -> L.PrimFunc:
 
 def _loads(stmt: L.Stmt, buf: L.Buffer) -> int:
     """How many loads of ``buf`` the statements under ``stmt`` hold."""
-    count = 0
-    for s in L.walk_stmts(stmt):
-        for e in L.stmt_exprs(s):
-            stack = [e]
-            while stack:
-                x = stack.pop()
-                count += isinstance(x, L.BufferLoad) and x.buffer is buf
-                stack.extend(L.expr_children(x))
-    return count
+    return sum(isinstance(x, L.BufferLoad) and x.buffer is buf
+               for s in L.walk_stmts(stmt) for x in L.walk_exprs(L.stmt_exprs(s)))
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -38,7 +38,8 @@ def test_exp_of_a_clamped_argument_is_one_scale_factor(lo, hi, constants_first):
     x = np.concatenate([np.linspace(-120.0, 100.0, 1500, dtype=np.float32),
                         np.array([lo, hi, -0.0, 1e-8, -1e-8, -np.inf, np.inf], np.float32)])
     func = lower_fast_exp(clamped_exp_kernel(len(x), lo, hi, constants_first))
-    ops = [e.op for s in L.walk_stmts(func.body) for e in _exprs(s) if isinstance(e, L.Binary)]
+    ops = [e.op for s in L.walk_stmts(func.body) for e in L.walk_exprs(L.stmt_exprs(s))
+           if isinstance(e, L.Binary)]
     assert ">>" not in ops and count_calls(func, "exp") == 0
     got = np.zeros_like(x)
     run(func, x, got)
@@ -56,17 +57,9 @@ def test_exp_of_a_clamped_nan_is_nan_with_the_constants_first():
 
 def test_a_range_past_the_normal_results_keeps_the_general_exp():
     func = lower_fast_exp(clamped_exp_kernel(8, -100.0, 0.0))
-    ops = [e.op for s in L.walk_stmts(func.body) for e in _exprs(s) if isinstance(e, L.Binary)]
+    ops = [e.op for s in L.walk_stmts(func.body) for e in L.walk_exprs(L.stmt_exprs(s))
+           if isinstance(e, L.Binary)]
     assert ">>" in ops
-
-
-def _exprs(s: L.Stmt) -> list[L.PrimExpr]:
-    out, stack = [], list(L.stmt_exprs(s))
-    while stack:
-        x = stack.pop()
-        out.append(x)
-        stack.extend(L.expr_children(x))
-    return out
 
 
 def test_other_dtypes_keep_the_intrinsic():

@@ -65,12 +65,9 @@ def _max_bits(body: L.Stmt) -> int:
     for s in L.walk_stmts(body):
         if isinstance(s, L.BufferStore):
             bits = max(bits, dtype_bits(s.buffer.dtype))
-        stack = L.stmt_exprs(s)
-        while stack:
-            x = stack.pop()
+        for x in L.walk_exprs(L.stmt_exprs(s)):
             if isinstance(x, L.BufferLoad):
                 bits = max(bits, dtype_bits(x.dtype))
-            stack.extend(L.expr_children(x))
     return bits
 
 

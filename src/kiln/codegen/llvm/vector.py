@@ -73,19 +73,9 @@ def lane_coefficient(e: L.PrimExpr, v: L.Var) -> int | None:
         return None
     if isinstance(e, L.Cast) and not L.is_float(e.dtype):
         return lane_coefficient(e.value, v)
-    return 0 if not _uses(e, v) else None
+    return 0 if not L.uses_var(e, v) else None
 
 
-def _uses(e: L.PrimExpr, v: L.Var | frozenset[L.Var]) -> bool:
-    """Whether ``e`` reads ``v`` (a variable, or any of a set of them)."""
-    vs = v if isinstance(v, frozenset) else frozenset((v,))
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.Var) and x in vs:
-            return True
-        stack.extend(L.expr_children(x))
-    return False
 
 
 class Lanes(NamedTuple):
@@ -132,13 +122,13 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
     same width — float arithmetic, integer arithmetic and shifts, float/int casts and
     ``reinterpret`` between ``bits``-wide types, comparisons (lane masks) and selects on them,
     intrinsics. (What FastExp's expansion of ``exp`` needs: :mod:`kiln.tir.transform.fast_exp`.)"""
-    if not _uses(e, lanes.vars):
+    if not L.uses_var(e, lanes.vars):
         return True
     if isinstance(e, L.Var):  # a lane-dependent binding (the loop variable itself as a value:
         return e is not lanes.var  # no)
     if isinstance(e, L.BufferLoad):  # contiguous, or one element per lane (a gather)
         return (e.dtype != "bool" and dtype_bits(e.dtype) == bits
-                and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
+                and not any(L.uses_var(i, lanes.vars - {lanes.var}) for i in e.indices))
     if isinstance(e, L.Binary):
         if e.op in _CMP_OPS:  # a mask: its operands must be lane values
             ok = _lane_value(e.a, bits)
@@ -149,14 +139,14 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
         return ok and _lane_wise(e.a, lanes, bits) and _lane_wise(e.b, lanes, bits)
     if isinstance(e, L.Select):
         # A lane-dependent condition needs both sides evaluated (a vector select).
-        cond_ok = not _uses(e.cond, lanes.vars) or (
+        cond_ok = not L.uses_var(e.cond, lanes.vars) or (
             e.cond.dtype == "bool" and not sides_may_trap(e) and _lane_wise(e.cond, lanes, bits))
         return (cond_ok and _lane_wise(e.true_value, lanes, bits)
                 and _lane_wise(e.false_value, lanes, bits))
     if isinstance(e, L.Cast) and isinstance(e.value, L.BufferLoad) and lanes.widen and \
             L.is_float(e.dtype) and _lane_value(e, bits) and e.value.dtype != "bool" and \
             dtype_bits(e.value.dtype) < bits:  # float16 scales, int8 weights, to float lanes
-        return not any(_uses(i, lanes.vars - {lanes.var}) for i in e.value.indices)
+        return not any(L.uses_var(i, lanes.vars - {lanes.var}) for i in e.value.indices)
     if isinstance(e, L.Cast):
         return (_lane_value(e, bits) and _lane_value(e.value, bits)
                 and L.is_float(e.dtype) != L.is_float(e.value.dtype)
@@ -169,7 +159,7 @@ def _lane_wise(e: L.PrimExpr, lanes: Lanes, bits: int) -> bool:
     if isinstance(e, L.Call) and e.name == loop_int8.LOAD_U8X4:  # words 4 bytes apart: contiguous
         (load,) = e.args
         return bits == 32 and flat_coefficient(load.buffer, load.indices, lanes.var) == 4 and \
-            not any(_uses(i, lanes.vars - {lanes.var}) for i in load.indices)
+            not any(L.uses_var(i, lanes.vars - {lanes.var}) for i in load.indices)
     if isinstance(e, L.Call) and e.name == loop_int8.DOT_I16X2:
         return bits == 32 and all(_narrow_lane_wise(a, lanes) for a in e.args)
     if isinstance(e, L.Call):
@@ -182,11 +172,11 @@ def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
     """Whether an int16 operand of ``dot_i16x2`` in a 32-bit loop has a vector form: 8- and
     16-bit integer loads (one element per lane), widened to int16 and combined with int16
     ``+ - *`` and selects on a lane-invariant condition (a padding guard)."""
-    if not _uses(e, lanes.vars):
+    if not L.uses_var(e, lanes.vars):
         return True
     if isinstance(e, L.BufferLoad):
         return (e.dtype in ("int8", "uint8", "int16")
-                and not any(_uses(i, lanes.vars - {lanes.var}) for i in e.indices))
+                and not any(L.uses_var(i, lanes.vars - {lanes.var}) for i in e.indices))
     if isinstance(e, L.Cast) and e.dtype in ("int16", "int8") and e.value.dtype == "int32":
         return _lane_wise(e.value, lanes, 32)  # a half or a byte of a 32-bit word
     if isinstance(e, L.Cast):
@@ -196,7 +186,7 @@ def _narrow_lane_wise(e: L.PrimExpr, lanes: Lanes) -> bool:
         return e.op in ("+", "-", "*") and e.dtype == "int16" and \
             _narrow_lane_wise(e.a, lanes) and _narrow_lane_wise(e.b, lanes)
     if isinstance(e, L.Select):
-        return not _uses(e.cond, lanes.vars) and _narrow_lane_wise(e.true_value, lanes) and \
+        return not L.uses_var(e.cond, lanes.vars) and _narrow_lane_wise(e.true_value, lanes) and \
             _narrow_lane_wise(e.false_value, lanes)
     return False
 
@@ -250,7 +240,7 @@ def _contiguous(buf: L.Buffer, indices: list[L.PrimExpr], lanes: Lanes) -> bool:
     lane-dependent binding: those are values, not addresses)."""
     others = lanes.vars - {lanes.var}
     return (flat_coefficient(buf, indices, lanes.var) == 1
-            and not any(_uses(i, others) for i in indices))
+            and not any(L.uses_var(i, others) for i in indices))
 
 
 def _lane_value(e: L.PrimExpr, bits: int) -> bool:
@@ -285,7 +275,7 @@ def _vector_plan(s: L.For, vector_bits: int) -> tuple[int, Lanes] | None:
         return None
     lanes = Lanes(s.var, frozenset((s.var,)), widens(stores))
     for let in lets:
-        if _uses(let.value, lanes.vars):
+        if L.uses_var(let.value, lanes.vars):
             if not (_lane_value(let.var, bits) and _lane_wise(let.value, lanes, bits)):
                 return None
             lanes = Lanes(s.var, lanes.vars | {let.var}, lanes.widen)
@@ -352,7 +342,7 @@ class VectorLoopCodegen:
     def vexpr(self, fr: Frame, e: L.PrimExpr, lanes: Lanes, width: int) -> ir.Value:
         """``e`` at lanes ``v .. v + width - 1`` (``v = lanes.var``): a vector, or a scalar when
         ``e`` does not depend on the lanes (callers splat it where a vector is needed)."""
-        if not _uses(e, lanes.vars):
+        if not L.uses_var(e, lanes.vars):
             return self.expr(fr, e)
         b = fr.builder
         if isinstance(e, L.Var):
@@ -405,7 +395,7 @@ class VectorLoopCodegen:
             return None
         for dot, acc in ((e.b, e.a), (e.a, e.b)):
             if (isinstance(dot, L.Call) and dot.name == loop_int8.DOT_U8I8X4
-                    and _uses(dot, lanes.vars)):
+                    and L.uses_var(dot, lanes.vars)):
                 x, y = (self._splat(fr, self.vexpr(fr, a, lanes, width), width)
                         for a in dot.args)
                 if width * 32 not in ((256, 512) if kind.startswith("vnni") else
@@ -573,7 +563,7 @@ class VectorLoopCodegen:
 
     def _vselect(self, fr: Frame, e: L.Select, lanes: Lanes, width: int) -> ir.Value:
         b = fr.builder
-        if _uses(e.cond, lanes.vars):  # a lane mask (_lane_wise: sides_may_trap is false)
+        if L.uses_var(e.cond, lanes.vars):  # a lane mask (_lane_wise: sides_may_trap is false)
             return b.select(self.vexpr(fr, e.cond, lanes, width),
                             self._splat(fr, self.vexpr(fr, e.true_value, lanes, width), width),
                             self._splat(fr, self.vexpr(fr, e.false_value, lanes, width), width))

@@ -14,10 +14,4 @@ def widens(stores: list[L.BufferStore]) -> bool:
 
 
 def _reads(e: L.PrimExpr, buf: L.Buffer) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, L.BufferLoad) and x.buffer is buf:
-            return True
-        stack.extend(L.expr_children(x))
-    return False
+    return any(isinstance(x, L.BufferLoad) and x.buffer is buf for x in L.walk_exprs(e))
