@@ -61,6 +61,10 @@ def lower_primitive(call: PrimitiveCall, name: str) -> L.PrimFunc:
     return make_packed_api(lower_unpacked(call, name), arg_names)
 
 
+#: the last version a kernel may have for small extents (kiln.tir.te.SMALL_EXTENTS)
+SMALLEST_VERSION = 2
+
+
 def lower_unpacked(call: PrimitiveCall, name: str) -> L.PrimFunc:
     """The kernel of :func:`lower_primitive` before MakePackedAPI: one buffer parameter per
     argument then the output, what the loop-IR interpreter runs."""
@@ -72,12 +76,15 @@ def lower_unpacked(call: PrimitiveCall, name: str) -> L.PrimFunc:
     return _checked(lower_fast_exp(func), "3_fast_exp")
 
 
-def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule) -> L.PrimFunc:
+def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
+                          version: int = 1) -> L.PrimFunc:
     """``func``, or — when its schedule blocks a symbolic axis with a tail (e.g. 6-row register
     blocks over ``batch x sequence`` rows) — ``if extent < least: <unblocked version> else:
     func``. A tail block over one row computes its whole block for it (MiniLM at one token:
     each dense 2.7x slower than the static kernel), so one row takes the unblocked version; a
-    block moved back to the extent's end (``split(tail="shift")``) needs a whole block."""
+    block moved back to the extent's end (``split(tail="shift")``) needs a whole block. A
+    version that still blocks a symbolic axis (a matmul-like einsum's one-row form) gets a
+    version of its own the same way (``version`` 2: kiln.tir.te.SMALL_EXTENTS)."""
     # (the axis's extent, the least extent the blocked version takes); from two rows on one
     # tail block streams the operands once, not once a row (MiniLM at 5 tokens: 1.57x -> 1.0x
     # onnxruntime's time)
@@ -87,9 +94,12 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule) 
     tails = [(e, least) for e, least in tails if not isinstance(e, int)]  # static: no choice
     if not tails:
         return func
-    with small_extents():
+    assert version <= SMALLEST_VERSION, f"{func.name}: version {version - 1} still has blocks"
+    with small_extents(version):
         inputs, output = to_te(call.body)
-        small = lower(schedule_te(Schedule(output)), inputs, func.name, func.params)
+        small_sch = schedule_te(Schedule(output))
+        small = lower(small_sch, inputs, func.name, func.params)
+    small = _small_extent_version(call, small, small_sch, version + 1)
     cond = L.logical_or(*(L.as_index(extent) < factor for extent, factor in tails))
     return L.PrimFunc(func.name, func.params, L.IfThenElse(cond, small.body, func.body),
                       dict(func.attrs))

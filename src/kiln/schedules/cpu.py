@@ -33,17 +33,19 @@ PARALLEL_EXTENT_CHOICES = (1, 4, 16, 64, 256)
 
 
 @contextlib.contextmanager
-def small_extents():
+def small_extents(version: int = 1):
     """Context manager: while active, schedules block no symbolic axis with a tail.
 
     The version of a kernel for extents smaller than its blocks (see
-    ``te_compiler.lower_primitive``); :func:`tails_allowed` reads it.
+    ``te_compiler.lower_primitive``); :func:`tails_allowed` reads it. ``version`` 2 is the
+    version for extents below the blocks that version 1 still takes
+    (:data:`kiln.tir.te.SMALL_EXTENTS`).
 
     Yields
     ------
     None
     """
-    token = SMALL_EXTENTS.set(True)
+    token = SMALL_EXTENTS.set(version)
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.schedules.knobs import knob
 from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
+from kiln.tir import te
 from kiln.tir.lower import Schedule
 from kiln.tir.te import IterVar, Tensor
 
@@ -90,8 +91,10 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
     tail block (knob ``tile_y``: ROW_CHOICES, default DENSE_ROWS), or the largest static one
     of extent >= 2 taken in divisor blocks (knob ``tile_y``: its divisors up to 8, default the
     largest up to DENSE_ROWS: the three query heads per key head of grouped attention) when
-    the columns are symbolic or no symbolic row axis can be blocked (one decoded token).
-    Columns split by 2 × MATMUL_COLS when static, a multiple of 32, and rows blocks of <= 3,
+    the columns are symbolic and gathered (B not packed: :func:`kiln.topi.einsum.pack_columns`)
+    or no symbolic row axis can be blocked (one decoded token: the kernel's version 1, whose
+    symbolic columns keep their blocks; version 2, for fewer columns, has none). Columns split
+    by 2 × MATMUL_COLS when static, a multiple of 32, and rows blocks of <= 3,
     else by MATMUL_COLS, the last block shifted back; then :func:`_register_block` (the other
     axes outermost; knob ``unroll_k``).
 
@@ -106,31 +109,55 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
         return
     axes = list(t.axes)
     j = axes[roles.col]
-    if not _blockable(j.extent, MATMUL_COLS):
+    # symbolic columns (the cache length) keep their shifted blocks in the version for one
+    # row (te.extents_version() 1); version 2 is the one for fewer columns than a block
+    one_row_columns = not isinstance(j.extent, int) and te.extents_version() == 1
+    if not (_blockable(j.extent, MATMUL_COLS) or one_row_columns):
         return
     stage = sch[t]
     candidates = [axes[p] for p in roles.rows]
     static = [ax for ax in candidates if isinstance(ax.extent, int) and ax.extent >= 2]
     symbolic = [ax for ax in candidates if not isinstance(ax.extent, int)
                 and _blockable(ax.extent, DENSE_ROWS)]
-    # Symbolic columns (the cache length) take a shifted last block: rows with a tail too
-    # would send one decoded token to the version without blocks, so static rows go first.
-    if static and (not isinstance(j.extent, int) or not symbolic):
+    packed = any(x.tag == "einsum_pack" for x in t.inputs())
+    # Unpacked symbolic columns are gathered: static rows (grouped heads) go first, the
+    # fewest passes over the cache, and one decoded token keeps this main version. Packed
+    # ones (kiln.topi.einsum.pack_columns) take the sequence's rows, six per block.
+    if static and (not (isinstance(j.extent, int) or packed) or not symbolic):
         i = max(static, key=lambda ax: ax.extent)
         rows = stage.split(i, knob("tile_y", _divisors(i.extent, max(ROW_CHOICES)),
                                    max(_divisors(i.extent, DENSE_ROWS))))
     elif symbolic:
         i = symbolic[0]
-        rows = stage.split(i, knob("tile_y", ROW_CHOICES, DENSE_ROWS), tail=True)
+        # packed columns: dense_pack's block, 32 columns by 6 rows (3 on AVX2)
+        default = DENSE_ROWS // wide_block_scale(2 * MATMUL_COLS, t.dtype) if packed \
+            else DENSE_ROWS
+        rows = stage.split(i, knob("tile_y", ROW_CHOICES, default), tail=True)
     else:
         return
     # Three rows (grouped heads) leave registers for four column vectors: each pass over
     # the cache then reads two adjacent lines of a row, half the passes of a 16-column block
     # (its rows are 768 bytes apart: a latency-bound stride once the cache is out of L2).
     wide = isinstance(j.extent, int) and rows[1].extent <= 3 and j.extent % (2 * MATMUL_COLS) == 0
+    wide = wide or (packed and i in symbolic)
     cols = stage.split(j, 2 * MATMUL_COLS if wide else MATMUL_COLS, tail="shift")
     _register_block(stage, [ax for ax in axes if ax is not i and ax is not j], rows, cols,
                     t.body.axes[0])
+
+
+@register_schedule("einsum_pack")
+def schedule_einsum_pack(sch: Schedule, t: Tensor) -> None:
+    """Schedule of stages tagged ``einsum_pack`` (:func:`kiln.topi.einsum.pack_columns`): B of
+    a matmul-like einsum with its column letter last, materialized once per call (the einsum
+    then reads it once per block of rows).
+
+    Parameters
+    ----------
+    sch : Schedule
+    t : te.Tensor
+        The packed operand: B's axes, the summed letter then the column letter last.
+    """
+    sch[t].compute_root()
 
 
 #: a packed weight larger than this (a core's L2) is streamed once, its column panels outside

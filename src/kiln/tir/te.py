@@ -24,15 +24,23 @@ from kiln.tir import loop as L
 
 _names = itertools.count()
 
-#: True while a kernel's version for extents smaller than its blocks is being defined and
-#: scheduled (``kiln.schedules.cpu.small_extents``): a compute may then choose its form for
-#: one row (the quantized dense ops: docs/decisions/053)
-SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=False)
+#: Which version of a kernel is being defined and scheduled (``kiln.schedules.cpu.
+#: small_extents``): 0 the main one; 1 the one for symbolic extents smaller than its blocks
+#: (one row: a compute may then choose its one-row form, the quantized dense ops:
+#: docs/decisions/053); 2 the one for extents smaller than the blocks version 1 keeps (a
+#: matmul-like einsum's columns: docs/decisions/057)
+SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=0)
 
 
 def small_extents_version() -> bool:
-    """Whether the kernel version being defined is the one for small symbolic extents
+    """Whether the kernel version being defined is one for small symbolic extents
     (``kiln.backend.te_compiler``: ``if extent < least: <this version> else: ...``)."""
+    return SMALL_EXTENTS.get() > 0
+
+
+def extents_version() -> int:
+    """The kernel version being defined: 0 the main one, 1 for small extents, 2 for extents
+    smaller than the blocks of version 1 (see SMALL_EXTENTS)."""
     return SMALL_EXTENTS.get()
 
 
