@@ -234,7 +234,9 @@ class NDArray:
         return (self.device.device_type, self.device.device_id)
 
     def __array__(self, dtype: object = None, copy: bool | None = None) -> np.ndarray:
-        out = self._arr if copy is False else self._arr.copy()
+        """The data as numpy (NumPy 2's array protocol): a view unless ``copy`` is True
+        (``np.asarray`` views, ``np.array`` copies); ``dtype`` converts."""
+        out = self._arr.copy() if copy else self._arr
         want: Any = dtype
         return out.astype(want) if want is not None else out
 

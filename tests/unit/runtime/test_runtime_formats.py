@@ -368,6 +368,19 @@ def test_ndarray_basics():
     assert rt.empty((0, 3)).shape == (0, 3)
 
 
+def test_array_protocol_copies_only_when_asked():
+    """NumPy 2's ``__array__(dtype, copy)``: ``np.asarray`` (copy None) and ``copy=False`` view
+    the NDArray's memory, ``np.array`` (copy True) copies, a dtype converts (a Kiln decoder's
+    100 MB of prompt logits were copied by ``np.asarray``)."""
+    a = rt.array(np.arange(6, dtype="float32"))
+    assert np.asarray(a).ctypes.data == a.data_ptr
+    assert np.asarray(a, copy=False).ctypes.data == a.data_ptr
+    copied = np.array(a)
+    assert copied.ctypes.data != a.data_ptr
+    np.testing.assert_array_equal(copied, a.numpy())
+    assert np.asarray(a, dtype="float64").dtype == np.float64
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dlpack_to_numpy_zero_copy(dtype):
     a = rt.array(np.arange(6).reshape(2, 3).astype(dtype))
