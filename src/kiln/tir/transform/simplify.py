@@ -4,8 +4,9 @@ Rules (all exact for the loop IR's integer semantics):
 - integer constant folding and identities (x+0, x*1, x*0, x//1, x%1);
 - loops of extent 1 disappear (their variable becomes the loop's min);
 - with a small interval analysis of loop variables (TVM's arith::ConstIntBound in spirit):
-  ``x // c -> 0`` and ``x % c -> x`` when 0 <= x < c, and ``(a*c + b) // c -> a`` /
-  ``(a*c + b) % c -> b`` when 0 <= b < c;
+  ``x // c -> 0`` and ``x % c -> x`` when 0 <= x < c;
+- ``(q*c + r) // c -> q + r // c`` and ``(q*c + r) % c -> r % c`` for any ``r`` (floor
+  division): a flattened index splits at a divisor of its row;
 - ``(x*c + r) // (c*k) -> x // k`` and ``(x*c + r) % (c*k) -> (x % k)*c + r`` when
   0 <= r < c (the flattened index of a reshape read back in larger rows);
 - symbolic divisors (shape symbols): ``(q*d + r) // d -> q`` and ``% d -> r`` when ``r`` is
@@ -150,14 +151,17 @@ class _Simplifier:
                             return self.rewrite(L.Binary("//", mul.a, L.IntImm(k)), ranges)
                         low = self.rewrite(L.Binary("%", mul.a, L.IntImm(k)), ranges)
                         return low * mul.b.value + rest
-        # (x*c + r) with 0 <= r < c
-        if isinstance(a, L.Binary) and a.op == "+":
-            for mul, rest in ((a.a, a.b), (a.b, a.a)):
-                q = _multiple_of(mul, c)
-                if q is not None:
-                    rlo, rhi = self.bound(rest, ranges)
-                    if 0 <= rlo and rhi < c:
-                        return q if op == "//" else rest
+        # (q*c + r) // c == q + r // c and (q*c + r) % c == r % c, whatever r (floor division)
+        terms = _terms(a)
+        quotients = [_multiple_of(t, c) for t in terms]
+        if len(terms) > 1 and any(q is not None for q in quotients):
+            others = [t for t, q in zip(terms, quotients) if q is None]
+            rest = self.rewrite(L.Binary(op, _sum(others), L.IntImm(c)), ranges)
+            if op == "%":
+                return rest
+            for q in quotients:
+                rest = rest if q is None else self.rewrite(L.Binary("+", q, rest), ranges)
+            return rest
         q = _multiple_of(a, c)
         if q is not None:
             return q if op == "//" else L.IntImm(0)
@@ -215,6 +219,14 @@ def _terms(e: L.PrimExpr) -> list[L.PrimExpr]:
     if isinstance(e, L.Binary) and e.op == "+":
         return _terms(e.a) + _terms(e.b)
     return [e]
+
+
+def _sum(terms: list[L.PrimExpr]) -> L.PrimExpr:
+    """``terms[0] + terms[1] + ...``, or 0 for none."""
+    out = terms[0] if terms else L.IntImm(0)
+    for t in terms[1:]:
+        out = L.Binary("+", out, t)
+    return out
 
 
 def _factors(e: L.PrimExpr) -> list[L.PrimExpr]:
