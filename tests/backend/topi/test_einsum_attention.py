@@ -5,9 +5,10 @@ matrix products (schedule_einsum), checked against numpy at decode and prefill s
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from backend_helpers import compile_and_run, run_onnxruntime
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_helpers import compile_vm
 
 from kiln.backend.te_compiler import lower_unpacked
@@ -106,3 +107,38 @@ def test_static_einsum_with_strided_columns_is_packed(target, tmp_path):
               "b": rng.standard_normal(STATIC[2]).astype(np.float32)}
     (got,) = compile_and_run(model, inputs, tmp_path, target)
     np.testing.assert_allclose(got, run_onnxruntime(model, inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def _scaled_masked_scores() -> onnx.ModelProto:
+    """The decoder's scores, scaled and masked: Einsum -> Mul by 1/sqrt(d) -> Add the mask."""
+    f = TensorProto.FLOAT
+    equation, a, b, out = SCORES
+    scale = numpy_helper.from_array(np.array(0.25, np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["a", "b"], ["scores"], equation=equation),
+         helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+         helper.make_node("Add", ["scaled", "mask"], ["y"])], "scores",
+        [helper.make_tensor_value_info("a", f, a), helper.make_tensor_value_info("b", f, b),
+         helper.make_tensor_value_info("mask", f, ["b", 1, 1, "s", "t"])],
+        [helper.make_tensor_value_info("y", f, out)], [scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_scale_and_mask_are_the_scores_kernels_epilogue(target, tmp_path):
+    """The scale and the mask are applied as the scores' register block is stored (einsum is
+    OUT_ELEMWISE_FUSABLE, like nn.dense): one kernel, no pass over the [b, g, r, s, t] scores
+    in between; equal to onnxruntime at decode and prefill shapes."""
+    model = _scaled_masked_scores()
+    mod, params = from_onnx(model)
+    fused = optimize(mod["main"], params)
+    assert len([c for c in post_order(fused.outputs) if isinstance(c, PrimitiveCall)]) == 1
+    vm = compile_vm(model, tmp_path / "scores.so", target)
+    rng = np.random.default_rng(2)
+    for batch, s, t in [(1, 1, 1), (1, 1, 37), (2, 13, 64), (1, 40, 40)]:
+        dims = {"b": batch, "s": s, "t": t}
+        x, y = (rng.standard_normal([dims.get(d, d) for d in shape]).astype(np.float32)
+                for shape in (SCORES[1], SCORES[2]))
+        mask = rng.standard_normal((batch, 1, 1, s, t)).astype(np.float32)
+        want = run_onnxruntime(model, {"a": x, "b": y, "mask": mask})[0]
+        np.testing.assert_allclose(vm["main"](x, y, mask).numpy(), want, rtol=1e-4, atol=1e-4)

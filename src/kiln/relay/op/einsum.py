@@ -32,4 +32,4 @@ def _einsum_ref(*arrays: np.ndarray, equation: str) -> np.ndarray:
     return np.asarray(np.einsum(equation, *arrays)).astype(arrays[0].dtype, copy=False)
 
 
-register_op("einsum", _einsum_infer, OpPattern.OPAQUE, _einsum_ref)
+register_op("einsum", _einsum_infer, OpPattern.OUT_ELEMWISE_FUSABLE, _einsum_ref)
