@@ -90,7 +90,7 @@ def run_demo(prompt: str | None = None, max_new_tokens: int = 64, compare: bool 
         console.print(describe_sampling(sampling), soft_wrap=True)  # one line in a log too
     model_path = smollm2()
     tok = smollm2_tokenizer()
-    decoder = kiln_decoder(model_path, target, quantize_weights)
+    decoder = kiln_decoder(model_path, target, quantize_weights, last_logits=True)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]))
     console.print(f"[bold]user[/bold]: {prompt}")
     console.print("[bold]assistant[/bold]: ", end="")

@@ -68,7 +68,8 @@ class Decoder:
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
                  position_ids: np.ndarray, past: list[Any]) -> tuple[np.ndarray, list[Any]]:
-        """Logits ``[batch, sequence, vocab]`` (numpy float32) and the present cache (``past``
+        """Logits ``[batch, sequence, vocab]`` (``[batch, 1, vocab]`` from a decoder compiled with
+        ``last_logits``; numpy float32) and the present cache (``past``
         with the new tokens appended, in the engine's own arrays: pass them back as is)."""
         out = self.run([input_ids, attention_mask, position_ids, *past])
         return np.asarray(out[0]), list(out[1:])
@@ -116,8 +117,11 @@ def _file_digest(path: Path) -> str:
 
 
 def compiled_decoder_path(model_path: Path, target: str,
-                          quantize_weights: str | None = None) -> Path:
-    """The cached VM library of ``model_path`` for ``target``, compiled on first use. A hit
+                          quantize_weights: str | None = None,
+                          last_logits: bool = False) -> Path:
+    """The cached VM library of ``model_path`` for ``target``, compiled on first use (with
+    ``last_logits``, of the decoder whose logits are the last position's only, ``[batch, 1,
+    vocab]``: :func:`kiln.llm.last_logits.last_position_logits`). A hit
     refreshes the library's modification time; a compile may trim the caches to
     ``KILN_CACHE_MAX_SIZE`` (the libraries of older Kiln sources go first, being least
     recently used).
@@ -132,6 +136,7 @@ def compiled_decoder_path(model_path: Path, target: str,
     from kiln.runtime.toolchain.private_dir import private_dir, user_cache_dir
 
     key = hashlib.sha256(":".join([_file_digest(model_path), target, str(quantize_weights),
+                                   *(["last_logits"] if last_logits else []),
                                    _source_digest()]).encode()).hexdigest()[:20]
     root = private_dir(user_cache_dir() / "llm", "llm cache")
     path = root / f"{model_path.stem}-{key}.so"
@@ -142,20 +147,25 @@ def compiled_decoder_path(model_path: Path, target: str,
         if path.exists():
             cache_limit.touch(path)
             return path
-        _compile(model_path, target, quantize_weights, path)
+        _compile(model_path, target, quantize_weights, last_logits, path)
     cache_limit.note_stored(path)
     return path
 
 
-def _compile(model_path: Path, target: str, quantize_weights: str | None, path: Path) -> None:
+def _compile(model_path: Path, target: str, quantize_weights: str | None, last_logits: bool,
+             path: Path) -> None:
     import tempfile
 
     from kiln import progress
     from kiln.driver.build_module import build
     from kiln.frontend import from_onnx, load_onnx
+    from kiln.llm.last_logits import last_position_logits
 
     with progress.stage(f"Importing {model_path.name}"):
-        mod, params = from_onnx(load_onnx(str(model_path)), shape={"attention_mask": MASK_SHAPE},
+        model = load_onnx(str(model_path))
+        if last_logits:
+            model = last_position_logits(model)
+        mod, params = from_onnx(model, shape={"attention_mask": MASK_SHAPE},
                                 dim_bounds=DIM_BOUNDS)
     options = {"quantize_weights": quantize_weights} if quantize_weights else {}
     exe = build(mod, target=target, params=params, executor="vm", **options)
@@ -167,7 +177,7 @@ def _compile(model_path: Path, target: str, quantize_weights: str | None, path: 
 
 
 def kiln_decoder(model_path: Path, target: str = "llvm -mcpu=native",
-                 quantize_weights: str | None = None) -> Decoder:
+                 quantize_weights: str | None = None, last_logits: bool = False) -> Decoder:
     """The decoder compiled by Kiln for the VM (cached: see :func:`compiled_decoder_path`).
 
     Parameters
@@ -178,11 +188,15 @@ def kiln_decoder(model_path: Path, target: str = "llvm -mcpu=native",
         A Kiln target (``"llvm -mcpu=native"``, ``"c"``, ``"jit"``, ...).
     quantize_weights : {None, "int8", "q4"}
         Weight-only quantization of the matmul weights, dequantized inside the kernels.
+    last_logits : bool
+        Logits of the last position only, ``[batch, 1, vocab]`` (what generation reads: a
+        prompt skips the LM head at its other positions). The cache outputs are unchanged.
     """
     from kiln.runtime import cpu, load_module
     from kiln.vm import VirtualMachine
 
-    lib = load_module(str(compiled_decoder_path(model_path, target, quantize_weights)))
+    lib = load_module(str(compiled_decoder_path(model_path, target, quantize_weights,
+                                                last_logits)))
     vm = VirtualMachine(lib, cpu())
     main = vm["main"]
     exe = vm.module.exe

@@ -75,13 +75,13 @@ def load_model(model: str, target: str = "llvm -mcpu=native",
     context = min(context_length or SMOLLM2_CONTEXT, limit)
     tok = ChatTokenizer(Path(tokenizer)) if tokenizer else None
     if model == "smollm2":
-        dec = kiln_decoder(smollm2(), target, quantize_weights)
+        dec = kiln_decoder(smollm2(), target, quantize_weights, last_logits=True)
         return ServedModel("smollm2-135m-instruct", dec, tok or smollm2_tokenizer(), context)
     path = Path(model)
     if not path.is_file():
         raise KilnError(f"{model}: not 'smollm2' and no such file")
     if path.suffix == ".onnx":
-        dec = kiln_decoder(path, target, quantize_weights)
+        dec = kiln_decoder(path, target, quantize_weights, last_logits=True)
     elif path.suffix == ".so":
         if quantize_weights:
             raise KilnError(f"{model}: --quantize-weights applies when compiling; this "

@@ -12,8 +12,9 @@ from device_helpers import device_module, use_riscv_device, vector_ops
 
 import kiln
 from kiln.frontend import from_onnx
-from kiln.llm import Decoder, generate, ort_decoder
+from kiln.llm import Decoder, generate, kiln_decoder, ort_decoder
 from kiln.llm.decoder import DIM_BOUNDS, MASK_SHAPE
+from kiln.llm.last_logits import last_position_logits
 from kiln.models.llama_onnx import LlamaConfig, llama_onnx
 from kiln.vm import VirtualMachine
 
@@ -91,6 +92,45 @@ def test_tiny_llama_logits_and_cache_match_onnxruntime(tiny, tmp_path):
         ids = la[:, -1:].argmax(-1)
         mask = np.ones((1, mask.shape[1] + 1), np.int64)
         pos = pos[:, -1:] + 1
+
+
+def test_last_logits_decoder_runs_the_head_on_the_last_position_only(tiny, tmp_path,
+                                                                      monkeypatch):
+    """``kiln_decoder(last_logits=True)`` (what ``kiln serve`` and ``kiln demo chat`` use): the
+    LM head runs on ``hidden[:, -1:]``, so a prompt's logits are ``[batch, 1, vocab]``, equal to
+    onnxruntime's last row, the cache and the decode steps unchanged; a left-padded batch
+    generates the tokens of the decoder with every position's logits."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    ours, ref = kiln_decoder(tiny, "llvm", last_logits=True), ort_decoder(tiny)
+    ids, mask, pos = (np.array([PROMPTS[0]]), np.ones((1, 6), np.int64), np.arange(6)[None])
+    pa, pb = ours.empty_cache(1), ref.empty_cache(1)
+    for _ in range(3):
+        la, pa = ours(ids, mask, pos, pa)
+        lb, pb = ref(ids, mask, pos, pb)
+        assert la.shape == (1, 1, CFG.vocab)
+        np.testing.assert_allclose(la, lb[:, -1:], rtol=1e-4, atol=1e-4)
+        for x, y in zip(pa, pb):
+            np.testing.assert_allclose(np.asarray(x), y, rtol=1e-4, atol=1e-5)
+        ids = la[:, -1:].argmax(-1)
+        mask = np.ones((1, mask.shape[1] + 1), np.int64)
+        pos = pos[:, -1:] + 1
+    assert generate(ours, PROMPTS, max_new_tokens=6).tokens == \
+        generate(ref, PROMPTS, max_new_tokens=6).tokens
+
+
+def test_last_position_logits_keeps_a_head_it_cannot_slice(tiny):
+    """A decoder whose logits are not ``MatMul(hidden, W)`` (here a bias after the head) is
+    returned as it is: every position's logits, still right."""
+    model = onnx.load(tiny)
+    head = next(n for n in model.graph.node if "logits" in n.output)
+    head.output[0] = "head"
+    model.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.zeros(CFG.vocab, np.float32), "bias"))
+    model.graph.node.append(onnx.helper.make_node("Add", ["head", "bias"], ["logits"]))
+    assert last_position_logits(model) is model
+    sliced = last_position_logits(onnx.load(tiny))
+    assert [n.op_type for n in sliced.graph.node][-2:] == ["Slice", "MatMul"]
+    assert sliced.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 1
 
 
 def test_tiny_llama_decode_steps_are_replayed(tiny, tmp_path):

@@ -85,7 +85,7 @@ def stand_in_model(monkeypatch):
 
     monkeypatch.setattr(kiln.models, "smollm2", lambda: "model.onnx")
     monkeypatch.setattr(kiln.models, "smollm2_tokenizer", _Tokenizer)
-    monkeypatch.setattr(kiln.llm, "kiln_decoder", lambda *a: _LoopingDecoder())
+    monkeypatch.setattr(kiln.llm, "kiln_decoder", lambda *a, **k: _LoopingDecoder())
     monkeypatch.setattr(kiln.llm, "ort_decoder", lambda *a: _LoopingDecoder())
     monkeypatch.setattr(kiln.llm, "generate", recording_generate)
     return configs
