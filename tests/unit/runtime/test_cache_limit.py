@@ -321,7 +321,7 @@ def test_compiled_decoder_hit_refreshes_and_compile_trims(root, monkeypatch, tmp
 
     compiles = []
 
-    def fake_compile(model_path, target, quantize_weights, path):
+    def fake_compile(model_path, target, quantize_weights, last_logits, path):
         compiles.append(path)
         put(path, 4 * BLOCK)
 
