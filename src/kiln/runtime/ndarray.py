@@ -128,6 +128,7 @@ class NDArray:
         self.device._check_cpu()
         self.dtype = C.dtype_name(arr.dtype)
         self._dl: C.DLTensor | None = None
+        self._ptr: int | None = None  # data_ptr, once asked (numpy's .ctypes costs ~2 us)
 
     @property
     def _dltensor(self) -> C.DLTensor:
@@ -150,6 +151,7 @@ class NDArray:
         known good (no checks)."""
         self = cls.__new__(cls)
         self._arr, self._owner, self.device, self.dtype, self._dl = arr, None, device, dtype, None
+        self._ptr = None
         return self
 
     # -- properties
@@ -182,7 +184,9 @@ class NDArray:
     @property
     def data_ptr(self) -> int:
         """Address of the first element."""
-        return int(self._arr.ctypes.data)
+        if self._ptr is None:
+            self._ptr = int(self._arr.ctypes.data)
+        return self._ptr
 
     # -- data movement
     def numpy(self) -> np.ndarray:

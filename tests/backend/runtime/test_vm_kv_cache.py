@@ -72,6 +72,8 @@ def test_appends_in_place_and_matches_onnxruntime(kv_vm):
         for got, ref in zip((y, pk, pv), want):
             np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)
         want_k, want_v = want[1], want[2]
+        # (the address a present view caches, from its buffer, is its data's)
+        assert (pk.data_ptr, pv.data_ptr) == (pk._arr.ctypes.data, pv._arr.ctypes.data)
         if step:
             addresses.add((pk.data_ptr, pv.data_ptr))
     assert len(addresses) == 1  # every step after the first appended into the same buffers
