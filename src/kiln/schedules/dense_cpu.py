@@ -16,6 +16,7 @@ from kiln.schedules.amx import amx_call
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.schedules.knobs import knob
 from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
+from kiln.target import Target
 from kiln.tir import te
 from kiln.tir.lower import Schedule
 from kiln.tir.te import IterVar, Tensor
@@ -139,8 +140,14 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
     # the cache then reads two adjacent lines of a row, half the passes of a 16-column block
     # (its rows are 768 bytes apart: a latency-bound stride once the cache is out of L2).
     wide = isinstance(j.extent, int) and rows[1].extent <= 3 and j.extent % (2 * MATMUL_COLS) == 0
-    wide = wide or (packed and i in symbolic)
-    cols = stage.split(j, 2 * MATMUL_COLS if wide else MATMUL_COLS, tail="shift")
+    block = 2 * MATMUL_COLS if wide or (packed and i in symbolic) else MATMUL_COLS
+    # With 32 vector registers (AVX-512) three rows take four vectors: a decoded token's
+    # context (3 grouped heads x 64) is one block, one pass over the value cache per head
+    target = Target.current()
+    if wide and target is not None and target.vector_registers() >= 32:
+        four = 4 * target.vector_lanes(t.dtype)
+        block = four if four > block and j.extent % four == 0 else block
+    cols = stage.split(j, block, tail="shift")
     _register_block(stage, [ax for ax in axes if ax is not i and ax is not j], rows, cols,
                     t.body.axes[0])
 
