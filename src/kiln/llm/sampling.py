@@ -104,20 +104,49 @@ def next_tokens(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generato
     out = np.empty(logits.shape[0], np.int64)
     for b, (row, ids) in enumerate(zip(logits, rows, strict=True)):
         probs = token_probs(row, cfg, ids if penalize else ())
-        out[b] = rng.choice(probs.size, p=probs)
+        # the draw of rng.choice(vocab, p=probs) (its cdf, searched for one uniform), over the
+        # kept ids only: the zeros add nothing to the cdf
+        kept = np.flatnonzero(probs)
+        out[b] = kept[rng.choice(kept.size, p=probs[kept])]
     return out
 
 
+#: the tokens a top-p cut looks at first, doubled until their mass reaches top_p (the kept
+#: tokens are usually far fewer than a vocabulary: sorting SmolLM2's 49152 took ~3 ms a token)
+TOP_P_CANDIDATES = 256
+
+
+def _largest(row: np.ndarray, k: int) -> np.ndarray:
+    """The ids of ``row``'s ``k`` largest entries, and of any entry equal to the smallest of
+    them, largest first, ties by ascending id: a prefix of ``np.argsort(-row, kind="stable")``
+    (``np.partition`` finds the threshold in linear time)."""
+    if k >= row.size:
+        return np.argsort(-row, kind="stable")
+    threshold = np.partition(row, row.size - k)[row.size - k]
+    ids = np.flatnonzero(row >= threshold)
+    return ids[np.argsort(-row[ids], kind="stable")]
+
+
 def _filtered_probs(row: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
-    order = np.argsort(-row, kind="stable")
-    keep = order[:top_k] if top_k else order
-    z = row[keep] - row[keep[0]]
-    p = np.exp(z)
-    p /= p.sum()
-    if top_p < 1.0:
+    e = np.exp(row - row.max())
+    if not top_k and top_p >= 1.0:
+        return e / e.sum()
+    k = top_k or row.size
+    top = _largest(row, k)[:k] if top_k else None
+    total = e[top].sum() if top_k else e.sum()
+    n = min(k, TOP_P_CANDIDATES) if top_p < 1.0 else k
+    while True:
+        keep = top[:n] if top_k else _largest(row, n)
+        p = e[keep] / total
+        if top_p >= 1.0:
+            break
         # the smallest prefix reaching top_p (shifted cumsum: the token crossing it stays)
-        cut = int(np.searchsorted(np.cumsum(p), top_p)) + 1
-        keep, p = keep[:cut], p[:cut] / p[:cut].sum()
+        mass = np.cumsum(p)
+        if mass[-1] >= top_p or keep.size >= k:
+            cut = int(np.searchsorted(mass, top_p)) + 1
+            keep, p = keep[:cut], p[:cut] / p[:cut].sum()
+            break
+        n *= 2
     probs = np.zeros(row.size)
     probs[keep] = p
     return probs

@@ -163,3 +163,32 @@ def test_text_streamer_holds_back_partial_characters():
     for t in (1, 2, 3):
         stream(0, t)
     assert out == ["caf", "é!"]
+
+
+def _sorted_probs(row, top_k, top_p):
+    """The filter on a full stable sort of the vocabulary (what next_tokens did before it
+    looked at candidates only)."""
+    order = np.argsort(-row, kind="stable")
+    keep = order[:top_k] if top_k else order
+    p = np.exp(row[keep] - row[keep[0]])
+    p /= p.sum()
+    cut = int(np.searchsorted(np.cumsum(p), top_p)) + 1 if top_p < 1.0 else keep.size
+    probs = np.zeros(row.size)
+    probs[keep[:cut]] = p[:cut] / p[:cut].sum()
+    return probs
+
+
+@pytest.mark.parametrize("top_k", [0, 100, 4000])
+@pytest.mark.parametrize("top_p", [0.5, 0.95, 1.0])
+def test_top_p_over_candidates_equals_a_full_sort(top_k, top_p):
+    """top-p looks at the largest TOP_P_CANDIDATES logits first and doubles them until they
+    hold top_p of the mass: the same kept tokens and probabilities as sorting the whole
+    vocabulary, with a flat distribution (thousands kept) and with ties (rounded logits)."""
+    rng = np.random.default_rng(7)
+    flat = rng.standard_normal(5000) * 0.3
+    tied = np.round(rng.standard_normal(5000) * 2) / 2
+    for row in (flat, tied):
+        cfg = SamplingConfig(do_sample=True, temperature=1.0, top_k=top_k, top_p=top_p)
+        got, want = token_probs(row, cfg), _sorted_probs(row, top_k, top_p)
+        np.testing.assert_array_equal(got > 0, want > 0)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
