@@ -127,26 +127,33 @@ def _largest(row: np.ndarray, k: int) -> np.ndarray:
     return ids[np.argsort(-row[ids], kind="stable")]
 
 
+def _top_p_candidates(row: np.ndarray, e: np.ndarray, total: float, top_p: float) -> np.ndarray:
+    """``row``'s largest ids (:func:`_largest`: TOP_P_CANDIDATES of them, doubled until their
+    probabilities ``e / total`` add up to ``top_p``), or all of them: a prefix of the sorted
+    vocabulary that holds the top-p cut."""
+    n = TOP_P_CANDIDATES
+    while True:
+        ids = _largest(row, n)
+        if ids.size >= row.size or np.cumsum(e[ids] / total)[-1] >= top_p:
+            return ids
+        n *= 2
+
+
 def _filtered_probs(row: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
     e = np.exp(row - row.max())
-    if not top_k and top_p >= 1.0:
+    if top_k:
+        keep = _largest(row, top_k)[:top_k]
+        total = e[keep].sum()
+    elif top_p >= 1.0:
         return e / e.sum()
-    k = top_k or row.size
-    top = _largest(row, k)[:k] if top_k else None
-    total = e[top].sum() if top_k else e.sum()
-    n = min(k, TOP_P_CANDIDATES) if top_p < 1.0 else k
-    while True:
-        keep = top[:n] if top_k else _largest(row, n)
-        p = e[keep] / total
-        if top_p >= 1.0:
-            break
+    else:
+        total = e.sum()
+        keep = _top_p_candidates(row, e, total, top_p)
+    p = e[keep] / total
+    if top_p < 1.0:
         # the smallest prefix reaching top_p (shifted cumsum: the token crossing it stays)
-        mass = np.cumsum(p)
-        if mass[-1] >= top_p or keep.size >= k:
-            cut = int(np.searchsorted(mass, top_p)) + 1
-            keep, p = keep[:cut], p[:cut] / p[:cut].sum()
-            break
-        n *= 2
+        cut = int(np.searchsorted(np.cumsum(p), top_p)) + 1
+        keep, p = keep[:cut], p[:cut] / p[:cut].sum()
     probs = np.zeros(row.size)
     probs[keep] = p
     return probs
