@@ -60,7 +60,7 @@ def tails_allowed() -> bool:
     bool
         False inside :func:`small_extents`, else True.
     """
-    return not SMALL_EXTENTS.get()
+    return SMALL_EXTENTS.get() == 0
 
 
 def register_schedule(tag: str):

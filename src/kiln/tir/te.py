@@ -32,15 +32,10 @@ _names = itertools.count()
 SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=0)
 
 
-def small_extents_version() -> bool:
-    """Whether the kernel version being defined is one for small symbolic extents
-    (``kiln.backend.te_compiler``: ``if extent < least: <this version> else: ...``)."""
-    return SMALL_EXTENTS.get() > 0
-
-
 def extents_version() -> int:
     """The kernel version being defined: 0 the main one, 1 for small extents, 2 for extents
-    smaller than the blocks of version 1 (see SMALL_EXTENTS)."""
+    smaller than the blocks of version 1 (see SMALL_EXTENTS; ``kiln.backend.te_compiler``:
+    ``if extent < least: <a version for small extents> else: ...``)."""
     return SMALL_EXTENTS.get()
 
 

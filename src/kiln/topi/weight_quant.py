@@ -31,7 +31,7 @@ def panel_form(rows) -> bool:
     """Whether a quantized dense over ``rows`` rows takes the panel form (several rows: a
     static count of at least 2, or symbolic rows outside the kernel's version for small
     extents, which takes M < 2)."""
-    return not te.small_extents_version() and not (isinstance(rows, int) and rows < 2)
+    return te.extents_version() == 0 and not (isinstance(rows, int) and rows < 2)
 
 
 def _panel_sum(data: te.Tensor, panel: te.Tensor, out_shape, name: str, tag: str) -> te.Tensor:
