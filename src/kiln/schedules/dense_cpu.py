@@ -95,9 +95,10 @@ def schedule_einsum(sch: Schedule, t: Tensor) -> None:
     the columns are symbolic and gathered (B not packed: :func:`kiln.topi.einsum.pack_columns`)
     or no symbolic row axis can be blocked (one decoded token: the kernel's version 1, whose
     symbolic columns keep their blocks; version 2, for fewer columns, has none). Columns split
-    by 2 × MATMUL_COLS when static, a multiple of 32, and rows blocks of <= 3,
-    else by MATMUL_COLS, the last block shifted back; then :func:`_register_block` (the other
-    axes outermost; knob ``unroll_k``).
+    by 2 × MATMUL_COLS when static, a multiple of 32, and rows blocks of <= 3 (four of the
+    target's vectors instead with 32 vector registers, when they divide the columns), or when
+    B is packed; else by MATMUL_COLS, the last block shifted back; then
+    :func:`_register_block` (the other axes outermost; knob ``unroll_k``).
 
     Parameters
     ----------
