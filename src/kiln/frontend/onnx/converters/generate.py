@@ -2,8 +2,8 @@
 Det (Leibniz's sum over permutations).
 
 Range and EyeLike produce constants (their inputs are compile-time constants in a static
-graph); Trilu multiplies by a constant mask (``where``); OneHot compares the indices with a
-constant ``arange`` along the new axis.
+graph); Trilu selects by a constant mask (``where``; over symbolic extents the mask compares two
+``arange``); OneHot compares the indices with a constant ``arange`` along the new axis.
 """
 
 from __future__ import annotations
@@ -85,10 +85,23 @@ def trilu(ctx: ConvertContext) -> Expr:
         (k,) = ctx.const_ints(1, "Trilu k")
     rows, cols = shape[-2:]
     upper = bool(ctx.attr("upper", 1))
-    mask = np.triu(np.ones((rows, cols), bool), k) if upper else \
-        np.tril(np.ones((rows, cols), bool), k)
+    if isinstance(rows, arith.SymExpr) or isinstance(cols, arith.SymExpr):
+        mask = _symbolic_triangle(ctx, rows, cols, k, upper)
+    else:
+        mask = Constant(np.triu(np.ones((rows, cols), bool), k) if upper else
+                        np.tril(np.ones((rows, cols), bool), k))
     zero = ctx.scalar(0, x.checked_type.dtype)
-    return ctx.call("where", [Constant(mask), x, zero])
+    return ctx.call("where", [mask, x, zero])
+
+
+def _symbolic_triangle(ctx: ConvertContext, rows, cols, k: int, upper: bool) -> Expr:
+    """The [rows, cols] bool mask of Trilu over symbolic extents (a causal mask over the
+    sequence length): element (i, j) is kept when j - i >= k (upper) or j - i <= k (lower),
+    computed as ``arange(-k, cols)[None, :]`` compared with ``arange(0, rows)[:, None]``."""
+    one = ctx.scalar(1, "int64")
+    i = ctx.reshape(ctx.call("arange", [ctx.scalar(0, "int64"), one], count=rows), (rows, 1))
+    j = ctx.call("arange", [ctx.scalar(-k, "int64"), one], count=cols)
+    return ctx.call("greater_equal" if upper else "less_equal", [j, i])
 
 
 @onnx_op("OneHot", since=9)
