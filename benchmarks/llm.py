@@ -276,12 +276,12 @@ def _table(engines, prefills, pasts, best, memory, args) -> str:
     names = {"ort": "onnxruntime fp32", "fp32": "Kiln fp32", "int8": "Kiln int8 weights",
              "q4": "Kiln q4 weights", LLAMA_CPP: "llama.cpp (GGUF Q4_1)"}
     clock = "thread CPU time" if args.clock == "cpu" else "wall clock"
+    columns = (["engine"] + [f"prefill {n} (ms)" for n in prefills]
+               + [f"decode @{p} (tok/s)" for p in pasts] + ["RSS after load / peak (MiB)"])
     lines = [f"SmolLM2-135M-Instruct, {args.threads} thread(s), target '{args.target}', {clock}",
              "",
-             "| engine | " + " | ".join(f"prefill {n} (ms)" for n in prefills) + " | "
-             + " | ".join(f"decode @{p} (tok/s)" for p in pasts)
-             + " | RSS after load / peak (MiB) |",
-             "|---" * (2 + len(prefills) + len(pasts)) + "|"]
+             "| " + " | ".join(columns) + " |",
+             "|---" * len(columns) + "|"]
     ref = "ort" if "ort" in engines else None
     for name in engines:
         cells = []
