@@ -73,8 +73,63 @@ def reshape(inputs, attrs, out_type):
             return x[(*unravel(rows, src[:-1]), i[-1] % inner)]
 
         return te.compute(out, body, name="reshape", tag="reshape")
-    return te.compute(out, lambda *i: x[unravel(_ravel(i, out), src)],
-                      name="reshape", tag="reshape")
+    if all(isinstance(d, int) for d in (*out, *src)):
+        return te.compute(out, lambda *i: x[unravel(_ravel(i, out), src)],
+                          name="reshape", tag="reshape")
+    groups = aligned_groups(out, src)
+
+    def grouped(*i):
+        idx: list = []
+        for (o0, o1), (s0, s1) in groups:
+            if o1 - o0 == 1 and s1 - s0 == 1:  # an axis kept as it is
+                idx.append(i[o0])
+            else:
+                idx.extend(unravel(_ravel(i[o0:o1], out[o0:o1]), src[s0:s1]))
+        return x[tuple(idx)]
+
+    return te.compute(out, grouped, name="reshape", tag="reshape")
+
+
+def _divides(c, a) -> bool:
+    """Whether dim ``c`` divides dim ``a`` for every value of the symbols."""
+    return arith.provably_equal(arith.mul(arith.floordiv(a, c), c), a)
+
+
+def aligned_groups(out: tuple, src: tuple) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The axes of a reshape cut where both shapes' prefix products are provably equal.
+
+    ``[b, 48, h, w] → [b, 2, 24, h, w]`` gives ``(b)(48)(h)(w)`` against ``(b)(2, 24)(h)(w)``:
+    each group's index is raveled and unraveled within the group alone, so an output index
+    never divides by a symbolic extent the two shapes share (ShuffleNet's channel shuffle over
+    symbolic H, W: 14 ns an element with the whole flat index, a copy without). What cannot be
+    aligned (``[h, w] → [w, h]``) is one last group with the whole remaining flat index.
+
+    Parameters
+    ----------
+    out, src : tuple of int or SymExpr
+        The output's and the source's shapes (the same element count).
+
+    Returns
+    -------
+    list of ((o0, o1), (s0, s1))
+        Output axes ``o0:o1`` hold the elements of source axes ``s0:s1``; together they cover
+        both shapes in order (a range may be empty for trailing extent-1 axes).
+    """
+    groups, i, j = [], 0, 0
+    while i < len(out) and j < len(src):
+        oi, sj, po, ps = i + 1, j + 1, out[i], src[j]
+        while not arith.provably_equal(po, ps):
+            if sj < len(src) and _divides(ps, po):
+                ps, sj = arith.mul(ps, src[sj]), sj + 1
+            elif oi < len(out) and _divides(po, ps):
+                po, oi = arith.mul(po, out[oi]), oi + 1
+            else:
+                return groups + [((i, len(out)), (j, len(src)))]
+        groups.append(((i, oi), (j, sj)))
+        i, j = oi, sj
+    if i < len(out) or j < len(src):
+        groups.append(((i, len(out)), (j, len(src))))
+    return groups
 
 
 @register_compute("transpose")

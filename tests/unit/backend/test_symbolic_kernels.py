@@ -220,3 +220,38 @@ def test_matmul_blocks_over_symbolic_rows_and_columns(s):
                  c.name == "fused_nn_matmul_nn_relu"]
     text = astext(lower_primitive(scores, "k"))
     assert "(s - 16)" in text and "if ((s < 2) or (s < 16))" in text
+
+
+def _channel_shuffle() -> Function:
+    """ShuffleNet's channel shuffle over symbolic batch and plane: [n, 48, h, w] → reshape
+    [n, 2, 24, h, w] → transpose (0, 2, 1, 3, 4) → reshape [n, 48, h, w]."""
+    h, w = SymVar("h"), SymVar("w")
+    x = Var("x", TensorType((N, 48, h, w), "float32"))
+    split = Call("reshape", [Call("nn.relu", [x])], {"newshape": (N, 2, 24, h, w)})
+    swapped = Call("transpose", [split], {"axes": (0, 2, 1, 3, 4)})
+    return Function([x], [Call("reshape", [swapped], {"newshape": (N, 48, h, w)})])
+
+
+def test_a_reshape_over_symbolic_planes_divides_only_its_own_axes():
+    """A reshape cuts its axes where both shapes' products align (kiln.topi.transform
+    .aligned_groups): the channel shuffle's index divides by 24 and 2 only, never by the
+    symbolic h or w in its load (a division per element made the shuffle 14 ns an element; the
+    parallel loop's split of its fused rows is per row); the values equal numpy's."""
+    from kiln.topi.transform import aligned_groups
+
+    h, w = SymVar("h"), SymVar("w")
+    assert aligned_groups((N, 2, 24, h, w), (N, 48, h, w)) == [
+        ((0, 1), (0, 1)), ((1, 3), (1, 2)), ((3, 4), (2, 3)), ((4, 5), (3, 4))]
+    assert aligned_groups((N, h * w), (N, h, w)) == [((0, 1), (0, 1)), ((1, 2), (1, 3))]
+    assert aligned_groups((w, h), (h, w)) == [((0, 2), (0, 2))]  # not aligned: one group
+    assert aligned_groups((1, N, 48), (N, 48)) == [((0, 2), (0, 1)), ((2, 3), (1, 2))]
+    func = _channel_shuffle()
+    for call in _fused_calls(func):
+        text = astext(lower_primitive(call, call.name))
+        loads = [line for line in text.splitlines() if " = " in line and "p0[" in line]
+        assert loads and all("24" in load for load in loads), text
+        assert not any(f"{op} {d}" in load or f"{op} ({d}" in load for load in loads
+                       for op in ("//", "%") for d in "hw"), loads
+    x = np.random.default_rng(2).standard_normal((2, 48, 3, 5)).astype("float32")
+    want = np.maximum(x, 0).reshape(2, 2, 24, 3, 5).transpose(0, 2, 1, 3, 4).reshape(2, 48, 3, 5)
+    np.testing.assert_array_equal(_interpret(func, {"x": x}), want)
