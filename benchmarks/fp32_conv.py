@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/fp32_conv.py [--shapes 256x512x56k1s2,3x64x224k7s2,...]
         [--threads 1] [--target "llvm -mcpu=native"] [--rounds 15] [--repeat 10]
-        [--alt kiln.schedules.nn_cpu.NAME=VALUE ...]
+        [--alt kiln.schedules.conv_blocks.NAME=VALUE ...]
 
 A shape ``CINxCOUTxHkK[sS]`` (``benchmarks/int8_conv.py``): input channels, output channels,
 input height = width, kernel, stride, padding K // 2; the model is ``Conv`` (with bias) →

@@ -13,9 +13,10 @@ import numpy as np
 
 from kiln import arith
 from kiln.schedules.amx import amx_call
+from kiln.schedules.conv_blocks import _divisors
 from kiln.schedules.cpu import MIN_PARALLEL_EXTENT, register_schedule, tails_allowed
 from kiln.schedules.knobs import knob
-from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, _divisors, wide_block_scale
+from kiln.schedules.nn_cpu import UNROLL_CHOICES, _blockable, wide_block_scale
 from kiln.target import Target
 from kiln.tir import te
 from kiln.tir.lower import Schedule

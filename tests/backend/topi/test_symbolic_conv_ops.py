@@ -16,7 +16,7 @@ import kiln
 from kiln.frontend import from_onnx
 from kiln.vm import VirtualMachine
 
-SHAPES = [(1, 4, 7, 9), (2, 4, 16, 5), (3, 4, 4, 4)]
+SHAPES = [(1, 4, 7, 9), (2, 4, 16, 5), (3, 4, 4, 4), (1, 4, 5, 3)]
 RNG = np.random.default_rng(5)
 
 
@@ -32,6 +32,9 @@ def _model() -> onnx.ModelProto:
         helper.make_node("Pad", ["x", "pads"], ["pad_reflect"], mode="reflect"),
         helper.make_node("Conv", ["x", "w", "b"], ["conv"], strides=[2, 2], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["conv"], ["relu"]),
+        # stride 1: shifted register blocks along the symbolic width, narrower rows unblocked
+        helper.make_node("Conv", ["x", "w32"], ["conv_s1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["conv_s1", "w1x1"], ["pointwise"]),
         helper.make_node("MaxPool", ["x"], ["max_pool"], kernel_shape=[3, 3], strides=[2, 2],
                          ceil_mode=1),
         helper.make_node("AveragePool", ["x"], ["avg_pool"], kernel_shape=[3, 3],
@@ -45,10 +48,13 @@ def _model() -> onnx.ModelProto:
         helper.make_node("Mul", ["shape", "size_factors"], ["sizes"]),
         helper.make_node("Resize", ["x", "", "", "sizes"], ["resize_to_sizes"], mode="linear"),
     ]
-    outputs = [n.output[0] for n in nodes if n.output[0] not in ("conv", "shape", "sizes")]
+    outputs = [n.output[0] for n in nodes if n.output[0] not in ("conv", "shape", "sizes",
+                                                                  "conv_s1")]
     inits = [_const("pads", np.array(pads, np.int64)), _const("half", np.float32(0.5)),
              _const("w", RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)),
              _const("b", RNG.standard_normal(16).astype(np.float32)),
+             _const("w32", RNG.standard_normal((32, 4, 3, 3)).astype(np.float32)),
+             _const("w1x1", RNG.standard_normal((16, 32, 1, 1)).astype(np.float32)),
              _const("wt", RNG.standard_normal((4, 4, 2, 2)).astype(np.float32)),
              _const("scales", np.array([1, 1, 2, 2], np.float32)),
              _const("size_factors", np.array([1, 1, 2, 3], np.int64))]

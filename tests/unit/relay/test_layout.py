@@ -295,19 +295,20 @@ def test_k_blocked_conv_matches_reference(monkeypatch):
     """K-blocking (input blocks split, a band of rows accumulated in L1) on a conv small enough
     for the interpreter: the thresholds are lowered so that it is taken."""
     from kiln.relay.transform import winograd
-    from kiln.schedules import nn_cpu
+    from kiln.schedules import conv_blocks
 
     monkeypatch.setattr(winograd, "WINOGRAD", False)  # the direct kernel's blocking
-    monkeypatch.setattr(nn_cpu, "K_BLOCK_MIN_WEIGHT_BYTES", 0)
-    monkeypatch.setattr(nn_cpu, "K_BLOCK_WEIGHT_BYTES", 16 * 9 * 16 * 4)  # one input block
-    monkeypatch.setattr(nn_cpu, "MIN_PARALLEL_EXTENT", 2)
+    monkeypatch.setattr(conv_blocks, "K_BLOCK_MIN_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(conv_blocks, "K_BLOCK_WEIGHT_BYTES", 16 * 9 * 16 * 4)  # one input block
+    monkeypatch.setattr(conv_blocks, "MIN_PARALLEL_EXTENT", 2)
     x, y = _conv_graph((1, 32, 4, 6), 16, 3, 1, 1)
     func = fuse_ops(alter_op_layout(Function([x], [y])))
     (conv,) = [c for c in post_order(func.outputs) if isinstance(c, PrimitiveCall)
                and "conv2d_NCHWc" in c.name]
     conv = _conv_stage(conv)
     rc, _, _, ri = conv.body.axes
-    assert nn_cpu._k_block(conv, rc, 9 * ri.extent) == nn_cpu.KBlock(input_blocks=1, rows=2)
+    assert conv_blocks._k_block(conv, rc, 9 * ri.extent) == conv_blocks.KBlock(input_blocks=1,
+                                                                               rows=2)
     data = _rand(1, 32, 4, 6)
     (got,) = run_lowered(func, {"x": data})
     np.testing.assert_allclose(got, evaluate(Function([x], [y]), {"x": data})[0],
@@ -324,7 +325,7 @@ def test_k_blocked_conv_matches_reference(monkeypatch):
 ])
 def test_k_block_choice(monkeypatch, shape, oc, k, expect):
     from kiln.relay.transform import winograd
-    from kiln.schedules import nn_cpu
+    from kiln.schedules import conv_blocks
 
     # the direct kernel's blocking (the 3x3 shapes would run as Winograd convs: decision 050)
     monkeypatch.setattr(winograd, "WINOGRAD", False)
@@ -335,7 +336,7 @@ def test_k_block_choice(monkeypatch, shape, oc, k, expect):
                and "conv2d_NCHWc" in c.name]
     conv = _conv_stage(conv)
     rc, _, _, ri = conv.body.axes
-    got = nn_cpu._k_block(conv, rc, k * k * ri.extent)
+    got = conv_blocks._k_block(conv, rc, k * k * ri.extent)
     assert (got if got is None else tuple(got)) == expect
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.schedules.nn_cpu import (
+from kiln.schedules.conv_blocks import (
     POINTWISE_BLOCK,
     REG_BLOCK,
     _row_block,
