@@ -254,3 +254,19 @@ def test_conv_transpose3d_symbolic_depth_is_unsupported():
                               ir_version=helper.find_min_ir_version_for(opsets))
     with pytest.raises(UnsupportedOpError, match=r"ConvTranspose.*up3.*symbolic depth"):
         from_onnx(model)
+
+
+def test_outputs_declared_without_a_shape_load_as_onnxruntime_takes_them(tmp_path):
+    """A graph output typed with no shape field (``make_tensor_value_info(name, FLOAT, None)``;
+    onnxruntime runs such models) loads and imports; onnx.checker alone refused it ("Field
+    'shape' of 'type' is required"). The declaration itself stays without a shape."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "no_shape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    model = load_onnx(path)
+    assert not model.graph.output[0].type.tensor_type.HasField("shape")
+    mod, _ = from_onnx(model)
+    assert mod["main"].outputs[0].checked_type.shape == (2, 3)

@@ -78,12 +78,28 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
     except (DecodeError, OSError, ValueError, RuntimeError) as err:
         raise KilnError(f"'{path}' is not a valid ONNX model: {err}") from None
     try:
-        onnx.checker.check_model(model)
+        _check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise KilnError(f"'{path}' is not a valid ONNX model (truncated or corrupt?): "
                         f"{first}") from None
     return model
+
+
+def _check_model(model: onnx.ModelProto) -> None:
+    """``onnx.checker.check_model``, except that a graph input or output typed without a shape
+    field is accepted, as onnxruntime accepts it: the checker requires the field (an empty
+    one is a rank-0 tensor), so one is set for the check alone."""
+    graph = model.graph
+    shapeless = [vi.type.tensor_type for vi in (*graph.input, *graph.output)
+                 if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    for tensor_type in shapeless:
+        tensor_type.shape.SetInParent()
+    try:
+        onnx.checker.check_model(model)
+    finally:
+        for tensor_type in shapeless:
+            tensor_type.ClearField("shape")
 
 
 def model_opset(model: onnx.ModelProto) -> int:
