@@ -25,7 +25,8 @@ REG_BLOCK = 14
 #: take the kernel's unblocked version): 4 fits the 8-wide planes of small inputs' last stages
 #: with no recomputed pixel and keeps 8 accumulators with two-vector channel blocks (one-vector
 #: blocks take LATENCY_ACCUMULATORS pixels). RetinaNet's head over 8×8 at 1 thread: one-pixel
-#: blocks 1.77 ms, these 0.60 ms (static 0.23 ms with Winograd; onnxruntime 0.39 ms).
+#: blocks 1.77 ms, these 0.60 ms (static 0.23 ms with Winograd; onnxruntime 0.39 ms; decision
+#: 059).
 SYMBOLIC_ROW_BLOCK = 4
 #: Output pixels of a 1×1 conv's register block. With 32-channel blocks (two AVX-512 vectors)
 #: a 1×1 with many input channels runs at 64 GFLOP/s with 14 pixels and 147 with 7 (512→1024

@@ -107,3 +107,16 @@ def test_dilated_conv(tmp_path, target, cin, cout, h, w, dilation):
     """A dilated 3×3 conv (pads = dilation, stride 1) + bias + relu matches onnxruntime."""
     model, inputs = conv_model(cin, cout, h, w, dilation=dilation, pad=dilation)
     _build_check(model, inputs, tmp_path, target)
+
+
+@pytest.mark.parametrize("cin,cout,h,w,stride,kernel", [
+    (64, 36, 10, 9, 2, 3),  # a detection head's 9 anchors x 4 box values
+    (64, 18, 7, 7, 1, 1),
+    (32, 3, 9, 9, 1, 3),
+])
+def test_narrow_outputs_padded_to_whole_vectors(tmp_path, target, cin, cout, h, w, stride,
+                                                kernel):
+    """Convs whose exact channel block is under half a vector compute zero filters up to whole
+    vectors (decision 059) and return only the real channels, equal to onnxruntime's."""
+    model, inputs = conv_model(cin, cout, h, w, stride=stride, kernel=kernel, pad=kernel // 2)
+    _build_check(model, inputs, tmp_path, target)

@@ -112,6 +112,31 @@ def test_padded_outputs_stay_blocked_through_per_channel_ops():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_narrow_convs_pad_and_add_blocked():
+    """LR-ASPP's head: two 5-class convs (each padded to one 16-float vector, decision 059)
+    added, then a sigmoid: the add and the sigmoid run on the padded blocked values, and the
+    real channels are cropped once, at the end."""
+    x, y = _conv_graph((1, 32, 6, 6), 5, 1, 1, 0, relu=False)
+    z = Call("nn.conv2d", [x, Constant(_rand(5, 32, 3, 3))],
+             {"strides": (1, 1), "padding": (1,) * 4, "dilation": (1, 1), "groups": 1})
+    func = Function([x], [Call("sigmoid", [Call("add", [z, y])])])
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"):
+        altered = alter_op_layout(func)
+    convs = [n for n in post_order(altered.outputs)
+             if isinstance(n, Call) and n.op.name == "nn.conv2d_NCHWc"]
+    assert [c.checked_type.shape for c in convs] == [(1, 1, 6, 6, 16)] * 2
+    (add,) = [n for n in post_order(altered.outputs) if isinstance(n, Call) and n.op.name == "add"
+              and not any(isinstance(a, Constant) for a in n.args)]
+    assert add.checked_type.shape == (1, 1, 6, 6, 16)
+    (sigmoid,) = [n for n in post_order(altered.outputs)
+                  if isinstance(n, Call) and n.op.name == "sigmoid"]
+    assert sigmoid.args[0] is add
+    assert altered.outputs[0].checked_type.shape == (1, 5, 6, 6)
+    data = _rand(1, 32, 6, 6)
+    np.testing.assert_allclose(evaluate(altered, {"x": data})[0], evaluate(func, {"x": data})[0],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_layout_flows_between_convs_and_through_residual_add():
     x, y = _conv_graph((1, 16, 6, 6), 16, 3, 1, 1)
     w2 = Constant(_rand(16, 16, 1, 1))

@@ -132,6 +132,20 @@ def _padded_outputs(n: int, full: int, block: int) -> int:
     return padded if padded - n <= n * MAX_PAD_FRACTION else n
 
 
+def _vector_padded_outputs(n: int, block: int) -> tuple[int, int]:
+    """(outputs, block) of a float conv whose exact channel block is under half a vector:
+    ``n`` rounded up to whole vectors, in blocks of one vector, when the wider vectors outweigh
+    the zero filters at least twice (``padded / n <= lanes / block / 2``); else ``(n, block)``.
+    Consumers read the real channels' slice (a layout change), so half-vector blocks (24
+    channels on AVX-512) keep their exact block between convs (decision 059)."""
+    target = Target.current()
+    lanes = target.vector_lanes("float32") if target is not None else 0
+    if 2 * block >= lanes:
+        return n, block
+    padded = -(-n // lanes) * lanes
+    return (padded, lanes) if 2 * padded * block <= n * lanes else (n, block)
+
+
 def _pad_rows(w: np.ndarray, rows: int) -> np.ndarray:
     """``w`` with zero rows appended along axis 0 up to ``rows``."""
     return np.pad(w, [(0, rows - w.shape[0])] + [(0, 0)] * (w.ndim - 1))
@@ -195,8 +209,8 @@ def alter_op_layout(func: Function, int8_products: str = "exact") -> Function:
             return _dense(call, args, int8_products)
         if call.checked_type.ndim != 4:
             return same_call(call, args)
-        if padded.get(args[0].uid) is not None:
-            return _padded_channel_op(call, args, padded[args[0].uid], to_nchw)
+        if any(padded.get(a.uid) is not None for a in args):
+            return _padded_channel_op(call, args, [padded.get(a.uid) for a in args], to_nchw)
         forms = [blocked.get(a.uid) for a in args]
         blocks = {f[1] for f in forms if f is not None}
         if len(blocks) != 1:
@@ -266,6 +280,8 @@ def _conv(call: Call, args: list[Expr], blocked, as_blocked, to_nchw,
         if tile is not None:
             return to_nchw(winograd_conv(call, as_blocked(data, ib), weight, tile, (ib, ob)),
                            ob)
+        if padded == out_channels and not integer:
+            padded, ob = _vector_padded_outputs(out_channels, ob)
         w = transform_array(_pad_rows(weight.data, padded), "OIHW", f"OIHW{ib}i{ob}o")
         op = "nn.conv2d_NCHWc"
     else:  # depthwise
@@ -363,21 +379,28 @@ def _group_blocks(channels: int, out_channels: int, groups: int,
     return own, own, ob
 
 
-def _padded_channel_op(call: Call, args: list[Expr], form: tuple[Expr, int], to_nchw) -> Expr:
-    """A per-channel op (unary elementwise, bias or scale by constants, pool) on a padded
-    blocked value, run on all its channels (the extra ones are cropped at the end): squeezenet's
-    1000-class conv keeps its 1024 channels blocked through bias, ReLU and global pooling."""
+def _padded_channel_op(call: Call, args: list[Expr], forms: list, to_nchw) -> Expr:
+    """A per-channel op (unary elementwise, bias or scale by constants, pool, or arithmetic
+    between padded values of one layout) on padded blocked values (``forms``: the padded
+    ``(value, block)`` of each argument, or None), run on all their channels (the extra ones
+    are cropped at the end): squeezenet's 1000-class conv keeps its 1024 channels blocked
+    through bias, ReLU and global pooling; LR-ASPP's two 5-class convs (padded to 16) add
+    blocked."""
     op = call.op.name
-    value, block = form
+    value, block = next(f for f in forms if f is not None)
     channels = value.checked_type.shape[1] * block
-    if op in POOLS and call.attrs.get("layout", "NCHW") == "NCHW":
+    if forms[0] is not None and op in POOLS and call.attrs.get("layout", "NCHW") == "NCHW":
         new = Call(op, [value], dict(call.attrs, layout=f"NCHW{block}c"), call.span)
-    elif call.op.pattern == OpPattern.ELEMWISE and len(args) == 1:
+    elif forms[0] is not None and call.op.pattern == OpPattern.ELEMWISE and len(args) == 1:
         new = Call(op, [value], call.attrs, call.span)
     elif op in _ARITH or (op == "nn.bias_add" and call.attrs["axis"] == 1):
-        operands = [value]
-        for arg in args[1:]:
-            data = arg.data if isinstance(arg, Constant) else None
+        operands = []
+        for arg, form in zip(args, forms):
+            if form is not None and form[1] == block and \
+                    form[0].checked_type.shape == value.checked_type.shape:
+                operands.append(form[0])
+                continue
+            data = arg.data if isinstance(arg, Constant) and form is None else None
             const = None if data is None else _blocked_constant(data, call, block, channels)
             if const is None:
                 return same_call(call, args)
