@@ -1,9 +1,9 @@
 """Per-op CPU tensor-level schedules (in the spirit of TVM's topi/x86, much simpler).
 
-conv2d: the padded input is materialized once (no bounds test in the inner loop), and the
-reduction runs outside the output's spatial loops (n, o, rc, ry, rx, y, x): the innermost loop
-walks an output row contiguously with one weight value, which the C compiler vectorizes without
-reassociating float sums.
+conv2d: the padded input is materialized once (no bounds test in the inner loop; a wide pad over
+a symbolic plane is read in place instead), and the reduction runs outside the output's spatial
+loops (n, o, rc, ry, rx, y, x): the innermost loop walks an output row contiguously with one
+weight value, which the C compiler vectorizes without reassociating float sums.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     block's whole weights being streamed again from L2 for each row; the band's accumulators
     stay in L1."""
     for t in conv.inputs():
-        if t.tag == "pad" and materialize_pad:
+        if t.tag == "pad" and materialize_pad and not _mostly_padding(t):
             sch[t].compute_root()
             sch[t].vectorize(t.axes[-1])  # the channel block: one guarded vector copy a pixel
     n, c, y, x, b = conv.axes
@@ -336,6 +336,23 @@ def _unrolled_input_block(stage, ri: IterVar) -> tuple[IterVar, ...]:
     ri_o, ri_i = stage.split(ri, unroll)
     stage.unroll(ri_i)
     return ri_o, ri_i
+
+
+#: Padding per side from which a pad stage over a symbolic plane is read in place (guarded
+#: loads) instead of copied: DeepLabV3's ASPP pads its 4×4 map by 36 a side, a 76×76 copy of
+#: 960 channels (22 MB) per conv for 16 output pixels.
+WIDE_PADDING = 8
+
+
+def _mostly_padding(pad: Tensor) -> bool:
+    """Whether ``pad`` (a ``pad`` stage) adds at least WIDE_PADDING pixels a side to a
+    symbolic plane. Static planes with such padding have their taps clipped before they get
+    here (kiln.relay.transform.clip_taps)."""
+    (src,) = pad.inputs()
+    if all(isinstance(d, int) for d in src.shape[2:4]):
+        return False
+    grow = [arith.sub(p, d) for p, d in zip(pad.shape[2:4], src.shape[2:4])]
+    return all(isinstance(g, int) for g in grow) and max(grow) >= 2 * WIDE_PADDING
 
 
 @register_schedule("conv2d_NCHWc")

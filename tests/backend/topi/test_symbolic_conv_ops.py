@@ -35,6 +35,8 @@ def _model() -> onnx.ModelProto:
         # stride 1: shifted register blocks along the symbolic width, narrower rows unblocked
         helper.make_node("Conv", ["x", "w32"], ["conv_s1"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["conv_s1", "w1x1"], ["pointwise"]),
+        # padded by 8 a side: read in place (guarded loads), not copied
+        helper.make_node("Conv", ["x", "w", "b"], ["dilated"], pads=[8] * 4, dilations=[8, 8]),
         helper.make_node("MaxPool", ["x"], ["max_pool"], kernel_shape=[3, 3], strides=[2, 2],
                          ceil_mode=1),
         helper.make_node("AveragePool", ["x"], ["avg_pool"], kernel_shape=[3, 3],
