@@ -61,9 +61,6 @@ def lower_primitive(call: PrimitiveCall, name: str) -> L.PrimFunc:
     return make_packed_api(lower_unpacked(call, name), arg_names)
 
 
-#: the last version a kernel may have for small extents (kiln.tir.te.SMALL_EXTENTS)
-SMALLEST_VERSION = 2
-
 
 def lower_unpacked(call: PrimitiveCall, name: str) -> L.PrimFunc:
     """The kernel of :func:`lower_primitive` before MakePackedAPI: one buffer parameter per
@@ -94,7 +91,7 @@ def _small_extent_version(call: PrimitiveCall, func: L.PrimFunc, sch: Schedule,
     tails = [(e, least) for e, least in tails if not isinstance(e, int)]  # static: no choice
     if not tails:
         return func
-    assert version <= SMALLEST_VERSION, f"{func.name}: version {version - 1} still has blocks"
+    assert version <= te.SMALLEST_VERSION, f"{func.name}: version {version - 1} still has blocks"
     with small_extents(version):
         inputs, output = to_te(call.body)
         small_sch = schedule_te(Schedule(output))

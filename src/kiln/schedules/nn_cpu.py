@@ -31,7 +31,7 @@ from kiln.schedules.cpu import register_schedule, tails_allowed
 from kiln.schedules.knobs import knob
 from kiln.target import Target
 from kiln.tir.lower import Schedule
-from kiln.tir.te import IterVar, Tensor
+from kiln.tir.te import SMALLEST_VERSION, IterVar, Tensor, extents_version
 from kiln.topi.integer import TAP_PAIRS_STAGE
 
 
@@ -181,16 +181,18 @@ def _register_blocked(sch: Schedule, conv: Tensor, reduce_order, taps: int,
     if plane is not None:
         _plane_blocked(stage, b, rows_outer, sub, reduce_order, plane, k_block)
         return
-    if not isinstance(x.extent, int) and tails_allowed() \
+    version = extents_version()
+    symbolic_pixels = max(SYMBOLIC_ROW_BLOCK, LATENCY_ACCUMULATORS // max(1, vectors)) >> version
+    if not isinstance(x.extent, int) and version < SMALLEST_VERSION and symbolic_pixels > 1 \
             and max(_divisors(x.extent, SYMBOLIC_ROW_BLOCK)) < SYMBOLIC_ROW_BLOCK \
             and _row_block(y.extent, taps, most) == 1:
         # A symbolic width without a known divisor (and no static rows to block instead):
-        # shifted blocks, the kernel's version for narrower rows unblocked (te_compiler);
-        # one-pixel blocks were latency-bound
+        # shifted blocks, half as wide in the kernel's version for narrower rows, unblocked in
+        # the last (te_compiler); one-pixel blocks were latency-bound
         shift = True
-        pixels = max(SYMBOLIC_ROW_BLOCK, LATENCY_ACCUMULATORS // max(1, vectors))
         pixels = knob("tile_ow", range(1, 2 * SYMBOLIC_ROW_BLOCK + 1),
-                      min(pixels, most or pixels))
+                      min(symbolic_pixels, most or symbolic_pixels)) if version == 0 \
+            else min(symbolic_pixels, most or symbolic_pixels)
     elif shift:
         pixels = knob("tile_ow", range(1, min(x.extent, most) + 1),
                       _shifted_row_block(x.extent, most))

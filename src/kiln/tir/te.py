@@ -30,6 +30,8 @@ _names = itertools.count()
 #: docs/decisions/053); 2 the one for extents smaller than the blocks version 1 keeps (a
 #: matmul-like einsum's columns: docs/decisions/057)
 SMALL_EXTENTS = contextvars.ContextVar("kiln_small_extents", default=0)
+#: the last version a kernel may have for small extents: it blocks no symbolic axis
+SMALLEST_VERSION = 2
 
 
 def extents_version() -> int:

@@ -279,12 +279,16 @@ def _conv_kernel_text(oc: int, dilation: int = 1) -> str:
 def test_a_symbolic_width_gets_shifted_register_blocks(oc, pixels):
     """A width with no known divisor is blocked in shifted blocks of ``pixels`` (8
     accumulators: 4 pixels of two vectors, 8 of one); rows narrower than a block take the
-    kernel's unblocked version (one-pixel blocks everywhere were 2-3x slower: RetinaNet's
-    head)."""
+    kernel's version with blocks half as wide, and rows narrower than those its unblocked
+    version (one-pixel blocks everywhere were 2-3x slower: RetinaNet's head; SSDLite's 4-wide
+    maps took the unblocked version)."""
     text = _conv_kernel_text(oc)
-    assert f"if (W < {pixels}):" in text, text
-    main = text.split(f"if (W < {pixels}):", 1)[1].split("else:", 1)[1]
+    half = pixels // 2
+    assert f"if (W < {pixels}):" in text and f"if (W < {half}):" in text, text
+    main = text.split(f"if (W < {pixels}):", 1)[1].split(f"if (W < {half}):", 1)[1]
+    _, middle, main = main.split("else:", 2)  # the unblocked version, the middle one, main
     assert f"range(0, 0 + {pixels}) [unrolled]" in main, main
+    assert f"ax3_i in range(0, 0 + {half}) [unrolled]" in middle, middle
 
 
 def test_a_symbolic_plane_padded_widely_is_read_in_place():
