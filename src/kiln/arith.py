@@ -69,7 +69,7 @@ class SymExpr:
         return mul(self, -1)
 
     def __int__(self) -> int:
-        raise ShapeError(f"dimension {self} is symbolic; a static value is needed here")
+        raise SymbolicValueError(f"dimension {self} is symbolic; a static value is needed here")
 
     __index__ = __int__
 
@@ -371,6 +371,11 @@ def maximum(a: Dim, b: Dim) -> Dim:
 
 
 # --------------------------------------------------------------------------- analysis
+
+
+class SymbolicValueError(ShapeError):
+    """A symbolic dim used where a static number is needed (``int(n)``, a float conversion of
+    a shape value): a graph computation on it exists at run time only."""
 
 
 class UndecidedError(ShapeError):

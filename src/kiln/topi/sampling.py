@@ -31,11 +31,28 @@ def _floor(v: L.PrimExpr) -> L.PrimExpr:
     return L.call("floor", v)
 
 
-def _reflect(v: L.PrimExpr, lo: float, hi: float) -> L.PrimExpr:
+def _number(value, dtype: str) -> L.PrimExpr:
+    """``value`` (a number, a symbolic dim or an expression) as a ``dtype`` expression."""
+    if isinstance(value, L.PrimExpr):
+        return value
+    if isinstance(value, (int, float)):
+        return L.const(value, dtype)
+    return L.Cast(dtype, L.as_index(value))  # a symbolic extent, read at run time
+
+
+def _borders(size, align_corners: bool, dtype: str) -> tuple[L.PrimExpr, L.PrimExpr]:
+    """:func:`borders` of a static or symbolic ``size``, as ``dtype`` expressions."""
+    extent = _number(size, dtype)
+    if align_corners:
+        return L.const(0, dtype), extent - L.const(1, dtype)
+    return L.const(-0.5, dtype), extent - L.const(0.5, dtype)
+
+
+def _reflect(v: L.PrimExpr, lo: L.PrimExpr, hi: L.PrimExpr) -> L.PrimExpr:
     """Fold ``v`` into [lo, hi] by reflecting at the nearer border until inside."""
     dt = v.dtype
-    rng = L.const(hi - lo, dt)
-    lo_c, hi_c = L.const(lo, dt), L.const(hi, dt)
+    rng = hi - lo
+    lo_c, hi_c = lo, hi
 
     def fold(dx: L.PrimExpr, near: L.PrimExpr, far: L.PrimExpr, sign_near: int) -> L.PrimExpr:
         n = _floor(dx / rng)
@@ -106,17 +123,17 @@ def grid_sample(inputs, attrs, out_type):
     def coordinate(n, o, k: int) -> L.PrimExpr:
         size = sizes[k]
         v = grid[(n, *o, nsp - 1 - k)]
-        one = L.const(1, dt)
+        one, extent = L.const(1, dt), _number(size, dt)
         if align:
-            c = (v + one) / L.const(2, dt) * L.const(size - 1, dt)
+            c = (v + one) / L.const(2, dt) * (extent - one)
         else:
-            c = ((v + one) * L.const(size, dt) - one) / L.const(2, dt)
+            c = ((v + one) * extent - one) / L.const(2, dt)
         if mode == "nearest":
             c = L.call("nearbyint", c)
-        lo, hi = borders(size, align)
+        lo, hi = _borders(size, align, dt)
         if padding == "border":
-            outside = L.Binary("or", c < L.const(lo, dt), c > L.const(hi, dt))
-            clamped = L.minimum(L.maximum(c, L.const(0, dt)), L.const(size - 1, dt))
+            outside = L.Binary("or", c < lo, c > hi)
+            clamped = L.minimum(L.maximum(c, L.const(0, dt)), extent - one)
             c = L.Select(outside, clamped, c)
         elif padding == "reflection":
             c = _reflect(c, lo, hi)
@@ -125,12 +142,13 @@ def grid_sample(inputs, attrs, out_type):
     def tap_index(i: L.PrimExpr, k: int) -> tuple[L.PrimExpr, L.PrimExpr | None]:
         """(index to read, in-range condition for zeros padding) of integer tap ``i``."""
         size = sizes[k]
+        last = L.as_index(size - 1)
         if padding == "zeros":
-            ok = L.logical_and(i >= 0, i < size)
-            return L.minimum(L.maximum(i, L.IntImm(0)), L.IntImm(size - 1)), ok
+            ok = L.logical_and(i >= 0, i < L.as_index(size))
+            return L.minimum(L.maximum(i, L.IntImm(0)), last), ok
         if padding == "border":
-            return L.minimum(L.maximum(i, L.IntImm(0)), L.IntImm(size - 1)), None
-        lo, hi = borders(size, align)
+            return L.minimum(L.maximum(i, L.IntImm(0)), last), None
+        lo, hi = _borders(size, align, dt)
         return L.Cast(L.INT, _reflect(L.Cast(dt, i), lo, hi)), None
 
     def body(n, c, *o):

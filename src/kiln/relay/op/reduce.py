@@ -11,7 +11,7 @@ import numpy as np
 
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
-from kiln.relay.op.common import expect_arity, normalize_axis
+from kiln.relay.op.common import expect_arity, normalize_axis, surely_less
 from kiln.relay.op_registry import OpPattern, register_op
 
 
@@ -95,7 +95,8 @@ def _topk_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     (x,) = arg_types
     axis = normalize_axis(attrs["axis"], x.ndim)
     k = attrs["k"]
-    if not 0 <= k <= x.shape[axis]:
+    # a symbolic extent is decided by its bounds or at run time; a symbolic k is the whole axis
+    if isinstance(k, int) and (k < 0 or surely_less(x.shape[axis], k)):
         raise ShapeError(f"k={k} out of range for axis {axis} of {x.shape}")
     return TensorType(x.shape[:axis] + (k,) + x.shape[axis + 1:], "int64")
 

@@ -7,7 +7,7 @@ arithmetic, shape computations — collapse into single constants.
 
 from __future__ import annotations
 
-from kiln.arith import UndecidedError
+from kiln.arith import SymbolicValueError, UndecidedError
 from kiln.relay.graph import Call, Constant, Expr, Function, rewrite, same_call
 from kiln.relay.interpreter import evaluate_call
 
@@ -34,8 +34,8 @@ def fold_constant(func: Function) -> Function:
             return same_call(call, args)  # (a symbolic output shape is known at run time only)
         try:
             value = evaluate_call(call, [a.data for a in args])  # type: ignore[union-attr]
-        except UndecidedError:  # a comparison of symbolic dims: decided at run time
-            return same_call(call, args)
+        except (UndecidedError, SymbolicValueError):  # a comparison of symbolic dims, or
+            return same_call(call, args)  # a number made of one: computed at run time
         source = next((a.name for a in args if a.name), None)  # type: ignore[union-attr]
         name = f"{source}.{call.op.name}" if source else None
         return Constant(value, name=name)

@@ -15,9 +15,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln import arith
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
+from kiln.relay.assume import Assumption, AssumptionNeeded
 from kiln.relay.graph import Constant, Expr
 from kiln.relay.op.common import FLOAT_DTYPES
 
@@ -132,11 +134,31 @@ def hardmax_v13(ctx: ConvertContext) -> Expr:
     return _hardmax(ctx, x, ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim))
 
 
+def _check_k(ctx: ConvertContext, k: int, shape: tuple, axis: int) -> None:
+    """``0 <= k <= shape[axis]``; over a symbolic extent whose bounds do not decide it, the
+    model needs ``extent >= k``: assumed on its symbol (checked at run time, as onnxruntime
+    refuses a larger k there), or an error naming the extent."""
+    extent = shape[axis]
+    if isinstance(k, arith.SymExpr) and arith.provably_equal(k, extent):
+        return  # a sort of the whole axis
+    lo, _ = arith.bounds(extent)
+    if k < 0 or (isinstance(extent, int) and k > extent):
+        raise ctx.unsupported(f"k={k} out of range for axis {axis} of {shape}")
+    if lo is not None and lo >= k:
+        return
+    if isinstance(extent, arith.SymVar):
+        raise AssumptionNeeded(f"TopK k={k} needs axis {axis} of {arith.shape_str(shape)} "
+                               f"to hold at least {k} values",
+                               [Assumption(extent.name, lo=k, where=f"TopK k={k} over "
+                                           f"axis {axis} of {arith.shape_str(shape)}")])
+    raise ctx.unsupported(f"k={k} over axis {axis} of {arith.shape_str(shape)}: its extent "
+                          f"may be smaller than k")
+
+
 def _topk(ctx: ConvertContext, k: int) -> list[Expr]:
     x = ctx.input(0)
     axis = ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim)
-    if not 0 <= k <= x.checked_type.shape[axis]:
-        raise ctx.unsupported(f"k={k} out of range for axis {axis} of {x.checked_type.shape}")
+    _check_k(ctx, k, x.checked_type.shape, axis)
     indices = ctx.call("topk_indices", [x], k=k, axis=axis,
                        largest=bool(ctx.attr("largest", 1)))
     values = ctx.call("gather", [x, indices], axis=axis)
@@ -154,7 +176,7 @@ def topk_v10(ctx: ConvertContext) -> list[Expr]:
     sorted (what sorted=1 asks; sorted=0 leaves the order unspecified). A ``k`` that is data
     makes the op data-dependent (``dyn.topk``, run by the VM)."""
     try:
-        k = ctx.const_ints(1, "TopK k")
+        k = ctx.const_dims(1, "TopK k")
     except NotConstantError as err:
         dynamic.fallback(err)
         x = ctx.input(0)
@@ -162,4 +184,10 @@ def topk_v10(ctx: ConvertContext) -> list[Expr]:
                             bool(ctx.attr("largest", 1)))
     if len(k) != 1:
         raise ctx.unsupported(f"k must have one element, got {k}")
-    return _topk(ctx, k[0])
+    x = ctx.input(0)
+    axis = ctx.axis(int(ctx.attr("axis", -1)), x.checked_type.ndim)
+    if isinstance(k[0], arith.SymExpr) and \
+            not arith.provably_equal(k[0], x.checked_type.shape[axis]):
+        # k from shape arithmetic other than the whole axis: known at run time only
+        return dynamic.topk(ctx, axis, bool(ctx.attr("largest", 1)))
+    return _topk(ctx, k[0])  # static, or the whole axis (torch.argsort exports a full TopK)
