@@ -288,7 +288,23 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     ratio = exact_ratio(a, b)
     if ratio is not None:
         return ratio
+    small = _small_numerator(a, b)
+    if small is not None:
+        return 0 if small >= 0 else -1
     return _op("floordiv", (a, b))
+
+
+def _small_numerator(a: Dim, b: Dim) -> int | None:
+    """``a`` when it is a constant smaller in magnitude than every value of the positive
+    symbolic ``b`` (``|a| <= lo(b)``, and ``a < lo(b)`` when non-negative): then ``a // b`` is
+    0 or -1 and ``a % b`` is ``a`` or ``b + a`` (``-1 % (w + 4)`` is ``w + 3``: an exporter's
+    ``roll`` by -1); else None."""
+    if not isinstance(a, int) or isinstance(b, int):
+        return None
+    lo = bounds(b)[0]
+    if lo is None or lo < 1 or not -lo <= a < lo:
+        return None
+    return a
 
 
 def exact_ratio(a: Dim, b: Dim) -> Dim | None:
@@ -335,6 +351,9 @@ def floormod(a: Dim, b: Dim) -> Dim:
             return r
     if a == b or exact_ratio(a, b) is not None:
         return 0
+    small = _small_numerator(a, b)
+    if small is not None:
+        return small if small >= 0 else add(b, small)
     return _op("floormod", (a, b))
 
 

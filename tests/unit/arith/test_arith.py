@@ -95,3 +95,24 @@ def test_bounds_of_a_floor_division_of_a_negative_numerator():
     assert bounds(floordiv(7 - SEQ, 7)) == (-73, 0)  # 1 + (-seq) // 7
     for s in range(1, 513):  # every value lies inside them
         assert -73 <= evaluate(floordiv(7 - SEQ, 7), {"seq": s}) <= 0
+
+
+def test_a_constant_below_a_symbolic_divisor_divides_to_zero_or_minus_one():
+    """``-1 % (n + 4)`` is ``n + 3`` (the torch dynamo exporter's ``roll`` slices to it),
+    ``-1 // (n + 4)`` is -1, ``3 % (n + 4)`` is 3: a constant smaller in magnitude than every
+    value of the divisor. Beyond it the operation stays symbolic. Checked against Python's
+    floor semantics at every value tried."""
+    divisor = N + 4  # at least 5
+    assert floormod(-1, divisor) == N + 3 and floordiv(-1, divisor) == -1
+    assert floormod(3, divisor) == 3 and floordiv(3, divisor) == 0
+    assert floormod(-5, divisor) == N - 1
+    for a in (-6, 5):  # |a| may reach the divisor: undecided
+        assert not isinstance(floormod(a, divisor), int) and floormod(a, divisor) != N + 4 + a
+        for n in range(1, 9):
+            env = {"n": n}
+            assert evaluate(floormod(a, divisor), env) == a % (n + 4)
+            assert evaluate(floordiv(a, divisor), env) == a // (n + 4)
+    for a in range(-5, 5):
+        for n in range(1, 9):
+            assert evaluate(floormod(a, divisor), {"n": n}) == a % (n + 4)
+            assert evaluate(floordiv(a, divisor), {"n": n}) == a // (n + 4)

@@ -262,3 +262,24 @@ def test_an_int32_range_over_a_symbolic_length_stays_int32():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     mod, _ = from_onnx(model)
     assert mod["main"].outputs[0].checked_type.dtype == "int32"
+
+
+def test_shape_arithmetic_with_the_constant_first_stays_symbolic():
+    """``Mod(-1, Shape(x)[1])`` (a constant first, the shape value second: the torch dynamo
+    exporter's ``roll``) is the symbolic ``n - 1`` a Slice can end at; the elementwise
+    reference cast the symbolic result to the constant's int64 ("a static value is needed")."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=1, end=2),
+             helper.make_node("Mod", ["minus_one", "n"], ["end"]),
+             helper.make_node("Slice", ["x", "zero", "end", "one"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "roll_slice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("minus_one", [-1]).attribute[0].t, _const("zero", [0]).attribute[0].t,
+         _const("one", [1]).attribute[0].t])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = from_onnx(model)
+    assert mod["main"].outputs[0].checked_type.shape == (2, SymVar("n") - 1)
+    for n in (2, 7):
+        x = np.arange(2 * n, dtype="float32").reshape(2, n)
+        np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0],
+                                      ReferenceEvaluator(model).run(None, {"x": x})[0])

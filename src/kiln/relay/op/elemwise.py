@@ -197,7 +197,9 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 def _binary_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     def ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
-            return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+            out = np.asarray(fn(a, b))
+        # symbolic shape values (object arrays) stay symbolic, whichever operand they are
+        return out if out.dtype == object else out.astype(a.dtype, copy=False)
 
     return ref
 
