@@ -283,3 +283,49 @@ def test_shape_arithmetic_with_the_constant_first_stays_symbolic():
         x = np.arange(2 * n, dtype="float32").reshape(2, n)
         np.testing.assert_array_equal(evaluate(mod["main"], {"x": x})[0],
                                       ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("x_shape,times", [((1, 3), [None, 1]), ((2, 3), [None, 2])])
+def test_tile_repeats_from_shape_arithmetic(x_shape, times):
+    """Tile by ``[Shape(y)[0], k]`` (DeBERTa-v2 tiles its relative positions by the batch):
+    the repeat count is a symbolic extent, not a refusal ("repeats must be static")."""
+    nodes = [helper.make_node("Shape", ["y"], ["b"], start=0, end=1),
+             helper.make_node("Concat", ["b", "k"], ["repeats"], axis=0),
+             helper.make_node("Tile", ["x", "repeats"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "tile_by_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [_const("k", times[1:]).attribute[0].t])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = from_onnx(model)
+    batch = SymVar("batch")
+    assert mod["main"].outputs[0].checked_type.shape == (batch * x_shape[0], 3 * times[1])
+    x = np.arange(np.prod(x_shape), dtype="float32").reshape(x_shape)
+    for n in (1, 4):
+        feeds = {"x": x, "y": np.zeros((n, 2), "float32")}
+        np.testing.assert_array_equal(evaluate(mod["main"], feeds)[0],
+                                      ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_a_range_bounded_by_values_of_a_symbolic_range_runs_at_run_time():
+    """``Range(0, ReduceMax(Range(0, n)))``: the bound is a value of a symbolic-length arange,
+    known at run time only (Funnel's relative positions). It runs as a data-dependent range;
+    it was an internal TypeError evaluating the inner arange at compile time."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Squeeze", ["shape"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["positions"]),
+             helper.make_node("ReduceMax", ["positions"], ["last"], keepdims=0),
+             helper.make_node("Range", ["zero", "last", "one"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "range_of_range", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+         helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    for n in (1, 6):
+        feeds = {"x": np.zeros((1, n), "float32")}
+        np.testing.assert_array_equal(evaluate(mod["main"], {**feeds, **params})[0],
+                                      ReferenceEvaluator(model).run(None, feeds)[0])

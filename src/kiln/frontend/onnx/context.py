@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from kiln.arith import Dim, SymExpr, UndecidedError
+from kiln.arith import Dim, SymbolicValueError, SymExpr, UndecidedError
 from kiln.errors import ShapeError, UnsupportedOpError
 from kiln.relay.graph import Call, Constant, Expr, Function, Var, post_order
 from kiln.relay.interpreter import evaluate
@@ -201,7 +201,8 @@ class ConvertContext:
         values = {leaf.name: self._params[leaf.name] for leaf in leaves}
         try:
             return evaluate(Function(leaves, [expr]), values)[0]
-        except UndecidedError as err:  # a comparison of symbolic dims (If on Shape(x)[2] == 1)
+        except (UndecidedError, SymbolicValueError) as err:  # a comparison of symbolic dims
+            # (If on Shape(x)[2] == 1), or values over a symbolic extent (a Range's output)
             raise NotConstantError(f"{self.unsupported(what)}: {err}", ()) from None
 
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:
@@ -213,8 +214,8 @@ class ConvertContext:
         dims = self.const_dims(index, what)
         symbolic = [d for d in dims if not isinstance(d, int)]
         if symbolic:
-            raise ShapeError(f"ONNX {self.node.op_type} (node '{self.name}'): {what} must be "
-                             f"static, but it depends on symbolic dim(s) "
+            # (the importer prefixes the op, its node and the opset)
+            raise ShapeError(f"{what} must be static, but it depends on symbolic dim(s) "
                              f"{', '.join(map(str, symbolic))}; fix the input shapes")
         return dims  # type: ignore[return-value]
 

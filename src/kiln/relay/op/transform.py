@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import arith
+from kiln.arith import SymbolicValueError, SymExpr
 from kiln.errors import ShapeError
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import (
@@ -189,6 +190,10 @@ def _arange_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
 
 # ONNX Range whose bounds are shape values: ``count`` (a dim, possibly symbolic) values
 # start + k·delta. The causal masks of decoder exports are built this way (Range(past, total)).
-register_op("arange", _arange_infer, OpPattern.INJECTIVE,
-            lambda start, delta, count: (start + np.arange(count, dtype=start.dtype) * delta)
-            .astype(start.dtype))
+def _arange_ref(start: np.ndarray, delta: np.ndarray, count) -> np.ndarray:
+    if isinstance(count, SymExpr):  # (evaluated at compile time: a value known at run time only)
+        raise SymbolicValueError(f"arange over the symbolic count {count}")
+    return (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+register_op("arange", _arange_infer, OpPattern.INJECTIVE, _arange_ref)

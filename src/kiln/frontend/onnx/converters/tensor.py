@@ -337,25 +337,26 @@ def split(ctx: ConvertContext) -> list[Expr]:
 @onnx_op("Tile", since=6)
 def tile(ctx: ConvertContext) -> Expr:
     """Per repeated axis: insert a size-1 axis before it, expand that to the repeat count and
-    merge the two (reshape → expand → reshape; FuseOps makes it one injective kernel)."""
+    merge the two (reshape → expand → reshape; FuseOps makes it one injective kernel). A
+    repeat count from shape arithmetic (DeBERTa tiles by the batch) is a symbolic extent."""
     x = ctx.input(0)
     try:
-        repeats = ctx.const_ints(1, "Tile repeats")
+        repeats = ctx.const_dims(1, "Tile repeats")
     except NotConstantError as err:
         dynamic.fallback(err)
         return dynamic.tile(ctx)
     shape = list(x.checked_type.shape)
-    if len(repeats) != len(shape) or any(r < 0 for r in repeats):
+    if len(repeats) != len(shape) or any(isinstance(r, int) and r < 0 for r in repeats):
         raise ctx.unsupported(f"repeats {repeats} for shape {tuple(shape)}")
     out = x
     for axis, r in enumerate(repeats):
-        if r == 1:
+        if isinstance(r, int) and r == 1:
             continue
         split_shape = shape[:axis] + [1] + shape[axis:]
         wide = list(split_shape)
         wide[axis] = r
         out = ctx.call("expand", [ctx.reshape(out, split_shape)], newshape=tuple(wide))
-        shape[axis] *= r
+        shape[axis] = arith.mul(shape[axis], r)
         out = ctx.reshape(out, shape)
     return out
 
