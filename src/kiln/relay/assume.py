@@ -23,7 +23,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kiln.arith import Dim, Poly, SymOp, SymVar, evaluate, free_symbols, substitute
+from kiln.arith import (
+    Dim,
+    Poly,
+    SymOp,
+    SymVar,
+    evaluate,
+    free_symbols,
+    provably_equal,
+    substitute,
+)
 from kiln.errors import ShapeError
 
 #: divisors tried for a symbol, smallest (weakest) first: strides and poolings halve dims, so
@@ -146,8 +155,10 @@ def assume_options(a: Dim, b: Dim) -> list[Assumption]:
 
 
 def _same(a: Dim, b: Dim, mapping: dict[str, Dim]) -> bool:
+    """Whether ``a`` and ``b`` are one dim under ``mapping`` (``2 * (h // 2)`` is ``h`` for
+    ``h`` a multiple of 2: :func:`kiln.arith.provably_equal`)."""
     try:
-        return substitute(a, mapping) == substitute(b, mapping)
+        return provably_equal(substitute(a, mapping), substitute(b, mapping))
     except ShapeError:  # (a division by zero at the candidate value)
         return False
 

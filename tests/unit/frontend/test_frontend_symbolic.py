@@ -329,3 +329,52 @@ def test_a_range_bounded_by_values_of_a_symbolic_range_runs_at_run_time():
         feeds = {"x": np.zeros((1, n), "float32")}
         np.testing.assert_array_equal(evaluate(mod["main"], {**feeds, **params})[0],
                                       ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_an_upsampled_map_concatenated_with_its_skip_is_assumed_even():
+    """YOLO's FPN: a stride-2 conv, a ×2 Resize, Concat with the input. The two agree off the
+    channel axis only when h and w are even; the importer assumes both (checked at run time),
+    as it does for a broadcast. It was "shapes differ off axis 1" (NudeNet's 320n.onnx)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["down"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["down", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Concat", ["up", "x"], ["y"], axis=1)]
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        nodes, "fpn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [2, 2, 3, 3],
+                            rng.standard_normal(36).astype("float32")),
+         helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    relations = sorted(a.relation() for a in mod["main"].attrs["assumptions"])
+    assert relations == ["h % 2 == 0", "w % 2 == 0"], relations
+    for shape in [(1, 2, 4, 6), (1, 2, 8, 2)]:
+        x = rng.standard_normal(shape).astype("float32")
+        np.testing.assert_allclose(evaluate(mod["main"], {"x": x, **params})[0],
+                                   ReferenceEvaluator(model).run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_a_float_range_to_a_cast_shape_value_is_symbolic():
+    """``Range(0.0, float(Shape(x)[1]), 1.0)`` (YOLOv8's anchor grid) is an arange over the
+    symbolic n, not a data-dependent range whose late length nothing else can match."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Squeeze", ["shape"], ["n"]),
+             helper.make_node("Cast", ["n"], ["limit"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "limit", "one"], ["grid"]),
+             helper.make_node("Add", ["grid", "x"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "anchors", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+         helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    assert mod["main"].outputs[0].checked_type.shape == (2, SymVar("n"))
+    assert not any(isinstance(c, Call) and c.op.name.startswith("dyn.")
+                   for c in post_order(mod["main"].outputs))
+    for n in (1, 5):
+        x = np.ones((2, n), "float32")
+        np.testing.assert_array_equal(evaluate(mod["main"], {"x": x, **params})[0],
+                                      ReferenceEvaluator(model).run(None, {"x": x})[0])

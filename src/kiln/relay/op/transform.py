@@ -13,6 +13,7 @@ import numpy as np
 from kiln import arith
 from kiln.arith import SymbolicValueError, SymExpr
 from kiln.errors import ShapeError
+from kiln.relay.assume import raise_if_assumable
 from kiln.relay.graph import TensorType
 from kiln.relay.op.common import (
     broadcast_shapes,
@@ -59,9 +60,17 @@ def _concatenate_infer(arg_types: list[TensorType], attrs: dict) -> TensorType:
     first = arg_types[0]
     axis = normalize_axis(attrs["axis"], first.ndim)
     for t in arg_types[1:]:
-        if t.ndim != first.ndim or any(a != b for d, (a, b) in enumerate(zip(t.shape, first.shape))
-                                       if d != axis):
-            raise ShapeError(f"shapes {[t.shape for t in arg_types]} differ off axis {axis}")
+        if t.ndim != first.ndim:
+            raise ShapeError(f"shapes {[t.shape for t in arg_types]} differ in rank")
+        for d, (a, b) in enumerate(zip(t.shape, first.shape)):
+            if d == axis or arith.provably_equal(a, b):
+                continue
+            message = f"shapes {[t.shape for t in arg_types]} differ off axis {axis}"
+            if isinstance(a, SymExpr) or isinstance(b, SymExpr):
+                # an upsampled map beside its skip connection: equal when the input's size is
+                # a multiple of the strides (YOLO's FPN); the importer assumes it
+                raise_if_assumable(message, a, b, f"concatenate inputs agree on axis {d} only if")
+            raise ShapeError(message)
     total = sum(t.shape[axis] for t in arg_types)
     return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
 

@@ -17,7 +17,7 @@ from kiln import arith
 from kiln.frontend.onnx.context import ConvertContext, NotConstantError
 from kiln.frontend.onnx.converters import dynamic
 from kiln.frontend.onnx.registry import onnx_op
-from kiln.relay.graph import Constant, Expr, symbolic_array
+from kiln.relay.graph import Call, Constant, Expr, symbolic_array
 
 
 @onnx_op("Range", since=11)
@@ -25,7 +25,7 @@ def range_(ctx: ConvertContext) -> Expr:
     """ONNX's formula: n = max(ceil((limit - start) / delta), 0) values start + k * delta;
     bounds that are data make it data-dependent (``dyn.range``, run by the VM)."""
     try:
-        start, limit, delta = (ctx.const_value(k, f"Range {what}")
+        start, limit, delta = (_range_bound(ctx, k, what)
                                for k, what in enumerate(("start", "limit", "delta")))
     except NotConstantError as err:
         dynamic.fallback(err)
@@ -44,9 +44,25 @@ def range_(ctx: ConvertContext) -> Expr:
     return Constant(values.reshape(count), name=ctx.node.output[0])
 
 
+def _range_bound(ctx: ConvertContext, index: int, what: str) -> np.ndarray:
+    """Range input ``index`` as a constant; a float cast of a symbolic shape value (YOLOv8's
+    anchor grid: ``arange(float(w))``) is that integer-valued symbolic dim."""
+    expr = ctx.input(index)
+    if isinstance(expr, Call) and expr.op.name == "cast" and \
+            np.dtype(expr.checked_type.dtype).kind == "f" and ctx.folds_to_constant(expr.args[0]):
+        inner = ctx.const_value(expr.args[0], f"Range {what}")
+        if inner.dtype == object:
+            return inner
+    return ctx.const_value(index, f"Range {what}")
+
+
 def _symbolic_range(ctx: ConvertContext, s, lim, d, dtype) -> Expr:
     """Range over shape values (``Range(past, total)`` in a causal mask): ``arange`` with a
-    symbolic count; the step must be a static integer."""
+    symbolic count; the step must be a static integer (a float Range: integer-valued static
+    start and step, and a symbolic limit cast from a shape value)."""
+    if dtype.kind == "f" and not isinstance(s, arith.SymExpr) and not isinstance(d, arith.SymExpr) \
+            and float(s).is_integer() and float(d).is_integer() and d != 0:
+        return _symbolic_float_range(ctx, int(s), lim, int(d), dtype)
     if isinstance(d, arith.SymExpr) or dtype.kind != "i":
         raise ctx.unsupported("a symbolic Range needs integer bounds and a static step")
     span = arith.sub(lim, s) if d > 0 else arith.sub(s, lim)
@@ -57,6 +73,16 @@ def _symbolic_range(ctx: ConvertContext, s, lim, d, dtype) -> Expr:
         return values if dtype == np.int64 else ctx.call("cast", [values], dtype=str(dtype))
     start = Constant(np.array(s, dtype=dtype), name=ctx.node.input[0])
     return ctx.call("arange", [start, ctx.scalar(d, str(dtype))], count=count)
+
+
+def _symbolic_float_range(ctx: ConvertContext, s: int, lim, d: int, dtype) -> Expr:
+    """``arange(s, lim, d)`` in a float dtype whose limit is an integer-valued symbolic dim:
+    the count is integer arithmetic (``ceil((lim - s) / d)``, at least 0), the values ``s + k·d``
+    are exact in float32 below 2**24."""
+    span = arith.sub(lim, s) if d > 0 else arith.sub(s, lim)
+    count = arith.maximum(arith.floordiv(arith.add(span, abs(d) - 1), abs(d)), 0)
+    return ctx.call("arange", [ctx.scalar(s, str(dtype)), ctx.scalar(d, str(dtype))],
+                    count=count)
 
 
 @onnx_op("EyeLike", since=9)
