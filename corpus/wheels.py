@@ -48,6 +48,11 @@ WHEELS = {
         _OWW, _OWW_DIR + "timer_v0.1.onnx",
         "371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df",
         "openwakeword-0.4.0-timer_v0.1.onnx"),
+    # NudeNet's YOLOv8n detector: images float32 [batch, 3, height, width] (multiples of 32)
+    "nudenet_320n": WheelFile(
+        "nudenet==3.4.2", "nudenet/320n.onnx",
+        "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+        "nudenet-3.4.2-320n.onnx"),
     # silero VAD v4 (LSTM state h, c; Kiln's tests have v6)
     "oww_silero_vad_v4": WheelFile(
         _OWW, _OWW_DIR + "silero_vad.onnx",
