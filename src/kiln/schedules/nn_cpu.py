@@ -350,7 +350,10 @@ def _mostly_padding(pad: Tensor) -> bool:
     """Whether ``pad`` (a ``pad`` stage) adds at least WIDE_PADDING pixels a side to a
     symbolic plane. Static planes with such padding have their taps clipped before they get
     here (kiln.relay.transform.clip_taps)."""
-    (src,) = pad.inputs()
+    inputs = pad.inputs()
+    if len(inputs) != 1 or len(inputs[0].shape) < 4 or len(pad.shape) < 4:
+        return False  # (an integer conv's packed pairs or quads of taps)
+    (src,) = inputs
     if all(isinstance(d, int) for d in src.shape[2:4]):
         return False
     grow = [arith.sub(p, d) for p, d in zip(pad.shape[2:4], src.shape[2:4])]
