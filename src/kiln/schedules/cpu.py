@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from kiln.schedules import knobs
 from kiln.schedules import primitives as P
+from kiln.schedules.pad_guards import hoist_pad_guards
 from kiln.schedules.reduce_rfactor import vectorize_reductions
 from kiln.schedules.row_fusion import fuse_rows
 from kiln.tir import loop as L
@@ -119,10 +120,11 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
     First the nests of a row-fused kernel are fused row by row when the tensor-level schedule
     set ``attrs["fuse_rows"]`` (:func:`kiln.schedules.row_fusion.fuse_rows`), otherwise float
     min / max reductions are split into vector lanes
-    (:func:`kiln.schedules.reduce_rfactor.vectorize_reductions`). Then each nest of at least
-    MIN_PARALLEL_WORK (4096) scalar iterations (a symbolic extent counts as
-    SYMBOLIC_EXTENT_GUESS) has its outer loops fused until the loop has MIN_PARALLEL_EXTENT (16)
-    iterations (:func:`_parallelize`), and that loop is parallel. Knob (tuning contexts only):
+    (:func:`kiln.schedules.reduce_rfactor.vectorize_reductions`), and padding tests are
+    hoisted out of reductions (:func:`kiln.schedules.pad_guards.hoist_pad_guards`). Then each
+    nest of at least MIN_PARALLEL_WORK (4096) scalar iterations (a symbolic extent counts as
+    SYMBOLIC_EXTENT_GUESS) has its outer loops fused until the loop has MIN_PARALLEL_EXTENT
+    (16) iterations (:func:`_parallelize`), and that loop is parallel. Knob (tuning contexts only):
     ``parallel_extent``, the least extent, from PARALLEL_EXTENT_CHOICES (1, 4, 16, 64, 256);
     measured: those that parallelize differently (:func:`_parallel_extents`).
 
@@ -139,6 +141,7 @@ def schedule_loops(func: L.PrimFunc) -> L.PrimFunc:
         func = fuse_rows(func)
     else:
         func = vectorize_reductions(func)
+    func = hoist_pad_guards(func)
     least = MIN_PARALLEL_EXTENT
     if knobs.active():  # the alternatives cost a lowering each: only while tuning
         least = int(knobs.knob("parallel_extent", PARALLEL_EXTENT_CHOICES, least,
