@@ -79,3 +79,21 @@ def native_rt_asan(build_once):
     return build_once("native-rt-asan", build_asan) / "rt"
 
 
+@pytest.fixture(scope="session")
+def native_vm_drivers(native_rt_asan, build_once):
+    """native_vm_test and native_fuzz_driver (tests/helpers/*.c) linked to the sanitizer runtime,
+    once per session into a folder of their own. Linked per module into the shared runtime
+    folder, one module's linker rewrote a driver while another worker ran it (EACCES)."""
+    import subprocess
+
+    from backend_helpers import HELPERS
+
+    def link(folder):
+        for name in ("native_vm_test", "native_fuzz_driver"):
+            subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *NATIVE_SANITIZE,
+                            f"-I{native_rt_asan / 'include'}", "-o", str(folder / name),
+                            str(HELPERS / f"{name}.c"), str(native_rt_asan / "libkiln_runtime.a"),
+                            "-ldl", "-lpthread", "-lm"],
+                           check=True, capture_output=True, text=True, timeout=300)
+
+    return build_once("native-vm-drivers", link)

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from backend_helpers import HELPERS
 from fuzz_mutators import mutate_bytes
 from fuzz_runtime import SoCorpus
 from onnx import TensorProto, helper
@@ -29,7 +28,6 @@ import kiln
 from kiln.errors import ShapeError
 from kiln.vm import VirtualMachine
 
-HERE = HELPERS  # the C drivers
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer"]
 SHAPES = [(1, 7), (1, 32), (2, 77)]
@@ -129,19 +127,6 @@ def minilm_py(minilm_so) -> VirtualMachine:
     return VirtualMachine(kiln.runtime.load_module(str(minilm_so)), kiln.cpu())
 
 
-@pytest.fixture(scope="module")
-def asan(native_rt_asan) -> Path:
-    """The sanitizer build of the runtime and kiln_run, with native_vm_test.c and
-    native_fuzz_driver.c linked to it."""
-    build = native_rt_asan
-    for name in ("native_vm_test", "native_fuzz_driver"):
-        subprocess.run(["cc", "-std=gnu11", "-g", "-O1", *SANITIZE, f"-I{build / 'include'}",
-                        "-o", str(build / name), str(HERE / f"{name}.c"),
-                        str(build / "libkiln_runtime.a"), "-ldl", "-lpthread", "-lm"],
-                       check=True, capture_output=True, text=True, timeout=300)
-    return build
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "ASAN_OPTIONS": "allocator_may_return_null=1:detect_leaks=1",
             "UBSAN_OPTIONS": "print_stacktrace=1", "KILN_NUM_THREADS": "1"}
@@ -186,17 +171,17 @@ def test_minilm_kiln_run_matches_onnxruntime_and_python(shape, minilm_so, minilm
         np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-7)  # the same kernels
 
 
-def test_c_api_under_sanitizers(asan, tiny):
-    proc = subprocess.run([str(asan / "native_vm_test"), *map(str, tiny)], capture_output=True,
-                          text=True, timeout=300, env=_env(), check=False)
+def test_c_api_under_sanitizers(native_vm_drivers, tiny):
+    proc = subprocess.run([str(native_vm_drivers / "native_vm_test"), *map(str, tiny)],
+                          capture_output=True, text=True, timeout=300, env=_env(), check=False)
     print(proc.stdout)
     assert proc.returncode == 0 and proc.stdout.endswith("ok\n"), proc.stdout + proc.stderr
 
 
-def test_tiny_kiln_run_under_sanitizers(asan, tiny, tmp_path):
+def test_tiny_kiln_run_under_sanitizers(native_rt_asan, tiny, tmp_path):
     x = np.random.default_rng(0).standard_normal((9, 4)).astype("float32")
     want = [np.maximum(x + np.array([1, -2, 3, -4], "float32"), 0), x * x]
-    got, _ = kiln_run_vm(asan / "kiln_run", tiny[0], {"x": x}, want, tmp_path, env=_env())
+    got, _ = kiln_run_vm(native_rt_asan / "kiln_run", tiny[0], {"x": x}, want, tmp_path, env=_env())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
@@ -245,15 +230,15 @@ def test_cpp_wrapper_tuple(native_rt, tiny, tmp_path):
 
 
 @pytest.mark.parametrize("flag", [True, False])
-def test_control_flow_and_builtins_under_sanitizers(asan, hand_so, flag, tmp_path):
+def test_control_flow_and_builtins_under_sanitizers(native_rt_asan, hand_so, flag, tmp_path):
     """If / Goto, read_bool, reshape, make_tuple / tuple_get, shape_compute, alloc_storage /
     alloc_tensor and copy: the C VM under the sanitizers gives what the Python VM gives."""
     x = np.arange(12, dtype="float32").reshape(3, 4)
     want = VirtualMachine(kiln.runtime.load_module(str(hand_so)), kiln.cpu())["main"](
         x, np.array(flag)).numpy()
     assert want.shape == ((4, 3) if flag else (3, 4))
-    got, _ = kiln_run_vm(asan / "kiln_run", hand_so, {"x": x, "flag": np.array(flag)}, [want],
-                         tmp_path, env=_env())
+    got, _ = kiln_run_vm(native_rt_asan / "kiln_run", hand_so, {"x": x, "flag": np.array(flag)},
+                         [want], tmp_path, env=_env())
     np.testing.assert_array_equal(got[0], want)
 
 
@@ -281,7 +266,7 @@ def test_unsupported_builtin_is_named(native_rt, tiny, tmp_path):
     assert "builtin 'vm.builtin.unique'" in proc.stderr and "Python runtime" in proc.stderr
 
 
-def test_shape_to_tensor(asan, tmp_path):
+def test_shape_to_tensor(native_rt_asan, tmp_path):
     """``shape_to_tensor`` (a shape used as data, e.g. an If on ``Shape(x)[0] == 1``): the C VM
     under the sanitizers gives what the Python VM gives."""
     from kiln.runtime.vm.executable import (
@@ -309,7 +294,7 @@ def test_shape_to_tensor(asan, tmp_path):
     x = np.zeros((7, 4), "float32")
     want = VirtualMachine(kiln.runtime.load_module(str(so)), kiln.cpu())["main"](x).numpy()
     np.testing.assert_array_equal(want, np.array([7, 4], "int32"))
-    got, _ = kiln_run_vm(asan / "kiln_run", so, {"x": x}, [want], tmp_path, env=_env())
+    got, _ = kiln_run_vm(native_rt_asan / "kiln_run", so, {"x": x}, [want], tmp_path, env=_env())
     np.testing.assert_array_equal(got[0], want)
 
 
@@ -320,10 +305,10 @@ def test_kiln_run_vm_usage_errors(native_rt, tiny):
 
 
 @pytest.mark.slow
-def test_minilm_under_sanitizers(asan, minilm_so, wheel_file, reference, tmp_path):
+def test_minilm_under_sanitizers(native_rt_asan, minilm_so, wheel_file, reference, tmp_path):
     inputs = minilm_inputs(1, 7)
     want = reference(wheel_file("minilm_l3"), inputs)
-    got, _ = kiln_run_vm(asan / "kiln_run", minilm_so, inputs, want, tmp_path, repeat=1,
+    got, _ = kiln_run_vm(native_rt_asan / "kiln_run", minilm_so, inputs, want, tmp_path, repeat=1,
                          env=_env())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
@@ -364,13 +349,13 @@ def damaged_payloads(payload: bytes, count: int, seed: int) -> list[bytes]:
     return out
 
 
-def run_vm_fuzz(asan: Path, so: Path, folder: Path, count: int) -> str:
+def run_vm_fuzz(drivers: Path, so: Path, folder: Path, count: int) -> str:
     payload = SoCorpus(str(so)).payload
     cases = [payload, *damaged_payloads(payload, count, int(os.environ.get("KILN_FUZZ_SEED",
                                                                              "0")))]
     corpus = folder / "vm.corpus"
     corpus.write_bytes(b"".join(struct.pack("<Q", len(c)) + c for c in cases))
-    proc = subprocess.run([str(asan / "native_fuzz_driver"), "blob", str(so), str(corpus)],
+    proc = subprocess.run([str(drivers / "native_fuzz_driver"), "blob", str(so), str(corpus)],
                           capture_output=True, text=True, timeout=3600, env=_env(), check=False)
     assert proc.returncode == 0, (proc.stderr or proc.stdout)[-4000:]
     assert proc.stdout.startswith(f"cases {count + 1} "), proc.stdout
@@ -380,16 +365,16 @@ def run_vm_fuzz(asan: Path, so: Path, folder: Path, count: int) -> str:
     return proc.stdout
 
 
-def test_damaged_vm_executables_under_sanitizers(asan, tiny, hand_so, tmp_path):
-    run_vm_fuzz(asan, tiny[0], tmp_path, QUICK_FUZZ)
-    run_vm_fuzz(asan, hand_so, tmp_path, QUICK_FUZZ // 2)
+def test_damaged_vm_executables_under_sanitizers(native_vm_drivers, tiny, hand_so, tmp_path):
+    run_vm_fuzz(native_vm_drivers, tiny[0], tmp_path, QUICK_FUZZ)
+    run_vm_fuzz(native_vm_drivers, hand_so, tmp_path, QUICK_FUZZ // 2)
 
 
 @pytest.mark.fuzz
-def test_damaged_vm_executables_large(asan, tiny, hand_so, tmp_path):
+def test_damaged_vm_executables_large(native_vm_drivers, tiny, hand_so, tmp_path):
     count = int(os.environ.get("KILN_FUZZ_CASES", "5000"))
-    run_vm_fuzz(asan, tiny[0], tmp_path, 2 * count)
-    run_vm_fuzz(asan, hand_so, tmp_path, count)
+    run_vm_fuzz(native_vm_drivers, tiny[0], tmp_path, 2 * count)
+    run_vm_fuzz(native_vm_drivers, hand_so, tmp_path, count)
 
 
 @pytest.mark.slow

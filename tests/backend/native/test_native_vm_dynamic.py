@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from backend_helpers import run_onnxruntime
 from onnx import TensorProto, helper
-from test_native_vm import _export, asan, kiln_run_vm, run_vm_fuzz  # noqa: F401 (asan: a fixture)
+from test_native_vm import _export, kiln_run_vm, run_vm_fuzz
 from test_native_vm_kv import CVM
 from test_vm_data_dependent import _model
 
@@ -129,10 +129,10 @@ def test_bad_data_is_an_error_naming_the_op(name, libraries, native_rt, tmp_path
 
 
 @pytest.mark.parametrize("name", ["topk_largest", "compress_axis1"])
-def test_damaged_executables_under_sanitizers(name, libraries, asan, tmp_path):  # noqa: F811
+def test_damaged_executables_under_sanitizers(name, libraries, native_vm_drivers, tmp_path):
     """The VM fuzz of test_native_vm.py over these executables (their builtins' static
     arguments damaged too): no crash, the damage is an error."""
-    run_vm_fuzz(asan, libraries[name], tmp_path, 150)
+    run_vm_fuzz(native_vm_drivers, libraries[name], tmp_path, 150)
 
 
 @pytest.mark.parametrize("dtype", ["int64", "float32"])

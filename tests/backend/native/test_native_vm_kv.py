@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from test_llama_decoder import CFG, PROMPTS, _weights
-from test_native_vm import asan, run_vm_fuzz  # noqa: F401 (asan: a fixture)
+from test_native_vm import run_vm_fuzz
 
 import kiln
 from kiln.frontend import from_onnx
@@ -205,7 +205,7 @@ def test_kiln_run_under_sanitizers(native_rt_asan, llama_so, tmp_path):
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_damaged_decoder_executable_under_sanitizers(asan, llama_so, tmp_path):  # noqa: F811
+def test_damaged_decoder_executable_under_sanitizers(native_vm_drivers, llama_so, tmp_path):  # noqa: F811
     """The VM fuzz of test_native_vm.py over the decoder's executable (kv_append's sites
     damaged too): no crash, the damage is an error."""
-    run_vm_fuzz(asan, llama_so[0], tmp_path, 150)
+    run_vm_fuzz(native_vm_drivers, llama_so[0], tmp_path, 150)
