@@ -17,7 +17,9 @@ trigonometric and hyperbolic functions and their inverses, fmod (C's: the remain
 dividend's sign), ``reinterpret`` (the bits of a value as another type of the same width:
 :func:`reinterpret`), the int8 kernels' ``dot_u8i8x4``, ``dot_u8i8x4_sat16``, ``load_u8x4``
 and ``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by
-MakePackedAPI (``kiln.*``).
+MakePackedAPI (``kiln.*``). ``sigmoid`` is ``1 / (1 + exp(-x))`` in the code generators;
+FastExp (:mod:`kiln.tir.transform.fast_exp`) expands the float32 ones as onnxruntime computes
+them.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "nearbyint", "pow",
-              "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-              "atanh", "fmod")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "fabs", "floor", "ceil",
+              "nearbyint", "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+              "asinh", "acosh", "atanh", "fmod")
 
 _CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC_OPS = ("and", "or")

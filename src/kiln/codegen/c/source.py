@@ -43,6 +43,8 @@ _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf
                    "acos": "acosf", "atan": "atanf", "sinh": "sinhf", "cosh": "coshf",
                    "asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "fmod": "fmodf"}
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
+# sigmoid where FastExp left it (an argument it must not evaluate early): the preamble's
+_F32_INTRINSICS["sigmoid"], _F64_INTRINSICS["sigmoid"] = "kiln_sigmoidf", "kiln_sigmoid"
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
         "==": "==", "!=": "!=", "and": "&&", "or": "||", "&": "&", "|": "|", "^": "^",
         "<<": "<<", ">>": ">>"}
@@ -78,6 +80,8 @@ static inline int64_t kiln_floormod(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+static inline float kiln_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline int kiln_is_compact(const DLTensor* t) {
   if (t->strides == NULL) return 1;
   int64_t expect = 1;

@@ -333,6 +333,10 @@ class ExprCodegen:
                                "supported")
         args = [self.expr(fr, a) for a in e.args]
         ty = value_type(e.dtype)
+        if e.name == "sigmoid":  # where FastExp left it: 1 / (1 + exp(-x))
+            b, one = fr.builder, ir.Constant(ty, 1.0)
+            exp = b.call(self.mc.intrinsic("llvm.exp", ty), [b.fneg(args[0])])
+            return b.fdiv(one, b.fadd(one, exp))
         if e.dtype == "float16" and (e.name, "float32") in _LIBM:
             # libm has no half functions: call the float one and round back.
             b = fr.builder

@@ -1,6 +1,7 @@
 """FastExp: float32 ``exp`` as straight-line loop-IR arithmetic that vectorizes (TVM's
 ``topi.fast_exp``, applied by relay's ``FastMath`` pass; here always on for float32, see
-docs/decisions/017-fast-exp.md).
+docs/decisions/017-fast-exp.md). The same pass expands float32 ``sigmoid`` and ``tanh``
+(:mod:`kiln.tir.transform.fast_activations`, decision 060).
 
 ``exp`` left as an intrinsic is one libm call per element: LLVM has no vector ``llvm.exp`` without
 a vector math library, and GCC calls ``expf`` per element. Expanded into multiplies, adds,
@@ -48,12 +49,12 @@ or without FMA contraction.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln.tir import loop as L
 from kiln.tir.speculation import eager_loads, may_trap
+from kiln.tir.transform.fast_activations import fast_sigmoid, fast_tanh
+from kiln.tir.transform.float_bits import clamp_bits, or_nan
 
 F32, I32, U32 = "float32", "int32", "uint32"
 #: below this exp(x) rounds to 0 in float32; above the upper bound it overflows to +inf
@@ -93,11 +94,6 @@ def _poly(r: L.PrimExpr) -> L.PrimExpr:
 
 
 Binding = tuple[L.Var, L.PrimExpr]
-
-
-def _bits(value: float) -> int:
-    """The IEEE 754 bits of float32 ``value`` as an unsigned integer."""
-    return int(np.array(value, np.float32).view(np.uint32))
 
 
 def _clamp_parts(x: L.PrimExpr) -> tuple[L.PrimExpr, L.PrimExpr] | None:
@@ -145,32 +141,29 @@ def fast_exp(x: L.PrimExpr) -> tuple[list[Binding], L.PrimExpr]:
         biased = L.reinterpret(t, U32) + L.IntImm(127, U32)
         return lets, _poly(r) * L.reinterpret(L.Binary("<<", biased, L.IntImm(23, U32)), F32)
 
-    xv = let("x", x)
-    xi = let("xi", L.reinterpret(xv, I32))
-    # Clamp as integer min of the bits (sign-magnitude: a float above 89 has a larger signed
-    # pattern, one below -104 a larger unsigned one; a NaN lands on either bound and is
-    # restored at the end). A select on float compares would do for LLVM, but GCC keeps it
-    # a branch and specializes the code after it for the constant bound: not vectorized.
-    upper = L.minimum(xi, _i(_bits(HIGH)))
-    lower = L.minimum(L.reinterpret(upper, U32), L.IntImm(_bits(LOW), U32))
-    xc = let("xc", L.reinterpret(lower, F32))
+    xi = let("xi", L.reinterpret(let("x", x), I32))
+    xc = let("xc", clamp_bits(xi, LOW, HIGH))
     # n = round(x log2 e): adding and removing 1.5 * 2^23 rounds to an integer (|t| < 2^22);
     # no compiler folds it, nothing here allows reassociation.
     nf = let("nf", (xc * _f(LOG2E) + _f(ROUNDER)) - _f(ROUNDER))
     r = let("r", xc - nf * _f(LN2_HI) - nf * _f(LN2_LO))
     n = let("n", L.Cast(I32, nf))
     half = let("h", L.Binary(">>", n, _i(1)))
-    value = L.reinterpret(_poly(r) * _pow2(half) * _pow2(n - half), I32)
-    is_nan = L.Binary("&", xi, _i(0x7FFFFFFF)) > _i(_bits(math.inf))
-    quiet_nan = L.Select(is_nan, _i(_bits(math.nan)), _i(0))  # NaN bits over inf or 0
-    return lets, L.reinterpret(L.Binary("|", value, quiet_nan), F32)
+    return lets, or_nan(xi, L.reinterpret(_poly(r) * _pow2(half) * _pow2(n - half), I32))
+
+
+#: the float32 calls expanded, each to ``(bindings, result)``
+EXPANSIONS = {"exp": fast_exp, "sigmoid": fast_sigmoid, "tanh": fast_tanh}
 
 
 def lower_fast_exp(func: L.PrimFunc) -> L.PrimFunc:
-    """``func`` with the float32 ``exp`` calls of its stores computed by :func:`fast_exp`, in
-    ``LetStmt``s around the store. Other dtypes keep the intrinsic (float64 needs more terms,
-    float16 computes through float32 libm), and so does an ``exp`` whose argument could fault
-    where the store would not evaluate it (:func:`kiln.tir.speculation.may_trap`)."""
+    """``func`` with the float32 ``exp``, ``sigmoid`` and ``tanh`` calls of its stores computed
+    by :func:`fast_exp` and :mod:`kiln.tir.transform.fast_activations`, in ``LetStmt``s around
+    the store. Other dtypes keep the intrinsic (float64 needs more terms, float16 computes
+    through float32 libm; topi writes no ``sigmoid`` call for them), and so does a call whose
+    argument could fault where the store would not evaluate it
+    (:func:`kiln.tir.speculation.may_trap`): the code generators compute ``sigmoid`` as
+    ``1 / (1 + exp(-x))``."""
     body = L.map_stmt(func.body, lambda e: e, _store_rewriter())
     return L.PrimFunc(func.name, func.params, body, dict(func.attrs))
 
@@ -183,15 +176,15 @@ def _store_rewriter():
         lets: list[Binding] = []
 
         def visit(e: L.PrimExpr) -> L.PrimExpr:
-            if (isinstance(e, L.Call) and e.name == "exp" and e.dtype == F32
-                    and not may_trap(e.args[0], eager)):
-                bindings, result = fast_exp(e.args[0])
-                lets.extend(bindings)
-                return result
-            return e
+            if (not (isinstance(e, L.Call) and e.name in EXPANSIONS and e.dtype == F32)
+                    or may_trap(e.args[0], eager)):
+                return e
+            bindings, result = EXPANSIONS[e.name](e.args[0])
+            lets.extend(bindings)
+            return result
 
         value = L.map_expr(s.value, visit)
-        if not lets:
+        if value is s.value:
             return s
         out: L.Stmt = L.BufferStore(s.buffer, value, s.indices)
         for var, bound in reversed(lets):
