@@ -129,3 +129,49 @@ def test_matmul_integer_symbolic_rows(target, tmp_path):
         got = vm["main"](a, np.array(7, np.uint8))
         got = (got[0] if isinstance(got, (list, tuple)) else got).numpy()
         np.testing.assert_array_equal(got, (a.astype(np.int64) - 7) @ b.astype(np.int64))
+
+
+def _u8u8_model(shape_a: tuple[int, ...], b: np.ndarray, b_zp: int, a_zp: int | None):
+    """MatMulInteger(A uint8, B uint8 constant ``[K, N]`` with zero point ``b_zp``; A's zero
+    point a run-time scalar input, or the constant ``a_zp``) → int32: ``quantize_dynamic``'s
+    U8U8 models (weight_type QUInt8, e.g. ddddocr's OCR head)."""
+    inits = [numpy_helper.from_array(b, "B"),
+             numpy_helper.from_array(np.array(b_zp, np.uint8), "b_zp")]
+    inputs = [helper.make_tensor_value_info("A", TensorProto.UINT8, shape_a)]
+    if a_zp is None:
+        inputs.append(helper.make_tensor_value_info("a_zp", TensorProto.UINT8, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(a_zp, np.uint8), "a_zp"))
+    node = helper.make_node("MatMulInteger", ["A", "B", "a_zp", "b_zp"], ["Y"])
+    graph = helper.make_graph([node], "mmi_u8u8", inputs,
+                              [helper.make_tensor_value_info("Y", TensorProto.INT32, None)],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("a_zp", [None, 77])
+@pytest.mark.parametrize("b_zp", [119, 200, 30])
+def test_matmul_integer_uint8_weights_with_a_zero_point(target, b_zp, a_zp):
+    """B less its zero point spans 256 values outside int8 (-119..136, -200..55, -30..225): it
+    is an int8 weight plus a constant, whose term is a row sum of A; still the int8 dense
+    kernel, still exact — extreme operands included."""
+    shape_a, n = (2, 5, 48), 24
+    k = shape_a[-1]
+    a = RNG.integers(0, 256, shape_a).astype(np.uint8)
+    a[0, 3:] = RNG.choice(np.array([0, 255], np.uint8), (2, k))
+    b = RNG.integers(0, 256, (k, n)).astype(np.uint8)
+    b[:, : n // 2] = RNG.choice(np.array([0, 255], np.uint8), (k, n // 2))
+    shapes = {"A": shape_a} if a_zp is not None else {"A": shape_a, "a_zp": ()}
+    mod, params = from_onnx(_u8u8_model(shape_a, b, b_zp, a_zp), shape=shapes)
+    lib = kiln.build(mod, target=target, params=params)
+    kernels = [nd["attrs"]["func_name"] for nd in json.loads(lib.get_graph_json())["nodes"]
+               if nd["op"] == "tvm_op"]
+    assert any("qnn_dense" in name for name in kernels), kernels
+    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+    gm.set_input("A", a)
+    for zp in ((0, 131, 255) if a_zp is None else (a_zp,)):
+        if a_zp is None:
+            gm.set_input("a_zp", np.array(zp, np.uint8))
+        gm.run()
+        want = (a.astype(np.int64) - zp) @ (b.astype(np.int64) - b_zp)
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), want)

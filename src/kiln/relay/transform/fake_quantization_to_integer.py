@@ -33,7 +33,9 @@ QLinearConv, ConvInteger, QLinearMatMul and MatMulInteger (operator format: the 
 ``qnn.conv2d`` / ``qnn.dense`` as well when the weight is constant and, less its zero point,
 fits in int8, and the input zero point is a per-tensor constant — or, for the matrix products,
 a run-time scalar (DynamicQuantizeLinear's, ``quantize_dynamic``'s models): its term
-``zx · colsum(w)`` is subtracted after the sum, ``colsum`` a compile-time constant.
+``zx · colsum(w)`` is subtracted after the sum, ``colsum`` a compile-time constant. A matrix
+product's weight less its zero point may span any 256 values (uint8 weights, U8U8): it is an
+int8 weight plus a constant ``d``, whose term ``d · Σ_k (x - zx)`` is a row sum of the data.
 
 Groups that do not match (weights with a zero point, a bias in float or at another scale)
 stay as they are: float ops between the quantization ops
@@ -213,7 +215,8 @@ def _widened(op: Call, args: list[Expr]) -> Expr | None:
     ``quantize_dynamic`` feeds MatMulInteger), and its data a reshape of ``int32(xq) - zx``
     (MatMul's leading axes folded into rows): ``qnn.dense(reshape(xq), w; 0) - zx · colsum(w)``,
     ``colsum(w)[n] = Σ_k w[n, k]`` an int32 ``[N]`` constant, the subtraction fused into the
-    dense kernel's epilogue — the same sums."""
+    dense kernel's epilogue — the same sums. A dense's weight may also span any 256 values
+    (uint8 weights less a zero point): ``_integer_dense``."""
     data, weight = args
     conv = op.op.name == "nn.conv2d"
     if op.checked_type.dtype != "int32":
@@ -234,23 +237,57 @@ def _widened(op: Call, args: list[Expr]) -> Expr | None:
         data = sub.args[0]
     cast = _call(data, "cast")
     w = _const(weight)
-    if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None or \
-            w.min(initial=0) < -128 or w.max(initial=0) > 127:
+    if cast is None or cast.args[0].checked_type.dtype not in DATA_DTYPES or w is None:
         return None
     xq = cast.args[0]
     if not conv:
-        if rows is not None:
-            xq = Call("reshape", [xq], {"newshape": tuple(rows)}, op.span)
-        w8 = w.astype(np.int8)
-        if isinstance(zx, int):
-            return Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": zx}, op.span)
-        acc = Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": 0}, op.span)
-        colsum = Constant(w8.astype(np.int64).sum(axis=1).astype(np.int32))
-        zx = Call("reshape", [zx], {"newshape": ()})
-        return Call("subtract", [acc, Call("multiply", [zx, colsum])], {}, op.span)
+        return _integer_dense(op, xq, w, zx, rows)
+    if w.min(initial=0) < -128 or w.max(initial=0) > 127:
+        return None
     attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
     return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
                 dict(attrs, input_zero_point=zx), op.span)
+
+
+def _int8_shift(w: np.ndarray) -> int | None:
+    """``d`` with ``w - d`` in int8's range (0 when ``w`` is), or None when ``w`` spans more than
+    256 values: uint8 weights less their zero point (``quantize_dynamic``'s U8U8 models, e.g.
+    -119..136) are int8 weights plus a constant."""
+    lo, hi = int(w.min(initial=0)), int(w.max(initial=0))
+    if lo >= -128 and hi <= 127:
+        return 0
+    if hi - lo > 255:
+        return None
+    return hi - 127 if hi > 127 else lo + 128
+
+
+def _integer_dense(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr,
+                   rows: tuple | None) -> Expr | None:
+    """``Σ_k (xq[m, k] - zx) · w[n, k]`` (``_widened``) with ``w = w8 + d`` and ``w8`` int8:
+    ``qnn.dense(xq, w8; zx)`` (a run-time ``zx``: ``qnn.dense(xq, w8; 0) - zx · colsum(w8)``)
+    plus ``d · (Σ_k xq[m, k] - K · zx)``, that row sum one more pass over the data."""
+    d = _int8_shift(w)
+    if d is None:
+        return None
+    if rows is not None:
+        xq = Call("reshape", [xq], {"newshape": tuple(rows)}, op.span)
+    w8 = (w.astype(np.int64) - d).astype(np.int8)
+    if isinstance(zx, int):
+        acc = Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": zx}, op.span)
+    else:
+        zx = Call("reshape", [zx], {"newshape": ()})
+        colsum = Constant(w8.astype(np.int64).sum(axis=1).astype(np.int32))
+        acc = Call("subtract", [Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": 0},
+                                     op.span), Call("multiply", [zx, colsum])], {}, op.span)
+    if d == 0:
+        return acc
+    k = w.shape[1]
+    rowsum = Call("sum", [Call("cast", [xq], {"dtype": "int32"})],
+                  {"axis": (1,), "keepdims": True})
+    shifted = Call("subtract", [rowsum, Constant(np.array(zx * k, np.int32)) if isinstance(
+        zx, int) else Call("multiply", [zx, Constant(np.array(k, np.int32))])])
+    term = Call("multiply", [shifted, Constant(np.array(d, np.int32))])
+    return Call("add", [acc, term], {}, op.span)
 
 
 def _bias_axis_ok(bias_call: Call, conv: bool) -> bool:
