@@ -175,3 +175,91 @@ def test_matmul_integer_uint8_weights_with_a_zero_point(target, b_zp, a_zp):
         gm.run()
         want = (a.astype(np.int64) - zp) @ (b.astype(np.int64) - b_zp)
         np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+
+
+def _conv_integer_model(shape_x, w: np.ndarray, w_zp: int, pads, strides, group: int,
+                        x_zp: int | None):
+    """ConvInteger(x uint8, w uint8 or int8 constant with zero point ``w_zp``; x's zero point a
+    run-time scalar input, or the constant ``x_zp``) → int32."""
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(w_zp, w.dtype), "w_zp")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, shape_x)]
+    if x_zp is None:
+        inputs.append(helper.make_tensor_value_info("x_zp", TensorProto.UINT8, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(x_zp, np.uint8), "x_zp"))
+    node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], pads=pads,
+                            strides=strides, group=group)
+    graph = helper.make_graph([node], "conv_integer", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _conv_reference(x, w, x_zp, w_zp, pads, strides, group):
+    """int64 ``Σ_valid taps (x - x_zp) · (w - w_zp)``: x padded with its zero point."""
+    xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (0, 0), (pads[0], pads[2]),
+                                            (pads[1], pads[3])))
+    wk = w.astype(np.int64) - w_zp
+    o, cg, kh, kw = wk.shape
+    n, _, hp, wp = xp.shape
+    oh, ow = (hp - kh) // strides[0] + 1, (wp - kw) // strides[1] + 1
+    y = np.zeros((n, o, oh, ow), np.int64)
+    per = o // group
+    for co in range(o):
+        g = co // per
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg, i:i + strides[0] * oh:strides[0],
+                           j:j + strides[1] * ow:strides[1]]
+                y[:, co] += np.einsum("nchw,c->nhw", patch, wk[co, :, i, j])
+    return y
+
+
+@pytest.mark.parametrize("x_zp,w_zp,group,strides", [
+    (None, 0, 1, (1, 1)),      # int8-range weights, DynamicQuantizeLinear's zero point
+    (None, 0, 4, (1, 1)),      # grouped
+    (None, 119, 1, (2, 2)),    # U8U8: weights less their zero point span -119..136
+    (77, 178, 1, (1, 1)),      # constant activation zero point, -178..77
+])
+def test_conv_integer_runtime_zero_point_and_uint8_weights(target, x_zp, w_zp, group,
+                                                          strides):
+    """quantize_dynamic's ConvInteger (ddddocr's OCR model): the int8 convolution kernel with
+    the zero-point terms over each output pixel's valid taps (the borders have fewer), exact."""
+    shape_x, o, pads = (1, 8, 9, 11), 16, [1, 1, 1, 1]
+    x = RNG.integers(0, 256, shape_x).astype(np.uint8)
+    x[0, :, :2] = 255
+    wshape = (o, 8 // group, 3, 3)
+    w = (RNG.integers(0, 256, wshape).astype(np.uint8) if w_zp else
+         RNG.integers(-128, 128, wshape).astype(np.int8))
+    model = _conv_integer_model(shape_x, w, w_zp, pads, strides, group, x_zp)
+    shapes = {"x": shape_x} if x_zp is not None else {"x": shape_x, "x_zp": ()}
+    mod, params = from_onnx(model, shape=shapes)
+    lib = kiln.build(mod, target=target, params=params)
+    kernels = [nd["attrs"]["func_name"] for nd in json.loads(lib.get_graph_json())["nodes"]
+               if nd["op"] == "tvm_op"]
+    assert any("qnn" in name for name in kernels), kernels
+    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+    gm.set_input("x", x)
+    for zp in ((0, 131, 255) if x_zp is None else (x_zp,)):
+        if x_zp is None:
+            gm.set_input("x_zp", np.array(zp, np.uint8))
+        gm.run()
+        want = _conv_reference(x, w, zp, w_zp, pads, strides, group)
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+
+
+def test_conv_integer_runtime_zero_point_symbolic_width(target, tmp_path):
+    """A symbolic width (the VM): the mask of the padding comes from a padded plane of ones at
+    run time; U8U8 weights and DynamicQuantizeLinear's zero point, exact at widths 1 to 23."""
+    w = RNG.integers(0, 256, (8, 4, 3, 3)).astype(np.uint8)
+    model = _conv_integer_model((1, 4, 6, "width"), w, 119, [1, 1, 1, 1], [1, 1], 1, None)
+    mod, params = from_onnx(model, dim_bounds={"width": (1, None)})
+    kiln.build(mod, target=target, params=params).export_library(str(tmp_path / "ci.so"))
+    vm = VirtualMachine(kiln.runtime.load_module(str(tmp_path / "ci.so")), kiln.cpu())
+    for width, zp in ((1, 0), (5, 131), (23, 255)):
+        x = RNG.integers(0, 256, (1, 4, 6, width)).astype(np.uint8)
+        got = vm["main"](x, np.array(zp, np.uint8))
+        got = (got[0] if isinstance(got, (list, tuple)) else got).numpy()
+        np.testing.assert_array_equal(got, _conv_reference(x, w, zp, 119, [1, 1, 1, 1],
+                                                           (1, 1), 1))

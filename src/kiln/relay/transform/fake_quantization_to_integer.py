@@ -229,9 +229,9 @@ def _widened(op: Call, args: list[Expr]) -> Expr | None:
         zp = _const(sub.args[1])
         if zp is not None and zp.size == 1:
             zx = int(zp.reshape(()))
-        elif zp is None and not conv and sub.args[1].checked_type.size == 1 and \
+        elif zp is None and sub.args[1].checked_type.size == 1 and \
                 sub.args[1].checked_type.dtype == "int32":
-            zx = sub.args[1]  # a run-time scalar
+            zx = Call("reshape", [sub.args[1]], {"newshape": ()})  # a run-time scalar
         else:
             return None
         data = sub.args[0]
@@ -242,11 +242,7 @@ def _widened(op: Call, args: list[Expr]) -> Expr | None:
     xq = cast.args[0]
     if not conv:
         return _integer_dense(op, xq, w, zx, rows)
-    if w.min(initial=0) < -128 or w.max(initial=0) > 127:
-        return None
-    attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
-    return Call("qnn.conv2d", [cast.args[0], Constant(w.astype(np.int8))],
-                dict(attrs, input_zero_point=zx), op.span)
+    return _integer_conv(op, xq, w, zx)
 
 
 def _int8_shift(w: np.ndarray) -> int | None:
@@ -275,7 +271,6 @@ def _integer_dense(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr,
     if isinstance(zx, int):
         acc = Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": zx}, op.span)
     else:
-        zx = Call("reshape", [zx], {"newshape": ()})
         colsum = Constant(w8.astype(np.int64).sum(axis=1).astype(np.int32))
         acc = Call("subtract", [Call("qnn.dense", [xq, Constant(w8)], {"input_zero_point": 0},
                                      op.span), Call("multiply", [zx, colsum])], {}, op.span)
@@ -288,6 +283,72 @@ def _integer_dense(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr,
         zx, int) else Call("multiply", [zx, Constant(np.array(k, np.int32))])])
     term = Call("multiply", [shifted, Constant(np.array(d, np.int32))])
     return Call("add", [acc, term], {}, op.span)
+
+
+def _integer_conv(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr) -> Expr | None:
+    """``Σ_valid taps (xq - zx) · w`` (``_widened``: the padding adds nothing) with
+    ``w = w8 + d``, ``w8`` int8. With a constant ``zx`` and ``d == 0`` that is
+    ``qnn.conv2d(xq, w8; zx)``. Otherwise the data is padded with ``zx`` first (``xp``: then every
+    tap is valid) and the convolution has no padding: ``qnn.conv2d(xp, w8; zx)``, or for a
+    run-time ``zx`` ``qnn.conv2d(xp, w8; 0) - zx · colsum(w8)`` (a constant per output channel,
+    fused into the epilogue), plus ``d · (Σ_taps xp - zx · C · kh · kw)``, the sum over the
+    window an int32 convolution with one output channel. ``d != 0`` needs ``groups == 1``."""
+    d = _int8_shift(w)
+    groups = op.attrs["groups"]
+    if d is None or (d != 0 and groups != 1):
+        return None
+    w8 = (w.astype(np.int64) - d).astype(np.int8)
+    attrs = {k: op.attrs[k] for k in ("strides", "padding", "dilation", "groups")}
+    known = isinstance(zx, int)
+    if known and d == 0:
+        return Call("qnn.conv2d", [xq, Constant(w8)], dict(attrs, input_zero_point=zx), op.span)
+    xp = _padded_with(xq, attrs["padding"], zx)
+    attrs["padding"] = (0, 0, 0, 0)
+    acc = Call("qnn.conv2d", [xp, Constant(w8)], dict(attrs, input_zero_point=zx if known else 0),
+               op.span)
+    if not known:
+        colsum = w8.astype(np.int64).sum(axis=(1, 2, 3)).astype(np.int32).reshape(-1, 1, 1)
+        acc = Call("subtract", [acc, Call("multiply", [zx, Constant(colsum)])], {}, op.span)
+    if d:
+        _, c, kh, kw = w.shape
+        window = Call("nn.conv2d", [Call("cast", [xp], {"dtype": "int32"}),
+                                    Constant(np.ones((1, c, kh, kw), np.int32))],
+                      dict(op.attrs, padding=(0, 0, 0, 0), groups=1))
+        taps = _i32(zx * c * kh * kw) if known else Call("multiply", [zx, _i32(c * kh * kw)])
+        term = Call("multiply", [Call("subtract", [window, taps]), _i32(d)])
+        acc = Call("add", [acc, term], {}, op.span)
+    return acc
+
+
+def _padded_with(xq: Expr, padding: tuple[int, int, int, int], zx: int | Expr) -> Expr:
+    """``xq`` (NCHW) padded in H and W with its zero point: ``nn.pad`` for a constant; for a
+    run-time scalar ``where(inside, pad(xq, 0), zx)``, ``inside`` a constant mask for static
+    H and W, else padded from a plane of ones."""
+    pt, pl, pb, pr = padding
+    if not any(padding):
+        return xq
+    width = ((0, 0), (0, 0), (pt, pb), (pl, pr))
+    if isinstance(zx, int):
+        return Call("nn.pad", [xq], {"pad_width": width, "pad_value": float(zx),
+                                     "pad_mode": "constant"})
+    n, _, h, wd = xq.checked_type.shape
+    if isinstance(h, int) and isinstance(wd, int):
+        inside: Expr = Constant(np.pad(np.ones((1, 1, h, wd), bool), width))
+    else:
+        plane = Call("strided_slice", [xq], {"begin": (0, 0, 0, 0), "end": (n, 1, h, wd),
+                                             "strides": (1, 1, 1, 1)})
+        ones = Call("cast", [Call("add", [Call("multiply", [Call("cast", [plane], {
+            "dtype": "int32"}), _i32(0)]), _i32(1)])], {"dtype": "bool"})
+        inside = Call("nn.pad", [ones], {"pad_width": width, "pad_value": 0.0,
+                                         "pad_mode": "constant"})
+    zero_padded = Call("nn.pad", [xq], {"pad_width": width, "pad_value": 0.0,
+                                        "pad_mode": "constant"})
+    fill = Call("cast", [zx], {"dtype": xq.checked_type.dtype})
+    return Call("where", [inside, zero_padded, fill])
+
+
+def _i32(value: int) -> Constant:
+    return Constant(np.array(value, np.int32))
 
 
 def _bias_axis_ok(bias_call: Call, conv: bool) -> bool:
