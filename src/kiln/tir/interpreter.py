@@ -28,7 +28,7 @@ _ARITH = {
 
 _INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
-    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "fence": lambda v: v,
     "floor": np.floor, "ceil": np.ceil, "nearbyint": np.rint, "pow": np.power,
     "erf": np.vectorize(math.erf, otypes=[np.float64]),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,

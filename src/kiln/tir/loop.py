@@ -19,7 +19,8 @@ dividend's sign), ``reinterpret`` (the bits of a value as another type of the sa
 and ``dot_i16x2`` (:mod:`kiln.tir.intrin_int8`), and the packed-API accessors emitted by
 MakePackedAPI (``kiln.*``). ``sigmoid`` is ``1 / (1 + exp(-x))`` in the code generators;
 FastExp (:mod:`kiln.tir.transform.fast_exp`) expands the float32 ones as onnxruntime computes
-them.
+them. ``fence`` is a float value unchanged, but never contracted into an FMA or reassociated
+with what uses it (LLVM's ``llvm.arithmetic.fence``; C: the value).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 INT = "int64"
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "fabs", "floor", "ceil",
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "sigmoid", "fence", "erf", "fabs", "floor", "ceil",
               "nearbyint", "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
               "asinh", "acosh", "atanh", "fmod")
 

@@ -156,10 +156,18 @@ def _erf(v: L.PrimExpr) -> L.PrimExpr:
 _unary("erf", _float_only("erf", _erf))
 
 
+def _rounded_product(p: L.PrimExpr) -> L.PrimExpr:
+    """A float product rounded before an add uses it (the loop IR's ``fence``; FastExp keeps
+    it only where an add or subtract takes it): ONNX's Mul then Add are two roundings, and an
+    FMA of them (a product by a quantization scale, then a residual add) moves the values of
+    dynamically quantized models off onnxruntime's (decision 060)."""
+    return L.call("fence", p) if L.is_float(p.dtype) else p
+
+
 _BINARY: dict[str, Callable[[L.PrimExpr, L.PrimExpr], L.PrimExpr]] = {
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
-    "multiply": lambda a, b: a * b,
+    "multiply": lambda a, b: _rounded_product(a * b),
     "divide": lambda a, b: a / b,
     "maximum": L.maximum,
     "minimum": L.minimum,

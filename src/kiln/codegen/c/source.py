@@ -45,6 +45,8 @@ _F32_INTRINSICS = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf
 _F64_INTRINSICS = {k: v[:-1] for k, v in _F32_INTRINSICS.items()}
 # sigmoid where FastExp left it (an argument it must not evaluate early): the preamble's
 _F32_INTRINSICS["sigmoid"], _F64_INTRINSICS["sigmoid"] = "kiln_sigmoidf", "kiln_sigmoid"
+# fence: the value itself (GCC's -ffp-contract=fast may still fuse across it)
+_F32_INTRINSICS["fence"] = _F64_INTRINSICS["fence"] = ""
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
         "==": "==", "!=": "!=", "and": "&&", "or": "||", "&": "&", "|": "|", "^": "^",
         "<<": "<<", ">>": ">>"}

@@ -45,7 +45,7 @@ from kiln.tir.index import merge_split_indices
 _LLVM_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
                     "tanh": "llvm.tanh", "fabs": "llvm.fabs", "floor": "llvm.floor",
                     "ceil": "llvm.ceil", "nearbyint": "llvm.nearbyint", "pow": "llvm.pow",
-                    "sin": "llvm.sin", "cos": "llvm.cos"}
+                    "sin": "llvm.sin", "cos": "llvm.cos", "fence": "llvm.arithmetic.fence"}
 # The rest come from libm: float32 names end in "f" (C99).
 _LIBM = {(name, dtype): name + ("f" if dtype == "float32" else "")
          for name in ("erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
@@ -333,6 +333,10 @@ class ExprCodegen:
                                "supported")
         args = [self.expr(fr, a) for a in e.args]
         ty = value_type(e.dtype)
+        if e.name == "fence":  # llvmlite's declare_intrinsic does not know it
+            fn = self.mc.declare(f"llvm.arithmetic.fence.{ty.intrinsic_name}", ty, [ty],
+                                 attrs=("nounwind",))
+            return fr.builder.call(fn, args)
         if e.name == "sigmoid":  # where FastExp left it: 1 / (1 + exp(-x))
             b, one = fr.builder, ir.Constant(ty, 1.0)
             exp = b.call(self.mc.intrinsic("llvm.exp", ty), [b.fneg(args[0])])

@@ -168,10 +168,34 @@ def lower_fast_exp(func: L.PrimFunc) -> L.PrimFunc:
     return L.PrimFunc(func.name, func.params, body, dict(func.attrs))
 
 
+def fences_under_adds(e: L.PrimExpr) -> L.PrimExpr:
+    """``e`` with each ``fence`` kept only where a float add or subtract takes it (where an FMA
+    could form; elsewhere it only stands in LLVM's way: fenced arguments of FastExp's
+    polynomials lost their FMAs to the SLP vectorizer)."""
+    def mark(x: L.PrimExpr) -> L.PrimExpr:
+        if not (isinstance(x, L.Binary) and x.op in ("+", "-") and L.is_float(x.dtype)):
+            return x
+        a, b = (L.Call(_KEPT, o.args, o.dtype) if isinstance(o, L.Call) and o.name == "fence"
+                else o for o in (x.a, x.b))
+        return x if (a is x.a and b is x.b) else L.Binary(x.op, a, b)
+
+    def strip(x: L.PrimExpr) -> L.PrimExpr:
+        if isinstance(x, L.Call) and x.name == "fence":
+            return x.args[0]
+        return L.Call("fence", x.args, x.dtype) if isinstance(x, L.Call) and x.name == _KEPT \
+            else x
+
+    return L.map_expr(L.map_expr(e, mark), strip)
+
+
+_KEPT = "kiln.fence_kept"  # a marker between the two rewrites of fences_under_adds
+
+
 def _store_rewriter():
     def rewrite(s: L.Stmt) -> L.Stmt:
         if not isinstance(s, L.BufferStore):
             return s
+        s = L.BufferStore(s.buffer, fences_under_adds(s.value), s.indices)
         eager = eager_loads(s.value)
         lets: list[Binding] = []
 
