@@ -161,20 +161,30 @@ def test_matmul_integer_uint8_weights_with_a_zero_point(target, b_zp, a_zp):
     a[0, 3:] = RNG.choice(np.array([0, 255], np.uint8), (2, k))
     b = RNG.integers(0, 256, (k, n)).astype(np.uint8)
     b[:, : n // 2] = RNG.choice(np.array([0, 255], np.uint8), (k, n // 2))
-    shapes = {"A": shape_a} if a_zp is not None else {"A": shape_a, "a_zp": ()}
-    mod, params = from_onnx(_u8u8_model(shape_a, b, b_zp, a_zp), shape=shapes)
+    _check_over_zero_points(_u8u8_model(shape_a, b, b_zp, a_zp), target, "qnn_dense", "A", a,
+                            a_zp, lambda zp: (a.astype(np.int64) - zp) @ (b.astype(np.int64)
+                                                                          - b_zp))
+
+
+def _check_over_zero_points(model, target: str, kernel: str, name: str, data: np.ndarray,
+                            zero_point: int | None, want) -> None:
+    """Build ``model`` (graph executor): a kernel named with ``kernel``, and the int32 output
+    equal to ``want(zp)`` for the constant ``zero_point``, or for 0, 131 and 255 fed as the
+    run-time scalar input ``<name>_zp`` when it is None."""
+    zp_name = f"{name.lower()}_zp"
+    shapes = {name: data.shape} if zero_point is not None else {name: data.shape, zp_name: ()}
+    mod, params = from_onnx(model, shape=shapes)
     lib = kiln.build(mod, target=target, params=params)
     kernels = [nd["attrs"]["func_name"] for nd in json.loads(lib.get_graph_json())["nodes"]
                if nd["op"] == "tvm_op"]
-    assert any("qnn_dense" in name for name in kernels), kernels
+    assert any(kernel in k for k in kernels), kernels
     gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
-    gm.set_input("A", a)
-    for zp in ((0, 131, 255) if a_zp is None else (a_zp,)):
-        if a_zp is None:
-            gm.set_input("a_zp", np.array(zp, np.uint8))
+    gm.set_input(name, data)
+    for zp in ((0, 131, 255) if zero_point is None else (zero_point,)):
+        if zero_point is None:
+            gm.set_input(zp_name, np.array(zp, np.uint8))
         gm.run()
-        want = (a.astype(np.int64) - zp) @ (b.astype(np.int64) - b_zp)
-        np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), want(zp))
 
 
 def _conv_integer_model(shape_x, w: np.ndarray, w_zp: int, pads, strides, group: int,
@@ -233,20 +243,8 @@ def test_conv_integer_runtime_zero_point_and_uint8_weights(target, x_zp, w_zp, g
     w = (RNG.integers(0, 256, wshape).astype(np.uint8) if w_zp else
          RNG.integers(-128, 128, wshape).astype(np.int8))
     model = _conv_integer_model(shape_x, w, w_zp, pads, strides, group, x_zp)
-    shapes = {"x": shape_x} if x_zp is not None else {"x": shape_x, "x_zp": ()}
-    mod, params = from_onnx(model, shape=shapes)
-    lib = kiln.build(mod, target=target, params=params)
-    kernels = [nd["attrs"]["func_name"] for nd in json.loads(lib.get_graph_json())["nodes"]
-               if nd["op"] == "tvm_op"]
-    assert any("qnn" in name for name in kernels), kernels
-    gm = kiln.graph_executor.GraphModule(lib["default"](kiln.cpu()))
-    gm.set_input("x", x)
-    for zp in ((0, 131, 255) if x_zp is None else (x_zp,)):
-        if x_zp is None:
-            gm.set_input("x_zp", np.array(zp, np.uint8))
-        gm.run()
-        want = _conv_reference(x, w, zp, w_zp, pads, strides, group)
-        np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+    _check_over_zero_points(model, target, "qnn", "x", x, x_zp, lambda zp: _conv_reference(
+        x, w, zp, w_zp, pads, strides, group))
 
 
 def test_conv_integer_runtime_zero_point_symbolic_width(target, tmp_path):
