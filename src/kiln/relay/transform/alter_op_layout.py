@@ -14,8 +14,9 @@ layout flows through the network and transforms remain only at its edges:
 - elementwise ops (relu, clip, cast, ...), and per-tensor quantize / dequantize (their scale and
   zero point are scalars);
 - broadcast arithmetic whose operands are blocked values of the same block (equal, or
-  broadcast over H and W as a squeeze-excite scale), scalars, or constants (bias and scale
-  constants are transformed here, once), and ``nn.bias_add`` on the channel axis;
+  broadcast over H and W as a squeeze-excite scale), scalars, constants (bias and scale
+  constants are transformed here, once), or computed one-channel or per-channel values (the
+  zero-point terms of dynamically quantized convs), and ``nn.bias_add`` on the channel axis;
 - ``concatenate`` on the channel axis of blocked values of the same block;
 - pooling (max, average, global), given ``layout="NCHW{b}c"``;
 - the next convolution, which takes its input block from its producer.
@@ -221,7 +222,7 @@ def alter_op_layout(func: Function, int8_products: str = "exact") -> Function:
         if op in QNN and forms[0] and all(a.checked_type.ndim == 0 for a in args[1:]):
             return to_nchw(Call(op, [forms[0][0], *args[1:]], call.attrs, call.span), block)
         if op in _ARITH or (op == "nn.bias_add" and call.attrs["axis"] == 1):
-            new = _blocked_operands(call, args, forms, block)
+            new = _blocked_operands(call, args, forms, block, as_blocked)
             if new is not None:
                 return to_nchw(Call("add" if op == "nn.bias_add" else op, new, {}, call.span),
                                block)
@@ -495,8 +496,12 @@ def dense_block_limit() -> int:
     return DENSE_VECTORS * lanes
 
 
-def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[Expr] | None:
-    """Operands of a broadcast op on blocked values, or None if one cannot be blocked."""
+def _blocked_operands(call: Call, args: list[Expr], forms, block: int,
+                      as_blocked) -> list[Expr] | None:
+    """Operands of a broadcast op on blocked values, or None if one cannot be blocked. A
+    computed operand may be a scalar, one channel (``[N, 1, H, W]`` is ``[N, 1, H, W, 1]``
+    blocked: a reshape) or per channel (``[C, 1, 1]``, made blocked: it is small) — the
+    zero-point terms of dynamically quantized convs (fake_quantization_to_integer)."""
     out_shape = call.checked_type.shape
     new: list[Expr] = []
     for arg, form in zip(args, forms):
@@ -513,8 +518,29 @@ def _blocked_operands(call: Call, args: list[Expr], forms, block: int) -> list[E
                 return None
             new.append(Constant(value, arg.name))
         else:
-            return None
+            value = _blocked_computed(arg, call.checked_type.shape, block, as_blocked)
+            if value is None:
+                return None
+            new.append(value)
     return new
+
+
+def _blocked_computed(arg: Expr, out_shape: tuple, block: int, as_blocked) -> Expr | None:
+    """A computed operand of ``_blocked_operands`` broadcast against NCHW{block}c, or None."""
+    t = arg.checked_type
+    if t.ndim == 0:
+        return arg
+    if t.ndim > 4:
+        return None
+    full = (1,) * (4 - t.ndim) + tuple(t.shape)
+    n, c, h, w = full
+    if n not in (1, out_shape[0]) or h not in (1, out_shape[2]) or w not in (1, out_shape[3]):
+        return None
+    if c == 1:
+        return Call("reshape", [arg], {"newshape": (n, 1, h, w, 1)})
+    if c == out_shape[1] and h == w == 1 and isinstance(c, int):
+        return as_blocked(Call("reshape", [arg], {"newshape": (n, c, 1, 1)}), block)
+    return None
 
 
 def _blocked_constant(data: np.ndarray, call: Call, block: int,
