@@ -214,6 +214,9 @@ def alter_op_layout(func: Function, int8_products: str = "exact") -> Function:
             return _padded_channel_op(call, args, [padded.get(a.uid) for a in args], to_nchw)
         forms = [blocked.get(a.uid) for a in args]
         blocks = {f[1] for f in forms if f is not None}
+        if len(blocks) > 1:  # a one-channel value (block 1) broadcasts against any block
+            blocks = {f[1] for f, a in zip(forms, args)
+                      if f is not None and a.checked_type.shape[1] != 1}
         if len(blocks) != 1:
             return same_call(call, args)
         (block,) = blocks
@@ -507,9 +510,11 @@ def _blocked_operands(call: Call, args: list[Expr], forms, block: int,
     for arg, form in zip(args, forms):
         if form is not None:
             n, c, h, w = arg.checked_type.shape
-            # same channels; H and W equal or broadcast (1), as in a squeeze-excite scale
-            if (n, c) != out_shape[:2] or h not in (1, out_shape[2]) or \
-                    w not in (1, out_shape[3]):
+            # same channels, or one blocked by 1 (NCHW1c broadcasts against NCHW{b}c); H and
+            # W equal or broadcast (1), as in a squeeze-excite scale
+            same = c == out_shape[1] and form[1] == block
+            if n != out_shape[0] or not (same or (c == 1 and form[1] == 1)) or \
+                    h not in (1, out_shape[2]) or w not in (1, out_shape[3]):
                 return None
             new.append(form[0])
         elif isinstance(arg, Constant):
