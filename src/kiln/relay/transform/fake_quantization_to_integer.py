@@ -279,9 +279,7 @@ def _integer_dense(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr,
     k = w.shape[1]
     rowsum = Call("sum", [Call("cast", [xq], {"dtype": "int32"})],
                   {"axis": (1,), "keepdims": True})
-    shifted = Call("subtract", [rowsum, Constant(np.array(zx * k, np.int32)) if isinstance(
-        zx, int) else Call("multiply", [zx, Constant(np.array(k, np.int32))])])
-    term = Call("multiply", [shifted, Constant(np.array(d, np.int32))])
+    term = Call("multiply", [Call("subtract", [rowsum, _zx_times(zx, k)]), _i32(d)])
     return Call("add", [acc, term], {}, op.span)
 
 
@@ -314,8 +312,8 @@ def _integer_conv(op: Call, xq: Expr, w: np.ndarray, zx: int | Expr) -> Expr | N
         window = Call("nn.conv2d", [Call("cast", [xp], {"dtype": "int32"}),
                                     Constant(np.ones((1, c, kh, kw), np.int32))],
                       dict(op.attrs, padding=(0, 0, 0, 0), groups=1))
-        taps = _i32(zx * c * kh * kw) if known else Call("multiply", [zx, _i32(c * kh * kw)])
-        term = Call("multiply", [Call("subtract", [window, taps]), _i32(d)])
+        term = Call("multiply", [Call("subtract", [window, _zx_times(zx, c * kh * kw)]),
+                                 _i32(d)])
         acc = Call("add", [acc, term], {}, op.span)
     return acc
 
@@ -349,6 +347,11 @@ def _padded_with(xq: Expr, padding: tuple[int, int, int, int], zx: int | Expr) -
 
 def _i32(value: int) -> Constant:
     return Constant(np.array(value, np.int32))
+
+
+def _zx_times(zx: int | Expr, count: int) -> Expr:
+    """``zx · count`` in int32: a constant, or a product for a run-time zero point."""
+    return _i32(zx * count) if isinstance(zx, int) else Call("multiply", [zx, _i32(count)])
 
 
 def _bias_axis_ok(bias_call: Call, conv: bool) -> bool:

@@ -33,7 +33,7 @@ The clamp is an integer min of the bit pattern and the NaN is or-ed back at the 
 from __future__ import annotations
 
 from kiln.tir import loop as L
-from kiln.tir.transform.float_bits import clamp_bits, or_nan
+from kiln.tir.transform.float_bits import Binding, Lets, clamp_bits, or_nan
 
 F32, I32 = "float32", "int32"
 
@@ -51,9 +51,6 @@ TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
 TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
           4.89352518554385e-03)
 
-Binding = tuple[L.Var, L.PrimExpr]
-
-
 def _f(value: float) -> L.PrimExpr:
     return L.FloatImm(value, F32)
 
@@ -66,19 +63,7 @@ def _horner(coefficients: tuple[float, ...], x2: L.PrimExpr) -> L.PrimExpr:
     return acc
 
 
-class _Lets:
-    """The bindings of one expansion, in order (each value is used several times)."""
-
-    def __init__(self, prefix: str):
-        self.prefix, self.bindings = prefix, []
-
-    def __call__(self, name: str, value: L.PrimExpr) -> L.Var:
-        var = L.Var(f"{self.prefix}_{name}", value.dtype)
-        self.bindings.append((var, value))
-        return var
-
-
-def _clamped(lets: _Lets, x: L.PrimExpr, bound: float) -> tuple[L.Var, L.Var]:
+def _clamped(lets: Lets, x: L.PrimExpr, bound: float) -> tuple[L.Var, L.Var]:
     """``(bits of x, x clamped to [-bound, bound])``, both bound."""
     xi = lets("xi", L.reinterpret(lets("x", x), I32))
     return xi, lets("xc", clamp_bits(xi, -bound, bound))
@@ -88,7 +73,7 @@ def fast_sigmoid(x: L.PrimExpr) -> tuple[list[Binding], L.PrimExpr]:
     """``1 / (1 + e^-x)`` for float32 ``x`` as MLAS computes it (module doc); the bindings to
     make first (``LetStmt``s, in order) and the result over them."""
     assert x.dtype == F32, f"fast_sigmoid: float32 only, got {x.dtype}"
-    lets = _Lets("sigmoid")
+    lets = Lets("sigmoid")
     xi, xc = _clamped(lets, x, SIGMOID_RANGE)
     x2 = lets("x2", xc * xc)
     r = lets("r", xc * _horner(SIGMOID_P, x2) / _horner(SIGMOID_Q, x2) + _f(0.5))
@@ -101,7 +86,7 @@ def fast_tanh(x: L.PrimExpr) -> tuple[list[Binding], L.PrimExpr]:
     """``tanh(x)`` for float32 ``x`` as MLAS computes it (module doc); the bindings to make
     first and the result over them."""
     assert x.dtype == F32, f"fast_tanh: float32 only, got {x.dtype}"
-    lets = _Lets("tanh")
+    lets = Lets("tanh")
     xi, xc = _clamped(lets, x, TANH_RANGE)
     x2 = lets("x2", xc * xc)
     t = xc * _horner(TANH_P, x2) / _horner(TANH_Q, x2)

@@ -54,7 +54,7 @@ import numpy as np
 from kiln.tir import loop as L
 from kiln.tir.speculation import eager_loads, may_trap
 from kiln.tir.transform.fast_activations import fast_sigmoid, fast_tanh
-from kiln.tir.transform.float_bits import clamp_bits, or_nan
+from kiln.tir.transform.float_bits import Binding, Lets, clamp_bits, or_nan
 
 F32, I32, U32 = "float32", "int32", "uint32"
 #: below this exp(x) rounds to 0 in float32; above the upper bound it overflows to +inf
@@ -93,9 +93,6 @@ def _poly(r: L.PrimExpr) -> L.PrimExpr:
     return p * (r * r) + r + _f(1.0)
 
 
-Binding = tuple[L.Var, L.PrimExpr]
-
-
 def _clamp_parts(x: L.PrimExpr) -> tuple[L.PrimExpr, L.PrimExpr] | None:
     """``(bound, operand)`` of a min or max with one constant operand (on either side)."""
     if not (isinstance(x, L.Binary) and x.op in ("min", "max")):
@@ -126,12 +123,8 @@ def fast_exp(x: L.PrimExpr) -> tuple[list[Binding], L.PrimExpr]:
     must be computed once) and the result over them.
     """
     assert x.dtype == F32, f"fast_exp: float32 only, got {x.dtype}"
-    lets: list[Binding] = []
-
-    def let(name: str, value: L.PrimExpr) -> L.Var:
-        var = L.Var(f"exp_{name}", value.dtype)
-        lets.append((var, value))
-        return var
+    let = Lets("exp")
+    lets = let.bindings
 
     if _within_normal(x):
         xv = let("x", x)
@@ -195,7 +188,9 @@ def _store_rewriter():
     def rewrite(s: L.Stmt) -> L.Stmt:
         if not isinstance(s, L.BufferStore):
             return s
-        s = L.BufferStore(s.buffer, fences_under_adds(s.value), s.indices)
+        fenced = fences_under_adds(s.value)
+        if fenced is not s.value:
+            s = L.BufferStore(s.buffer, fenced, s.indices)
         eager = eager_loads(s.value)
         lets: list[Binding] = []
 

@@ -1,5 +1,6 @@
-"""float32 clamps and NaN tests on the bit pattern, for the straight-line expansions of
-:mod:`kiln.tir.transform.fast_exp` and :mod:`kiln.tir.transform.fast_activations`.
+"""What the straight-line expansions of :mod:`kiln.tir.transform.fast_exp` and
+:mod:`kiln.tir.transform.fast_activations` share: float32 clamps and NaN tests on the bit
+pattern, and the ``LetStmt`` bindings of their values used more than once.
 
 A float compare and select would do for LLVM, but GCC at its default ``-ftrapping-math`` keeps
 those as branches and then does not vectorize the loop; integer min, and, or and compares
@@ -15,6 +16,21 @@ import numpy as np
 from kiln.tir import loop as L
 
 F32, I32, U32 = "float32", "int32", "uint32"
+
+Binding = tuple[L.Var, L.PrimExpr]
+
+
+class Lets:
+    """The bindings of one expansion, in order: ``lets(name, value)`` binds ``value`` to a new
+    variable ``<prefix>_<name>`` and returns it (each value is computed once)."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.bindings = prefix, []
+
+    def __call__(self, name: str, value: L.PrimExpr) -> L.Var:
+        var = L.Var(f"{self.prefix}_{name}", value.dtype)
+        self.bindings.append((var, value))
+        return var
 
 
 def f32_bits(value: float) -> int:
