@@ -97,6 +97,36 @@ def test_bounds_of_a_floor_division_of_a_negative_numerator():
         assert -73 <= evaluate(floordiv(7 - SEQ, 7), {"seq": s}) <= 0
 
 
+def test_a_ceil_division_has_one_form():
+    """``-((-n) // 2)`` (a ceil_mode pool's extent) and ``(n + 1) // 2`` (Funnel's position
+    table, halved) are one expression: a numerator whose terms are all negative is flipped,
+    by ``floor(a / b) == -floor((b - 1 - a) / b)``. The pooled queries and their relative
+    positions then broadcast with no assumption (it had assumed ``seq % 2 == 0``)."""
+    assert -floordiv(-N, 2) == floordiv(N + 1, 2)
+    assert -floordiv(1 - N, 2) == floordiv(N, 2)
+    assert floordiv(7 - SEQ, 7) == -floordiv(SEQ - 1, 7)
+    cases = ((floordiv(-N, 2), lambda n: -n // 2), (floordiv(1 - N, 2), lambda n: (1 - n) // 2),
+             (floordiv(7 - N, 7), lambda n: (7 - n) // 7),
+             (floordiv(1 - 3 * N, 4), lambda n: (1 - 3 * n) // 4))
+    for n in range(1, 60):
+        for expr, value in cases:
+            assert evaluate(expr, {"n": n}) == value(n)
+
+
+def test_bounds_see_through_a_multiple_of_a_quotient():
+    """``2 * ((s + 1) // 2) - s`` is 0 or 1: bounded term by term it is unbounded, but written
+    ``(s + 1 - m) - s`` with ``m`` in [0, 1] the symbol cancels. Funnel's decoder upsamples the
+    pooled sequence to ``min(2 * ((s + 1) // 2) - 1, s - 1) + 1``, which is then ``s`` and adds
+    to the encoder's first block with no assumption."""
+    assert bounds(2 * floordiv(N + 1, 2) - N) == (0, 1)
+    assert bounds(N - 4 * floordiv(N, 4)) == (0, 3)
+    assert minimum(2 * floordiv(N + 1, 2) - 1, N - 1) + 1 == N
+    assert maximum(3 * floordiv(N + 2, 3), N) == 3 * floordiv(N + 2, 3)
+    for n in range(1, 100):
+        assert evaluate(minimum(2 * floordiv(N + 1, 2) - 1, N - 1) + 1, {"n": n}) == n
+        assert 0 <= evaluate(2 * floordiv(N + 1, 2) - N, {"n": n}) <= 1
+
+
 def test_a_constant_below_a_symbolic_divisor_divides_to_zero_or_minus_one():
     """``-1 % (n + 4)`` is ``n + 3`` (the torch dynamo exporter's ``roll`` slices to it),
     ``-1 // (n + 4)`` is -1, ``3 % (n + 4)`` is 3: a constant smaller in magnitude than every

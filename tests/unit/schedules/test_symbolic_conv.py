@@ -75,11 +75,18 @@ def test_a_ceil_mode_pool_drops_no_window_unless_one_can_start_in_the_padding():
     """squeezenet's MaxPool (3, stride 2, no padding) after its stride-2 stem: the last window
     always starts inside the input, so the extent is the ceil division alone, with bounds (the
     ``min`` with the dropped-window size was undecidable and left the conv after it without a
-    lower bound). A 2-window with a tail pad of 1 can start in the padding: it keeps the min."""
+    lower bound). A 2-window with a tail pad of 1 can start in the padding, and then the
+    dropped-window size is the smaller one: it is the extent. Both equal the static rule at
+    every size."""
     stem = pool_output_size(H, 3, 2, 0, 0, 1, False)
     pooled = pool_output_size(stem, 3, 2, 0, 0, 1, True)
     assert "min" not in str(pooled) and arith.bounds(pooled)[0] == 0
-    assert "min" in str(pool_output_size(H, 2, 2, 0, 1, 1, True))
+    padded = pool_output_size(H, 2, 2, 0, 1, 1, True)
+    assert padded == (H + 1) // 2
+    for h in range(7, 40):  # (the stem leaves the pool a window)
+        static = pool_output_size(pool_output_size(h, 3, 2, 0, 0, 1, False), 3, 2, 0, 0, 1, True)
+        assert arith.evaluate(pooled, {"H": h}) == static
+        assert arith.evaluate(padded, {"H": h}) == pool_output_size(h, 2, 2, 0, 1, 1, True)
 
 
 def test_conv2d_transpose_symbolic_output_size():

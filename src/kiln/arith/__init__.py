@@ -21,10 +21,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Union
 
 import numpy as np
 
+from kiln.arith import intervals
+from kiln.arith.intervals import Bound
 from kiln.errors import ShapeError
 
 Dim = Union[int, "SymExpr"]
@@ -275,6 +278,11 @@ def floordiv(a: Dim, b: Dim) -> Dim:
             raise ShapeError(f"division of {a} by zero")
         if b == 1:
             return a
+        terms, _ = _as_poly(a)
+        if b > 0 and all(k < 0 for k in terms.values()):
+            # one form for a ceil division: -((-x) // b) (a ceil_mode pool) is (x + b - 1) // b
+            # (a position table's half), by floor(a / b) == -floor((b - 1 - a) / b)
+            return mul(-1, floordiv(add(mul(a, -1), b - 1), b))
         if b > 0:
             q, r = _split_multiple(a, b)
             lo, hi = bounds(r)
@@ -435,8 +443,6 @@ def compare(op: str, a: Dim, b: Dim) -> bool:
 
 
 
-Bound = tuple[int | None, int | None]
-
 #: The implicit upper bound of a symbol without one: no tensor dimension reaches 2**40 (its
 #: storage could not exist), so ``min(sequence_length, 2**62)`` — ONNX's "to the end" Slice —
 #: folds to ``sequence_length``.
@@ -452,73 +458,67 @@ def bounds(x: Dim) -> Bound:
     if isinstance(x, SymOp):
         return _op_bounds(x)
     terms, const = _as_poly(x)
-    lo: int | None = const
-    hi: int | None = const
+    found = _sum_bounds(terms, const)
+    if any(_static_quotient(m) for m in terms):
+        found = intervals.both(found, intervals.rounded(_sum_bounds(*_without_quotients(x))))
+    return found
+
+
+def _sum_bounds(terms: Mapping, const) -> Bound:
+    """Bounds of ``const + sum(c * mono)``, each term bounded alone."""
+    found: Bound = (const, const)
     for mono, c in terms.items():
-        mlo, mhi = _mono_bounds(mono)
-        tlo, thi = _scale((mlo, mhi), c)
-        lo = None if lo is None or tlo is None else lo + tlo
-        hi = None if hi is None or thi is None else hi + thi
-    return lo, hi
+        found = intervals.plus(found, intervals.scale(_mono_bounds(mono), c))
+    return found
 
 
-def _scale(b: Bound, c: int) -> Bound:
-    lo, hi = b
-    if c >= 0:
-        return (None if lo is None else lo * c, None if hi is None else hi * c)
-    return (None if hi is None else hi * c, None if lo is None else lo * c)
+def _static_quotient(mono: Monomial) -> bool:
+    """Whether ``mono`` is one ``p // c`` with a static positive ``c``."""
+    return (len(mono) == 1 and isinstance(mono[0], SymOp) and mono[0].op == "floordiv"
+            and isinstance(mono[0].args[1], int) and mono[0].args[1] > 0)
+
+
+def _without_quotients(x: Dim) -> tuple[dict[Monomial, Fraction], Fraction]:
+    """``x``'s terms with each ``k * (p // c)`` written ``k * (p - r) / c``, the remainder
+    ``r`` a variable in ``[0, c)``: the symbols of ``p`` may then cancel against the rest.
+    Bounded alone, ``2 * ((s + 1) // 2) - s`` is unbounded; written so it is ``1 - r``, 0 or 1
+    (Funnel's upsampled sequence is at least as long as the one it was pooled from)."""
+    terms, const = _as_poly(x)
+    out: dict[Monomial, Fraction] = {}
+    base = Fraction(const)
+    for mono, k in terms.items():
+        parts = [(mono, Fraction(k))]
+        if _static_quotient(mono):
+            p, c = mono[0].args
+            p_terms, p_const = _as_poly(p)
+            base += Fraction(k * p_const, c)
+            parts = [(m, Fraction(k * kp, c)) for m, kp in p_terms.items()]
+            parts.append(((SymVar(f"{p} % {c}", 0, c - 1),), Fraction(-k, c)))
+        for m, kk in parts:
+            out[m] = out.get(m, 0) + kk
+    return {m: k for m, k in out.items() if k}, base
 
 
 def _mono_bounds(mono: Monomial) -> Bound:
-    lo: int | None = 1
-    hi: int | None = 1
+    found: Bound = (1, 1)
     for atom in mono:
-        alo, ahi = bounds(atom)
-        if None not in (lo, hi, alo, ahi):  # interval product: signs may differ
-            ends = (lo * alo, lo * ahi, hi * alo, hi * ahi)  # type: ignore[operator]
-            lo, hi = min(ends), max(ends)
-            continue
-        if alo is None or alo < 0 or lo is None or lo < 0:
-            return None, None  # signs unknown: give up (shapes are non-negative in practice)
-        lo = lo * alo
-        hi = None if hi is None or ahi is None else hi * ahi
-    return lo, hi
+        found = intervals.times(found, bounds(atom))
+        if found == (None, None):
+            break
+    return found
 
 
 def _op_bounds(x: SymOp) -> Bound:
-    (alo, ahi), (blo, bhi) = bounds(x.args[0]), bounds(x.args[1])
+    a, b = bounds(x.args[0]), bounds(x.args[1])
     if x.op == "min":
-        return (None if alo is None or blo is None else min(alo, blo),
-                ahi if bhi is None else bhi if ahi is None else min(ahi, bhi))
+        return intervals.smaller(a, b)
     if x.op == "max":
-        return (alo if blo is None else blo if alo is None else max(alo, blo),
-                None if ahi is None or bhi is None else max(ahi, bhi))
-    if x.op == "floordiv" and blo is not None and blo > 0:
-        return _floordiv_bounds((alo, ahi), (blo, bhi))
-    if x.op == "floormod" and blo is not None and blo > 0:
-        return 0, None if bhi is None else bhi - 1
+        return intervals.larger(a, b)
+    if x.op == "floordiv" and b[0] is not None and b[0] > 0:
+        return intervals.quotient(a, b)
+    if x.op == "floormod" and b[0] is not None and b[0] > 0:
+        return 0, None if b[1] is None else b[1] - 1
     return None, None
-
-
-def _floordiv_bounds(a: Bound, b: Bound) -> Bound:
-    """Bounds of ``a // b`` for a positive divisor ``b`` and a numerator of either sign:
-    ``floor(a / b)`` grows with ``a``; with ``b`` it shrinks for ``a >= 0`` and grows (towards
-    -1) for ``a < 0``. A negative numerator is how a ceil division is written (``-((-x) //
-    s)``: a ceil_mode pool's extent), so it must have bounds too."""
-    (alo, ahi), (blo, bhi) = a, b
-    if alo is None:
-        lo = None
-    elif alo >= 0:
-        lo = 0 if bhi is None else alo // bhi
-    else:
-        lo = alo // blo
-    if ahi is None:
-        hi = None
-    elif ahi >= 0:
-        hi = ahi // blo
-    else:
-        hi = -1 if bhi is None else ahi // bhi
-    return lo, hi
 
 
 def free_symbols(x: Dim) -> list[SymVar]:
