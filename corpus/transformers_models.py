@@ -12,6 +12,15 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermed
             vocab_size=1000, max_position_embeddings=128)
 
 
+def _config(config_cls: str, overrides: dict):
+    """``config_cls`` built from TINY updated by ``overrides``; an override of None drops a
+    TINY key the config refuses (Funnel sets its depth by ``block_sizes`` only)."""
+    import transformers
+
+    kwargs = {k: v for k, v in {**TINY, **overrides}.items() if v is not None}
+    return getattr(transformers, config_cls)(**kwargs)
+
+
 def _eval(cls, config):
     import torch
 
@@ -24,7 +33,7 @@ def encoder(model_cls: str, config_cls: str, with_mask: bool = True, **overrides
     import torch
     import transformers
 
-    cfg = getattr(transformers, config_cls)(**{**TINY, **overrides})
+    cfg = _config(config_cls, overrides)
     inner = _eval(getattr(transformers, model_cls), cfg)
 
     class Encoder(torch.nn.Module):
@@ -45,7 +54,7 @@ def causal_lm(model_cls: str, config_cls: str, **overrides):
     import torch
     import transformers
 
-    cfg = getattr(transformers, config_cls)(**{**TINY, **overrides})
+    cfg = _config(config_cls, overrides)
     inner = _eval(getattr(transformers, model_cls), cfg)
 
     class CausalLM(torch.nn.Module):
@@ -67,7 +76,7 @@ def causal_lm_with_past(model_cls: str, config_cls: str, **overrides):
     import torch
     import transformers
 
-    cfg = getattr(transformers, config_cls)(**{**TINY, **overrides})
+    cfg = _config(config_cls, overrides)
     inner = _eval(getattr(transformers, model_cls), cfg)
     layers = cfg.num_hidden_layers if hasattr(cfg, "num_hidden_layers") else cfg.n_layer
 

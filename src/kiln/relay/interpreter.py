@@ -191,6 +191,19 @@ def _symbolic_result(call: Call, out: np.ndarray) -> np.ndarray:
     return symbolic_array(out)
 
 
+def _constant_value(data: np.ndarray, symbols: dict[str, int] | None) -> np.ndarray:
+    """A Constant's value: a symbolic shape value (an object array: a Range from ``n``) is
+    its numbers once the input shapes bound every symbol in it, else as it is (evaluated at
+    compile time, the shape arithmetic on it stays symbolic)."""
+    if data.dtype != object or not symbols:
+        return data
+    flat = data.reshape(-1).tolist()
+    if any(s.name not in symbols for v in flat if isinstance(v, arith.SymExpr)
+           for s in arith.free_symbols(v)):
+        return data
+    return np.array([arith.evaluate(v, symbols) for v in flat], np.int64).reshape(data.shape)
+
+
 def _run(outputs: list[Expr], env: dict[int, np.ndarray],
          symbols: dict[str, int] | None = None) -> list[np.ndarray]:
     order = list(post_order(outputs))
@@ -205,7 +218,7 @@ def _run(outputs: list[Expr], env: dict[int, np.ndarray],
                 raise KilnError(f"graph_eval: free variable '{node.name}'")
             continue
         if isinstance(node, Constant):
-            env[node.uid] = node.data
+            env[node.uid] = _constant_value(node.data, symbols)
             continue
         args = [env[a.uid] for a in node.args]
         if isinstance(node, (PrimitiveCall, FunctionCall)):

@@ -331,6 +331,53 @@ def test_a_range_bounded_by_values_of_a_symbolic_range_runs_at_run_time():
                                       ReferenceEvaluator(model).run(None, feeds)[0])
 
 
+def test_range_bounds_read_from_the_positions_of_a_symbolic_range_are_shape_arithmetic():
+    """Funnel Transformer's relative positions: ``pos = float(arange(n))``, then
+    ``Range(concat([-1], pos[1:])[0] + len(pos) + 1, -pos[-1] - 1, -1)``. The bounds are
+    elements of ``pos`` (``start + k * delta``), so the outer Range is a symbolic arange of
+    ``2n`` values, not a data-dependent op whose count no relation can be proven about (the
+    pooled attention's reshapes need it)."""
+    big = np.iinfo(np.int64).max
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Squeeze", ["shape"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["ints"]),
+             helper.make_node("Cast", ["ints"], ["pos"], to=TensorProto.FLOAT),
+             helper.make_node("Slice", ["pos", "one_1d", "big"], ["tail"]),
+             helper.make_node("Concat", ["minus_one", "tail"], ["shifted"], axis=0),
+             helper.make_node("Gather", ["shifted", "zero"], ["first"]),
+             helper.make_node("Gather", ["pos", "last_index"], ["last"]),
+             helper.make_node("Shape", ["pos"], ["pos_shape"]),
+             helper.make_node("Gather", ["pos_shape", "zero"], ["length_int"]),
+             helper.make_node("Cast", ["length_int"], ["length"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["first", "length"], ["start_f0"]),
+             helper.make_node("Add", ["start_f0", "one_f"], ["start_f"]),
+             helper.make_node("Neg", ["last"], ["minus_last"]),
+             helper.make_node("Sub", ["minus_last", "one_f"], ["limit_f"]),
+             helper.make_node("Cast", ["start_f"], ["start"], to=TensorProto.INT64),
+             helper.make_node("Cast", ["limit_f"], ["limit"], to=TensorProto.INT64),
+             helper.make_node("Range", ["start", "limit", "minus_one_int"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+         helper.make_tensor("one", TensorProto.INT64, [], [1]),
+         helper.make_tensor("one_1d", TensorProto.INT64, [1], [1]),
+         helper.make_tensor("big", TensorProto.INT64, [1], [big]),
+         helper.make_tensor("last_index", TensorProto.INT64, [], [-1]),
+         helper.make_tensor("minus_one", TensorProto.FLOAT, [1], [-1.0]),
+         helper.make_tensor("one_f", TensorProto.FLOAT, [], [1.0]),
+         helper.make_tensor("minus_one_int", TensorProto.INT64, [], [-1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    (y,) = mod["main"].outputs
+    assert y.checked_type.shape == (2 * SymVar("n"),)
+    assert not any(isinstance(n, Call) and n.op.name.startswith("dyn.") for n in post_order([y]))
+    for n in (1, 6):
+        feeds = {"x": np.zeros((1, n), "float32")}
+        np.testing.assert_array_equal(evaluate(mod["main"], {**feeds, **params})[0],
+                                      ReferenceEvaluator(model).run(None, feeds)[0])
+
+
 def test_an_upsampled_map_concatenated_with_its_skip_is_assumed_even():
     """YOLO's FPN: a stride-2 conv, a ×2 Resize, Concat with the input. The two agree off the
     channel axis only when h and w are even; the importer assumes both (checked at run time),

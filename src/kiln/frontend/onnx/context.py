@@ -14,10 +14,14 @@ from onnx import helper, numpy_helper
 
 from kiln.arith import Dim, SymbolicValueError, SymExpr, UndecidedError
 from kiln.errors import ShapeError, UnsupportedOpError
-from kiln.relay.graph import Call, Constant, Expr, Function, Var, post_order
+from kiln.frontend.onnx.arange_values import element
+from kiln.relay.graph import Call, Constant, Expr, Function, Var, post_order, symbolic_array
 from kiln.relay.interpreter import evaluate
 
 _REQUIRED = object()
+
+#: the most elements a value read through an arange may have (a shape, a Range bound)
+MAX_SHAPE_VALUE = 8
 
 
 class NotConstantError(UnsupportedOpError):
@@ -188,6 +192,19 @@ class ConvertContext:
         UnsupportedOpError) names ``what`` and the graph inputs it depends on.
         """
         expr = (self.input(index_or_expr) if isinstance(index_or_expr, int) else index_or_expr)
+        try:
+            return self._folded(expr, what)
+        except SymbolicValueError as err:  # values over a symbolic extent (a Range's output)
+            try:
+                return self._arange_values(expr, what)
+            except SymbolicValueError:
+                raise NotConstantError(f"{self.unsupported(what)}: {err}", ()) from None
+        except UndecidedError as err:  # a comparison of symbolic dims (If on Shape(x)[2] == 1)
+            raise NotConstantError(f"{self.unsupported(what)}: {err}", ()) from None
+
+    def _folded(self, expr: Expr, what: str) -> np.ndarray:
+        """``expr`` evaluated by the graph interpreter; NotConstantError when it depends on
+        graph inputs, the interpreter's SymbolicValueError / UndecidedError as they are."""
         if isinstance(expr, Constant):
             return expr.data
         if isinstance(expr, Var) and expr.name in self._params:
@@ -199,11 +216,19 @@ class ConvertContext:
                                    f"graph input(s) {', '.join(repr(m) for m in missing)}")
             raise NotConstantError(str(err), missing)
         values = {leaf.name: self._params[leaf.name] for leaf in leaves}
-        try:
-            return evaluate(Function(leaves, [expr]), values)[0]
-        except (UndecidedError, SymbolicValueError) as err:  # a comparison of symbolic dims
-            # (If on Shape(x)[2] == 1), or values over a symbolic extent (a Range's output)
-            raise NotConstantError(f"{self.unsupported(what)}: {err}", ()) from None
+        return evaluate(Function(leaves, [expr]), values)[0]
+
+    def _arange_values(self, expr: Expr, what: str) -> np.ndarray:
+        """A short value read element by element through the aranges inside it
+        (:mod:`kiln.frontend.onnx.arange_values`): ints and symbolic dims; SymbolicValueError
+        when it is not such shape arithmetic."""
+        t = expr.checked_type
+        if not isinstance(t.size, int) or t.size > MAX_SHAPE_VALUE:
+            raise SymbolicValueError(f"{t} is not a short shape value")
+        values = [element(expr, k, lambda e: self._folded(e, what)) for k in range(t.size)]
+        if any(isinstance(v, SymExpr) for v in values):
+            return symbolic_array(values).reshape(t.shape)
+        return np.array(values, dtype=t.dtype).reshape(t.shape)
 
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:
         """A constant integer input as a tuple of Python ints (a scalar gives one entry).
