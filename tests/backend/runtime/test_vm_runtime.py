@@ -159,6 +159,44 @@ def test_repeated_replay_runs_only_the_kernels(factory, tmp_path, monkeypatch):
     assert vm.replay_stats()["replays"] == 9
 
 
+def _shape_as_data_model():
+    """``y = x + Range(n, 2n)`` over ``x [1, n]``: the Range starts at a symbolic value, so the
+    VM makes its start a tensor from the shape heap (``shape_to_tensor``) on every call."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Squeeze", ["shape"], ["n"]),
+             helper.make_node("Add", ["n", "n"], ["twice"]),
+             helper.make_node("Range", ["n", "twice", "one"], ["ints"]),
+             helper.make_node("Cast", ["ints"], ["offsets"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "offsets"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "shape_as_data", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_shape_used_as_data_keeps_the_replay_fast_path(tmp_path):
+    """``shape_to_tensor`` of heap values known when the call starts is hoisted: its tensor is
+    the trace's own, refilled from the heap before the kernels, so the kernels stay one batch
+    and a call at the last replay's shapes takes the fast path (Funnel Transformer's positions:
+    8 such tensors per call cost more than its 170 kernels). Values are right at every size."""
+    from onnx_helpers import compile_vm
+
+    vm = compile_vm(_shape_as_data_model(), tmp_path / "shape.so", "c",
+                    instruction="shape_to_tensor")
+    rng = np.random.default_rng(0)
+    for n in (3, 3, 3, 5, 5, 3):
+        x = rng.standard_normal((1, n)).astype("float32")
+        np.testing.assert_allclose(vm["main"](x).numpy(), x + np.arange(n, 2 * n), rtol=1e-6)
+    (trace,) = vm.module._traces.values()
+    assert trace.static and [s[0] for s in trace.steps] == ["batch"]
+    assert len(trace._shape_tensors) == 1
+    assert trace.patches == 3  # (n = 3, then 5, then 3 again: the other replays reused all)
+    assert vm.replay_stats()["replays"] == 5
+
+
 def test_replay_after_a_storage_grew_patches_again(tmp_path):
     """A storage that an interpreted call (a profile) grows gets a new buffer: the next replay
     at the last replay's shapes must not reuse the structs that point at the old one."""

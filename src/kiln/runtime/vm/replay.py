@@ -50,9 +50,10 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import c_types as C
-from kiln.runtime.graph_executor.call_batch import KilnPackedCall, copier_of, runner_of
+from kiln.runtime.graph_executor.call_batch import KilnPackedCall, runner_of
 from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
+from kiln.runtime.vm.hoists import hoist_appends, hoist_shape_tensors, hoist_storages
 from kiln.runtime.vm.storage import Storage
 from kiln.runtime.vm.trace import (
     Expr,
@@ -69,14 +70,6 @@ from kiln.runtime.vm.trace import (
 #: heap tuples whose static view checks passed, kept per trace
 MAX_CHECKED = 256
 _TENSOR_CODE = C.kTVMDLTensorHandle
-
-
-def _known_at_start(d: Any, guarded: dict[int, int]) -> bool:
-    """True for an integer argument whose value is known before the body runs: an immediate,
-    or a heap slot that no builtin of the body writes."""
-    if type(d) is not _Int:
-        return False
-    return d.expr[0] == "c" or (d.expr[0] == "h" and d.expr[1] not in guarded)
 
 
 class Retrace(Exception):
@@ -134,8 +127,10 @@ class Trace:
         lay.index(("c", 1))
         self._lay = lay
         self.heap_size = tr.heap_size
-        self._hoists = self._hoist_appends(tr)
-        self._allocs = self._hoist_storages(tr)
+        self._hoists = hoist_appends(tr, dict(self.params))
+        self._allocs = [(s[1], [self._materializer(d) for d in s[2]], s[3])
+                        for s in hoist_storages(tr)]
+        self._shape_tensors = self._own_tensors(hoist_shape_tensors(tr))
         self._build_structs(tr, lay)
         self._build_calls(tr, lay)
         self._build_checks(tr, lay)
@@ -165,56 +160,27 @@ class Trace:
         self.repoints = 0
 
     # -- key/value appends run ahead, their rows written by the batch
-    def _hoist_appends(self, tr: Tracer) -> list[tuple]:
-        """Each ``kv_append`` of a parameter (a decoder's past) becomes a reservation made
-        before the kernels run (``KVCache.reserve``: the present's view and where its new rows
-        go, known from the parameter and the heap alone) and a ``KilnCopyTensor`` call in the
-        batch that writes the new rows once their kernel ran: one batch of C calls instead of
-        one per layer, split by a Python step each. Returns ``(source, parameter index, new
-        rows' dim, the copy's destination tensor)`` per hoisted append; ``tr.steps`` is
-        rewritten in place. Nothing is hoisted when the kernels' library lacks the copy."""
-        kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
-        copy = copier_of(kernel) if kernel is not None else None
-        if copy is None:
-            return []
-        params = {src: i for src, i in self.params}
-        hoists = []
-        for k, step in enumerate(tr.steps):
-            if step[0] != "py" or getattr(step[1], "builtin_name", "") != "vm.builtin.kv_append":
-                continue
-            _, _, (past, new), src, _ = step
-            if (type(past) is not _Tensor or type(new) is not _Tensor or past.src not in params
-                    or past.off != ("c", 0) or past.dims != _own_dims(past.src, len(past.dims))
-                    or src < 0 or not new.dims):
-                continue
-            # (a destination of its own: its address is set per replay, not derived)
-            dst = _Tensor(src, ("c", -1 - len(hoists)), new.dims, new.dtype)
-            tr.steps[k] = ("c", copy, [new, dst])
-            hoists.append((src, params[past.src], new.dims[0], dst))
-        return hoists
+    def _own_tensors(self, steps: list[tuple]) -> list[list]:
+        """``[source, run, value indices into vals, tensor]`` per hoisted ``shape_to_tensor``
+        (``hoists.hoist_shape_tensors``); the tensor is made at the first replay."""
+        return [[src, run, [self._lay.index(d.expr) for d in args[2:]], None]
+                for _, run, args, src, _ in steps]
 
-    def _hoist_storages(self, tr: Tracer) -> list[tuple]:
-        """Each ``alloc_storage`` whose size is known when the call starts (an immediate or a
-        slot the shape checks computed, not one a data-dependent builtin writes) runs before
-        the kernels instead of between them, so the kernels around it make one batch (one C
-        call). Its result only depends on that size: the same buffer, unless it grows. Returns
-        ``(run, argument materializers, source)`` per hoisted allocation; ``tr.steps`` loses
-        those steps."""
-        allocs = {id(s): s[2][0].expr for s in tr.steps if s[0] == "py" and type(s[2][0]) is
-                  _Int and getattr(s[1], "builtin_name", "") == "vm.builtin.alloc_storage"}
-        # (a storage id allocated twice in a call, were a compiler to do it, keeps its order:
-        # the second allocation may move the buffer the first one's kernels wrote)
-        ids = list(allocs.values())
-        keep, out = [], []
-        for step in tr.steps:
-            if (id(step) in allocs and not step[4] and step[3] >= 0
-                    and ids.count(allocs[id(step)]) == 1
-                    and _known_at_start(step[2][1], tr.guarded)):
-                out.append((step[1], [self._materializer(d) for d in step[2]], step[3]))
+    def _fill_shape_tensors(self, frame: Any, objs: list, bases: np.ndarray) -> None:
+        """Write each hoisted shape tensor's values for this call's heap (one numpy take);
+        its address and dims go where the kernels read them."""
+        vals, lay = self.vals, self._lay
+        for entry in self._shape_tensors:
+            src, run, idx, tensor = entry
+            if tensor is None:
+                tensor = entry[3] = run(frame, [None, None, *(int(v) for v in vals[idx])])
             else:
-                keep.append(step)
-        tr.steps[:] = keep
-        return out
+                tensor._arr.reshape(-1)[:] = vals[idx]
+            objs[src] = tensor
+            bases[src] = tensor.data_ptr
+            s = self.heap_size + lay.dim_start[src]
+            vals[s:s + tensor._arr.ndim] = tensor._arr.shape
+            self._check(src)
 
     def _reserve_appends(self, frame: Any, params: list[NDArray], objs: list,
                          bases: np.ndarray) -> None:
@@ -274,6 +240,7 @@ class Trace:
         self._src_entries = [np.flatnonzero(entry_src == s) for s in range(self.num_sources)]
         pstr = [self._src_structs[s] for s, _ in self.params]
         pstr += [self._src_structs[src] for _, _, src in self._allocs]
+        pstr += [self._src_structs[entry[0]] for entry in self._shape_tensors]
         # (the structs of the parameters and hoisted storages: patched together per call)
         self._param_structs = np.concatenate(pstr) if pstr else np.zeros(0, np.int64)
 
@@ -374,6 +341,8 @@ class Trace:
         self._struct_off = lay.fix(self._struct_off, start)
         self._shape_idx = lay.fix(self._shape_idx, start)
         self._int_idx = lay.fix(self._int_idx, start)
+        for entry in self._shape_tensors:
+            entry[2] = lay.fix(entry[2], start)
         for g, (new, size, is_alloc, old, old_size, off, cap) in self._checks.items():
             self._checks[g] = (lay.fix(new, start), size, is_alloc, lay.fix(old, start),
                                old_size, lay.fix(off, start), lay.fix(cap, start))
@@ -496,6 +465,8 @@ class Trace:
         for run, args, src in self._allocs:
             st = objs[src] = run(frame, [m(objs) for m in args])
             bases[src] = (st.buf._dltensor.data if st.buf is not None else 0) or 0
+        if self._shape_tensors:
+            self._fill_shape_tensors(frame, objs, bases)
         if self._hoisted:
             self._reserve_appends(frame, params, objs, bases)
         key = tuple(frame.heap)
@@ -513,6 +484,8 @@ class Trace:
         self.patches += 1
         if self.static:  # (the allocations above may have grown a storage: counted after)
             self._objs = [o if type(o) is Storage else None for o in objs]
+            for entry in self._shape_tensors:  # (the heap is the same: so are their values)
+                self._objs[entry[0]] = entry[3]
             self._last = (key, shapes, frame.vm.arena.allocations)
             self._last_addrs = addrs
             self._points = [(6 * int(k), int(off), i) for ks, i in self._input_structs
