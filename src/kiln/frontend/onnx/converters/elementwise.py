@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.arith import SymExpr
 from kiln.errors import UnsupportedOpError
 from kiln.frontend.onnx.context import ConvertContext, onnx_dtype
 from kiln.frontend.onnx.registry import onnx_op
@@ -130,11 +131,32 @@ for _onnx, _op in _BINARY.items():
 
 @onnx_op("Pow", since=7)
 def power(ctx: ConvertContext) -> Expr:
+    """``x ** y``; a float ``x`` to a constant 2 or 3 is ``x * x`` or ``(x * x) * x``, as
+    onnxruntime computes it (its Pow kernel squares and cubes those; bit for bit, and a
+    vectorized product instead of a libm ``powf`` per element: GELU's tanh form cubes every
+    activation)."""
     base, exponent = ctx.input(0), ctx.input(1)
     dtype = base.checked_type.dtype
+    times = _square_or_cube(ctx, base, exponent)
+    if times:
+        square = ctx.call("multiply", [base, base])
+        return square if times == 2 else ctx.call("multiply", [square, base])
     if exponent.checked_type.dtype != dtype:  # Pow-12+: the exponent may have another type
         exponent = ctx.call("cast", [exponent], dtype=dtype)
     return ctx.call("power", [base, exponent])
+
+
+def _square_or_cube(ctx: ConvertContext, base: Expr, exponent: Expr) -> int:
+    """2 or 3 for a float ``base`` and a constant one-element ``exponent`` of that value that
+    broadcasts to ``base``'s shape, else 0."""
+    t = exponent.checked_type
+    if (np.dtype(base.checked_type.dtype).kind != "f" or t.size != 1
+            or t.ndim > base.checked_type.ndim or not ctx.folds_to_constant(exponent)):
+        return 0
+    value = np.asarray(ctx.const_value(exponent, "Pow exponent")).reshape(-1)[0]
+    if isinstance(value, SymExpr) or float(value) not in (2.0, 3.0):  # (a shape value)
+        return 0
+    return int(value)
 
 
 def _variadic(op: str):
