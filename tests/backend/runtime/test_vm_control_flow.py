@@ -68,6 +68,26 @@ def test_if_runs_either_branch_at_any_shape(target, tmp_path):
             np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
+def test_an_if_on_data_replays_the_branch_it_traced(tmp_path):
+    """A function with an If on data is replayed: the trace follows the branch the recorded
+    call took and checks the condition first; a call that takes the other branch fails the
+    guard, is interpreted (right values) and traced again. A stream that keeps its branch
+    (silero VAD's sample rate) replays every call after the first."""
+    model = _if_model()
+    vm = compile_vm(model, tmp_path / "if.so", "c", instruction=" if ")
+    ref = ReferenceEvaluator(model)
+    rng = np.random.default_rng(1)
+    signs = (1, 1, 1, -1, -1, -1, 1, 1)
+    for sign in signs:
+        x = sign * np.abs(rng.standard_normal((3, 4))).astype("float32")
+        for g, w in zip(vm["main"](x), ref.run(None, {"x": x})):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-6)
+    stats = vm.replay_stats()
+    assert stats["guard_failures"] == 2  # (the two changes of branch)
+    assert stats["replays"] == len(signs) - 1 - 2
+    assert stats["recordings"] == 3
+
+
 def test_onnx_backend_runs_the_if_model():
     model = _if_model()
     rep = backend.prepare(model)

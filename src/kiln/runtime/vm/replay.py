@@ -57,6 +57,8 @@ from kiln.runtime.vm.hoists import hoist_appends, hoist_shape_tensors, hoist_sto
 from kiln.runtime.vm.storage import Storage
 from kiln.runtime.vm.trace import (
     Expr,
+    GuardFailed,
+    Retrace,
     Tracer,
     Untraceable,
     _Const,
@@ -70,14 +72,6 @@ from kiln.runtime.vm.trace import (
 #: heap tuples whose static view checks passed, kept per trace
 MAX_CHECKED = 256
 _TENSOR_CODE = C.kTVMDLTensorHandle
-
-
-class Retrace(Exception):
-    """A replay met something the trace does not cover: interpret this call."""
-
-
-class GuardFailed(Retrace):
-    """A data-dependent shape differs from the one the trace was recorded at."""
 
 
 # ---------------------------------------------------------------------------- replaying
@@ -410,8 +404,8 @@ class Trace:
 
     def _tensor_of(self, d: _Tensor) -> Callable[[list], NDArray]:
         src, dtype = d.src, d.dtype
-        if d.off == ("c", 0) and d.dims == _own_dims(src, len(d.dims)):
-            return lambda objs: objs[src]
+        if d.off == ("c", 0) and d.dims == _own_dims(src, len(d.dims)) and d.dims:
+            return lambda objs: objs[src]  # (a whole tensor; a 0-d one may be in a storage)
         off = self._int_of(d.off)
         dims = [self._int_of(e) for e in d.dims]
 

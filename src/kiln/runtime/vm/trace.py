@@ -62,6 +62,15 @@ class _Tuple:
         self.items = items
 
 
+class _Truth:
+    """``read_bool`` of a traced tensor: an If's condition, read by the replay's guard."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: _Tensor):
+        self.tensor = tensor
+
+
 class _Const:
     """A value that is the same on every call (an immediate, a constant, None)."""
 
@@ -76,6 +85,25 @@ class _Int:
 
     def __init__(self, expr: Expr):
         self.expr = expr
+
+
+class Retrace(Exception):
+    """A replay met something the trace does not cover: interpret this call."""
+
+
+class GuardFailed(Retrace):
+    """A data-dependent shape, or the condition of an If, differs from the one the trace was
+    recorded at."""
+
+
+def _branch_guard(taken: bool):
+    """The replay step of an If (``Tracer.branch``): raises GuardFailed unless the condition
+    tensor's one value is ``taken``."""
+    def run(frame: Any, args: list) -> None:
+        if bool(args[0]._arr.reshape(-1)[0]) != taken:
+            raise GuardFailed
+
+    return run
 
 
 def _own_dims(src: int, ndim: int) -> tuple[Expr, ...]:
@@ -110,6 +138,7 @@ class Tracer:
         # ("c", func, arg descs) | ("py", run, arg descs, src, guard: ((slot, value), ...))
         self.steps: list[tuple] = []
         self.guarded: dict[int, int] = {}  # heap slot -> the value a guard requires
+        self.result = -1  # the register the call returned (its Ret)
         self.checks: list[tuple] = []  # ("alloc", tensor, storage) | ("reshape", new, old)
 
     def _source(self, kind: tuple[str, int], ndim: int) -> int:
@@ -123,7 +152,7 @@ class Tracer:
         out: list[Any] = [_Const(v) for v in template]
         for p, r in regpos:
             desc = self.regs.get(r)
-            if desc is None:
+            if desc is None or type(desc) is _Truth:
                 raise Untraceable(f"register {r} has a value from outside the trace")
             out[p] = desc
         for p, s in heappos:
@@ -154,6 +183,18 @@ class Tracer:
                 self.fail(err)
         return value
 
+    def branch(self, reg: int, taken: bool) -> None:
+        """An If on register ``reg`` went ``taken``: the trace follows that branch, and a
+        replay checks the condition first (:class:`GuardFailed` when it differs: silero VAD
+        branches on its sample rate, the same on every call of a stream)."""
+        desc = self.regs.get(reg)
+        if not self.ok:
+            return
+        if type(desc) is not _Truth:
+            self.fail(Untraceable(f"an If on register {reg}, not read from a traced tensor"))
+            return
+        self.steps.append(("py", _branch_guard(taken), [desc.tensor], -1, ()))
+
     def fail(self, err: Exception) -> None:
         self.ok = False
         self.why = str(err)
@@ -183,6 +224,9 @@ class Tracer:
         args = self._args(op, a)
         if name in _VIEWS:
             self._set(op[1], self._view(name, args, value))
+            return
+        if name == "vm.builtin.read_bool" and type(args[0]) is _Tensor:
+            self._set(op[1], _Truth(args[0]))  # (read again by the guard of its If)
             return
         if type(value) is NDArray:
             src = self._source(("step", len(self.steps)), value.ndim)
@@ -237,4 +281,4 @@ class Tracer:
             return None
 
 
-__all__ = ["Tracer", "Untraceable"]
+__all__ = ["GuardFailed", "Retrace", "Tracer", "Untraceable"]

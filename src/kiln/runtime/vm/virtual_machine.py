@@ -275,25 +275,31 @@ class VirtualMachine(Module):
         return None  # REG / HEAP: filled per call
 
     def _split_for_replay(self, plan: _Plan) -> None:
-        """Mark ``plan`` replayable when it has no control flow or VM calls, never writes its
-        parameter registers, and checks every parameter with ``match_shape``. Its shape checks
+        """Mark ``plan`` replayable when it has no VM calls, never writes its parameter
+        registers, and checks every parameter with ``match_shape``. Its shape checks
         then run first, on every call, and decide the heap tuple: ``match_shape``, the shape
         programs, and ``bind_shape`` of a parameter (a ``match_cast`` of an input: it reads
         only the input's shape). The other data-dependent builtins stay in the body; from the
         first that writes heap slots on, shape programs stay there too (they may read what it
         bound), and a replay guards on the values they write (``vm_replay``)."""
         nparams = len(plan.func.params)
+        # With control flow the body keeps every op's index (jumps are absolute): a check
+        # taken out leaves a jump to the next op; an op after the first jump may not run, so
+        # none is a check
+        flows = any(op[0] in (_GOTO, _IF) for op in plan.ops)
         checked: set[int] = set()
         checks, body = [], []
         late = False  # a builtin of the body has written heap slots
-        for op in plan.ops:
+        branched = False
+        for index, op in enumerate(plan.ops):
             kind, dst, target = op[0], op[1], op[2]
-            if kind in (_GOTO, _IF, _VMCALL) or (0 <= dst < nparams and kind != _RET):
+            if kind == _VMCALL or (0 <= dst < nparams and kind != _RET):
                 return
+            branched = branched or kind in (_GOTO, _IF)
             stage = getattr(target, "stage", None) if kind == _BUILTIN else None
             if not late and _checks_parameter(op, nparams):
                 stage = "check"
-            if stage is None or (late and stage != "match"):
+            if stage is None or branched or (late and stage != "match"):
                 body.append(op)
                 late = late or (kind == _BUILTIN and bool(getattr(target, "writes", ())))
                 continue
@@ -303,6 +309,8 @@ class VirtualMachine(Module):
                     return  # matches a value computed in the function
                 checked.add(regpos[0][1])
             checks.append(op)
+            if flows:
+                body.append((_GOTO, -1, index + 1, (), (), (), None))
         if checked != set(range(nparams)):
             return
         last = max((i for i, op in enumerate(checks)
@@ -396,7 +404,7 @@ class VirtualMachine(Module):
         frame.recorder = tracer if tracer.ok else None
         self.counters["interpreted"] += 1
         result = self._exec(plan.body, frame)
-        trace = tracer.finish(plan.body[-1][1])
+        trace = tracer.finish(tracer.result)
         if trace is None:
             self._untraceable.add(key)
             self._traces.pop(key, None)
@@ -431,9 +439,17 @@ class VirtualMachine(Module):
                 if dst >= 0:
                     regs[dst] = value
             elif kind == _RET:
+                if rec is not None:
+                    rec.result = dst
                 return regs[dst]
-            elif kind == _GOTO or not _truth(regs[dst]):  # If: falls through when true
+            elif kind == _GOTO:
                 pc = target
+            else:  # If: falls through when true
+                taken = _truth(regs[dst])
+                if rec is not None:
+                    rec.branch(dst, taken)
+                if not taken:
+                    pc = target
         return None
 
     def _kernel(self, func: PackedFunc, a: list, cache: list) -> Any:
