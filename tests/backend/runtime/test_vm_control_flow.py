@@ -86,6 +86,10 @@ def test_an_if_on_data_replays_the_branch_it_traced(tmp_path):
     assert stats["guard_failures"] == 2  # (the two changes of branch)
     assert stats["replays"] == len(signs) - 1 - 2
     assert stats["recordings"] == 3
+    # the kernels before the condition, its guard, the branch's kernels and the copies of its
+    # results into the If's (C calls in the batch, not Python steps)
+    (trace,) = vm.module._traces.values()
+    assert [s[0] for s in trace.steps] == ["batch", "py", "batch"]
 
 
 def test_onnx_backend_runs_the_if_model():
@@ -247,6 +251,29 @@ def test_scan_over_a_symbolic_length_is_a_run_time_loop(config, tmp_path):
         feed = {"s0": s0, "xs": xs.astype(np.float32)}
         for got, want in zip(vm["main"](*feed.values()), sess.run(None, feed)):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+def test_a_loop_replays_at_the_trip_count_it_traced(tmp_path):
+    """A Scan over a symbolic length is a loop of Ifs and Gotos: traced at one trip count, it
+    replays at that count (each iteration's condition guarded, the carried state's copies C
+    calls in the batch), and another count fails a guard and is interpreted, right."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _scan_model(0, 0, 0, 0)
+    vm = compile_vm(model, tmp_path / "scan.so", "c", instruction=" goto ")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    s0 = np.array([1, -1], np.float32)
+    for n in (4, 4, 4, 6, 6):
+        feed = {"s0": s0, "xs": np.random.default_rng(n).standard_normal((n, 2))
+                .astype(np.float32)}
+        for got, want in zip(vm["main"](*feed.values()), sess.run(None, feed)):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    stats = vm.replay_stats()
+    assert stats["replays"] == 3 and stats["guard_failures"] == 1
+    (trace,) = vm.module._traces.values()
+    names = [getattr(s[1], "builtin_name", "") for s in trace.steps if s[0] == "py"]
+    # only the copy of the parameter s0 into the state stays a Python step (its dim is the
+    # input's, the state's a constant); the counter's and the state's are C calls
+    assert names.count("vm.builtin.copy") == 1 and names.count("") >= 6  # (the guards)
 
 
 def test_cli_picks_the_vm_for_a_data_if_at_fixed_shapes(tmp_path, capsys):

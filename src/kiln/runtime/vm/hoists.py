@@ -8,6 +8,7 @@ when the call starts (from the parameters and the shape heap):
 
 - ``kv_append`` of a parameter (a decoder's past): a reservation before the kernels and a
   ``KilnCopyTensor`` call in the batch;
+- ``copy`` between two tensors of the same dims: a ``KilnCopyTensor`` call in the batch;
 - ``alloc_storage`` of a size known at the start: allocated before the kernels;
 - ``shape_to_tensor`` of values known at the start (shape arithmetic used as data: a Range from
   a symbolic start): a tensor of the trace's own, written from the heap before the kernels.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.runtime.graph_executor.call_batch import copier_of
+from kiln.runtime.ndarray import NDArray
 from kiln.runtime.vm.trace import Tracer, _Const, _Int, _own_dims, _Tensor
 
 
@@ -60,6 +62,33 @@ def hoist_appends(tr: Tracer, params: dict[int, int]) -> list[tuple]:
         tr.steps[k] = ("c", copy, [new, dst])
         hoists.append((src, params[past.src], new.dims[0], dst))
     return hoists
+
+
+def hoist_copies(tr: Tracer) -> None:
+    """Each ``copy`` into a traced tensor from one of its dtype and dims (a loop's carried
+    state: a symbolic silero VAD makes 20 a call) becomes a ``KilnCopyTensor`` call in the
+    batch; the same dims make the interpreter's shape check hold at every heap. ``tr.steps``
+    is rewritten in place; nothing changes when the kernels' library lacks the copy."""
+    kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
+    copy = copier_of(kernel) if kernel is not None else None
+    if copy is None:
+        return
+    for k, step in enumerate(tr.steps):
+        if not _builtin(step, "vm.builtin.copy") or step[4] or step[3] >= 0:
+            continue
+        src, dst = step[2]
+        if type(dst) is _Tensor and _same_layout(src, dst):
+            tr.steps[k] = ("c", copy, [src, dst])
+
+
+def _same_layout(src: Any, dst: _Tensor) -> bool:
+    """Whether ``src`` (a traced tensor, or a constant of the executable: a loop's first
+    counter) has ``dst``'s dtype and dims at every heap."""
+    if type(src) is _Tensor:
+        return src.dtype == dst.dtype and src.dims == dst.dims
+    value = src.value if type(src) is _Const else None
+    return (type(value) is NDArray and value.dtype == dst.dtype
+            and dst.dims == tuple(("c", n) for n in value.shape))
 
 
 def hoist_storages(tr: Tracer) -> list[tuple]:

@@ -53,7 +53,12 @@ from kiln.runtime import c_types as C
 from kiln.runtime.graph_executor.call_batch import KilnPackedCall, runner_of
 from kiln.runtime.ndarray import ALIGNMENT, NDArray
 from kiln.runtime.packed_func import PackedFunc
-from kiln.runtime.vm.hoists import hoist_appends, hoist_shape_tensors, hoist_storages
+from kiln.runtime.vm.hoists import (
+    hoist_appends,
+    hoist_copies,
+    hoist_shape_tensors,
+    hoist_storages,
+)
 from kiln.runtime.vm.storage import Storage
 from kiln.runtime.vm.trace import (
     Expr,
@@ -122,6 +127,7 @@ class Trace:
         self._lay = lay
         self.heap_size = tr.heap_size
         self._hoists = hoist_appends(tr, dict(self.params))
+        hoist_copies(tr)
         self._allocs = [(s[1], [self._materializer(d) for d in s[2]], s[3])
                         for s in hoist_storages(tr)]
         self._shape_tensors = self._own_tensors(hoist_shape_tensors(tr))
