@@ -276,6 +276,23 @@ def test_a_loop_replays_at_the_trip_count_it_traced(tmp_path):
     assert names.count("vm.builtin.copy") == 1 and names.count("") >= 6  # (the guards)
 
 
+def test_a_long_loop_is_interpreted_not_traced(tmp_path):
+    """A loop of more iterations than a trace may hold Ifs (MAX_BRANCHES) is left to the
+    interpreter: no trace as long as the loop, and the values are right."""
+    from kiln.runtime.vm.trace import MAX_BRANCHES
+
+    ort = pytest.importorskip("onnxruntime")
+    model = _scan_model(0, 0, 0, 0)
+    vm = compile_vm(model, tmp_path / "scan.so", "c", instruction=" goto ")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"s0": np.array([1, -1], np.float32),
+            "xs": np.ones((MAX_BRANCHES + 1, 2), np.float32)}
+    for _ in range(2):
+        for got, want in zip(vm["main"](*feed.values()), sess.run(None, feed)):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    assert vm.replay_stats()["replays"] == 0 and not vm.module._traces
+
+
 def test_cli_picks_the_vm_for_a_data_if_at_fixed_shapes(tmp_path, capsys):
     """``kiln compile`` with every input shape fixed but an If decided by data: the default
     executor is the VM (the same choice as ``kiln.build``'s), not a refused graph executor."""

@@ -87,6 +87,10 @@ class _Int:
         self.expr = expr
 
 
+#: Ifs a traced call may take (a loop takes one an iteration); beyond, it is interpreted
+MAX_BRANCHES = 1024
+
+
 class Retrace(Exception):
     """A replay met something the trace does not cover: interpret this call."""
 
@@ -139,6 +143,7 @@ class Tracer:
         self.steps: list[tuple] = []
         self.guarded: dict[int, int] = {}  # heap slot -> the value a guard requires
         self.result = -1  # the register the call returned (its Ret)
+        self.branches = 0
         self.checks: list[tuple] = []  # ("alloc", tensor, storage) | ("reshape", new, old)
 
     def _source(self, kind: tuple[str, int], ndim: int) -> int:
@@ -192,6 +197,10 @@ class Tracer:
             return
         if type(desc) is not _Truth:
             self.fail(Untraceable(f"an If on register {reg}, not read from a traced tensor"))
+            return
+        self.branches += 1
+        if self.branches > MAX_BRANCHES:  # (a long loop: its trace would be as long)
+            self.fail(Untraceable(f"more than {MAX_BRANCHES} Ifs taken in one call"))
             return
         self.steps.append(("py", _branch_guard(taken), [desc.tensor], -1, ()))
 
