@@ -57,3 +57,29 @@ def test_large_array_attributes_compare_by_content():
     out = eliminate_common_subexpr(func)
     assert len(_calls(out)) == 2
     assert out.outputs[0] is out.outputs[2]
+
+
+def test_constants_of_equal_contents_become_one():
+    """Two Constants of one dtype, shape and bytes are one value (an unrolled LSTM's steps each
+    had their own packed copy of the recurrent weight: 30 copies of 4 MB in ddddocr's CRNN);
+    a different byte, dtype or shape keeps them apart, and the calls over the merged ones
+    merge too."""
+    from kiln.relay.graph import Constant
+
+    x = Var("x", TensorType((2, 6), "float32"))
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((5, 6)).astype(np.float32)
+    other = w.copy()
+    other[4, 5] += 1
+    weights = [Constant(w.copy()), Constant(w.copy()), Constant(other), Constant(w.copy())]
+    outs = [Call("nn.dense", [x, c]) for c in weights]
+    outs.append(Call("cast", [Constant(w.astype(np.float64))], {"dtype": "float32"}))
+    func = Function([x], outs)
+    out = eliminate_common_subexpr(func)
+    consts = {n.uid for n in post_order(out.outputs) if isinstance(n, Constant)}
+    dense = [n for n in post_order(out.outputs) if isinstance(n, Call)]
+    # (w three times, other once; w as float64 stays apart)
+    assert len(consts) == 3 and len(dense) == 3
+    xv = rng.standard_normal((2, 6)).astype(np.float32)
+    for got, want in zip(evaluate(out, {"x": xv}), evaluate(func, {"x": xv})):
+        np.testing.assert_array_equal(got, want)
