@@ -229,7 +229,8 @@ def alter_op_layout(func: Function, int8_products: str = "exact") -> Function:
             if new is not None:
                 return to_nchw(Call("add" if op == "nn.bias_add" else op, new, {}, call.span),
                                block)
-        if op == "concatenate" and call.attrs["axis"] == 1 and all(forms):
+        if op == "concatenate" and call.attrs["axis"] == 1 and all(forms) \
+                and all(f[1] == block for f in forms):  # (one block: a channel never splits)
             return to_nchw(Call(op, [f[0] for f in forms], call.attrs, call.span), block)
         if op in POOLS and call.attrs.get("layout", "NCHW") == "NCHW":
             attrs = dict(call.attrs, layout=f"NCHW{block}c")
