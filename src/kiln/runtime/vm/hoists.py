@@ -35,6 +35,13 @@ def _builtin(step: tuple, name: str) -> bool:
     return step[0] == "py" and getattr(step[1], "builtin_name", "") == name
 
 
+def _copier(tr: Tracer) -> Any:
+    """``KilnCopyTensor`` of the library the traced kernels live in, or None (no kernel, or a
+    library without it)."""
+    kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
+    return copier_of(kernel) if kernel is not None else None
+
+
 def hoist_appends(tr: Tracer, params: dict[int, int]) -> list[tuple]:
     """Each ``kv_append`` of a parameter (a decoder's past) becomes a reservation made before
     the kernels run (``KVCache.reserve``: the present's view and where its new rows go, known
@@ -44,8 +51,7 @@ def hoist_appends(tr: Tracer, params: dict[int, int]) -> list[tuple]:
     parameter index, new rows' dim, the copy's destination tensor)`` per hoisted append;
     ``tr.steps`` is rewritten in place. Nothing is hoisted when the kernels' library lacks the
     copy."""
-    kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
-    copy = copier_of(kernel) if kernel is not None else None
+    copy = _copier(tr)
     if copy is None:
         return []
     hoists = []
@@ -69,8 +75,7 @@ def hoist_copies(tr: Tracer) -> None:
     state: a symbolic silero VAD makes 20 a call) becomes a ``KilnCopyTensor`` call in the
     batch; the same dims make the interpreter's shape check hold at every heap. ``tr.steps``
     is rewritten in place; nothing changes when the kernels' library lacks the copy."""
-    kernel = next((s[1] for s in tr.steps if s[0] == "c"), None)
-    copy = copier_of(kernel) if kernel is not None else None
+    copy = _copier(tr)
     if copy is None:
         return
     for k, step in enumerate(tr.steps):
